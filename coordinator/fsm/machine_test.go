@@ -1,0 +1,331 @@
+package fsm
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+func testMachine(t *testing.T) *Machine {
+	t.Helper()
+	reg, err := drivers.NewRegistry(drivers.Builtin()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := 0
+	return New(Config{Drivers: reg, AutomatedClean: true,
+		NewID:    func() string { id++; return fmt.Sprintf("c%d", id) },
+		NewToken: func() string { id++; return fmt.Sprintf("tok%d", id) }})
+}
+
+// world answers the machine's commands the way a healthy site would.
+type world struct {
+	t       *testing.T
+	m       *Machine
+	now     time.Time
+	n       *Node
+	failOn  string // step name that fails
+	log     []string
+	noAgent bool
+	// holdInband keeps in-band commands in held instead of answering them.
+	holdInband bool
+	held       []Outgoing
+}
+
+func (w *world) run(out Output) {
+	w.t.Helper()
+	queue := out.Send
+	for steps := 0; len(queue) > 0; steps++ {
+		if steps > 200 {
+			w.t.Fatal("no end to the message exchange")
+		}
+		o := queue[0]
+		queue = queue[1:]
+		msg := o.Msg
+		w.now = w.now.Add(time.Second)
+		if w.holdInband && msg.Action == protocol.ActionInbandRun {
+			w.held = append(w.held, o)
+			continue
+		}
+		var next Output
+		switch {
+		case msg.Kind == protocol.KindCommand && msg.Action == protocol.ActionPower:
+			w.log = append(w.log, "power "+msg.Args["state"].(string))
+			next = w.m.Result(w.n, &protocol.Message{Kind: protocol.KindResult, CommandID: msg.ID, OK: true}, w.now)
+			if st := msg.Args["state"]; st == protocol.PowerReboot && !w.noAgent {
+				// The ramdisk boots and says hello.
+				h := w.m.Hello(w.n, &protocol.Message{BootID: fmt.Sprintf("boot-%d", len(w.log)),
+					CleanSteps:  []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true}, {Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true}},
+					DeploySteps: []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 80}}}, w.now)
+				next.Send = append(next.Send, h.Send...)
+			}
+		case msg.Kind == protocol.KindCommand && msg.Action == protocol.ActionBootDev:
+			w.log = append(w.log, "boot "+msg.Args["device"].(string))
+			next = w.m.Result(w.n, &protocol.Message{CommandID: msg.ID, OK: true}, w.now)
+		case msg.Kind == protocol.KindCommand && (msg.Action == protocol.ActionOOBStep || msg.Action == protocol.ActionInbandRun || msg.Action == protocol.ActionValidate):
+			name := msg.Action
+			if msg.Step != nil {
+				name = msg.Step.Interface + "." + msg.Step.Step
+			}
+			w.log = append(w.log, name)
+			res := &protocol.Message{CommandID: msg.ID, OK: true, Token: msg.Token}
+			if msg.Step != nil && msg.Step.Step == w.failOn {
+				res.OK, res.Error = false, "disk on fire"
+			}
+			if msg.Step != nil && msg.Step.Step == "inspect_hardware" {
+				res.Data = map[string]any{"inventory": map[string]any{"cpu": 4}, "properties": map[string]any{"cpus": 4.0, "memory_mb": 1024.0}}
+			}
+			next = w.m.Result(w.n, res, w.now)
+		}
+		queue = append(queue, next.Send...)
+	}
+}
+
+func (w *world) verb(v Event, req VerbRequest) {
+	w.t.Helper()
+	req.Verb = v
+	out, r := w.m.Verb(w.n, req, w.now)
+	if r != nil {
+		w.t.Fatalf("%s refused: %s", v, r.Msg)
+	}
+	w.run(out)
+}
+
+func newWorld(t *testing.T) *world {
+	m := testMachine(t)
+	return &world{t: t, m: m, now: time.Unix(1000, 0), n: &Node{UUID: "u1", Name: "n1", Driver: "fake", Site: "s1", ProvisionState: Enroll}}
+}
+
+func (w *world) want(s State) {
+	w.t.Helper()
+	if w.n.ProvisionState != s {
+		w.t.Fatalf("state %q, want %q (last_error %q, log %v)", w.n.ProvisionState, s, w.n.LastError, w.log)
+	}
+}
+
+func TestFullLifecycle(t *testing.T) {
+	w := newWorld(t)
+	w.verb(Manage, VerbRequest{})
+	w.want(Manageable)
+	w.verb(Inspect, VerbRequest{})
+	w.want(Manageable)
+	if w.n.Properties["cpus"] != 4.0 {
+		t.Fatalf("properties not filled: %v", w.n.Properties)
+	}
+	w.log = nil
+	w.verb(Provide, VerbRequest{})
+	w.want(Available)
+	if got := strings.Join(w.log, ","); got != "boot pxe,power rebooted,deploy.erase_devices_metadata,deploy.erase_devices,power power off" {
+		t.Fatalf("provide ran %s", got)
+	}
+	w.n.InstanceInfo = map[string]any{"image_source": "http://x/img"}
+	w.log = nil
+	w.verb(Deploy, VerbRequest{})
+	w.want(Active)
+	if got := strings.Join(w.log, ","); got != "boot pxe,power rebooted,deploy.write_image,deploy.prepare_instance_boot,deploy.tear_down_agent,deploy.boot_instance" {
+		t.Fatalf("deploy ran %s", got)
+	}
+	w.verb(Rebuild, VerbRequest{})
+	w.want(Active)
+	w.verb(RescueV, VerbRequest{RescuePassword: "pw"})
+	w.want(Rescue)
+	w.verb(Unrescue, VerbRequest{})
+	w.want(Active)
+	w.verb(Undeploy, VerbRequest{})
+	w.want(Available)
+	if w.n.InstanceInfo != nil {
+		t.Fatal("instance_info kept after undeploy")
+	}
+	if w.n.TargetProvisionState != "" || w.n.Reservation != "" || w.n.Op != nil {
+		t.Fatalf("resting node still busy: %+v", w.n)
+	}
+}
+
+func TestCleanStepFailureSetsMaintenance(t *testing.T) {
+	w := newWorld(t)
+	w.n.ProvisionState = Manageable
+	w.failOn = "erase_devices"
+	w.verb(Provide, VerbRequest{})
+	w.want(CleanFailed)
+	if !w.n.Maintenance || !strings.Contains(w.n.LastError, "deploy.erase_devices") || w.n.CleanStep == nil || w.n.CleanStep.Step != "erase_devices" {
+		t.Fatalf("failure not recorded: maint=%v err=%q step=%v", w.n.Maintenance, w.n.LastError, w.n.CleanStep)
+	}
+	if w.n.PowerState == protocol.PowerOff {
+		t.Fatal("clean failure powered the node off")
+	}
+}
+
+func TestManualCleanValidation(t *testing.T) {
+	cases := []struct {
+		name  string
+		steps []map[string]any
+		want  string
+	}{
+		{"no interface", []map[string]any{{"step": "erase_devices"}}, `"interface" is required`},
+		{"bad interface", []map[string]any{{"interface": "disk", "step": "x"}}, `interface "disk" is unknown`},
+		{"no step", []map[string]any{{"interface": "deploy"}}, `"step" is required`},
+		{"unknown arg", []map[string]any{{"interface": "management", "step": "fake_reset_bmc", "args": map[string]any{"speed": 1}}}, `unknown argument "speed"`},
+		{"unknown inband step", []map[string]any{{"interface": "deploy", "step": "melt"}}, "no such step"},
+		{"args not object", []map[string]any{{"interface": "management", "step": "fake_reset_bmc", "args": 3.0}}, `"args" must be an object`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.n.ProvisionState = Manageable
+			w.n.CachedCleanSteps = drivers.InbandCleanSteps()
+			w.n.StepsCachedAt = w.now
+			w.verb(Clean, VerbRequest{CleanSteps: c.steps})
+			w.want(CleanFailed)
+			if !strings.Contains(w.n.LastError, c.want) {
+				t.Fatalf("last_error %q lacks %q", w.n.LastError, c.want)
+			}
+			if len(w.log) != 0 {
+				t.Fatalf("ran %v for a bad list", w.log)
+			}
+		})
+	}
+}
+
+func TestRequiredArgMissing(t *testing.T) {
+	w := newWorld(t)
+	w.n.Driver = "redfish"
+	w.n.ProvisionState = Manageable
+	w.verb(Clean, VerbRequest{CleanSteps: []map[string]any{{"interface": "bios", "step": "apply_configuration"}}})
+	w.want(CleanFailed)
+	if !strings.Contains(w.n.LastError, "bios.apply_configuration") || !strings.Contains(w.n.LastError, `"settings"`) {
+		t.Fatalf("last_error %q does not name step and argument", w.n.LastError)
+	}
+}
+
+// TestRefusals checks every verb from every state against the table.
+func TestRefusals(t *testing.T) {
+	m := testMachine(t)
+	for _, s := range AllStates() {
+		for _, v := range Verbs() {
+			n := &Node{UUID: "u", Name: "n", Driver: "fake", Site: "s", ProvisionState: s,
+				InstanceInfo: map[string]any{"image_source": "http://i"}}
+			_, allowed := Next(s, v, "")
+			req := VerbRequest{Verb: v, RescuePassword: "p", CleanSteps: []map[string]any{{"interface": "management", "step": "fake_reset_bmc"}}}
+			if IsWait(s) {
+				n.Op = &Operation{Phase: "clean", Plan: []Action{{Kind: ActAwaitAgent}}}
+			}
+			_, r := m.Verb(n, req, time.Unix(0, 0))
+			if allowed && r != nil {
+				t.Errorf("%s from %q refused: %s", v, s, r.Msg)
+			}
+			if !allowed {
+				if r == nil || r.Code != 400 {
+					t.Errorf("%s from %q: got %v, want 400", v, s, r)
+					continue
+				}
+				for _, part := range []string{string(v), string(s), `"n"`} {
+					if !strings.Contains(r.Msg, part) {
+						t.Errorf("refusal %q does not name %q", r.Msg, part)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestLockedAndRetired(t *testing.T) {
+	m := testMachine(t)
+	n := &Node{UUID: "u", Name: "n", Driver: "fake", ProvisionState: Cleaning, Reservation: "coordinator"}
+	if _, r := m.Verb(n, VerbRequest{Verb: Abort}, time.Now()); r == nil || r.Code != 409 || !strings.Contains(r.Msg, "locked") {
+		t.Fatalf("locked node: %v", r)
+	}
+	n = &Node{UUID: "u", Name: "n", Driver: "fake", ProvisionState: Manageable, Retired: true, RetiredReason: "old"}
+	if _, r := m.Verb(n, VerbRequest{Verb: Provide}, time.Now()); r == nil || r.Code != 409 || !strings.Contains(r.Msg, "retired") {
+		t.Fatalf("retired provide: %v", r)
+	}
+}
+
+func TestRetiredUndeployEndsManageable(t *testing.T) {
+	w := newWorld(t)
+	w.n.ProvisionState = Active
+	w.n.Retired = true
+	w.verb(Undeploy, VerbRequest{})
+	w.want(Manageable)
+}
+
+func TestAbort(t *testing.T) {
+	// Abortable step: fails at once.
+	w := newWorld(t)
+	w.n.ProvisionState = Manageable
+	w.holdInband = true
+	w.verb(Provide, VerbRequest{})
+	held := w.held
+	w.want(CleanWait)
+	if len(held) != 1 {
+		t.Fatalf("held %d", len(held))
+	}
+	res, r := w.m.Verb(w.n, VerbRequest{Verb: Abort}, w.now)
+	if r != nil {
+		t.Fatal(r.Msg)
+	}
+	w.want(CleanFailed)
+	if !strings.Contains(w.n.LastError, "aborted by request during step deploy.erase_devices_metadata") || w.n.Maintenance {
+		t.Fatalf("abort: %q maint=%v", w.n.LastError, w.n.Maintenance)
+	}
+	if len(res.Send) != 1 || res.Send[0].Msg.Action != protocol.ActionAbort {
+		t.Fatalf("no abort sent to the ramdisk: %+v", res.Send)
+	}
+
+	// Non-abortable step: fails when it ends.
+	w = newWorld(t)
+	w.n.ProvisionState = Available
+	w.n.InstanceInfo = map[string]any{"image_source": "http://i"}
+	w.holdInband = true
+	w.verb(Deploy, VerbRequest{})
+	held = w.held
+	w.holdInband = false
+	w.want(DeployWait)
+	if _, r := w.m.Verb(w.n, VerbRequest{Verb: Abort}, w.now); r != nil {
+		t.Fatal(r.Msg)
+	}
+	w.want(DeployWait)
+	w.run(Output{Send: held})
+	w.want(DeployFailed)
+	if !strings.Contains(w.n.LastError, "after step deploy.write_image") {
+		t.Fatalf("abort-after: %q", w.n.LastError)
+	}
+}
+
+func TestTimeoutAndMaintenance(t *testing.T) {
+	w := newWorld(t)
+	w.noAgent = true
+	w.n.ProvisionState = Manageable
+	w.verb(Provide, VerbRequest{})
+	w.want(CleanWait)
+	// Maintenance pauses: no timeout.
+	w.m.SetMaintenance(w.n, true, "look", w.now)
+	w.m.Tick(w.n, w.now.Add(time.Hour), true)
+	w.want(CleanWait)
+	// Offline site: no timeout.
+	w.m.SetMaintenance(w.n, false, "", w.now)
+	w.m.Tick(w.n, w.now.Add(time.Hour), false)
+	w.want(CleanWait)
+	w.m.Tick(w.n, w.now.Add(time.Hour), true)
+	w.want(CleanFailed)
+	if !strings.Contains(w.n.LastError, "Timeout") {
+		t.Fatalf("timeout error %q", w.n.LastError)
+	}
+}
+
+func TestTableIsConsistent(t *testing.T) {
+	for _, tr := range Table() {
+		if Stable(tr.From) && !IsVerb(tr.Event) {
+			t.Errorf("stable state %q moves on internal event %q", tr.From, tr.Event)
+		}
+	}
+	for _, s := range AllStates() {
+		if !Stable(s) && len(Allowed(s)) == 0 && !IsWait(s) {
+			// -ING states accept no verb: they are locked.
+			continue
+		}
+	}
+}

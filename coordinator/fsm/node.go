@@ -1,0 +1,137 @@
+package fsm
+
+import (
+	"time"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// Node is a node's whole record, as stored. The API shows most of it; the
+// fields marked hidden never leave the coordinator.
+type Node struct {
+	UUID         string         `json:"uuid"`
+	Name         string         `json:"name,omitempty"`
+	Driver       string         `json:"driver"`
+	Site         string         `json:"site"`
+	DriverInfo   map[string]any `json:"driver_info,omitempty"`
+	Properties   map[string]any `json:"properties,omitempty"`
+	InstanceInfo map[string]any `json:"instance_info,omitempty"`
+	Extra        map[string]any `json:"extra,omitempty"`
+
+	ProvisionState       State  `json:"provision_state"`
+	TargetProvisionState State  `json:"target_provision_state,omitempty"`
+	PowerState           string `json:"power_state,omitempty"`
+	TargetPowerState     string `json:"target_power_state,omitempty"`
+	LastError            string `json:"last_error,omitempty"`
+	Maintenance          bool   `json:"maintenance"`
+	MaintenanceReason    string `json:"maintenance_reason,omitempty"`
+	Fault                string `json:"fault,omitempty"`
+	Retired              bool   `json:"retired"`
+	RetiredReason        string `json:"retired_reason,omitempty"`
+	// Reservation is set while the coordinator works on the node (an
+	// active -ING state or a power change): the node is locked.
+	Reservation string `json:"reservation,omitempty"`
+	// CleanStep and DeployStep show the step that runs now and, after a
+	// failure, the step that failed.
+	CleanStep  *StepRun `json:"clean_step,omitempty"`
+	DeployStep *StepRun `json:"deploy_step,omitempty"`
+
+	CreatedAt            time.Time  `json:"created_at"`
+	UpdatedAt            time.Time  `json:"updated_at"`
+	ProvisionUpdatedAt   time.Time  `json:"provision_updated_at"`
+	InspectionStartedAt  *time.Time `json:"inspection_started_at,omitempty"`
+	InspectionFinishedAt *time.Time `json:"inspection_finished_at,omitempty"`
+
+	// Op is the operation in progress, nil when the node rests.
+	Op *Operation `json:"op,omitempty"`
+	// Pending is the outstanding command: resent until its result comes.
+	Pending *Command `json:"pending,omitempty"`
+	// Deadline is when the current wait (WAIT state or command) times out.
+	Deadline time.Time `json:"deadline,omitzero"`
+
+	// AgentToken is issued once per boot of the ramdisk. Hidden.
+	AgentToken    string    `json:"agent_token,omitempty"`
+	BootID        string    `json:"boot_id,omitempty"`
+	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
+	// Cached in-band steps, as the ramdisk reported them.
+	CachedCleanSteps  []drivers.Step `json:"cached_clean_steps,omitempty"`
+	CachedDeploySteps []drivers.Step `json:"cached_deploy_steps,omitempty"`
+	StepsCachedAt     time.Time      `json:"steps_cached_at,omitzero"`
+	// Held is a result that arrived while the node was in maintenance; it
+	// is applied when maintenance ends.
+	Held *protocol.Message `json:"held,omitempty"`
+}
+
+// StepRun is a step as scheduled on a node: its declaration, its args and,
+// while it runs in band, its progress.
+type StepRun struct {
+	Interface string         `json:"interface"`
+	Step      string         `json:"step"`
+	Priority  int            `json:"priority"`
+	Abortable bool           `json:"abortable"`
+	Args      map[string]any `json:"args"`
+	InBand    bool           `json:"requires_ramdisk"`
+	Progress  float64        `json:"progress,omitempty"`
+	Detail    string         `json:"detail,omitempty"`
+}
+
+// Name is "interface.step".
+func (s *StepRun) Name() string { return s.Interface + "." + s.Step }
+
+// Action kinds of an operation plan.
+const (
+	ActOOB        = "oob"         // a BMC command through the edge agent
+	ActAwaitAgent = "await_agent" // wait for the ramdisk to boot and say hello
+	ActPlanClean  = "plan_clean"  // compute the clean steps now that the ramdisk's are known
+	ActPlanDeploy = "plan_deploy" // compute the deploy steps
+	ActStep       = "step"        // run a clean or deploy step (in band or out of band)
+)
+
+// Action is one entry of an operation's plan.
+type Action struct {
+	Kind   string         `json:"kind"`
+	Action string         `json:"action,omitempty"` // for ActOOB: protocol action
+	Args   map[string]any `json:"args,omitempty"`
+	Step   *StepRun       `json:"step,omitempty"`
+}
+
+// Operation is what the node is doing: the verb that started it and the
+// plan, with the index of the running action.
+type Operation struct {
+	Verb   Event    `json:"verb"`
+	Target State    `json:"target"`
+	Phase  string   `json:"phase"` // "clean", "deploy", "inspect", "rescue", "verify", "unrescue", "delete", "power"
+	Plan   []Action `json:"plan"`
+	Index  int      `json:"index"`
+	Manual bool     `json:"manual,omitempty"`
+	// AbortAfter is set when abort was asked during a step that cannot be
+	// aborted: the operation fails when that step ends.
+	AbortAfter bool `json:"abort_after,omitempty"`
+	// RescuePassword is handed to the rescue ramdisk. Hidden.
+	RescuePassword string    `json:"rescue_password,omitempty"`
+	StartedAt      time.Time `json:"started_at"`
+}
+
+// Command is an outstanding command: the message and its delivery state.
+type Command struct {
+	ID       string            `json:"id"`
+	Topic    string            `json:"topic"`
+	Msg      *protocol.Message `json:"msg"`
+	LastSent time.Time         `json:"last_sent"`
+	Attempts int               `json:"attempts"`
+	// Accepted is set when the receiver said (heartbeat) it runs the
+	// command: no more resends, the result will come.
+	Accepted bool `json:"accepted,omitempty"`
+	InBand   bool `json:"in_band,omitempty"`
+}
+
+// HistoryEntry is one line of a node's history: a transition or an error.
+type HistoryEntry struct {
+	Time      time.Time `json:"created_at"`
+	Severity  string    `json:"severity"`
+	Event     string    `json:"event"`
+	EventType string    `json:"event_type"`
+	From      State     `json:"from,omitempty"`
+	To        State     `json:"to,omitempty"`
+}

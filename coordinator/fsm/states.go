@@ -1,0 +1,235 @@
+// Package fsm is the node lifecycle of the coordinator: Ironic's provision
+// state machine as a transition table, and the pure functions that move a
+// node through its operations (verbs, step results, heartbeats, timeouts).
+// It does no I/O and reads no clock: the engine passes the time in, stores
+// the node it gets back and sends the messages it is handed.
+package fsm
+
+// State is a provision state, spelled as Ironic spells it on the API.
+type State string
+
+// Provision states. Stable states are where a node rests; every other
+// state is transient and has a target_provision_state.
+const (
+	// Enroll: registered, BMC not yet verified. manage → Verifying.
+	Enroll State = "enroll"
+	// Verifying: checking the BMC credentials. done → Manageable, fail → Enroll.
+	Verifying State = "verifying"
+	// Manageable: verified, owned by the operator. inspect, clean, provide.
+	Manageable State = "manageable"
+	// Inspecting: booting the ramdisk to read hardware. wait → InspectWait.
+	Inspecting State = "inspecting"
+	// InspectWait: waiting for the ramdisk's inventory. resume → Inspecting.
+	InspectWait State = "inspect wait"
+	// InspectFailed: inspection failed; inspect again or manage.
+	InspectFailed State = "inspect failed"
+	// Cleaning: running clean steps out of band or starting an in-band one.
+	Cleaning State = "cleaning"
+	// CleanWait: an in-band clean step runs on the node, or its ramdisk boots.
+	CleanWait State = "clean wait"
+	// CleanFailed: a clean step failed, timed out or was aborted.
+	CleanFailed State = "clean failed"
+	// Available: clean, ready to deploy.
+	Available State = "available"
+	// Deploying: running deploy steps. wait → DeployWait.
+	Deploying State = "deploying"
+	// DeployWait: an in-band deploy step runs, or the ramdisk boots.
+	DeployWait State = "wait call-back"
+	// DeployFailed: the deploy failed; rebuild, redeploy or undeploy.
+	DeployFailed State = "deploy failed"
+	// Active: the instance runs.
+	Active State = "active"
+	// Deleting: tearing the instance down, then cleaning.
+	Deleting State = "deleting"
+	// Error: tearing down failed.
+	Error State = "error"
+	// Rescuing: booting the rescue ramdisk. wait → RescueWait.
+	Rescuing State = "rescuing"
+	// RescueWait: waiting for the rescue ramdisk to finish its setup.
+	RescueWait State = "rescue wait"
+	// RescueFailed: rescue failed; rescue, unrescue or undeploy.
+	RescueFailed State = "rescue failed"
+	// Rescue: the rescue ramdisk runs and the operator can log in.
+	Rescue State = "rescue"
+	// Unrescuing: booting the instance again. done → Active.
+	Unrescuing State = "unrescuing"
+	// UnrescueFailed: unrescue failed.
+	UnrescueFailed State = "unrescue failed"
+)
+
+// AllStates lists every state, stable ones first in lifecycle order.
+func AllStates() []State {
+	return []State{Enroll, Verifying, Manageable, Inspecting, InspectWait, InspectFailed,
+		Cleaning, CleanWait, CleanFailed, Available, Deploying, DeployWait, DeployFailed,
+		Active, Deleting, Error, Rescuing, RescueWait, RescueFailed, Rescue, Unrescuing, UnrescueFailed}
+}
+
+// Event moves a node along the table. Verbs come from operators (their
+// names are the API's provision targets); the rest come from the engine.
+type Event string
+
+// Operator verbs, named as the targets of PUT /v1/nodes/{node}/states/provision.
+const (
+	Manage   Event = "manage"
+	Inspect  Event = "inspect"
+	Clean    Event = "clean"
+	Provide  Event = "provide"
+	Deploy   Event = "active"
+	Rebuild  Event = "rebuild"
+	RescueV  Event = "rescue"
+	Unrescue Event = "unrescue"
+	Undeploy Event = "deleted"
+	Abort    Event = "abort"
+)
+
+// Internal events.
+const (
+	Done   Event = "done"   // the operation finished
+	Fail   Event = "fail"   // the operation failed (step error, timeout, abort)
+	Wait   Event = "wait"   // an in-band step or the ramdisk boot is awaited
+	Resume Event = "resume" // the awaited thing arrived
+)
+
+// Verbs lists the operator verbs.
+func Verbs() []Event {
+	return []Event{Manage, Inspect, Clean, Provide, Deploy, Rebuild, RescueV, Unrescue, Undeploy, Abort}
+}
+
+// IsVerb tells whether e is an operator verb.
+func IsVerb(e Event) bool {
+	for _, v := range Verbs() {
+		if v == e {
+			return true
+		}
+	}
+	return false
+}
+
+// Transition is one row of the table.
+type Transition struct {
+	From  State
+	Event Event
+	To    State
+}
+
+// Table is the single source of truth of the lifecycle: every move a node
+// makes is a row here, docs/states.md is generated from it, and any move
+// not in it is refused.
+func Table() []Transition {
+	return []Transition{
+		{Enroll, Manage, Verifying},
+		{Verifying, Done, Manageable},
+		{Verifying, Fail, Enroll},
+
+		{Manageable, Inspect, Inspecting},
+		{InspectFailed, Inspect, Inspecting},
+		{Inspecting, Wait, InspectWait},
+		{InspectWait, Resume, Inspecting},
+		{Inspecting, Done, Manageable},
+		{Inspecting, Fail, InspectFailed},
+		{InspectWait, Fail, InspectFailed},
+		{InspectWait, Abort, InspectFailed},
+		{InspectFailed, Manage, Manageable},
+
+		{Manageable, Clean, Cleaning},
+		{Manageable, Provide, Cleaning},
+		{CleanFailed, Provide, Cleaning},
+		{Cleaning, Wait, CleanWait},
+		{CleanWait, Resume, Cleaning},
+		{Cleaning, Done, Available},
+		{Cleaning, Done, Manageable},
+		{Cleaning, Fail, CleanFailed},
+		{CleanWait, Fail, CleanFailed},
+		{CleanWait, Abort, CleanFailed},
+		{CleanFailed, Manage, Manageable},
+		{Available, Manage, Manageable},
+
+		{Available, Deploy, Deploying},
+		{Active, Rebuild, Deploying},
+		{DeployFailed, Rebuild, Deploying},
+		{Error, Rebuild, Deploying},
+		{Deploying, Wait, DeployWait},
+		{DeployWait, Resume, Deploying},
+		{Deploying, Done, Active},
+		{Deploying, Fail, DeployFailed},
+		{DeployWait, Fail, DeployFailed},
+		{DeployWait, Abort, DeployFailed},
+
+		{Active, RescueV, Rescuing},
+		{Rescue, RescueV, Rescuing},
+		{RescueFailed, RescueV, Rescuing},
+		{Rescuing, Wait, RescueWait},
+		{RescueWait, Resume, Rescuing},
+		{Rescuing, Done, Rescue},
+		{Rescuing, Fail, RescueFailed},
+		{RescueWait, Fail, RescueFailed},
+		{RescueWait, Abort, RescueFailed},
+
+		{Rescue, Unrescue, Unrescuing},
+		{UnrescueFailed, Unrescue, Unrescuing},
+		{Unrescuing, Done, Active},
+		{Unrescuing, Fail, UnrescueFailed},
+
+		{Active, Undeploy, Deleting},
+		{Rescue, Undeploy, Deleting},
+		{DeployWait, Undeploy, Deleting},
+		{DeployFailed, Undeploy, Deleting},
+		{Error, Undeploy, Deleting},
+		{RescueFailed, Undeploy, Deleting},
+		{UnrescueFailed, Undeploy, Deleting},
+		{Deleting, Clean, Cleaning},
+		{Deleting, Done, Available},
+		{Deleting, Done, Manageable},
+		{Deleting, Fail, Error},
+	}
+}
+
+// Stable tells whether s is a resting state (no target_provision_state).
+func Stable(s State) bool {
+	switch s {
+	case Enroll, Manageable, Available, Active, Rescue,
+		InspectFailed, CleanFailed, DeployFailed, Error, RescueFailed, UnrescueFailed:
+		return true
+	}
+	return false
+}
+
+// IsWait tells whether s is a WAIT state, where the node waits for its ramdisk.
+func IsWait(s State) bool {
+	return s == InspectWait || s == CleanWait || s == DeployWait || s == RescueWait
+}
+
+// Allowed returns the verbs allowed from state s, in table order.
+func Allowed(s State) []Event {
+	var out []Event
+	seen := map[Event]bool{}
+	for _, t := range Table() {
+		if t.From == s && IsVerb(t.Event) && !seen[t.Event] {
+			out = append(out, t.Event)
+			seen[t.Event] = true
+		}
+	}
+	return out
+}
+
+// Next returns the state the table reaches from s by e. When a row has
+// several targets (cleaning done: available or manageable) want chooses;
+// an empty want takes the first.
+func Next(s State, e Event, want State) (State, bool) {
+	var first State
+	found := false
+	for _, t := range Table() {
+		if t.From == s && t.Event == e {
+			if want == "" || t.To == want {
+				return t.To, true
+			}
+			if !found {
+				first, found = t.To, true
+			}
+		}
+	}
+	if want != "" {
+		return "", false
+	}
+	return first, found
+}

@@ -1,0 +1,143 @@
+package drivers
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Declaration is what the coordinator knows of a driver without asking
+// anybody: its name, the driver_info it needs, and its out-of-band steps.
+type Declaration struct {
+	Name string
+	// Aliases are other names accepted on create (Ironic's hardware type names).
+	Aliases []string
+	// RequiredInfo lists driver_info keys that must be set to manage a node.
+	RequiredInfo []string
+	// SecretInfo lists driver_info keys that are masked in every output.
+	SecretInfo []string
+	CleanSteps  []Step
+	DeploySteps []Step
+}
+
+// Registry holds the known drivers.
+type Registry struct {
+	byName map[string]Declaration
+}
+
+// NewRegistry checks every declaration's steps (a load-time error for a
+// bad set) and indexes them by name and alias.
+func NewRegistry(decls ...Declaration) (*Registry, error) {
+	r := &Registry{byName: map[string]Declaration{}}
+	for _, d := range decls {
+		if err := CheckSet(d.CleanSteps); err != nil {
+			return nil, fmt.Errorf("driver %s clean steps: %w", d.Name, err)
+		}
+		if err := CheckSet(d.DeploySteps); err != nil {
+			return nil, fmt.Errorf("driver %s deploy steps: %w", d.Name, err)
+		}
+		for _, n := range append([]string{d.Name}, d.Aliases...) {
+			r.byName[n] = d
+		}
+	}
+	return r, nil
+}
+
+// Get returns the driver by name or alias.
+func (r *Registry) Get(name string) (Declaration, error) {
+	d, ok := r.byName[name]
+	if !ok {
+		return Declaration{}, fmt.Errorf("unknown driver %q; known drivers: %s", name, strings.Join(r.Names(), ", "))
+	}
+	return d, nil
+}
+
+// Names lists the canonical driver names.
+func (r *Registry) Names() []string {
+	var out []string
+	for n, d := range r.byName {
+		if n == d.Name {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Builtin returns the declarations of the drivers this program ships.
+func Builtin() []Declaration {
+	return []Declaration{FakeDeclaration(), IPMIDeclaration(), RedfishDeclaration()}
+}
+
+// Deploy steps every driver shares, after Ironic's deploy interface: the
+// in-band write_image comes from the ramdisk at priority 80; these run out
+// of band around it.
+func commonDeploySteps() []Step {
+	return []Step{
+		{Interface: "deploy", Step: "prepare_instance_boot", Priority: 60},
+		{Interface: "deploy", Step: "tear_down_agent", Priority: 40},
+		{Interface: "deploy", Step: "boot_instance", Priority: 20},
+	}
+}
+
+// FakeDeclaration is the fake driver: fake power and management, and one
+// fake out-of-band step, for simulation and tests.
+func FakeDeclaration() Declaration {
+	return Declaration{
+		Name:    "fake",
+		Aliases: []string{"fake-hardware"},
+		CleanSteps: []Step{
+			{Interface: "management", Step: "fake_reset_bmc", Priority: 0, Abortable: false,
+				ArgsInfo: map[string]ArgInfo{
+					"delay": {Description: "seconds the fake BMC takes to reset", Required: false},
+				}},
+		},
+		DeploySteps: commonDeploySteps(),
+		SecretInfo:  []string{"fake_password"},
+	}
+}
+
+// IPMIDeclaration is the IPMI driver (go-ipmi on the edge agent).
+func IPMIDeclaration() Declaration {
+	return Declaration{
+		Name:         "ipmi",
+		RequiredInfo: []string{"ipmi_address"},
+		SecretInfo:   []string{"ipmi_password"},
+		CleanSteps: []Step{
+			{Interface: "management", Step: "reset_bmc", Priority: 0},
+		},
+		DeploySteps: commonDeploySteps(),
+	}
+}
+
+// RedfishDeclaration is the Redfish driver (gofish on the edge agent).
+func RedfishDeclaration() Declaration {
+	return Declaration{
+		Name:         "redfish",
+		RequiredInfo: []string{"redfish_address"},
+		SecretInfo:   []string{"redfish_password"},
+		CleanSteps: []Step{
+			{Interface: "management", Step: "reset_bmc", Priority: 0},
+			{Interface: "bios", Step: "apply_configuration", Priority: 0,
+				ArgsInfo: map[string]ArgInfo{"settings": {Description: "list of {name, value} BIOS settings", Required: true}}},
+		},
+		DeploySteps: commonDeploySteps(),
+	}
+}
+
+// InbandCleanSteps are the in-band steps a standard ramdisk offers, used by
+// the simulated ramdisk; a real ramdisk reports its own.
+func InbandCleanSteps() []Step {
+	return []Step{
+		{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true, RequiresRamdisk: true},
+		{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true, RequiresRamdisk: true},
+		{Interface: "deploy", Step: "inspect_hardware", Priority: 0, Abortable: true, RequiresRamdisk: true},
+	}
+}
+
+// InbandDeploySteps are the in-band deploy steps of a standard ramdisk.
+func InbandDeploySteps() []Step {
+	return []Step{
+		{Interface: "deploy", Step: "write_image", Priority: 80, Abortable: false, RequiresRamdisk: true},
+	}
+}

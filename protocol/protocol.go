@@ -1,0 +1,287 @@
+// Package protocol is the wire contract between the coordinator, the edge
+// agents and the ramdisk agents: MQTT topics, message types, versions and
+// their validation. It is the only package the three programs share for
+// talking to each other; it must never do I/O or hold state.
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Version is the message format version carried in every message ("v").
+const Version = 1
+
+// TopicPrefix is the root of every topic of this protocol version.
+const TopicPrefix = "bm/v1"
+
+// Kinds of messages. Commands flow to the agents, events flow back.
+const (
+	// KindCommand is a coordinator request to an edge agent (BMC action,
+	// out-of-band step) or to a ramdisk agent (in-band step).
+	KindCommand = "command"
+	// KindResult ends a command; it names the command id.
+	KindResult = "result"
+	// KindAck tells an agent that the coordinator stored the listed results
+	// or events, so the agent can drop them from its outbox.
+	KindAck = "ack"
+	// KindHello is the first message of a booted ramdisk agent (lookup).
+	KindHello = "hello"
+	// KindWelcome answers a hello with the agent token for this boot.
+	KindWelcome = "welcome"
+	// KindHeartbeat says a ramdisk agent is alive and what it is running.
+	KindHeartbeat = "heartbeat"
+	// KindPresence is the retained online/offline state of an agent; the
+	// offline form is the agent's last will.
+	KindPresence = "presence"
+)
+
+// Command actions for the edge agent (out of band) and the ramdisk (in band).
+const (
+	ActionValidate  = "validate"    // check that the BMC answers with these credentials
+	ActionPower     = "power"       // args.state: "power on", "power off", "rebooted"
+	ActionBootDev   = "boot_device" // args.device: "pxe" or "disk"
+	ActionOOBStep   = "oob_step"    // run a driver step: step, args
+	ActionInbandRun = "run_step"    // ramdisk: run an in-band step
+	ActionAbort     = "abort_step"  // ramdisk: stop the running abortable step
+)
+
+// Power states, with Ironic's spelling.
+const (
+	PowerOn     = "power on"
+	PowerOff    = "power off"
+	PowerReboot = "rebooted"
+)
+
+// Boot devices.
+const (
+	BootPXE  = "pxe"
+	BootDisk = "disk"
+)
+
+// NodeCmdTopic is where the coordinator sends commands to a node's ramdisk agent.
+func NodeCmdTopic(site, node string) string {
+	return TopicPrefix + "/site/" + site + "/node/" + node + "/cmd"
+}
+
+// NodeEvtTopic is where a node's ramdisk agent sends hello, heartbeats and results.
+func NodeEvtTopic(site, node string) string {
+	return TopicPrefix + "/site/" + site + "/node/" + node + "/evt"
+}
+
+// NodePresenceTopic holds a ramdisk agent's retained presence.
+func NodePresenceTopic(site, node string) string {
+	return TopicPrefix + "/site/" + site + "/node/" + node + "/presence"
+}
+
+// BMCCmdTopic is where the coordinator sends out-of-band commands to a site.
+func BMCCmdTopic(site string) string { return TopicPrefix + "/site/" + site + "/bmc/cmd" }
+
+// BMCEvtTopic is where an edge agent sends results of out-of-band commands.
+func BMCEvtTopic(site string) string { return TopicPrefix + "/site/" + site + "/bmc/evt" }
+
+// SitePresenceTopic holds an edge agent's retained presence (last will: offline).
+func SitePresenceTopic(site string) string { return TopicPrefix + "/site/" + site + "/presence" }
+
+// SiteTree is the subtree an edge agent of site may use.
+func SiteTree(site string) string { return TopicPrefix + "/site/" + site + "/#" }
+
+// NodeTree is the subtree a ramdisk agent of node may use.
+func NodeTree(site, node string) string { return TopicPrefix + "/site/" + site + "/node/" + node + "/#" }
+
+// Filters the coordinator subscribes to.
+const (
+	AllNodeEvents = TopicPrefix + "/site/+/node/+/evt"
+	AllBMCEvents  = TopicPrefix + "/site/+/bmc/evt"
+	AllPresence   = TopicPrefix + "/site/+/presence"
+)
+
+// ParseTopic splits a topic of this protocol into its site, node (empty for
+// site topics) and leaf ("cmd", "evt", "presence"; "bmc/cmd" and "bmc/evt"
+// for the BMC topics).
+func ParseTopic(topic string) (site, node, leaf string, err error) {
+	rest, ok := strings.CutPrefix(topic, TopicPrefix+"/site/")
+	if !ok {
+		return "", "", "", fmt.Errorf("topic %q is not under %s/site/", topic, TopicPrefix)
+	}
+	parts := strings.Split(rest, "/")
+	switch {
+	case len(parts) == 2 && parts[1] == "presence":
+		return parts[0], "", "presence", nil
+	case len(parts) == 3 && parts[1] == "bmc" && (parts[2] == "cmd" || parts[2] == "evt"):
+		return parts[0], "", "bmc/" + parts[2], nil
+	case len(parts) == 4 && parts[1] == "node" && (parts[3] == "cmd" || parts[3] == "evt" || parts[3] == "presence"):
+		return parts[0], parts[2], parts[3], nil
+	}
+	return "", "", "", fmt.Errorf("topic %q does not match any topic of protocol v%d", topic, Version)
+}
+
+// Step names one step on the wire, with its arguments.
+type Step struct {
+	Interface string         `json:"interface"`
+	Step      string         `json:"step"`
+	Args      map[string]any `json:"args,omitempty"`
+	Priority  int            `json:"priority,omitempty"`
+	Abortable bool           `json:"abortable,omitempty"`
+}
+
+// Message is the one envelope of every message. Which fields are set
+// depends on Kind; Validate says which are required.
+type Message struct {
+	V    int    `json:"v"`
+	Kind string `json:"kind"`
+	// ID identifies a command, result or event; receivers deduplicate by it.
+	ID   string `json:"id"`
+	Site string `json:"site,omitempty"`
+	Node string `json:"node,omitempty"`
+	Sent time.Time `json:"sent"`
+
+	// Token is the node's agent token; every in-band message after the
+	// welcome carries it.
+	Token string `json:"token,omitempty"`
+
+	// Command fields.
+	Action   string         `json:"action,omitempty"`
+	Deadline time.Time      `json:"deadline,omitzero"`
+	Args     map[string]any `json:"args,omitempty"`
+	Step     *Step          `json:"step,omitempty"`
+	// Driver and DriverInfo let the edge agent reach the BMC. DriverInfo
+	// may hold a password: commands are never retained and never logged.
+	Driver     string         `json:"driver,omitempty"`
+	DriverInfo map[string]any `json:"driver_info,omitempty"`
+
+	// Result fields.
+	CommandID string         `json:"command_id,omitempty"`
+	OK        bool           `json:"ok,omitempty"`
+	Error     string         `json:"error,omitempty"`
+	Data      map[string]any `json:"data,omitempty"`
+
+	// Ack: ids of results and events the coordinator has stored.
+	AckIDs []string `json:"ack_ids,omitempty"`
+
+	// Hello: a boot id, unique per boot of the ramdisk, and the in-band
+	// steps this ramdisk offers on this hardware.
+	BootID      string `json:"boot_id,omitempty"`
+	CleanSteps  []Step `json:"clean_steps,omitempty"`
+	DeploySteps []Step `json:"deploy_steps,omitempty"`
+
+	// Heartbeat: the command being run and its progress (0..1).
+	Running  string  `json:"running,omitempty"`
+	Progress float64 `json:"progress,omitempty"`
+	Detail   string  `json:"detail,omitempty"`
+
+	// Presence.
+	Online bool `json:"online,omitempty"`
+}
+
+// MaxMessageBytes bounds a message; larger ones are rejected unread.
+const MaxMessageBytes = 1 << 20
+
+// Decode parses and validates one message. Any error says what was wrong.
+func Decode(b []byte) (*Message, error) {
+	if len(b) > MaxMessageBytes {
+		return nil, fmt.Errorf("message of %d bytes is larger than the limit of %d", len(b), MaxMessageBytes)
+	}
+	var m Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("message is not valid JSON of protocol v%d: %v", Version, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Encode validates and serialises a message.
+func Encode(m *Message) ([]byte, error) {
+	if m.V == 0 {
+		m.V = Version
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
+}
+
+// Validate checks the fields a message of its kind must have.
+func (m *Message) Validate() error {
+	if m.V != Version {
+		return fmt.Errorf("message version %d is not supported (this program speaks v%d)", m.V, Version)
+	}
+	need := func(ok bool, field string) error {
+		if !ok {
+			return fmt.Errorf("%s message %q lacks required field %q", m.Kind, m.ID, field)
+		}
+		return nil
+	}
+	if m.Kind != KindPresence && m.Kind != KindAck {
+		if err := need(m.ID != "", "id"); err != nil {
+			return err
+		}
+	}
+	switch m.Kind {
+	case KindCommand:
+		if err := need(m.Action != "", "action"); err != nil {
+			return err
+		}
+		if err := need(!m.Deadline.IsZero(), "deadline"); err != nil {
+			return err
+		}
+		switch m.Action {
+		case ActionValidate, ActionAbort:
+		case ActionPower:
+			s, _ := m.Args["state"].(string)
+			if s != PowerOn && s != PowerOff && s != PowerReboot {
+				return fmt.Errorf("power command %q has state %q; want %q, %q or %q", m.ID, s, PowerOn, PowerOff, PowerReboot)
+			}
+		case ActionBootDev:
+			d, _ := m.Args["device"].(string)
+			if d != BootPXE && d != BootDisk {
+				return fmt.Errorf("boot_device command %q has device %q; want %q or %q", m.ID, d, BootPXE, BootDisk)
+			}
+		case ActionOOBStep, ActionInbandRun:
+			if m.Step == nil || m.Step.Step == "" || m.Step.Interface == "" {
+				return fmt.Errorf("%s command %q lacks a step with interface and name", m.Action, m.ID)
+			}
+		default:
+			return fmt.Errorf("command %q has unknown action %q", m.ID, m.Action)
+		}
+		return need(m.Node != "", "node")
+	case KindResult:
+		if err := need(m.CommandID != "", "command_id"); err != nil {
+			return err
+		}
+		if !m.OK && m.Error == "" {
+			return fmt.Errorf("result %q for command %q is a failure without an error text", m.ID, m.CommandID)
+		}
+		return need(m.Node != "", "node")
+	case KindAck:
+		return need(len(m.AckIDs) > 0, "ack_ids")
+	case KindHello:
+		if err := need(m.Node != "", "node"); err != nil {
+			return err
+		}
+		return need(m.BootID != "", "boot_id")
+	case KindWelcome:
+		if err := need(m.Node != "", "node"); err != nil {
+			return err
+		}
+		return need(m.Token != "", "token")
+	case KindHeartbeat:
+		if err := need(m.Node != "", "node"); err != nil {
+			return err
+		}
+		if m.Progress < 0 || m.Progress > 1 {
+			return fmt.Errorf("heartbeat %q has progress %v outside 0..1", m.ID, m.Progress)
+		}
+		return need(m.Token != "", "token")
+	case KindPresence:
+		return need(m.Site != "", "site")
+	case "":
+		return fmt.Errorf("message %q has no kind", m.ID)
+	default:
+		return fmt.Errorf("message %q has unknown kind %q", m.ID, m.Kind)
+	}
+}

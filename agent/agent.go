@@ -1,0 +1,409 @@
+// Package agent is the edge agent of one site: it holds the site's MQTT
+// link to the coordinator, runs out-of-band commands on the site's BMCs,
+// keeps every result in an outbox until the coordinator acknowledges it,
+// and (first form) simulates the site's nodes and their ramdisk agents
+// speaking the real protocol. It must never decide a node's lifecycle:
+// it does what the coordinator's commands say.
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/drivers/fake"
+	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/mqttlink"
+)
+
+// Credentials is the file `coordinator site add` writes for an edge agent.
+type Credentials struct {
+	Site      string `json:"site"`
+	Username  string `json:"username"`
+	Password  string `json:"password"`
+	BrokerURL string `json:"broker_url"`
+}
+
+// LoadCredentials reads a credentials file.
+func LoadCredentials(path string) (Credentials, error) {
+	var c Credentials
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("read credentials file: %w (create it with 'coordinator site add SITE --credentials-file %s')", err, path)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("credentials file %s is not valid JSON: %w", path, err)
+	}
+	if c.Username == "" || c.Password == "" || c.Site == "" {
+		return c, fmt.Errorf("credentials file %s lacks site, username or password", path)
+	}
+	return c, nil
+}
+
+// SimOptions shape the simulated nodes. Per node, driver_info keys
+// fake_fail_step, fake_die_step, fake_no_boot and fake_step_seconds
+// override them (for failure injection in tests).
+type SimOptions struct {
+	Nodes        int
+	StepDuration time.Duration
+	BootDelay    time.Duration
+	Heartbeat    time.Duration
+	BMCDelay     time.Duration
+	FailStep     string // every node fails this in-band step
+	DieStep      string // every node's ramdisk dies during this step
+	NoBoot       bool   // no ramdisk ever boots
+}
+
+// Config configures an edge agent.
+type Config struct {
+	Site           string
+	BrokerURL      string
+	Username       string
+	Password       string
+	ClientID       string
+	ResendInterval time.Duration
+	Sim            SimOptions
+	Log            *slog.Logger
+}
+
+// Agent is a running edge agent.
+type Agent struct {
+	cfg  Config
+	log  *slog.Logger
+	link *mqttlink.Link
+
+	mu       sync.Mutex
+	outbox   map[string]outItem
+	done     map[string]doneItem // command id → its result, for duplicates
+	running  map[string]bool
+	bmcs     map[string]*fake.BMC
+	info     map[string]map[string]any // node → last driver_info seen
+	ramdisks map[string]*ramdisk
+	ctx      context.Context
+}
+
+type outItem struct {
+	topic   string
+	payload []byte
+	sent    time.Time
+}
+
+type doneItem struct {
+	topic, id string
+	payload   []byte
+	at        time.Time
+}
+
+// New prepares an agent; Run connects it.
+func New(cfg Config) *Agent {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.ResendInterval == 0 {
+		cfg.ResendInterval = 5 * time.Second
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = "edge-" + cfg.Site
+	}
+	if cfg.Sim.Heartbeat == 0 {
+		cfg.Sim.Heartbeat = 10 * time.Second
+	}
+	return &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
+		bmcs: map[string]*fake.BMC{}, info: map[string]map[string]any{}, ramdisks: map[string]*ramdisk{}}
+}
+
+func newID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func presence(site string, online bool) []byte {
+	b, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: online, Sent: time.Now()})
+	return b
+}
+
+// Run connects and serves until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	a.ctx = ctx
+	site := a.cfg.Site
+	link, err := mqttlink.Dial(ctx, mqttlink.Config{
+		URL: a.cfg.BrokerURL, ClientID: a.cfg.ClientID, Username: a.cfg.Username, Password: a.cfg.Password,
+		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
+		Handler:       a.handle,
+		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, false),
+		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, true),
+		Logger: a.log,
+		OnUp: func() {
+			a.log.Info("edge agent connected", "site", site, "broker", a.cfg.BrokerURL)
+			a.resendAll()
+		},
+	})
+	if err != nil {
+		return err
+	}
+	a.link = link
+	go a.resendLoop(ctx)
+	<-ctx.Done()
+	a.mu.Lock()
+	for _, r := range a.ramdisks {
+		r.stop()
+	}
+	a.mu.Unlock()
+	// A clean stop: say offline ourselves (the will is for crashes).
+	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = link.Publish(pctx, protocol.SitePresenceTopic(site), presence(site, false), true)
+	cancel()
+	link.Close()
+	return nil
+}
+
+// AwaitUp waits for the agent's link.
+func (a *Agent) AwaitUp(ctx context.Context) error {
+	for a.link == nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return a.link.AwaitUp(ctx)
+}
+
+func (a *Agent) publish(topic string, payload []byte) {
+	ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
+	defer cancel()
+	if err := a.link.Publish(ctx, topic, payload, false); err != nil {
+		a.log.Debug("publish failed; will resend", "topic", topic, "err", err)
+	}
+}
+
+// send puts a result into the outbox and publishes it; it is resent until acked.
+func (a *Agent) send(topic string, m *protocol.Message) {
+	b, err := protocol.Encode(m)
+	if err != nil {
+		a.log.Error("not sending invalid message", "err", err)
+		return
+	}
+	a.mu.Lock()
+	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now()}
+	if m.Kind == protocol.KindResult {
+		a.done[m.CommandID] = doneItem{topic: topic, id: m.ID, payload: b, at: time.Now()}
+	}
+	a.mu.Unlock()
+	a.publish(topic, b)
+}
+
+func (a *Agent) resendAll() {
+	a.mu.Lock()
+	items := make([]outItem, 0, len(a.outbox))
+	for _, it := range a.outbox {
+		items = append(items, it)
+	}
+	a.mu.Unlock()
+	for _, it := range items {
+		a.publish(it.topic, it.payload)
+	}
+}
+
+func (a *Agent) resendLoop(ctx context.Context) {
+	tk := time.NewTicker(a.cfg.ResendInterval / 2)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		now := time.Now()
+		var due []outItem
+		a.mu.Lock()
+		for id, it := range a.outbox {
+			if now.Sub(it.sent) >= a.cfg.ResendInterval {
+				it.sent = now
+				a.outbox[id] = it
+				due = append(due, it)
+			}
+		}
+		for id, d := range a.done {
+			if now.Sub(d.at) > time.Hour {
+				delete(a.done, id)
+			}
+		}
+		a.mu.Unlock()
+		for _, it := range due {
+			a.publish(it.topic, it.payload)
+		}
+	}
+}
+
+// Outbox returns how many results wait for the coordinator's ack.
+func (a *Agent) Outbox() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.outbox)
+}
+
+func (a *Agent) handle(topic string, payload []byte) {
+	site, node, leaf, err := protocol.ParseTopic(topic)
+	if err != nil || site != a.cfg.Site {
+		a.log.Warn("message rejected", "topic", topic, "reason", "not a topic of this site")
+		return
+	}
+	m, err := protocol.Decode(payload)
+	if err != nil {
+		a.log.Warn("message rejected", "topic", topic, "reason", err)
+		return
+	}
+	if m.Kind == protocol.KindAck {
+		a.mu.Lock()
+		for _, id := range m.AckIDs {
+			delete(a.outbox, id)
+		}
+		a.mu.Unlock()
+		return
+	}
+	switch leaf {
+	case "bmc/cmd":
+		if m.Kind == protocol.KindCommand {
+			go a.runBMC(m)
+		}
+	case "cmd":
+		a.mu.Lock()
+		r := a.ramdisks[node]
+		a.mu.Unlock()
+		if r != nil {
+			r.deliver(m)
+		}
+	}
+}
+
+// bmc returns the node's BMC, creating a simulated one while the site has
+// room for it.
+func (a *Agent) bmc(node string, info map[string]any) (*fake.BMC, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if info != nil {
+		a.info[node] = info
+	}
+	if b, ok := a.bmcs[node]; ok {
+		return b, nil
+	}
+	if len(a.bmcs) >= a.cfg.Sim.Nodes {
+		return nil, fmt.Errorf("site %s simulates %d nodes and all are taken; start the agent with a larger --simulate", a.cfg.Site, a.cfg.Sim.Nodes)
+	}
+	opts := fake.Options{Delay: a.cfg.Sim.BMCDelay}
+	if s, _ := info["fake_fail_validate"].(string); s != "" {
+		opts.FailValidate = s
+	}
+	opts.OnPower = func(state, boot string) { a.onPower(node, state, boot) }
+	b := fake.New(opts)
+	a.bmcs[node] = b
+	return b, nil
+}
+
+func (a *Agent) runBMC(m *protocol.Message) {
+	a.mu.Lock()
+	if d, ok := a.done[m.ID]; ok {
+		// A command we already ran: its result was lost or not yet acked.
+		a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now()}
+		a.mu.Unlock()
+		a.publish(d.topic, d.payload)
+		return
+	}
+	if a.running[m.ID] {
+		a.mu.Unlock()
+		return
+	}
+	a.running[m.ID] = true
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.running, m.ID)
+		a.mu.Unlock()
+	}()
+	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline)
+	defer cancel()
+	err := a.execBMC(ctx, m)
+	res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, OK: err == nil}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	a.send(protocol.BMCEvtTopic(a.cfg.Site), res)
+}
+
+func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) error {
+	b, err := a.bmc(m.Node, m.DriverInfo)
+	if err != nil {
+		return err
+	}
+	switch m.Action {
+	case protocol.ActionValidate:
+		return b.Validate(ctx)
+	case protocol.ActionPower:
+		s, _ := m.Args["state"].(string)
+		return b.SetPower(ctx, s)
+	case protocol.ActionBootDev:
+		d, _ := m.Args["device"].(string)
+		return b.SetBootDevice(ctx, d)
+	case protocol.ActionOOBStep:
+		return runOOBStep(ctx, b, m.Step)
+	}
+	return fmt.Errorf("edge agent cannot run action %q", m.Action)
+}
+
+// runOOBStep runs the deploy steps every driver shares on the BMC
+// interface, and hands the rest to the driver.
+func runOOBStep(ctx context.Context, b drivers.BMC, s *protocol.Step) error {
+	switch s.Interface + "." + s.Step {
+	case "deploy.prepare_instance_boot":
+		return b.SetBootDevice(ctx, protocol.BootDisk)
+	case "deploy.tear_down_agent":
+		return b.SetPower(ctx, protocol.PowerOff)
+	case "deploy.boot_instance":
+		return b.SetPower(ctx, protocol.PowerOn)
+	}
+	return b.RunStep(ctx, s.Interface, s.Step, s.Args)
+}
+
+func (a *Agent) onPower(node, state, boot string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r := a.ramdisks[node]; r != nil {
+		r.stop()
+		delete(a.ramdisks, node)
+	}
+	if state == protocol.PowerOff || boot != protocol.BootPXE {
+		return
+	}
+	opts := a.cfg.Sim
+	info := a.info[node]
+	if s, _ := info["fake_fail_step"].(string); s != "" {
+		opts.FailStep = s
+	}
+	if s, _ := info["fake_die_step"].(string); s != "" {
+		opts.DieStep = s
+	}
+	if s, _ := info["fake_no_boot"].(string); s == "true" {
+		opts.NoBoot = true
+	}
+	if s, _ := info["fake_step_seconds"].(string); s != "" {
+		var f float64
+		if _, err := fmt.Sscanf(s, "%g", &f); err == nil {
+			opts.StepDuration = time.Duration(f * float64(time.Second))
+		}
+	}
+	if opts.NoBoot {
+		return
+	}
+	r := newRamdisk(a, node, opts)
+	a.ramdisks[node] = r
+	go r.run()
+}

@@ -1,0 +1,84 @@
+// Command agent is the edge agent of one site (see 'agent --help').
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/bmedge/bmedge/agent"
+)
+
+func main() {
+	fs := flag.NewFlagSet("agent", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, `agent: the edge agent of one site. It connects to the coordinator's MQTT broker
+with the site's credentials (from 'coordinator site add SITE --credentials-file FILE'),
+runs out-of-band commands on the site's BMCs and relays results with a resending outbox.
+With --simulate N it serves N simulated nodes: fake BMCs and simulated ramdisk agents
+that speak the real protocol.
+
+Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] --simulate N [flags]
+
+`)
+		fs.PrintDefaults()
+	}
+	site := fs.String("site", "", "site name (default: from the credentials file)")
+	brokerURL := fs.String("broker-url", "", "MQTT broker (default: from the credentials file)")
+	credFile := fs.String("credentials-file", "", "credentials written by 'coordinator site add' (required)")
+	simulate := fs.Int("simulate", 0, "number of simulated nodes this site serves")
+	stepDur := fs.Duration("step-duration", 2*time.Second, "how long each simulated in-band step takes")
+	bootDelay := fs.Duration("boot-delay", time.Second, "how long a simulated ramdisk takes to boot")
+	hb := fs.Duration("heartbeat", 5*time.Second, "simulated ramdisk heartbeat interval")
+	bmcDelay := fs.Duration("bmc-delay", 50*time.Millisecond, "how long each simulated BMC action takes")
+	failStep := fs.String("fail-step", "", "every simulated node fails this in-band step (failure injection)")
+	dieStep := fs.String("die-step", "", "every simulated ramdisk dies during this step (failure injection)")
+	noBoot := fs.Bool("no-boot", false, "simulated ramdisks never boot (failure injection)")
+	resend := fs.Duration("resend-interval", 5*time.Second, "how often unacknowledged results are sent again")
+	verbose := fs.Bool("v", false, "debug logging")
+	_ = fs.Parse(os.Args[1:])
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if *credFile == "" {
+		fmt.Fprintln(os.Stderr, "error: --credentials-file is required; create one with 'coordinator site add SITE --credentials-file FILE'")
+		os.Exit(2)
+	}
+	creds, err := agent.LoadCredentials(*credFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(2)
+	}
+	if *site == "" {
+		*site = creds.Site
+	}
+	if *site != creds.Site {
+		fmt.Fprintf(os.Stderr, "error: --site %s does not match the credentials file's site %s\n", *site, creds.Site)
+		os.Exit(2)
+	}
+	if *brokerURL == "" {
+		*brokerURL = creds.BrokerURL
+	}
+	if *simulate <= 0 {
+		fmt.Fprintln(os.Stderr, "error: this first form of the edge agent drives simulated nodes only; give --simulate N")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password,
+		ResendInterval: *resend, Log: log,
+		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
+			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot}})
+	log.Info("edge agent starting", "site", *site, "broker", *brokerURL, "simulated_nodes", *simulate)
+	if err := a.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}

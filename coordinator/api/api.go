@@ -1,0 +1,189 @@
+// Package api serves the coordinator's HTTP API in the shape of OpenStack
+// Ironic's v1 API (same paths, field names, status codes, error bodies and
+// version negotiation), so that Ironic's clients work against it. It must
+// never show a secret: BMC passwords, agent tokens and rescue passwords
+// are masked or left out of every response.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bmedge/bmedge/coordinator/engine"
+)
+
+// API versions served. 1.11 made new nodes start in enroll; 1.81 is the
+// newest version whose fields this API shows.
+const (
+	MinVersion = "1.1"
+	MaxVersion = "1.81"
+	maxMinor   = 81
+)
+
+// Server is the HTTP handler.
+type Server struct {
+	e   *engine.Engine
+	log *slog.Logger
+	mux *http.ServeMux
+	// BrokerURL is written into site credentials for edge agents.
+	BrokerURL string
+}
+
+// New returns the API handler for e.
+func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
+	s := &Server{e: e, log: log, mux: http.NewServeMux(), BrokerURL: brokerURL}
+	m := s.mux
+	m.HandleFunc("GET /{$}", s.root)
+	m.HandleFunc("GET /v1", s.v1)
+	m.HandleFunc("GET /v1/{$}", s.v1)
+	m.HandleFunc("GET /v1/nodes", s.listNodes)
+	m.HandleFunc("GET /v1/nodes/detail", s.listNodesDetail)
+	m.HandleFunc("POST /v1/nodes", s.createNode)
+	m.HandleFunc("GET /v1/nodes/{id}", s.getNode)
+	m.HandleFunc("PATCH /v1/nodes/{id}", s.patchNode)
+	m.HandleFunc("DELETE /v1/nodes/{id}", s.deleteNode)
+	m.HandleFunc("GET /v1/nodes/{id}/states", s.getStates)
+	m.HandleFunc("PUT /v1/nodes/{id}/states/provision", s.provision)
+	m.HandleFunc("PUT /v1/nodes/{id}/states/power", s.power)
+	m.HandleFunc("PUT /v1/nodes/{id}/maintenance", s.setMaintenance)
+	m.HandleFunc("DELETE /v1/nodes/{id}/maintenance", s.unsetMaintenance)
+	m.HandleFunc("GET /v1/nodes/{id}/cleaning/steps", s.cleanSteps)
+	m.HandleFunc("GET /v1/nodes/{id}/history", s.history)
+	m.HandleFunc("GET /v1/nodes/{id}/inventory", s.inventory)
+	m.HandleFunc("GET /v1/nodes/{id}/ports", s.nodePorts)
+	m.HandleFunc("GET /v1/nodes/{id}/validate", s.validate)
+	m.HandleFunc("GET /v1/ports", s.listPorts)
+	m.HandleFunc("GET /v1/ports/detail", s.listPorts)
+	m.HandleFunc("POST /v1/ports", s.createPort)
+	m.HandleFunc("GET /v1/ports/{id}", s.getPort)
+	m.HandleFunc("DELETE /v1/ports/{id}", s.deletePort)
+	m.HandleFunc("GET /v1/drivers", s.listDrivers)
+	m.HandleFunc("POST /v1/sites", s.createSite)
+	m.HandleFunc("GET /v1/sites", s.listSites)
+	return s
+}
+
+// ServeHTTP negotiates the API version and routes the request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("X-OpenStack-Ironic-API-Minimum-Version", MinVersion)
+	h.Set("X-OpenStack-Ironic-API-Maximum-Version", MaxVersion)
+	req := r.Header.Get("X-OpenStack-Ironic-API-Version")
+	if v := r.Header.Get("OpenStack-API-Version"); req == "" && strings.HasPrefix(v, "baremetal ") {
+		req = strings.TrimPrefix(v, "baremetal ")
+	}
+	ver := MaxVersion
+	if req != "" && req != "latest" {
+		minor, ok := parseVersion(req)
+		if !ok || minor < 1 || minor > maxMinor {
+			h.Set("X-OpenStack-Ironic-API-Version", MaxVersion)
+			writeError(w, http.StatusNotAcceptable, fmt.Sprintf("Version %s was requested but the minor version is not supported by this service. The supported version range is: [%s, %s].", req, MinVersion, MaxVersion))
+			return
+		}
+		ver = req
+	} else if req == "" {
+		ver = MinVersion
+	}
+	h.Set("X-OpenStack-Ironic-API-Version", ver)
+	h.Set("OpenStack-API-Version", "baremetal "+ver)
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, code: 200}
+	s.mux.ServeHTTP(sw, r)
+	s.log.Debug("api", "method", r.Method, "path", r.URL.Path, "status", sw.code, "took", time.Since(start))
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(c int) { w.code = c; w.ResponseWriter.WriteHeader(c) }
+
+func parseVersion(v string) (int, bool) {
+	maj, min, ok := strings.Cut(v, ".")
+	if !ok || maj != "1" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(min)
+	return n, err == nil
+}
+
+// writeError answers in Ironic's error shape: error_message holds a JSON
+// document with faultcode, faultstring and debuginfo.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	fault := "Client"
+	if code >= 500 {
+		fault = "Server"
+	}
+	inner, _ := json.Marshal(map[string]any{"faultcode": fault, "faultstring": msg, "debuginfo": nil})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error_message": string(inner)})
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	var ee *engine.Error
+	if errors.As(err, &ee) {
+		writeError(w, ee.Code, ee.Msg)
+		return
+	}
+	writeError(w, 500, err.Error())
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+// decode reads a JSON body into v; a bad body is a 400 saying why.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	if err != nil {
+		writeError(w, 400, "cannot read request body: "+err.Error())
+		return false
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		writeError(w, 400, "Invalid JSON in request body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+func link(r *http.Request, path string) []map[string]string {
+	b := baseURL(r)
+	return []map[string]string{{"href": b + path, "rel": "self"}, {"href": b + path, "rel": "bookmark"}}
+}
+
+func (s *Server) versionDoc(r *http.Request) map[string]any {
+	return map[string]any{"id": "v1", "links": []map[string]string{{"href": baseURL(r) + "/v1/", "rel": "self"}},
+		"status": "CURRENT", "min_version": MinVersion, "version": MaxVersion}
+}
+
+func (s *Server) root(w http.ResponseWriter, r *http.Request) {
+	v := s.versionDoc(r)
+	writeJSON(w, 200, map[string]any{"name": "bmedge coordinator", "description": "Bare-metal lifecycle for remote sites, speaking Ironic's v1 API.",
+		"versions": []any{v}, "default_version": v})
+}
+
+func (s *Server) v1(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, 200, map[string]any{"id": "v1", "links": link(r, "/v1/"), "version": s.versionDoc(r),
+		"media_types": []map[string]string{{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}},
+		"nodes": link(r, "/v1/nodes/"), "ports": link(r, "/v1/ports/"), "drivers": link(r, "/v1/drivers/")})
+}

@@ -1,0 +1,464 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/bmedge/bmedge/coordinator/engine"
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/drivers"
+)
+
+// Mask replaces secret values of driver_info with Ironic's "******".
+func Mask(info map[string]any, decl drivers.Declaration) map[string]any {
+	out := make(map[string]any, len(info))
+	for k, v := range info {
+		secret := strings.Contains(k, "password") || strings.Contains(k, "secret") || strings.Contains(k, "token")
+		for _, s := range decl.SecretInfo {
+			secret = secret || s == k
+		}
+		if secret {
+			out[k] = "******"
+		} else {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func stepView(s *fsm.StepRun) map[string]any {
+	if s == nil {
+		return map[string]any{}
+	}
+	args := s.Args
+	if args == nil {
+		args = map[string]any{}
+	}
+	v := map[string]any{"interface": s.Interface, "step": s.Step, "priority": s.Priority, "abortable": s.Abortable, "args": args,
+		"requires_ramdisk": s.InBand}
+	if s.Progress > 0 {
+		v["progress"] = s.Progress
+	}
+	return v
+}
+
+func nullable[T comparable](v T) any {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return v
+}
+
+// render shows a node in Ironic's shape; secrets are masked or left out.
+func (s *Server) render(r *http.Request, n *fsm.Node, online bool) map[string]any {
+	decl, _ := s.e.Machine().Config().Drivers.Get(n.Driver)
+	internal := map[string]any{}
+	if !n.LastHeartbeat.IsZero() {
+		internal["agent_last_heartbeat"] = n.LastHeartbeat
+	}
+	if len(n.CachedCleanSteps) > 0 {
+		internal["agent_cached_clean_steps"] = n.CachedCleanSteps
+		internal["agent_cached_deploy_steps"] = n.CachedDeploySteps
+	}
+	if n.Op != nil {
+		var steps []map[string]any
+		for _, a := range n.Op.Plan {
+			if a.Kind == fsm.ActStep {
+				steps = append(steps, stepView(a.Step))
+			}
+		}
+		key, idx := "clean_steps", "clean_step_index"
+		if n.Op.Phase == "deploy" {
+			key, idx = "deploy_steps", "deploy_step_index"
+		}
+		internal[key] = steps
+		internal[idx] = n.Op.Index
+		internal["operation"] = n.Op.Phase
+		if n.Op.AbortAfter {
+			internal["abort_after"] = true
+		}
+	}
+	if n.Pending != nil {
+		internal["outstanding_command"] = map[string]any{"id": n.Pending.ID, "attempts": n.Pending.Attempts, "accepted": n.Pending.Accepted}
+	}
+	if !n.Deadline.IsZero() {
+		internal["deadline"] = n.Deadline
+	}
+	ii := map[string]any{}
+	for k, v := range n.InstanceInfo {
+		if strings.Contains(k, "password") || k == "configdrive" {
+			v = "******"
+		}
+		ii[k] = v
+	}
+	var provUpdated any
+	if !n.ProvisionUpdatedAt.IsZero() {
+		provUpdated = n.ProvisionUpdatedAt
+	}
+	var insStart, insEnd any
+	if n.InspectionStartedAt != nil {
+		insStart = *n.InspectionStartedAt
+	}
+	if n.InspectionFinishedAt != nil {
+		insEnd = *n.InspectionFinishedAt
+	}
+	return map[string]any{
+		"uuid": n.UUID, "name": nullable(n.Name), "driver": n.Driver, "conductor_group": n.Site, "conductor": "coordinator",
+		"driver_info": Mask(n.DriverInfo, decl), "properties": orEmpty(n.Properties), "instance_info": ii,
+		"extra": orEmpty(n.Extra), "driver_internal_info": internal,
+		"provision_state": string(n.ProvisionState), "target_provision_state": nullable(string(n.TargetProvisionState)),
+		"power_state": nullable(n.PowerState), "target_power_state": nullable(n.TargetPowerState),
+		"maintenance": n.Maintenance, "maintenance_reason": nullable(n.MaintenanceReason), "fault": nullable(n.Fault),
+		"last_error": nullable(n.LastError), "reservation": nullable(n.Reservation),
+		"retired": n.Retired, "retired_reason": nullable(n.RetiredReason),
+		"clean_step": stepView(n.CleanStep), "deploy_step": stepView(n.DeployStep),
+		"created_at": n.CreatedAt, "updated_at": n.UpdatedAt, "provision_updated_at": provUpdated,
+		"inspection_started_at": insStart, "inspection_finished_at": insEnd,
+		"console_enabled": false, "protected": false, "automated_clean": nil, "resource_class": nil,
+		"instance_uuid": nil, "chassis_uuid": nil, "owner": nil, "lessee": nil, "description": nil, "allocation_uuid": nil,
+		"boot_mode": nil, "secure_boot": nil, "network_interface": "noop", "boot_interface": "pxe", "deploy_interface": "direct",
+		"power_interface": n.Driver, "management_interface": n.Driver, "inspect_interface": "agent",
+		"traits": []any{}, "site_online": online,
+		"links": link(r, "/v1/nodes/"+n.UUID), "ports": link(r, "/v1/nodes/"+n.UUID+"/ports"),
+		"states": link(r, "/v1/nodes/"+n.UUID+"/states"),
+	}
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+var listFields = []string{"uuid", "name", "instance_uuid", "power_state", "provision_state", "maintenance", "links"}
+
+func pick(v map[string]any, fields []string) map[string]any {
+	out := make(map[string]any, len(fields))
+	for _, f := range fields {
+		if x, ok := v[f]; ok {
+			out[f] = x
+		}
+	}
+	return out
+}
+
+func boolParam(q url.Values, name string) (val *bool, err error) {
+	s := q.Get(name)
+	if s == "" {
+		return nil, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return nil, fmt.Errorf("Invalid value %q for %s: use True or False", s, name)
+	}
+	return &b, nil
+}
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request)       { s.list(w, r, false) }
+func (s *Server) listNodesDetail(w http.ResponseWriter, r *http.Request) { s.list(w, r, true) }
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
+	q := r.URL.Query()
+	if q.Get("detail") == "True" || q.Get("detail") == "true" {
+		detail = true
+	}
+	maint, err := boolParam(q, "maintenance")
+	if err != nil {
+		writeError(w, 400, err.Error())
+		return
+	}
+	retired, err := boolParam(q, "retired")
+	if err != nil {
+		writeError(w, 400, err.Error())
+		return
+	}
+	limit := 1000
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			writeError(w, 400, fmt.Sprintf("Invalid limit %q: use a positive integer", l))
+			return
+		}
+		if n > 0 {
+			limit = n
+		}
+	}
+	var fields []string
+	if f := q.Get("fields"); f != "" {
+		fields = strings.Split(f, ",")
+	}
+	state, driver, group, marker := q.Get("provision_state"), q.Get("driver"), q.Get("conductor_group"), q.Get("marker")
+	if state != "" {
+		ok := false
+		for _, st := range fsm.AllStates() {
+			ok = ok || string(st) == state
+		}
+		if !ok {
+			writeError(w, 400, fmt.Sprintf("Invalid provision_state %q", state))
+			return
+		}
+	}
+	out := []map[string]any{}
+	passed := marker == ""
+	var last string
+	more := false
+	s.e.Each(func(n *fsm.Node) bool {
+		if !passed {
+			passed = n.UUID == marker
+			return true
+		}
+		if (state != "" && string(n.ProvisionState) != state) || (maint != nil && n.Maintenance != *maint) ||
+			(retired != nil && n.Retired != *retired) || (driver != "" && n.Driver != driver) || (group != "" && n.Site != group) {
+			return true
+		}
+		if len(out) == limit {
+			more = true
+			return false
+		}
+		v := s.render(r, n, false)
+		switch {
+		case fields != nil:
+			v = pick(v, fields)
+		case !detail:
+			v = pick(v, listFields)
+		}
+		out = append(out, v)
+		last = n.UUID
+		return true
+	})
+	resp := map[string]any{"nodes": out}
+	if more {
+		nq := r.URL.Query()
+		nq.Set("marker", last)
+		nq.Set("limit", strconv.Itoa(limit))
+		resp["next"] = baseURL(r) + r.URL.Path + "?" + nq.Encode()
+	}
+	writeJSON(w, 200, resp)
+}
+
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
+	var v map[string]any
+	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, online bool) error {
+		v = s.render(r, n, online)
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if f := r.URL.Query().Get("fields"); f != "" {
+		v = pick(v, strings.Split(f, ","))
+	}
+	writeJSON(w, 200, v)
+}
+
+func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
+	var raw map[string]json.RawMessage
+	if !decode(w, r, &raw) {
+		return
+	}
+	allowed := map[string]bool{"uuid": true, "name": true, "driver": true, "conductor_group": true, "driver_info": true,
+		"properties": true, "instance_info": true, "extra": true, "resource_class": true, "description": true,
+		"network_interface": true, "boot_interface": true, "deploy_interface": true, "power_interface": true,
+		"management_interface": true, "inspect_interface": true, "chassis_uuid": true, "owner": true}
+	for k := range raw {
+		if !allowed[k] {
+			writeError(w, 400, fmt.Sprintf("Unknown attribute for node: %s", k))
+			return
+		}
+	}
+	body, _ := json.Marshal(raw)
+	var spec engine.NodeSpec
+	if err := json.Unmarshal(body, &spec); err != nil {
+		writeError(w, 400, "Invalid node: "+err.Error())
+		return
+	}
+	if spec.Driver == "" {
+		writeError(w, 400, "Mandatory field missing: driver")
+		return
+	}
+	n, err := s.e.CreateNode(spec)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var v map[string]any
+	_ = s.e.View(n.UUID, func(n *fsm.Node, online bool) error { v = s.render(r, n, online); return nil })
+	w.Header().Set("Location", baseURL(r)+"/v1/nodes/"+n.UUID)
+	writeJSON(w, 201, v)
+}
+
+func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) {
+	if err := s.e.DeleteNode(r.PathValue("id")); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(204)
+}
+
+func (s *Server) getStates(w http.ResponseWriter, r *http.Request) {
+	var v map[string]any
+	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, online bool) error {
+		v = pick(s.render(r, n, online), []string{"provision_state", "target_provision_state", "power_state", "target_power_state",
+			"last_error", "console_enabled", "provision_updated_at"})
+		v["raid_config"] = map[string]any{}
+		v["target_raid_config"] = map[string]any{}
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, 200, v)
+}
+
+func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Target         string          `json:"target"`
+		CleanSteps     json.RawMessage `json:"clean_steps"`
+		DeploySteps    json.RawMessage `json:"deploy_steps"`
+		RescuePassword string          `json:"rescue_password"`
+		ConfigDrive    json.RawMessage `json:"configdrive"`
+		DisableRamdisk bool            `json:"disable_ramdisk"`
+	}
+	if !decode(w, r, &body) {
+		return
+	}
+	if body.Target == "" {
+		writeError(w, 400, "Mandatory field missing: target")
+		return
+	}
+	req := fsm.VerbRequest{Verb: fsm.Event(body.Target), RescuePassword: body.RescuePassword}
+	if !fsm.IsVerb(req.Verb) {
+		writeError(w, 400, fmt.Sprintf("%q is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort", body.Target))
+		return
+	}
+	for _, x := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *[]map[string]any
+	}{{"clean_steps", body.CleanSteps, &req.CleanSteps}, {"deploy_steps", body.DeploySteps, &req.DeploySteps}} {
+		if len(x.raw) == 0 || string(x.raw) == "null" {
+			continue
+		}
+		var list []any
+		if err := json.Unmarshal(x.raw, &list); err != nil {
+			writeError(w, 400, fmt.Sprintf("Invalid %s: it must be a JSON list of objects like {\"interface\": \"deploy\", \"step\": \"erase_devices\", \"args\": {}}", x.name))
+			return
+		}
+		*x.dst = fsm.AsObjects(list)
+	}
+	if len(req.CleanSteps) > 0 && req.Verb != fsm.Clean {
+		writeError(w, 400, fmt.Sprintf("clean_steps is only valid with target \"clean\", not %q", body.Target))
+		return
+	}
+	if err := s.e.Verb(r.PathValue("id"), req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set("Location", baseURL(r)+"/v1/nodes/"+r.PathValue("id")+"/states")
+	w.WriteHeader(202)
+}
+
+func (s *Server) power(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Target string `json:"target"`
+	}
+	if !decode(w, r, &body) {
+		return
+	}
+	if err := s.e.Power(r.PathValue("id"), body.Target); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(202)
+}
+
+func (s *Server) setMaintenance(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 && !decode(w, r, &body) {
+		return
+	}
+	if err := s.e.SetMaintenance(r.PathValue("id"), true, body.Reason); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(202)
+}
+
+func (s *Server) unsetMaintenance(w http.ResponseWriter, r *http.Request) {
+	if err := s.e.SetMaintenance(r.PathValue("id"), false, ""); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(202)
+}
+
+func (s *Server) cleanSteps(w http.ResponseWriter, r *http.Request) {
+	min := 0
+	if v := r.URL.Query().Get("min_priority"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, 400, fmt.Sprintf("Invalid min_priority %q: use an integer", v))
+			return
+		}
+		min = n
+	}
+	steps, known, err := s.e.CleanSteps(r.PathValue("id"), min)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if !known {
+		w.Header().Set("Retry-Request-After", "-1")
+		writeJSON(w, 202, map[string]any{"message": "The in-band clean steps of this node are not known yet: they are reported by the ramdisk when it boots (inspect, provide or clean the node). Retry later.",
+			"steps": steps})
+		return
+	}
+	if steps == nil {
+		steps = []drivers.Step{}
+	}
+	writeJSON(w, 200, map[string]any{"steps": steps})
+}
+
+func (s *Server) history(w http.ResponseWriter, r *http.Request) {
+	h, err := s.e.History(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := make([]map[string]any, 0, len(h))
+	for i, e := range h {
+		out = append(out, map[string]any{"uuid": fmt.Sprintf("%s-%d", r.PathValue("id"), i), "created_at": e.Time, "severity": e.Severity,
+			"event": e.Event, "event_type": e.EventType, "conductor": "coordinator", "user": nil})
+	}
+	writeJSON(w, 200, map[string]any{"history": out})
+}
+
+func (s *Server) inventory(w http.ResponseWriter, r *http.Request) {
+	inv, err := s.e.Inventory(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, 200, map[string]any{"inventory": inv, "plugin_data": map[string]any{}})
+}
+
+func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
+	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, online bool) error { return nil })
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	ok := map[string]any{"result": true}
+	writeJSON(w, 200, map[string]any{"power": ok, "management": ok, "boot": ok, "deploy": ok, "inspect": ok, "network": ok,
+		"console": map[string]any{"result": false, "reason": "not supported"}, "raid": ok, "rescue": ok, "bios": ok})
+}

@@ -1,0 +1,278 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/bmedge/bmedge/coordinator/engine"
+	"github.com/bmedge/bmedge/coordinator/fsm"
+)
+
+// patchOp is one JSON Patch (RFC 6902) operation, as Ironic takes them.
+type patchOp struct {
+	Op    string          `json:"op"`
+	Path  string          `json:"path"`
+	Value json.RawMessage `json:"value"`
+}
+
+var mapFields = map[string]bool{"driver_info": true, "properties": true, "instance_info": true, "extra": true}
+var scalarFields = map[string]bool{"name": true, "driver": true, "conductor_group": true, "retired": true, "retired_reason": true,
+	"maintenance": true, "maintenance_reason": true, "description": true, "resource_class": true, "owner": true}
+
+// applyPatch applies ops to n. Errors say which operation was wrong.
+func applyPatch(n *fsm.Node, ops []patchOp) error {
+	for i, op := range ops {
+		parts := strings.SplitN(strings.TrimPrefix(op.Path, "/"), "/", 2)
+		if !strings.HasPrefix(op.Path, "/") || parts[0] == "" {
+			return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: path %q must start with '/'", i+1, op.Path)}
+		}
+		field := parts[0]
+		if op.Op != "add" && op.Op != "replace" && op.Op != "remove" {
+			return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: op %q is not supported; use add, replace or remove", i+1, op.Op)}
+		}
+		var val any
+		if op.Op != "remove" {
+			if len(op.Value) == 0 {
+				return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d (%s %s) needs a value", i+1, op.Op, op.Path)}
+			}
+			if err := json.Unmarshal(op.Value, &val); err != nil {
+				return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: value is not JSON: %v", i+1, err)}
+			}
+		}
+		if mapFields[field] {
+			m := fieldMap(n, field)
+			if len(parts) == 1 {
+				switch op.Op {
+				case "remove":
+					*m = map[string]any{}
+				default:
+					obj, ok := val.(map[string]any)
+					if !ok {
+						return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: /%s must be an object", i+1, field)}
+					}
+					*m = obj
+				}
+				continue
+			}
+			key := strings.ReplaceAll(strings.ReplaceAll(parts[1], "~1", "/"), "~0", "~")
+			if *m == nil {
+				*m = map[string]any{}
+			}
+			if op.Op == "remove" {
+				if _, ok := (*m)[key]; !ok {
+					return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: can't remove non-existent object '%s'", i+1, key)}
+				}
+				delete(*m, key)
+			} else {
+				(*m)[key] = val
+			}
+			continue
+		}
+		if !scalarFields[field] || len(parts) > 1 {
+			return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: /%s cannot be patched", i+1, op.Path[1:])}
+		}
+		if err := setScalar(n, field, op.Op, val); err != nil {
+			return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: %v", i+1, err)}
+		}
+	}
+	return nil
+}
+
+func fieldMap(n *fsm.Node, f string) *map[string]any {
+	switch f {
+	case "driver_info":
+		return &n.DriverInfo
+	case "properties":
+		return &n.Properties
+	case "instance_info":
+		return &n.InstanceInfo
+	}
+	return &n.Extra
+}
+
+func setScalar(n *fsm.Node, field, op string, val any) error {
+	str := func() (string, error) {
+		if op == "remove" || val == nil {
+			return "", nil
+		}
+		s, ok := val.(string)
+		if !ok {
+			return "", fmt.Errorf("/%s must be a string", field)
+		}
+		return s, nil
+	}
+	boolean := func() (bool, error) {
+		if op == "remove" || val == nil {
+			return false, nil
+		}
+		switch b := val.(type) {
+		case bool:
+			return b, nil
+		case string:
+			return strings.EqualFold(b, "true"), nil
+		}
+		return false, fmt.Errorf("/%s must be true or false", field)
+	}
+	var err error
+	switch field {
+	case "name":
+		n.Name, err = str()
+	case "driver":
+		n.Driver, err = str()
+	case "conductor_group":
+		n.Site, err = str()
+	case "retired":
+		n.Retired, err = boolean()
+	case "retired_reason":
+		n.RetiredReason, err = str()
+	case "maintenance":
+		n.Maintenance, err = boolean()
+	case "maintenance_reason":
+		n.MaintenanceReason, err = str()
+	default:
+		// Accepted for client compatibility, not kept.
+	}
+	return err
+}
+
+func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
+	var ops []patchOp
+	if !decode(w, r, &ops) {
+		return
+	}
+	if len(ops) == 0 {
+		writeError(w, 400, "Patch must be a non-empty JSON list of operations")
+		return
+	}
+	id := r.PathValue("id")
+	err := s.e.UpdateNode(id, func(n *fsm.Node) error { return applyPatch(n, ops) })
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	s.getNode(w, r)
+}
+
+// Ports.
+
+func (s *Server) renderPort(r *http.Request, p engine.Port) map[string]any {
+	return map[string]any{"uuid": p.UUID, "address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
+		"pxe_enabled": p.PXE, "created_at": p.CreatedAt, "updated_at": p.UpdatedAt, "local_link_connection": map[string]any{},
+		"internal_info": map[string]any{}, "physical_network": nil, "portgroup_uuid": nil, "is_smartnic": false, "name": nil,
+		"links": link(r, "/v1/ports/"+p.UUID)}
+}
+
+func (s *Server) portList(w http.ResponseWriter, r *http.Request, node string) {
+	ports, err := s.e.Ports(node)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	detail := strings.HasSuffix(r.URL.Path, "/detail") || r.URL.Query().Get("detail") == "True"
+	out := []map[string]any{}
+	for _, p := range ports {
+		if a := r.URL.Query().Get("address"); a != "" && !strings.EqualFold(a, p.Address) {
+			continue
+		}
+		v := s.renderPort(r, p)
+		if !detail {
+			v = pick(v, []string{"uuid", "address", "links"})
+		}
+		if f := r.URL.Query().Get("fields"); f != "" {
+			v = pick(s.renderPort(r, p), strings.Split(f, ","))
+		}
+		out = append(out, v)
+	}
+	writeJSON(w, 200, map[string]any{"ports": out})
+}
+
+func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
+	node := r.URL.Query().Get("node")
+	if node == "" {
+		node = r.URL.Query().Get("node_uuid")
+	}
+	s.portList(w, r, node)
+}
+
+func (s *Server) nodePorts(w http.ResponseWriter, r *http.Request) { s.portList(w, r, r.PathValue("id")) }
+
+func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Address  string         `json:"address"`
+		NodeUUID string         `json:"node_uuid"`
+		Node     string         `json:"node"`
+		Extra    map[string]any `json:"extra"`
+		PXE      *bool          `json:"pxe_enabled"`
+	}
+	if !decode(w, r, &body) {
+		return
+	}
+	node := body.NodeUUID
+	if node == "" {
+		node = body.Node
+	}
+	if body.Address == "" || node == "" {
+		writeError(w, 400, "Mandatory fields missing: a port needs address and node_uuid")
+		return
+	}
+	pxe := body.PXE == nil || *body.PXE
+	p, err := s.e.CreatePort(body.Address, node, body.Extra, pxe)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set("Location", baseURL(r)+"/v1/ports/"+p.UUID)
+	writeJSON(w, 201, s.renderPort(r, *p))
+}
+
+func (s *Server) getPort(w http.ResponseWriter, r *http.Request) {
+	p, err := s.e.Port(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, 200, s.renderPort(r, p))
+}
+
+func (s *Server) deletePort(w http.ResponseWriter, r *http.Request) {
+	p, err := s.e.Port(r.PathValue("id"))
+	if err == nil {
+		err = s.e.DeletePort(p.UUID)
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(204)
+}
+
+func (s *Server) listDrivers(w http.ResponseWriter, r *http.Request) {
+	var out []map[string]any
+	for _, n := range s.e.Machine().Config().Drivers.Names() {
+		out = append(out, map[string]any{"name": n, "hosts": []string{"coordinator"}, "type": "dynamic", "links": link(r, "/v1/drivers/"+n)})
+	}
+	writeJSON(w, 200, map[string]any{"drivers": out})
+}
+
+// Sites (not part of Ironic: this system's edge sites).
+
+func (s *Server) createSite(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Name string `json:"name"`
+	}
+	if !decode(w, r, &body) {
+		return
+	}
+	user, pass, err := s.e.AddSite(body.Name)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, 201, map[string]any{"site": body.Name, "username": user, "password": pass, "broker_url": s.BrokerURL})
+}
+
+func (s *Server) listSites(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, 200, map[string]any{"sites": s.e.Sites()})
+}

@@ -1,0 +1,559 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/store"
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// NodeSpec is what creating a node takes.
+type NodeSpec struct {
+	UUID         string         `json:"uuid"`
+	Name         string         `json:"name"`
+	Driver       string         `json:"driver"`
+	Site         string         `json:"conductor_group"`
+	DriverInfo   map[string]any `json:"driver_info"`
+	Properties   map[string]any `json:"properties"`
+	InstanceInfo map[string]any `json:"instance_info"`
+	Extra        map[string]any `json:"extra"`
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,254}$`)
+
+// CreateNode enrolls a node.
+func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
+	var created *fsm.Node
+	err := e.do(func(t *tx) error {
+		d, err := e.cfg.Machine.Drivers.Get(spec.Driver)
+		if err != nil {
+			return errorf(400, "%v", err)
+		}
+		if spec.Name != "" {
+			if !nameRE.MatchString(spec.Name) || uuid.Validate(spec.Name) == nil {
+				return errorf(400, "Node name %q is not valid: use letters, digits, '.', '_', '~' or '-', not a UUID", spec.Name)
+			}
+			if _, ok := e.names[spec.Name]; ok {
+				return errorf(409, "A node with name %s already exists.", spec.Name)
+			}
+		}
+		site, err := e.pickSite(spec.Site)
+		if err != nil {
+			return err
+		}
+		id := spec.UUID
+		if id == "" {
+			id = uuid.NewString()
+		} else if uuid.Validate(id) != nil {
+			return errorf(400, "uuid %q is not a valid UUID", id)
+		}
+		if _, ok := e.nodes[id]; ok {
+			return errorf(409, "A node with UUID %s already exists.", id)
+		}
+		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: d.Name, Site: site,
+			DriverInfo: orEmpty(spec.DriverInfo), Properties: orEmpty(spec.Properties),
+			InstanceInfo: orEmpty(spec.InstanceInfo), Extra: orEmpty(spec.Extra),
+			ProvisionState: fsm.Enroll, PowerState: "", CreatedAt: t.now, UpdatedAt: t.now, ProvisionUpdatedAt: t.now}
+		e.nodes[id] = n
+		if n.Name != "" {
+			e.names[n.Name] = id
+		}
+		e.phaseCount[""]++
+		t.dirty[id] = n
+		t.apply(n, fsm.Output{History: []fsm.HistoryEntry{{Time: t.now, Severity: "INFO", EventType: "enrollment", Event: "node created in enroll", To: fsm.Enroll}}})
+		created = n
+		return nil
+	})
+	return created, err
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+func (e *Engine) pickSite(site string) (string, error) {
+	if site != "" {
+		if _, ok := e.sites[site]; !ok {
+			return "", errorf(400, "site (conductor_group) %q is not registered; register it with 'coordinator site add %s --credentials-file FILE'", site, site)
+		}
+		return site, nil
+	}
+	if len(e.sites) == 1 {
+		for s := range e.sites {
+			return s, nil
+		}
+	}
+	names := make([]string, 0, len(e.sites))
+	for s := range e.sites {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "", errorf(400, "no site is registered; register one with 'coordinator site add NAME --credentials-file FILE' first")
+	}
+	return "", errorf(400, "the node's site (conductor_group) is required: one of %s", strings.Join(names, ", "))
+}
+
+// View runs fn on the node under the read lock. fn must not keep n.
+func (e *Engine) View(ident string, fn func(n *fsm.Node, siteOnline bool) error) error {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	n, err := e.lookup(ident)
+	if err != nil {
+		return err
+	}
+	return fn(n, e.siteOnline[n.Site])
+}
+
+// Each calls fn for every node in creation order under the read lock.
+func (e *Engine) Each(fn func(n *fsm.Node) bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	all := make([]*fsm.Node, 0, len(e.nodes))
+	for _, n := range e.nodes {
+		all = append(all, n)
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if !all[i].CreatedAt.Equal(all[j].CreatedAt) {
+			return all[i].CreatedAt.Before(all[j].CreatedAt)
+		}
+		return all[i].UUID < all[j].UUID
+	})
+	for _, n := range all {
+		if !fn(n) {
+			return
+		}
+	}
+}
+
+func clone(n *fsm.Node) *fsm.Node {
+	b, _ := json.Marshal(n)
+	var c fsm.Node
+	_ = json.Unmarshal(b, &c)
+	return &c
+}
+
+// UpdateNode changes a resting node's fields through fn on a copy; the
+// copy replaces the node only if it passes validation.
+func (e *Engine) UpdateNode(ident string, fn func(n *fsm.Node) error) error {
+	return e.do(func(t *tx) error {
+		n, err := e.lookup(ident)
+		if err != nil {
+			return err
+		}
+		if n.Locked() {
+			return errorf(409, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
+		}
+		c := clone(n)
+		if err := fn(c); err != nil {
+			return err
+		}
+		if c.UUID != n.UUID || c.ProvisionState != n.ProvisionState {
+			return errorf(400, "uuid and provision_state cannot be changed by PATCH; use the provision verbs")
+		}
+		if c.Name != n.Name {
+			if c.Name != "" && (!nameRE.MatchString(c.Name) || uuid.Validate(c.Name) == nil) {
+				return errorf(400, "Node name %q is not valid", c.Name)
+			}
+			if _, ok := e.names[c.Name]; ok && c.Name != "" {
+				return errorf(409, "A node with name %s already exists.", c.Name)
+			}
+		}
+		if c.Driver != n.Driver {
+			d, err := e.cfg.Machine.Drivers.Get(c.Driver)
+			if err != nil {
+				return errorf(400, "%v", err)
+			}
+			c.Driver = d.Name
+		}
+		if c.Site != n.Site {
+			if _, ok := e.sites[c.Site]; !ok {
+				return errorf(400, "site (conductor_group) %q is not registered", c.Site)
+			}
+		}
+		if c.Retired && !n.Retired && n.ProvisionState == fsm.Available {
+			return errorf(400, "Cannot set retired on node %s in state available; move it to manageable first ('node manage %s')", n.Ident(), n.Ident())
+		}
+		if !c.Retired {
+			c.RetiredReason = ""
+		}
+		if c.Maintenance != n.Maintenance {
+			on, reason := c.Maintenance, c.MaintenanceReason
+			c.Maintenance, c.MaintenanceReason = n.Maintenance, n.MaintenanceReason
+			t.apply(c, e.m.SetMaintenance(c, on, reason, t.now))
+		}
+		c.UpdatedAt = t.now
+		if c.Name != n.Name {
+			delete(e.names, n.Name)
+			if c.Name != "" {
+				e.names[c.Name] = c.UUID
+			}
+		}
+		*n = *c
+		t.dirty[n.UUID] = n
+		return nil
+	})
+}
+
+// DeleteNode removes a node, its ports, history and inventory.
+func (e *Engine) DeleteNode(ident string) error {
+	var id string
+	err := e.do(func(t *tx) error {
+		n, err := e.lookup(ident)
+		if err != nil {
+			return err
+		}
+		if n.Locked() {
+			return errorf(409, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
+		}
+		switch n.ProvisionState {
+		case fsm.Enroll, fsm.Manageable, fsm.Available, fsm.InspectFailed, fsm.CleanFailed:
+		default:
+			if !n.Maintenance {
+				return errorf(409, "Node %s can not be deleted in state %q; undeploy or manage it first, or set maintenance", n.Ident(), n.ProvisionState)
+			}
+		}
+		id = n.UUID
+		delete(e.nodes, n.UUID)
+		delete(e.names, n.Name)
+		e.phaseCount[phaseOf(n)]--
+		for pid, p := range e.ports {
+			if p.NodeUUID == n.UUID {
+				delete(e.ports, pid)
+				delete(e.macs, p.Address)
+				t.batch.Delete(store.PortPrefix + pid)
+			}
+		}
+		t.batch.Delete(store.NodePrefix + n.UUID)
+		t.batch.Delete(store.InventoryPrefix + n.UUID)
+		return nil
+	})
+	if err == nil {
+		var b store.Batch
+		_ = e.st.Scan(store.HistoryPrefix+id+"/", func(k string, _ []byte) error { b.Delete(k); return nil })
+		_ = e.st.Commit(&b)
+	}
+	return err
+}
+
+// Verb starts a provision verb.
+func (e *Engine) Verb(ident string, req fsm.VerbRequest) error {
+	return e.do(func(t *tx) error {
+		n, err := e.lookup(ident)
+		if err != nil {
+			return err
+		}
+		if r := e.m.CheckVerb(n, req); r != nil {
+			return &Error{Code: r.Code, Msg: r.Msg}
+		}
+		switch req.Verb {
+		case fsm.Provide, fsm.Clean, fsm.Undeploy:
+			if e.phaseCount["clean"]+e.phaseCount["delete"] >= e.cfg.MaxConcurrentClean {
+				return errorf(503, "Concurrent actions limit exceeded: %d nodes are cleaning (max_concurrent_clean); retry later", e.cfg.MaxConcurrentClean)
+			}
+		case fsm.Deploy, fsm.Rebuild:
+			if e.phaseCount["deploy"] >= e.cfg.MaxConcurrentDeploy {
+				return errorf(503, "Concurrent actions limit exceeded: %d nodes are deploying (max_concurrent_deploy); retry later", e.cfg.MaxConcurrentDeploy)
+			}
+		}
+		var refusal *fsm.Refusal
+		t.run(n, func() fsm.Output {
+			out, r := e.m.Verb(n, req, t.now)
+			refusal = r
+			return out
+		})
+		if refusal != nil {
+			return &Error{Code: refusal.Code, Msg: refusal.Msg}
+		}
+		return nil
+	})
+}
+
+// Power changes a node's power state out of any provision operation.
+func (e *Engine) Power(ident, target string) error {
+	return e.do(func(t *tx) error {
+		n, err := e.lookup(ident)
+		if err != nil {
+			return err
+		}
+		var refusal *fsm.Refusal
+		t.run(n, func() fsm.Output {
+			out, r := e.m.PowerRequest(n, target, t.now)
+			refusal = r
+			return out
+		})
+		if refusal != nil {
+			return &Error{Code: refusal.Code, Msg: refusal.Msg}
+		}
+		return nil
+	})
+}
+
+// SetMaintenance pauses (on) or resumes a node. It works on locked nodes:
+// maintenance is how an operator stops a node from moving.
+func (e *Engine) SetMaintenance(ident string, on bool, reason string) error {
+	return e.do(func(t *tx) error {
+		n, err := e.lookup(ident)
+		if err != nil {
+			return err
+		}
+		t.run(n, func() fsm.Output { return e.m.SetMaintenance(n, on, reason, t.now) })
+		return nil
+	})
+}
+
+// History returns a node's history, oldest first.
+func (e *Engine) History(ident string) ([]fsm.HistoryEntry, error) {
+	var id string
+	if err := e.View(ident, func(n *fsm.Node, _ bool) error { id = n.UUID; return nil }); err != nil {
+		return nil, err
+	}
+	var out []fsm.HistoryEntry
+	err := e.st.Scan(store.HistoryPrefix+id+"/", func(k string, v []byte) error {
+		var h fsm.HistoryEntry
+		if err := json.Unmarshal(v, &h); err != nil {
+			return err
+		}
+		out = append(out, h)
+		return nil
+	})
+	return out, err
+}
+
+// Inventory returns a node's last reported hardware inventory.
+func (e *Engine) Inventory(ident string) (map[string]any, error) {
+	var id string
+	if err := e.View(ident, func(n *fsm.Node, _ bool) error { id = n.UUID; return nil }); err != nil {
+		return nil, err
+	}
+	b, found, err := e.st.Get(store.InventoryPrefix + id)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, errorf(404, "Node %s has no inventory yet; run 'node inspect %s'", ident, ident)
+	}
+	var inv map[string]any
+	err = json.Unmarshal(b, &inv)
+	return inv, err
+}
+
+// CreatePort adds a port (MAC address) to a node.
+func (e *Engine) CreatePort(address, nodeIdent string, extra map[string]any, pxe bool) (*Port, error) {
+	var p *Port
+	err := e.do(func(t *tx) error {
+		mac, err := net.ParseMAC(address)
+		if err != nil || len(mac) != 6 {
+			return errorf(400, "Expected a MAC address but received %s.", address)
+		}
+		n, err := e.lookup(nodeIdent)
+		if err != nil {
+			return errorf(400, "%v", err)
+		}
+		addr := mac.String()
+		if _, ok := e.macs[addr]; ok {
+			return errorf(409, "A port with MAC address %s already exists.", addr)
+		}
+		p = &Port{UUID: uuid.NewString(), Address: addr, NodeUUID: n.UUID, Extra: orEmpty(extra), PXE: pxe, CreatedAt: t.now}
+		b, _ := json.Marshal(p)
+		t.batch.Set(store.PortPrefix+p.UUID, b)
+		e.ports[p.UUID] = p
+		e.macs[addr] = p.UUID
+		return nil
+	})
+	return p, err
+}
+
+// Ports lists ports, of one node when nodeIdent is set.
+func (e *Engine) Ports(nodeIdent string) ([]Port, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var nodeID string
+	if nodeIdent != "" {
+		n, err := e.lookup(nodeIdent)
+		if err != nil {
+			return nil, err
+		}
+		nodeID = n.UUID
+	}
+	var out []Port
+	for _, p := range e.ports {
+		if nodeID == "" || p.NodeUUID == nodeID {
+			out = append(out, *p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// Port returns one port by UUID or MAC address.
+func (e *Engine) Port(ident string) (Port, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if p, ok := e.ports[ident]; ok {
+		return *p, nil
+	}
+	if id, ok := e.macs[strings.ToLower(ident)]; ok {
+		return *e.ports[id], nil
+	}
+	return Port{}, errorf(404, "Port %s could not be found.", ident)
+}
+
+// DeletePort removes a port.
+func (e *Engine) DeletePort(ident string) error {
+	return e.do(func(t *tx) error {
+		p, ok := e.ports[ident]
+		if !ok {
+			return errorf(404, "Port %s could not be found.", ident)
+		}
+		delete(e.ports, p.UUID)
+		delete(e.macs, p.Address)
+		t.batch.Delete(store.PortPrefix + p.UUID)
+		return nil
+	})
+}
+
+// AddSite registers a site and returns its edge agent's MQTT credentials.
+// The password is shown once; only its hash is kept.
+func (e *Engine) AddSite(name string) (user, password string, err error) {
+	if !regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`).MatchString(name) {
+		return "", "", errorf(400, "site name %q is not valid: use 1-63 lowercase letters, digits and '-'", name)
+	}
+	password = randomHex()
+	err = e.do(func(t *tx) error {
+		if _, ok := e.sites[name]; ok {
+			return errorf(409, "site %s already exists", name)
+		}
+		s := &Site{Name: name, PasswordHash: hashPassword(password), CreatedAt: t.now}
+		b, _ := json.Marshal(s)
+		t.batch.Set(store.SitePrefix+name, b)
+		e.sites[name] = s
+		return nil
+	})
+	return "site:" + name, password, err
+}
+
+// SiteInfo is a site as the API shows it.
+type SiteInfo struct {
+	Name      string    `json:"name"`
+	Online    bool      `json:"online"`
+	Nodes     int       `json:"nodes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Sites lists the registered sites.
+func (e *Engine) Sites() []SiteInfo {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	count := map[string]int{}
+	for _, n := range e.nodes {
+		count[n.Site]++
+	}
+	var out []SiteInfo
+	for _, s := range e.sites {
+		out = append(out, SiteInfo{Name: s.Name, Online: e.siteOnline[s.Name], Nodes: count[s.Name], CreatedAt: s.CreatedAt})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// CleanSteps returns the clean steps of a node for the steps API.
+func (e *Engine) CleanSteps(ident string, minPriority int) (steps []drivers.Step, known bool, err error) {
+	err = e.View(ident, func(n *fsm.Node, _ bool) error {
+		steps, known, err = e.m.SortedStepsView(n, minPriority)
+		return err
+	})
+	return steps, known, err
+}
+
+// HandleMessage takes one MQTT message from an agent. Malformed or
+// unauthorised messages are logged with the reason and dropped.
+func (e *Engine) HandleMessage(topic string, payload []byte) {
+	site, nodeID, leaf, err := protocol.ParseTopic(topic)
+	if err != nil {
+		e.log.Warn("message rejected", "topic", topic, "reason", err)
+		return
+	}
+	if leaf == "cmd" || leaf == "bmc/cmd" {
+		return
+	}
+	msg, err := protocol.Decode(payload)
+	if err != nil {
+		e.log.Warn("message rejected", "topic", topic, "reason", err)
+		return
+	}
+	if leaf == "presence" {
+		if nodeID != "" {
+			return
+		}
+		_ = e.submit(func(t *tx) error {
+			was := e.siteOnline[site]
+			e.siteOnline[site] = msg.Online
+			if msg.Online != was {
+				e.log.Info("site presence", "site", site, "online", msg.Online)
+			}
+			if msg.Online && !was {
+				for _, n := range e.nodes {
+					if n.Site == site && n.Op != nil {
+						t.run(n, func() fsm.Output { return e.m.SiteBack(n, t.now) })
+					}
+				}
+			}
+			return nil
+		}, false)
+		return
+	}
+	if leaf == "evt" && msg.Node != nodeID {
+		e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q but came on node %q's topic", msg.Node, nodeID))
+		return
+	}
+	_ = e.submit(func(t *tx) error {
+		n, ok := e.nodes[msg.Node]
+		if !ok || n.Site != site {
+			e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("node %q is not a node of site %q", msg.Node, site))
+			return nil
+		}
+		ackTopic := protocol.BMCCmdTopic(site)
+		if leaf == "evt" {
+			ackTopic = protocol.NodeCmdTopic(site, n.UUID)
+		}
+		switch msg.Kind {
+		case protocol.KindResult:
+			t.run(n, func() fsm.Output { return e.m.Result(n, msg, t.now) })
+			t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
+		case protocol.KindHello:
+			if leaf != "evt" {
+				return nil
+			}
+			t.run(n, func() fsm.Output { return e.m.Hello(n, msg, t.now) })
+		case protocol.KindHeartbeat:
+			if leaf != "evt" {
+				return nil
+			}
+			t.run(n, func() fsm.Output { return e.m.Heartbeat(n, msg, t.now) })
+		default:
+			e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q is not accepted from agents", msg.Kind))
+		}
+		return nil
+	}, false)
+}
+
+// SiteOnline tells whether a site's edge agent is connected.
+func (e *Engine) SiteOnline(site string) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.siteOnline[site]
+}

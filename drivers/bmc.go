@@ -1,0 +1,18 @@
+package drivers
+
+import "context"
+
+// BMC is the out-of-band side of a node as the edge agent drives it.
+// Every method is idempotent: the coordinator may send a command again.
+type BMC interface {
+	// Validate checks that the BMC answers with the configured credentials.
+	Validate(ctx context.Context) error
+	// SetPower switches to "power on", "power off" or "rebooted".
+	SetPower(ctx context.Context, state string) error
+	// PowerState reads the current power state.
+	PowerState(ctx context.Context) (string, error)
+	// SetBootDevice sets the next boot device ("pxe" or "disk").
+	SetBootDevice(ctx context.Context, device string) error
+	// RunStep runs an out-of-band step of this driver.
+	RunStep(ctx context.Context, iface, step string, args map[string]any) error
+}

@@ -1,0 +1,230 @@
+// Package mqttlink is the MQTT v5 connection every program of this system
+// uses: persistent session, QoS 1, automatic reconnect with re-subscribe,
+// retained presence with a last will. It moves bytes; what they mean is
+// the protocol package's business. It must never log message payloads
+// (commands can carry BMC credentials).
+package mqttlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// Config says where and how to connect.
+type Config struct {
+	URL      string // mqtt://host:port or tls://host:port
+	ClientID string
+	Username string
+	Password string
+	// Subscriptions are (re)made on every connection.
+	Subscriptions []string
+	// Handler gets every message received; it must not block for long.
+	Handler func(topic string, payload []byte)
+	// WillTopic and WillPayload: the retained last will (presence offline).
+	WillTopic   string
+	WillPayload []byte
+	// OnlineTopic and OnlinePayload are published retained on every connect.
+	OnlineTopic   string
+	OnlinePayload []byte
+	// SessionExpiry keeps the broker session while disconnected.
+	SessionExpiry time.Duration
+	KeepAlive     uint16
+	Logger        *slog.Logger
+	// OnUp is called (in its own goroutine) after each successful
+	// connection and subscription.
+	OnUp func()
+}
+
+// Link is a live MQTT connection manager.
+type Link struct {
+	cfg  Config
+	cm   *autopaho.ConnectionManager
+	log  *slog.Logger
+	mu   sync.Mutex
+	up   bool
+	stop context.CancelFunc
+}
+
+// Dial starts connecting and returns at once; Publish waits for the
+// connection. Call Close to stop.
+func Dial(ctx context.Context, cfg Config) (*Link, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("broker URL %q is not valid; use mqtt://HOST:PORT", cfg.URL)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.KeepAlive == 0 {
+		cfg.KeepAlive = 20
+	}
+	if cfg.SessionExpiry == 0 {
+		cfg.SessionExpiry = time.Hour
+	}
+	l := &Link{cfg: cfg, log: cfg.Logger}
+	ctx, l.stop = context.WithCancel(ctx)
+	ac := autopaho.ClientConfig{
+		ServerUrls:                    []*url.URL{u},
+		KeepAlive:                     cfg.KeepAlive,
+		CleanStartOnInitialConnection: false,
+		SessionExpiryInterval:         uint32(cfg.SessionExpiry / time.Second),
+		ReconnectBackoff:              func(int) time.Duration { return 500 * time.Millisecond },
+		ConnectTimeout:                5 * time.Second,
+		ConnectUsername:               cfg.Username,
+		ConnectPassword:               []byte(cfg.Password),
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
+			go l.onUp(ctx, cm)
+		},
+		OnConnectionDown: func() bool {
+			l.setUp(false)
+			return true
+		},
+		OnConnectError: func(err error) {
+			l.log.Debug("mqtt connect failed", "broker", cfg.URL, "client", cfg.ClientID, "err", err)
+		},
+		ClientConfig: paho.ClientConfig{
+			ClientID: cfg.ClientID,
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+				func(pr paho.PublishReceived) (bool, error) {
+					if cfg.Handler != nil {
+						cfg.Handler(pr.Packet.Topic, pr.Packet.Payload)
+					}
+					return true, nil
+				},
+			},
+		},
+	}
+	if cfg.WillTopic != "" {
+		ac.WillMessage = &paho.WillMessage{Topic: cfg.WillTopic, Payload: cfg.WillPayload, QoS: 1, Retain: true}
+	}
+	cm, err := autopaho.NewConnection(ctx, ac)
+	if err != nil {
+		l.stop()
+		return nil, fmt.Errorf("connect to broker %s: %w", cfg.URL, err)
+	}
+	l.cm = cm
+	return l, nil
+}
+
+func (l *Link) setUp(v bool) {
+	l.mu.Lock()
+	l.up = v
+	l.mu.Unlock()
+}
+
+// Up tells whether the link is connected and subscribed.
+func (l *Link) Up() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.up
+}
+
+func (l *Link) onUp(ctx context.Context, cm *autopaho.ConnectionManager) {
+	for attempt := 0; ; attempt++ {
+		err := l.subscribe(ctx, cm)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		l.log.Warn("mqtt subscribe failed; retrying", "client", l.cfg.ClientID, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(min(attempt+1, 10)) * 200 * time.Millisecond):
+		}
+	}
+	if l.cfg.OnlineTopic != "" {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := cm.Publish(pctx, &paho.Publish{Topic: l.cfg.OnlineTopic, Payload: l.cfg.OnlinePayload, QoS: 1, Retain: true})
+		cancel()
+		if err != nil {
+			l.log.Warn("mqtt presence publish failed", "client", l.cfg.ClientID, "err", err)
+		}
+	}
+	l.setUp(true)
+	if l.cfg.OnUp != nil {
+		l.cfg.OnUp()
+	}
+}
+
+func (l *Link) subscribe(ctx context.Context, cm *autopaho.ConnectionManager) error {
+	if len(l.cfg.Subscriptions) == 0 {
+		return nil
+	}
+	var subs []paho.SubscribeOptions
+	for _, t := range l.cfg.Subscriptions {
+		subs = append(subs, paho.SubscribeOptions{Topic: t, QoS: 1})
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ack, err := cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: subs})
+	if err != nil {
+		return err
+	}
+	for i, rc := range ack.Reasons {
+		if rc >= 0x80 {
+			return fmt.Errorf("broker refused subscription %q with reason 0x%02x", l.cfg.Subscriptions[i], rc)
+		}
+	}
+	return nil
+}
+
+// ErrNotConnected is returned by Publish when the link is down.
+var ErrNotConnected = errors.New("not connected to the MQTT broker")
+
+// Publish sends one QoS 1 message and waits for the broker's ack or ctx.
+func (l *Link) Publish(ctx context.Context, topic string, payload []byte, retain bool) error {
+	if err := l.cm.AwaitConnection(ctx); err != nil {
+		return ErrNotConnected
+	}
+	_, err := l.cm.Publish(ctx, &paho.Publish{Topic: topic, Payload: payload, QoS: 1, Retain: retain})
+	return err
+}
+
+// Subscribe adds a subscription now (and on every reconnect).
+func (l *Link) Subscribe(ctx context.Context, filter string) error {
+	l.cfg.Subscriptions = append(l.cfg.Subscriptions, filter)
+	if err := l.cm.AwaitConnection(ctx); err != nil {
+		return ErrNotConnected
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ack, err := l.cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+	if err != nil {
+		return err
+	}
+	if len(ack.Reasons) > 0 && ack.Reasons[0] >= 0x80 {
+		return fmt.Errorf("broker refused subscription %q with reason 0x%02x", filter, ack.Reasons[0])
+	}
+	return nil
+}
+
+// AwaitUp waits until the link is connected and subscribed.
+func (l *Link) AwaitUp(ctx context.Context) error {
+	for !l.Up() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no connection to broker %s: %w", l.cfg.URL, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Close disconnects cleanly (the will is not sent) and stops reconnecting.
+func (l *Link) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = l.cm.Disconnect(ctx)
+	l.stop()
+}

@@ -52,6 +52,7 @@ Usage:
   coordinator node manage|inspect|provide|deploy|rebuild|unrescue|undeploy|abort NODE [--wait [SECONDS]]
   coordinator node rescue NODE --rescue-password PW [--wait [SECONDS]]
   coordinator node clean NODE --clean-steps FILE|- [--wait [SECONDS]]
+  coordinator node wait NODE [--wait SECONDS]          follow a node until it rests
   coordinator node power NODE on|off|reboot
   coordinator node steps NODE [--min-priority N]
   coordinator node history NODE

@@ -45,6 +45,15 @@ func (c *cmd) node(args []string) int {
 		}
 		fmt.Fprintf(c.out, "node %s deleted\n", args[0])
 		return 0
+	case "wait":
+		rest, _, limit, err := waitArg(args)
+		if err != nil {
+			return c.fail("%v", err)
+		}
+		if len(rest) != 1 {
+			return c.fail("usage: coordinator node wait NODE [--wait SECONDS]")
+		}
+		return c.follow(cl, rest[0], "wait", limit)
 	case "steps":
 		return c.nodeSteps(cl, args)
 	case "history":

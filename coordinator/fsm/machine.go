@@ -585,12 +585,15 @@ func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time
 	} else {
 		plan = actions
 	}
-	m.begin(n, Clean, Manageable, "clean", plan, now, out)
+	// A bad list fails before any step is current: nothing ran, so no
+	// maintenance is set.
+	m.begin(n, Clean, Manageable, "clean", nil, now, out)
 	n.Op.Manual = true
 	if err != nil {
 		m.fail(n, now, out, err.Error())
 		return
 	}
+	n.Op.Plan = plan
 	m.advance(n, now, out)
 }
 

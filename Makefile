@@ -1,0 +1,37 @@
+# The two commands a newcomer types: `make run` and `make test`.
+GO ?= go
+export GOFLAGS := -buildvcs=false
+
+.PHONY: build run test test-unit bench states-doc deps ramdisk clean
+
+build:
+	$(GO) build -o bin/ ./coordinator/cmd/coordinator ./agent/cmd/agent
+
+# The coordinator with its embedded broker and Badger, plus a simulated site of 8 nodes.
+run: build
+	scripts/run.sh
+
+# Installs the test dependencies (Debian packages), then runs every test.
+test: deps
+	$(GO) vet ./...
+	BM_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 30m ./...
+
+test-unit:
+	$(GO) test -count=1 -short ./...
+
+deps:
+	scripts/install-test-deps.sh
+
+# Many simulated nodes through a full cycle: NODES=10000 make bench
+NODES ?= 1000
+bench: build
+	$(GO) run ./scripts/bench -nodes $(NODES)
+
+states-doc:
+	$(GO) run ./coordinator/fsm/gen docs/states.md
+
+ramdisk:
+	scripts/build-ramdisk.sh build/ramdisk
+
+clean:
+	rm -rf bin build

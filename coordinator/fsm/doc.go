@@ -1,0 +1,52 @@
+package fsm
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Markdown renders the transition table as docs/states.md: a diagram and
+// the table, both generated from Table() and never edited by hand.
+func Markdown() string {
+	var b strings.Builder
+	b.WriteString("# Node states\n\n")
+	b.WriteString("<!-- Generated from coordinator/fsm/states.go by `make states-doc` (go run ./coordinator/fsm/gen). Do not edit. -->\n\n")
+	b.WriteString("The node lifecycle is Ironic's provision state machine. Verbs (operator requests, the\n")
+	b.WriteString("targets of `PUT /v1/nodes/{node}/states/provision`) are in **bold**; the other events come\n")
+	b.WriteString("from the coordinator: `done` (operation finished), `fail` (step error, timeout),\n")
+	b.WriteString("`wait` (an in-band step runs or the ramdisk boots), `resume` (the ramdisk answered).\n")
+	b.WriteString("A verb from a state not listed for it is refused with HTTP 400 naming the allowed verbs;\n")
+	b.WriteString("a node that the coordinator is working on (an -ING state) is locked: HTTP 409.\n\n")
+	b.WriteString("```mermaid\nstateDiagram-v2\n")
+	ids := map[State]string{}
+	for _, s := range AllStates() {
+		id := strings.ReplaceAll(strings.ReplaceAll(string(s), " ", "_"), "-", "_")
+		ids[s] = id
+		fmt.Fprintf(&b, "    %s: %s\n", id, s)
+	}
+	fmt.Fprintf(&b, "    [*] --> %s\n", ids[Enroll])
+	for _, t := range Table() {
+		fmt.Fprintf(&b, "    %s --> %s: %s\n", ids[t.From], ids[t.To], t.Event)
+	}
+	b.WriteString("```\n\n## Transitions\n\n| from | event | to |\n|---|---|---|\n")
+	for _, t := range Table() {
+		ev := string(t.Event)
+		if IsVerb(t.Event) {
+			ev = "**" + ev + "**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.From, ev, t.To)
+	}
+	b.WriteString("\n## Verbs allowed in each state\n\n| state | kind | verbs |\n|---|---|---|\n")
+	for _, s := range AllStates() {
+		kind := "transient (locked)"
+		switch {
+		case IsWait(s):
+			kind = "wait"
+		case Stable(s):
+			kind = "stable"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", s, kind, verbList(Allowed(s)))
+	}
+	b.WriteString("\nVerb names as the CLI spells them: `deploy` is the target `active`, `undeploy` is `deleted`.\n")
+	return b.String()
+}

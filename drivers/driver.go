@@ -15,7 +15,7 @@ type Declaration struct {
 	// RequiredInfo lists driver_info keys that must be set to manage a node.
 	RequiredInfo []string
 	// SecretInfo lists driver_info keys that are masked in every output.
-	SecretInfo []string
+	SecretInfo  []string
 	CleanSteps  []Step
 	DeploySteps []Step
 }

@@ -89,7 +89,9 @@ func SitePresenceTopic(site string) string { return TopicPrefix + "/site/" + sit
 func SiteTree(site string) string { return TopicPrefix + "/site/" + site + "/#" }
 
 // NodeTree is the subtree a ramdisk agent of node may use.
-func NodeTree(site, node string) string { return TopicPrefix + "/site/" + site + "/node/" + node + "/#" }
+func NodeTree(site, node string) string {
+	return TopicPrefix + "/site/" + site + "/node/" + node + "/#"
+}
 
 // Filters the coordinator subscribes to.
 const (
@@ -133,9 +135,9 @@ type Message struct {
 	V    int    `json:"v"`
 	Kind string `json:"kind"`
 	// ID identifies a command, result or event; receivers deduplicate by it.
-	ID   string `json:"id"`
-	Site string `json:"site,omitempty"`
-	Node string `json:"node,omitempty"`
+	ID   string    `json:"id"`
+	Site string    `json:"site,omitempty"`
+	Node string    `json:"node,omitempty"`
 	Sent time.Time `json:"sent"`
 
 	// Token is the node's agent token; every in-band message after the

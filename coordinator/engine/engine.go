@@ -59,7 +59,9 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Msg }
 
-func errorf(code int, f string, a ...any) *Error { return &Error{Code: code, Msg: fmt.Sprintf(f, a...)} }
+func errorf(code int, f string, a ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(f, a...)}
+}
 
 // Port is a network port of a node (Ironic's port).
 type Port struct {

@@ -250,7 +250,6 @@ func splitAddr(url string) (string, string) {
 	return hp[:i], hp[i+1:]
 }
 
-
 func probe(base string) bool {
 	resp, err := httpGet(base + "/v1")
 	if err != nil {

@@ -1,0 +1,68 @@
+package protocol
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeRejectsWithReason(t *testing.T) {
+	cases := []struct {
+		name, in, want string
+	}{
+		{"not json", `{"v":1,`, "not valid JSON"},
+		{"old version", `{"v":0,"kind":"result","id":"a"}`, "version 0"},
+		{"no kind", `{"v":1,"id":"a"}`, "no kind"},
+		{"unknown kind", `{"v":1,"id":"a","kind":"gossip"}`, `unknown kind "gossip"`},
+		{"no id", `{"v":1,"kind":"result","command_id":"c","ok":true,"node":"n"}`, `"id"`},
+		{"result without command", `{"v":1,"kind":"result","id":"a","ok":true,"node":"n"}`, "command_id"},
+		{"failure without text", `{"v":1,"kind":"result","id":"a","command_id":"c","node":"n"}`, "without an error text"},
+		{"command without deadline", `{"v":1,"kind":"command","id":"a","action":"validate","node":"n"}`, "deadline"},
+		{"bad power state", `{"v":1,"kind":"command","id":"a","action":"power","node":"n","deadline":"2030-01-01T00:00:00Z","args":{"state":"melt"}}`, `state "melt"`},
+		{"unknown action", `{"v":1,"kind":"command","id":"a","action":"dance","node":"n","deadline":"2030-01-01T00:00:00Z"}`, `unknown action "dance"`},
+		{"heartbeat without token", `{"v":1,"kind":"heartbeat","id":"a","node":"n"}`, `"token"`},
+		{"progress out of range", `{"v":1,"kind":"heartbeat","id":"a","node":"n","token":"t","progress":2}`, "outside 0..1"},
+		{"hello without boot id", `{"v":1,"kind":"hello","id":"a","node":"n"}`, "boot_id"},
+		{"too big", `{"v":1,"x":"` + strings.Repeat("a", MaxMessageBytes) + `"}`, "larger than the limit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(c.in))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Decode(%s): %v, want an error with %q", c.name, err, c.want)
+			}
+		})
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	m := &Message{Kind: KindCommand, ID: "c1", Node: "n1", Site: "s1", Action: ActionPower, Deadline: time.Now().Add(time.Minute),
+		Args: map[string]any{"state": PowerOn}}
+	b, err := Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil || got.ID != "c1" || got.Args["state"] != PowerOn || got.V != Version {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+}
+
+func TestParseTopic(t *testing.T) {
+	for _, c := range []struct{ topic, site, node, leaf string }{
+		{NodeEvtTopic("s1", "n1"), "s1", "n1", "evt"},
+		{NodeCmdTopic("s1", "n1"), "s1", "n1", "cmd"},
+		{BMCCmdTopic("s2"), "s2", "", "bmc/cmd"},
+		{SitePresenceTopic("s3"), "s3", "", "presence"},
+	} {
+		s, n, l, err := ParseTopic(c.topic)
+		if err != nil || s != c.site || n != c.node || l != c.leaf {
+			t.Errorf("ParseTopic(%s) = %s %s %s %v", c.topic, s, n, l, err)
+		}
+	}
+	for _, bad := range []string{"bm/v2/site/s/bmc/cmd", "bm/v1/site/s/node/n/other", "bm/v1/site/s"} {
+		if _, _, _, err := ParseTopic(bad); err == nil {
+			t.Errorf("ParseTopic(%s) accepted", bad)
+		}
+	}
+}

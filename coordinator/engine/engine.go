@@ -282,7 +282,9 @@ func (e *Engine) Start(pub Publisher) error {
 // Close stops the loop and closes the database.
 func (e *Engine) Close() {
 	e.stopOnce.Do(func() {
-		e.cancel()
+		if e.cancel != nil {
+			e.cancel()
+		}
 		close(e.stopped)
 		e.wg.Wait()
 		e.st.Close()

@@ -329,3 +329,34 @@ func TestTableIsConsistent(t *testing.T) {
 		}
 	}
 }
+
+func TestWrongTokenRejected(t *testing.T) {
+	w := newWorld(t)
+	w.noAgent = true
+	w.n.ProvisionState = Manageable
+	w.verb(Provide, VerbRequest{})
+	w.want(CleanWait)
+	h := w.m.Hello(w.n, &protocol.Message{BootID: "b1", CleanSteps: []protocol.Step{{Interface: "deploy", Step: "erase_devices", Priority: 10}}}, w.now)
+	if h.Reject != "" || w.n.AgentToken == "" {
+		t.Fatalf("hello: %q token %q state %q err %q", h.Reject, w.n.AgentToken, w.n.ProvisionState, w.n.LastError)
+	}
+	deadline := w.n.Deadline
+	later := w.now.Add(time.Minute)
+	if out := w.m.Heartbeat(w.n, &protocol.Message{Token: "forged"}, later); out.Reject == "" || !w.n.Deadline.Equal(deadline) {
+		t.Fatalf("forged heartbeat accepted: %q", out.Reject)
+	}
+	if out := w.m.Hello(w.n, &protocol.Message{BootID: "b2"}, later); out.Reject == "" {
+		t.Fatal("second boot got a token without a reboot by the coordinator")
+	}
+	if out := w.m.Hello(w.n, &protocol.Message{BootID: "b1"}, later); out.Reject != "" || len(out.Send) != 1 || out.Send[0].Msg.Token != w.n.AgentToken {
+		t.Fatal("repeated hello of the same boot did not get the welcome again")
+	}
+	p := w.n.Pending
+	if out := w.m.Result(w.n, &protocol.Message{CommandID: p.ID, OK: true, Token: "forged"}, later); out.Reject == "" || w.n.Pending == nil {
+		t.Fatal("result with a forged token accepted")
+	}
+	if out := w.m.Heartbeat(w.n, &protocol.Message{Token: w.n.AgentToken, Running: p.ID, Progress: 0.5}, later); out.Reject != "" ||
+		!w.n.Deadline.After(deadline) || !w.n.Pending.Accepted || w.n.CleanStep.Progress != 0.5 {
+		t.Fatal("good heartbeat did not push the deadline and mark the command accepted")
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/bmedge/bmedge/drivers/fake"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/ramdisk/session"
 )
 
 // Credentials is the file `coordinator site add` writes for an edge agent.
@@ -85,8 +86,10 @@ type Agent struct {
 	running  map[string]bool
 	bmcs     map[string]*fake.BMC
 	info     map[string]map[string]any // node → last driver_info seen
-	ramdisks map[string]*ramdisk
+	sessions map[string]*session.Session
 	ctx      context.Context
+	// ready is closed once link is set: callbacks may fire before Dial returns.
+	ready chan struct{}
 }
 
 type outItem struct {
@@ -116,7 +119,7 @@ func New(cfg Config) *Agent {
 		cfg.Sim.Heartbeat = 10 * time.Second
 	}
 	return &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
-		bmcs: map[string]*fake.BMC{}, info: map[string]map[string]any{}, ramdisks: map[string]*ramdisk{}}
+		bmcs: map[string]*fake.BMC{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, ready: make(chan struct{})}
 }
 
 func newID() string {
@@ -150,11 +153,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.link = link
+	close(a.ready)
 	go a.resendLoop(ctx)
 	<-ctx.Done()
 	a.mu.Lock()
-	for _, r := range a.ramdisks {
-		r.stop()
+	for _, r := range a.sessions {
+		r.Stop()
 	}
 	a.mu.Unlock()
 	// A clean stop: say offline ourselves (the will is for crashes).
@@ -167,12 +171,10 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // AwaitUp waits for the agent's link.
 func (a *Agent) AwaitUp(ctx context.Context) error {
-	for a.link == nil {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-a.ready:
 	}
 	return a.link.AwaitUp(ctx)
 }
@@ -180,6 +182,11 @@ func (a *Agent) AwaitUp(ctx context.Context) error {
 func (a *Agent) publish(topic string, payload []byte) {
 	ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
 	defer cancel()
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.ready:
+	}
 	if err := a.link.Publish(ctx, topic, payload, false); err != nil {
 		a.log.Debug("publish failed; will resend", "topic", topic, "err", err)
 	}
@@ -262,25 +269,24 @@ func (a *Agent) handle(topic string, payload []byte) {
 		a.log.Warn("message rejected", "topic", topic, "reason", err)
 		return
 	}
-	if m.Kind == protocol.KindAck {
-		a.mu.Lock()
-		for _, id := range m.AckIDs {
-			delete(a.outbox, id)
-		}
-		a.mu.Unlock()
-		return
-	}
 	switch leaf {
 	case "bmc/cmd":
-		if m.Kind == protocol.KindCommand {
+		switch m.Kind {
+		case protocol.KindAck:
+			a.mu.Lock()
+			for _, id := range m.AckIDs {
+				delete(a.outbox, id)
+			}
+			a.mu.Unlock()
+		case protocol.KindCommand:
 			go a.runBMC(m)
 		}
 	case "cmd":
 		a.mu.Lock()
-		r := a.ramdisks[node]
+		r := a.sessions[node]
 		a.mu.Unlock()
 		if r != nil {
-			r.deliver(m)
+			r.Deliver(m)
 		}
 	}
 }
@@ -376,9 +382,9 @@ func runOOBStep(ctx context.Context, b drivers.BMC, s *protocol.Step) error {
 func (a *Agent) onPower(node, state, boot string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if r := a.ramdisks[node]; r != nil {
-		r.stop()
-		delete(a.ramdisks, node)
+	if r := a.sessions[node]; r != nil {
+		r.Stop()
+		delete(a.sessions, node)
 	}
 	if state == protocol.PowerOff || boot != protocol.BootPXE {
 		return
@@ -403,7 +409,17 @@ func (a *Agent) onPower(node, state, boot string) {
 	if opts.NoBoot {
 		return
 	}
-	r := newRamdisk(a, node, opts)
-	a.ramdisks[node] = r
-	go r.run()
+	s := session.New(session.Config{Site: a.cfg.Site, Node: node, Heartbeat: opts.Heartbeat, ResendInterval: a.cfg.ResendInterval,
+		Runner: &simRunner{node: node, opts: opts}, Transport: agentTransport{a}, Log: a.log})
+	a.sessions[node] = s
+	go func() {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-s.Stopped():
+			return
+		case <-time.After(opts.BootDelay):
+		}
+		s.Run(a.ctx)
+	}()
 }

@@ -67,7 +67,30 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("GET /v1/drivers", s.listDrivers)
 	m.HandleFunc("POST /v1/sites", s.createSite)
 	m.HandleFunc("GET /v1/sites", s.listSites)
+	m.HandleFunc("/", s.notFound)
 	return s
+}
+
+// notFound answers, in Ironic's error shape, a path that no route serves
+// (404) or a known path asked with a method it does not take (405).
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		if m == r.Method {
+			continue
+		}
+		c := r.Clone(r.Context())
+		c.Method = m
+		if _, pat := s.mux.Handler(c); pat != "/" && pat != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("Method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("The resource %s could not be found.", r.URL.Path))
 }
 
 // ServeHTTP negotiates the API version and routes the request.
@@ -93,6 +116,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Set("X-OpenStack-Ironic-API-Version", ver)
 	h.Set("OpenStack-API-Version", "baremetal "+ver)
+	// Ironic takes collection paths with a trailing slash too
+	// (ironicclient asks "/v1/nodes/?provision_state=available").
+	if p := r.URL.Path; len(p) > 1 && strings.HasSuffix(p, "/") && p != "/v1/" {
+		u := *r.URL
+		u.Path = strings.TrimRight(p, "/")
+		u.RawPath = ""
+		r2 := r.Clone(r.Context())
+		r2.URL = &u
+		r = r2
+	}
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w, code: 200}
 	s.mux.ServeHTTP(sw, r)

@@ -66,7 +66,7 @@ func (s *Server) render(r *http.Request, n *fsm.Node, online bool) map[string]an
 		internal["agent_cached_deploy_steps"] = n.CachedDeploySteps
 	}
 	if n.Op != nil {
-		var steps []map[string]any
+		steps := []map[string]any{}
 		for _, a := range n.Op.Plan {
 			if a.Kind == fsm.ActStep {
 				steps = append(steps, stepView(a.Step))
@@ -430,14 +430,20 @@ func (s *Server) cleanSteps(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) history(w http.ResponseWriter, r *http.Request) {
-	h, err := s.e.History(r.PathValue("id"))
+	var id string
+	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, _ bool) error { id = n.UUID; return nil })
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	h, err := s.e.History(id)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	out := make([]map[string]any, 0, len(h))
 	for i, e := range h {
-		out = append(out, map[string]any{"uuid": fmt.Sprintf("%s-%d", r.PathValue("id"), i), "created_at": e.Time, "severity": e.Severity,
+		out = append(out, map[string]any{"uuid": fmt.Sprintf("%s-%d", id, i), "created_at": e.Time, "severity": e.Severity,
 			"event": e.Event, "event_type": e.EventType, "conductor": "coordinator", "user": nil})
 	}
 	writeJSON(w, 200, map[string]any{"history": out})

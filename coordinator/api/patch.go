@@ -146,13 +146,19 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 400, "Patch must be a non-empty JSON list of operations")
 		return
 	}
-	id := r.PathValue("id")
-	err := s.e.UpdateNode(id, func(n *fsm.Node) error { return applyPatch(n, ops) })
+	var id string
+	err := s.e.UpdateNode(r.PathValue("id"), func(n *fsm.Node) error { id = n.UUID; return applyPatch(n, ops) })
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	s.getNode(w, r)
+	// Read back by UUID: the patch may have renamed the node.
+	var v map[string]any
+	if err := s.e.View(id, func(n *fsm.Node, online bool) error { v = s.render(r, n, online); return nil }); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, 200, v)
 }
 
 // Ports.

@@ -1,0 +1,329 @@
+// Package session is the ramdisk agent's side of the protocol for one boot
+// of a node: hello until welcomed, heartbeats with the agent token and the
+// running step's progress, in-band steps run one at a time, results kept
+// in an outbox until the coordinator acknowledges them. The real ramdisk
+// and the edge agent's simulated nodes both run it; it must never touch a
+// disk itself: steps are the Runner's business.
+package session
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// Transport publishes messages (over the node's own MQTT connection, or
+// the edge agent's on behalf of a simulated node).
+type Transport interface {
+	Publish(ctx context.Context, topic string, payload []byte) error
+}
+
+// Runner knows and runs the in-band steps of this hardware.
+type Runner interface {
+	// Steps returns the clean and deploy steps this ramdisk offers.
+	Steps() (clean, deploy []protocol.Step)
+	// Run runs one step; progress reports 0..1 and a short detail.
+	Run(ctx context.Context, step protocol.Step, progress func(p float64, detail string)) (map[string]any, error)
+}
+
+// ErrDied is returned by a Runner to make the agent stop dead mid-step,
+// without a result (failure injection for simulated nodes).
+var ErrDied = errors.New("the ramdisk agent died")
+
+// Config configures a session.
+type Config struct {
+	Site, Node     string
+	Heartbeat      time.Duration
+	HelloInterval  time.Duration
+	ResendInterval time.Duration
+	Runner         Runner
+	Transport      Transport
+	Log            *slog.Logger
+}
+
+// Session is one boot of a ramdisk agent.
+type Session struct {
+	cfg    Config
+	bootID string
+	inbox  chan *protocol.Message
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   chan struct{}
+	once   sync.Once
+
+	mu         sync.Mutex
+	tokenValue string
+	running    string
+	progress   float64
+	detail     string
+	steps      map[string]context.CancelFunc
+	results    map[string][]byte // command id → its result, for duplicates
+	outbox     map[string]outItem
+}
+
+type outItem struct {
+	payload []byte
+	sent    time.Time
+}
+
+func newID() string {
+	b := make([]byte, 12)
+	_, _ = crand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// New prepares a session with a fresh boot id.
+func New(cfg Config) *Session {
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 10 * time.Second
+	}
+	if cfg.HelloInterval == 0 {
+		cfg.HelloInterval = 2 * time.Second
+	}
+	if cfg.ResendInterval == 0 {
+		cfg.ResendInterval = 5 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Session{cfg: cfg, bootID: newID(), inbox: make(chan *protocol.Message, 256), stop: make(chan struct{}),
+		steps: map[string]context.CancelFunc{}, results: map[string][]byte{}, outbox: map[string]outItem{}}
+}
+
+// BootID is this boot's id.
+func (s *Session) BootID() string { return s.bootID }
+
+// Deliver hands the session a message from the node's command topic. It
+// never blocks; messages are handled in order.
+func (s *Session) Deliver(m *protocol.Message) {
+	select {
+	case s.inbox <- m:
+	default:
+		s.cfg.Log.Warn("ramdisk inbox full; message dropped (the coordinator resends)", "node", s.cfg.Node)
+	}
+}
+
+// Stop ends the session (power-off of the node), also before Run.
+func (s *Session) Stop() { s.once.Do(func() { close(s.stop) }) }
+
+// Stopped is closed by Stop.
+func (s *Session) Stopped() <-chan struct{} { return s.stop }
+
+func (s *Session) evt() string { return protocol.NodeEvtTopic(s.cfg.Site, s.cfg.Node) }
+
+func (s *Session) publish(payload []byte) {
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	if err := s.cfg.Transport.Publish(ctx, s.evt(), payload); err != nil {
+		s.cfg.Log.Debug("publish failed; will resend", "node", s.cfg.Node, "err", err)
+	}
+}
+
+func (s *Session) sleep(d time.Duration) bool {
+	select {
+	case <-s.ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// Run says hello until welcomed, then heartbeats and serves commands until
+// ctx ends or the session is stopped.
+func (s *Session) Run(ctx context.Context) {
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	defer s.cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			s.cancel()
+		case <-s.ctx.Done():
+		}
+	}()
+	go s.serve()
+	go s.resendLoop()
+	clean, deploy := s.cfg.Runner.Steps()
+	hello := &protocol.Message{Kind: protocol.KindHello, Site: s.cfg.Site, Node: s.cfg.Node, BootID: s.bootID,
+		CleanSteps: clean, DeploySteps: deploy}
+	for s.token() == "" {
+		hello.ID, hello.Sent = newID(), time.Now()
+		if b, err := protocol.Encode(hello); err == nil {
+			s.publish(b)
+		}
+		if !s.sleep(s.cfg.HelloInterval) {
+			return
+		}
+	}
+	// Jitter spreads the heartbeats of many nodes.
+	if !s.sleep(time.Duration(rand.Int64N(int64(s.cfg.Heartbeat)))) {
+		return
+	}
+	tk := time.NewTicker(s.cfg.Heartbeat)
+	defer tk.Stop()
+	for {
+		s.heartbeat()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+func (s *Session) token() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokenValue
+}
+
+func (s *Session) heartbeat() {
+	s.mu.Lock()
+	hb := &protocol.Message{Kind: protocol.KindHeartbeat, ID: newID(), Site: s.cfg.Site, Node: s.cfg.Node, Sent: time.Now(),
+		Token: s.tokenValue, Running: s.running, Progress: s.progress, Detail: s.detail}
+	s.mu.Unlock()
+	if b, err := protocol.Encode(hb); err == nil {
+		s.publish(b)
+	}
+}
+
+func (s *Session) serve() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case m := <-s.inbox:
+			s.handle(m)
+		}
+	}
+}
+
+func (s *Session) handle(m *protocol.Message) {
+	switch m.Kind {
+	case protocol.KindWelcome:
+		if m.BootID != "" && m.BootID != s.bootID {
+			return
+		}
+		s.mu.Lock()
+		s.tokenValue = m.Token
+		s.mu.Unlock()
+	case protocol.KindAck:
+		s.mu.Lock()
+		for _, id := range m.AckIDs {
+			delete(s.outbox, id)
+		}
+		s.mu.Unlock()
+	case protocol.KindCommand:
+		tok := s.token()
+		if tok == "" || m.Token != tok {
+			s.cfg.Log.Warn("ramdisk: command with a wrong token ignored", "node", s.cfg.Node, "command", m.ID)
+			return
+		}
+		switch m.Action {
+		case protocol.ActionInbandRun:
+			s.start(m)
+		case protocol.ActionAbort:
+			id, _ := m.Args["command_id"].(string)
+			s.mu.Lock()
+			if c := s.steps[id]; c != nil {
+				c()
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+func (s *Session) start(m *protocol.Message) {
+	s.mu.Lock()
+	if res, ok := s.results[m.ID]; ok {
+		// Done before: the result was lost or not yet acked; send it again.
+		s.mu.Unlock()
+		s.publish(res)
+		return
+	}
+	if s.steps[m.ID] != nil || s.running != "" {
+		s.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.steps[m.ID] = cancel
+	s.running, s.progress, s.detail = m.ID, 0, ""
+	s.mu.Unlock()
+	// Tell the coordinator at once that the step runs (no more resends).
+	s.heartbeat()
+	go func() {
+		defer cancel()
+		data, err := s.cfg.Runner.Run(ctx, *m.Step, func(p float64, d string) {
+			s.mu.Lock()
+			s.progress, s.detail = min(max(p, 0), 1), d
+			s.mu.Unlock()
+		})
+		if errors.Is(err, ErrDied) {
+			s.cfg.Log.Warn("ramdisk agent dies mid-step (failure injection)", "node", s.cfg.Node, "step", m.Step.Step)
+			s.cancel()
+			return
+		}
+		s.mu.Lock()
+		delete(s.steps, m.ID)
+		s.running, s.progress, s.detail = "", 0, ""
+		tok := s.tokenValue
+		s.mu.Unlock()
+		if ctx.Err() != nil {
+			return // aborted or powered off: the coordinator has moved on
+		}
+		res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: s.cfg.Site, Node: s.cfg.Node, Sent: time.Now(),
+			Token: tok, CommandID: m.ID, OK: err == nil, Data: data}
+		if err != nil {
+			res.Error = err.Error()
+		}
+		b, encErr := protocol.Encode(res)
+		if encErr != nil {
+			s.cfg.Log.Error("result cannot be encoded", "node", s.cfg.Node, "err", encErr)
+			return
+		}
+		s.mu.Lock()
+		s.results[m.ID] = b
+		s.outbox[res.ID] = outItem{payload: b, sent: time.Now()}
+		s.mu.Unlock()
+		s.publish(b)
+	}()
+}
+
+func (s *Session) resendLoop() {
+	tk := time.NewTicker(s.cfg.ResendInterval / 2)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tk.C:
+		}
+		now := time.Now()
+		var due [][]byte
+		s.mu.Lock()
+		for id, it := range s.outbox {
+			if now.Sub(it.sent) >= s.cfg.ResendInterval {
+				it.sent = now
+				s.outbox[id] = it
+				due = append(due, it.payload)
+			}
+		}
+		s.mu.Unlock()
+		for _, b := range due {
+			s.publish(b)
+		}
+	}
+}
+
+// Outbox returns how many results wait for an ack.
+func (s *Session) Outbox() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.outbox)
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/drivers/fake"
+	"github.com/bmedge/bmedge/drivers/qemuvm"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 	"github.com/bmedge/bmedge/ramdisk/session"
@@ -62,8 +63,20 @@ type SimOptions struct {
 	NoBoot       bool   // no ramdisk ever boots
 }
 
+// QEMUOptions configure the development driver qemu-dev: the ramdisk the
+// VMs boot and the broker address as the guests see it.
+type QEMUOptions struct {
+	Kernel, Initrd string
+	// BrokerURL is the broker as seen from inside the VM (user-mode
+	// networking reaches the host's loopback at 10.0.2.2).
+	BrokerURL string
+	// Cmdline is appended to the ramdisk's kernel parameters (bm.ip=...).
+	Cmdline string
+}
+
 // Config configures an edge agent.
 type Config struct {
+	QEMU           QEMUOptions
 	Site           string
 	BrokerURL      string
 	Username       string
@@ -84,7 +97,8 @@ type Agent struct {
 	outbox   map[string]outItem
 	done     map[string]doneItem // command id → its result, for duplicates
 	running  map[string]bool
-	bmcs     map[string]*fake.BMC
+	bmcs     map[string]drivers.BMC
+	creds    map[string][2]string      // node → ramdisk MQTT credentials from the last boot command
 	info     map[string]map[string]any // node → last driver_info seen
 	sessions map[string]*session.Session
 	ctx      context.Context
@@ -119,7 +133,7 @@ func New(cfg Config) *Agent {
 		cfg.Sim.Heartbeat = 10 * time.Second
 	}
 	return &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
-		bmcs: map[string]*fake.BMC{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, ready: make(chan struct{})}
+		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, ready: make(chan struct{})}
 }
 
 func newID() string {
@@ -161,6 +175,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		r.Stop()
 	}
 	a.mu.Unlock()
+	a.closeBMCs()
 	// A clean stop: say offline ourselves (the will is for crashes).
 	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = link.Publish(pctx, protocol.SitePresenceTopic(site), presence(site, false), true)
@@ -291,9 +306,9 @@ func (a *Agent) handle(topic string, payload []byte) {
 	}
 }
 
-// bmc returns the node's BMC, creating a simulated one while the site has
-// room for it.
-func (a *Agent) bmc(node string, info map[string]any) (*fake.BMC, error) {
+// bmc returns the node's BMC: a simulated one for the fake driver while
+// the site has room, a QEMU VM for the development driver.
+func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if info != nil {
@@ -302,17 +317,66 @@ func (a *Agent) bmc(node string, info map[string]any) (*fake.BMC, error) {
 	if b, ok := a.bmcs[node]; ok {
 		return b, nil
 	}
-	if len(a.bmcs) >= a.cfg.Sim.Nodes {
-		return nil, fmt.Errorf("site %s simulates %d nodes and all are taken; start the agent with a larger --simulate", a.cfg.Site, a.cfg.Sim.Nodes)
+	str := func(k string) string { v, _ := info[k].(string); return v }
+	var b drivers.BMC
+	switch driver {
+	case "fake":
+		n := 0
+		for _, x := range a.bmcs {
+			if _, ok := x.(*fake.BMC); ok {
+				n++
+			}
+		}
+		if n >= a.cfg.Sim.Nodes {
+			return nil, fmt.Errorf("site %s simulates %d nodes and all are taken; start the agent with a larger --simulate", a.cfg.Site, a.cfg.Sim.Nodes)
+		}
+		opts := fake.Options{Delay: a.cfg.Sim.BMCDelay, FailValidate: str("fake_fail_validate")}
+		opts.OnPower = func(state, boot string) { a.onPower(node, state, boot) }
+		b = fake.New(opts)
+	case "qemu-dev":
+		if a.cfg.QEMU.Kernel == "" {
+			return nil, fmt.Errorf("edge agent of site %s has no ramdisk for qemu-dev nodes; start it with --qemu-kernel and --qemu-initrd", a.cfg.Site)
+		}
+		mem := 1024
+		if v, ok := info["qemu_memory_mb"].(float64); ok {
+			mem = int(v)
+		}
+		console := str("qemu_console")
+		if console == "" {
+			console = os.DevNull
+		}
+		b = qemuvm.New(qemuvm.Config{Kernel: a.cfg.QEMU.Kernel, Initrd: a.cfg.QEMU.Initrd, Disk: str("qemu_disk"),
+			Serial: str("qemu_disk_serial"), MemoryMB: mem, Console: console,
+			Cmdline: func() string { return a.ramdiskCmdline(node) }})
+	default:
+		return nil, fmt.Errorf("this edge agent does not drive %q BMCs yet (it knows fake and qemu-dev)", driver)
 	}
-	opts := fake.Options{Delay: a.cfg.Sim.BMCDelay}
-	if s, _ := info["fake_fail_validate"].(string); s != "" {
-		opts.FailValidate = s
-	}
-	opts.OnPower = func(state, boot string) { a.onPower(node, state, boot) }
-	b := fake.New(opts)
 	a.bmcs[node] = b
 	return b, nil
+}
+
+// ramdiskCmdline is the kernel command line that tells a node's ramdisk
+// who it is and how to reach the broker.
+func (a *Agent) ramdiskCmdline(node string) string {
+	a.mu.Lock()
+	c := a.creds[node]
+	a.mu.Unlock()
+	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, a.cfg.Site, a.cfg.QEMU.BrokerURL, c[0], c[1])
+	if a.cfg.QEMU.Cmdline != "" {
+		line += " " + a.cfg.QEMU.Cmdline
+	}
+	return line
+}
+
+// Close powers off every VM this agent started.
+func (a *Agent) closeBMCs() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, b := range a.bmcs {
+		if c, ok := b.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
 }
 
 func (a *Agent) runBMC(m *protocol.Message) {
@@ -346,9 +410,15 @@ func (a *Agent) runBMC(m *protocol.Message) {
 }
 
 func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) error {
-	b, err := a.bmc(m.Node, m.DriverInfo)
+	b, err := a.bmc(m.Node, m.Driver, m.DriverInfo)
 	if err != nil {
 		return err
+	}
+	if u, _ := m.Args["agent_username"].(string); u != "" {
+		p, _ := m.Args["agent_password"].(string)
+		a.mu.Lock()
+		a.creds[m.Node] = [2]string{u, p}
+		a.mu.Unlock()
 	}
 	switch m.Action {
 	case protocol.ActionValidate:

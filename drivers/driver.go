@@ -66,7 +66,19 @@ func (r *Registry) Names() []string {
 
 // Builtin returns the declarations of the drivers this program ships.
 func Builtin() []Declaration {
-	return []Declaration{FakeDeclaration(), IPMIDeclaration(), RedfishDeclaration()}
+	return []Declaration{FakeDeclaration(), IPMIDeclaration(), RedfishDeclaration(), QEMUDeclaration()}
+}
+
+// QEMUDeclaration is the development driver: the edge agent powers a QEMU
+// VM directly (drivers/qemuvm) and boots the real ramdisk in it.
+// driver_info: qemu_disk (raw image path on the agent's host),
+// qemu_disk_serial, qemu_console (serial log path), qemu_memory_mb.
+func QEMUDeclaration() Declaration {
+	return Declaration{
+		Name:         "qemu-dev",
+		RequiredInfo: []string{"qemu_disk"},
+		DeploySteps:  commonDeploySteps(),
+	}
 }
 
 // Deploy steps every driver shares, after Ironic's deploy interface: the

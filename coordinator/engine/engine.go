@@ -172,10 +172,14 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, log: cfg.Log, m: fsm.New(cfg.Machine), st: st, secret: secret,
+	e := &Engine{cfg: cfg, log: cfg.Log, st: st, secret: secret,
 		nodes: map[string]*fsm.Node{}, names: map[string]string{}, ports: map[string]*Port{}, macs: map[string]string{},
 		sites: map[string]*Site{}, siteOnline: map[string]bool{}, phaseCount: map[string]int{},
 		reqs: make(chan *request, 8192), stopped: make(chan struct{})}
+	if cfg.Machine.AgentCredentials == nil {
+		cfg.Machine.AgentCredentials = e.NodeCredentials
+	}
+	e.m = fsm.New(cfg.Machine)
 	if err := e.load(); err != nil {
 		st.Close()
 		return nil, err

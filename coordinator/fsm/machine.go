@@ -29,6 +29,10 @@ type Config struct {
 	NewToken          func() string
 	// Holder names the coordinator in reservations.
 	Holder string
+	// AgentCredentials returns the MQTT credentials a node's ramdisk uses;
+	// they ride along with the power commands that boot it (never stored
+	// in the plan, never shown). Nil: none are sent.
+	AgentCredentials func(nodeUUID string) (user, password string)
 }
 
 // Machine applies events to nodes. It holds only configuration.
@@ -413,8 +417,12 @@ func (m *Machine) sendOOB(n *Node, action string, args map[string]any, step *Ste
 	if action == protocol.ActionPower {
 		// A power cycle ends the ramdisk's boot: its token dies with it.
 		n.AgentToken, n.BootID = "", ""
-		if s, _ := args["state"].(string); s != "" {
-			n.TargetPowerState = s
+		s, _ := args["state"].(string)
+		n.TargetPowerState = s
+		if s != protocol.PowerOff && m.cfg.AgentCredentials != nil {
+			user, pass := m.cfg.AgentCredentials(n.UUID)
+			msg.Args = maps.Clone(args)
+			msg.Args["agent_username"], msg.Args["agent_password"] = user, pass
 		}
 	}
 	n.Pending = nil

@@ -40,6 +40,10 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] --simulate
 	dieStep := fs.String("die-step", "", "every simulated ramdisk dies during this step (failure injection)")
 	noBoot := fs.Bool("no-boot", false, "simulated ramdisks never boot (failure injection)")
 	resend := fs.Duration("resend-interval", 5*time.Second, "how often unacknowledged results are sent again")
+	qKernel := fs.String("qemu-kernel", "", "development driver qemu-dev: the ramdisk kernel its VMs boot (make ramdisk)")
+	qInitrd := fs.String("qemu-initrd", "", "development driver qemu-dev: the ramdisk initramfs")
+	qBroker := fs.String("qemu-broker-url", "", "development driver qemu-dev: the broker as the VMs see it (e.g. mqtt://10.0.2.2:1883)")
+	qCmdline := fs.String("qemu-cmdline", "", "development driver qemu-dev: extra kernel parameters (e.g. bm.ip=10.0.2.15/24 bm.gw=10.0.2.2)")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
 	level := slog.LevelInfo
@@ -66,14 +70,15 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] --simulate
 	if *brokerURL == "" {
 		*brokerURL = creds.BrokerURL
 	}
-	if *simulate <= 0 {
-		fmt.Fprintln(os.Stderr, "error: this first form of the edge agent drives simulated nodes only; give --simulate N")
+	if *simulate <= 0 && *qKernel == "" {
+		fmt.Fprintln(os.Stderr, "error: this first form of the edge agent drives simulated nodes (--simulate N) or QEMU VMs (--qemu-kernel, --qemu-initrd); give one")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password,
 		ResendInterval: *resend, Log: log,
+		QEMU: agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
 			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot}})
 	log.Info("edge agent starting", "site", *site, "broker", *brokerURL, "simulated_nodes", *simulate)

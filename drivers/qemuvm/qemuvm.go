@@ -1,0 +1,171 @@
+// Package qemuvm is a development BMC that powers a QEMU virtual machine:
+// power on starts QEMU (with the ramdisk's kernel and initramfs by direct
+// kernel boot when the boot device is pxe, from its disk otherwise), power
+// off kills it. It lets tests run the real ramdisk on a real (virtual)
+// disk before the Redfish and IPMI drivers exist. It must never listen on
+// a network address: the guest uses user-mode networking only.
+package qemuvm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// Config says how to run the VM.
+type Config struct {
+	QEMU     string // qemu-system-x86_64
+	Kernel   string // ramdisk kernel
+	Initrd   string // ramdisk initramfs
+	Disk     string // raw disk image
+	Serial   string // disk serial (serial=)
+	MemoryMB int
+	CPUs     int
+	// Cmdline returns the kernel parameters for the ramdisk (bm.node=...).
+	Cmdline func() string
+	// Console receives the serial console (a log file).
+	Console string
+}
+
+// BMC powers one VM.
+type BMC struct {
+	cfg  Config
+	mu   sync.Mutex
+	boot string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// New returns a powered-off VM that boots from its disk.
+func New(cfg Config) *BMC {
+	if cfg.QEMU == "" {
+		cfg.QEMU = "qemu-system-x86_64"
+	}
+	if cfg.MemoryMB == 0 {
+		cfg.MemoryMB = 1024
+	}
+	if cfg.CPUs == 0 {
+		cfg.CPUs = 1
+	}
+	return &BMC{cfg: cfg, boot: protocol.BootDisk}
+}
+
+// Validate implements drivers.BMC: the files the VM needs exist.
+func (b *BMC) Validate(ctx context.Context) error {
+	for _, f := range []string{b.cfg.Kernel, b.cfg.Initrd, b.cfg.Disk} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("qemu BMC: %v", err)
+		}
+	}
+	if _, err := exec.LookPath(b.cfg.QEMU); err != nil {
+		return fmt.Errorf("qemu BMC: %s not found: %v", b.cfg.QEMU, err)
+	}
+	return nil
+}
+
+func (b *BMC) running() bool {
+	if b.done == nil {
+		return false
+	}
+	select {
+	case <-b.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (b *BMC) stopLocked() {
+	if b.running() {
+		_ = b.cmd.Process.Signal(syscall.SIGKILL)
+		<-b.done
+	}
+}
+
+func (b *BMC) startLocked() error {
+	args := []string{"-m", strconv.Itoa(b.cfg.MemoryMB), "-smp", strconv.Itoa(b.cfg.CPUs), "-nographic", "-no-reboot",
+		"-display", "none", "-monitor", "none", "-serial", "file:" + b.cfg.Console,
+		"-drive", fmt.Sprintf("file=%s,format=raw,if=virtio,serial=%s", b.cfg.Disk, b.cfg.Serial),
+		"-device", "virtio-rng-pci", "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"}
+	if b.boot == protocol.BootPXE {
+		cmdline := "console=ttyS0 panic=1"
+		if b.cfg.Cmdline != nil {
+			cmdline += " " + b.cfg.Cmdline()
+		}
+		args = append(args, "-kernel", b.cfg.Kernel, "-initrd", b.cfg.Initrd, "-append", cmdline)
+	} else {
+		args = append(args, "-boot", "c")
+	}
+	if strings.Contains(strings.Join(args, " "), "-vnc") {
+		return fmt.Errorf("qemu BMC: refusing to open a VNC listener")
+	}
+	cmd := exec.Command(b.cfg.QEMU, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("qemu BMC: start VM: %w", err)
+	}
+	b.cmd, b.done = cmd, make(chan struct{})
+	done := b.done
+	go func() { _ = cmd.Wait(); close(done) }()
+	return nil
+}
+
+// SetPower implements drivers.BMC.
+func (b *BMC) SetPower(ctx context.Context, state string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch state {
+	case protocol.PowerOff:
+		b.stopLocked()
+		return nil
+	case protocol.PowerOn:
+		if b.running() {
+			return nil
+		}
+		return b.startLocked()
+	case protocol.PowerReboot:
+		b.stopLocked()
+		return b.startLocked()
+	}
+	return fmt.Errorf("qemu BMC: unknown power state %q", state)
+}
+
+// PowerState implements drivers.BMC.
+func (b *BMC) PowerState(ctx context.Context) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.running() {
+		return protocol.PowerOn, nil
+	}
+	return protocol.PowerOff, nil
+}
+
+// SetBootDevice implements drivers.BMC.
+func (b *BMC) SetBootDevice(ctx context.Context, device string) error {
+	if device != protocol.BootPXE && device != protocol.BootDisk {
+		return fmt.Errorf("qemu BMC: unknown boot device %q", device)
+	}
+	b.mu.Lock()
+	b.boot = device
+	b.mu.Unlock()
+	return nil
+}
+
+// RunStep implements drivers.BMC: the VM has no BMC steps of its own.
+func (b *BMC) RunStep(ctx context.Context, iface, step string, args map[string]any) error {
+	return fmt.Errorf("qemu BMC has no step %s.%s", iface, step)
+}
+
+// Close powers the VM off.
+func (b *BMC) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopLocked()
+}

@@ -92,7 +92,9 @@ func (b *BMC) stopLocked() {
 func (b *BMC) startLocked() error {
 	args := []string{"-m", strconv.Itoa(b.cfg.MemoryMB), "-smp", strconv.Itoa(b.cfg.CPUs), "-nographic", "-no-reboot",
 		"-display", "none", "-monitor", "none", "-serial", "file:" + b.cfg.Console,
-		"-drive", fmt.Sprintf("file=%s,format=raw,if=virtio,serial=%s", b.cfg.Disk, b.cfg.Serial),
+		// Debian's QEMU refuses serial= on -drive: give it to the device.
+		"-drive", fmt.Sprintf("if=none,id=d0,file=%s,format=raw", b.cfg.Disk),
+		"-device", "virtio-blk-pci,drive=d0,serial=" + b.cfg.Serial,
 		"-device", "virtio-rng-pci", "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"}
 	if b.boot == protocol.BootPXE {
 		cmdline := "console=ttyS0 panic=1"

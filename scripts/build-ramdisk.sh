@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Builds the in-band ramdisk: a Debian kernel (OUTDIR/vmlinuz) and a u-root
+# initramfs with the bmramdisk agent as uinit (OUTDIR/initramfs.cpio.xz).
+#
+#   scripts/build-ramdisk.sh [OUTDIR]        (default build/ramdisk)
+#
+# Works from scratch on Debian 12: installs its Debian packages if missing,
+# downloads the kernel package and the u-root builder once into
+# OUTDIR/cache and OUTDIR/tools. Reproducible: the same inputs give the same
+# bytes, and after the first run it also works with GOPROXY=off.
+# Environment: RAMDISK_EXTRA_MODULES="igb ixgbe" adds kernel modules;
+# RAMDISK_COMPRESS=gzip makes a .cpio.gz instead of .cpio.xz.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${1:-build/ramdisk}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+CACHE=$OUT/cache
+TOOLS=$OUT/tools
+UROOT_VERSION=v0.16.0
+AGENT=github.com/bmedge/bmedge/ramdisk/cmd/bmramdisk
+MAX_BYTES=$((16 * 1024 * 1024))
+mkdir -p "$CACHE" "$TOOLS"
+
+exec 9>"$OUT/.lock"
+flock 9 # one build per OUTDIR at a time
+
+T0=$(date +%s)
+log() { printf '[build-ramdisk %3ds] %s\n' "$(($(date +%s) - T0))" "$*"; }
+die() { printf 'build-ramdisk: error: %s\n' "$*" >&2; exit 1; }
+
+SUDO=
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || die "not root and no sudo: cannot install packages"
+  SUDO=sudo
+fi
+
+# --- Debian packages -------------------------------------------------------
+APT_UPDATED=
+apt_update() {
+  if [ -z "$APT_UPDATED" ]; then
+    log "apt-get update"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    APT_UPDATED=1
+  fi
+}
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+PKGS="kmod cpio xz-utils gzip qemu-system-x86 ipxe-qemu util-linux"
+missing=()
+for p in $PKGS; do installed "$p" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt_update
+  log "apt-get install ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}" >/dev/null
+fi
+command -v go >/dev/null || die "the Go toolchain (go) is not on PATH"
+DEPMOD=$(command -v depmod || echo /usr/sbin/depmod)
+MODPROBE=$(command -v modprobe || echo /usr/sbin/modprobe)
+
+# --- kernel ------------------------------------------------------------------
+kernel_pkg() {
+  apt-cache depends linux-image-amd64 2>/dev/null |
+    awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9].*-amd64$/ { print $2; exit }'
+}
+KPKG=$(kernel_pkg || true)
+if [ -z "$KPKG" ]; then
+  apt_update
+  KPKG=$(kernel_pkg || true)
+fi
+[ -n "$KPKG" ] || die "cannot resolve the package that linux-image-amd64 depends on"
+DEB=$(ls "$CACHE/${KPKG}"_*_amd64.deb 2>/dev/null | sort -V | tail -n1 || true)
+if [ -z "$DEB" ]; then
+  log "apt-get download $KPKG"
+  dl() { (cd "$CACHE" && apt-get download -q -o APT::Sandbox::User=root "$KPKG" >/dev/null); }
+  dl || { apt_update; dl; } || die "apt-get download $KPKG failed"
+  DEB=$(ls "$CACHE/${KPKG}"_*_amd64.deb | sort -V | tail -n1)
+fi
+KROOT=$CACHE/kernel-$(basename "$DEB" .deb)
+if [ ! -e "$KROOT/.done" ]; then
+  log "unpacking $(basename "$DEB")"
+  rm -rf "$KROOT"
+  dpkg -x "$DEB" "$KROOT"
+  touch "$KROOT/.done"
+fi
+KVER=$(ls "$KROOT/lib/modules" | head -n1)
+[ -n "$KVER" ] && [ -f "$KROOT/boot/vmlinuz-$KVER" ] || die "no kernel in $DEB"
+if [ ! -s "$KROOT/lib/modules/$KVER/modules.dep" ]; then
+  log "depmod $KVER"
+  "$DEPMOD" -b "$KROOT" "$KVER"
+fi
+install -m 0644 "$KROOT/boot/vmlinuz-$KVER" "$OUT/vmlinuz.tmp"
+mv "$OUT/vmlinuz.tmp" "$OUT/vmlinuz"
+
+# --- module subset -----------------------------------------------------------
+STAGE=$OUT/stage
+MODDIR=$STAGE/lib/modules/$KVER
+rm -rf "$STAGE"
+mkdir -p "$MODDIR"
+WANT=$(grep -v '^#' ramdisk/build/modules.txt | xargs echo ${RAMDISK_EXTRA_MODULES:-})
+nmods=0
+for m in $WANT; do
+  # modprobe resolves modules.dep: one "insmod PATH" line per module and
+  # dependency, "builtin NAME" for what is built into the kernel.
+  deps=$("$MODPROBE" -d "$KROOT" -S "$KVER" --show-depends "$m" 2>&1) ||
+    die "kernel $KVER has no module $m: $deps"
+  while read -r kind path _; do
+    [ "$kind" = insmod ] || continue
+    rel=${path#"$KROOT/lib/modules/$KVER/"}
+    if [ ! -e "$MODDIR/$rel" ]; then
+      install -D -m 0644 "$path" "$MODDIR/$rel"
+      nmods=$((nmods + 1))
+    fi
+  done <<<"$deps"
+done
+for f in modules.builtin modules.builtin.modinfo modules.order; do
+  [ -f "$KROOT/lib/modules/$KVER/$f" ] && cp "$KROOT/lib/modules/$KVER/$f" "$MODDIR/"
+done
+"$DEPMOD" -b "$STAGE" "$KVER"
+# Keep the text indexes the agent reads (modules.dep, modules.alias,
+# modules.builtin); the binary ones are for kmod, which is not in the image.
+rm -f "$MODDIR"/*.bin "$MODDIR/modules.builtin.modinfo"
+find "$STAGE" -exec touch -h -d @0 {} +
+log "kernel $KVER: $nmods modules ($(du -sk "$MODDIR" | cut -f1) KiB) for: $WANT"
+
+# --- u-root ------------------------------------------------------------------
+export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-0}
+case " ${GOFLAGS:-} " in *" -buildvcs="*) ;; *) export GOFLAGS="${GOFLAGS:+$GOFLAGS }-buildvcs=false" ;; esac
+if [ ! -x "$TOOLS/u-root" ] || [ "$(cat "$TOOLS/u-root.version" 2>/dev/null)" != "$UROOT_VERSION" ]; then
+  log "go install github.com/u-root/u-root@$UROOT_VERSION"
+  proxy=$(go env GOPROXY)
+  if [ "$proxy" = off ]; then
+    # "go install m@v" asks the proxy about deprecations even when the
+    # module is cached; offline, let the module cache serve as the proxy.
+    proxy="file://$(go env GOMODCACHE)/cache/download"
+  fi
+  (cd / && GOOS= GOARCH= GOPROXY="$proxy" GOBIN="$TOOLS" go install -trimpath "github.com/u-root/u-root@$UROOT_VERSION")
+  echo "$UROOT_VERSION" >"$TOOLS/u-root.version"
+fi
+mapfile -t CMDS < <(grep -v '^#' ramdisk/build/commands.txt | grep .)
+# The commands must resolve from the module's go.mod (pinned as tools).
+go list -e -f '{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}' "${CMDS[@]}" "$AGENT" >"$OUT/golist.err" 2>&1 || true
+if [ -s "$OUT/golist.err" ]; then
+  cat "$OUT/golist.err" >&2
+  die "u-root commands or the agent do not resolve; pin them with: go get -tool PKG@$UROOT_VERSION"
+fi
+rm -f "$OUT/golist.err"
+
+log "u-root: ${#CMDS[@]} commands + bmramdisk (uinit)"
+CPIO=$OUT/initramfs.cpio
+# u-root finds go through GOROOT (a -trimpath build of it has none compiled in).
+GOROOT=$(go env GOROOT) PATH="$(go env GOROOT)/bin:$PATH" "$TOOLS/u-root" -o "$CPIO.tmp" \
+  -uinitcmd=bmramdisk -defaultsh=gosh \
+  -skip-ldd -files "$STAGE/lib:lib" \
+  "${CMDS[@]}" "$AGENT" 2>"$OUT/u-root.log" || { cat "$OUT/u-root.log" >&2; die "u-root failed"; }
+mv "$CPIO.tmp" "$CPIO"
+
+case ${RAMDISK_COMPRESS:-xz} in
+  xz)
+    IMG=$OUT/initramfs.cpio.xz
+    # crc32: the kernel's xz decoder knows no other check; -T1: same bytes every time.
+    xz --check=crc32 -9 -T1 -c "$CPIO" >"$IMG.tmp" ;;
+  gzip)
+    IMG=$OUT/initramfs.cpio.gz
+    gzip -9 -n -c "$CPIO" >"$IMG.tmp" ;;
+  *) die "RAMDISK_COMPRESS must be xz or gzip" ;;
+esac
+mv "$IMG.tmp" "$IMG"
+
+size() { stat -c %s "$1"; }
+human() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+(cd "$OUT" && sha256sum vmlinuz "$(basename "$IMG")" >SHA256SUMS)
+log "done in $(($(date +%s) - T0)) s"
+echo "kernel:     $OUT/vmlinuz ($KVER, $(size "$OUT/vmlinuz") bytes, $(human "$(size "$OUT/vmlinuz")"))"
+echo "cpio:       $CPIO ($(size "$CPIO") bytes, $(human "$(size "$CPIO")"))"
+echo "initramfs:  $IMG ($(size "$IMG") bytes, $(human "$(size "$IMG")"))"
+[ "$(size "$IMG")" -le "$MAX_BYTES" ] || die "the compressed initramfs is larger than 16 MiB"

@@ -2,18 +2,26 @@
 // runs as the uinit of a u-root initramfs: it reads its bm.* parameters
 // from the kernel command line, loads the drivers for the hardware, waits
 // for randomness, brings the network up and reports that it is ready.
-// For now it then powers the node off. It is crash-only: on any
-// unrecoverable error it logs the error and reboots (with bm.debug it
-// returns to u-root's shell instead).
+// Then it connects to the site's broker with the node's credentials and
+// runs the protocol (ramdisk/session) with the local step runner
+// (ramdisk/steps) until the coordinator powers the node off. It is
+// crash-only: on any unrecoverable error it logs the error and reboots
+// (with bm.debug it returns to u-root's shell instead).
 package main
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/mqttlink"
 	"github.com/bmedge/bmedge/ramdisk/boot"
+	"github.com/bmedge/bmedge/ramdisk/session"
+	"github.com/bmedge/bmedge/ramdisk/steps"
 )
 
 var logger = boot.NewLogger(os.Stdout, "bmramdisk: ")
@@ -26,10 +34,60 @@ func main() {
 	if err := run(context.Background(), p); err != nil {
 		fatal(p, err)
 	}
-	logger.Printf("powering off")
-	if err := boot.PowerOff(); err != nil {
+	if p.Broker == "" {
+		logger.Printf("no bm.broker: nothing to serve; powering off")
+		if err := boot.PowerOff(); err != nil {
+			fatal(p, err)
+		}
+		return
+	}
+	if err := serve(context.Background(), p); err != nil {
 		fatal(p, err)
 	}
+}
+
+// serve runs the protocol until the session ends (it only ends by error:
+// the coordinator ends a boot by powering the node off).
+func serve(ctx context.Context, p boot.Params) error {
+	url := p.Broker
+	if !strings.Contains(url, "://") {
+		url = "mqtt://" + url
+	}
+	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	runner := &steps.Runner{Log: log}
+	lt := &linkTransport{}
+	s := session.New(session.Config{Site: p.Site, Node: p.Node, Heartbeat: 5 * time.Second, Runner: runner,
+		Transport: lt, Log: log})
+	link, err := mqttlink.Dial(ctx, mqttlink.Config{URL: url, ClientID: "ramdisk-" + p.Node, Username: p.User, Password: p.Password,
+		Subscriptions: []string{protocol.NodeCmdTopic(p.Site, p.Node)},
+		Handler: func(topic string, payload []byte) {
+			m, err := protocol.Decode(payload)
+			if err != nil {
+				logger.Printf("message rejected on %s: %v", topic, err)
+				return
+			}
+			s.Deliver(m)
+		},
+		KeepAlive: 10, Logger: log})
+	if err != nil {
+		return err
+	}
+	lt.l = link
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = link.AwaitUp(wctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("broker %s: %w", url, err)
+	}
+	logger.Printf("connected to %s as %s; boot %s", url, p.User, s.BootID())
+	s.Run(ctx)
+	return fmt.Errorf("session ended")
+}
+
+type linkTransport struct{ l *mqttlink.Link }
+
+func (t *linkTransport) Publish(ctx context.Context, topic string, payload []byte) error {
+	return t.l.Publish(ctx, topic, payload, false)
 }
 
 func run(ctx context.Context, p boot.Params) error {

@@ -1,0 +1,195 @@
+// Package steps is the ramdisk's in-band step runner: it offers the steps
+// this hardware supports and runs them with ramdisk/disk, ramdisk/image and
+// ramdisk/inventory, reporting progress. It is the Runner of a
+// ramdisk/session; it must never speak the protocol itself.
+package steps
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/ramdisk/disk"
+	"github.com/bmedge/bmedge/ramdisk/image"
+	"github.com/bmedge/bmedge/ramdisk/inventory"
+)
+
+// Runner runs in-band steps on the local hardware.
+type Runner struct {
+	Log *slog.Logger
+	// List lists block devices; nil means disk.List with the defaults.
+	List func() ([]disk.Device, error)
+	// Erase tunes erasure (tests inject openers; the zero value is real).
+	Erase disk.EraseOptions
+}
+
+func (r *Runner) devices() ([]disk.Device, error) {
+	if r.List != nil {
+		return r.List()
+	}
+	return disk.List(disk.ListOptions{})
+}
+
+// erasable is the devices erase steps act on: not read-only, not virtual media.
+func erasable(devs []disk.Device) []disk.Device {
+	var out []disk.Device
+	for _, d := range devs {
+		if !d.ReadOnly && !d.VirtualMedia {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Steps implements session.Runner: erase steps only when there is a disk
+// to erase, write_image only when there is a disk to write.
+func (r *Runner) Steps() (clean, deploy []protocol.Step) {
+	clean = []protocol.Step{{Interface: "deploy", Step: "inspect_hardware", Priority: 0, Abortable: true}}
+	devs, err := r.devices()
+	if err != nil {
+		r.Log.Warn("cannot list block devices; offering no disk steps", "err", err)
+		return clean, nil
+	}
+	if len(erasable(devs)) > 0 {
+		clean = append(clean,
+			protocol.Step{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true},
+			protocol.Step{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true})
+		deploy = []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 80}}
+	}
+	return clean, deploy
+}
+
+// Run implements session.Runner.
+func (r *Runner) Run(ctx context.Context, step protocol.Step, progress func(float64, string)) (map[string]any, error) {
+	switch step.Interface + "." + step.Step {
+	case "deploy.inspect_hardware":
+		return r.inspect(ctx)
+	case "deploy.erase_devices_metadata":
+		return r.eraseMetadata(ctx, progress)
+	case "deploy.erase_devices":
+		return r.eraseDevices(ctx, progress)
+	case "deploy.write_image":
+		return r.writeImage(ctx, step.Args, progress)
+	case "rescue.finalize_rescue":
+		// The rescue ramdisk keeps running with its agent; a login for the
+		// operator is not built into this image yet.
+		return map[string]any{"rescue": "ramdisk running"}, nil
+	}
+	return nil, fmt.Errorf("this ramdisk has no step %s.%s", step.Interface, step.Step)
+}
+
+// asMap turns a result struct into the JSON object the wire carries.
+func asMap(v any) map[string]any {
+	b, _ := json.Marshal(v)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return m
+}
+
+func (r *Runner) inspect(ctx context.Context) (map[string]any, error) {
+	inv, err := inventory.Collect(ctx, inventory.Options{Logger: r.Log})
+	if err != nil {
+		return nil, err
+	}
+	props, err := inventory.Properties(inv)
+	if err != nil {
+		return nil, err
+	}
+	p := asMap(props)
+	delete(p, "root_disk")
+	return map[string]any{"inventory": asMap(inv), "properties": p}, nil
+}
+
+func (r *Runner) eraseMetadata(ctx context.Context, progress func(float64, string)) (map[string]any, error) {
+	devs, err := r.devices()
+	if err != nil {
+		return nil, err
+	}
+	devs = erasable(devs)
+	var all []disk.MetadataResult
+	for i, d := range devs {
+		res, err := disk.EraseMetadata(ctx, d, r.Erase)
+		if err != nil {
+			return nil, fmt.Errorf("erase metadata of %s: %w", d.Path, err)
+		}
+		all = append(all, res...)
+		progress(float64(i+1)/float64(len(devs)), d.Path)
+	}
+	return map[string]any{"devices": all}, nil
+}
+
+func (r *Runner) eraseDevices(ctx context.Context, progress func(float64, string)) (map[string]any, error) {
+	devs, err := r.devices()
+	if err != nil {
+		return nil, err
+	}
+	devs = erasable(devs)
+	var total uint64
+	for _, d := range devs {
+		total += d.SizeBytes
+	}
+	var mu sync.Mutex
+	done := map[string]uint64{}
+	opts := r.Erase
+	opts.Progress = func(p disk.Progress) {
+		mu.Lock()
+		done[p.Device] = p.Done
+		var sum uint64
+		for _, v := range done {
+			sum += v
+		}
+		mu.Unlock()
+		if total > 0 {
+			progress(float64(sum)/float64(total), p.Device)
+		}
+	}
+	res, err := disk.EraseAll(ctx, devs, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range res {
+		r.Log.Info("erased", "device", x.Device, "method", x.Method, "bytes", x.Bytes, "took", x.Duration, "verified_samples", x.VerifiedSamples, "skipped", x.SkipReason)
+	}
+	return map[string]any{"devices": res}, nil
+}
+
+func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress func(float64, string)) (map[string]any, error) {
+	url, _ := args["image_source"].(string)
+	if url == "" {
+		return nil, fmt.Errorf("write_image needs instance_info/image_source")
+	}
+	sum, _ := args["image_os_hash_value"].(string)
+	algo, _ := args["image_os_hash_algo"].(string)
+	if sum == "" {
+		sum, _ = args["image_checksum"].(string)
+		algo = ""
+	}
+	var hints image.RootDeviceHints
+	if rd, ok := args["root_device"]; ok {
+		b, _ := json.Marshal(rd)
+		if err := json.Unmarshal(b, &hints); err != nil {
+			return nil, fmt.Errorf("root_device hints: %w", err)
+		}
+	}
+	devs, err := r.devices()
+	if err != nil {
+		return nil, err
+	}
+	dev, err := image.SelectRoot(devs, hints)
+	if err != nil {
+		return nil, err
+	}
+	res, err := image.Write(ctx, image.Source{URL: url}, dev, image.Options{Checksum: sum, ChecksumAlgo: algo, ProcRoot: r.Erase.ProcRoot,
+		Progress: func(p image.Progress) {
+			if p.DownloadTotal > 0 {
+				progress(float64(p.Downloaded)/float64(p.DownloadTotal), dev.Path)
+			}
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"image": asMap(res)}, nil
+}

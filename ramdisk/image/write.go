@@ -1,0 +1,450 @@
+// Package image streams a disk image from HTTP(S) (or any reader) onto a
+// block device, decompressing and checksumming on the fly, and chooses the
+// root device from Ironic-style root device hints; it must never stage the
+// image in a temporary file or memory, and never report success for an
+// image that was truncated or whose checksum does not match.
+package image
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/bmedge/bmedge/ramdisk/disk"
+)
+
+// Defaults for Options.
+const (
+	DefaultBufferBytes  = 4 << 20
+	DefaultStallTimeout = 60 * time.Second
+)
+
+// Compression formats Write recognises by their magic bytes.
+const (
+	CompressionNone = "none"
+	CompressionGzip = "gzip"
+	CompressionZstd = "zstd"
+)
+
+// Source is where the image comes from: URL, or Reader when it is set.
+type Source struct {
+	// URL is an http:// or https:// address of the image file.
+	URL string
+	// Reader supplies the image bytes directly (e.g. from a local cache);
+	// it takes precedence over URL.
+	Reader io.Reader
+	// Size is the length of Reader's stream if known, else 0.
+	Size int64
+}
+
+// String names the source for messages. The query string is elided: it
+// often carries a signature (Swift temp URLs) that must not reach logs.
+func (s Source) String() string {
+	if s.Reader != nil {
+		return "image stream"
+	}
+	if base, _, ok := strings.Cut(s.URL, "?"); ok {
+		return base + "?…"
+	}
+	return s.URL
+}
+
+// Progress reports how far a Write has got.
+type Progress struct {
+	// Downloaded counts image-file bytes received (compressed, if it is).
+	Downloaded uint64 `json:"downloaded_bytes"`
+	// DownloadTotal is the image file's length if the server said, else 0.
+	DownloadTotal uint64 `json:"download_total_bytes"`
+	// Written counts bytes written to the device (decompressed).
+	Written uint64 `json:"written_bytes"`
+}
+
+// Options tunes Write. Checksum is required unless InsecureSkipChecksum.
+type Options struct {
+	// Checksum is the expected hex digest of the image file exactly as
+	// downloaded, i.e. of the compressed bytes for a .gz or .zst file.
+	// That is what Ironic's image_checksum / os_hash_value refer to (the
+	// digest of the file in the image store). "sha256:HEX" and
+	// "sha512:HEX" forms are accepted.
+	Checksum string
+	// ChecksumAlgo is "sha256" or "sha512"; empty means infer it from the
+	// digest length (64 or 128 hex digits).
+	ChecksumAlgo string
+	// InsecureSkipChecksum allows writing without a checksum.
+	InsecureSkipChecksum bool
+	// HTTPClient fetches URLs; nil means a client with connect, TLS and
+	// response-header timeouts but no overall timeout (images are large).
+	HTTPClient *http.Client
+	// StallTimeout aborts a download that delivers no byte for this long;
+	// 0 means DefaultStallTimeout.
+	StallTimeout time.Duration
+	// BufferBytes is the write size; 0 means DefaultBufferBytes.
+	BufferBytes int
+	// Open opens the target device; nil means disk.OpenFile.
+	Open disk.Opener
+	// ProcRoot is where /proc is, for the mounted-device check.
+	ProcRoot string
+	// Progress, if set, is called after every buffer written.
+	Progress func(Progress)
+}
+
+// Result reports a successful Write.
+type Result struct {
+	Device       string        `json:"device"`
+	Source       string        `json:"source"`
+	Written      uint64        `json:"written_bytes"`
+	Downloaded   uint64        `json:"downloaded_bytes"`
+	Compression  string        `json:"compression"`
+	ChecksumAlgo string        `json:"checksum_algo,omitempty"`
+	Checksum     string        `json:"checksum,omitempty"`
+	Duration     time.Duration `json:"duration_ns"`
+	// Reread is the outcome of asking the kernel to re-read the new
+	// partition table: "ok", "not a block device" or "failed: …".
+	Reread string `json:"reread_partitions"`
+}
+
+// Write streams the image at src onto dev. gzip and zstd images are
+// detected by their magic bytes and decompressed on the fly; the checksum
+// is computed over the bytes as downloaded while they stream. Nothing is
+// staged on disk or in memory beyond one buffer. After the stream ends the
+// device is fsynced and only then is the digest compared; on mismatch the
+// device holds the unverified image and the error says so. Raw images
+// only: qcow2 and xz are refused with a message saying what to do.
+func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Result, error) {
+	start := time.Now()
+	res := Result{Device: dev.Path, Source: src.String()}
+	h, algo, want, err := checksumSetup(opts)
+	if err != nil {
+		return res, err
+	}
+	res.ChecksumAlgo = algo
+	switch {
+	case dev.ReadOnly:
+		return res, fmt.Errorf("cannot write image to %s: the device is read-only; choose another root device", dev.Path)
+	case dev.VirtualMedia:
+		return res, fmt.Errorf("cannot write image to %s: it is virtual media; choose another root device", dev.Path)
+	}
+	if err := disk.CheckNotInUse(dev, opts.ProcRoot); err != nil {
+		return res, err
+	}
+
+	// The stall watchdog cancels the download when no byte arrives for
+	// StallTimeout, which an HTTP client timeout cannot express for
+	// multi-gigabyte bodies.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	body, total, err := open(ctx, src, opts)
+	if err != nil {
+		return res, err
+	}
+	defer body.Close()
+	stall := opts.StallTimeout
+	if stall <= 0 {
+		stall = DefaultStallTimeout
+	}
+	timer := time.AfterFunc(stall, func() {
+		cancel(fmt.Errorf("no data received for %s", stall))
+	})
+	defer timer.Stop()
+	cr := &countingReader{r: body, h: h, onRead: func() { timer.Reset(stall) }}
+
+	br := bufio.NewReaderSize(cr, 64<<10)
+	magic, err := br.Peek(4)
+	if len(magic) == 0 {
+		return res, fmt.Errorf("image %s is empty or unreadable: %w; check the image URL", src, readErr(ctx, err))
+	}
+	var stream io.Reader = br
+	res.Compression = CompressionNone
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return res, fmt.Errorf("image %s looks gzip-compressed but its header is invalid: %w", src, readErr(ctx, err))
+		}
+		defer zr.Close()
+		stream, res.Compression = zr, CompressionGzip
+	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		zr, err := zstd.NewReader(br)
+		if err != nil {
+			return res, fmt.Errorf("cannot start zstd decoder for %s: %w", src, err)
+		}
+		defer zr.Close()
+		stream, res.Compression = zr, CompressionZstd
+	case bytes.HasPrefix(magic, []byte{0xfd, '7', 'z', 'X'}):
+		return res, fmt.Errorf("image %s is xz-compressed, which is not supported; recompress it with gzip or zstd", src)
+	default:
+		if total > 0 && uint64(total) > dev.SizeBytes {
+			return res, fmt.Errorf("image %s (%d bytes) is larger than %s (%d bytes); choose a larger root device or a smaller image", src, total, dev.Path, dev.SizeBytes)
+		}
+	}
+
+	t, err := openTarget(opts.Open, dev.Path)
+	if err != nil {
+		return res, err
+	}
+	written, werr := copyToDevice(ctx, stream, t, dev, src, opts, cr, uint64(max(total, 0)))
+	res.Written = written
+	if werr == nil && res.Compression != CompressionNone {
+		// The checksum covers the whole file: read whatever follows the
+		// compressed stream (padding, a second archive member the decoder
+		// did not need) so the digest sees every downloaded byte.
+		if _, err := io.Copy(io.Discard, br); err != nil {
+			werr = fmt.Errorf("download of %s failed after the image data: %w", src, readErr(ctx, err))
+		}
+	}
+	if werr == nil && total > 0 && cr.n != uint64(total) {
+		werr = fmt.Errorf("download of %s ended after %d of %d bytes; the connection was cut, retry", src, cr.n, total)
+	}
+	if werr != nil {
+		t.Close()
+		return res, werr
+	}
+	if opts.Progress != nil {
+		// Final report, now that trailing compressed bytes are counted.
+		opts.Progress(Progress{Downloaded: cr.n, DownloadTotal: uint64(max(total, 0)), Written: written})
+	}
+	if err := t.Sync(); err != nil {
+		t.Close()
+		return res, fmt.Errorf("fsync of %s after writing the image failed: %w; the device may be failing", dev.Path, err)
+	}
+	if err := t.Close(); err != nil {
+		return res, fmt.Errorf("close of %s after writing the image failed: %w", dev.Path, err)
+	}
+	res.Downloaded = cr.n
+	if h != nil {
+		res.Checksum = hex.EncodeToString(h.Sum(nil))
+		if res.Checksum != want {
+			return res, fmt.Errorf("checksum mismatch for %s: expected %s %s, actual %s %s; %s now holds an unverified image, do not boot it: fix the image or its checksum and write again",
+				src, algo, want, algo, res.Checksum, dev.Path)
+		}
+	}
+	switch {
+	case dev.Regular:
+		res.Reread = "not a block device"
+	default:
+		if err := disk.RereadPartitions(dev.Path); err != nil {
+			res.Reread = "failed: " + err.Error()
+		} else {
+			res.Reread = "ok"
+		}
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// copyToDevice writes the decompressed stream to t in BufferBytes pieces.
+func copyToDevice(ctx context.Context, stream io.Reader, t disk.Target, dev disk.Device, src Source, opts Options, cr *countingReader, total uint64) (uint64, error) {
+	size := opts.BufferBytes
+	if size <= 0 {
+		size = DefaultBufferBytes
+	}
+	buf := make([]byte, size)
+	var off uint64
+	for {
+		if err := ctx.Err(); err != nil {
+			return off, fmt.Errorf("writing %s to %s stopped after %d bytes: %w; the device holds a partial image, write again", src, dev.Path, off, readErr(ctx, err))
+		}
+		n, rerr := fill(stream, buf)
+		if n > 0 {
+			if off == 0 && bytes.HasPrefix(buf[:n], []byte("QFI\xfb")) {
+				return off, fmt.Errorf("image %s is qcow2, which cannot be streamed to a disk; convert it with 'qemu-img convert -O raw' (then optionally gzip or zstd it)", src)
+			}
+			if off+uint64(n) > dev.SizeBytes {
+				return off, fmt.Errorf("image %s is larger than %s (%d bytes): it needs at least %d bytes; choose a larger root device or a smaller image", src, dev.Path, dev.SizeBytes, off+uint64(n))
+			}
+			w, err := t.WriteAt(buf[:n], int64(off))
+			if err != nil {
+				return off, fmt.Errorf("write to %s at offset %d failed: %w; the device may be failing", dev.Path, off, err)
+			}
+			if w != n {
+				return off, fmt.Errorf("short write to %s at offset %d: %d of %d bytes written; the device may be failing", dev.Path, off, w, n)
+			}
+			off += uint64(n)
+			if opts.Progress != nil {
+				opts.Progress(Progress{Downloaded: cr.n, DownloadTotal: total, Written: off})
+			}
+		}
+		if rerr == io.EOF {
+			if off == 0 {
+				return 0, fmt.Errorf("image %s is empty; check the image", src)
+			}
+			return off, nil
+		}
+		if rerr != nil {
+			return off, fmt.Errorf("reading image %s failed after %d bytes were written: %w; the device holds a partial image, write again", src, off, readErr(ctx, rerr))
+		}
+	}
+}
+
+// fill reads into buf until it is full, the stream ends (io.EOF, a clean
+// end) or fails. Unlike io.ReadFull it keeps a real io.ErrUnexpectedEOF
+// (a truncated body or compressed stream) distinct from a short last read.
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// readErr prefers the cancellation cause (e.g. the stall watchdog's
+// message) over the bare "context canceled" the reader saw.
+func readErr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		return fmt.Errorf("%w (%v)", err, cause)
+	}
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// countingReader hashes and counts the downloaded bytes.
+type countingReader struct {
+	r      io.Reader
+	h      hash.Hash
+	n      uint64
+	onRead func()
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.n += uint64(n)
+		if c.h != nil {
+			c.h.Write(p[:n])
+		}
+		c.onRead()
+	}
+	return n, err
+}
+
+// open returns the image byte stream and its length (-1 if unknown).
+func open(ctx context.Context, src Source, opts Options) (io.ReadCloser, int64, error) {
+	if src.Reader != nil {
+		size := src.Size
+		if size == 0 {
+			size = -1
+		}
+		return io.NopCloser(src.Reader), size, nil
+	}
+	if !strings.HasPrefix(src.URL, "http://") && !strings.HasPrefix(src.URL, "https://") {
+		return nil, 0, fmt.Errorf("image URL %q is not http:// or https://; give an HTTP(S) URL", src)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src.URL, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("invalid image URL %q: %w", src, err)
+	}
+	// The checksum is over the file's bytes: forbid transparent
+	// Content-Encoding decompression by the HTTP client.
+	req.Header.Set("Accept-Encoding", "identity")
+	client := opts.HTTPClient
+	if client == nil {
+		client = defaultClient()
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		// *url.Error quotes the full URL; keep only its cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, 0, fmt.Errorf("cannot download image %s: %w; check that the image server is reachable", src, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, 0, fmt.Errorf("cannot download image %s: server answered %s, want 200 OK; check the image URL", src, resp.Status)
+	}
+	return resp.Body, resp.ContentLength, nil
+}
+
+func defaultClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   30 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     true,
+	}}
+}
+
+// openTarget opens the device for writing, buffered: the image arrives at
+// network speed, so the page cache batching writes costs nothing, and the
+// final fsync makes them durable.
+func openTarget(open disk.Opener, path string) (disk.Target, error) {
+	if open == nil {
+		open = disk.OpenFile
+	}
+	t, err := open(path, disk.OpenMode{Write: true})
+	if err != nil {
+		return nil, fmt.Errorf("cannot open %s to write the image: %w; check the root device", path, err)
+	}
+	return t, nil
+}
+
+// checksumSetup validates the checksum options and returns the hash to
+// feed, its name and the expected lower-case hex digest.
+func checksumSetup(opts Options) (hash.Hash, string, string, error) {
+	sum := strings.ToLower(strings.TrimSpace(opts.Checksum))
+	algo := strings.ToLower(opts.ChecksumAlgo)
+	if a, hexpart, ok := strings.Cut(sum, ":"); ok {
+		if algo != "" && algo != a {
+			return nil, "", "", fmt.Errorf("checksum %q says %s but ChecksumAlgo is %s; make them agree", opts.Checksum, a, algo)
+		}
+		algo, sum = a, hexpart
+	}
+	if sum == "" {
+		if opts.InsecureSkipChecksum {
+			return nil, "", "", nil
+		}
+		return nil, "", "", errors.New("no image checksum given; pass the image's sha256 or sha512 (Ironic image_checksum / os_hash_value), or set InsecureSkipChecksum")
+	}
+	if _, err := hex.DecodeString(sum); err != nil {
+		return nil, "", "", fmt.Errorf("image checksum %q is not a hex digest: %w", opts.Checksum, err)
+	}
+	if algo == "" {
+		switch len(sum) {
+		case 64:
+			algo = "sha256"
+		case 128:
+			algo = "sha512"
+		case 32:
+			return nil, "", "", fmt.Errorf("image checksum %q looks like md5, which is not supported; give a sha256 or sha512 digest", opts.Checksum)
+		default:
+			return nil, "", "", fmt.Errorf("image checksum %q has %d hex digits; want 64 (sha256) or 128 (sha512)", opts.Checksum, len(sum))
+		}
+	}
+	var h hash.Hash
+	switch algo {
+	case "sha256":
+		h = sha256.New()
+	case "sha512":
+		h = sha512.New()
+	default:
+		return nil, "", "", fmt.Errorf("checksum algorithm %q is not supported; use sha256 or sha512", algo)
+	}
+	if len(sum) != h.Size()*2 {
+		return nil, "", "", fmt.Errorf("image checksum %q has %d hex digits, but %s has %d", opts.Checksum, len(sum), algo, h.Size()*2)
+	}
+	return h, algo, sum, nil
+}

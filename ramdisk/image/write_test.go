@@ -1,0 +1,263 @@
+package image
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/bmedge/bmedge/ramdisk/disk"
+)
+
+// testImage returns size bytes that look like a disk image: stretches of
+// zeros between random data, so that compression does something.
+func testImage(size int) []byte {
+	r := rand.New(rand.NewPCG(3, 4))
+	b := make([]byte, size)
+	for i := 0; i < size; i += 64 << 10 {
+		if (i/(64<<10))%2 == 0 {
+			end := min(i+(64<<10), size)
+			for j := i; j < end; j++ {
+				b[j] = byte(r.Uint32())
+			}
+		}
+	}
+	return b
+}
+
+func gzipped(b []byte) []byte {
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	w.Write(b)
+	w.Close()
+	return buf.Bytes()
+}
+
+func zstded(b []byte) []byte {
+	w, _ := zstd.NewWriter(nil)
+	return w.EncodeAll(b, nil)
+}
+
+func sha256hex(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+func sha512hex(b []byte) string { s := sha512.Sum512(b); return hex.EncodeToString(s[:]) }
+
+// imageServer serves files by path and a few broken behaviours.
+func imageServer(t testing.TB, files map[string][]byte) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, "/")
+		kind, file, _ := strings.Cut(name, "/")
+		body, ok := files[file]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		switch kind {
+		case "ok":
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.Write(body)
+		case "cut": // promises the full length, sends half, drops the connection
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.Write(body[:len(body)/2])
+			w.(http.Flusher).Flush()
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		case "cutchunked": // no length: chunked encoding, aborted midway
+			w.Write(body[:len(body)/2])
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		case "stall": // sends half, then nothing
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.Write(body[:len(body)/2])
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// targetFile makes a size-byte file of 0xFF bytes standing in for a disk.
+func targetFile(t testing.TB, size int) disk.Device {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "target.img")
+	if err := os.WriteFile(p, bytes.Repeat([]byte{0xFF}, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := disk.FromPath(p, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestWrite(t *testing.T) {
+	img := testImage(3<<20 + 777)
+	gz, zs := gzipped(img), zstded(img)
+	srv := imageServer(t, map[string][]byte{
+		"img.raw": img, "img.gz": gz, "img.zst": zs,
+		"qcow.img": append([]byte("QFI\xfb\x00\x00\x00\x03"), make([]byte, 1000)...),
+		"xz.img":   append([]byte{0xfd, '7', 'z', 'X', 'Z', 0}, make([]byte, 100)...),
+		"empty":    {},
+	})
+	big := testImage(9 << 20)
+	srvBig := imageServer(t, map[string][]byte{"big.raw": big, "big.gz": gzipped(big)})
+
+	cases := []struct {
+		name     string
+		url      string
+		opts     Options
+		target   int // target size; default 8 MiB
+		wantErr  string
+		wantComp string
+	}{
+		{name: "raw sha256", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img)}, wantComp: CompressionNone},
+		{name: "gzip sha512 (checksum of compressed file)", url: srv.URL + "/ok/img.gz", opts: Options{Checksum: sha512hex(gz)}, wantComp: CompressionGzip},
+		{name: "zstd with algo prefix", url: srv.URL + "/ok/img.zst", opts: Options{Checksum: "SHA256:" + strings.ToUpper(sha256hex(zs))}, wantComp: CompressionZstd},
+		{name: "explicit algo", url: srv.URL + "/ok/img.gz", opts: Options{Checksum: sha256hex(gz), ChecksumAlgo: "sha256"}, wantComp: CompressionGzip},
+		{name: "no checksum allowed explicitly", url: srv.URL + "/ok/img.raw", opts: Options{InsecureSkipChecksum: true}, wantComp: CompressionNone},
+
+		{name: "checksum mismatch names both digests", url: srv.URL + "/ok/img.gz", opts: Options{Checksum: sha256hex(img)},
+			wantErr: "expected sha256 " + sha256hex(img) + ", actual sha256 " + sha256hex(gz)},
+		{name: "no checksum", url: srv.URL + "/ok/img.raw", wantErr: "no image checksum given"},
+		{name: "md5 refused", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: strings.Repeat("a", 32)}, wantErr: "md5"},
+		{name: "algo/length disagree", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), ChecksumAlgo: "sha512"}, wantErr: "sha512 has 128"},
+		{name: "404", url: srv.URL + "/ok/missing", opts: Options{Checksum: sha256hex(img)}, wantErr: "404 Not Found"},
+		{name: "connection cut (content-length)", url: srv.URL + "/cut/img.raw", opts: Options{Checksum: sha256hex(img)}, wantErr: "unexpected EOF"},
+		{name: "connection cut (chunked raw)", url: srv.URL + "/cutchunked/img.raw", opts: Options{Checksum: sha256hex(img)}, wantErr: "unexpected EOF"},
+		{name: "connection cut (chunked gzip)", url: srv.URL + "/cutchunked/img.gz", opts: Options{Checksum: sha256hex(gz)}, wantErr: "unexpected EOF"},
+		{name: "connection cut (zstd)", url: srv.URL + "/cut/img.zst", opts: Options{Checksum: sha256hex(zs)}, wantErr: "unexpected EOF"},
+		{name: "stalled server", url: srv.URL + "/stall/img.raw", opts: Options{Checksum: sha256hex(img), StallTimeout: 300 * time.Millisecond}, wantErr: "no data received for 300ms"},
+		{name: "raw image larger than device (known before writing)", url: srvBig.URL + "/ok/big.raw", opts: Options{Checksum: sha256hex(big)}, wantErr: "is larger than"},
+		{name: "gzip image larger than device (found while writing)", url: srvBig.URL + "/ok/big.gz", opts: Options{InsecureSkipChecksum: true}, wantErr: "is larger than"},
+		{name: "qcow2 refused", url: srv.URL + "/ok/qcow.img", opts: Options{InsecureSkipChecksum: true}, wantErr: "qcow2"},
+		{name: "xz refused", url: srv.URL + "/ok/xz.img", opts: Options{InsecureSkipChecksum: true}, wantErr: "xz"},
+		{name: "empty image", url: srv.URL + "/ok/empty", opts: Options{InsecureSkipChecksum: true}, wantErr: "empty"},
+		{name: "not http", url: "ftp://example/img", opts: Options{InsecureSkipChecksum: true}, wantErr: "not http"},
+		{name: "short write", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), Open: shortWriter}, wantErr: "short write"},
+		{name: "write error", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), Open: failingWriter}, wantErr: "input/output error"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			size := c.target
+			if size == 0 {
+				size = 8 << 20
+			}
+			dev := targetFile(t, size)
+			var last Progress
+			c.opts.Progress = func(p Progress) { last = p }
+			res, err := Write(t.Context(), Source{URL: c.url}, dev, c.opts)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err = %v, want containing %q", err, c.wantErr)
+				}
+				t.Logf("error: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(dev.Path)
+			if !bytes.Equal(got[:len(img)], img) {
+				t.Fatal("device content differs from the image")
+			}
+			if got[len(img)] != 0xFF || got[len(got)-1] != 0xFF {
+				t.Fatal("bytes past the image were changed")
+			}
+			if res.Compression != c.wantComp || res.Written != uint64(len(img)) || res.Reread != "not a block device" {
+				t.Errorf("result = %+v", res)
+			}
+			if last.Written != uint64(len(img)) || last.Downloaded == 0 || last.DownloadTotal != last.Downloaded {
+				t.Errorf("last progress = %+v", last)
+			}
+		})
+	}
+}
+
+func TestWriteFromReader(t *testing.T) {
+	img := testImage(1<<20 + 3)
+	dev := targetFile(t, 2<<20)
+	res, err := Write(t.Context(), Source{Reader: bytes.NewReader(zstded(img))}, dev, Options{InsecureSkipChecksum: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Compression != CompressionZstd || res.Written != uint64(len(img)) {
+		t.Fatalf("result = %+v", res)
+	}
+	// A reader that fails midway is an error, never success.
+	broken := io.MultiReader(bytes.NewReader(img[:1000]), iotestErrReader{io.ErrUnexpectedEOF})
+	if _, err := Write(t.Context(), Source{Reader: broken}, dev, Options{InsecureSkipChecksum: true}); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("truncated reader: err = %v", err)
+	}
+	// Read-only and virtual media targets are refused.
+	for _, d := range []disk.Device{{Path: "/dev/sr0", VirtualMedia: true}, {Path: "/dev/sdx", ReadOnly: true}} {
+		if _, err := Write(t.Context(), Source{Reader: bytes.NewReader(img)}, d, Options{InsecureSkipChecksum: true}); err == nil {
+			t.Errorf("Write to %+v succeeded", d)
+		}
+	}
+}
+
+type iotestErrReader struct{ err error }
+
+func (r iotestErrReader) Read([]byte) (int, error) { return 0, r.err }
+
+type brokenTarget struct {
+	disk.Target
+	short bool
+}
+
+func (b brokenTarget) WriteAt(p []byte, off int64) (int, error) {
+	if b.short {
+		n, err := b.Target.WriteAt(p[:len(p)/2], off)
+		return n, err // short, without an error: a broken driver
+	}
+	return 0, syscall.EIO
+}
+
+func shortWriter(path string, mode disk.OpenMode) (disk.Target, error) {
+	t, err := disk.OpenFile(path, mode)
+	return brokenTarget{Target: t, short: true}, err
+}
+
+func failingWriter(path string, mode disk.OpenMode) (disk.Target, error) {
+	t, err := disk.OpenFile(path, mode)
+	return brokenTarget{Target: t}, err
+}
+
+// BenchmarkWriteImage streams a 32 MiB image over loopback HTTP to a temp
+// file: raw, and zstd-compressed, with sha256.
+func BenchmarkWriteImage(b *testing.B) {
+	img := testImage(32 << 20)
+	zs := zstded(img)
+	srv := imageServer(b, map[string][]byte{"img.raw": img, "img.zst": zs})
+	for _, bc := range []struct{ name, file, sum string }{
+		{"raw", "img.raw", sha256hex(img)},
+		{"zstd", "img.zst", sha256hex(zs)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			dev := targetFile(b, 33<<20)
+			b.SetBytes(int64(len(img)))
+			for b.Loop() {
+				if _, err := Write(b.Context(), Source{URL: srv.URL + "/ok/" + bc.file}, dev, Options{Checksum: bc.sum}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

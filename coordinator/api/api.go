@@ -216,7 +216,7 @@ func (s *Server) root(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) v1(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, 200, map[string]any{"id": "v1", "links": link(r, "/v1/"), "version": s.versionDoc(r),
-		"media_types": []map[string]string{{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}},
+	types := []map[string]string{{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}}
+	writeJSON(w, 200, map[string]any{"id": "v1", "links": link(r, "/v1/"), "version": s.versionDoc(r), "media_types": types,
 		"nodes": link(r, "/v1/nodes/"), "ports": link(r, "/v1/ports/"), "drivers": link(r, "/v1/drivers/")})
 }

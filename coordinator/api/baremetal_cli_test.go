@@ -305,7 +305,16 @@ func TestBaremetalCLI(t *testing.T) {
 	// message and exits non-zero; nothing changes.
 	var r cliResult
 	parallel(t, func() { cliState("active") }, func() { r = bm.run("node", "provide", "bm1") })
-	code, msg := api.Verb(id, "provide", nil)
+	code, body := api.Verb(id, "provide", nil)
+	// Ironic's error body: error_message holds a JSON document whose
+	// faultstring is what clients print.
+	var fault struct {
+		Faultstring string `json:"faultstring"`
+	}
+	if err := json.Unmarshal([]byte(body), &fault); err != nil {
+		t.Fatalf("API provide on active: error_message %q is not Ironic's JSON fault: %v", body, err)
+	}
+	msg := fault.Faultstring
 	if code != 400 || !strings.Contains(msg, "provide") || !strings.Contains(msg, "active") {
 		t.Fatalf("API provide on active: %d %q", code, msg)
 	}

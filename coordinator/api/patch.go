@@ -202,7 +202,9 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 	s.portList(w, r, node)
 }
 
-func (s *Server) nodePorts(w http.ResponseWriter, r *http.Request) { s.portList(w, r, r.PathValue("id")) }
+func (s *Server) nodePorts(w http.ResponseWriter, r *http.Request) {
+	s.portList(w, r, r.PathValue("id"))
+}
 
 func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 	var body struct {

@@ -241,6 +241,12 @@ func (c *Client) Verb(id, target string, extra map[string]any) (int, string) {
 		ErrorMessage string `json:"error_message"`
 	}
 	code := c.Do("PUT", "/v1/nodes/"+id+"/states/provision", body, &e)
+	var inner struct {
+		Faultstring string `json:"faultstring"`
+	}
+	if json.Unmarshal([]byte(e.ErrorMessage), &inner) == nil && inner.Faultstring != "" {
+		return code, inner.Faultstring
+	}
 	return code, e.ErrorMessage
 }
 

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests need (make test runs this first):
+#   python3-ironicclient  the `baremetal` CLI (coordinator/api/baremetal_cli_test.go)
+#   mosquitto             an external MQTT broker for the broker tests
+#   mosquitto-clients     mosquitto_pub / mosquitto_sub
+# Idempotent and non-interactive; a quick no-op when everything is there.
+# It never leaves a service running: the tests start their own mosquitto on
+# a random loopback port, so the system one that Debian's package would
+# start on port 1883 is forbidden during the install and disabled after.
+set -euo pipefail
+
+PACKAGES=(python3-ironicclient mosquitto mosquitto-clients)
+
+installed() {
+	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'
+}
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+	installed "$p" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+	if command -v sudo >/dev/null 2>&1; then
+		SUDO=(sudo -n)
+	else
+		echo "install-test-deps: missing ${missing[*]}; run as root or install them with apt-get" >&2
+		exit 1
+	fi
+fi
+
+echo "install-test-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+
+# Forbid service starts while installing (invoke-rc.d honours policy-rc.d),
+# unless the machine already has its own policy.
+policy=/usr/sbin/policy-rc.d
+ours=0
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\n# installed by bmedge scripts/install-test-deps.sh for the duration of an install\nexit 101\n' |
+		"${SUDO[@]}" tee "$policy" >/dev/null
+	"${SUDO[@]}" chmod 755 "$policy"
+	ours=1
+fi
+cleanup() {
+	if [ "$ours" = 1 ]; then "${SUDO[@]}" rm -f "$policy"; fi
+}
+trap cleanup EXIT
+
+"${SUDO[@]}" apt-get update -qq
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
+	-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
+
+# Should the broker we just installed have started anyway (a machine with
+# its own policy-rc.d), stop it and keep it from starting at boot.
+if [[ " ${missing[*]} " == *" mosquitto "* ]]; then
+	if command -v systemctl >/dev/null 2>&1; then
+		"${SUDO[@]}" systemctl disable --now mosquitto >/dev/null 2>&1 || true
+	fi
+	if [ -x /etc/init.d/mosquitto ]; then
+		"${SUDO[@]}" /etc/init.d/mosquitto stop >/dev/null 2>&1 || true
+	fi
+fi
+
+for p in "${PACKAGES[@]}"; do
+	if ! installed "$p"; then
+		echo "install-test-deps: $p is still not installed" >&2
+		exit 1
+	fi
+done
+echo "install-test-deps: done"

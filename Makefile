@@ -12,7 +12,7 @@ run: build
 	scripts/run.sh
 
 # Installs the test dependencies (Debian packages), then runs every test.
-test: deps
+test: deps ramdisk
 	$(GO) vet ./...
 	BM_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 30m ./...
 

@@ -354,6 +354,16 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 				if s.Step == "write_image" {
 					args = imageArgs(n.InstanceInfo, s.Args)
 				}
+				// Ironic's root device hints live in the node's properties.
+				if rd, ok := n.Properties["root_device"]; ok && (s.Step == "write_image" || s.Step == "inspect_hardware") {
+					args = maps.Clone(args)
+					if args == nil {
+						args = map[string]any{}
+					}
+					if _, set := args["root_device"]; !set {
+						args["root_device"] = rd
+					}
+				}
 				m.sendInband(n, &s, args, now, out)
 				m.enterWait(n, now, out)
 				return

@@ -146,11 +146,19 @@ func Site(t testing.TB, c *server.Coordinator, name string, sim agent.SimOptions
 // StartAgent runs an edge agent with creds until the test ends.
 func StartAgent(t testing.TB, creds agent.Credentials, sim agent.SimOptions) *agent.Agent {
 	t.Helper()
-	if sim.Heartbeat == 0 {
-		sim.Heartbeat = 500 * time.Millisecond
+	return StartAgentConfig(t, creds, agent.Config{Sim: sim})
+}
+
+// StartAgentConfig runs an edge agent with creds and cfg (site, broker and
+// credentials come from creds) until the test ends.
+func StartAgentConfig(t testing.TB, creds agent.Credentials, cfg agent.Config) *agent.Agent {
+	t.Helper()
+	if cfg.Sim.Heartbeat == 0 {
+		cfg.Sim.Heartbeat = 500 * time.Millisecond
 	}
-	a := agent.New(agent.Config{Site: creds.Site, BrokerURL: creds.BrokerURL, Username: creds.Username, Password: creds.Password,
-		ResendInterval: 500 * time.Millisecond, Sim: sim, Log: Logger(t)})
+	cfg.Site, cfg.BrokerURL, cfg.Username, cfg.Password = creds.Site, creds.BrokerURL, creds.Username, creds.Password
+	cfg.ResendInterval, cfg.Log = 500*time.Millisecond, Logger(t)
+	a := agent.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

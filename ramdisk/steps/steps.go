@@ -66,7 +66,7 @@ func (r *Runner) Steps() (clean, deploy []protocol.Step) {
 func (r *Runner) Run(ctx context.Context, step protocol.Step, progress func(float64, string)) (map[string]any, error) {
 	switch step.Interface + "." + step.Step {
 	case "deploy.inspect_hardware":
-		return r.inspect(ctx)
+		return r.inspect(ctx, step.Args)
 	case "deploy.erase_devices_metadata":
 		return r.eraseMetadata(ctx, progress)
 	case "deploy.erase_devices":
@@ -89,12 +89,16 @@ func asMap(v any) map[string]any {
 	return m
 }
 
-func (r *Runner) inspect(ctx context.Context) (map[string]any, error) {
+func (r *Runner) inspect(ctx context.Context, args map[string]any) (map[string]any, error) {
+	hints, err := rootHints(args)
+	if err != nil {
+		return nil, err
+	}
 	inv, err := inventory.Collect(ctx, inventory.Options{Logger: r.Log})
 	if err != nil {
 		return nil, err
 	}
-	props, err := inventory.Properties(inv)
+	props, err := inventory.PropertiesWithHints(inv, hints)
 	if err != nil {
 		return nil, err
 	}
@@ -167,12 +171,9 @@ func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress f
 		sum, _ = args["image_checksum"].(string)
 		algo = ""
 	}
-	var hints image.RootDeviceHints
-	if rd, ok := args["root_device"]; ok {
-		b, _ := json.Marshal(rd)
-		if err := json.Unmarshal(b, &hints); err != nil {
-			return nil, fmt.Errorf("root_device hints: %w", err)
-		}
+	hints, err := rootHints(args)
+	if err != nil {
+		return nil, err
 	}
 	devs, err := r.devices()
 	if err != nil {
@@ -192,4 +193,18 @@ func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress f
 		return nil, err
 	}
 	return map[string]any{"image": asMap(res)}, nil
+}
+
+// rootHints reads Ironic's root_device hints from a step's args.
+func rootHints(args map[string]any) (image.RootDeviceHints, error) {
+	var hints image.RootDeviceHints
+	rd, ok := args["root_device"]
+	if !ok || rd == nil {
+		return hints, nil
+	}
+	b, _ := json.Marshal(rd)
+	if err := json.Unmarshal(b, &hints); err != nil {
+		return hints, fmt.Errorf("root_device hints %s: %w", b, err)
+	}
+	return hints, nil
 }

@@ -1,0 +1,256 @@
+package ramdisk_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/testrig"
+)
+
+// need returns the built ramdisk, or skips (fails under make test).
+func need(t *testing.T) (kernel, initrd string) {
+	t.Helper()
+	dir, _ := filepath.Abs("../build/ramdisk")
+	kernel, initrd = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.xz")
+	_, err1 := os.Stat(kernel)
+	_, err2 := os.Stat(initrd)
+	_, err3 := exec.LookPath("qemu-system-x86_64")
+	if err1 != nil || err2 != nil || err3 != nil {
+		if os.Getenv("BM_REQUIRE_ALL") == "1" {
+			t.Fatalf("the ramdisk or QEMU is missing (run make ramdisk): %v %v %v", err1, err2, err3)
+		}
+		t.Skip("the ramdisk or QEMU is missing; run make ramdisk (make test does)")
+	}
+	return kernel, initrd
+}
+
+func randomFile(t *testing.T, path string, size int64, seed uint64) []byte {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	buf := make([]byte, 4<<20)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var first []byte
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		for i := 0; i < len(buf); i += 8 {
+			v := r.Uint64()
+			for j := 0; j < 8; j++ {
+				buf[i+j] = byte(v >> (8 * j))
+			}
+		}
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = append([]byte(nil), buf...)
+		}
+	}
+	return first
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// TestQEMURamdisk boots the real ramdisk in QEMU against the real
+// coordinator: inspect, provide (the disk then reads all zeroes), deploy a
+// raw image, undeploy, a wrong checksum, rebuild with a zstd image.
+func TestQEMURamdisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU several times")
+	}
+	kernel, initrd := need(t)
+	dir := t.TempDir()
+	diskPath := filepath.Join(dir, "disk.raw")
+	const diskSize = 1 << 30
+	randomFile(t, diskPath, diskSize, 1)
+
+	// Images, served on loopback; the guest reaches it as 10.0.2.2.
+	img := make([]byte, 48<<20)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := 0; i < len(img); i += 8 {
+		v := rng.Uint64()
+		for j := 0; j < 8; j++ {
+			img[i+j] = byte(v >> (8 * j))
+		}
+	}
+	var zst bytes.Buffer
+	zw, _ := zstd.NewWriter(&zst)
+	zw.Write(img[:32<<20])
+	zw.Close()
+	files := map[string][]byte{"/raw.img": img, "/img.zst": zst.Bytes()}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(b)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	imgURL := func(p string) string { return "http://10.0.2.2:" + itoa(port) + p }
+
+	c := testrig.Coordinator(t, testrig.Options{})
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
+		t.Fatalf("site: %d", code)
+	}
+	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
+	testrig.StartAgentConfig(t, creds, agent.Config{QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
+		BrokerURL: "mqtt://10.0.2.2:" + mqttPort, Cmdline: "bm.ip=10.0.2.15/24 bm.gw=10.0.2.2"}})
+	console := filepath.Join(dir, "console.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(console)
+			t.Logf("VM console (last 4 KiB):\n%s", tail(b, 4096))
+		}
+	})
+	var n testrig.Node
+	// The root device hint picks the 1 GiB disk (by default, as in Ironic,
+	// only disks of 4 GiB and more are root disk candidates).
+	body := map[string]any{"name": "vm1", "driver": "qemu-dev", "conductor_group": "lab",
+		"properties":  map[string]any{"root_device": map[string]any{"serial": "DISK0"}},
+		"driver_info": map[string]any{"qemu_disk": diskPath, "qemu_disk_serial": "DISK0", "qemu_console": console, "qemu_memory_mb": 1024}}
+	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	id := n.UUID
+	step := func(verb, want string, extra map[string]any, timeout time.Duration) testrig.Node {
+		t.Helper()
+		start := time.Now()
+		cl.MustVerb(id, verb, extra)
+		got := cl.WaitRest(id, timeout)
+		t.Logf("%s: %s in %.1fs %s", verb, got.State, time.Since(start).Seconds(), got.LastError)
+		if got.State != want {
+			t.Fatalf("%s ended in %q, want %q: %s", verb, got.State, want, got.LastError)
+		}
+		return got
+	}
+	step("manage", "manageable", nil, 30*time.Second)
+	n = step("inspect", "manageable", nil, 3*time.Minute)
+	mem, _ := n.Properties["memory_mb"].(float64)
+	if n.Properties["cpus"] != 1.0 || n.Properties["local_gb"] != 1.0 || mem < 900 || mem > 1100 {
+		t.Fatalf("properties do not match the VM (1 CPU, 1024 MiB, 1 GiB disk): %v", n.Properties)
+	}
+	var inv struct {
+		Inventory map[string]any `json:"inventory"`
+	}
+	cl.Do("GET", "/v1/nodes/vm1/inventory", nil, &inv)
+	if !strings.Contains(jsonString(inv.Inventory), "DISK0") {
+		t.Fatalf("inventory lacks the disk serial DISK0: %s", jsonString(inv.Inventory))
+	}
+
+	step("provide", "available", nil, 8*time.Minute)
+	if off := firstNonZero(t, diskPath); off >= 0 {
+		t.Fatalf("after cleaning the disk has a non-zero byte at %d", off)
+	}
+
+	patch := func(ops ...map[string]any) {
+		if code := cl.Do("PATCH", "/v1/nodes/vm1", ops, nil); code != 200 {
+			t.Fatalf("patch: %d", code)
+		}
+	}
+	patch(map[string]any{"op": "add", "path": "/instance_info/image_source", "value": imgURL("/raw.img")},
+		map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(img)})
+	step("active", "active", nil, 5*time.Minute)
+	if !bytes.Equal(readHead(t, diskPath, len(img)), img) {
+		t.Fatal("the disk does not hold the raw image after deploy")
+	}
+	step("deleted", "available", nil, 8*time.Minute)
+
+	// A wrong checksum fails the deploy, naming both digests.
+	wrong := strings.Repeat("0", 64)
+	patch(map[string]any{"op": "add", "path": "/instance_info/image_source", "value": imgURL("/img.zst")},
+		map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": wrong})
+	n = step("active", "deploy failed", nil, 5*time.Minute)
+	if !strings.Contains(n.LastError, wrong) || !strings.Contains(n.LastError, sha(zst.Bytes())) {
+		t.Fatalf("last_error does not name expected and actual digests: %s", n.LastError)
+	}
+	patch(map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(zst.Bytes())})
+	step("rebuild", "active", nil, 5*time.Minute)
+	if !bytes.Equal(readHead(t, diskPath, 32<<20), img[:32<<20]) {
+		t.Fatal("the disk does not hold the decompressed zstd image after rebuild")
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+func jsonString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func readHead(t *testing.T, path string, n int) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := io.ReadFull(f, b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// firstNonZero returns the offset of the first non-zero byte, or -1.
+func firstNonZero(t *testing.T, path string) int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4<<20)
+	var off int64
+	for {
+		n, err := f.Read(buf)
+		for i := 0; i < n; i++ {
+			if buf[i] != 0 {
+				return off + int64(i)
+			}
+		}
+		off += int64(n)
+		if err == io.EOF {
+			return -1
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

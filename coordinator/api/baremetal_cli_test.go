@@ -305,7 +305,11 @@ func TestBaremetalCLI(t *testing.T) {
 	// message and exits non-zero; nothing changes.
 	var r cliResult
 	parallel(t, func() { cliState("active") }, func() { r = bm.run("node", "provide", "bm1") })
-	code, body := api.Verb(id, "provide", nil)
+	var raw struct {
+		ErrorMessage string `json:"error_message"`
+	}
+	code := api.Do("PUT", "/v1/nodes/"+id+"/states/provision", map[string]any{"target": "provide"}, &raw)
+	body := raw.ErrorMessage
 	// Ironic's error body: error_message holds a JSON document whose
 	// faultstring is what clients print.
 	var fault struct {

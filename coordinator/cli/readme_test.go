@@ -12,14 +12,11 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/cli"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("BM_TEST_AS_COORDINATOR") == "1" {
-		os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
+	testrig.AsCoordinator()
 	os.Exit(m.Run())
 }
 

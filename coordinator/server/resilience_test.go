@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/cli"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 )
@@ -20,9 +19,7 @@ import (
 // TestMain lets the test binary act as the coordinator program, so that
 // tests can run it as a separate process and kill -9 it.
 func TestMain(m *testing.M) {
-	if os.Getenv("BM_TEST_AS_COORDINATOR") == "1" {
-		os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
+	testrig.AsCoordinator()
 	os.Exit(m.Run())
 }
 

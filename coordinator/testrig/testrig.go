@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/cli"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
 )
@@ -275,4 +276,14 @@ func (c *Client) CreateNode(name, site string, info map[string]any) string {
 		c.T.Fatalf("create node %s: %d", name, code)
 	}
 	return n.UUID
+}
+
+// AsCoordinator lets a test binary stand in for the coordinator program:
+// called first in TestMain, it runs the command line and exits when the
+// environment asks for it (BM_TEST_AS_COORDINATOR=1), so that tests can
+// run the coordinator as a separate process and kill -9 it.
+func AsCoordinator() {
+	if os.Getenv("BM_TEST_AS_COORDINATOR") == "1" {
+		os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
 }

@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -211,5 +213,44 @@ func TestFailureInjection(t *testing.T) {
 		if n.State != "clean failed" || !strings.Contains(n.LastError, cs.want) {
 			t.Errorf("%s: %q %q, want clean failed with %q", cs.name, n.State, n.LastError, cs.want)
 		}
+	}
+}
+
+// TestMalformedRequests: bad JSON and bad shapes are 400 with a reason,
+// and change nothing.
+func TestMalformedRequests(t *testing.T) {
+	c := testrig.Coordinator(t, testrig.Options{})
+	cl := testrig.NewClient(t, c)
+	cl.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, nil)
+	id := cl.CreateNode("m", "site1", nil)
+	raw := func(method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, cl.Base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, c := range []struct{ method, path, body, want string }{
+		{"PUT", "/v1/nodes/m/states/provision", `{"target": "manage"`, "Invalid JSON"},
+		{"PUT", "/v1/nodes/m/states/provision", `{"target": "teleport"}`, "not a valid provision target"},
+		{"PUT", "/v1/nodes/m/states/provision", `{}`, "target"},
+		{"PUT", "/v1/nodes/m/states/provision", `{"target": "clean", "clean_steps": {"interface": "deploy"}}`, "Invalid clean_steps"},
+		{"POST", "/v1/nodes", `{"driver": "fake", "name": "x", "colour": "red"}`, "Unknown attribute"},
+		{"POST", "/v1/nodes", `{"driver": "warp", "name": "y"}`, "unknown driver"},
+		{"PATCH", "/v1/nodes/m", `[{"op": "move", "path": "/name"}]`, "not supported"},
+		{"PATCH", "/v1/nodes/m", `[{"op": "replace", "path": "/provision_state", "value": "active"}]`, "cannot be patched"},
+		{"POST", "/v1/ports", `{"address": "zz:zz", "node_uuid": "m"}`, "MAC address"},
+	} {
+		code, body := raw(c.method, c.path, c.body)
+		if code != 400 || !strings.Contains(body, c.want) {
+			t.Errorf("%s %s %s: %d %s; want 400 with %q", c.method, c.path, c.body, code, body, c.want)
+		}
+	}
+	if n := cl.Get(id); n.State != "enroll" || n.Name != "m" {
+		t.Fatalf("bad requests changed the node: %+v", n)
 	}
 }

@@ -109,7 +109,8 @@ func (b *BMC) startLocked() error {
 		return fmt.Errorf("qemu BMC: refusing to open a VNC listener")
 	}
 	cmd := exec.Command(b.cfg.QEMU, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The VM dies with the agent, even when the agent is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("qemu BMC: start VM: %w", err)
 	}

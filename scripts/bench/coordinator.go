@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/server"
+)
+
+// coord is the coordinator under test: a separate process (the default,
+// so that its peak RSS is its own) or, for profiling, one inside this
+// process.
+type coord struct {
+	apiURL string
+	pid    int // whose /proc entry tells RSS and CPU
+	logf   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	inproc *server.Coordinator
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// moduleRoot is the folder of the go.mod of github.com/bmedge/bmedge
+// above the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.Contains(b, []byte("module github.com/bmedge/bmedge\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run the benchmark inside the bmedge module (no go.mod of github.com/bmedge/bmedge above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+// buildCoordinator builds ./coordinator/cmd/coordinator into dir.
+func buildCoordinator(ctx context.Context, dir string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "coordinator")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./coordinator/cmd/coordinator")
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build the coordinator: %w", err)
+	}
+	return out, nil
+}
+
+// startProcess runs `coordinator serve` with the benchmark's flags and
+// waits until its API answers.
+func startProcess(ctx context.Context, bin, tmp string, tick time.Duration) (*coord, error) {
+	api, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	mq, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logf := filepath.Join(tmp, "coordinator.log")
+	lf, err := os.Create(logf)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--data-dir", filepath.Join(tmp, "data"), "--api-listen", api, "--mqtt-listen", mq,
+		"--max-concurrent-clean", "1000000", "--max-concurrent-deploy", "1000000", "--resend-interval", "30s", "--tick", tick.String())
+	cmd.Stdout, cmd.Stderr = lf, lf
+	// Own process group: a Ctrl-C at the terminal reaches only the
+	// benchmark, which then stops the coordinator itself; and the
+	// coordinator dies with the benchmark even on kill -9.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("start the coordinator: %w", err)
+	}
+	c := &coord{apiURL: "http://" + api, pid: cmd.Process.Pid, logf: logf, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); lf.Close(); close(c.exited) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(c.apiURL + "/v1")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return c, nil
+			}
+		}
+		select {
+		case <-c.exited:
+			return c, fmt.Errorf("the coordinator exited at start:\n%s", tail(logf, 20))
+		case <-ctx.Done():
+			return c, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return c, fmt.Errorf("the coordinator's API did not answer within 30s:\n%s", tail(logf, 20))
+		}
+	}
+}
+
+// startInProcess runs the coordinator inside this process (-inprocess),
+// with the same settings as startProcess, so that -cpuprofile sees it.
+func startInProcess(ctx context.Context, tmp string, tick time.Duration) (*coord, error) {
+	mq, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logf := filepath.Join(tmp, "coordinator.log")
+	lf, err := os.Create(logf)
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	co, err := server.Start(ctx, server.Options{DataDir: filepath.Join(tmp, "data"), APIListen: "127.0.0.1:0", MQTTListen: mq,
+		Machine: fsm.Config{WaitTimeout: 30 * time.Minute, CommandTimeout: 5 * time.Minute, ResendInterval: 30 * time.Second,
+			AutomatedClean: true},
+		MaxConcurrentClean: 1000000, MaxConcurrentDeploy: 1000000, TickInterval: tick, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	return &coord{apiURL: "http://" + co.APIAddr, pid: os.Getpid(), logf: logf, inproc: co}, nil
+}
+
+// stop ends the coordinator: SIGTERM, then SIGKILL after 5 s.
+func (c *coord) stop() {
+	if c == nil {
+		return
+	}
+	if c.inproc != nil {
+		c.inproc.Close()
+		return
+	}
+	if c.cmd == nil || c.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-c.exited:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+// exitStatus says how the coordinator process ended (after alive is false).
+func (c *coord) exitStatus() string {
+	if c.cmd == nil || c.cmd.ProcessState == nil {
+		return "unknown status"
+	}
+	return c.cmd.ProcessState.String()
+}
+
+func (c *coord) alive() bool {
+	if c.exited == nil {
+		return true
+	}
+	select {
+	case <-c.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// procStatusKB reads a "Name:  N kB" line of /proc/PID/status.
+func procStatusKB(pid int, key string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, key+":") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				v, _ := strconv.ParseInt(f[1], 10, 64)
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+var clockTicks = 100.0 // USER_HZ on Linux
+
+// procCPU is the user+system CPU time of pid so far.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	// Fields after the ")" that ends the command name: state is field 3,
+	// utime 14, stime 15.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return time.Duration((u + st) / clockTicks * float64(time.Second))
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+// logLevels counts WARN and ERROR lines of a slog text log, and the most
+// frequent messages among them.
+func logLevels(path string) (warn, errs int, top string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, ""
+	}
+	defer f.Close()
+	msgs := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.Contains(line, "level=WARN"):
+			warn++
+		case strings.Contains(line, "level=ERROR"):
+			errs++
+		default:
+			continue
+		}
+		if i := strings.Index(line, "msg="); i >= 0 {
+			m := line[i+4:]
+			if strings.HasPrefix(m, `"`) {
+				if j := strings.Index(m[1:], `"`); j >= 0 {
+					m = m[1 : j+1]
+				}
+			} else if j := strings.IndexByte(m, ' '); j >= 0 {
+				m = m[:j]
+			}
+			msgs[m]++
+		}
+	}
+	best, bestN := "", 0
+	for m, k := range msgs {
+		if k > bestN {
+			best, bestN = m, k
+		}
+	}
+	if bestN > 0 {
+		top = fmt.Sprintf("%q ×%d", best, bestN)
+	}
+	return warn, errs, top
+}

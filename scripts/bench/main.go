@@ -1,0 +1,816 @@
+// Command bench drives N simulated nodes through create → manage →
+// provide → deploy → undeploy against a real coordinator process (durable
+// Badger writes, embedded MQTT broker) and an edge agent with simulated
+// nodes over real MQTT, and prints per-phase nodes/s, the latency from a
+// verb's 202 to the first command for that node on the site's MQTT topics
+// (p50/p99), and the coordinator's peak RSS.
+//
+//	go run ./scripts/bench -nodes 1000
+//	NODES=10000 make bench
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/mqttlink"
+)
+
+const site = "bench"
+
+type options struct {
+	nodes       int
+	concurrency int
+	poll        time.Duration
+	stall       time.Duration
+	tick        time.Duration
+	coordBin    string
+	keep        bool
+	inprocess   bool
+	cpuprofile  string
+	memprofile  string
+	observe     bool
+	failStep    string
+	verbose     bool
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.nodes, "nodes", 1000, "simulated nodes to drive through the cycle")
+	flag.IntVar(&o.concurrency, "concurrency", 64, "concurrent HTTP clients issuing verbs")
+	flag.DurationVar(&o.poll, "poll", 50*time.Millisecond, "shortest pause between counts of nodes in the target state (it grows to 10× the last count's duration, to keep polling under ~10% of one core)")
+	flag.DurationVar(&o.stall, "stall", 60*time.Second, "fail a phase when no node moves for this long")
+	flag.DurationVar(&o.tick, "tick", time.Second, "the coordinator's --tick")
+	flag.StringVar(&o.coordBin, "coordinator", "", "coordinator binary to run (default: build ./coordinator/cmd/coordinator into a temp folder)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temp folder (data dir, coordinator log)")
+	flag.BoolVar(&o.inprocess, "inprocess", false, "run the coordinator inside the benchmark process (for -cpuprofile; RSS is then of both)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the benchmark process (with -inprocess: coordinator too)")
+	flag.StringVar(&o.memprofile, "memprofile", "", "write a heap profile of the benchmark process after the last phase (with -inprocess: coordinator too)")
+	flag.BoolVar(&o.observe, "observe", true, "subscribe a second MQTT client to the site's command topics to measure verb → command latency (-observe=false: no latency, less broker work)")
+	flag.StringVar(&o.failStep, "inject-failure", "", "make the first node's simulated ramdisk fail this in-band step (e.g. erase_devices), to check that the benchmark stops with a clear report")
+	flag.BoolVar(&o.verbose, "v", false, "log the edge agent's warnings to stderr and list the commands seen by action")
+	flag.Parse()
+	if o.nodes < 1 || o.concurrency < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -nodes and -concurrency must be at least 1")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o)
+	interrupted := ctx.Err() != nil
+	stop()
+	if err != nil {
+		if interrupted {
+			fmt.Fprintln(os.Stderr, "bench: interrupted; coordinator stopped and temp folder removed")
+		} else {
+			fmt.Fprintf(os.Stderr, "bench: FAILED: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// nodeRec follows one node through the phases.
+type nodeRec struct {
+	uuid string
+	mu   sync.Mutex
+	// armed: a verb was sent and its first command is not yet seen.
+	armed    bool
+	sent     time.Time // verb request started
+	accepted time.Time // 202 received
+	cmd      time.Time // first command for the node seen on MQTT
+	action   string    // that command's action
+}
+
+// observer watches the site's command topics with the site's credentials
+// (a second client, "bench-observer") and stamps the first command of
+// each armed node. The broker delivers each command to the edge agent and
+// to the observer alike, so the stamp is when the site could act on it.
+type observer struct {
+	mu    sync.RWMutex
+	byID  map[string]*nodeRec
+	total atomic.Int64
+	amu   sync.Mutex
+	byAct map[string]int
+}
+
+func (ob *observer) handle(topic string, payload []byte) {
+	var m struct {
+		Kind   string `json:"kind"`
+		Node   string `json:"node"`
+		Action string `json:"action"`
+	}
+	now := time.Now()
+	if json.Unmarshal(payload, &m) != nil || m.Kind != protocol.KindCommand {
+		return
+	}
+	ob.total.Add(1)
+	key := m.Action
+	if m.Action == protocol.ActionPower || m.Action == protocol.ActionBootDev || m.Action == protocol.ActionOOBStep || m.Action == protocol.ActionInbandRun {
+		var x struct {
+			Args map[string]any `json:"args"`
+			Step *struct {
+				Interface string `json:"interface"`
+				Step      string `json:"step"`
+			} `json:"step"`
+		}
+		_ = json.Unmarshal(payload, &x)
+		switch {
+		case x.Step != nil:
+			key += " " + x.Step.Interface + "." + x.Step.Step
+		case x.Args["state"] != nil:
+			key += fmt.Sprintf(" %v", x.Args["state"])
+		case x.Args["device"] != nil:
+			key += fmt.Sprintf(" %v", x.Args["device"])
+		}
+	}
+	ob.amu.Lock()
+	ob.byAct[key]++
+	ob.amu.Unlock()
+	ob.mu.RLock()
+	r := ob.byID[m.Node]
+	ob.mu.RUnlock()
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.armed {
+		r.armed, r.cmd, r.action = false, now, m.Action
+	}
+	r.mu.Unlock()
+}
+
+// api is a small client of the coordinator's HTTP API.
+type api struct {
+	base string
+	hc   *http.Client
+}
+
+type httpError struct {
+	code int
+	body string
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.code, e.body) }
+
+func (a *api) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-OpenStack-Ironic-API-Version", "latest")
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		msg := strings.TrimSpace(string(b))
+		if len(msg) > 300 {
+			msg = msg[:300] + "…"
+		}
+		return &httpError{code: resp.StatusCode, body: msg}
+	}
+	if out != nil && len(b) > 0 {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// retrying runs fn, again on 503 (caps), 409 (locked) and connection
+// errors, for up to a minute.
+func retrying(ctx context.Context, fn func() error) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := fn()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		var he *httpError
+		if errors.As(err, &he) && he.code != 503 && he.code != 409 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// phaseResult is one row of the table.
+type phaseResult struct {
+	name      string
+	nodes     int
+	elapsed   time.Duration
+	issued    time.Duration // until the last verb's answer
+	lat       []time.Duration
+	reqLat    []time.Duration
+	before202 int
+	noCmd     int
+	coordCPU  time.Duration
+	benchCPU  time.Duration
+	polls     int
+	pollTime  time.Duration
+	doneAt    time.Time
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(d)) + 0.5)
+	if i < 1 {
+		i = 1
+	}
+	if i > len(d) {
+		i = len(d)
+	}
+	return d[i-1]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+type bench struct {
+	o     options
+	api   *api
+	co    *coord
+	ob    *observer
+	nodes []*nodeRec
+	// sampled peaks of the coordinator's RSS, kB
+	peakAnon, peakFile int64
+}
+
+func run(ctx context.Context, o options) (err error) {
+	tmp, err := os.MkdirTemp("", "bmbench-")
+	if err != nil {
+		return err
+	}
+	var co *coord
+	defer func() {
+		if err != nil && ctx.Err() == nil && co != nil {
+			fmt.Fprintf(os.Stderr, "bench: coordinator log tail:\n%s\n", tail(co.logf, 10))
+		}
+		co.stop()
+		if o.keep {
+			fmt.Fprintf(os.Stderr, "bench: temp folder kept (-keep): %s\n", tmp)
+			return
+		}
+		os.RemoveAll(tmp)
+	}()
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+
+	if o.inprocess {
+		co, err = startInProcess(ctx, tmp, o.tick)
+	} else {
+		bin := o.coordBin
+		if bin == "" {
+			fmt.Fprintln(os.Stderr, "bench: building the coordinator…")
+			if bin, err = buildCoordinator(ctx, tmp); err != nil {
+				return err
+			}
+		}
+		co, err = startProcess(ctx, bin, tmp, o.tick)
+	}
+	if err != nil {
+		return err
+	}
+	tr := &http.Transport{MaxIdleConns: o.concurrency * 2, MaxIdleConnsPerHost: o.concurrency * 2, IdleConnTimeout: time.Minute}
+	b := &bench{o: o, co: co, api: &api{base: co.apiURL, hc: &http.Client{Transport: tr, Timeout: 2 * time.Minute}},
+		ob: &observer{byID: map[string]*nodeRec{}, byAct: map[string]int{}}}
+
+	var creds agent.Credentials
+	if err := b.api.do(ctx, "POST", "/v1/sites", map[string]string{"name": site}, &creds); err != nil {
+		return fmt.Errorf("register site: %w", err)
+	}
+
+	// The observer, then the edge agent with N simulated nodes.
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	agentLog := quiet
+	if o.verbose {
+		agentLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	var obs *mqttlink.Link
+	if o.observe {
+		obs, err = mqttlink.Dial(ctx, mqttlink.Config{URL: creds.BrokerURL, ClientID: "bench-observer", Username: creds.Username,
+			Password: creds.Password, Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
+			Handler: b.ob.handle, Logger: quiet})
+		if err != nil {
+			return err
+		}
+		defer obs.Close()
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	ag := agent.New(agent.Config{Site: creds.Site, BrokerURL: creds.BrokerURL, Username: creds.Username, Password: creds.Password,
+		Sim: agent.SimOptions{Nodes: o.nodes, StepDuration: 0, BootDelay: 0, BMCDelay: 0, Heartbeat: 30 * time.Second}, Log: agentLog})
+	agentErr := make(chan error, 1)
+	go func() { agentErr <- ag.Run(actx) }()
+	defer func() {
+		acancel()
+		select {
+		case <-agentErr:
+		case <-time.After(5 * time.Second):
+		}
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+	err = ag.AwaitUp(wctx)
+	if err == nil && obs != nil {
+		err = obs.AwaitUp(wctx)
+	}
+	wcancel()
+	if err != nil {
+		return fmt.Errorf("MQTT link of the edge agent or observer: %w", err)
+	}
+
+	fmt.Printf("bench: %d nodes, %d HTTP clients, coordinator pid %d (%s), GOMAXPROCS %d, nproc %d\n",
+		o.nodes, o.concurrency, co.pid, map[bool]string{true: "in this process", false: "separate process"}[o.inprocess],
+		runtime.GOMAXPROCS(0), runtime.NumCPU())
+
+	// Peak anonymous and file-backed RSS (Badger mmaps its files), sampled.
+	var peakAnon, peakFile atomic.Int64
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	go func() {
+		for {
+			if v := procStatusKB(co.pid, "RssAnon"); v > peakAnon.Load() {
+				peakAnon.Store(v)
+			}
+			if v := procStatusKB(co.pid, "RssFile"); v > peakFile.Load() {
+				peakFile.Store(v)
+			}
+			select {
+			case <-sctx.Done():
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+
+	var results []*phaseResult
+	phase := func(r *phaseResult, err error) error {
+		if !co.alive() {
+			return fmt.Errorf("the coordinator exited (%s): %v", co.exitStatus(), err)
+		}
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+		fmt.Fprintf(os.Stderr, "bench: %-9s %6d nodes in %7.2fs\n", r.name, r.nodes, r.elapsed.Seconds())
+		return nil
+	}
+	if err := phase(b.create(ctx)); err != nil {
+		return err
+	}
+	if err := phase(b.verb(ctx, "manage", "manage", fsm.Manageable, fsm.Enroll, fsm.Verifying)); err != nil {
+		return err
+	}
+	if err := phase(b.verb(ctx, "provide", "provide", fsm.Available, fsm.Manageable, fsm.Cleaning, fsm.CleanWait)); err != nil {
+		return err
+	}
+	if err := phase(b.setImage(ctx)); err != nil {
+		return err
+	}
+	if err := phase(b.verb(ctx, "deploy", "active", fsm.Active, fsm.Available, fsm.Deploying, fsm.DeployWait)); err != nil {
+		return err
+	}
+	if err := phase(b.verb(ctx, "undeploy", "deleted", fsm.Available, fsm.Active, fsm.Deleting, fsm.Cleaning, fsm.CleanWait)); err != nil {
+		return err
+	}
+	if o.memprofile != "" {
+		if err := writeHeap(o.memprofile); err != nil {
+			return err
+		}
+	}
+	hwm := procStatusKB(co.pid, "VmHWM")
+	selfHWM := procStatusKB(os.Getpid(), "VmHWM")
+	scancel()
+	b.peakAnon, b.peakFile = peakAnon.Load(), peakFile.Load()
+	b.report(results, hwm, selfHWM)
+	return nil
+}
+
+func writeHeap(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	return pprof.WriteHeapProfile(f)
+}
+
+// forEach runs fn for every node with the configured concurrency and
+// returns the first error.
+func (b *bench) forEach(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for w := 0; w < b.o.concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+type cpuMark struct{ coord, self time.Duration }
+
+func (b *bench) cpu() cpuMark {
+	return cpuMark{coord: procCPU(b.co.pid), self: procCPU(os.Getpid())}
+}
+
+func (b *bench) finish(r *phaseResult, start time.Time, c0 cpuMark) {
+	r.elapsed = time.Since(start)
+	c1 := b.cpu()
+	r.coordCPU, r.benchCPU = c1.coord-c0.coord, c1.self-c0.self
+	if b.o.inprocess {
+		r.benchCPU = 0
+	}
+}
+
+func (b *bench) create(ctx context.Context) (*phaseResult, error) {
+	r := &phaseResult{name: "create", nodes: b.o.nodes}
+	b.nodes = make([]*nodeRec, b.o.nodes)
+	c0, start := b.cpu(), time.Now()
+	err := b.forEach(ctx, b.o.nodes, func(ctx context.Context, i int) error {
+		var n struct {
+			UUID string `json:"uuid"`
+		}
+		body := map[string]any{"name": fmt.Sprintf("bench-%06d", i), "driver": "fake", "conductor_group": site}
+		if i == 0 && b.o.failStep != "" {
+			body["driver_info"] = map[string]any{"fake_fail_step": b.o.failStep}
+		}
+		if err := retrying(ctx, func() error { return b.api.do(ctx, "POST", "/v1/nodes", body, &n) }); err != nil {
+			return fmt.Errorf("create node %d: %w", i, err)
+		}
+		if n.UUID == "" {
+			return fmt.Errorf("create node %d: no uuid in the answer", i)
+		}
+		rec := &nodeRec{uuid: n.UUID}
+		b.nodes[i] = rec
+		b.ob.mu.Lock()
+		b.ob.byID[n.UUID] = rec
+		b.ob.mu.Unlock()
+		return nil
+	})
+	r.issued = time.Since(start)
+	b.finish(r, start, c0)
+	return r, err
+}
+
+func (b *bench) setImage(ctx context.Context) (*phaseResult, error) {
+	r := &phaseResult{name: "set image", nodes: b.o.nodes}
+	c0, start := b.cpu(), time.Now()
+	patch := []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": "http://127.0.0.1:1/bench.img"}}
+	err := b.forEach(ctx, b.o.nodes, func(ctx context.Context, i int) error {
+		return retrying(ctx, func() error { return b.api.do(ctx, "PATCH", "/v1/nodes/"+b.nodes[i].uuid, patch, nil) })
+	})
+	r.issued = time.Since(start)
+	b.finish(r, start, c0)
+	return r, err
+}
+
+// verb sends target to every node, then waits until all are in want.
+func (b *bench) verb(ctx context.Context, name, target string, want fsm.State, via ...fsm.State) (*phaseResult, error) {
+	r := &phaseResult{name: name, nodes: b.o.nodes}
+	c0, start := b.cpu(), time.Now()
+	err := b.forEach(ctx, b.o.nodes, func(ctx context.Context, i int) error {
+		rec := b.nodes[i]
+		return retrying(ctx, func() error {
+			rec.mu.Lock()
+			rec.armed, rec.sent, rec.accepted, rec.cmd, rec.action = true, time.Now(), time.Time{}, time.Time{}, ""
+			rec.mu.Unlock()
+			err := b.api.do(ctx, "PUT", "/v1/nodes/"+rec.uuid+"/states/provision", map[string]any{"target": target}, nil)
+			now := time.Now()
+			rec.mu.Lock()
+			if err == nil {
+				rec.accepted = now
+			} else {
+				rec.armed = false
+			}
+			rec.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("%s on node %s: %w", target, rec.uuid, err)
+			}
+			return nil
+		})
+	})
+	r.issued = time.Since(start)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.await(ctx, r, want, via); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	b.finish(r, start, c0)
+	r.elapsed = r.doneAt.Sub(start)
+	for _, rec := range b.nodes {
+		if !b.o.observe {
+			break
+		}
+		rec.mu.Lock()
+		switch {
+		case rec.cmd.IsZero():
+			r.noCmd++
+		case rec.cmd.Before(rec.accepted):
+			r.before202++
+			r.lat = append(r.lat, 0)
+			r.reqLat = append(r.reqLat, rec.cmd.Sub(rec.sent))
+		default:
+			r.lat = append(r.lat, rec.cmd.Sub(rec.accepted))
+			r.reqLat = append(r.reqLat, rec.cmd.Sub(rec.sent))
+		}
+		rec.armed = false
+		rec.mu.Unlock()
+	}
+	sort.Slice(r.lat, func(i, j int) bool { return r.lat[i] < r.lat[j] })
+	sort.Slice(r.reqLat, func(i, j int) bool { return r.reqLat[i] < r.reqLat[j] })
+	return r, nil
+}
+
+type listed struct {
+	Nodes []struct {
+		UUID      string  `json:"uuid"`
+		State     string  `json:"provision_state"`
+		Target    *string `json:"target_provision_state"`
+		LastError *string `json:"last_error"`
+	} `json:"nodes"`
+}
+
+// failedState tells a state from which the cycle cannot go on by itself.
+func failedState(s string) bool {
+	return strings.HasSuffix(s, "failed") || s == "error"
+}
+
+// histogram lists every node's state and fails on nodes that failed.
+func (b *bench) histogram(ctx context.Context, want string) (map[string]int, error) {
+	var l listed
+	q := fmt.Sprintf("/v1/nodes?conductor_group=%s&fields=uuid,provision_state,target_provision_state,last_error&limit=%d", site, b.o.nodes+1)
+	if err := b.api.do(ctx, "GET", q, nil, &l); err != nil {
+		return nil, err
+	}
+	h := map[string]int{}
+	var bad []string
+	for _, n := range l.Nodes {
+		h[n.State]++
+		resting := n.Target == nil || *n.Target == ""
+		if failedState(n.State) || (resting && n.State != want && n.LastError != nil && *n.LastError != "") {
+			if len(bad) < 3 {
+				e := ""
+				if n.LastError != nil {
+					e = *n.LastError
+				}
+				bad = append(bad, fmt.Sprintf("%s in %q: %s", n.UUID, n.State, e))
+			}
+		}
+	}
+	if len(bad) > 0 {
+		return h, fmt.Errorf("nodes failed (states %s), e.g.\n  %s", fmtHist(h), strings.Join(bad, "\n  "))
+	}
+	return h, nil
+}
+
+func fmtHist(h map[string]int) string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, h[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// failedStates are where a node stops by itself when something went wrong.
+var failedStates = []fsm.State{fsm.CleanFailed, fsm.DeployFailed, fsm.Error, fsm.InspectFailed, fsm.RescueFailed, fsm.UnrescueFailed}
+
+// count returns how many nodes of the site are in state.
+func (b *bench) count(ctx context.Context, state fsm.State) (int, error) {
+	var l listed
+	q := fmt.Sprintf("/v1/nodes?conductor_group=%s&provision_state=%s&fields=uuid&limit=%d", site, url.QueryEscape(string(state)), b.o.nodes+1)
+	if err := b.api.do(ctx, "GET", q, nil, &l); err != nil {
+		return 0, err
+	}
+	return len(l.Nodes), nil
+}
+
+// await polls until every node is in want. The API renders every node it
+// lists, so each poll asks for the smaller side: while fewer than half are
+// done it counts the nodes in want, after that the nodes still on the way
+// (the phase's other states, via, and the failed states). Between polls
+// it pauses at least 10× the last poll's duration (polling costs the
+// coordinator under ~10% of one core), and every 2 s it lists all states
+// to catch failures early.
+func (b *bench) await(ctx context.Context, r *phaseResult, want fsm.State, via []fsm.State) error {
+	n := b.o.nodes
+	remaining, lastRemaining, lastMove, lastHist := n, -1, time.Now(), time.Now()
+	forceDone := false
+	for {
+		t0 := time.Now()
+		if remaining > n/2 || forceDone {
+			done, err := b.count(ctx, want)
+			if err != nil {
+				return err
+			}
+			remaining = n - done
+		} else {
+			sum := 0
+			for _, st := range append(append([]fsm.State{}, via...), failedStates...) {
+				k, err := b.count(ctx, st)
+				if err != nil {
+					return err
+				}
+				sum += k
+			}
+			remaining = sum
+			if remaining == 0 {
+				// Every node left the phase's states: confirm they are all
+				// in want (and not in a state this benchmark did not expect).
+				end := time.Now()
+				done, err := b.count(ctx, want)
+				if err != nil {
+					return err
+				}
+				if done >= n {
+					r.doneAt = end
+					r.polls++
+					r.pollTime += end.Sub(t0)
+					return nil
+				}
+				forceDone, remaining = true, n-done
+			}
+		}
+		took := time.Since(t0)
+		r.polls++
+		r.pollTime += took
+		if remaining <= 0 {
+			r.doneAt = time.Now()
+			return nil
+		}
+		if remaining != lastRemaining {
+			lastRemaining, lastMove = remaining, time.Now()
+		}
+		if !b.co.alive() {
+			return fmt.Errorf("the coordinator exited (%s)", b.co.exitStatus())
+		}
+		if time.Since(lastHist) > 2*time.Second || time.Since(lastMove) > b.o.stall {
+			lastHist = time.Now()
+			h, err := b.histogram(ctx, string(want))
+			if err != nil {
+				return err
+			}
+			if time.Since(lastMove) > b.o.stall {
+				return fmt.Errorf("no node moved for %s; %d of %d in %q; states: %s", b.o.stall, n-remaining, n, want, fmtHist(h))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(max(b.o.poll, 10*took)):
+		}
+	}
+}
+
+func (b *bench) report(rs []*phaseResult, hwmKB, selfKB int64) {
+	fmt.Println()
+	fmt.Printf("%-9s %6s %8s %8s %9s %9s %9s %9s %10s %9s\n", "phase", "nodes", "seconds", "nodes/s", "p50 ms", "p99 ms", "max ms", "req p99", "coord CPU", "bench CPU")
+	var total, cycle, coordCPU time.Duration
+	var all []time.Duration
+	notes := []string{}
+	for _, r := range rs {
+		total += r.elapsed
+		coordCPU += r.coordCPU
+		if r.name != "create" {
+			cycle += r.elapsed
+		}
+		p50, p99, mx, rq := "-", "-", "-", "-"
+		if r.lat != nil || r.noCmd > 0 {
+			p50, p99, mx, rq = ms(pct(r.lat, 0.50)), ms(pct(r.lat, 0.99)), ms(pct(r.lat, 1)), ms(pct(r.reqLat, 0.99))
+			all = append(all, r.lat...)
+		}
+		fmt.Printf("%-9s %6d %8.2f %8.1f %9s %9s %9s %9s %9.1fs %8.1fs\n", r.name, r.nodes, r.elapsed.Seconds(),
+			float64(r.nodes)/r.elapsed.Seconds(), p50, p99, mx, rq, r.coordCPU.Seconds(), r.benchCPU.Seconds())
+		if r.noCmd > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d nodes had no command seen on MQTT", r.name, r.noCmd))
+		}
+		if r.before202 > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d commands arrived before the client read the 202 (counted as 0 ms)", r.name, r.before202))
+		}
+		if r.polls > 0 {
+			notes = append(notes, fmt.Sprintf("%s: verbs issued in %.2fs; %d polls, mean %.1f ms each", r.name, r.issued.Seconds(), r.polls,
+				float64(r.pollTime)/float64(r.polls)/float64(time.Millisecond)))
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	fmt.Println()
+	fmt.Printf("total (create … undeploy):              %.2f s\n", total.Seconds())
+	fmt.Printf("cycle (manage … undeploy, with image):  %.2f s\n", cycle.Seconds())
+	if len(all) > 0 {
+		fmt.Printf("verb 202 → command on MQTT, all verbs:  p50 %s ms, p99 %s ms, max %s ms (%d samples)\n", ms(pct(all, .5)), ms(pct(all, .99)), ms(pct(all, 1)), len(all))
+	}
+	who := "coordinator"
+	if b.o.inprocess {
+		who = "coordinator + bench (one process)"
+	}
+	fmt.Printf("%s peak RSS (VmHWM):   %.1f MiB\n", who, float64(hwmKB)/1024)
+	fmt.Printf("  of which (peaks sampled every 250 ms): anonymous %.1f MiB, file-backed (Badger mmap) %.1f MiB\n",
+		float64(b.peakAnon)/1024, float64(b.peakFile)/1024)
+	if !b.o.inprocess {
+		fmt.Printf("bench process peak RSS (agent, %d sims): %.1f MiB\n", b.o.nodes, float64(selfKB)/1024)
+	}
+	fmt.Printf("coordinator CPU over the run:           %.1f s\n", coordCPU.Seconds())
+	if b.o.observe {
+		fmt.Printf("MQTT commands seen by the observer:     %d (%.1f per node)\n", b.ob.total.Load(), float64(b.ob.total.Load())/float64(b.o.nodes))
+		if b.o.verbose {
+			b.ob.amu.Lock()
+			keys := make([]string, 0, len(b.ob.byAct))
+			for k := range b.ob.byAct {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				fmt.Printf("  %-45s %7d\n", k, b.ob.byAct[k])
+			}
+			b.ob.amu.Unlock()
+		}
+	}
+	if w, e, top := logLevels(b.co.logf); w+e > 0 {
+		fmt.Printf("coordinator log: %d WARN, %d ERROR lines; most frequent %s\n", w, e, top)
+	}
+	for _, n := range notes {
+		fmt.Println("note:", n)
+	}
+	fmt.Println()
+	ok := func(b bool) string { return map[bool]string{true: "ok", false: "MISSED"}[b] }
+	latOK := "n/a (-observe=false)"
+	if len(all) > 0 {
+		latOK = ok(pct(all, .99) <= 10*time.Millisecond)
+	}
+	fmt.Printf("targets: total ≤ 60 s at 10000 nodes: %s (%.1f s for %d); p99 ≤ 10 ms: %s; RSS ≤ 1 GiB: %s\n",
+		map[bool]string{true: ok(total <= time.Minute), false: "n/a"}[b.o.nodes >= 10000], total.Seconds(), b.o.nodes,
+		latOK, ok(hwmKB <= 1<<20))
+}

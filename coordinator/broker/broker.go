@@ -6,9 +6,12 @@ package broker
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -27,18 +30,42 @@ type Credentials interface {
 type Broker struct {
 	srv  *mqtt.Server
 	Addr string
+	drop *dropHook
 }
 
-// Start listens on addr (host:port) and serves until Close.
-func Start(addr string, creds Credentials, log *slog.Logger) (*Broker, error) {
+// Handler receives a message published to a subscribed topic filter.
+// It runs on the publishing client's connection goroutine and must not
+// keep payload after it returns.
+type Handler func(topic string, payload []byte)
+
+// Start listens on addr (host:port) and serves until Close. The
+// coordinator is the broker's inline client: subs (topic filter →
+// handler) are in place before the first client can connect, and
+// Publish hands messages to the broker without a network round trip.
+func Start(addr string, creds Credentials, log *slog.Logger, subs map[string]Handler) (*Broker, error) {
 	caps := mqtt.NewDefaultServerCapabilities()
 	// Queued messages of offline sessions must not silently expire.
 	caps.MaximumMessageExpiryInterval = 0
 	caps.MaximumClientWritesPending = 4096
 	caps.MaximumSessionExpiryInterval = 7 * 24 * 3600
-	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: log.With("component", "broker"), InlineClient: false})
+	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: log.With("component", "broker"), InlineClient: true})
 	if err := srv.AddHook(&aclHook{creds: creds}, nil); err != nil {
 		return nil, err
+	}
+	drop := &dropHook{log: log.With("component", "broker")}
+	if err := srv.AddHook(drop, nil); err != nil {
+		return nil, err
+	}
+	id := 0
+	for filter, fn := range subs {
+		id++
+		fn := fn
+		err := srv.Subscribe(filter, id, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+			fn(pk.TopicName, pk.Payload)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("inline subscription to %s: %w", filter, err)
+		}
 	}
 	tcp := listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})
 	if err := srv.AddListener(tcp); err != nil {
@@ -49,11 +76,45 @@ func Start(addr string, creds Credentials, log *slog.Logger) (*Broker, error) {
 			log.Error("broker stopped", "err", err)
 		}
 	}()
-	return &Broker{srv: srv, Addr: addr}, nil
+	return &Broker{srv: srv, Addr: addr, drop: drop}, nil
 }
+
+// Publish hands a message to the broker as its inline client, which may
+// use every topic. QoS 1 applies to the subscribers' side. Delivery to a
+// subscriber whose send buffer is full is dropped by the broker (and
+// counted, see Dropped); the sender's resend loop covers it.
+func (b *Broker) Publish(_ context.Context, topic string, payload []byte, retain bool) error {
+	return b.srv.Publish(topic, payload, retain, 1)
+}
+
+// Dropped returns how many messages the broker dropped because a
+// subscriber could not keep up.
+func (b *Broker) Dropped() int64 { return b.drop.n.Load() }
 
 // Close stops the broker and drops every connection.
 func (b *Broker) Close() error { return b.srv.Close() }
+
+// dropHook counts messages the broker drops because a client's pending
+// writes are full and logs the first of each burst (never the payload).
+type dropHook struct {
+	mqtt.HookBase
+	log  *slog.Logger
+	n    atomic.Int64
+	last atomic.Int64 // unix seconds of the last log line
+}
+
+func (h *dropHook) ID() string { return "bm-drops" }
+
+func (h *dropHook) Provides(b byte) bool { return b == mqtt.OnPublishDropped }
+
+func (h *dropHook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
+	total := h.n.Add(1)
+	now := time.Now().Unix()
+	if last := h.last.Load(); now-last >= 10 && h.last.CompareAndSwap(last, now) {
+		h.log.Warn("broker dropped a message to a slow client; senders resend until acknowledged",
+			"client", cl.ID, "topic", pk.TopicName, "dropped_total", total)
+	}
+}
 
 type aclHook struct {
 	mqtt.HookBase

@@ -366,8 +366,14 @@ func (e *Engine) commit(t *tx) error {
 }
 
 func (e *Engine) enqueue(o fsm.Outgoing) {
+	// One queue per node keeps a node's messages in order. Acks name no
+	// node; their topic spreads them instead.
+	key := o.Msg.Node
+	if key == "" {
+		key = o.Topic
+	}
 	h := fnv.New32a()
-	h.Write([]byte(o.Msg.Node))
+	h.Write([]byte(key))
 	q := e.sendq[int(h.Sum32())%len(e.sendq)]
 	select {
 	case q <- o:

@@ -64,30 +64,41 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	ctx, c.cancel = context.WithCancel(ctx)
 	user, pass := e.CoordinatorCredentials()
 	c.BrokerURL = o.BrokerURL
+	subs := []string{protocol.AllNodeEvents, protocol.AllBMCEvents, protocol.AllPresence}
+	var pub engine.Publisher
 	if o.BrokerURL == "" {
-		b, err := broker.Start(o.MQTTListen, e, o.Log)
+		// The embedded broker: the coordinator is its inline client, so
+		// commands and events skip the loopback TCP round trip.
+		hs := map[string]broker.Handler{}
+		for _, f := range subs {
+			hs[f] = e.HandleMessage
+		}
+		b, err := broker.Start(o.MQTTListen, e, o.Log, hs)
 		if err != nil {
 			e.Close()
 			return nil, err
 		}
 		c.Broker = b
 		c.BrokerURL = "mqtt://" + o.MQTTListen
-	} else if o.BrokerUser != "" {
-		user, pass = o.BrokerUser, o.BrokerPassword
+		pub = b
+	} else {
+		if o.BrokerUser != "" {
+			user, pass = o.BrokerUser, o.BrokerPassword
+		}
+		link, err := mqttlink.Dial(ctx, mqttlink.Config{URL: c.BrokerURL, ClientID: "coordinator", Username: user, Password: pass,
+			Subscriptions: subs, Handler: e.HandleMessage, Logger: o.Log})
+		if err != nil {
+			c.closeParts()
+			return nil, err
+		}
+		c.Link = link
+		pub = link
 	}
 	adv := o.AdvertisedBrokerURL
 	if adv == "" {
 		adv = c.BrokerURL
 	}
-	link, err := mqttlink.Dial(ctx, mqttlink.Config{URL: c.BrokerURL, ClientID: "coordinator", Username: user, Password: pass,
-		Subscriptions: []string{protocol.AllNodeEvents, protocol.AllBMCEvents, protocol.AllPresence},
-		Handler:       e.HandleMessage, Logger: o.Log})
-	if err != nil {
-		c.closeParts()
-		return nil, err
-	}
-	c.Link = link
-	if err := e.Start(link); err != nil {
+	if err := e.Start(pub); err != nil {
 		c.closeParts()
 		return nil, err
 	}
@@ -104,10 +115,12 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 			o.Log.Error("API server stopped", "err", err)
 		}
 	}()
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := link.AwaitUp(wctx); err != nil {
-		o.Log.Warn("coordinator is not yet connected to the broker; it keeps trying", "broker", c.BrokerURL)
+	if c.Link != nil {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := c.Link.AwaitUp(wctx); err != nil {
+			o.Log.Warn("coordinator is not yet connected to the broker; it keeps trying", "broker", c.BrokerURL)
+		}
 	}
 	return c, nil
 }

@@ -100,7 +100,7 @@ type Engine struct {
 
 	secret   []byte
 	reqs     chan *request
-	sendq    []chan fsm.Outgoing
+	sendq    []sendQueue
 	stopped  chan struct{}
 	stopOnce sync.Once
 	ctx      context.Context
@@ -121,7 +121,16 @@ type tx struct {
 	batch store.Batch
 	dirty map[string]*fsm.Node
 	sends []fsm.Outgoing
-	acks  map[string][]string
+	// urgent are the first commands of verbs on idle nodes: they go out
+	// ahead of the stream of other nodes' step commands, so a verb's
+	// latency does not depend on how busy the site is.
+	urgent []fsm.Outgoing
+	acks   map[string][]string
+}
+
+// sendQueue is one publisher's queue; urgent messages go first.
+type sendQueue struct {
+	urgent, normal chan fsm.Outgoing
 }
 
 // New opens the store, loads every node and recovers the ones that were
@@ -257,7 +266,7 @@ func (e *Engine) Start(pub Publisher) error {
 	e.pub = pub
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	for i := 0; i < 8; i++ {
-		q := make(chan fsm.Outgoing, 4096)
+		q := sendQueue{urgent: make(chan fsm.Outgoing, 1024), normal: make(chan fsm.Outgoing, 4096)}
 		e.sendq = append(e.sendq, q)
 		e.wg.Add(1)
 		go e.publisher(q)
@@ -356,16 +365,19 @@ func (e *Engine) commit(t *tx) error {
 		e.cfg.OnFatal(err)
 		return err
 	}
+	for _, o := range t.urgent {
+		e.enqueue(o, true)
+	}
 	for _, o := range t.sends {
-		e.enqueue(o)
+		e.enqueue(o, false)
 	}
 	for topic, ids := range t.acks {
-		e.enqueue(fsm.Outgoing{Topic: topic, Msg: &protocol.Message{V: protocol.Version, Kind: protocol.KindAck, ID: "ack", Sent: t.now, AckIDs: ids}})
+		e.enqueue(fsm.Outgoing{Topic: topic, Msg: &protocol.Message{V: protocol.Version, Kind: protocol.KindAck, ID: "ack", Sent: t.now, AckIDs: ids}}, false)
 	}
 	return nil
 }
 
-func (e *Engine) enqueue(o fsm.Outgoing) {
+func (e *Engine) enqueue(o fsm.Outgoing, urgent bool) {
 	// One queue per node keeps a node's messages in order. Acks name no
 	// node; their topic spreads them instead.
 	key := o.Msg.Node
@@ -374,7 +386,11 @@ func (e *Engine) enqueue(o fsm.Outgoing) {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	q := e.sendq[int(h.Sum32())%len(e.sendq)]
+	sq := e.sendq[int(h.Sum32())%len(e.sendq)]
+	q := sq.normal
+	if urgent {
+		q = sq.urgent
+	}
 	select {
 	case q <- o:
 	default:
@@ -384,24 +400,30 @@ func (e *Engine) enqueue(o fsm.Outgoing) {
 	}
 }
 
-func (e *Engine) publisher(q chan fsm.Outgoing) {
+func (e *Engine) publisher(q sendQueue) {
 	defer e.wg.Done()
 	for {
+		var o fsm.Outgoing
 		select {
-		case <-e.stopped:
-			return
-		case o := <-q:
-			b, err := protocol.Encode(o.Msg)
-			if err != nil {
-				e.log.Error("not sending invalid message", "topic", o.Topic, "err", err)
-				continue
+		case o = <-q.urgent:
+		default:
+			select {
+			case <-e.stopped:
+				return
+			case o = <-q.urgent:
+			case o = <-q.normal:
 			}
-			ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
-			if err := e.pub.Publish(ctx, o.Topic, b, false); err != nil {
-				e.log.Debug("publish failed; the resend loop will retry", "topic", o.Topic, "err", err)
-			}
-			cancel()
 		}
+		b, err := protocol.Encode(o.Msg)
+		if err != nil {
+			e.log.Error("not sending invalid message", "topic", o.Topic, "err", err)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+		if err := e.pub.Publish(ctx, o.Topic, b, false); err != nil {
+			e.log.Debug("publish failed; the resend loop will retry", "topic", o.Topic, "err", err)
+		}
+		cancel()
 	}
 }
 

@@ -270,6 +270,7 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) error {
 			}
 		}
 		var refusal *fsm.Refusal
+		idle, from := n.Op == nil, len(t.sends)
 		t.run(n, func() fsm.Output {
 			out, r := e.m.Verb(n, req, t.now)
 			refusal = r
@@ -277,6 +278,12 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) error {
 		})
 		if refusal != nil {
 			return &Error{Code: refusal.Code, Msg: refusal.Msg}
+		}
+		if idle {
+			// Nothing of this node's can be waiting in the queues but
+			// acks, so its first commands may overtake other nodes'.
+			t.urgent = append(t.urgent, t.sends[from:]...)
+			t.sends = t.sends[:from]
 		}
 		return nil
 	})

@@ -24,7 +24,11 @@ const (
 )
 
 // Store is the Badger database.
-type Store struct{ db *badger.DB }
+type Store struct {
+	db *badger.DB
+	// parts is how many transactions the last Commit took (for tests).
+	parts int
+}
 
 // Open opens (creating if needed) the database in dir. Every commit is
 // synced to disk: a kill -9 loses nothing that was acknowledged.
@@ -78,12 +82,14 @@ func (s *Store) Commit(b *Batch) error {
 	}
 	txn := s.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
+	s.parts = 1
 	for i, k := range b.keys {
 		err := set(txn, k, b.vals[i])
 		if errors.Is(err, badger.ErrTxnTooBig) {
 			if err := txn.Commit(); err != nil {
 				return fmt.Errorf("commit: %w", err)
 			}
+			s.parts++
 			txn = s.db.NewTransaction(true)
 			err = set(txn, k, b.vals[i])
 		}

@@ -2,7 +2,7 @@
 GO ?= go
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build run test test-unit bench states-doc deps ramdisk clean
+.PHONY: build run test test-unit bench bench-ramdisk states-doc deps ramdisk clean
 
 build:
 	$(GO) build -o bin/ ./coordinator/cmd/coordinator ./agent/cmd/agent
@@ -26,6 +26,11 @@ deps:
 NODES ?= 1000
 bench: build
 	$(GO) run ./scripts/bench -nodes $(NODES)
+
+# The ramdisk's erase and image write against dd on one loop device, its
+# peak RSS, and boot → first heartbeat in QEMU (root; builds the image first).
+bench-ramdisk: ramdisk
+	$(GO) run ./scripts/bench-ramdisk
 
 states-doc:
 	$(GO) run ./coordinator/fsm/gen docs/states.md

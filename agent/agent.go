@@ -359,11 +359,16 @@ func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, erro
 // who it is and how to reach the broker.
 func (a *Agent) ramdiskCmdline(node string) string {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	c := a.creds[node]
-	a.mu.Unlock()
 	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, a.cfg.Site, a.cfg.QEMU.BrokerURL, c[0], c[1])
 	if a.cfg.QEMU.Cmdline != "" {
 		line += " " + a.cfg.QEMU.Cmdline
+	}
+	// A node's own parameters (driver_info qemu_cmdline, e.g. a static
+	// address) come last, so they win over the agent's.
+	if extra, _ := a.info[node]["qemu_cmdline"].(string); extra != "" {
+		line += " " + extra
 	}
 	return line
 }

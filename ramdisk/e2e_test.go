@@ -124,7 +124,7 @@ func TestQEMURamdisk(t *testing.T) {
 	}
 	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
 	testrig.StartAgentConfig(t, creds, agent.Config{QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
-		BrokerURL: "mqtt://10.0.2.2:" + mqttPort, Cmdline: "bm.ip=10.0.2.15/24 bm.gw=10.0.2.2"}})
+		BrokerURL: "mqtt://10.0.2.2:" + mqttPort}})
 	console := filepath.Join(dir, "console.log")
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -171,19 +171,27 @@ func TestQEMURamdisk(t *testing.T) {
 	if off := firstNonZero(t, diskPath); off >= 0 {
 		t.Fatalf("after cleaning the disk has a non-zero byte at %d", off)
 	}
+	// So far the ramdisk took its address from QEMU's DHCP server; the
+	// console holds the last boot's log.
+	consoleHas(t, console, "DHCP lease 10.0.2.15/24 gateway 10.0.2.2")
 
 	patch := func(ops ...map[string]any) {
 		if code := cl.Do("PATCH", "/v1/nodes/vm1", ops, nil); code != 200 {
 			t.Fatalf("patch: %d", code)
 		}
 	}
+	// From now on a static address from the kernel command line.
 	patch(map[string]any{"op": "add", "path": "/instance_info/image_source", "value": imgURL("/raw.img")},
-		map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(img)})
+		map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(img)},
+		map[string]any{"op": "add", "path": "/driver_info/qemu_cmdline", "value": "bm.ip=10.0.2.15/24 bm.gw=10.0.2.2"})
 	step("active", "active", nil, 5*time.Minute)
 	if !bytes.Equal(readHead(t, diskPath, len(img)), img) {
 		t.Fatal("the disk does not hold the raw image after deploy")
 	}
 	step("deleted", "available", nil, 8*time.Minute)
+	if off := firstNonZero(t, diskPath); off >= 0 {
+		t.Fatalf("after undeploy's cleaning the disk has a non-zero byte at %d", off)
+	}
 
 	// A wrong checksum fails the deploy, naming both digests.
 	wrong := strings.Repeat("0", 64)
@@ -193,6 +201,9 @@ func TestQEMURamdisk(t *testing.T) {
 	if !strings.Contains(n.LastError, wrong) || !strings.Contains(n.LastError, sha(zst.Bytes())) {
 		t.Fatalf("last_error does not name expected and actual digests: %s", n.LastError)
 	}
+	// The failed deploy left the ramdisk's log on the console (a good
+	// deploy ends in the instance's boot, which starts a new console).
+	consoleHas(t, console, "static 10.0.2.15/24 gateway 10.0.2.2")
 	patch(map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(zst.Bytes())})
 	step("rebuild", "active", nil, 5*time.Minute)
 	if !bytes.Equal(readHead(t, diskPath, 32<<20), img[:32<<20]) {
@@ -201,6 +212,17 @@ func TestQEMURamdisk(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func consoleHas(t *testing.T, console, want string) {
+	t.Helper()
+	b, err := os.ReadFile(console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(want)) {
+		t.Fatalf("the VM console does not say %q; its end:\n%s", want, tail(b, 2048))
+	}
+}
 
 func tail(b []byte, n int) []byte {
 	if len(b) > n {

@@ -7,7 +7,9 @@ package broker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -48,11 +50,12 @@ func Start(addr string, creds Credentials, log *slog.Logger, subs map[string]Han
 	caps.MaximumMessageExpiryInterval = 0
 	caps.MaximumClientWritesPending = 4096
 	caps.MaximumSessionExpiryInterval = 7 * 24 * 3600
-	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: log.With("component", "broker"), InlineClient: true})
+	blog := slog.New(quietHandler{log.Handler()}).With("component", "broker")
+	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: blog, InlineClient: true})
 	if err := srv.AddHook(&aclHook{creds: creds}, nil); err != nil {
 		return nil, err
 	}
-	drop := &dropHook{log: log.With("component", "broker")}
+	drop := &dropHook{log: blog}
 	if err := srv.AddHook(drop, nil); err != nil {
 		return nil, err
 	}
@@ -150,4 +153,47 @@ func Allowed(prefix, topic string) bool {
 		return false
 	}
 	return !strings.ContainsAny(prefix, "+#")
+}
+
+// quietHandler wraps the broker's logger: a client that hangs up (the
+// listener's bare EOF) is not worth a warning, and a packet attached to a
+// log record ("pk") is reduced to its type and topic, so that neither a
+// payload nor a CONNECT password ever reaches the log.
+type quietHandler struct{ slog.Handler }
+
+func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	eof := false
+	r.Attrs(func(a slog.Attr) bool {
+		switch {
+		case a.Key == "pk":
+			if pk, ok := a.Value.Any().(packets.Packet); ok {
+				a = slog.Group("packet", "type", packets.PacketNames[pk.FixedHeader.Type], "topic", pk.TopicName)
+			} else {
+				a = slog.String("pk", "(not logged)")
+			}
+		case a.Key == "error" && r.Message == "":
+			if err, ok := a.Value.Any().(error); ok && errors.Is(err, io.EOF) {
+				eof = true
+			}
+		}
+		out.AddAttrs(a)
+		return true
+	})
+	if eof {
+		if !h.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+		out.Level = slog.LevelDebug
+		out.Message = "client connection closed"
+	}
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h quietHandler) WithGroup(name string) slog.Handler {
+	return quietHandler{h.Handler.WithGroup(name)}
 }

@@ -1,0 +1,103 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/bmedge/bmedge/ramdisk/image"
+)
+
+const gib = 1 << 30
+
+func TestPropertiesWithHints(t *testing.T) {
+	inv := Inventory{
+		CPU:    CPU{Count: 8, Architecture: "x86_64"},
+		Memory: Memory{Total: 15 * gib, PhysicalMB: 16384},
+		Disks: []Disk{
+			{Name: "/dev/sda", Size: 2 * gib, Serial: "USB1", Removable: true}, // too small without hints
+			{Name: "/dev/sdb", Size: 500 * gib, Serial: "BIG", Rotational: true},
+			{Name: "/dev/sdc", Size: 120 * gib, Serial: "SSD"},
+			{Name: "/dev/sr0", Size: 700 << 20, VirtualMedia: true, ReadOnly: true},
+		},
+	}
+	p, err := Properties(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.CPUs != 8 || p.MemoryMB != 16384 || p.CPUArch != "x86_64" || p.LocalGB != 120 || p.RootDisk != "/dev/sdc" {
+		t.Fatalf("no hints: %+v, want 8 CPUs, 16384 MiB, x86_64, the smallest disk of at least 4 GiB (sdc, 120)", p)
+	}
+
+	var hints image.RootDeviceHints
+	if err := json.Unmarshal([]byte(`{"serial": "BIG"}`), &hints); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = PropertiesWithHints(inv, hints); err != nil || p.LocalGB != 500 || p.RootDisk != "/dev/sdb" {
+		t.Fatalf("serial hint: %+v %v, want sdb with 500", p, err)
+	}
+	// A hint may pick a small disk: the operator asked for it.
+	if err := json.Unmarshal([]byte(`{"name": "/dev/sda"}`), &hints); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = PropertiesWithHints(inv, hints); err != nil || p.LocalGB != 2 {
+		t.Fatalf("name hint: %+v %v, want sda with 2", p, err)
+	}
+	if err := json.Unmarshal([]byte(`{"serial": "NOPE"}`), &hints); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = PropertiesWithHints(inv, hints); err == nil || !strings.Contains(err.Error(), "NOPE") {
+		t.Fatalf("hints matching nothing: %v, want an error naming the hint", err)
+	}
+
+	// Diskless without hints is a valid node with local_gb 0; the
+	// memory falls back to the kernel's total.
+	p, err = Properties(Inventory{CPU: CPU{Count: 2, Architecture: "aarch64"}, Memory: Memory{Total: 3 * gib}})
+	if err != nil || p.LocalGB != 0 || p.RootDisk != "" || p.MemoryMB != 3072 {
+		t.Fatalf("diskless: %+v %v", p, err)
+	}
+}
+
+// Collect on the machine running the test: whatever it is, the required
+// parts are there and consistent with what Go sees.
+func TestCollectHere(t *testing.T) {
+	inv, err := Collect(t.Context(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.CPU.Count < runtime.NumCPU() {
+		t.Errorf("CPU count %d, but Go may use %d", inv.CPU.Count, runtime.NumCPU())
+	}
+	if inv.CPU.Architecture == "" || inv.Memory.Total == 0 || inv.Memory.PhysicalMB == 0 {
+		t.Errorf("inventory lacks arch or memory: %+v", inv)
+	}
+	if m := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[runtime.GOARCH]; m != "" && inv.CPU.Architecture != m {
+		t.Errorf("architecture %q on GOARCH %s", inv.CPU.Architecture, runtime.GOARCH)
+	}
+	if b := inv.Boot.CurrentBootMode; b != "uefi" && b != "bios" {
+		t.Errorf("boot mode %q, want uefi or bios", b)
+	}
+	for _, d := range inv.Disks {
+		if !strings.HasPrefix(d.Name, "/dev/") || d.Size == 0 {
+			t.Errorf("disk %+v: want a /dev path and a size", d)
+		}
+	}
+	for _, n := range inv.Interfaces {
+		if n.Name == "lo" {
+			t.Error("loopback listed as an interface")
+		}
+	}
+	if _, err := json.Marshal(inv); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCollectCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := Collect(ctx, Options{}); err == nil || !strings.Contains(err.Error(), "cancelled") {
+		t.Fatalf("cancelled collect: %v", err)
+	}
+}

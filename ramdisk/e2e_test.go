@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,6 +175,15 @@ func TestQEMURamdisk(t *testing.T) {
 	// So far the ramdisk took its address from QEMU's DHCP server; the
 	// console holds the last boot's log.
 	consoleHas(t, console, "DHCP lease 10.0.2.15/24 gateway 10.0.2.2")
+	// The node's broker password is on the kernel command line; the
+	// console (a BMC's serial log, in real life) must not show it.
+	b, _ := os.ReadFile(console)
+	if m := regexp.MustCompile(`bm\.password=[^<\s]`).FindIndex(b); m != nil {
+		t.Fatalf("the VM console shows the broker password: %q", b[max(0, m[0]-200):m[1]])
+	}
+	if !bytes.Contains(b, []byte("bm.password=<redacted>")) {
+		t.Fatalf("the agent's start-up line with its redacted parameters is not on the console:\n%s", tail(b, 2048))
+	}
 
 	patch := func(ops ...map[string]any) {
 		if code := cl.Do("PATCH", "/v1/nodes/vm1", ops, nil); code != 200 {

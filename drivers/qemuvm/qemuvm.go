@@ -97,7 +97,10 @@ func (b *BMC) startLocked() error {
 		"-device", "virtio-blk-pci,drive=d0,serial=" + b.cfg.Serial,
 		"-device", "virtio-rng-pci", "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"}
 	if b.boot == protocol.BootPXE {
-		cmdline := "console=ttyS0 panic=1"
+		// loglevel=4 keeps the kernel's own notices, among them the echo of
+		// the command line with the node's broker password, off the serial
+		// console; the agent's log goes to the console directly.
+		cmdline := "console=ttyS0 panic=1 loglevel=4"
 		if b.cfg.Cmdline != nil {
 			cmdline += " " + b.cfg.Cmdline()
 		}

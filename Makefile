@@ -14,6 +14,8 @@ run: build
 # Installs the test dependencies (Debian packages), then runs every test.
 test: deps ramdisk
 	$(GO) vet ./...
+	# The engine, the broker and the wired coordinator with its agents under the race detector.
+	$(GO) test -race -count=1 ./coordinator/engine/ ./coordinator/broker/ ./coordinator/server/
 	BM_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 30m ./...
 
 test-unit:

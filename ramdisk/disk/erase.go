@@ -33,6 +33,11 @@ const (
 	// that per-syscall cost vanishes, small enough for timely progress and
 	// cancellation.
 	DefaultChunkBytes = 4 << 20
+	// DefaultQueueDepth is how many overwrite writes are in flight: with
+	// two, the device starts the next write while the kernel completes
+	// the previous one (measured +10% over one at a time on a loop
+	// device; SSDs and NVMe gain more from a queue).
+	DefaultQueueDepth = 2
 	// DefaultVerifySamples is how many random blocks are read back.
 	DefaultVerifySamples = 64
 	// verifyBlockBytes is the size of one verification sample.
@@ -76,6 +81,9 @@ type EraseOptions struct {
 	NoDirect bool
 	// ChunkBytes is the overwrite write size (default DefaultChunkBytes).
 	ChunkBytes int
+	// QueueDepth is how many overwrite writes are in flight at once with
+	// O_DIRECT; 0 means DefaultQueueDepth, 1 writes one chunk at a time.
+	QueueDepth int
 	// VerifySamples is the number of random blocks read back besides the
 	// first and last; 0 means DefaultVerifySamples, a negative value or a
 	// count at least the number of blocks means read back everything.
@@ -270,8 +278,9 @@ func ioctlRange(ctx context.Context, dev Device, open Opener, m Method, report f
 
 // Overwrite writes zeros over the whole of dev with large aligned writes,
 // using O_DIRECT when the target accepts it (so the page cache neither
-// fills up nor hides write errors) and buffered writes otherwise. It ends
-// with fsync. Exported so the agent can force it and for benchmarks.
+// fills up nor hides write errors), QueueDepth writes at a time, and
+// buffered writes one at a time otherwise (see Writer). It ends with
+// fsync. Exported so the agent can force it and for benchmarks.
 func Overwrite(ctx context.Context, dev Device, opts EraseOptions, report func(uint64)) error {
 	if report == nil {
 		report = func(uint64) {}
@@ -281,64 +290,50 @@ func Overwrite(ctx context.Context, dev Device, opts EraseOptions, report func(u
 		chunk = DefaultChunkBytes
 	}
 	chunk = (chunk + directAlign - 1) &^ (directAlign - 1)
-	t, direct, err := openTarget(opts.Open, dev.Path, true, !opts.NoDirect)
+	depth := opts.QueueDepth
+	if depth <= 0 {
+		depth = DefaultQueueDepth
+	}
+	w, err := NewWriter(opts.Open, dev.Path, !opts.NoDirect)
 	if err != nil {
 		return err
 	}
-	defer func() { t.Close() }()
+	defer w.Close()
 	size := dev.SizeBytes
-	// O_DIRECT needs aligned lengths: the unaligned tail of a regular file
-	// is written through a second, buffered handle.
-	directEnd := size
-	if direct {
-		directEnd = size &^ (directAlign - 1)
-	}
 	buf := alignedBuffer(chunk)
+	cancelled := func(done uint64, err error) error {
+		return fmt.Errorf("erase of %s cancelled after %d of %d bytes: %w; the device is only partly erased, run the erase again", dev.Path, done, size, err)
+	}
 	var off uint64
-	for off < directEnd {
+	for off < size {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("erase of %s cancelled after %d of %d bytes: %w; the device is only partly erased, run the erase again", dev.Path, off, size, err)
+			return cancelled(off, err)
 		}
-		n := min(uint64(chunk), directEnd-off)
-		err := writeFull(t, buf[:n], off, dev.Path)
-		if err != nil && direct && off == 0 && errors.Is(err, unix.EINVAL) {
-			// Some filesystems accept O_DIRECT at open and refuse it
-			// at the first write: carry on with buffered writes.
-			bt, _, oerr := openTarget(opts.Open, dev.Path, true, false)
-			if oerr != nil {
-				return oerr
-			}
-			t.Close()
-			t = bt
-			direct, directEnd = false, size
-			n = min(uint64(chunk), directEnd-off)
-			err = writeFull(t, buf[:n], off, dev.Path)
-		}
-		if err != nil {
+		n := min(uint64(chunk), size-off)
+		if err := w.WriteAt(buf[:n], off); err != nil {
 			return fmt.Errorf("erase by overwrite: %w", err)
 		}
 		off += n
 		report(off)
+		// The first write settled whether O_DIRECT works; the whole
+		// chunks after it can be written several at a time.
+		if w.Direct() && depth > 1 && off < size {
+			end := off + (size-off)/uint64(chunk)*uint64(chunk)
+			done, err := w.writeParallel(ctx, buf, off, end, depth, func(done uint64) { report(off + done) })
+			if err != nil {
+				if ctx.Err() != nil {
+					return cancelled(off+done, ctx.Err())
+				}
+				return fmt.Errorf("erase by overwrite: %w", err)
+			}
+			off = end
+		}
 	}
-	if off < size {
-		tt, _, err := openTarget(opts.Open, dev.Path, true, false)
-		if err != nil {
-			return err
-		}
-		err = writeFull(tt, buf[:size-off], off, dev.Path)
-		if err == nil {
-			err = tt.Sync()
-		}
-		if cerr := tt.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("erase by overwrite of the last %d bytes: %w", size-off, err)
-		}
-		report(size)
+	if err := w.Sync(); err != nil {
+		return fmt.Errorf("erase of %s: %w; the zeros may not be on the device, retry", dev.Path, err)
 	}
-	if err := t.Sync(); err != nil {
-		return fmt.Errorf("erase of %s: fsync failed: %w; the zeros may not be on the device, retry", dev.Path, err)
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("erase of %s: close failed: %w", dev.Path, err)
 	}
 	return nil
 }

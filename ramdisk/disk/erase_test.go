@@ -98,6 +98,8 @@ func TestEraseOverwriteFile(t *testing.T) {
 		{"buffered, small chunks", 1<<20 + 4096, EraseOptions{NoDirect: true, ChunkBytes: 64 << 10}},
 		{"smaller than one block", 100, EraseOptions{}},
 		{"full verification", 256 << 10, EraseOptions{VerifySamples: -1}},
+		{"four writes in flight, small chunks, unaligned tail", 2<<20 + 3*4096 + 100, EraseOptions{ChunkBytes: 64 << 10, QueueDepth: 4}},
+		{"one write at a time", 2<<20 + 4096, EraseOptions{ChunkBytes: 256 << 10, QueueDepth: 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -185,6 +187,102 @@ func TestEraseFailures(t *testing.T) {
 				t.Errorf("error %q does not name the device %s", err, dev.Path)
 			}
 		})
+	}
+}
+
+// readFaultTarget fails every read, as a device that can no longer be
+// read does.
+type readFaultTarget struct{ Target }
+
+func (readFaultTarget) ReadAt([]byte, int64) (int, error) { return 0, syscall.EIO }
+
+// TestEraseVerificationFailures: the overwrite succeeds but the device
+// cannot be read back (read errors, or it cannot even be opened for
+// reading). The erase must fail naming the device, never pass as verified.
+func TestEraseVerificationFailures(t *testing.T) {
+	cases := []struct {
+		name    string
+		open    Opener
+		wantErr string
+	}{
+		{
+			name: "read error during verification",
+			open: func(path string, mode OpenMode) (Target, error) {
+				tg, err := OpenFile(path, mode)
+				if err != nil || mode.Write {
+					return tg, err
+				}
+				return readFaultTarget{tg}, nil
+			},
+			wantErr: "input/output error",
+		},
+		{
+			name: "cannot open for reading",
+			open: func(path string, mode OpenMode) (Target, error) {
+				if !mode.Write {
+					return nil, syscall.EACCES
+				}
+				return OpenFile(path, mode)
+			},
+			wantErr: "cannot verify erase",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dev := fileDevice(t, junkFile(t, 1<<20))
+			res, err := Erase(t.Context(), dev, EraseOptions{Open: c.open})
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) || !strings.Contains(err.Error(), dev.Path) {
+				t.Fatalf("err = %v, want one naming %s and containing %q", err, dev.Path, c.wantErr)
+			}
+			if res.VerifiedSamples != 0 {
+				t.Errorf("result = %+v: no block was read back, yet samples are counted as verified", res)
+			}
+			// EraseAll, which the erase_devices step calls, fails too.
+			if _, err := EraseAll(t.Context(), []Device{dev}, EraseOptions{Open: c.open}); err == nil {
+				t.Fatal("EraseAll succeeded although the device cannot be read back")
+			}
+		})
+	}
+}
+
+// offsetFaultTarget fails writes at or after failAt (and may shorten
+// them), keeping O_DIRECT: the failure happens among the writes in flight
+// together, after the first one succeeded.
+type offsetFaultTarget struct {
+	Target
+	failAt int64
+	short  bool
+}
+
+func (f offsetFaultTarget) WriteAt(p []byte, off int64) (int, error) {
+	if off >= f.failAt {
+		if f.short {
+			n, err := f.Target.WriteAt(p[:len(p)/2], off)
+			return n, err
+		}
+		return 0, syscall.EIO
+	}
+	return f.Target.WriteAt(p, off)
+}
+
+func TestEraseFailsAmongParallelWrites(t *testing.T) {
+	for _, short := range []bool{false, true} {
+		dev := fileDevice(t, junkFile(t, 4<<20))
+		open := func(path string, mode OpenMode) (Target, error) {
+			tg, err := OpenFile(path, mode)
+			if err != nil {
+				return nil, err
+			}
+			return offsetFaultTarget{Target: tg, failAt: 2 << 20, short: short}, nil
+		}
+		want := "input/output error"
+		if short {
+			want = "short write"
+		}
+		_, err := Erase(t.Context(), dev, EraseOptions{Open: open, ChunkBytes: 256 << 10, QueueDepth: 3})
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), dev.Path) {
+			t.Fatalf("short=%v: err = %v, want one naming %s and containing %q", short, err, dev.Path, want)
+		}
 	}
 }
 

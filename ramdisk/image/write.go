@@ -21,6 +21,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -31,6 +33,7 @@ import (
 // Defaults for Options.
 const (
 	DefaultBufferBytes  = 4 << 20
+	DefaultBuffers      = 4
 	DefaultStallTimeout = 60 * time.Second
 )
 
@@ -39,6 +42,12 @@ const (
 	CompressionNone = "none"
 	CompressionGzip = "gzip"
 	CompressionZstd = "zstd"
+)
+
+// Magic bytes of the compressed formats Write decompresses.
+var (
+	gzipMagic = []byte{0x1f, 0x8b}
+	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 )
 
 // Source is where the image comes from: URL, or Reader when it is set.
@@ -93,8 +102,15 @@ type Options struct {
 	// StallTimeout aborts a download that delivers no byte for this long;
 	// 0 means DefaultStallTimeout.
 	StallTimeout time.Duration
-	// BufferBytes is the write size; 0 means DefaultBufferBytes.
+	// BufferBytes is the write size; 0 means DefaultBufferBytes. It is
+	// rounded up to a multiple of disk.DirectAlign.
 	BufferBytes int
+	// Buffers is how many buffers of BufferBytes the pipeline uses
+	// (download, checksum and device write each work on one); 0 means
+	// DefaultBuffers, fewer than 2 means 2.
+	Buffers int
+	// NoDirect disables O_DIRECT on the target.
+	NoDirect bool
 	// Open opens the target device; nil means disk.OpenFile.
 	Open disk.Opener
 	// ProcRoot is where /proc is, for the mounted-device check.
@@ -121,10 +137,15 @@ type Result struct {
 // Write streams the image at src onto dev. gzip and zstd images are
 // detected by their magic bytes and decompressed on the fly; the checksum
 // is computed over the bytes as downloaded while they stream. Nothing is
-// staged on disk or in memory beyond one buffer. After the stream ends the
-// device is fsynced and only then is the digest compared; on mismatch the
-// device holds the unverified image and the error says so. Raw images
-// only: qcow2 and xz are refused with a message saying what to do.
+// staged on disk or in memory beyond Buffers buffers. The work runs as a
+// pipeline so that the network, the checksum and the device overlap: one
+// goroutine downloads (and decompresses) into a buffer, one hashes it (raw
+// images; a compressed image is hashed as it downloads), and the caller's
+// goroutine writes it with O_DIRECT (disk.Writer). After the stream ends
+// the device is fsynced and only then is the digest compared; on
+// mismatch the device holds the unverified image and the error says so.
+// Raw images only: qcow2 and xz are refused with a message saying what to
+// do.
 func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Result, error) {
 	start := time.Now()
 	res := Result{Device: dev.Path, Source: src.String()}
@@ -161,24 +182,41 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 		cancel(fmt.Errorf("no data received for %s", stall))
 	})
 	defer timer.Stop()
-	cr := &countingReader{r: body, h: h, onRead: func() { timer.Reset(stall) }}
+	// The hash is set on cr (compressed images) or given to the pipeline
+	// (raw images) once the format is known.
+	cr := &countingReader{r: body, onRead: func() { timer.Reset(stall) }}
 
 	br := bufio.NewReaderSize(cr, 64<<10)
 	magic, err := br.Peek(4)
 	if len(magic) == 0 {
 		return res, fmt.Errorf("image %s is empty or unreadable: %w; check the image URL", src, readErr(ctx, err))
 	}
+	// A raw image is written exactly as downloaded, so the pipeline hashes
+	// the buffers on a goroutine of its own. A compressed image is hashed
+	// as it downloads, starting with what bufio has already read ahead
+	// (all of it still buffered: nothing has been consumed yet), before a
+	// decoder reads any further.
+	var bufHash hash.Hash
+	if h != nil {
+		if bytes.HasPrefix(magic, gzipMagic) || bytes.HasPrefix(magic, zstdMagic) {
+			ahead, _ := br.Peek(br.Buffered())
+			h.Write(ahead)
+			cr.h = h
+		} else {
+			bufHash = h
+		}
+	}
 	var stream io.Reader = br
 	res.Compression = CompressionNone
 	switch {
-	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+	case bytes.HasPrefix(magic, gzipMagic):
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return res, fmt.Errorf("image %s looks gzip-compressed but its header is invalid: %w", src, readErr(ctx, err))
 		}
 		defer zr.Close()
 		stream, res.Compression = zr, CompressionGzip
-	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+	case bytes.HasPrefix(magic, zstdMagic):
 		zr, err := zstd.NewReader(br)
 		if err != nil {
 			return res, fmt.Errorf("cannot start zstd decoder for %s: %w", src, err)
@@ -193,11 +231,11 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 		}
 	}
 
-	t, err := openTarget(opts.Open, dev.Path)
+	w, err := openTarget(opts.Open, dev.Path, !opts.NoDirect)
 	if err != nil {
 		return res, err
 	}
-	written, werr := copyToDevice(ctx, stream, t, dev, src, opts, cr, uint64(max(total, 0)))
+	written, werr := copyToDevice(ctx, cancel, stream, w, bufHash, dev, src, opts, cr, uint64(max(total, 0)))
 	res.Written = written
 	if werr == nil && res.Compression != CompressionNone {
 		// The checksum covers the whole file: read whatever follows the
@@ -207,25 +245,25 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 			werr = fmt.Errorf("download of %s failed after the image data: %w", src, readErr(ctx, err))
 		}
 	}
-	if werr == nil && total > 0 && cr.n != uint64(total) {
-		werr = fmt.Errorf("download of %s ended after %d of %d bytes; the connection was cut, retry", src, cr.n, total)
+	if werr == nil && total > 0 && cr.count() != uint64(total) {
+		werr = fmt.Errorf("download of %s ended after %d of %d bytes; the connection was cut, retry", src, cr.count(), total)
 	}
 	if werr != nil {
-		t.Close()
+		w.Close()
 		return res, werr
 	}
 	if opts.Progress != nil {
 		// Final report, now that trailing compressed bytes are counted.
-		opts.Progress(Progress{Downloaded: cr.n, DownloadTotal: uint64(max(total, 0)), Written: written})
+		opts.Progress(Progress{Downloaded: cr.count(), DownloadTotal: uint64(max(total, 0)), Written: written})
 	}
-	if err := t.Sync(); err != nil {
-		t.Close()
-		return res, fmt.Errorf("fsync of %s after writing the image failed: %w; the device may be failing", dev.Path, err)
+	if err := w.Sync(); err != nil {
+		w.Close()
+		return res, fmt.Errorf("writing the image to %s: %w; the device may be failing", dev.Path, err)
 	}
-	if err := t.Close(); err != nil {
+	if err := w.Close(); err != nil {
 		return res, fmt.Errorf("close of %s after writing the image failed: %w", dev.Path, err)
 	}
-	res.Downloaded = cr.n
+	res.Downloaded = cr.count()
 	if h != nil {
 		res.Checksum = hex.EncodeToString(h.Sum(nil))
 		if res.Checksum != want {
@@ -247,46 +285,127 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 	return res, nil
 }
 
-// copyToDevice writes the decompressed stream to t in BufferBytes pieces.
-func copyToDevice(ctx context.Context, stream io.Reader, t disk.Target, dev disk.Device, src Source, opts Options, cr *countingReader, total uint64) (uint64, error) {
+// chunk is one buffer on its way through the pipeline: n bytes of the
+// decompressed stream, then err (io.EOF after the last bytes).
+type chunk struct {
+	buf []byte
+	n   int
+	err error
+}
+
+// copyToDevice writes the decompressed stream to w in BufferBytes pieces.
+// A reader goroutine fills buffers from stream; if bufHash is set, a
+// second goroutine hashes each buffer before it is written; this goroutine
+// writes them in order and hands them back to the reader. On any failure
+// it cancels the download (cancel) and waits for both goroutines, so no
+// buffer or reader is in use when it returns.
+func copyToDevice(ctx context.Context, cancel context.CancelCauseFunc, stream io.Reader, w *disk.Writer, bufHash hash.Hash, dev disk.Device, src Source, opts Options, cr *countingReader, total uint64) (off uint64, err error) {
 	size := opts.BufferBytes
 	if size <= 0 {
 		size = DefaultBufferBytes
 	}
-	buf := make([]byte, size)
-	var off uint64
+	size = (size + disk.DirectAlign - 1) &^ (disk.DirectAlign - 1)
+	nbuf := opts.Buffers
+	if nbuf == 0 {
+		nbuf = DefaultBuffers
+	}
+	nbuf = max(nbuf, 2)
+
+	free := make(chan []byte, nbuf)
+	for range nbuf {
+		free <- disk.AlignedBuffer(size)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() {
+		close(stop)
+		if err != nil {
+			// Unblock a reader waiting on the network.
+			cancel(fmt.Errorf("image write stopped: %w", err))
+		}
+		wg.Wait()
+	}()
+
+	filled := make(chan chunk, nbuf)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(filled)
+		for {
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-stop:
+				return
+			}
+			n, rerr := fill(stream, buf)
+			select {
+			case filled <- chunk{buf: buf, n: n, err: rerr}:
+			case <-stop:
+				return
+			}
+			if rerr != nil {
+				return
+			}
+		}
+	}()
+	in := filled
+	if bufHash != nil {
+		hashed := make(chan chunk, nbuf)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(hashed)
+			for c := range filled {
+				bufHash.Write(c.buf[:c.n])
+				select {
+				case hashed <- c:
+				case <-stop:
+					return
+				}
+			}
+		}()
+		in = hashed
+	}
+
 	for {
 		if err := ctx.Err(); err != nil {
 			return off, fmt.Errorf("writing %s to %s stopped after %d bytes: %w; the device holds a partial image, write again", src, dev.Path, off, readErr(ctx, err))
 		}
-		n, rerr := fill(stream, buf)
-		if n > 0 {
-			if off == 0 && bytes.HasPrefix(buf[:n], []byte("QFI\xfb")) {
+		var c chunk
+		var ok bool
+		select {
+		case c, ok = <-in:
+		case <-ctx.Done():
+		}
+		if !ok {
+			// Only a cancelled context ends the pipeline early.
+			return off, fmt.Errorf("writing %s to %s stopped after %d bytes: %w; the device holds a partial image, write again", src, dev.Path, off, readErr(ctx, context.Cause(ctx)))
+		}
+		if c.n > 0 {
+			if off == 0 && bytes.HasPrefix(c.buf[:c.n], []byte("QFI\xfb")) {
 				return off, fmt.Errorf("image %s is qcow2, which cannot be streamed to a disk; convert it with 'qemu-img convert -O raw' (then optionally gzip or zstd it)", src)
 			}
-			if off+uint64(n) > dev.SizeBytes {
-				return off, fmt.Errorf("image %s is larger than %s (%d bytes): it needs at least %d bytes; choose a larger root device or a smaller image", src, dev.Path, dev.SizeBytes, off+uint64(n))
+			if off+uint64(c.n) > dev.SizeBytes {
+				return off, fmt.Errorf("image %s is larger than %s (%d bytes): it needs at least %d bytes; choose a larger root device or a smaller image", src, dev.Path, dev.SizeBytes, off+uint64(c.n))
 			}
-			w, err := t.WriteAt(buf[:n], int64(off))
-			if err != nil {
-				return off, fmt.Errorf("write to %s at offset %d failed: %w; the device may be failing", dev.Path, off, err)
+			if err := w.WriteAt(c.buf[:c.n], off); err != nil {
+				return off, err
 			}
-			if w != n {
-				return off, fmt.Errorf("short write to %s at offset %d: %d of %d bytes written; the device may be failing", dev.Path, off, w, n)
-			}
-			off += uint64(n)
+			off += uint64(c.n)
 			if opts.Progress != nil {
-				opts.Progress(Progress{Downloaded: cr.n, DownloadTotal: total, Written: off})
+				opts.Progress(Progress{Downloaded: cr.count(), DownloadTotal: total, Written: off})
 			}
 		}
-		if rerr == io.EOF {
+		free <- c.buf
+		if c.err == io.EOF {
 			if off == 0 {
 				return 0, fmt.Errorf("image %s is empty; check the image", src)
 			}
 			return off, nil
 		}
-		if rerr != nil {
-			return off, fmt.Errorf("reading image %s failed after %d bytes were written: %w; the device holds a partial image, write again", src, off, readErr(ctx, rerr))
+		if c.err != nil {
+			return off, fmt.Errorf("reading image %s failed after %d bytes were written: %w; the device holds a partial image, write again", src, off, readErr(ctx, c.err))
 		}
 	}
 }
@@ -318,18 +437,20 @@ func readErr(ctx context.Context, err error) error {
 	return err
 }
 
-// countingReader hashes and counts the downloaded bytes.
+// countingReader counts the downloaded bytes and, when h is set, hashes
+// them. It is read by the pipeline's reader goroutine while the writer
+// reports progress, hence the atomic count.
 type countingReader struct {
 	r      io.Reader
 	h      hash.Hash
-	n      uint64
+	n      atomic.Uint64
 	onRead func()
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	if n > 0 {
-		c.n += uint64(n)
+		c.n.Add(uint64(n))
 		if c.h != nil {
 			c.h.Write(p[:n])
 		}
@@ -337,6 +458,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+func (c *countingReader) count() uint64 { return c.n.Load() }
 
 // open returns the image byte stream and its length (-1 if unknown).
 func open(ctx context.Context, src Source, opts Options) (io.ReadCloser, int64, error) {
@@ -388,18 +511,16 @@ func defaultClient() *http.Client {
 	}}
 }
 
-// openTarget opens the device for writing, buffered: the image arrives at
-// network speed, so the page cache batching writes costs nothing, and the
-// final fsync makes them durable.
-func openTarget(open disk.Opener, path string) (disk.Target, error) {
-	if open == nil {
-		open = disk.OpenFile
-	}
-	t, err := open(path, disk.OpenMode{Write: true})
+// openTarget opens the device for writing, with O_DIRECT when direct is
+// set and the device takes it: at a few GB/s, copying every byte into the
+// page cache and the dirty-page throttling that follows cost more CPU
+// than the checksum. The final fsync makes the writes durable either way.
+func openTarget(open disk.Opener, path string, direct bool) (*disk.Writer, error) {
+	w, err := disk.NewWriter(open, path, direct)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open %s to write the image: %w; check the root device", path, err)
 	}
-	return t, nil
+	return w, nil
 }
 
 // checksumSetup validates the checksum options and returns the hash to

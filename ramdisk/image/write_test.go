@@ -152,6 +152,11 @@ func TestWrite(t *testing.T) {
 		{name: "not http", url: "ftp://example/img", opts: Options{InsecureSkipChecksum: true}, wantErr: "not http"},
 		{name: "short write", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), Open: shortWriter}, wantErr: "short write"},
 		{name: "write error", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), Open: failingWriter}, wantErr: "input/output error"},
+		{name: "device cannot be opened", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), Open: unopenable}, wantErr: "cannot open"},
+		{name: "buffered (NoDirect)", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), NoDirect: true}, wantComp: CompressionNone},
+		{name: "small buffers, two of them (raw)", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), BufferBytes: 60000, Buffers: 1}, wantComp: CompressionNone},
+		{name: "small buffers (gzip)", url: srv.URL + "/ok/img.gz", opts: Options{Checksum: sha256hex(gz), BufferBytes: 64 << 10, Buffers: 3}, wantComp: CompressionGzip},
+		{name: "connection cut, small buffers", url: srv.URL + "/cut/img.raw", opts: Options{Checksum: sha256hex(img), BufferBytes: 64 << 10}, wantErr: "unexpected EOF"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -228,6 +233,98 @@ func (b brokenTarget) WriteAt(p []byte, off int64) (int, error) {
 		return n, err // short, without an error: a broken driver
 	}
 	return 0, syscall.EIO
+}
+
+func unopenable(path string, mode disk.OpenMode) (disk.Target, error) {
+	return nil, syscall.EACCES
+}
+
+// TestWriteFailuresReportNothingDone: when the connection is cut or the
+// device fails mid-stream, Write fails, and its result claims no checksum,
+// no full write and no finished duration; the progress never reaches the
+// image's end.
+func TestWriteFailuresReportNothingDone(t *testing.T) {
+	img := testImage(6 << 20)
+	gz, zs := gzipped(img), zstded(img)
+	srv := imageServer(t, map[string][]byte{"img.raw": img, "img.gz": gz, "img.zst": zs})
+	cases := []struct {
+		name, url, sum string
+		open           disk.Opener
+		want           string
+	}{
+		{"cut raw", srv.URL + "/cut/img.raw", sha256hex(img), nil, "unexpected EOF"},
+		{"cut chunked raw", srv.URL + "/cutchunked/img.raw", sha256hex(img), nil, "unexpected EOF"},
+		{"cut gzip", srv.URL + "/cut/img.gz", sha256hex(gz), nil, "unexpected EOF"},
+		{"cut chunked zstd", srv.URL + "/cutchunked/img.zst", sha256hex(zs), nil, "unexpected EOF"},
+		{"device fails after 1 MiB", srv.URL + "/ok/img.raw", sha256hex(img), failAfter(1 << 20), "input/output error"},
+		{"device writes short after 1 MiB", srv.URL + "/ok/img.raw", sha256hex(img), shortAfter(1 << 20), "short write"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dev := targetFile(t, 8<<20)
+			var last Progress
+			res, err := Write(t.Context(), Source{URL: c.url}, dev, Options{Checksum: c.sum, Open: c.open, BufferBytes: 256 << 10,
+				Progress: func(p Progress) { last = p }})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want containing %q", err, c.want)
+			}
+			if res.Checksum != "" || res.Duration != 0 || res.Written >= uint64(len(img)) || res.Downloaded != 0 {
+				t.Errorf("result = %+v: a failed write reports checksum, duration, download or a full write", res)
+			}
+			if last.Written >= uint64(len(img)) {
+				t.Errorf("progress reached %d of %d bytes written", last.Written, len(img))
+			}
+		})
+	}
+}
+
+// TestWriteStopsDownloadOnDeviceError: a device error while the server
+// is stalled must end Write at once (cancelling the download), not after
+// the stall timeout.
+func TestWriteStopsDownloadOnDeviceError(t *testing.T) {
+	img := testImage(8 << 20)
+	srv := imageServer(t, map[string][]byte{"img.raw": img})
+	dev := targetFile(t, 8<<20)
+	start := time.Now()
+	_, err := Write(t.Context(), Source{URL: srv.URL + "/stall/img.raw"}, dev, Options{Checksum: sha256hex(img), Open: failAfter(1 << 20),
+		BufferBytes: 256 << 10, StallTimeout: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "input/output error") {
+		t.Fatalf("err = %v, want the device's input/output error", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Write took %s to give up after the device error", d)
+	}
+}
+
+// offsetFault fails (or shortens) writes at or after an offset.
+type offsetFault struct {
+	disk.Target
+	at    int64
+	short bool
+}
+
+func (o offsetFault) WriteAt(p []byte, off int64) (int, error) {
+	if off < o.at {
+		return o.Target.WriteAt(p, off)
+	}
+	if o.short {
+		return o.Target.WriteAt(p[:len(p)/2], off)
+	}
+	return 0, syscall.EIO
+}
+
+func failAfter(at int64) disk.Opener {
+	return func(path string, mode disk.OpenMode) (disk.Target, error) {
+		t, err := disk.OpenFile(path, mode)
+		return offsetFault{Target: t, at: at}, err
+	}
+}
+
+func shortAfter(at int64) disk.Opener {
+	return func(path string, mode disk.OpenMode) (disk.Target, error) {
+		t, err := disk.OpenFile(path, mode)
+		return offsetFault{Target: t, at: at, short: true}, err
+	}
 }
 
 func shortWriter(path string, mode disk.OpenMode) (disk.Target, error) {

@@ -141,12 +141,17 @@ if [ ! -x "$TOOLS/u-root" ] || [ "$(cat "$TOOLS/u-root.version" 2>/dev/null)" !=
 fi
 mapfile -t CMDS < <(grep -v '^#' ramdisk/build/commands.txt | grep .)
 # The commands must resolve from the module's go.mod (pinned as tools).
-go list -e -f '{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}' "${CMDS[@]}" "$AGENT" >"$OUT/golist.err" 2>&1 || true
+# Only stdout names unresolved packages: on a cold module cache go prints
+# "go: downloading ..." on stderr, which is progress, not an error.
+if ! go list -e -f '{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}' "${CMDS[@]}" "$AGENT" >"$OUT/golist.err" 2>"$OUT/golist.log"; then
+  cat "$OUT/golist.log" >&2
+  die "go list failed for the u-root commands and the agent"
+fi
 if [ -s "$OUT/golist.err" ]; then
   cat "$OUT/golist.err" >&2
   die "u-root commands or the agent do not resolve; pin them with: go get -tool PKG@$UROOT_VERSION"
 fi
-rm -f "$OUT/golist.err"
+rm -f "$OUT/golist.err" "$OUT/golist.log"
 
 log "u-root: ${#CMDS[@]} commands + bmramdisk (uinit)"
 CPIO=$OUT/initramfs.cpio

@@ -57,6 +57,9 @@ type Session struct {
 	cancel context.CancelFunc
 	stop   chan struct{}
 	once   sync.Once
+	// welcomed is closed by the first welcome of this boot.
+	welcomed    chan struct{}
+	welcomeOnce sync.Once
 
 	mu         sync.Mutex
 	tokenValue string
@@ -93,7 +96,7 @@ func New(cfg Config) *Session {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Session{cfg: cfg, bootID: newID(), inbox: make(chan *protocol.Message, 256), stop: make(chan struct{}),
+	return &Session{cfg: cfg, bootID: newID(), inbox: make(chan *protocol.Message, 256), stop: make(chan struct{}), welcomed: make(chan struct{}),
 		steps: map[string]context.CancelFunc{}, results: map[string][]byte{}, outbox: map[string]outItem{}}
 }
 
@@ -152,16 +155,27 @@ func (s *Session) Run(ctx context.Context) {
 	clean, deploy := s.cfg.Runner.Steps()
 	hello := &protocol.Message{Kind: protocol.KindHello, Site: s.cfg.Site, Node: s.cfg.Node, BootID: s.bootID,
 		CleanSteps: clean, DeploySteps: deploy}
-	for s.token() == "" {
+hello:
+	for {
 		hello.ID, hello.Sent = newID(), time.Now()
 		if b, err := protocol.Encode(hello); err == nil {
 			s.publish(b)
 		}
-		if !s.sleep(s.cfg.HelloInterval) {
+		t := time.NewTimer(s.cfg.HelloInterval)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
 			return
+		case <-s.welcomed:
+			t.Stop()
+			break hello
+		case <-t.C:
 		}
 	}
-	// Jitter spreads the heartbeats of many nodes.
+	// The first heartbeat goes out as soon as the welcome is in, as Ironic's
+	// agent heartbeats right after its lookup; jitter then spreads the
+	// following ones of many nodes.
+	s.heartbeat()
 	if !s.sleep(time.Duration(rand.Int64N(int64(s.cfg.Heartbeat)))) {
 		return
 	}
@@ -213,6 +227,9 @@ func (s *Session) handle(m *protocol.Message) {
 		s.mu.Lock()
 		s.tokenValue = m.Token
 		s.mu.Unlock()
+		if m.Token != "" {
+			s.welcomeOnce.Do(func() { close(s.welcomed) })
+		}
 	case protocol.KindAck:
 		s.mu.Lock()
 		for _, id := range m.AckIDs {

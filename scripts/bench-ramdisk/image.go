@@ -114,6 +114,9 @@ func childWrite(args []string) int {
 	}
 	dev, err := disk.FromPath(*devPath, "")
 	if err == nil {
+		err = joinCgroupFromEnv()
+	}
+	if err == nil {
 		var progress float64
 		b0, s0, t0j := cpuTimes()
 		t0 := time.Now()
@@ -181,6 +184,11 @@ func vmHWM(pid string) int64 {
 
 // runChild runs the writer child and returns its report.
 func runChild(ctx context.Context, args ...string) (childResult, error) {
+	return runChildEnv(ctx, nil, args...)
+}
+
+// runChildEnv runs the writer child with env added to this process's.
+func runChildEnv(ctx context.Context, env []string, args ...string) (childResult, error) {
 	var res childResult
 	exe, err := os.Executable()
 	if err != nil {
@@ -188,6 +196,7 @@ func runChild(ctx context.Context, args ...string) (childResult, error) {
 	}
 	cmd := exec.CommandContext(ctx, exe, append([]string{childWriteCmd}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	out, runErr := cmd.Output()
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
@@ -477,6 +486,12 @@ func imageBench(ctx context.Context, cfg config, tmp string, l *loopDev, cleanup
 		{"  diagnostic: write_image raw / min(dd, sha256)", fmt.Sprintf("%.1f%%", 100*ceiling.Seconds()/our.Seconds()), "-", "-"},
 		{"  diagnostic: write_image without checksum / dd", fmt.Sprintf("%.1f%% (%.0f MB/s)", 100*dd.Seconds()/nosum.Seconds(), mbps(size, nosum)), "-", "-"},
 	}
+
+	trows, err := throttledBench(ctx, cfg, l, raw, base+"/image.raw", sum, cleanups)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, trows...)
 
 	zhwm := int64(0)
 	if cfg.zstd {

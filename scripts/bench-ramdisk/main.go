@@ -66,6 +66,9 @@ type config struct {
 	profileDir string
 	// Image writer tuning, for experiments (0: the production default).
 	bufferBytes, buffers int
+	// deviceMBps lists device speeds (MB/s) at which write_image is also
+	// compared with dd, the loop device being throttled to each.
+	deviceMBps []int64
 }
 
 func main() {
@@ -87,6 +90,7 @@ func main() {
 	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "write CPU profiles of the image writer children into this folder")
 	flag.IntVar(&cfg.bufferBytes, "image-buffer-bytes", 0, "experiment: image.Options.BufferBytes for the writer (0: the production default)")
 	flag.IntVar(&cfg.buffers, "image-buffers", 0, "experiment: image.Options.Buffers for the writer (0: the production default)")
+	rates := flag.String("device-mbps", "500,1000,1500", "also compare write_image with dd on the loop device throttled to these speeds in MB/s (SATA SSD to NVMe class); '' for none")
 	flag.BoolVar(&cfg.keepLogs, "v", false, "print the coordinator's and edge agent's warnings to stderr")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: sudo go run ./scripts/bench-ramdisk [flags]\n\n")
@@ -108,6 +112,9 @@ func main() {
 	}
 	if cfg.imageSize > cfg.size || cfg.imageSize <= 0 {
 		fail(fmt.Errorf("-image-size must be positive and at most -size"))
+	}
+	if cfg.deviceMBps, err = parseRates(*rates); err != nil {
+		fail(err)
 	}
 	if cfg.reps < 1 || cfg.boots < 0 {
 		fail(fmt.Errorf("-reps must be at least 1 and -boots at least 0"))

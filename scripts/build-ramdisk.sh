@@ -178,7 +178,9 @@ size() { stat -c %s "$1"; }
 human() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 (cd "$OUT" && sha256sum vmlinuz "$(basename "$IMG")" >SHA256SUMS)
 log "done in $(($(date +%s) - T0)) s"
-echo "kernel:     $OUT/vmlinuz ($KVER, $(size "$OUT/vmlinuz") bytes, $(human "$(size "$OUT/vmlinuz")"))"
-echo "cpio:       $CPIO ($(size "$CPIO") bytes, $(human "$(size "$CPIO")"))"
-echo "initramfs:  $IMG ($(size "$IMG") bytes, $(human "$(size "$IMG")"))"
+# Paths inside the repository are shown relative to it.
+show() { case "$1" in "$ROOT"/*) echo "${1#"$ROOT"/}" ;; *) echo "$1" ;; esac; }
+echo "kernel:     $(show "$OUT/vmlinuz") ($KVER, $(size "$OUT/vmlinuz") bytes, $(human "$(size "$OUT/vmlinuz")"))"
+echo "cpio:       $(show "$CPIO") ($(size "$CPIO") bytes, $(human "$(size "$CPIO")"))"
+echo "initramfs:  $(show "$IMG") ($(size "$IMG") bytes, $(human "$(size "$IMG")"))"
 [ "$(size "$IMG")" -le "$MAX_BYTES" ] || die "the compressed initramfs is larger than 16 MiB"

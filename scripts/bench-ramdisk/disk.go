@@ -203,15 +203,8 @@ func overwriteBench(ctx context.Context, cfg config, l *loopDev) ([]row, error) 
 			over, verify = verifyStart.Sub(t0), end.Sub(verifyStart)
 			return nil
 		}
-		// Alternate the order to spread drift in the machine's load.
-		steps := []func() error{runDD, runOurs}
-		if i%2 == 1 {
-			steps[0], steps[1] = steps[1], steps[0]
-		}
-		for _, s := range steps {
-			if err := s(); err != nil {
-				return nil, err
-			}
+		if err := alternate(i, runDD, runOurs); err != nil {
+			return nil, err
 		}
 		dds, overs, verifies = append(dds, dd), append(overs, over), append(verifies, verify)
 		fmt.Printf("  rep %d: dd %s (%.0f MB/s) | project overwrite %s (%.0f MB/s, %.1f%% of dd), verification of %d blocks %s\n",

@@ -406,10 +406,7 @@ func imageBench(ctx context.Context, cfg config, tmp string, l *loopDev, cleanup
 	for i := range cfg.reps {
 		var dd, our time.Duration
 		runDD := func() error {
-			if err := markDevice(l.path, cfg.size); err != nil {
-				return err
-			}
-			if err := coldDevice(l.path); err != nil {
+			if err := freshDevice(l.path, cfg.size); err != nil {
 				return err
 			}
 			d, err := timeCmd(ctx, "dd", ddArgs...)
@@ -418,10 +415,7 @@ func imageBench(ctx context.Context, cfg config, tmp string, l *loopDev, cleanup
 		}
 		var res childResult
 		runOurs := func() error {
-			if err := markDevice(l.path, cfg.size); err != nil {
-				return err
-			}
-			if err := coldDevice(l.path); err != nil {
+			if err := freshDevice(l.path, cfg.size); err != nil {
 				return err
 			}
 			r, err := runChild(ctx, profileArgs(cfg, fmt.Sprintf("write-raw-%d.pprof", i+1), "-url", base+"/image.raw", "-dev", l.path, "-checksum", sum)...)
@@ -432,14 +426,8 @@ func imageBench(ctx context.Context, cfg config, tmp string, l *loopDev, cleanup
 			hwm = max(hwm, r.VmHWMKiB)
 			return checkImage(l.path, size, sum, r)
 		}
-		steps := []func() error{runDD, runOurs}
-		if i%2 == 1 {
-			steps[0], steps[1] = steps[1], steps[0]
-		}
-		for _, s := range steps {
-			if err := s(); err != nil {
-				return nil, err
-			}
+		if err := alternate(i, runDD, runOurs); err != nil {
+			return nil, err
 		}
 		dds, ours = append(dds, dd), append(ours, our)
 		fmt.Printf("  rep %d: dd %s (%.0f MB/s) | project raw+sha256 %s (%.0f MB/s, %.1f%% of dd), peak RSS %.1f MiB, %s; device read back matches\n",
@@ -456,10 +444,7 @@ func imageBench(ctx context.Context, cfg config, tmp string, l *loopDev, cleanup
 	var nosumNotes []string
 	for range cfg.reps {
 		hashes = append(hashes, hashTime(size))
-		if err := markDevice(l.path, cfg.size); err != nil {
-			return nil, err
-		}
-		if err := coldDevice(l.path); err != nil {
+		if err := freshDevice(l.path, cfg.size); err != nil {
 			return nil, err
 		}
 		r, err := runChild(ctx, profileArgs(cfg, fmt.Sprintf("write-nosum-%d.pprof", len(nosums)+1), "-url", base+"/image.raw", "-dev", l.path, "-no-checksum")...)
@@ -497,10 +482,7 @@ func imageBench(ctx context.Context, cfg config, tmp string, l *loopDev, cleanup
 	if cfg.zstd {
 		var zs []time.Duration
 		for i := range cfg.reps {
-			if err := markDevice(l.path, cfg.size); err != nil {
-				return nil, err
-			}
-			if err := coldDevice(l.path); err != nil {
+			if err := freshDevice(l.path, cfg.size); err != nil {
 				return nil, err
 			}
 			r, err := runChild(ctx, profileArgs(cfg, fmt.Sprintf("write-zstd-%d.pprof", i+1), "-url", base+"/image.raw.zst", "-dev", l.path, "-checksum", zsum)...)

@@ -384,3 +384,24 @@ func durations(d []time.Duration) string {
 	}
 	return strings.Join(s, ", ") + " s"
 }
+
+// alternate runs a then b, or b then a in odd repetitions, to spread
+// drift in the machine's load over both.
+func alternate(rep int, a, b func() error) error {
+	if rep%2 == 1 {
+		a, b = b, a
+	}
+	if err := a(); err != nil {
+		return err
+	}
+	return b()
+}
+
+// freshDevice marks the device's ends (so that a write that did not
+// happen cannot pass the read-back) and drops its page cache.
+func freshDevice(path string, size int64) error {
+	if err := markDevice(path, size); err != nil {
+		return err
+	}
+	return coldDevice(path)
+}

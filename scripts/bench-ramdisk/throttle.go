@@ -90,10 +90,7 @@ func throttledBench(ctx context.Context, cfg config, l *loopDev, raw, url, sum s
 		for i := range cfg.reps {
 			var dd, our time.Duration
 			runDD := func() error {
-				if err := markDevice(l.path, cfg.size); err != nil {
-					return err
-				}
-				if err := coldDevice(l.path); err != nil {
+				if err := freshDevice(l.path, cfg.size); err != nil {
 					return err
 				}
 				// The shell joins the cgroup, then becomes dd.
@@ -102,10 +99,7 @@ func throttledBench(ctx context.Context, cfg config, l *loopDev, raw, url, sum s
 				return err
 			}
 			runOurs := func() error {
-				if err := markDevice(l.path, cfg.size); err != nil {
-					return err
-				}
-				if err := coldDevice(l.path); err != nil {
+				if err := freshDevice(l.path, cfg.size); err != nil {
 					return err
 				}
 				r, err := runChildEnv(ctx, []string{cgroupEnv + "=" + t.dir}, "-url", url, "-dev", l.path, "-checksum", sum)
@@ -115,14 +109,8 @@ func throttledBench(ctx context.Context, cfg config, l *loopDev, raw, url, sum s
 				our = time.Duration(r.Seconds * float64(time.Second))
 				return checkImage(l.path, size, sum, r)
 			}
-			steps := []func() error{runDD, runOurs}
-			if i%2 == 1 {
-				steps[0], steps[1] = steps[1], steps[0]
-			}
-			for _, s := range steps {
-				if err := s(); err != nil {
-					return nil, err
-				}
+			if err := alternate(i, runDD, runOurs); err != nil {
+				return nil, err
 			}
 			dds, ours = append(dds, dd), append(ours, our)
 			fmt.Printf("  %d MB/s rep %d: dd %s (%.0f MB/s) | project raw+sha256 %s (%.0f MB/s, %.1f%% of dd); device read back matches\n",

@@ -317,7 +317,10 @@ func phaseOf(n *fsm.Node) string {
 
 // apply records the machine's output for n in the batch.
 func (t *tx) apply(n *fsm.Node, out fsm.Output) {
-	if out.Reject != "" {
+	switch {
+	case out.Reject != "" && out.Late:
+		t.e.log.Info("message ignored", "node", n.Ident(), "reason", out.Reject)
+	case out.Reject != "":
 		t.e.log.Warn("message rejected", "node", n.Ident(), "reason", out.Reject)
 	}
 	if out.Changed {

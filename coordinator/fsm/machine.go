@@ -73,6 +73,9 @@ type Output struct {
 	Inventory map[string]any
 	// Reject is why an incoming message was not acted on (to be logged).
 	Reject string
+	// Late marks a Reject that is expected now and then: a message that
+	// crossed the end of the ramdisk's boot (logged below warning level).
+	Late bool
 }
 
 // Refusal is a verb refused, with the HTTP status Ironic answers.
@@ -776,7 +779,14 @@ func wireSteps(in []protocol.Step) []drivers.Step {
 // Heartbeat records a ramdisk's heartbeat and pushes the WAIT deadline.
 func (m *Machine) Heartbeat(n *Node, msg *protocol.Message, now time.Time) Output {
 	var out Output
-	if n.AgentToken == "" || msg.Token != n.AgentToken {
+	if n.AgentToken == "" {
+		// The token was withdrawn (power-off, reboot, the operation
+		// ended): a heartbeat sent just before crossed it.
+		out.Reject = fmt.Sprintf("node %s: heartbeat after the ramdisk's token was withdrawn (powered off or operation over) ignored", n.Ident())
+		out.Late = true
+		return out
+	}
+	if msg.Token != n.AgentToken {
 		out.Reject = fmt.Sprintf("node %s: heartbeat with a wrong or stale agent token refused", n.Ident())
 		return out
 	}

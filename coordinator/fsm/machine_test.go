@@ -342,8 +342,8 @@ func TestWrongTokenRejected(t *testing.T) {
 	}
 	deadline := w.n.Deadline
 	later := w.now.Add(time.Minute)
-	if out := w.m.Heartbeat(w.n, &protocol.Message{Token: "forged"}, later); out.Reject == "" || !w.n.Deadline.Equal(deadline) {
-		t.Fatalf("forged heartbeat accepted: %q", out.Reject)
+	if out := w.m.Heartbeat(w.n, &protocol.Message{Token: "forged"}, later); out.Reject == "" || out.Late || !w.n.Deadline.Equal(deadline) {
+		t.Fatalf("forged heartbeat accepted or taken for a late one: %q late=%v", out.Reject, out.Late)
 	}
 	if out := w.m.Hello(w.n, &protocol.Message{BootID: "b2"}, later); out.Reject == "" {
 		t.Fatal("second boot got a token without a reboot by the coordinator")
@@ -358,5 +358,11 @@ func TestWrongTokenRejected(t *testing.T) {
 	if out := w.m.Heartbeat(w.n, &protocol.Message{Token: w.n.AgentToken, Running: p.ID, Progress: 0.5}, later); out.Reject != "" ||
 		!w.n.Deadline.After(deadline) || !w.n.Pending.Accepted || w.n.CleanStep.Progress != 0.5 {
 		t.Fatal("good heartbeat did not push the deadline and mark the command accepted")
+	}
+	// Once the token is withdrawn, a heartbeat that crossed it is late, not forged.
+	tok := w.n.AgentToken
+	w.n.AgentToken = ""
+	if out := w.m.Heartbeat(w.n, &protocol.Message{Token: tok}, later); out.Reject == "" || !out.Late {
+		t.Fatalf("heartbeat after the token was withdrawn: %q late=%v, want a late rejection", out.Reject, out.Late)
 	}
 }

@@ -50,8 +50,8 @@ func LoadCredentials(path string) (Credentials, error) {
 }
 
 // SimOptions shape the simulated nodes. Per node, driver_info keys
-// fake_fail_step, fake_die_step, fake_no_boot and fake_step_seconds
-// override them (for failure injection in tests).
+// fake_fail_step, fake_die_step, fake_reboot_step, fake_no_boot and
+// fake_step_seconds override them (for failure injection in tests).
 type SimOptions struct {
 	Nodes        int
 	StepDuration time.Duration
@@ -60,6 +60,7 @@ type SimOptions struct {
 	BMCDelay     time.Duration
 	FailStep     string // every node fails this in-band step
 	DieStep      string // every node's ramdisk dies during this step
+	RebootStep   string // every node's ramdisk reboots on its own during this step
 	NoBoot       bool   // no ramdisk ever boots
 }
 
@@ -472,6 +473,9 @@ func (a *Agent) onPower(node, state, boot string) {
 	if s, _ := info["fake_die_step"].(string); s != "" {
 		opts.DieStep = s
 	}
+	if s, _ := info["fake_reboot_step"].(string); s != "" {
+		opts.RebootStep = s
+	}
 	if s, _ := info["fake_no_boot"].(string); s == "true" {
 		opts.NoBoot = true
 	}
@@ -485,7 +489,11 @@ func (a *Agent) onPower(node, state, boot string) {
 		return
 	}
 	s := session.New(session.Config{Site: a.cfg.Site, Node: node, Heartbeat: opts.Heartbeat, ResendInterval: a.cfg.ResendInterval,
-		Runner: &simRunner{node: node, opts: opts}, Transport: agentTransport{a}, Log: a.log})
+		Runner: &simRunner{node: node, opts: opts, reboot: func() {
+			// As a crash-only agent does: the node reboots into a new
+			// ramdisk boot that the coordinator did not ask for.
+			go a.onPower(node, protocol.PowerOn, protocol.BootPXE)
+		}}, Transport: agentTransport{a}, Log: a.log})
 	a.sessions[node] = s
 	go func() {
 		select {

@@ -17,6 +17,8 @@ import (
 type simRunner struct {
 	node string
 	opts SimOptions
+	// reboot restarts the node's simulated ramdisk as a new boot.
+	reboot func()
 }
 
 func wire(steps []drivers.Step) []protocol.Step {
@@ -35,10 +37,13 @@ func (r *simRunner) Steps() (clean, deploy []protocol.Step) {
 // Run implements session.Runner.
 func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(float64, string)) (map[string]any, error) {
 	name := step.Step
-	if name == r.opts.DieStep {
+	if name == r.opts.DieStep || name == r.opts.RebootStep {
 		select {
 		case <-ctx.Done():
 		case <-time.After(r.opts.StepDuration / 2):
+		}
+		if name == r.opts.RebootStep && ctx.Err() == nil {
+			r.reboot()
 		}
 		return nil, session.ErrDied
 	}

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -429,7 +430,7 @@ func (m *Machine) sendOOB(n *Node, action string, args map[string]any, step *Ste
 	}
 	if action == protocol.ActionPower {
 		// A power cycle ends the ramdisk's boot: its token dies with it.
-		n.AgentToken, n.BootID = "", ""
+		withdrawToken(n)
 		s, _ := args["state"].(string)
 		n.TargetPowerState = s
 		if s != protocol.PowerOff && m.cfg.AgentCredentials != nil {
@@ -659,7 +660,7 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	}
 	n.LastError = msg
 	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
-	n.AgentToken, n.BootID = "", ""
+	withdrawToken(n)
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "ERROR", EventType: eventType(op), Event: msg})
 	out.Changed = true
 	if op == nil || op.Phase == "power" {
@@ -714,6 +715,27 @@ func (m *Machine) abort(n *Node, now time.Time, out *Output) {
 	m.failWith(n, now, out, fmt.Sprintf("aborted by request during step %s", a.Step.Name()), Abort)
 }
 
+// withdrawToken ends the ramdisk boot's token and remembers the boot.
+func withdrawToken(n *Node) {
+	if n.BootID != "" {
+		n.PastBoots = appendBoot(n.PastBoots, n.BootID)
+	}
+	n.AgentToken, n.BootID = "", ""
+}
+
+// appendBoot adds id to the last few boots remembered.
+func appendBoot(past []string, id string) []string {
+	const keep = 4
+	if slices.Contains(past, id) {
+		return past
+	}
+	past = append(past, id)
+	if len(past) > keep {
+		past = slices.Clone(past[len(past)-keep:])
+	}
+	return past
+}
+
 // Hello handles a booted ramdisk's first message: it issues the boot's
 // agent token, caches the ramdisk's steps and moves the node on.
 func (m *Machine) Hello(n *Node, msg *protocol.Message, now time.Time) Output {
@@ -724,7 +746,24 @@ func (m *Machine) Hello(n *Node, msg *protocol.Message, now time.Time) Output {
 			out.Send = append(out.Send, m.welcome(n, now))
 			return out
 		}
-		out.Reject = fmt.Sprintf("node %s: hello from boot %s refused: a token was already issued to boot %s; a new one is issued only after the coordinator reboots the node", n.Ident(), msg.BootID, n.BootID)
+		if slices.Contains(n.PastBoots, msg.BootID) {
+			out.Reject, out.Late = fmt.Sprintf("node %s: hello from an earlier boot %s ignored", n.Ident(), msg.BootID), true
+			return out
+		}
+		// A boot the coordinator did not start: the ramdisk restarted on
+		// its own (crash-only), so whatever it ran is lost. No second
+		// token is issued for it; the operation fails now rather than at
+		// its timeout.
+		old, what := n.BootID, "while the coordinator waited for it"
+		if a := m.current(n); a != nil && a.Kind == ActStep && a.Step != nil {
+			what = "during step " + a.Step.Name()
+		}
+		n.PastBoots = appendBoot(n.PastBoots, msg.BootID)
+		m.fail(n, now, &out, fmt.Sprintf("the ramdisk of node %s restarted on its own (boot %s, now boot %s) %s; its work is lost: see the node's console for why, then retry", n.Ident(), old, msg.BootID, what))
+		return out
+	}
+	if slices.Contains(n.PastBoots, msg.BootID) {
+		out.Reject, out.Late = fmt.Sprintf("node %s: hello from an earlier boot %s ignored", n.Ident(), msg.BootID), true
 		return out
 	}
 	if !m.expectsAgent(n) {

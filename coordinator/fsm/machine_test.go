@@ -34,6 +34,7 @@ type world struct {
 	// holdInband keeps in-band commands in held instead of answering them.
 	holdInband bool
 	held       []Outgoing
+	boots      int // ramdisk boots so far (each gets its own boot id)
 }
 
 func (w *world) run(out Output) {
@@ -58,7 +59,8 @@ func (w *world) run(out Output) {
 			next = w.m.Result(w.n, &protocol.Message{Kind: protocol.KindResult, CommandID: msg.ID, OK: true}, w.now)
 			if st := msg.Args["state"]; st == protocol.PowerReboot && !w.noAgent {
 				// The ramdisk boots and says hello.
-				h := w.m.Hello(w.n, &protocol.Message{BootID: fmt.Sprintf("boot-%d", len(w.log)),
+				w.boots++
+				h := w.m.Hello(w.n, &protocol.Message{BootID: fmt.Sprintf("boot-%d", w.boots),
 					CleanSteps:  []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true}, {Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true}},
 					DeploySteps: []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 80}}}, w.now)
 				next.Send = append(next.Send, h.Send...)
@@ -345,9 +347,6 @@ func TestWrongTokenRejected(t *testing.T) {
 	if out := w.m.Heartbeat(w.n, &protocol.Message{Token: "forged"}, later); out.Reject == "" || out.Late || !w.n.Deadline.Equal(deadline) {
 		t.Fatalf("forged heartbeat accepted or taken for a late one: %q late=%v", out.Reject, out.Late)
 	}
-	if out := w.m.Hello(w.n, &protocol.Message{BootID: "b2"}, later); out.Reject == "" {
-		t.Fatal("second boot got a token without a reboot by the coordinator")
-	}
 	if out := w.m.Hello(w.n, &protocol.Message{BootID: "b1"}, later); out.Reject != "" || len(out.Send) != 1 || out.Send[0].Msg.Token != w.n.AgentToken {
 		t.Fatal("repeated hello of the same boot did not get the welcome again")
 	}
@@ -364,5 +363,45 @@ func TestWrongTokenRejected(t *testing.T) {
 	w.n.AgentToken = ""
 	if out := w.m.Heartbeat(w.n, &protocol.Message{Token: tok}, later); out.Reject == "" || !out.Late {
 		t.Fatalf("heartbeat after the token was withdrawn: %q late=%v, want a late rejection", out.Reject, out.Late)
+	}
+}
+
+// A ramdisk that restarts on its own (a boot the coordinator did not
+// start) gets no second token: the operation fails at once, naming the
+// step and both boots. Late hellos of earlier boots are only ignored.
+func TestRamdiskRestartedOnItsOwn(t *testing.T) {
+	w := newWorld(t)
+	w.holdInband = true
+	w.n.ProvisionState = Manageable
+	w.verb(Provide, VerbRequest{})
+	w.want(CleanWait)
+	if len(w.held) != 1 || w.n.BootID == "" {
+		t.Fatalf("want the first step sent to a welcomed ramdisk; held %d, boot %q", len(w.held), w.n.BootID)
+	}
+	first := w.n.BootID
+	// The same boot saying hello again is fine: the welcome was lost.
+	if out := w.m.Hello(w.n, &protocol.Message{BootID: first}, w.now); out.Reject != "" || w.n.ProvisionState != CleanWait {
+		t.Fatalf("repeated hello: %q, state %q", out.Reject, w.n.ProvisionState)
+	}
+	out := w.m.Hello(w.n, &protocol.Message{BootID: "crashed-and-back"}, w.now)
+	if w.n.ProvisionState != CleanFailed || w.n.AgentToken != "" {
+		t.Fatalf("after a self-restart: state %q token %q, want clean failed and no token", w.n.ProvisionState, w.n.AgentToken)
+	}
+	for _, part := range []string{"restarted on its own", first, "crashed-and-back", "erase_devices_metadata"} {
+		if !strings.Contains(w.n.LastError, part) {
+			t.Errorf("last_error %q does not name %q", w.n.LastError, part)
+		}
+	}
+	if !w.n.Maintenance {
+		t.Error("a clean step was running: the node should be in maintenance, as for any failed clean step")
+	}
+	if len(out.History) == 0 {
+		t.Error("no history entry for the failure")
+	}
+	// Its further hellos and those of the first boot are late, not alarms.
+	for _, b := range []string{"crashed-and-back", first} {
+		if out := w.m.Hello(w.n, &protocol.Message{BootID: b}, w.now); !out.Late || w.n.AgentToken != "" {
+			t.Errorf("hello from %s after the failure: late=%v reject %q token %q", b, out.Late, out.Reject, w.n.AgentToken)
+		}
 	}
 }

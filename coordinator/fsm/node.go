@@ -51,8 +51,11 @@ type Node struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 
 	// AgentToken is issued once per boot of the ramdisk. Hidden.
-	AgentToken    string    `json:"agent_token,omitempty"`
-	BootID        string    `json:"boot_id,omitempty"`
+	AgentToken string `json:"agent_token,omitempty"`
+	BootID     string `json:"boot_id,omitempty"`
+	// PastBoots are the last ramdisk boots whose token was withdrawn, so
+	// that a late hello from one of them is not taken for a new boot.
+	PastBoots     []string  `json:"past_boots,omitempty"`
 	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
 	// Cached in-band steps, as the ramdisk reported them.
 	CachedCleanSteps  []drivers.Step `json:"cached_clean_steps,omitempty"`

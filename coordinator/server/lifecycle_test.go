@@ -186,8 +186,9 @@ func TestAbortRetireMaintenance(t *testing.T) {
 	}
 }
 
-// TestFailureInjection: a failing step, a ramdisk that never boots and
-// one that dies mid-step all end in a failed state with last_error.
+// TestFailureInjection: a failing step, a ramdisk that never boots, one
+// that dies mid-step and one that reboots on its own mid-step all end in
+// a failed state with last_error.
 func TestFailureInjection(t *testing.T) {
 	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{WaitTimeout: 3 * time.Second}})
 	testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 8, StepDuration: 100 * time.Millisecond})
@@ -198,6 +199,7 @@ func TestFailureInjection(t *testing.T) {
 		{"fails", "fake_fail_step", "erase_devices", "simulated failure of step erase_devices"},
 		{"noboot", "fake_no_boot", "true", "to boot"},
 		{"dies", "fake_die_step", "erase_devices_metadata", "no heartbeat"},
+		{"reboots", "fake_reboot_step", "erase_devices", "restarted on its own"},
 	}
 	ids := map[string]string{}
 	for _, cs := range cases {

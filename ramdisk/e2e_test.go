@@ -175,6 +175,9 @@ func TestQEMURamdisk(t *testing.T) {
 	// So far the ramdisk took its address from QEMU's DHCP server; the
 	// console holds the last boot's log.
 	consoleHas(t, console, "DHCP lease 10.0.2.15/24 gateway 10.0.2.2")
+	// The history says what each erase step did to which disk.
+	historyHas(t, cl, "clean step deploy.erase_devices_metadata done: /dev/vda")
+	historyHasRe(t, cl, `clean step deploy\.erase_devices done: /dev/vda (blkzeroout|blkdiscard|blksecdiscard|overwrite-zeros), 1073741824 bytes in [0-9.]+s, [1-9][0-9]* samples verified`)
 	// The node's broker password is on the kernel command line; the
 	// console (a BMC's serial log, in real life) must not show it.
 	b, _ := os.ReadFile(console)
@@ -195,6 +198,7 @@ func TestQEMURamdisk(t *testing.T) {
 		map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(img)},
 		map[string]any{"op": "add", "path": "/driver_info/qemu_cmdline", "value": "bm.ip=10.0.2.15/24 bm.gw=10.0.2.2"})
 	step("active", "active", nil, 5*time.Minute)
+	historyHas(t, cl, "deploy step deploy.write_image done: "+itoa(len(img))+" bytes (none, "+itoa(len(img))+" downloaded) written to /dev/vda")
 	if !bytes.Equal(readHead(t, diskPath, len(img)), img) {
 		t.Fatal("the disk does not hold the raw image after deploy")
 	}
@@ -222,6 +226,37 @@ func TestQEMURamdisk(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func history(t *testing.T, cl *testrig.Client) string {
+	t.Helper()
+	var h struct {
+		History []struct {
+			Event string `json:"event"`
+		} `json:"history"`
+	}
+	if code := cl.Do("GET", "/v1/nodes/vm1/history", nil, &h); code != 200 {
+		t.Fatalf("history: %d", code)
+	}
+	var b strings.Builder
+	for _, e := range h.History {
+		b.WriteString(e.Event + "\n")
+	}
+	return b.String()
+}
+
+func historyHas(t *testing.T, cl *testrig.Client, want string) {
+	t.Helper()
+	if h := history(t, cl); !strings.Contains(h, want) {
+		t.Fatalf("the node's history lacks %q:\n%s", want, h)
+	}
+}
+
+func historyHasRe(t *testing.T, cl *testrig.Client, re string) {
+	t.Helper()
+	if h := history(t, cl); !regexp.MustCompile(re).MatchString(h) {
+		t.Fatalf("the node's history matches no %q:\n%s", re, h)
+	}
+}
 
 func consoleHas(t *testing.T, console, want string) {
 	t.Helper()

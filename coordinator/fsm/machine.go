@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
@@ -901,8 +903,11 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 		}
 	}
 	if a.Kind == ActStep && a.Step.InBand {
-		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(n.Op),
-			Event: fmt.Sprintf("%s done", what)})
+		event := fmt.Sprintf("%s done", what)
+		if sum := resultSummary(msg.Data); sum != "" {
+			event += ": " + sum
+		}
+		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(n.Op), Event: event})
 	} else if a.Kind == ActStep {
 		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(n.Op),
 			Event: fmt.Sprintf("%s done (out of band)", what)})
@@ -919,6 +924,28 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 		return
 	}
 	m.advance(n, now, out)
+}
+
+// resultSummary is the one-line account a step's result may carry in
+// data["summary"] (for example which erase method each disk got), kept
+// short and printable for the node's history.
+func resultSummary(data map[string]any) string {
+	sum, _ := data["summary"].(string)
+	sum = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return ' '
+	}, sum)
+	const maxLen = 500
+	if len(sum) > maxLen {
+		cut := maxLen
+		for cut > 0 && !utf8.RuneStart(sum[cut]) {
+			cut--
+		}
+		sum = sum[:cut] + "…"
+	}
+	return strings.TrimSpace(sum)
 }
 
 func describe(n *Node, a *Action) string {

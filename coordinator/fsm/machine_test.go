@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
@@ -403,5 +404,25 @@ func TestRamdiskRestartedOnItsOwn(t *testing.T) {
 		if out := w.m.Hello(w.n, &protocol.Message{BootID: b}, w.now); !out.Late || w.n.AgentToken != "" {
 			t.Errorf("hello from %s after the failure: late=%v reject %q token %q", b, out.Late, out.Reject, w.n.AgentToken)
 		}
+	}
+}
+
+func TestResultSummary(t *testing.T) {
+	for _, c := range []struct {
+		data map[string]any
+		want string
+	}{
+		{nil, ""},
+		{map[string]any{"summary": 42}, ""},
+		{map[string]any{"summary": " /dev/vda blkzeroout\n\x1b[31m "}, "/dev/vda blkzeroout  [31m"},
+	} {
+		if got := resultSummary(c.data); got != c.want {
+			t.Errorf("resultSummary(%q) = %q, want %q", c.data, got, c.want)
+		}
+	}
+	long := strings.Repeat("é", 400) // 800 bytes
+	got := resultSummary(map[string]any{"summary": long})
+	if !strings.HasSuffix(got, "…") || len(got) > 503 || !utf8.ValidString(got) {
+		t.Errorf("a long summary is cut to about 500 bytes on a rune boundary: %d bytes, valid %v", len(got), utf8.ValidString(got))
 	}
 }

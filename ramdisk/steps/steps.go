@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/bmedge/bmedge/protocol"
@@ -122,7 +123,23 @@ func (r *Runner) eraseMetadata(ctx context.Context, progress func(float64, strin
 		all = append(all, res...)
 		progress(float64(i+1)/float64(len(devs)), d.Path)
 	}
-	return map[string]any{"devices": all}, nil
+	var parts []string
+	for _, x := range all {
+		if x.Skipped {
+			parts = append(parts, fmt.Sprintf("%s skipped (%s)", x.Path, x.SkipReason))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %d regions zeroed", x.Path, len(x.Regions)))
+	}
+	return map[string]any{"devices": all, "summary": summary(parts, "no disk")}, nil
+}
+
+// summary joins per-device accounts for the node's history.
+func summary(parts []string, none string) string {
+	if len(parts) == 0 {
+		return none
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (r *Runner) eraseDevices(ctx context.Context, progress func(float64, string)) (map[string]any, error) {
@@ -154,10 +171,16 @@ func (r *Runner) eraseDevices(ctx context.Context, progress func(float64, string
 	if err != nil {
 		return nil, err
 	}
+	var parts []string
 	for _, x := range res {
 		r.Log.Info("erased", "device", x.Device, "method", x.Method, "bytes", x.Bytes, "took", x.Duration, "verified_samples", x.VerifiedSamples, "skipped", x.SkipReason)
+		if x.Skipped {
+			parts = append(parts, fmt.Sprintf("%s skipped (%s)", x.Device, x.SkipReason))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %s, %d bytes in %.1fs, %d samples verified", x.Device, x.Method, x.Bytes, x.Duration.Seconds(), x.VerifiedSamples))
 	}
-	return map[string]any{"devices": res}, nil
+	return map[string]any{"devices": res, "summary": summary(parts, "no disk")}, nil
 }
 
 func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress func(float64, string)) (map[string]any, error) {
@@ -192,7 +215,11 @@ func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress f
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"image": asMap(res)}, nil
+	account := fmt.Sprintf("%d bytes (%s, %d downloaded) written to %s in %.1fs", res.Written, res.Compression, res.Downloaded, res.Device, res.Duration.Seconds())
+	if res.ChecksumAlgo != "" {
+		account += ", " + res.ChecksumAlgo + " verified"
+	}
+	return map[string]any{"image": asMap(res), "summary": account}, nil
 }
 
 // rootHints reads Ironic's root_device hints from a step's args.

@@ -135,6 +135,15 @@ func TestEraseDevicesSkipsReadOnlyAndReportsMethods(t *testing.T) {
 	if pl.n == 0 || pl.last != 1 {
 		t.Errorf("progress: %d calls, last %v; want it to reach 1", pl.n, pl.last)
 	}
+	sum, _ := res["summary"].(string)
+	for _, want := range []string{a.Path + " overwrite-zeros", b.Path + " overwrite-zeros", "samples verified"} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary %q lacks %q", sum, want)
+		}
+	}
+	if strings.Contains(sum, ro.Path) {
+		t.Errorf("summary %q names the read-only device, which erase_devices never touches", sum)
+	}
 }
 
 func TestEraseFailureIsNotDone(t *testing.T) {
@@ -199,5 +208,8 @@ func TestWriteImageArgs(t *testing.T) {
 	}
 	if res["image"] == nil {
 		t.Errorf("result %v has no image report", res)
+	}
+	if sum, _ := res["summary"].(string); !strings.Contains(sum, "written to "+target.Path) || !strings.Contains(sum, "sha256 verified") {
+		t.Errorf("summary %q does not say where the image went and that its sha256 was verified", sum)
 	}
 }

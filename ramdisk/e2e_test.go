@@ -74,8 +74,9 @@ func sha(b []byte) string {
 }
 
 // TestQEMURamdisk boots the real ramdisk in QEMU against the real
-// coordinator: inspect, provide (the disk then reads all zeroes), deploy a
-// raw image, undeploy, a wrong checksum, rebuild with a zstd image.
+// coordinator: inspect, provide (both disks, virtio and NVMe, then read
+// all zeroes; the NVMe one by Format NVM), deploy a raw image, undeploy, a
+// wrong checksum, rebuild with a zstd image.
 func TestQEMURamdisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU several times")
@@ -85,6 +86,10 @@ func TestQEMURamdisk(t *testing.T) {
 	diskPath := filepath.Join(dir, "disk.raw")
 	const diskSize = 1 << 30
 	randomFile(t, diskPath, diskSize, 1)
+	// A second disk behind QEMU's emulated NVMe controller: erase_devices
+	// must erase it too, with a method it supports.
+	nvmePath := filepath.Join(dir, "nvme.raw")
+	randomFile(t, nvmePath, 256<<20, 2)
 
 	// Images, served on loopback; the guest reaches it as 10.0.2.2.
 	img := make([]byte, 48<<20)
@@ -138,7 +143,8 @@ func TestQEMURamdisk(t *testing.T) {
 	// only disks of 4 GiB and more are root disk candidates).
 	body := map[string]any{"name": "vm1", "driver": "qemu-dev", "conductor_group": "lab",
 		"properties":  map[string]any{"root_device": map[string]any{"serial": "DISK0"}},
-		"driver_info": map[string]any{"qemu_disk": diskPath, "qemu_disk_serial": "DISK0", "qemu_console": console, "qemu_memory_mb": 1024}}
+		"driver_info": map[string]any{"qemu_disk": diskPath, "qemu_disk_serial": "DISK0", "qemu_console": console, "qemu_memory_mb": 1024,
+			"qemu_nvme_disk": nvmePath, "qemu_nvme_serial": "NVME0"}}
 	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
 		t.Fatalf("create: %d", code)
 	}
@@ -172,12 +178,19 @@ func TestQEMURamdisk(t *testing.T) {
 	if off := firstNonZero(t, diskPath); off >= 0 {
 		t.Fatalf("after cleaning the disk has a non-zero byte at %d", off)
 	}
+	if off := firstNonZero(t, nvmePath); off >= 0 {
+		t.Fatalf("after cleaning the NVMe disk has a non-zero byte at %d", off)
+	}
+	// QEMU's NVMe controller supports Format NVM with a user-data erase
+	// and reads deallocated blocks as zeroes: the hardware method wins.
+	historyHasRe(t, cl, `clean step deploy\.erase_devices done: .*/dev/nvme0n1 nvme-format-(crypto|user-data)-erase, 268435456 bytes in [0-9.]+s, [1-9][0-9]* samples verified`)
+	t.Logf("erase: %s", regexp.MustCompile(`clean step deploy\.erase_devices done: [^\n]*`).FindString(history(t, cl)))
 	// So far the ramdisk took its address from QEMU's DHCP server; the
 	// console holds the last boot's log.
 	consoleHas(t, console, "DHCP lease 10.0.2.15/24 gateway 10.0.2.2")
 	// The history says what each erase step did to which disk.
-	historyHas(t, cl, "clean step deploy.erase_devices_metadata done: /dev/vda")
-	historyHasRe(t, cl, `clean step deploy\.erase_devices done: /dev/vda (blkzeroout|blkdiscard|blksecdiscard|overwrite-zeros), 1073741824 bytes in [0-9.]+s, [1-9][0-9]* samples verified`)
+	historyHasRe(t, cl, `clean step deploy\.erase_devices_metadata done: .*/dev/vda [1-9][0-9]* regions zeroed`)
+	historyHasRe(t, cl, `clean step deploy\.erase_devices done: .*/dev/vda (blkzeroout|blkdiscard|blksecdiscard|overwrite-zeros), 1073741824 bytes in [0-9.]+s, [1-9][0-9]* samples verified`)
 	// The node's broker password is on the kernel command line; the
 	// console (a BMC's serial log, in real life) must not show it.
 	b, _ := os.ReadFile(console)

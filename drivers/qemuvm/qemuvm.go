@@ -26,6 +26,9 @@ type Config struct {
 	Initrd   string // ramdisk initramfs
 	Disk     string // raw disk image
 	Serial   string // disk serial (serial=)
+	// NVMeDisk, if set, is a second raw disk image behind an emulated
+	// NVMe controller, with serial NVMeSerial.
+	NVMeDisk, NVMeSerial string
 	MemoryMB int
 	CPUs     int
 	// Cmdline returns the kernel parameters for the ramdisk (bm.node=...).
@@ -59,7 +62,11 @@ func New(cfg Config) *BMC {
 
 // Validate implements drivers.BMC: the files the VM needs exist.
 func (b *BMC) Validate(ctx context.Context) error {
-	for _, f := range []string{b.cfg.Kernel, b.cfg.Initrd, b.cfg.Disk} {
+	files := []string{b.cfg.Kernel, b.cfg.Initrd, b.cfg.Disk}
+	if b.cfg.NVMeDisk != "" {
+		files = append(files, b.cfg.NVMeDisk)
+	}
+	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("qemu BMC: %v", err)
 		}
@@ -96,6 +103,14 @@ func (b *BMC) startLocked() error {
 		"-drive", fmt.Sprintf("if=none,id=d0,file=%s,format=raw", b.cfg.Disk),
 		"-device", "virtio-blk-pci,drive=d0,serial=" + b.cfg.Serial,
 		"-device", "virtio-rng-pci", "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"}
+	if b.cfg.NVMeDisk != "" {
+		serial := b.cfg.NVMeSerial
+		if serial == "" {
+			serial = "NVME0"
+		}
+		args = append(args, "-drive", fmt.Sprintf("if=none,id=d1,file=%s,format=raw", b.cfg.NVMeDisk),
+			"-device", "nvme,drive=d1,serial="+serial)
+	}
 	if b.boot == protocol.BootPXE {
 		// loglevel=4 keeps the kernel's own notices, among them the echo of
 		// the command line with the node's broker password, off the serial

@@ -142,7 +142,7 @@ func TestQEMURamdisk(t *testing.T) {
 	// The root device hint picks the 1 GiB disk (by default, as in Ironic,
 	// only disks of 4 GiB and more are root disk candidates).
 	body := map[string]any{"name": "vm1", "driver": "qemu-dev", "conductor_group": "lab",
-		"properties":  map[string]any{"root_device": map[string]any{"serial": "DISK0"}},
+		"properties": map[string]any{"root_device": map[string]any{"serial": "DISK0"}},
 		"driver_info": map[string]any{"qemu_disk": diskPath, "qemu_disk_serial": "DISK0", "qemu_console": console, "qemu_memory_mb": 1024,
 			"qemu_nvme_disk": nvmePath, "qemu_nvme_serial": "NVME0"}}
 	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {

@@ -21,16 +21,16 @@ import (
 
 // Config says how to run the VM.
 type Config struct {
-	QEMU     string // qemu-system-x86_64
-	Kernel   string // ramdisk kernel
-	Initrd   string // ramdisk initramfs
-	Disk     string // raw disk image
-	Serial   string // disk serial (serial=)
+	QEMU   string // qemu-system-x86_64
+	Kernel string // ramdisk kernel
+	Initrd string // ramdisk initramfs
+	Disk   string // raw disk image
+	Serial string // disk serial (serial=)
 	// NVMeDisk, if set, is a second raw disk image behind an emulated
 	// NVMe controller, with serial NVMeSerial.
 	NVMeDisk, NVMeSerial string
-	MemoryMB int
-	CPUs     int
+	MemoryMB             int
+	CPUs                 int
 	// Cmdline returns the kernel parameters for the ramdisk (bm.node=...).
 	Cmdline func() string
 	// Console receives the serial console (a log file).

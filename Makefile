@@ -13,6 +13,8 @@ run: build
 
 # Installs the test dependencies (Debian packages), then runs every test.
 test: deps ramdisk
+	@unformatted=$$(gofmt -l agent coordinator drivers protocol ramdisk scripts); \
+	if [ -n "$$unformatted" ]; then echo "gofmt -w these files: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	# The engine, the broker and the wired coordinator with its agents under the race detector.
 	$(GO) test -race -count=1 ./coordinator/engine/ ./coordinator/broker/ ./coordinator/server/

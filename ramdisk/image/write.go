@@ -201,7 +201,11 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 		if bytes.HasPrefix(magic, gzipMagic) || bytes.HasPrefix(magic, zstdMagic) {
 			ahead, _ := br.Peek(br.Buffered())
 			h.Write(ahead)
-			cr.h = h
+			// Hash on a goroutine of its own, so that the decoder's input
+			// path only copies; Close before h.Sum.
+			ah := newAsyncHash(h)
+			defer ah.Close()
+			cr.h, cr.hashDone = ah, ah.Close
 		} else {
 			bufHash = h
 		}
@@ -264,6 +268,9 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 		return res, fmt.Errorf("close of %s after writing the image failed: %w", dev.Path, err)
 	}
 	res.Downloaded = cr.count()
+	if cr.hashDone != nil {
+		cr.hashDone()
+	}
 	if h != nil {
 		res.Checksum = hex.EncodeToString(h.Sum(nil))
 		if res.Checksum != want {
@@ -441,10 +448,12 @@ func readErr(ctx context.Context, err error) error {
 // them. It is read by the pipeline's reader goroutine while the writer
 // reports progress, hence the atomic count.
 type countingReader struct {
-	r      io.Reader
-	h      hash.Hash
-	n      atomic.Uint64
-	onRead func()
+	r io.Reader
+	h io.Writer
+	// hashDone waits until h has taken every byte (asynchronous hashing).
+	hashDone func()
+	n        atomic.Uint64
+	onRead   func()
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
@@ -568,4 +577,51 @@ func checksumSetup(opts Options) (hash.Hash, string, string, error) {
 		return nil, "", "", fmt.Errorf("image checksum %q has %d hex digits, but %s has %d", opts.Checksum, len(sum), algo, h.Size()*2)
 	}
 	return h, algo, sum, nil
+}
+
+// asyncHash feeds a hash from a goroutine of its own: Write copies the
+// bytes into one of a few reusable buffers and returns, so hashing
+// overlaps with the caller's work (decompression). Close waits until every
+// byte is hashed; it may be called more than once.
+type asyncHash struct {
+	h    hash.Hash
+	ch   chan []byte
+	free chan []byte
+	done chan struct{}
+	once sync.Once
+}
+
+const asyncHashBuf = 256 << 10
+
+func newAsyncHash(h hash.Hash) *asyncHash {
+	a := &asyncHash{h: h, ch: make(chan []byte, 8), free: make(chan []byte, 8), done: make(chan struct{})}
+	for range cap(a.free) {
+		a.free <- make([]byte, asyncHashBuf)
+	}
+	go func() {
+		defer close(a.done)
+		for b := range a.ch {
+			a.h.Write(b)
+			if cap(b) == asyncHashBuf {
+				a.free <- b[:asyncHashBuf]
+			}
+		}
+	}()
+	return a
+}
+
+func (a *asyncHash) Write(p []byte) (int, error) {
+	total := len(p)
+	for len(p) > 0 {
+		b := <-a.free
+		n := copy(b, p)
+		a.ch <- b[:n]
+		p = p[n:]
+	}
+	return total, nil
+}
+
+func (a *asyncHash) Close() {
+	a.once.Do(func() { close(a.ch) })
+	<-a.done
 }

@@ -358,3 +358,27 @@ func BenchmarkWriteImage(b *testing.B) {
 		})
 	}
 }
+
+// The asynchronous hash sees exactly the bytes written, in order, for
+// pieces smaller and larger than its buffers.
+func TestAsyncHash(t *testing.T) {
+	data := make([]byte, 3*asyncHashBuf+12345)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	want := sha256.Sum256(data)
+	h := sha256.New()
+	a := newAsyncHash(h)
+	for off, step := 0, 1; off < len(data); step = step*3 + 1 {
+		end := min(off+step, len(data))
+		if n, err := a.Write(data[off:end]); n != end-off || err != nil {
+			t.Fatalf("Write = %d, %v; want %d", n, err, end-off)
+		}
+		off = end
+	}
+	a.Close()
+	a.Close() // idempotent
+	if got := h.Sum(nil); !bytes.Equal(got, want[:]) {
+		t.Fatalf("digest %x, want %x", got, want)
+	}
+}

@@ -158,25 +158,37 @@ func (l *Link) onUp(ctx context.Context, cm *autopaho.ConnectionManager) {
 }
 
 func (l *Link) subscribe(ctx context.Context, cm *autopaho.ConnectionManager) error {
-	if len(l.cfg.Subscriptions) == 0 {
+	l.mu.Lock()
+	filters := append([]string(nil), l.cfg.Subscriptions...)
+	l.mu.Unlock()
+	if len(filters) == 0 {
 		return nil
 	}
 	var subs []paho.SubscribeOptions
-	for _, t := range l.cfg.Subscriptions {
+	for _, t := range filters {
 		subs = append(subs, paho.SubscribeOptions{Topic: t, QoS: 1})
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ack, err := cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: subs})
-	if err != nil {
-		return err
-	}
-	for i, rc := range ack.Reasons {
-		if rc >= 0x80 {
-			return fmt.Errorf("broker refused subscription %q with reason 0x%02x", l.cfg.Subscriptions[i], rc)
+	// paho reports a refusal as a bare error; the suback says which filter.
+	if ack != nil {
+		for i, rc := range ack.Reasons {
+			if rc >= 0x80 && i < len(filters) {
+				return refused(filters[i], rc)
+			}
 		}
 	}
-	return nil
+	return err
+}
+
+// refused explains a subscription the broker did not grant.
+func refused(filter string, rc byte) error {
+	hint := ""
+	if rc == 0x87 {
+		hint = " (not authorized: the broker's access rules keep this client to its own node's or site's topics)"
+	}
+	return fmt.Errorf("broker refused subscription %q with reason 0x%02x%s", filter, rc, hint)
 }
 
 // ErrNotConnected is returned by Publish when the link is down.
@@ -193,20 +205,19 @@ func (l *Link) Publish(ctx context.Context, topic string, payload []byte, retain
 
 // Subscribe adds a subscription now (and on every reconnect).
 func (l *Link) Subscribe(ctx context.Context, filter string) error {
+	l.mu.Lock()
 	l.cfg.Subscriptions = append(l.cfg.Subscriptions, filter)
+	l.mu.Unlock()
 	if err := l.cm.AwaitConnection(ctx); err != nil {
 		return ErrNotConnected
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ack, err := l.cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
-	if err != nil {
-		return err
+	if ack != nil && len(ack.Reasons) > 0 && ack.Reasons[0] >= 0x80 {
+		return refused(filter, ack.Reasons[0])
 	}
-	if len(ack.Reasons) > 0 && ack.Reasons[0] >= 0x80 {
-		return fmt.Errorf("broker refused subscription %q with reason 0x%02x", filter, ack.Reasons[0])
-	}
-	return nil
+	return err
 }
 
 // AwaitUp waits until the link is connected and subscribed.

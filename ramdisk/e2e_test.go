@@ -238,6 +238,65 @@ func TestQEMURamdisk(t *testing.T) {
 	}
 }
 
+// TestQEMURamdiskCrashOnly: the real ramdisk, given a kernel command line
+// it cannot use, logs the fatal error and reboots, and the VM comes back
+// into a fresh agent (which fails the same way: the loop a node with a
+// bad boot configuration shows on its console). The coordinator is not
+// fooled: the node stays in inspect wait until the operator aborts.
+func TestQEMURamdiskCrashOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU twice")
+	}
+	kernel, initrd := need(t)
+	dir := t.TempDir()
+	diskPath := filepath.Join(dir, "disk.raw")
+	randomFile(t, diskPath, 64<<20, 3)
+	c := testrig.Coordinator(t, testrig.Options{})
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
+		t.Fatalf("site: %d", code)
+	}
+	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
+	testrig.StartAgentConfig(t, creds, agent.Config{QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
+		BrokerURL: "mqtt://10.0.2.2:" + mqttPort}})
+	console := filepath.Join(dir, "console.log")
+	body := map[string]any{"name": "vm2", "driver": "qemu-dev", "conductor_group": "lab",
+		"driver_info": map[string]any{"qemu_disk": diskPath, "qemu_console": console, "qemu_memory_mb": 512,
+			"qemu_cmdline": "bm.ip=not-an-address"}}
+	var n testrig.Node
+	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	cl.MustVerb(n.UUID, "manage", nil)
+	cl.WaitRest(n.UUID, 30*time.Second)
+	cl.MustVerb(n.UUID, "inspect", nil)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		b, _ := os.ReadFile(console)
+		// Two boots of u-root, each ending in the agent's fatal error.
+		if bytes.Count(b, []byte("Welcome to u-root")) >= 2 && bytes.Count(b, []byte("bmramdisk: FATAL: ")) >= 2 {
+			if !bytes.Contains(b, []byte(`bm.ip="not-an-address"`)) || !bytes.Contains(b, []byte("rebooting in 5s")) {
+				t.Fatalf("the console does not show the fatal error naming bm.ip and the reboot:\n%s", tail(b, 3000))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ramdisk did not come back after its fatal error; console:\n%s", tail(b, 3000))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	var got testrig.Node
+	cl.Do("GET", "/v1/nodes/"+n.UUID, nil, &got)
+	if got.State != "inspect wait" {
+		t.Fatalf("while the ramdisk cannot start the node is %q, want inspect wait", got.State)
+	}
+	cl.MustVerb(n.UUID, "abort", nil)
+	if got = cl.WaitRest(n.UUID, 30*time.Second); got.State != "inspect failed" || !strings.Contains(got.LastError, "abort") {
+		t.Fatalf("after abort: %q %q", got.State, got.LastError)
+	}
+}
+
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func history(t *testing.T, cl *testrig.Client) string {

@@ -96,8 +96,12 @@ func (b *BMC) stopLocked() {
 	}
 }
 
+// startLocked starts QEMU. A reboot from inside the guest restarts the
+// VM with the same kernel, initramfs and command line, as a node would
+// boot the ramdisk again over the network: the crash-only ramdisk comes
+// back clean. Power-off from inside ends QEMU.
 func (b *BMC) startLocked() error {
-	args := []string{"-m", strconv.Itoa(b.cfg.MemoryMB), "-smp", strconv.Itoa(b.cfg.CPUs), "-nographic", "-no-reboot",
+	args := []string{"-m", strconv.Itoa(b.cfg.MemoryMB), "-smp", strconv.Itoa(b.cfg.CPUs), "-nographic",
 		"-display", "none", "-monitor", "none", "-serial", "file:" + b.cfg.Console,
 		// Debian's QEMU refuses serial= on -drive: give it to the device.
 		"-drive", fmt.Sprintf("if=none,id=d0,file=%s,format=raw", b.cfg.Disk),

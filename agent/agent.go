@@ -347,7 +347,7 @@ func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, erro
 			console = os.DevNull
 		}
 		b = qemuvm.New(qemuvm.Config{Kernel: a.cfg.QEMU.Kernel, Initrd: a.cfg.QEMU.Initrd, Disk: str("qemu_disk"),
-			Serial: str("qemu_disk_serial"), NVMeDisk: str("qemu_nvme_disk"), NVMeSerial: str("qemu_nvme_serial"), MemoryMB: mem, Console: console,
+			Serial: str("qemu_disk_serial"), NVMeDisk: str("qemu_nvme_disk"), NVMeSerial: str("qemu_nvme_serial"), QMP: str("qemu_qmp"), MemoryMB: mem, Console: console,
 			Cmdline: func() string { return a.ramdiskCmdline(node) }})
 	default:
 		return nil, fmt.Errorf("this edge agent does not drive %q BMCs yet (it knows fake and qemu-dev)", driver)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -294,6 +295,116 @@ func TestQEMURamdiskCrashOnly(t *testing.T) {
 	cl.MustVerb(n.UUID, "abort", nil)
 	if got = cl.WaitRest(n.UUID, 30*time.Second); got.State != "inspect failed" || !strings.Contains(got.LastError, "abort") {
 		t.Fatalf("after abort: %q %q", got.State, got.LastError)
+	}
+}
+
+// TestQEMURamdiskResetMidOperation: the VM is reset (as a crash or a
+// watchdog would) after its ramdisk was welcomed; the new boot's hello
+// gets no token and the inspection fails at once, naming both boots,
+// instead of waiting for its timeout.
+func TestQEMURamdiskResetMidOperation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU twice")
+	}
+	kernel, initrd := need(t)
+	dir := t.TempDir()
+	diskPath := filepath.Join(dir, "disk.raw")
+	randomFile(t, diskPath, 64<<20, 4)
+	c := testrig.Coordinator(t, testrig.Options{})
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
+		t.Fatalf("site: %d", code)
+	}
+	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
+	testrig.StartAgentConfig(t, creds, agent.Config{QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
+		BrokerURL: "mqtt://10.0.2.2:" + mqttPort}})
+	console := filepath.Join(dir, "console.log")
+	qmp := filepath.Join(dir, "qmp.sock")
+	body := map[string]any{"name": "vm1", "driver": "qemu-dev", "conductor_group": "lab",
+		"driver_info": map[string]any{"qemu_disk": diskPath, "qemu_console": console, "qemu_memory_mb": 512, "qemu_qmp": qmp}}
+	var n testrig.Node
+	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	cl.MustVerb(n.UUID, "manage", nil)
+	cl.WaitRest(n.UUID, 30*time.Second)
+	cl.MustVerb(n.UUID, "inspect", nil)
+	// Maintenance, set once the VM runs (inspect wait), holds the node
+	// there after its ramdisk is welcomed, so that the reset surely comes
+	// mid-operation. The ramdisk takes seconds to boot; the poll is quick.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var cur testrig.Node
+		cl.Do("GET", "/v1/nodes/vm1", nil, &cur)
+		if cur.State == "inspect wait" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node never reached inspect wait: %q %q", cur.State, cur.LastError)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := cl.Do("PUT", "/v1/nodes/vm1/maintenance", map[string]string{"reason": "hold for the test"}, nil); code != 202 {
+		t.Fatalf("maintenance: %d", code)
+	}
+	deadline = time.Now().Add(2 * time.Minute)
+	for !strings.Contains(history(t, cl), "ramdisk booted") {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(console)
+			t.Fatalf("the ramdisk never said hello; console:\n%s", tail(b, 3000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	qmpReset(t, qmp)
+	deadline = time.Now().Add(2 * time.Minute)
+	var got testrig.Node
+	for {
+		cl.Do("GET", "/v1/nodes/vm1", nil, &got)
+		if got.State == "inspect failed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(console)
+			t.Fatalf("after the reset the node is still %q; console:\n%s", got.State, tail(b, 3000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(got.LastError, "restarted on its own") || strings.Count(got.LastError, "boot ") < 2 {
+		t.Fatalf("last_error %q does not say the ramdisk restarted, naming both boots", got.LastError)
+	}
+}
+
+// qmpReset resets the VM through QEMU's machine protocol.
+func qmpReset(t *testing.T, sock string) {
+	t.Helper()
+	conn, err := net.DialTimeout("unix", sock, 5*time.Second)
+	if err != nil {
+		t.Fatalf("QMP: %v", err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	dec := json.NewDecoder(conn)
+	var greeting map[string]any
+	if err := dec.Decode(&greeting); err != nil {
+		t.Fatalf("QMP greeting: %v", err)
+	}
+	for _, cmd := range []string{"qmp_capabilities", "system_reset"} {
+		if _, err := fmt.Fprintf(conn, `{"execute": %q}`+"\n", cmd); err != nil {
+			t.Fatalf("QMP %s: %v", cmd, err)
+		}
+		for {
+			var r map[string]any
+			if err := dec.Decode(&r); err != nil {
+				t.Fatalf("QMP %s: %v", cmd, err)
+			}
+			if r["error"] != nil {
+				t.Fatalf("QMP %s: %v", cmd, r["error"])
+			}
+			if _, ok := r["return"]; ok {
+				break
+			}
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -156,7 +157,8 @@ func Allowed(prefix, topic string) bool {
 }
 
 // quietHandler wraps the broker's logger: a client that hangs up (the
-// listener's bare EOF) is not worth a warning, and a packet attached to a
+// listener's bare EOF, or its connection closed under it) is not worth a
+// warning, and a packet attached to a
 // log record ("pk") is reduced to its type and topic, so that neither a
 // payload nor a CONNECT password ever reaches the log.
 type quietHandler struct{ slog.Handler }
@@ -173,7 +175,7 @@ func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
 				a = slog.String("pk", "(not logged)")
 			}
 		case a.Key == "error" && r.Message == "":
-			if err, ok := a.Value.Any().(error); ok && errors.Is(err, io.EOF) {
+			if err, ok := a.Value.Any().(error); ok && (errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)) {
 				eof = true
 			}
 		}

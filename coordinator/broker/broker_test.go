@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 
@@ -37,6 +38,7 @@ func TestQuietHandler(t *testing.T) {
 	log.Warn("error processing packet", "error", errors.New("boom"), "client", "c1",
 		"pk", packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "bm/v1/x", Payload: []byte(`{"password":"hunter2"}`)})
 	log.Warn("", "error", io.EOF)
+	log.Warn("", "error", &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed})
 	log.Warn("", "error", errors.New("accept: too many open files"))
 	out := buf.String()
 	if strings.Contains(out, "hunter2") {
@@ -47,7 +49,7 @@ func TestQuietHandler(t *testing.T) {
 			t.Errorf("log lacks %q: %s", want, out)
 		}
 	}
-	if strings.Contains(out, "EOF") {
+	if strings.Contains(out, "EOF") || strings.Contains(out, "closed") {
 		t.Errorf("a client's hang-up was logged above debug: %s", out)
 	}
 }

@@ -29,6 +29,9 @@ type Config struct {
 	// NVMeDisk, if set, is a second raw disk image behind an emulated
 	// NVMe controller, with serial NVMeSerial.
 	NVMeDisk, NVMeSerial string
+	// QMP, if set, is a unix socket path for QEMU's machine protocol, so
+	// that tests can reset the VM as a crash or a watchdog would.
+	QMP string
 	MemoryMB             int
 	CPUs                 int
 	// Cmdline returns the kernel parameters for the ramdisk (bm.node=...).
@@ -107,6 +110,9 @@ func (b *BMC) startLocked() error {
 		"-drive", fmt.Sprintf("if=none,id=d0,file=%s,format=raw", b.cfg.Disk),
 		"-device", "virtio-blk-pci,drive=d0,serial=" + b.cfg.Serial,
 		"-device", "virtio-rng-pci", "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"}
+	if b.cfg.QMP != "" {
+		args = append(args, "-qmp", "unix:"+b.cfg.QMP+",server=on,wait=off")
+	}
 	if b.cfg.NVMeDisk != "" {
 		serial := b.cfg.NVMeSerial
 		if serial == "" {

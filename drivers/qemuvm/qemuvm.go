@@ -31,9 +31,9 @@ type Config struct {
 	NVMeDisk, NVMeSerial string
 	// QMP, if set, is a unix socket path for QEMU's machine protocol, so
 	// that tests can reset the VM as a crash or a watchdog would.
-	QMP string
-	MemoryMB             int
-	CPUs                 int
+	QMP      string
+	MemoryMB int
+	CPUs     int
 	// Cmdline returns the kernel parameters for the ramdisk (bm.node=...).
 	Cmdline func() string
 	// Console receives the serial console (a log file).

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -123,15 +124,7 @@ func TestQEMURamdisk(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	imgURL := func(p string) string { return "http://10.0.2.2:" + itoa(port) + p }
 
-	c := testrig.Coordinator(t, testrig.Options{})
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
-	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
-	testrig.StartAgentConfig(t, creds, agent.Config{QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
-		BrokerURL: "mqtt://10.0.2.2:" + mqttPort}})
+	cl := qemuLab(t, kernel, initrd)
 	console := filepath.Join(dir, "console.log")
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -250,28 +243,9 @@ func TestQEMURamdiskCrashOnly(t *testing.T) {
 	}
 	kernel, initrd := need(t)
 	dir := t.TempDir()
-	diskPath := filepath.Join(dir, "disk.raw")
-	randomFile(t, diskPath, 64<<20, 3)
-	c := testrig.Coordinator(t, testrig.Options{})
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
-	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
-	testrig.StartAgentConfig(t, creds, agent.Config{QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
-		BrokerURL: "mqtt://10.0.2.2:" + mqttPort}})
-	console := filepath.Join(dir, "console.log")
-	body := map[string]any{"name": "vm2", "driver": "qemu-dev", "conductor_group": "lab",
-		"driver_info": map[string]any{"qemu_disk": diskPath, "qemu_console": console, "qemu_memory_mb": 512,
-			"qemu_cmdline": "bm.ip=not-an-address"}}
-	var n testrig.Node
-	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
-		t.Fatalf("create: %d", code)
-	}
-	cl.MustVerb(n.UUID, "manage", nil)
-	cl.WaitRest(n.UUID, 30*time.Second)
-	cl.MustVerb(n.UUID, "inspect", nil)
+	cl := qemuLab(t, kernel, initrd)
+	id, console := manageSmallVM(t, cl, dir, "vm2", map[string]any{"qemu_cmdline": "bm.ip=not-an-address"})
+	cl.MustVerb(id, "inspect", nil)
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		b, _ := os.ReadFile(console)
@@ -288,12 +262,12 @@ func TestQEMURamdiskCrashOnly(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	var got testrig.Node
-	cl.Do("GET", "/v1/nodes/"+n.UUID, nil, &got)
+	cl.Do("GET", "/v1/nodes/"+id, nil, &got)
 	if got.State != "inspect wait" {
 		t.Fatalf("while the ramdisk cannot start the node is %q, want inspect wait", got.State)
 	}
-	cl.MustVerb(n.UUID, "abort", nil)
-	if got = cl.WaitRest(n.UUID, 30*time.Second); got.State != "inspect failed" || !strings.Contains(got.LastError, "abort") {
+	cl.MustVerb(id, "abort", nil)
+	if got = cl.WaitRest(id, 30*time.Second); got.State != "inspect failed" || !strings.Contains(got.LastError, "abort") {
 		t.Fatalf("after abort: %q %q", got.State, got.LastError)
 	}
 }
@@ -308,28 +282,10 @@ func TestQEMURamdiskResetMidOperation(t *testing.T) {
 	}
 	kernel, initrd := need(t)
 	dir := t.TempDir()
-	diskPath := filepath.Join(dir, "disk.raw")
-	randomFile(t, diskPath, 64<<20, 4)
-	c := testrig.Coordinator(t, testrig.Options{})
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
-	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
-	testrig.StartAgentConfig(t, creds, agent.Config{QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
-		BrokerURL: "mqtt://10.0.2.2:" + mqttPort}})
-	console := filepath.Join(dir, "console.log")
+	cl := qemuLab(t, kernel, initrd)
 	qmp := filepath.Join(dir, "qmp.sock")
-	body := map[string]any{"name": "vm1", "driver": "qemu-dev", "conductor_group": "lab",
-		"driver_info": map[string]any{"qemu_disk": diskPath, "qemu_console": console, "qemu_memory_mb": 512, "qemu_qmp": qmp}}
-	var n testrig.Node
-	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
-		t.Fatalf("create: %d", code)
-	}
-	cl.MustVerb(n.UUID, "manage", nil)
-	cl.WaitRest(n.UUID, 30*time.Second)
-	cl.MustVerb(n.UUID, "inspect", nil)
+	id, console := manageSmallVM(t, cl, dir, "vm1", map[string]any{"qemu_qmp": qmp})
+	cl.MustVerb(id, "inspect", nil)
 	// Maintenance, set once the VM runs (inspect wait), holds the node
 	// there after its ramdisk is welcomed, so that the reset surely comes
 	// mid-operation. The ramdisk takes seconds to boot; the poll is quick.
@@ -406,6 +362,44 @@ func qmpReset(t *testing.T, sock string) {
 			}
 		}
 	}
+}
+
+// qemuLab starts a coordinator, registers site "lab" and runs its edge
+// agent with the qemu-dev driver booting the ramdisk; the guests reach the
+// broker at 10.0.2.2 (QEMU's user network maps it to the host's loopback).
+func qemuLab(t *testing.T, kernel, initrd string) *testrig.Client {
+	t.Helper()
+	c := testrig.Coordinator(t, testrig.Options{})
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
+		t.Fatalf("site: %d", code)
+	}
+	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
+	testrig.StartAgentConfig(t, creds, agent.Config{QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
+		BrokerURL: "mqtt://10.0.2.2:" + mqttPort}})
+	return cl
+}
+
+// manageSmallVM creates a qemu-dev node with a 64 MiB disk of random data
+// and 512 MiB of memory (extra adds driver_info) and manages it; it
+// returns the node's UUID and its console log.
+func manageSmallVM(t *testing.T, cl *testrig.Client, dir, name string, extra map[string]any) (id, console string) {
+	t.Helper()
+	diskPath := filepath.Join(dir, name+".raw")
+	randomFile(t, diskPath, 64<<20, uint64(len(name)))
+	console = filepath.Join(dir, name+"-console.log")
+	info := map[string]any{"qemu_disk": diskPath, "qemu_console": console, "qemu_memory_mb": 512}
+	maps.Copy(info, extra)
+	var n testrig.Node
+	if code := cl.Do("POST", "/v1/nodes", map[string]any{"name": name, "driver": "qemu-dev", "conductor_group": "lab", "driver_info": info}, &n); code != 201 {
+		t.Fatalf("create %s: %d", name, code)
+	}
+	cl.MustVerb(n.UUID, "manage", nil)
+	if got := cl.WaitRest(n.UUID, 30*time.Second); got.State != "manageable" {
+		t.Fatalf("manage %s: %q %q", name, got.State, got.LastError)
+	}
+	return n.UUID, console
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -63,7 +63,6 @@ func Start(addr string, creds Credentials, log *slog.Logger, subs map[string]Han
 	id := 0
 	for filter, fn := range subs {
 		id++
-		fn := fn
 		err := srv.Subscribe(filter, id, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
 			fn(pk.TopicName, pk.Payload)
 		})

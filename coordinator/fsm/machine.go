@@ -742,14 +742,15 @@ func appendBoot(past []string, id string) []string {
 // agent token, caches the ramdisk's steps and moves the node on.
 func (m *Machine) Hello(n *Node, msg *protocol.Message, now time.Time) Output {
 	var out Output
+	if slices.Contains(n.PastBoots, msg.BootID) {
+		// A boot whose token was withdrawn: its hello crossed the end.
+		out.Reject, out.Late = fmt.Sprintf("node %s: hello from an earlier boot %s ignored", n.Ident(), msg.BootID), true
+		return out
+	}
 	if n.AgentToken != "" {
 		if msg.BootID == n.BootID {
 			// The welcome was lost: say it again.
 			out.Send = append(out.Send, m.welcome(n, now))
-			return out
-		}
-		if slices.Contains(n.PastBoots, msg.BootID) {
-			out.Reject, out.Late = fmt.Sprintf("node %s: hello from an earlier boot %s ignored", n.Ident(), msg.BootID), true
 			return out
 		}
 		// A boot the coordinator did not start: the ramdisk restarted on
@@ -762,10 +763,6 @@ func (m *Machine) Hello(n *Node, msg *protocol.Message, now time.Time) Output {
 		}
 		n.PastBoots = appendBoot(n.PastBoots, msg.BootID)
 		m.fail(n, now, &out, fmt.Sprintf("the ramdisk of node %s restarted on its own (boot %s, now boot %s) %s; its work is lost: see the node's console for why, then retry", n.Ident(), old, msg.BootID, what))
-		return out
-	}
-	if slices.Contains(n.PastBoots, msg.BootID) {
-		out.Reject, out.Late = fmt.Sprintf("node %s: hello from an earlier boot %s ignored", n.Ident(), msg.BootID), true
 		return out
 	}
 	if !m.expectsAgent(n) {

@@ -78,6 +78,17 @@ func buildCoordinator(ctx context.Context, dir string) (string, error) {
 	return out, nil
 }
 
+// brokerAddrAndLog picks a free loopback address for the embedded broker
+// and creates the coordinator's log file in tmp.
+func brokerAddrAndLog(tmp string) (mq, logf string, lf *os.File, err error) {
+	if mq, err = freeAddr(); err != nil {
+		return "", "", nil, err
+	}
+	logf = filepath.Join(tmp, "coordinator.log")
+	lf, err = os.Create(logf)
+	return mq, logf, lf, err
+}
+
 // startProcess runs `coordinator serve` with the benchmark's flags and
 // waits until its API answers.
 func startProcess(ctx context.Context, bin, tmp string, tick time.Duration) (*coord, error) {
@@ -85,12 +96,7 @@ func startProcess(ctx context.Context, bin, tmp string, tick time.Duration) (*co
 	if err != nil {
 		return nil, err
 	}
-	mq, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	logf := filepath.Join(tmp, "coordinator.log")
-	lf, err := os.Create(logf)
+	mq, logf, lf, err := brokerAddrAndLog(tmp)
 	if err != nil {
 		return nil, err
 	}
@@ -132,12 +138,7 @@ func startProcess(ctx context.Context, bin, tmp string, tick time.Duration) (*co
 // startInProcess runs the coordinator inside this process (-inprocess),
 // with the same settings as startProcess, so that -cpuprofile sees it.
 func startInProcess(ctx context.Context, tmp string, tick time.Duration) (*coord, error) {
-	mq, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	logf := filepath.Join(tmp, "coordinator.log")
-	lf, err := os.Create(logf)
+	mq, logf, lf, err := brokerAddrAndLog(tmp)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,20 @@ type Options struct {
 	MaxConcurrentDeploy int
 	TickInterval        time.Duration
 	Log                 *slog.Logger
+
+	// Auth is the API's authentication: "none" (allowed only when the API
+	// listens on loopback) or "http_basic" with HTPasswd (bcrypt entries).
+	Auth     string
+	HTPasswd string
+	// TLSCert and TLSKey (PEM files) turn on TLS for the API and the
+	// embedded broker alike.
+	TLSCert, TLSKey string
+	// BrokerCAFile is the CA that signs an external broker's certificate
+	// (for mqtts:// broker URLs).
+	BrokerCAFile string
+	// MaxPacketSize bounds every MQTT packet after CONNECT (0: the default,
+	// sized for the largest real inventory).
+	MaxPacketSize int
 }
 
 // Coordinator is a running coordinator.

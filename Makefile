@@ -2,7 +2,7 @@
 GO ?= go
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build run test test-unit bench bench-ramdisk states-doc deps ramdisk clean
+.PHONY: build run test test-unit fuzz bench bench-ramdisk states-doc deps ramdisk clean
 
 build:
 	$(GO) build -o bin/ ./coordinator/cmd/coordinator ./agent/cmd/agent
@@ -25,6 +25,12 @@ test-unit:
 
 deps:
 	scripts/install-test-deps.sh
+
+# Every Go fuzz target for FUZZTIME each, one after the other; fails naming
+# any target that found a crash (docs/security.md#fuzzing).
+FUZZTIME ?= 1m
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz.sh
 
 # Many simulated nodes through a full cycle: NODES=10000 make bench
 NODES ?= 1000

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -102,7 +103,9 @@ func FuzzChecksum(f *testing.F) {
 // a 1 MiB file standing in for the disk: the magic-byte detection, the
 // gzip and zstd decoders and the size bound all see outside bytes (the
 // image server's). Write must never panic, never write past the device,
-// and report what it wrote.
+// report what it wrote, and never let a small input make the ramdisk,
+// whose memory is the node's RAM minus the initramfs, allocate hundreds
+// of megabytes (a zstd frame header may ask for a window of up to 3.75 TB).
 func FuzzWriteImage(f *testing.F) {
 	img := testImage(64 << 10)
 	f.Add(img[:4096])
@@ -122,8 +125,16 @@ func FuzzWriteImage(f *testing.F) {
 			t.Fatal(err)
 		}
 		dev := disk.Device{Name: "target.img", Path: p, SizeBytes: size, Regular: true}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		res, err := Write(t.Context(), Source{Reader: bytes.NewReader(data), Size: int64(len(data))}, dev,
 			Options{InsecureSkipChecksum: true, NoDirect: true, BufferBytes: 64 << 10})
+		runtime.ReadMemStats(&after)
+		// The pipeline's buffers and zstd's largest window this program
+		// accepts (maxZstdWindow) fit; the default 512 MiB window does not.
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > maxZstdWindow+32<<20 {
+			t.Fatalf("writing a %d-byte image allocated %d MiB", len(data), alloc>>20)
+		}
 		if res.Written > size {
 			t.Fatalf("wrote %d bytes to a %d-byte device", res.Written, size)
 		}

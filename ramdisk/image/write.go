@@ -44,6 +44,13 @@ const (
 	CompressionZstd = "zstd"
 )
 
+// maxZstdWindow is the largest zstd window Write accepts. A frame header
+// chooses its window, and the decoder allocates it up front: the library's
+// default limit (512 MiB) let a 25-byte image take 512 MiB of the
+// ramdisk's RAM. 128 MiB is what the zstd command line decompresses
+// without --memory, enough for images made with --long or --ultra -22.
+const maxZstdWindow = 1 << 27
+
 // Magic bytes of the compressed formats Write decompresses.
 var (
 	gzipMagic = []byte{0x1f, 0x8b}
@@ -221,7 +228,7 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 		defer zr.Close()
 		stream, res.Compression = zr, CompressionGzip
 	case bytes.HasPrefix(magic, zstdMagic):
-		zr, err := zstd.NewReader(br)
+		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err != nil {
 			return res, fmt.Errorf("cannot start zstd decoder for %s: %w", src, err)
 		}

@@ -32,9 +32,17 @@ type Server struct {
 	e   *engine.Engine
 	log *slog.Logger
 	mux *http.ServeMux
+	// auth, when set, is required of every request but the version
+	// documents; nil means no authentication (loopback only, which
+	// server.Start enforces).
+	auth *BasicAuth
 	// BrokerURL is written into site credentials for edge agents.
 	BrokerURL string
 }
+
+// UseBasicAuth requires HTTP Basic credentials that a accepts of every
+// request but the version documents.
+func (s *Server) UseBasicAuth(a *BasicAuth) { s.auth = a }
 
 // New returns the API handler for e.
 func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
@@ -93,11 +101,15 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusNotFound, fmt.Sprintf("The resource %s could not be found.", r.URL.Path))
 }
 
-// ServeHTTP negotiates the API version and routes the request.
+// ServeHTTP authenticates the request, negotiates the API version,
+// checks the body's type and size, and routes the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-OpenStack-Ironic-API-Minimum-Version", MinVersion)
 	h.Set("X-OpenStack-Ironic-API-Maximum-Version", MaxVersion)
+	if !s.authenticate(w, r) {
+		return
+	}
 	req := r.Header.Get("X-OpenStack-Ironic-API-Version")
 	if v := r.Header.Get("OpenStack-API-Version"); req == "" && strings.HasPrefix(v, "baremetal ") {
 		req = strings.TrimPrefix(v, "baremetal ")
@@ -126,6 +138,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2.URL = &u
 		r = r2
 	}
+	if !checkContentType(w, r) {
+		return
+	}
+	// Handlers read bodies through decode; MaxBytesReader also stops a
+	// handler that reads on its own, and closes the connection after an
+	// oversize body instead of reading it to the end.
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w, code: 200}
 	s.mux.ServeHTTP(sw, r)
@@ -177,11 +196,26 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
-// decode reads a JSON body into v; a bad body is a 400 saying why.
+// decode reads a JSON body into v; a bad body is a 400 saying why. An
+// oversize body is a 400 too (not 413): Ironic has no body bound of its
+// own, and its clients print a 400's message, which says what to do.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	if r.ContentLength > MaxBodyBytes {
+		writeError(w, 400, bodyTooLarge(r.ContentLength))
+		return false
+	}
+	body, err := io.ReadAll(r.Body)
 	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, 400, bodyTooLarge(-1))
+			return false
+		}
 		writeError(w, 400, "cannot read request body: "+err.Error())
+		return false
+	}
+	if jsonDepth(body, MaxJSONDepth) > MaxJSONDepth {
+		writeError(w, 400, fmt.Sprintf("Request body is nested deeper than %d levels of objects and arrays; nothing this API takes nests that deep", MaxJSONDepth))
 		return false
 	}
 	if err := json.Unmarshal(body, v); err != nil {
@@ -189,6 +223,14 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+func bodyTooLarge(n int64) string {
+	size := fmt.Sprintf("more than %d bytes", MaxBodyBytes)
+	if n > 0 {
+		size = fmt.Sprintf("%d bytes", n)
+	}
+	return fmt.Sprintf("Request body is too large: %s, at most %d bytes (1 MiB) are accepted; keep large data (images, inventories) out of node fields", size, MaxBodyBytes)
 }
 
 func baseURL(r *http.Request) string {

@@ -129,6 +129,15 @@ func (s *Server) render(r *http.Request, n *fsm.Node, online bool) map[string]an
 	}
 }
 
+// shortQuote quotes a client's string for a message, cut to a length
+// that fits on a terminal line.
+func shortQuote(s string) string {
+	if len(s) > 64 {
+		return fmt.Sprintf("%q...", s[:64])
+	}
+	return fmt.Sprintf("%q", s)
+}
+
 func orEmpty(m map[string]any) map[string]any {
 	if m == nil {
 		return map[string]any{}
@@ -283,6 +292,19 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 400, "Mandatory field missing: driver")
 		return
 	}
+	// A name of "" is refused, as Ironic does; null or no name at all
+	// makes a node without a name.
+	if v, ok := raw["name"]; ok && string(v) != "null" {
+		if p := nodeNameProblem(spec.Name); p != "" {
+			writeError(w, 400, fmt.Sprintf("Cannot create node with invalid name %s: %s", shortQuote(spec.Name), p))
+			return
+		}
+	}
+	if err := checkNodeLimits(&fsm.Node{Site: spec.Site, Driver: spec.Driver, DriverInfo: spec.DriverInfo,
+		Properties: spec.Properties, InstanceInfo: spec.InstanceInfo, Extra: spec.Extra}); err != nil {
+		writeErr(w, err)
+		return
+	}
 	n, err := s.e.CreateNode(spec)
 	if err != nil {
 		writeErr(w, err)
@@ -385,6 +407,10 @@ func (s *Server) setMaintenance(w http.ResponseWriter, r *http.Request) {
 		Reason string `json:"reason"`
 	}
 	if r.ContentLength != 0 && !decode(w, r, &body) {
+		return
+	}
+	if err := checkText("reason", body.Reason, MaxTextLen); err != nil {
+		writeErr(w, err)
 		return
 	}
 	if err := s.e.SetMaintenance(r.PathValue("id"), true, body.Reason); err != nil {

@@ -73,6 +73,13 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 		if !scalarFields[field] || len(parts) > 1 {
 			return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: /%s cannot be patched", i+1, op.Path[1:])}
 		}
+		// A new name follows the same rules as at create; remove (or
+		// null) leaves the node without a name.
+		if name, ok := val.(string); ok && field == "name" && op.Op != "remove" {
+			if p := nodeNameProblem(name); p != "" {
+				return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: cannot change the name to %s: %s", i+1, shortQuote(name), p)}
+			}
+		}
 		if err := setScalar(n, field, op.Op, val); err != nil {
 			return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: %v", i+1, err)}
 		}
@@ -147,7 +154,13 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var id string
-	err := s.e.UpdateNode(r.PathValue("id"), func(n *fsm.Node) error { id = n.UUID; return applyPatch(n, ops) })
+	err := s.e.UpdateNode(r.PathValue("id"), func(n *fsm.Node) error {
+		id = n.UUID
+		if err := applyPatch(n, ops); err != nil {
+			return err
+		}
+		return checkNodeLimits(n)
+	})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -223,6 +236,14 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 	}
 	if body.Address == "" || node == "" {
 		writeError(w, 400, "Mandatory fields missing: a port needs address and node_uuid")
+		return
+	}
+	if err := checkText("address", body.Address, MaxNameLen); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := checkMapSize("extra", body.Extra); err != nil {
+		writeErr(w, err)
 		return
 	}
 	pxe := body.PXE == nil || *body.PXE

@@ -5,11 +5,13 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/api"
@@ -60,6 +62,7 @@ type Coordinator struct {
 	APIAddr   string
 	BrokerURL string
 	http      *http.Server
+	APIURL    string // http://APIAddr, or https:// when the API serves TLS
 	ln        net.Listener
 	cancel    context.CancelFunc
 }
@@ -71,6 +74,12 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	}
 	e, err := engine.New(engine.Config{DataDir: o.DataDir, Machine: o.Machine, MaxConcurrentClean: o.MaxConcurrentClean,
 		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, Log: o.Log})
+	// The API's security is checked before anything is opened, so that a
+	// refused configuration leaves nothing behind.
+	auth, apiTLS, err := apiSecurity(o)
+	if err != nil {
+		return nil, err
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -121,9 +130,28 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 		c.closeParts()
 		return nil, fmt.Errorf("API listener on %s: %w; pick another address with --api-listen", o.APIListen, err)
 	}
-	c.ln = ln
+	// A name like localhost is checked again on the address it really
+	// bound, in case it resolved to something else.
+	if auth == nil && !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
+		ln.Close()
+		c.closeParts()
+		return nil, noAuthError(ln.Addr().String())
+	}
 	c.APIAddr = ln.Addr().String()
-	c.http = &http.Server{Handler: api.New(e, o.Log, adv), ReadHeaderTimeout: 10 * time.Second}
+	c.APIURL = "http://" + c.APIAddr
+	if apiTLS != nil {
+		ln = tls.NewListener(ln, apiTLS)
+		c.APIURL = "https://" + c.APIAddr
+	}
+	c.ln = ln
+	h := api.New(e, o.Log, adv)
+	if auth != nil {
+		h.UseBasicAuth(auth)
+	}
+	// ErrorLog takes net/http's own complaints (TLS handshakes that fail,
+	// mostly clients that do not trust the certificate) into the log.
+	c.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelInfo)}
 	go func() {
 		if err := c.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Log.Error("API server stopped", "err", err)
@@ -158,4 +186,63 @@ func (c *Coordinator) Close() {
 		cancel()
 	}
 	c.closeParts()
+}
+
+// apiSecurity checks the API's authentication and TLS options and loads
+// what they name: the htpasswd file (nil for --auth none) and the
+// certificate (nil without TLS).
+func apiSecurity(o Options) (*api.BasicAuth, *tls.Config, error) {
+	var auth *api.BasicAuth
+	switch o.Auth {
+	case "", "none":
+		if o.HTPasswd != "" {
+			return nil, nil, fmt.Errorf("--htpasswd is given but --auth is none, so nobody would be asked for a password; add --auth http_basic")
+		}
+		if !loopbackListen(o.APIListen) {
+			return nil, nil, noAuthError(o.APIListen)
+		}
+	case "http_basic":
+		if o.HTPasswd == "" {
+			return nil, nil, fmt.Errorf("--auth http_basic needs --htpasswd FILE, an htpasswd file of bcrypt entries (make one with 'htpasswd -cB FILE USER')")
+		}
+		a, err := api.LoadHTPasswd(o.HTPasswd)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--htpasswd: %w", err)
+		}
+		auth = a
+	default:
+		return nil, nil, fmt.Errorf("--auth %q is not known; use http_basic (with --htpasswd FILE), or none on a loopback --api-listen", o.Auth)
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return nil, nil, fmt.Errorf("TLS needs both --tls-cert and --tls-key (PEM files; 'coordinator certs --dir DIR' makes a lab pair)")
+	}
+	if o.TLSCert == "" {
+		return auth, nil, nil
+	}
+	pair, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot load the API's TLS certificate --tls-cert %s --tls-key %s: %w", o.TLSCert, o.TLSKey, err)
+	}
+	return auth, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, nil
+}
+
+// loopbackListen reports whether a listen address is on loopback only:
+// 127.0.0.0/8, ::1 or localhost. An empty host (":6385") is every
+// interface, so it is not.
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func noAuthError(addr string) error {
+	return fmt.Errorf("refusing to serve the API without authentication on %s: --auth none is allowed only on a loopback address "+
+		"(127.0.0.1, ::1, localhost), because anyone who reaches the API can drive every node. "+
+		"Use --auth http_basic --htpasswd FILE (entries made with 'htpasswd -B'), or listen on 127.0.0.1", addr)
 }

@@ -9,11 +9,13 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,12 +79,16 @@ type QEMUOptions struct {
 
 // Config configures an edge agent.
 type Config struct {
-	QEMU           QEMUOptions
-	Site           string
-	BrokerURL      string
-	Username       string
-	Password       string
-	ClientID       string
+	QEMU      QEMUOptions
+	Site      string
+	BrokerURL string
+	Username  string
+	Password  string
+	ClientID  string
+	// CAFile (PEM) is the CA that signs the broker's certificate, for an
+	// mqtts:// broker URL; its pin is handed to the ramdisks this agent
+	// boots (bm.ca), so that they verify the broker too.
+	CAFile         string
 	ResendInterval time.Duration
 	Sim            SimOptions
 	Log            *slog.Logger
@@ -103,6 +109,7 @@ type Agent struct {
 	info     map[string]map[string]any // node → last driver_info seen
 	sessions map[string]*session.Session
 	ctx      context.Context
+	caPin    string // pin of CAFile's CA, for the ramdisks' bm.ca
 	// ready is closed once link is set: callbacks may fire before Dial returns.
 	ready chan struct{}
 }
@@ -152,8 +159,18 @@ func presence(site string, online bool) []byte {
 func (a *Agent) Run(ctx context.Context) error {
 	a.ctx = ctx
 	site := a.cfg.Site
+	var tc *tls.Config
+	if a.cfg.CAFile != "" {
+		var err error
+		if tc, err = mqttlink.TLSFromCAFile(a.cfg.CAFile); err != nil {
+			return err
+		}
+		if a.caPin, err = mqttlink.PinOfFile(a.cfg.CAFile); err != nil {
+			return err
+		}
+	}
 	link, err := mqttlink.Dial(ctx, mqttlink.Config{
-		URL: a.cfg.BrokerURL, ClientID: a.cfg.ClientID, Username: a.cfg.Username, Password: a.cfg.Password,
+		URL: a.cfg.BrokerURL, ClientID: a.cfg.ClientID, Username: a.cfg.Username, Password: a.cfg.Password, TLS: tc,
 		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
 		Handler:       a.handle,
 		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, false),
@@ -363,6 +380,9 @@ func (a *Agent) ramdiskCmdline(node string) string {
 	defer a.mu.Unlock()
 	c := a.creds[node]
 	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, a.cfg.Site, a.cfg.QEMU.BrokerURL, c[0], c[1])
+	if a.caPin != "" && strings.HasPrefix(a.cfg.QEMU.BrokerURL, "mqtts://") {
+		line += " bm.ca=" + a.caPin
+	}
 	if a.cfg.QEMU.Cmdline != "" {
 		line += " " + a.cfg.QEMU.Cmdline
 	}
@@ -420,8 +440,8 @@ func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) error {
 	if err != nil {
 		return err
 	}
-	if u, _ := m.Args["agent_username"].(string); u != "" {
-		p, _ := m.Args["agent_password"].(string)
+	if u, _ := m.Args[protocol.ArgAgentUsername].(string); u != "" {
+		p, _ := m.Args[protocol.ArgAgentPassword].(string)
 		a.mu.Lock()
 		a.creds[m.Node] = [2]string{u, p}
 		a.mu.Unlock()

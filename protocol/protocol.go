@@ -48,6 +48,16 @@ const (
 	ActionAbort     = "abort_step"  // ramdisk: stop the running abortable step
 )
 
+// Arguments of a power command that boots a node: the MQTT credential of
+// that one boot, which the edge agent hands to the ramdisk. The
+// coordinator keeps only ArgBootNonce and replaces it by the other two
+// when it sends the command; ArgBootNonce never goes on the wire.
+const (
+	ArgAgentUsername = "agent_username"
+	ArgAgentPassword = "agent_password"
+	ArgBootNonce     = "boot_nonce"
+)
+
 // Power states, with Ironic's spelling.
 const (
 	PowerOn     = "power on"

@@ -7,27 +7,69 @@ package broker
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/bmedge/bmedge/protocol"
 )
 
-// Credentials decides who may connect and under which topic prefix.
+// Credentials decides who may connect, under which client ID, and under
+// which topic prefix.
 type Credentials interface {
-	// Check tells whether user/password is valid.
-	Check(user, password string) bool
+	// Authenticate tells whether user/password is valid right now and
+	// whether clientID belongs to that identity; the error says why not
+	// (for the log: it must not contain the password). It is asked at
+	// CONNECT, before any session is resumed, and again on every publish
+	// and delivery, so that a credential revoked while its client is
+	// connected stops working at once.
+	Authenticate(user, password, clientID string) error
 	// Prefix returns the topic prefix user may use ("" for everything).
 	Prefix(user string) (prefix string, ok bool)
 }
+
+// Config configures the embedded broker.
+type Config struct {
+	// Addr is the listen address (host:port).
+	Addr string
+	// TLS, when set, makes the listener speak MQTT over TLS only.
+	TLS *tls.Config
+	// MaxPacketSize bounds every packet after CONNECT (default
+	// DefaultMaxPacketSize); larger ones close the connection before
+	// their body is read.
+	MaxPacketSize int
+	// MaxConnectSize bounds the CONNECT packet, read before anybody is
+	// authenticated (default DefaultMaxConnectSize).
+	MaxConnectSize int
+}
+
+// Limits of the embedded broker.
+const (
+	// DefaultMaxPacketSize fits the largest message the protocol accepts
+	// (an inventory of a server with hundreds of disks and NICs is a few
+	// hundred KiB) plus topic and properties.
+	DefaultMaxPacketSize = protocol.MaxMessageBytes + 64<<10
+	// DefaultMaxConnectSize fits user name, password, client ID and a
+	// presence will many times over.
+	DefaultMaxConnectSize = 16 << 10
+	// maxInflight bounds the QoS 1 messages kept per client (also while
+	// it is offline); beyond it the broker drops and the sender's resend
+	// loop delivers later.
+	maxInflight = 8192
+	// maxWritesPending bounds the messages queued for a client's socket.
+	maxWritesPending = 4096
+)
 
 // Broker is a running embedded broker.
 type Broker struct {
@@ -41,19 +83,27 @@ type Broker struct {
 // keep payload after it returns.
 type Handler func(topic string, payload []byte)
 
-// Start listens on addr (host:port) and serves until Close. The
-// coordinator is the broker's inline client: subs (topic filter →
-// handler) are in place before the first client can connect, and
-// Publish hands messages to the broker without a network round trip.
-func Start(addr string, creds Credentials, log *slog.Logger, subs map[string]Handler) (*Broker, error) {
+// Start listens on cfg.Addr and serves until Close. The coordinator is
+// the broker's inline client: subs (topic filter → handler) are in place
+// before the first client can connect, and Publish hands messages to the
+// broker without a network round trip.
+func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Handler) (*Broker, error) {
+	if cfg.MaxPacketSize <= 0 {
+		cfg.MaxPacketSize = DefaultMaxPacketSize
+	}
+	if cfg.MaxConnectSize <= 0 {
+		cfg.MaxConnectSize = DefaultMaxConnectSize
+	}
 	caps := mqtt.NewDefaultServerCapabilities()
 	// Queued messages of offline sessions must not silently expire.
 	caps.MaximumMessageExpiryInterval = 0
-	caps.MaximumClientWritesPending = 4096
+	caps.MaximumClientWritesPending = maxWritesPending
+	caps.MaximumInflight = maxInflight
 	caps.MaximumSessionExpiryInterval = 7 * 24 * 3600
+	caps.MaximumPacketSize = uint32(cfg.MaxPacketSize)
 	blog := slog.New(quietHandler{log.Handler()}).With("component", "broker")
 	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: blog, InlineClient: true})
-	if err := srv.AddHook(&aclHook{creds: creds}, nil); err != nil {
+	if err := srv.AddHook(&aclHook{creds: creds, log: blog}, nil); err != nil {
 		return nil, err
 	}
 	drop := &dropHook{log: blog}
@@ -70,16 +120,26 @@ func Start(addr string, creds Credentials, log *slog.Logger, subs map[string]Han
 			return nil, fmt.Errorf("inline subscription to %s: %w", filter, err)
 		}
 	}
-	tcp := listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})
-	if err := srv.AddListener(tcp); err != nil {
-		return nil, fmt.Errorf("MQTT listener on %s: %w; pick another address with --mqtt-listen", addr, err)
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("MQTT listener on %s: %w; pick another address with --mqtt-listen", cfg.Addr, err)
+	}
+	// The guard reads above TLS, so that it checks MQTT bytes.
+	var inner net.Listener = ln
+	if cfg.TLS != nil {
+		inner = tls.NewListener(ln, cfg.TLS)
+	}
+	gl := &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog}
+	if err := srv.AddListener(listeners.NewNet("mqtt", gl)); err != nil {
+		ln.Close()
+		return nil, err
 	}
 	go func() {
 		if err := srv.Serve(); err != nil {
 			log.Error("broker stopped", "err", err)
 		}
 	}()
-	return &Broker{srv: srv, Addr: addr, drop: drop}, nil
+	return &Broker{srv: srv, Addr: ln.Addr().String(), drop: drop}, nil
 }
 
 // Publish hands a message to the broker as its inline client, which may
@@ -122,24 +182,54 @@ func (h *dropHook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
 type aclHook struct {
 	mqtt.HookBase
 	creds Credentials
+	log   *slog.Logger
+	// pass holds each connected client's password, so that every ACL
+	// check can ask whether its credential is still valid.
+	pass sync.Map // *mqtt.Client → string
 }
 
 func (h *aclHook) ID() string { return "bm-acl" }
 
 func (h *aclHook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect, mqtt.OnPublish}, []byte{b})
 }
 
 func (h *aclHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
-	return h.creds.Check(string(pk.Connect.Username), string(pk.Connect.Password))
+	user, pass := string(pk.Connect.Username), string(pk.Connect.Password)
+	if err := h.creds.Authenticate(user, pass, pk.Connect.ClientIdentifier); err != nil {
+		h.log.Warn("MQTT connection refused", "user", user, "client", pk.Connect.ClientIdentifier, "remote", cl.Net.Remote, "reason", err)
+		return false
+	}
+	h.pass.Store(cl, pass)
+	return true
 }
 
+func (h *aclHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) { h.pass.Delete(cl) }
+
 func (h *aclHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
-	prefix, ok := h.creds.Prefix(string(cl.Properties.Username))
+	user := string(cl.Properties.Username)
+	pass, ok := h.pass.Load(cl)
+	if !ok || h.creds.Authenticate(user, pass.(string), cl.ID) != nil {
+		return false
+	}
+	prefix, ok := h.creds.Prefix(user)
 	if !ok {
 		return false
 	}
 	return Allowed(prefix, topic)
+}
+
+// OnPublish refuses retained messages except presence: every retained
+// message is kept by the broker for ever, so a client that could retain
+// on topics of its choosing could grow the broker's memory without bound.
+func (h *aclHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Retain && !cl.Net.Inline && !strings.HasSuffix(pk.TopicName, "/presence") {
+		if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
+			return pk, packets.ErrNotAuthorized // PUBACK 0x87 tells the client
+		}
+		return pk, packets.ErrRejectPacket // mochi publishes on any other error
+	}
+	return pk, nil
 }
 
 // Allowed tells whether a topic or filter stays inside prefix. An empty
@@ -167,11 +257,11 @@ func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
 	eof := false
 	r.Attrs(func(a slog.Attr) bool {
 		switch {
-		case a.Key == "pk":
+		case a.Key == "pk" || a.Key == "packet":
 			if pk, ok := a.Value.Any().(packets.Packet); ok {
 				a = slog.Group("packet", "type", packets.PacketNames[pk.FixedHeader.Type], "topic", pk.TopicName)
 			} else {
-				a = slog.String("pk", "(not logged)")
+				a = slog.String(a.Key, "(not logged)")
 			}
 		case a.Key == "error" && r.Message == "":
 			if err, ok := a.Value.Any().(error); ok && (errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)) {

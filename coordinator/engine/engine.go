@@ -49,6 +49,13 @@ type Config struct {
 	// OnFatal is called when the database cannot be written; the process
 	// must exit (crash-only: a restart recovers from what is on disk).
 	OnFatal func(error)
+	// HistoryMaxEntries caps each node's history: past it, the oldest
+	// entries are deleted (Ironic's node_history_max_entries; default
+	// DefaultHistoryMaxEntries).
+	HistoryMaxEntries int
+	// ValueLogGCInterval is how often stale space in the database's value
+	// log is reclaimed (default DefaultValueLogGCInterval).
+	ValueLogGCInterval time.Duration
 }
 
 // Error is an error with the HTTP status the API answers.
@@ -98,7 +105,11 @@ type Engine struct {
 	siteOnline map[string]bool
 	phaseCount map[string]int
 
-	secret   []byte
+	secret []byte
+	// Lock-free copies for the broker's authentication (see Authenticate).
+	sitePass sync.Map // site → password hash
+	nodeSite sync.Map // node UUID → site
+	boots    sync.Map // node UUID → nonce of the current ramdisk boot
 	reqs     chan *request
 	sendq    []sendQueue
 	stopped  chan struct{}
@@ -107,6 +118,9 @@ type Engine struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	histSeq  uint64
+	// hist is the bookkeeping of each node's history, to keep it under
+	// the cap; used in the loop only.
+	hist map[string]*histState
 }
 
 type request struct {
@@ -126,6 +140,8 @@ type tx struct {
 	// latency does not depend on how busy the site is.
 	urgent []fsm.Outgoing
 	acks   map[string][]string
+	// histNew are the history keys this batch adds, per node.
+	histNew map[string][]string
 }
 
 // sendQueue is one publisher's queue; urgent messages go first.
@@ -151,6 +167,12 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxConcurrentDeploy == 0 {
 		cfg.MaxConcurrentDeploy = 1000
 	}
+	if cfg.HistoryMaxEntries <= 0 {
+		cfg.HistoryMaxEntries = DefaultHistoryMaxEntries
+	}
+	if cfg.ValueLogGCInterval <= 0 {
+		cfg.ValueLogGCInterval = DefaultValueLogGCInterval
+	}
 	if cfg.OnFatal == nil {
 		cfg.OnFatal = func(err error) {
 			cfg.Log.Error("fatal: cannot write the database; exiting so that a restart recovers", "err", err)
@@ -173,23 +195,34 @@ func New(cfg Config) (*Engine, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
+	// The database is encrypted at rest with a key of its own in the data
+	// folder (db.key): the database holds BMC and rescue passwords.
+	dbDir := filepath.Join(cfg.DataDir, "db")
+	key, err := store.LoadKey(filepath.Join(cfg.DataDir, "db.key"), dbDir)
+	if err != nil {
+		return nil, err
+	}
 	secret, err := loadSecret(filepath.Join(cfg.DataDir, "secret"))
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(filepath.Join(cfg.DataDir, "db"), cfg.Log)
+	if err := store.Restrict(cfg.DataDir, cfg.Log); err != nil {
+		return nil, err
+	}
+	st, err := store.Open(dbDir, key, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, log: cfg.Log, st: st, secret: secret,
 		nodes: map[string]*fsm.Node{}, names: map[string]string{}, ports: map[string]*Port{}, macs: map[string]string{},
 		sites: map[string]*Site{}, siteOnline: map[string]bool{}, phaseCount: map[string]int{},
-		reqs: make(chan *request, 8192), stopped: make(chan struct{})}
-	if cfg.Machine.AgentCredentials == nil {
-		cfg.Machine.AgentCredentials = e.NodeCredentials
-	}
+		reqs: make(chan *request, 8192), stopped: make(chan struct{}), hist: map[string]*histState{}}
 	e.m = fsm.New(cfg.Machine)
 	if err := e.load(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := e.loadHistory(); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -226,6 +259,7 @@ func (e *Engine) load() error {
 			return fmt.Errorf("corrupt node record: %w", err)
 		}
 		e.nodes[n.UUID] = &n
+		e.publishAuth(&n)
 		if n.Name != "" {
 			e.names[n.Name] = n.UUID
 		}
@@ -253,6 +287,7 @@ func (e *Engine) load() error {
 			return err
 		}
 		e.sites[s.Name] = &s
+		e.sitePass.Store(s.Name, s.PasswordHash)
 		return nil
 	})
 }
@@ -286,9 +321,10 @@ func (e *Engine) Start(pub Publisher) error {
 	if recovered > 0 {
 		e.log.Info("recovered busy nodes after start", "nodes", recovered)
 	}
-	e.wg.Add(2)
+	e.wg.Add(3)
 	go e.loop()
 	go e.ticker()
+	go e.collector()
 	return nil
 }
 
@@ -327,9 +363,7 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 		t.dirty[n.UUID] = n
 	}
 	for _, h := range out.History {
-		t.e.histSeq++
-		b, _ := json.Marshal(h)
-		t.batch.Set(fmt.Sprintf("%s%s/%020d-%08d", store.HistoryPrefix, n.UUID, h.Time.UnixNano(), t.e.histSeq%100000000), b)
+		t.addHistory(n, h)
 		if h.Severity == "ERROR" {
 			t.e.log.Warn("node error", "node", n.Ident(), "event", h.Event)
 		} else {
@@ -367,6 +401,9 @@ func (e *Engine) commit(t *tx) error {
 	if err := e.st.Commit(&t.batch); err != nil {
 		e.cfg.OnFatal(err)
 		return err
+	}
+	for _, n := range t.dirty {
+		e.publishAuth(n)
 	}
 	for _, o := range t.urgent {
 		e.enqueue(o, true)
@@ -417,7 +454,7 @@ func (e *Engine) publisher(q sendQueue) {
 			case o = <-q.normal:
 			}
 		}
-		b, err := protocol.Encode(o.Msg)
+		b, err := protocol.Encode(e.withCredential(o.Msg))
 		if err != nil {
 			e.log.Error("not sending invalid message", "topic", o.Topic, "err", err)
 			continue
@@ -530,11 +567,21 @@ func (e *Engine) lookup(ident string) (*fsm.Node, error) {
 	return nil, errorf(404, "Node %s could not be found.", ident)
 }
 
-// NodeCredentials returns the MQTT username and password of a node's
-// ramdisk agent. The password is derived from the coordinator's secret,
-// so nothing needs storing.
-func (e *Engine) NodeCredentials(nodeUUID string) (user, password string) {
-	return "node:" + nodeUUID, e.derive("node:" + nodeUUID)
+// NodeCredentials returns the MQTT credential of the node's current
+// ramdisk boot; ok is false when the node is not booting or running one.
+func (e *Engine) NodeCredentials(nodeUUID string) (user, password string, ok bool) {
+	v, ok := e.boots.Load(nodeUUID)
+	if !ok {
+		return "", "", false
+	}
+	return "node:" + nodeUUID, e.bootPassword(nodeUUID, v.(string)), true
+}
+
+// bootPassword derives a boot's credential from its nonce: the nonce is
+// random per boot, the secret never leaves the coordinator, so the
+// credential is fresh and unguessable, and nothing of it is stored.
+func (e *Engine) bootPassword(nodeUUID, nonce string) string {
+	return e.derive("boot:" + nodeUUID + ":" + nonce)
 }
 
 // CoordinatorCredentials are the coordinator's own MQTT credentials.
@@ -553,24 +600,60 @@ func hashPassword(p string) string {
 	return hex.EncodeToString(s[:])
 }
 
-// Check implements broker.Credentials.
-func (e *Engine) Check(user, password string) bool {
+// Client IDs: each identity has its own, so that nobody can resume (take
+// over) another identity's session.
+const (
+	coordinatorClientID = "coordinator"
+	edgeClientIDPrefix  = "edge-"
+	nodeClientIDPrefix  = "ramdisk-"
+)
+
+// SiteClientID is the MQTT client ID of a site's edge agent. A site's
+// other clients (tools, a second process) use SiteClientID + "." + suffix.
+func SiteClientID(site string) string { return edgeClientIDPrefix + site }
+
+// NodeClientID is the MQTT client ID of a node's ramdisk agent.
+func NodeClientID(nodeUUID string) string { return nodeClientIDPrefix + nodeUUID }
+
+// Authenticate implements broker.Credentials. It runs on the broker's
+// connection goroutines for every CONNECT, publish and delivery, so it
+// reads only the lock-free copies (sitePass, boots), never e.mu.
+func (e *Engine) Authenticate(user, password, clientID string) error {
 	switch {
 	case user == "coordinator":
-		return hmac.Equal([]byte(password), []byte(e.derive("coordinator")))
+		if !hmac.Equal([]byte(password), []byte(e.derive("coordinator"))) {
+			return errors.New("wrong password")
+		}
+		if clientID != coordinatorClientID && !strings.HasPrefix(clientID, coordinatorClientID+".") {
+			return fmt.Errorf("client ID %q does not belong to the coordinator (use %q)", clientID, coordinatorClientID)
+		}
+		return nil
 	case strings.HasPrefix(user, "site:"):
-		e.mu.RLock()
-		s, ok := e.sites[strings.TrimPrefix(user, "site:")]
-		e.mu.RUnlock()
-		return ok && hmac.Equal([]byte(hashPassword(password)), []byte(s.PasswordHash))
+		site := strings.TrimPrefix(user, "site:")
+		h, ok := e.sitePass.Load(site)
+		if !ok || !hmac.Equal([]byte(hashPassword(password)), []byte(h.(string))) {
+			return errors.New("unknown site or wrong password")
+		}
+		own := SiteClientID(site)
+		if clientID != own && !strings.HasPrefix(clientID, own+".") {
+			return fmt.Errorf("client ID %q does not belong to site %s (use %q)", clientID, site, own)
+		}
+		return nil
 	case strings.HasPrefix(user, "node:"):
 		id := strings.TrimPrefix(user, "node:")
-		e.mu.RLock()
-		_, ok := e.nodes[id]
-		e.mu.RUnlock()
-		return ok && hmac.Equal([]byte(password), []byte(e.derive(user)))
+		nonce, ok := e.boots.Load(id)
+		if !ok {
+			return errors.New("no ramdisk boot of this node is under way (an earlier boot's credential, or an unknown node)")
+		}
+		if !hmac.Equal([]byte(password), []byte(e.bootPassword(id, nonce.(string)))) {
+			return errors.New("not the credential of the node's current boot")
+		}
+		if clientID != NodeClientID(id) {
+			return fmt.Errorf("client ID %q does not belong to node %s (use %q)", clientID, id, NodeClientID(id))
+		}
+		return nil
 	}
-	return false
+	return errors.New("unknown user")
 }
 
 // Prefix implements broker.Credentials: the topic subtree of each user.
@@ -582,17 +665,47 @@ func (e *Engine) Prefix(user string) (string, bool) {
 		return protocol.TopicPrefix + "/site/" + strings.TrimPrefix(user, "site:") + "/", true
 	case strings.HasPrefix(user, "node:"):
 		id := strings.TrimPrefix(user, "node:")
-		e.mu.RLock()
-		n, ok := e.nodes[id]
-		site := ""
-		if ok {
-			site = n.Site
-		}
-		e.mu.RUnlock()
+		site, ok := e.nodeSite.Load(id)
 		if !ok {
 			return "", false
 		}
-		return protocol.TopicPrefix + "/site/" + site + "/node/" + id + "/", true
+		return protocol.TopicPrefix + "/site/" + site.(string) + "/node/" + id + "/", true
 	}
 	return "", false
+}
+
+// publishAuth keeps the lock-free copies Authenticate reads in step with
+// a node as committed: its site and its current boot's nonce.
+func (e *Engine) publishAuth(n *fsm.Node) {
+	e.nodeSite.Store(n.UUID, n.Site)
+	if n.BootNonce == "" {
+		e.boots.Delete(n.UUID)
+	} else {
+		e.boots.Store(n.UUID, n.BootNonce)
+	}
+}
+
+// forgetAuth drops a deleted node's entries.
+func (e *Engine) forgetAuth(nodeUUID string) {
+	e.nodeSite.Delete(nodeUUID)
+	e.boots.Delete(nodeUUID)
+}
+
+// withCredential replaces a boot command's nonce by the boot's credential,
+// on a copy: the stored command keeps only the nonce.
+func (e *Engine) withCredential(m *protocol.Message) *protocol.Message {
+	nonce, _ := m.Args[protocol.ArgBootNonce].(string)
+	if nonce == "" {
+		return m
+	}
+	c := *m
+	c.Args = make(map[string]any, len(m.Args)+1)
+	for k, v := range m.Args {
+		if k != protocol.ArgBootNonce {
+			c.Args[k] = v
+		}
+	}
+	c.Args[protocol.ArgAgentUsername] = "node:" + m.Node
+	c.Args[protocol.ArgAgentPassword] = e.bootPassword(m.Node, nonce)
+	return &c
 }

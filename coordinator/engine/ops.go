@@ -227,6 +227,7 @@ func (e *Engine) DeleteNode(ident string) error {
 			}
 		}
 		id = n.UUID
+		e.forgetAuth(n.UUID)
 		delete(e.nodes, n.UUID)
 		delete(e.names, n.Name)
 		e.phaseCount[phaseOf(n)]--
@@ -239,6 +240,7 @@ func (e *Engine) DeleteNode(ident string) error {
 		}
 		t.batch.Delete(store.NodePrefix + n.UUID)
 		t.batch.Delete(store.InventoryPrefix + n.UUID)
+		delete(e.hist, n.UUID)
 		return nil
 	})
 	if err == nil {
@@ -448,6 +450,7 @@ func (e *Engine) AddSite(name string) (user, password string, err error) {
 		b, _ := json.Marshal(s)
 		t.batch.Set(store.SitePrefix+name, b)
 		e.sites[name] = s
+		e.sitePass.Store(name, s.PasswordHash)
 		return nil
 	})
 	return "site:" + name, password, err

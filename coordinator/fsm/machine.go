@@ -32,10 +32,11 @@ type Config struct {
 	NewToken          func() string
 	// Holder names the coordinator in reservations.
 	Holder string
-	// AgentCredentials returns the MQTT credentials a node's ramdisk uses;
-	// they ride along with the power commands that boot it (never stored
-	// in the plan, never shown). Nil: none are sent.
-	AgentCredentials func(nodeUUID string) (user, password string)
+	// RequiredCleanSteps are the in-band steps ("interface.step") that
+	// automated cleaning must run: a ramdisk that does not offer one of
+	// them fails the cleaning instead of skipping it. Nil: the standard
+	// ramdisk's clean steps of priority > 0 (after PriorityOverrides).
+	RequiredCleanSteps []string
 }
 
 // Machine applies events to nodes. It holds only configuration.
@@ -435,10 +436,13 @@ func (m *Machine) sendOOB(n *Node, action string, args map[string]any, step *Ste
 		withdrawToken(n)
 		s, _ := args["state"].(string)
 		n.TargetPowerState = s
-		if s != protocol.PowerOff && m.cfg.AgentCredentials != nil {
-			user, pass := m.cfg.AgentCredentials(n.UUID)
+		if s != protocol.PowerOff {
+			// Every boot gets a credential of its own. Only its nonce is
+			// kept here; the engine derives the credential from it when it
+			// sends the command, so that no credential is ever stored.
+			n.BootNonce = m.cfg.NewToken()
 			msg.Args = maps.Clone(args)
-			msg.Args["agent_username"], msg.Args["agent_password"] = user, pass
+			msg.Args[protocol.ArgBootNonce] = n.BootNonce
 		}
 	}
 	n.Pending = nil
@@ -455,6 +459,24 @@ func (m *Machine) sendInband(n *Node, step *StepRun, args map[string]any, now ti
 	n.Pending.InBand = true
 }
 
+// requiredCleanSteps are the in-band steps automated cleaning must run.
+func (m *Machine) requiredCleanSteps() []string {
+	if m.cfg.RequiredCleanSteps != nil {
+		return m.cfg.RequiredCleanSteps
+	}
+	var out []string
+	for _, s := range drivers.InbandCleanSteps() {
+		p := s.Priority
+		if o, ok := m.cfg.PriorityOverrides[s.Name()]; ok {
+			p = o
+		}
+		if p > 0 {
+			out = append(out, s.Name())
+		}
+	}
+	return out
+}
+
 // planSteps computes the clean or deploy steps now that the ramdisk's
 // steps are cached on the node.
 func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
@@ -466,6 +488,20 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 		if n.Op.Manual {
 			list := AsObjects(a.Args["clean_steps"])
 			return m.resolveManual(n, d, list, true)
+		}
+		// Automated cleaning runs what the coordinator requires, not only
+		// what a ramdisk offers: a ramdisk (or an impostor) that offers no
+		// erase step must not turn cleaning into a no-op.
+		var missing []string
+		for _, name := range m.requiredCleanSteps() {
+			iface, step, _ := strings.Cut(name, ".")
+			if _, ok := drivers.Find(n.CachedCleanSteps, iface, step); !ok {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("Cleaning of node %s failed: its ramdisk does not offer the clean step(s) %s that automated cleaning requires (it offered %d); check the ramdisk image the node boots",
+				n.Ident(), strings.Join(missing, ", "), len(n.CachedCleanSteps))
 		}
 		var all []drivers.Step
 		for _, s := range append(append([]drivers.Step{}, d.CleanSteps...), n.CachedCleanSteps...) {
@@ -629,6 +665,11 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 	op := n.Op
 	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
 	n.CleanStep, n.DeployStep = nil, nil
+	if op.Phase != "rescue" {
+		// The operation is over, and so is its boot (a rescued node keeps
+		// its ramdisk until unrescue powers it off).
+		withdrawToken(n)
+	}
 	switch op.Phase {
 	case "power":
 		return
@@ -717,12 +758,13 @@ func (m *Machine) abort(n *Node, now time.Time, out *Output) {
 	m.failWith(n, now, out, fmt.Sprintf("aborted by request during step %s", a.Step.Name()), Abort)
 }
 
-// withdrawToken ends the ramdisk boot's token and remembers the boot.
+// withdrawToken ends the ramdisk boot: its agent token and its MQTT
+// credential are revoked, and the boot is remembered.
 func withdrawToken(n *Node) {
 	if n.BootID != "" {
 		n.PastBoots = appendBoot(n.PastBoots, n.BootID)
 	}
-	n.AgentToken, n.BootID = "", ""
+	n.AgentToken, n.BootID, n.BootNonce = "", "", ""
 }
 
 // appendBoot adds id to the last few boots remembered.

@@ -36,6 +36,7 @@ type world struct {
 	holdInband bool
 	held       []Outgoing
 	boots      int // ramdisk boots so far (each gets its own boot id)
+	sent       []Outgoing
 }
 
 func (w *world) run(out Output) {
@@ -47,6 +48,7 @@ func (w *world) run(out Output) {
 		}
 		o := queue[0]
 		queue = queue[1:]
+		w.sent = append(w.sent, o)
 		msg := o.Msg
 		w.now = w.now.Add(time.Second)
 		if w.holdInband && msg.Action == protocol.ActionInbandRun {
@@ -339,7 +341,7 @@ func TestWrongTokenRejected(t *testing.T) {
 	w.n.ProvisionState = Manageable
 	w.verb(Provide, VerbRequest{})
 	w.want(CleanWait)
-	h := w.m.Hello(w.n, &protocol.Message{BootID: "b1", CleanSteps: []protocol.Step{{Interface: "deploy", Step: "erase_devices", Priority: 10}}}, w.now)
+	h := w.m.Hello(w.n, &protocol.Message{BootID: "b1", CleanSteps: standardCleanSteps}, w.now)
 	if h.Reject != "" || w.n.AgentToken == "" {
 		t.Fatalf("hello: %q token %q state %q err %q", h.Reject, w.n.AgentToken, w.n.ProvisionState, w.n.LastError)
 	}
@@ -424,5 +426,94 @@ func TestResultSummary(t *testing.T) {
 	got := resultSummary(map[string]any{"summary": long})
 	if !strings.HasSuffix(got, "…") || len(got) > 503 || !utf8.ValidString(got) {
 		t.Errorf("a long summary is cut to about 500 bytes on a rune boundary: %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+}
+
+var standardCleanSteps = []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true},
+	{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true}}
+
+// TestCleaningNeedsTheRequiredSteps: a hello that offers no erase step
+// (an impostor's, or a broken ramdisk's) cannot take a node from clean
+// wait to available; the cleaning fails naming the missing steps, and
+// nothing is sent to run. A priority override of 0 drops the requirement.
+func TestCleaningNeedsTheRequiredSteps(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		offered []protocol.Step
+		over    map[string]int
+		want    State
+		missing string
+	}{
+		{"nothing offered", nil, nil, CleanFailed, "deploy.erase_devices_metadata, deploy.erase_devices"},
+		{"metadata only", standardCleanSteps[:1], nil, CleanFailed, "deploy.erase_devices"},
+		{"both", standardCleanSteps, nil, CleanWait, ""},
+		{"full erase disabled by the operator", standardCleanSteps[:1], map[string]int{"deploy.erase_devices": 0}, CleanWait, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.m.cfg.PriorityOverrides = c.over
+			w.noAgent = true
+			w.n.ProvisionState = Manageable
+			w.verb(Provide, VerbRequest{})
+			w.want(CleanWait)
+			out := w.m.Hello(w.n, &protocol.Message{BootID: "b1", CleanSteps: c.offered}, w.now)
+			if w.n.ProvisionState != c.want {
+				t.Fatalf("state %q, want %q (last_error %q)", w.n.ProvisionState, c.want, w.n.LastError)
+			}
+			if c.missing == "" {
+				if w.n.Pending == nil || w.n.Pending.Msg.Step == nil || w.n.Pending.Msg.Step.Step != "erase_devices_metadata" {
+					t.Fatalf("want erase_devices_metadata sent first, pending %+v", w.n.Pending)
+				}
+				return
+			}
+			if !strings.Contains(w.n.LastError, c.missing) {
+				t.Errorf("last_error %q does not name %s", w.n.LastError, c.missing)
+			}
+			for _, o := range out.Send {
+				if o.Msg.Action == protocol.ActionInbandRun {
+					t.Errorf("a step was sent although cleaning failed: %+v", o.Msg.Step)
+				}
+			}
+			if w.n.AgentToken != "" || w.n.BootNonce != "" {
+				t.Error("the boot's token and credential outlive the failed cleaning")
+			}
+		})
+	}
+}
+
+// TestBootCredentialPerBoot: every power command that boots the node mints
+// a new boot nonce (carried in the command, never a credential), and the
+// end of the boot (power off, end of the operation, failure) revokes it.
+func TestBootCredentialPerBoot(t *testing.T) {
+	w := newWorld(t)
+	w.noAgent = true
+	w.n.ProvisionState = Manageable
+	w.verb(Inspect, VerbRequest{})
+	w.want(InspectWait)
+	first := w.n.BootNonce
+	if first == "" {
+		t.Fatal("no boot nonce while the node boots the ramdisk")
+	}
+	var sent string
+	for _, o := range w.sent {
+		if o.Msg.Action == protocol.ActionPower {
+			if _, leaked := o.Msg.Args[protocol.ArgAgentPassword]; leaked {
+				t.Error("the machine put a credential into a command; only the nonce belongs there")
+			}
+			sent, _ = o.Msg.Args[protocol.ArgBootNonce].(string)
+		}
+	}
+	if sent != first {
+		t.Fatalf("power command carries nonce %q, node has %q", sent, first)
+	}
+	w.verb(Abort, VerbRequest{})
+	w.want(InspectFailed)
+	if w.n.BootNonce != "" {
+		t.Fatal("the boot credential outlives the aborted inspection")
+	}
+	w.verb(Inspect, VerbRequest{})
+	w.want(InspectWait)
+	if w.n.BootNonce == "" || w.n.BootNonce == first {
+		t.Fatalf("second boot reuses nonce %q", w.n.BootNonce)
 	}
 }

@@ -52,7 +52,11 @@ type Node struct {
 
 	// AgentToken is issued once per boot of the ramdisk. Hidden.
 	AgentToken string `json:"agent_token,omitempty"`
-	BootID     string `json:"boot_id,omitempty"`
+	// BootNonce names the current boot's MQTT credential (minted with the
+	// power command that boots the node, revoked when the boot ends); the
+	// credential is derived from it and the coordinator's secret. Hidden.
+	BootNonce string `json:"boot_nonce,omitempty"`
+	BootID    string `json:"boot_id,omitempty"`
 	// PastBoots are the last ramdisk boots whose token was withdrawn, so
 	// that a late hello from one of them is not taken for a new boot.
 	PastBoots     []string  `json:"past_boots,omitempty"`

@@ -203,17 +203,25 @@ func TestBrokerACL(t *testing.T) {
 	pub := requireTool(t, "mosquitto_pub")
 	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{}})
 	cl := testrig.NewClient(t, c)
-	for _, s := range []string{"site1", "site2"} {
-		cl.Do("POST", "/v1/sites", map[string]string{"name": s}, nil)
-	}
+	testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 4, NoBoot: true})
+	cl.Do("POST", "/v1/sites", map[string]string{"name": "site2"}, nil)
 	a := cl.CreateNode("a", "site1", nil)
 	b := cl.CreateNode("b", "site1", nil)
+	// Node A boots the ramdisk (which never comes): its boot credential
+	// is valid while it waits.
+	cl.MustVerb(a, "manage", nil)
+	cl.WaitState(a, "manageable", 10*time.Second)
+	cl.MustVerb(a, "inspect", nil)
+	cl.WaitState(a, "inspect wait", 10*time.Second)
 	host, port := splitAddr(c.BrokerURL)
-	user, pass := c.Engine.NodeCredentials(a)
+	user, pass, ok := c.Engine.NodeCredentials(a)
+	if !ok {
+		t.Fatal("no boot credential while node A waits for its ramdisk")
+	}
 	run := func(bin string, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		all := append([]string{"-V", "mqttv5", "-h", host, "-p", port, "-u", user, "-P", pass}, args...)
+		all := append([]string{"-V", "mqttv5", "-h", host, "-p", port, "-u", user, "-P", pass, "-i", "ramdisk-" + a}, args...)
 		out, err := exec.CommandContext(ctx, bin, all...).CombinedOutput()
 		return string(out), err
 	}

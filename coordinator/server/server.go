@@ -38,6 +38,8 @@ type Options struct {
 	MaxConcurrentDeploy int
 	TickInterval        time.Duration
 	Log                 *slog.Logger
+	// HistoryMaxEntries caps each node's history (0: the engine's default).
+	HistoryMaxEntries int
 
 	// Auth is the API's authentication: "none" (allowed only when the API
 	// listens on loopback) or "http_basic" with HTPasswd (bcrypt entries).
@@ -60,9 +62,9 @@ type Coordinator struct {
 	Broker    *broker.Broker
 	Link      *mqttlink.Link
 	APIAddr   string
+	APIURL    string // http://APIAddr, or https:// when the API serves TLS
 	BrokerURL string
 	http      *http.Server
-	APIURL    string // http://APIAddr, or https:// when the API serves TLS
 	ln        net.Listener
 	cancel    context.CancelFunc
 }
@@ -72,14 +74,14 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	e, err := engine.New(engine.Config{DataDir: o.DataDir, Machine: o.Machine, MaxConcurrentClean: o.MaxConcurrentClean,
-		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, Log: o.Log})
 	// The API's security is checked before anything is opened, so that a
 	// refused configuration leaves nothing behind.
 	auth, apiTLS, err := apiSecurity(o)
 	if err != nil {
 		return nil, err
 	}
+	e, err := engine.New(engine.Config{DataDir: o.DataDir, Machine: o.Machine, MaxConcurrentClean: o.MaxConcurrentClean,
+		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, HistoryMaxEntries: o.HistoryMaxEntries, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -96,20 +98,38 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 		for _, f := range subs {
 			hs[f] = e.HandleMessage
 		}
-		b, err := broker.Start(o.MQTTListen, e, o.Log, hs)
+		bc := broker.Config{Addr: o.MQTTListen, MaxPacketSize: o.MaxPacketSize}
+		scheme := "mqtt://"
+		if o.TLSCert != "" {
+			cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+			if err != nil {
+				e.Close()
+				return nil, fmt.Errorf("TLS certificate for the broker: %w; check --tls-cert and --tls-key (make a lab pair with 'coordinator certs')", err)
+			}
+			bc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+			scheme = "mqtts://"
+		}
+		b, err := broker.Start(bc, e, o.Log, hs)
 		if err != nil {
 			e.Close()
 			return nil, err
 		}
 		c.Broker = b
-		c.BrokerURL = "mqtt://" + o.MQTTListen
+		c.BrokerURL = scheme + b.Addr
 		pub = b
 	} else {
 		if o.BrokerUser != "" {
 			user, pass = o.BrokerUser, o.BrokerPassword
 		}
+		var tc *tls.Config
+		if o.BrokerCAFile != "" {
+			if tc, err = mqttlink.TLSFromCAFile(o.BrokerCAFile); err != nil {
+				c.closeParts()
+				return nil, fmt.Errorf("--broker-ca-file: %w", err)
+			}
+		}
 		link, err := mqttlink.Dial(ctx, mqttlink.Config{URL: c.BrokerURL, ClientID: "coordinator", Username: user, Password: pass,
-			Subscriptions: subs, Handler: e.HandleMessage, Logger: o.Log})
+			Subscriptions: subs, Handler: e.HandleMessage, Logger: o.Log, TLS: tc})
 		if err != nil {
 			c.closeParts()
 			return nil, err

@@ -7,6 +7,8 @@ package mqttlink
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,7 +22,7 @@ import (
 
 // Config says where and how to connect.
 type Config struct {
-	URL      string // mqtt://host:port or tls://host:port
+	URL      string // mqtt://host:port, or mqtts://host:port for TLS
 	ClientID string
 	Username string
 	Password string
@@ -41,16 +43,60 @@ type Config struct {
 	// OnUp is called (in its own goroutine) after each successful
 	// connection and subscription.
 	OnUp func()
+	// TLS configures mqtts:// connections (nil: the system's roots).
+	TLS *tls.Config
+	// CleanStart discards any session the broker kept for ClientID at the
+	// first connection (reconnects still resume it): a ramdisk's new boot
+	// has nothing to resume from an earlier one.
+	CleanStart bool
 }
 
 // Link is a live MQTT connection manager.
 type Link struct {
-	cfg  Config
-	cm   *autopaho.ConnectionManager
-	log  *slog.Logger
-	mu   sync.Mutex
-	up   bool
-	stop context.CancelFunc
+	cfg     Config
+	cm      *autopaho.ConnectionManager
+	log     *slog.Logger
+	mu      sync.Mutex
+	up      bool
+	lastErr string // why the last connection attempt failed, explained
+	stop    context.CancelFunc
+}
+
+// connectError explains a failed connection attempt. A new reason is a
+// warning; the same reason again (every reconnect) is debug.
+func (l *Link) connectError(err error) {
+	msg := explain(err)
+	l.mu.Lock()
+	same := msg == l.lastErr
+	l.lastErr = msg
+	l.mu.Unlock()
+	level := slog.LevelWarn
+	if same {
+		level = slog.LevelDebug
+	}
+	l.log.Log(context.Background(), level, "mqtt connect failed; retrying", "broker", l.cfg.URL, "client", l.cfg.ClientID, "err", msg)
+}
+
+// explain turns the usual causes into what to do about them.
+func explain(err error) string {
+	var unknown x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var verr *tls.CertificateVerificationError
+	var rec tls.RecordHeaderError
+	var ce *autopaho.ConnackError
+	switch {
+	case errors.As(err, &unknown):
+		return err.Error() + " (the broker's certificate is not signed by the CA this client trusts: check the CA file or pin)"
+	case errors.As(err, &hostErr):
+		return err.Error() + " (the broker's certificate does not name the host in the broker URL)"
+	case errors.Is(err, ErrPinMismatch), errors.As(err, &verr):
+		return err.Error() + " (TLS verification of the broker failed: check the CA file or pin)"
+	case errors.As(err, &rec):
+		return err.Error() + " (the broker does not speak TLS here: use mqtt://, or point mqtts:// at its TLS port)"
+	case errors.As(err, &ce):
+		return err.Error() + " (the broker refused this client: check the credentials and that the client ID is this identity's own)"
+	}
+	return err.Error()
 }
 
 // Dial starts connecting and returns at once; Publish waits for the
@@ -58,7 +104,16 @@ type Link struct {
 func Dial(ctx context.Context, cfg Config) (*Link, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("broker URL %q is not valid; use mqtt://HOST:PORT", cfg.URL)
+		return nil, fmt.Errorf("broker URL %q is not valid; use mqtt://HOST:PORT or mqtts://HOST:PORT", cfg.URL)
+	}
+	switch u.Scheme {
+	case "mqtt", "tcp":
+		if cfg.TLS != nil {
+			return nil, fmt.Errorf("broker URL %q is plain MQTT but a CA was given; use mqtts://", cfg.URL)
+		}
+	case "mqtts", "ssl", "tls":
+	default:
+		return nil, fmt.Errorf("broker URL %q: scheme %q is not known; use mqtt:// or mqtts://", cfg.URL, u.Scheme)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -74,7 +129,8 @@ func Dial(ctx context.Context, cfg Config) (*Link, error) {
 	ac := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{u},
 		KeepAlive:                     cfg.KeepAlive,
-		CleanStartOnInitialConnection: false,
+		CleanStartOnInitialConnection: cfg.CleanStart,
+		TlsCfg:                        cfg.TLS,
 		SessionExpiryInterval:         uint32(cfg.SessionExpiry / time.Second),
 		ReconnectBackoff:              func(int) time.Duration { return 500 * time.Millisecond },
 		ConnectTimeout:                5 * time.Second,
@@ -87,9 +143,7 @@ func Dial(ctx context.Context, cfg Config) (*Link, error) {
 			l.setUp(false)
 			return true
 		},
-		OnConnectError: func(err error) {
-			l.log.Debug("mqtt connect failed", "broker", cfg.URL, "client", cfg.ClientID, "err", err)
-		},
+		OnConnectError: l.connectError,
 		ClientConfig: paho.ClientConfig{
 			ClientID: cfg.ClientID,
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
@@ -225,6 +279,12 @@ func (l *Link) AwaitUp(ctx context.Context) error {
 	for !l.Up() {
 		select {
 		case <-ctx.Done():
+			l.mu.Lock()
+			why := l.lastErr
+			l.mu.Unlock()
+			if why != "" {
+				return fmt.Errorf("no connection to broker %s: %w; last attempt: %s", l.cfg.URL, ctx.Err(), why)
+			}
 			return fmt.Errorf("no connection to broker %s: %w", l.cfg.URL, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}

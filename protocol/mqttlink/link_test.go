@@ -2,6 +2,7 @@ package mqttlink_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -16,7 +17,12 @@ import (
 // creds lets everyone in; user "limited" may only use topics under t/.
 type creds struct{}
 
-func (creds) Check(user, password string) bool { return password == "pw" }
+func (creds) Authenticate(user, password, clientID string) error {
+	if password != "pw" {
+		return errors.New("wrong password")
+	}
+	return nil
+}
 
 func (creds) Prefix(user string) (string, bool) {
 	if user == "limited" {
@@ -91,7 +97,7 @@ func startBroker(t *testing.T, addr string) *broker.Broker {
 	var err error
 	// The port of a broker just closed may take a moment to be free.
 	for i := 0; i < 50; i++ {
-		if b, err = broker.Start(addr, creds{}, quiet(), nil); err == nil {
+		if b, err = broker.Start(broker.Config{Addr: addr}, creds{}, quiet(), nil); err == nil {
 			return b
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -109,7 +115,7 @@ func TestReconnectResubscribesAndAnnounces(t *testing.T) {
 	url := "mqtt://" + addr
 	var a, obs inbox
 	la := dial(t, mqttlink.Config{URL: url, ClientID: "a", Username: "a", Subscriptions: []string{"t/#"}, Handler: a.handle,
-		OnlineTopic: "p/a", OnlinePayload: []byte("online"), WillTopic: "p/a", WillPayload: []byte("offline"), SessionExpiry: time.Minute})
+		OnlineTopic: "p/a/presence", OnlinePayload: []byte("online"), WillTopic: "p/a/presence", WillPayload: []byte("offline"), SessionExpiry: time.Minute})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := la.AwaitUp(ctx); err != nil {
@@ -119,7 +125,7 @@ func TestReconnectResubscribesAndAnnounces(t *testing.T) {
 	if err := lo.AwaitUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	obs.await(t, "p/a=online", 5*time.Second) // retained, published before obs subscribed
+	obs.await(t, "p/a/presence=online", 5*time.Second) // retained, published before obs subscribed
 	if err := lo.Publish(ctx, "t/1", []byte("one"), false); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +159,7 @@ func TestReconnectResubscribesAndAnnounces(t *testing.T) {
 	if err := ll.AwaitUp(ctx2); err != nil {
 		t.Fatal(err)
 	}
-	late.await(t, "p/a=online", 5*time.Second)
+	late.await(t, "p/a/presence=online", 5*time.Second)
 }
 
 // A subscription the broker refuses is an error that names the filter.

@@ -50,8 +50,11 @@ type Params struct {
 	Site     string // bm.site
 	User     string // bm.user: MQTT user name
 	Password string // bm.password: MQTT password; never logged (see String)
-	Net      NetConfig
-	Debug    bool // bm.debug: on a fatal error drop to a shell instead of rebooting
+	// CAPin (bm.ca=sha256/...) is the pin of the CA that signs the
+	// broker's certificate; an mqtts:// broker is verified against it.
+	CAPin string
+	Net   NetConfig
+	Debug bool // bm.debug: on a fatal error drop to a shell instead of rebooting
 
 	// All holds every bm.* parameter by its full name, including ones this
 	// version does not know, for later additions (tokens, TLS settings...).
@@ -126,6 +129,11 @@ func ParseCmdline(cmdline string) (Params, error) {
 			p.User = val
 		case "password":
 			p.Password = val
+		case "ca":
+			if !strings.HasPrefix(val, "sha256/") || len(val) != len("sha256/")+43 {
+				err = errors.New("want sha256/ followed by 43 base64url characters (as 'coordinator certs' prints)")
+			}
+			p.CAPin = val
 		case "debug":
 			p.Debug = val == "" || val == "1" || strings.EqualFold(val, "true") || strings.EqualFold(val, "yes")
 		case "ip":
@@ -167,6 +175,9 @@ func ParseCmdline(cmdline string) (Params, error) {
 	}
 	if p.Node == "" {
 		return p, ErrNoNode
+	}
+	if p.CAPin != "" && !strings.HasPrefix(p.Broker, "mqtts://") {
+		return p, fmt.Errorf("kernel parameter bm.ca is set but bm.broker=%q is not an mqtts:// URL", p.Broker)
 	}
 	if p.Net.Mode == IPStatic && p.Net.Gateway.IsValid() && p.Net.Gateway.Is4() != p.Net.Addr.Addr().Is4() {
 		return p, fmt.Errorf("kernel parameter bm.gw=%s: not the address family of bm.ip=%s", p.Net.Gateway, p.Net.Addr)

@@ -31,6 +31,7 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] --simulate
 	site := fs.String("site", "", "site name (default: from the credentials file)")
 	brokerURL := fs.String("broker-url", "", "MQTT broker (default: from the credentials file)")
 	credFile := fs.String("credentials-file", "", "credentials written by 'coordinator site add' (required)")
+	caFile := fs.String("ca-file", "", "CA (PEM) that signs the broker's certificate, for an mqtts:// broker; the ramdisks this agent boots get its pin (bm.ca)")
 	simulate := fs.Int("simulate", 0, "number of simulated nodes this site serves")
 	stepDur := fs.Duration("step-duration", 2*time.Second, "how long each simulated in-band step takes")
 	bootDelay := fs.Duration("boot-delay", time.Second, "how long a simulated ramdisk takes to boot")
@@ -42,7 +43,7 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] --simulate
 	resend := fs.Duration("resend-interval", 5*time.Second, "how often unacknowledged results are sent again")
 	qKernel := fs.String("qemu-kernel", "", "development driver qemu-dev: the ramdisk kernel its VMs boot (make ramdisk)")
 	qInitrd := fs.String("qemu-initrd", "", "development driver qemu-dev: the ramdisk initramfs")
-	qBroker := fs.String("qemu-broker-url", "", "development driver qemu-dev: the broker as the VMs see it (e.g. mqtt://10.0.2.2:1883)")
+	qBroker := fs.String("qemu-broker-url", "", "development driver qemu-dev: the broker as the VMs see it (e.g. mqtt://10.0.2.2:1883, or mqtts://10.0.2.2:1883 with --ca-file)")
 	qCmdline := fs.String("qemu-cmdline", "", "development driver qemu-dev: extra kernel parameters (e.g. bm.ip=10.0.2.15/24 bm.gw=10.0.2.2)")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
@@ -76,7 +77,7 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] --simulate
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password,
+	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
 		ResendInterval: *resend, Log: log,
 		QEMU: agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,

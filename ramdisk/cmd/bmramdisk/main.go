@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
@@ -55,10 +56,23 @@ func serve(ctx context.Context, p boot.Params) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	runner := &steps.Runner{Log: log}
+	var (
+		link *mqttlink.Link
+		err  error
+	)
 	lt := &linkTransport{}
 	s := session.New(session.Config{Site: p.Site, Node: p.Node, Heartbeat: 5 * time.Second, Runner: runner,
 		Transport: lt, Log: log})
-	link, err := mqttlink.Dial(ctx, mqttlink.Config{URL: url, ClientID: "ramdisk-" + p.Node, Username: p.User, Password: p.Password,
+	var tc *tls.Config
+	if p.CAPin != "" {
+		if tc, err = mqttlink.TLSFromPin(p.CAPin); err != nil {
+			return err
+		}
+	}
+	// A new boot starts a new session (CleanStart): nothing of an earlier
+	// boot's is worth resuming, and its credential is dead anyway.
+	link, err = mqttlink.Dial(ctx, mqttlink.Config{URL: url, ClientID: "ramdisk-" + p.Node, Username: p.User, Password: p.Password,
+		TLS: tc, CleanStart: true,
 		Subscriptions: []string{protocol.NodeCmdTopic(p.Site, p.Node)},
 		Handler: func(topic string, payload []byte) {
 			m, err := protocol.Decode(payload)

@@ -143,7 +143,8 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) bool {
 	}
 	w.Header().Set("WWW-Authenticate", `Basic realm="`+Realm+`"`)
 	if !ok {
-		writeError(w, http.StatusUnauthorized, "Authentication required: send a user name and password of the coordinator's htpasswd file (HTTP Basic)")
+		writeError(w, http.StatusUnauthorized, "Authentication required: send a user name and password of the coordinator's htpasswd file as HTTP Basic credentials "+
+			"(baremetal CLI: OS_AUTH_TYPE=http_basic with OS_USERNAME and OS_PASSWORD; coordinator CLI: OS_USERNAME and OS_PASSWORD)")
 		return false
 	}
 	// The user name is logged only when it is a real one: a mistyped

@@ -8,16 +8,23 @@ package testrig
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
-
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/cli"
@@ -65,6 +72,64 @@ type Options struct {
 	Machine   fsm.Config
 	APIListen string
 	MQTT      string
+
+	// Auth, HTPasswd, TLSCert and TLSKey are server.Options' API
+	// security, passed as they are.
+	Auth, HTPasswd, TLSCert, TLSKey string
+	// Users (name → password), when set, turns on http_basic with an
+	// htpasswd file of these users; clients from NewClient (and Site)
+	// log in as User, or as the first user in name order.
+	Users map[string]string
+	User  string
+	// CACert is the CA that clients from NewClient trust, for TLSCert.
+	CACert string
+}
+
+// access is how clients of one test coordinator reach its API.
+type access struct {
+	user, password string
+	http           *http.Client
+}
+
+// rigs holds the access of the coordinators started here, so that
+// NewClient and Site work with authentication and TLS as without.
+var rigs sync.Map // *server.Coordinator → access
+
+// HTPasswd writes an htpasswd file of bcrypt entries for users (name →
+// password) and returns its path. The cost is bcrypt's minimum: tests
+// check many logins, and the cost does not change what is tested.
+func HTPasswd(t testing.TB, users map[string]string) string {
+	t.Helper()
+	var b strings.Builder
+	for u, p := range users {
+		h, err := bcrypt.GenerateFromPassword([]byte(p), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s:%s\n", u, h)
+	}
+	path := filepath.Join(t.TempDir(), "htpasswd")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TLSClient returns an HTTP client that trusts only the CA in caFile.
+func TLSClient(t testing.TB, caFile string) *http.Client {
+	t.Helper()
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no certificate", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
 }
 
 // Coordinator starts a coordinator with fast timeouts for tests.
@@ -90,12 +155,36 @@ func Coordinator(t testing.TB, o Options) *server.Coordinator {
 		m.ResendInterval = 500 * time.Millisecond
 	}
 	m.AutomatedClean = true
+	var acc access
+	if len(o.Users) > 0 {
+		if o.HTPasswd == "" {
+			o.HTPasswd = HTPasswd(t, o.Users)
+		}
+		if o.Auth == "" {
+			o.Auth = "http_basic"
+		}
+		acc.user = o.User
+		if acc.user == "" {
+			names := make([]string, 0, len(o.Users))
+			for u := range o.Users {
+				names = append(names, u)
+			}
+			sort.Strings(names)
+			acc.user = names[0]
+		}
+		acc.password = o.Users[acc.user]
+	}
+	if o.CACert != "" {
+		acc.http = TLSClient(t, o.CACert)
+	}
 	c, err := server.Start(context.Background(), server.Options{DataDir: o.DataDir, APIListen: o.APIListen, MQTTListen: o.MQTT,
-		BrokerURL: o.BrokerURL, Machine: m, TickInterval: 100 * time.Millisecond, Log: Logger(t)})
+		BrokerURL: o.BrokerURL, Machine: m, TickInterval: 100 * time.Millisecond, Log: Logger(t),
+		Auth: o.Auth, HTPasswd: o.HTPasswd, TLSCert: o.TLSCert, TLSKey: o.TLSKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	rigs.Store(c, acc)
+	t.Cleanup(func() { c.Close(); rigs.Delete(c) })
 	return c
 }
 
@@ -103,11 +192,25 @@ func Coordinator(t testing.TB, o Options) *server.Coordinator {
 type Client struct {
 	Base string
 	T    testing.TB
+	// User and Password, when User is set, are sent as HTTP Basic
+	// credentials.
+	User, Password string
+	// HTTP is the client to send with (nil: http.DefaultClient).
+	HTTP *http.Client
 }
 
-// NewClient returns a client of c's API.
+// NewClient returns a client of c's API, logged in and trusting its CA
+// when the coordinator was started with Options.Users and CACert.
 func NewClient(t testing.TB, c *server.Coordinator) *Client {
-	return &Client{Base: "http://" + c.APIAddr, T: t}
+	cl := &Client{Base: "http://" + c.APIAddr, T: t}
+	if c.APIURL != "" {
+		cl.Base = c.APIURL
+	}
+	if v, ok := rigs.Load(c); ok {
+		acc := v.(access)
+		cl.User, cl.Password, cl.HTTP = acc.user, acc.password, acc.http
+	}
+	return cl
 }
 
 // Do sends a request and decodes the answer into out; it returns the status.
@@ -121,7 +224,14 @@ func (c *Client) Do(method, path string, body any, out any) int {
 	req, _ := http.NewRequest(method, c.Base+path, rd)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-OpenStack-Ironic-API-Version", "latest")
-	resp, err := http.DefaultClient.Do(req)
+	if c.User != "" {
+		req.SetBasicAuth(c.User, c.Password)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		c.T.Fatalf("%s %s: %v", method, path, err)
 	}

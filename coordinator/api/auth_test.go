@@ -1,0 +1,116 @@
+package api_test
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/testrig"
+)
+
+// requireTool skips the test when path is missing, or fails it with
+// BM_REQUIRE_ALL=1 (make test), naming the Debian package.
+func requireTool(t *testing.T, path, pkg string) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		if os.Getenv("BM_REQUIRE_ALL") == "1" {
+			t.Fatalf("%s is missing (package %s); run scripts/install-test-deps.sh", path, pkg)
+		}
+		t.Skipf("%s is missing: install Debian's %s (scripts/install-test-deps.sh, which make test runs)", path, pkg)
+	}
+}
+
+// withEnv returns a copy of b whose environment has kv instead of the
+// variables of the same names.
+func (b *bmCLI) withEnv(kv ...string) *bmCLI {
+	set := map[string]bool{}
+	for _, x := range kv {
+		k, _, _ := strings.Cut(x, "=")
+		set[k] = true
+	}
+	var env []string
+	for _, x := range b.env {
+		k, _, _ := strings.Cut(x, "=")
+		if !set[k] {
+			env = append(env, x)
+		}
+	}
+	c := *b
+	c.env = append(env, kv...)
+	return &c
+}
+
+// TestBaremetalCLIBasicAuth drives a coordinator with --auth http_basic
+// with the Debian `baremetal` CLI, authenticating as Ironic standalone's
+// documentation says (OS_AUTH_TYPE=http_basic, OS_USERNAME, OS_PASSWORD,
+// OS_ENDPOINT): it lists nodes and manages one. Without credentials, and
+// with a wrong password, it gets 401 and exits non-zero, printing why.
+func TestBaremetalCLIBasicAuth(t *testing.T) {
+	requireTool(t, baremetalPath, "python3-ironicclient")
+	const user, password = "operator", "correct horse battery staple"
+	c := testrig.Coordinator(t, testrig.Options{Users: map[string]string{user: password, "other": "other-password"}, User: user})
+	testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 2, StepDuration: 100 * time.Millisecond})
+	api := testrig.NewClient(t, c)
+	id := api.CreateNode("auth1", "site1", nil)
+	other := api.CreateNode("auth2", "site1", nil)
+
+	base := newBMCLI(t, "http://"+c.APIAddr)
+	good := base.withEnv("OS_AUTH_TYPE=http_basic", "OS_USERNAME="+user, "OS_PASSWORD="+password)
+	var list []map[string]any
+	if !good.json(&list, "node", "list", "-f", "json") {
+		t.FailNow()
+	}
+	names := map[any]any{}
+	for _, row := range list {
+		names[row["Name"]] = row["UUID"]
+	}
+	if len(list) != 2 || names["auth1"] != id || names["auth2"] != other {
+		t.Fatalf("node list printed %v", list)
+	}
+	if _, ok := good.ok("node", "manage", "auth1", "--wait", "60"); !ok {
+		t.FailNow()
+	}
+	if n := api.WaitRest(id, 5*time.Second); n.State != "manageable" || n.LastError != "" {
+		t.Fatalf("after node manage: %q (last_error %q), want manageable", n.State, n.LastError)
+	}
+
+	// Without credentials: the coordinator's message names what to set.
+	none := base.withEnv("OS_AUTH_TYPE=none")
+	r := none.run("node", "list")
+	if r.code == 0 || !strings.Contains(r.stderr, "HTTP 401") || !strings.Contains(r.stderr, "OS_AUTH_TYPE=http_basic") {
+		t.Errorf("%s without credentials: exit %d, stderr %q; want non-zero, HTTP 401 and what to set", r, r.code, r.stderr)
+	}
+	// A wrong password; the verb must not run either.
+	wrong := base.withEnv("OS_AUTH_TYPE=http_basic", "OS_USERNAME="+user, "OS_PASSWORD=not-the-password")
+	r = wrong.run("node", "manage", "auth2")
+	if r.code == 0 || !strings.Contains(r.stderr, "HTTP 401") || !strings.Contains(r.stderr, "Incorrect username or password") {
+		t.Errorf("%s with a wrong password: exit %d, stderr %q; want non-zero and HTTP 401", r, r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr, "not-the-password") || strings.Contains(r.stdout, "not-the-password") {
+		t.Errorf("the password is echoed back: %q", r.stderr)
+	}
+	if n := api.Get(other); n.State != "enroll" {
+		t.Fatalf("a refused manage changed auth2 to %q", n.State)
+	}
+
+	// The version documents stay public (clients read them first);
+	// everything else asks for credentials in Ironic's error shape.
+	for path, want := range map[string]int{"/": 200, "/v1": 200, "/v1/": 200, "/v1/nodes": 401, "/v1/nodes/auth1": 401, "/v1/drivers": 401} {
+		resp, err := http.Get("http://" + c.APIAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without credentials: %d, want %d", path, resp.StatusCode, want)
+		}
+		if want == 401 && (resp.Header.Get("WWW-Authenticate") != `Basic realm="bmedge"` || !strings.Contains(string(body), "faultstring")) {
+			t.Errorf("GET %s: 401 without Basic realm or Ironic's body: %v %s", path, resp.Header, body)
+		}
+	}
+}

@@ -124,6 +124,12 @@ func Dial(ctx context.Context, cfg Config) (*Link, error) {
 	if cfg.SessionExpiry == 0 {
 		cfg.SessionExpiry = time.Hour
 	}
+	if cfg.TLS != nil && cfg.TLS.ServerName == "" {
+		// Name the host for verification (also an IP address, which Go
+		// would not send as SNI and a pinned check would not see).
+		cfg.TLS = cfg.TLS.Clone()
+		cfg.TLS.ServerName = u.Hostname()
+	}
 	l := &Link{cfg: cfg, log: cfg.Logger}
 	ctx, l.stop = context.WithCancel(ctx)
 	ac := autopaho.ClientConfig{

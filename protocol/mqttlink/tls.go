@@ -80,8 +80,8 @@ var ErrPinMismatch = errors.New("no certificate the server sent matches the CA p
 // its broker's CA only by pin (bm.ca on the kernel command line): the
 // server must send the pinned certificate in its chain (as a server
 // certificate file of leaf plus CA does), and the leaf must chain to it
-// and name the host the client dialled.
-func TLSFromPin(pin string) (*tls.Config, error) {
+// and name host, the broker URL's host name or address.
+func TLSFromPin(pin, host string) (*tls.Config, error) {
 	if !strings.HasPrefix(pin, PinPrefix) {
 		return nil, fmt.Errorf("CA pin %q must start with %q", pin, PinPrefix)
 	}
@@ -94,7 +94,7 @@ func TLSFromPin(pin string) (*tls.Config, error) {
 		// the chain against the pinned certificate in VerifyConnection.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyPinned(cs.PeerCertificates, cs.ServerName, pin)
+			return verifyPinned(cs.PeerCertificates, host, pin)
 		},
 	}, nil
 }
@@ -102,6 +102,9 @@ func TLSFromPin(pin string) (*tls.Config, error) {
 func verifyPinned(chain []*x509.Certificate, host, pin string) error {
 	if len(chain) == 0 {
 		return errors.New("the server sent no certificate")
+	}
+	if host == "" {
+		return errors.New("no host name to check the broker's certificate against")
 	}
 	var anchor *x509.Certificate
 	inter := x509.NewCertPool()

@@ -14,6 +14,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
@@ -65,7 +66,11 @@ func serve(ctx context.Context, p boot.Params) error {
 		Transport: lt, Log: log})
 	var tc *tls.Config
 	if p.CAPin != "" {
-		if tc, err = mqttlink.TLSFromPin(p.CAPin); err != nil {
+		u, perr := neturl.Parse(url)
+		if perr != nil {
+			return fmt.Errorf("bm.broker=%q: %w", p.Broker, perr)
+		}
+		if tc, err = mqttlink.TLSFromPin(p.CAPin, u.Hostname()); err != nil {
 			return err
 		}
 	}

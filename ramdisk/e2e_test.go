@@ -124,7 +124,9 @@ func TestQEMURamdisk(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	imgURL := func(p string) string { return "http://10.0.2.2:" + itoa(port) + p }
 
-	cl := qemuLab(t, kernel, initrd)
+	// This lab runs MQTT over TLS: the edge agent trusts the lab CA's
+	// file, the ramdisk only the CA's pin on its kernel command line.
+	cl := qemuLab(t, kernel, initrd, true)
 	console := filepath.Join(dir, "console.log")
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -160,6 +162,9 @@ func TestQEMURamdisk(t *testing.T) {
 	if n.Properties["cpus"] != 1.0 || n.Properties["local_gb"] != 1.0 || mem < 900 || mem > 1100 {
 		t.Fatalf("properties do not match the VM (1 CPU, 1024 MiB, 1 GiB disk): %v", n.Properties)
 	}
+	// The ramdisk reached the broker over TLS, trusting the CA by pin.
+	consoleHas(t, console, "connected to mqtts://10.0.2.2:")
+	consoleHas(t, console, "bm.ca=sha256/")
 	var inv struct {
 		Inventory map[string]any `json:"inventory"`
 	}
@@ -243,7 +248,7 @@ func TestQEMURamdiskCrashOnly(t *testing.T) {
 	}
 	kernel, initrd := need(t)
 	dir := t.TempDir()
-	cl := qemuLab(t, kernel, initrd)
+	cl := qemuLab(t, kernel, initrd, false)
 	id, console := manageSmallVM(t, cl, dir, "vm2", map[string]any{"qemu_cmdline": "bm.ip=not-an-address"})
 	cl.MustVerb(id, "inspect", nil)
 	deadline := time.Now().Add(3 * time.Minute)
@@ -282,7 +287,7 @@ func TestQEMURamdiskResetMidOperation(t *testing.T) {
 	}
 	kernel, initrd := need(t)
 	dir := t.TempDir()
-	cl := qemuLab(t, kernel, initrd)
+	cl := qemuLab(t, kernel, initrd, false)
 	qmp := filepath.Join(dir, "qmp.sock")
 	id, console := manageSmallVM(t, cl, dir, "vm1", map[string]any{"qemu_qmp": qmp})
 	cl.MustVerb(id, "inspect", nil)
@@ -367,17 +372,32 @@ func qmpReset(t *testing.T, sock string) {
 // qemuLab starts a coordinator, registers site "lab" and runs its edge
 // agent with the qemu-dev driver booting the ramdisk; the guests reach the
 // broker at 10.0.2.2 (QEMU's user network maps it to the host's loopback).
-func qemuLab(t *testing.T, kernel, initrd string) *testrig.Client {
+// With useTLS the broker speaks only MQTT over TLS, with a certificate of
+// a lab CA for 127.0.0.1 and 10.0.2.2.
+func qemuLab(t *testing.T, kernel, initrd string, useTLS bool) *testrig.Client {
 	t.Helper()
-	c := testrig.Coordinator(t, testrig.Options{})
+	var o testrig.Options
+	caFile := ""
+	if useTLS {
+		o.TLSCert, o.TLSKey, caFile = testrig.LabCerts(t, "127.0.0.1", "10.0.2.2")
+		o.CACert = caFile
+	}
+	c := testrig.Coordinator(t, o)
 	cl := testrig.NewClient(t, c)
 	var creds agent.Credentials
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
 		t.Fatalf("site: %d", code)
 	}
+	scheme := "mqtt://"
+	if useTLS {
+		scheme = "mqtts://"
+		if !strings.HasPrefix(c.BrokerURL, scheme) {
+			t.Fatalf("broker URL %s with TLS on", c.BrokerURL)
+		}
+	}
 	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
-	testrig.StartAgentConfig(t, creds, agent.Config{QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
-		BrokerURL: "mqtt://10.0.2.2:" + mqttPort}})
+	testrig.StartAgentConfig(t, creds, agent.Config{CAFile: caFile, QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
+		BrokerURL: scheme + "10.0.2.2:" + mqttPort}})
 	return cl
 }
 

@@ -275,7 +275,23 @@ func (m *Message) Validate() error {
 		if err := need(m.Node != "", "node"); err != nil {
 			return err
 		}
-		return need(m.BootID != "", "boot_id")
+		if err := need(m.BootID != "", "boot_id"); err != nil {
+			return err
+		}
+		// The coordinator caches the offered steps and later sends them
+		// back in run_step commands, which need an interface and a name:
+		// a step without them could be planned but never sent.
+		for _, l := range []struct {
+			kind  string
+			steps []Step
+		}{{"clean", m.CleanSteps}, {"deploy", m.DeploySteps}} {
+			for i, s := range l.steps {
+				if s.Interface == "" || s.Step == "" {
+					return fmt.Errorf("hello %q offers %s step %d without an interface and a name", m.ID, l.kind, i+1)
+				}
+			}
+		}
+		return nil
 	case KindWelcome:
 		if err := need(m.Node != "", "node"); err != nil {
 			return err

@@ -34,12 +34,15 @@ type cmd struct {
 	out, err io.Writer
 	url      string
 	format   string
+	creds    credentials
 }
 
 const usage = `coordinator: bare-metal lifecycle for remote sites, in Ironic's tradition.
 
 Usage:
   coordinator serve [--data-dir DIR] [--api-listen ADDR] [--mqtt-listen ADDR] [--broker-url URL]
+                    [--auth none|http_basic --htpasswd FILE] [--tls-cert FILE --tls-key FILE]
+  coordinator certs --dir DIR [--host NAME_OR_IP]... [--force]   make a lab CA and server certificate for TLS
   coordinator site add NAME --credentials-file FILE     register a site, write its edge agent's credentials
   coordinator site list
   coordinator node create --name NAME --driver fake|ipmi|redfish --site SITE [--driver-info K=V]... [--property K=V]... [--port MAC]...
@@ -62,8 +65,11 @@ Usage:
   coordinator port delete PORT
 
 Global flags (anywhere on the line):
-  --url URL        coordinator API (env COORDINATOR_URL, default http://127.0.0.1:6385)
-  -f table|json    output format (default table)
+  --url URL             coordinator API (env COORDINATOR_URL, default http://127.0.0.1:6385)
+  -f table|json         output format (default table)
+  --os-username USER    user at a coordinator with --auth http_basic (env OS_USERNAME)
+  --os-password PW      its password (env OS_PASSWORD; the variable keeps it out of ps)
+  --os-cacert FILE      CA certificate that signed an https coordinator's (env OS_CACERT)
 
 --wait follows the node until it rests, printing each state and step, and exits 1
 with last_error when the node lands in a failed state (2 on timeout).
@@ -81,10 +87,23 @@ func (c *cmd) run(args []string) int {
 		c.url = "http://127.0.0.1:6385"
 	}
 	c.format = "table"
+	// The same names as the baremetal CLI's, so one set of variables
+	// serves both.
+	c.creds = credentials{user: os.Getenv("OS_USERNAME"), password: os.Getenv("OS_PASSWORD"), cacert: os.Getenv("OS_CACERT")}
+	globals := map[string]*string{"--os-username": &c.creds.user, "--os-password": &c.creds.password, "--os-cacert": &c.creds.cacert}
 	// Global flags may stand anywhere.
 	var rest []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
+		name, val, hasVal := strings.Cut(a, "=")
+		if dst, ok := globals[name]; ok && (hasVal || i+1 < len(args)) {
+			if !hasVal {
+				val = args[i+1]
+				i++
+			}
+			*dst = val
+			continue
+		}
 		switch {
 		case a == "--url" && i+1 < len(args):
 			c.url = args[i+1]
@@ -113,6 +132,8 @@ func (c *cmd) run(args []string) int {
 	switch rest[0] {
 	case "serve":
 		return c.serve(rest[1:])
+	case "certs":
+		return c.certs(rest[1:])
 	case "site":
 		return c.site(rest[1:])
 	case "node":
@@ -206,6 +227,10 @@ func (c *cmd) serve(args []string) int {
 	fs.Var(prio, "clean-step-priority", "override an automated clean step's priority: interface.step=N (0 disables); repeatable")
 	maxClean := fs.Int("max-concurrent-clean", 1000, "nodes that may clean at once (more get 503)")
 	maxDeploy := fs.Int("max-concurrent-deploy", 1000, "nodes that may deploy at once (more get 503)")
+	auth := fs.String("auth", "none", "API authentication: none (only with a loopback --api-listen) or http_basic (with --htpasswd)")
+	htpasswd := fs.String("htpasswd", "", "htpasswd file of bcrypt entries ('htpasswd -B') for --auth http_basic")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate: serve the API over https (with --tls-key; 'coordinator certs' makes a lab pair)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	verbose := fs.Bool("v", false, "log every node event")
 	if _, err := parse(fs, args); err != nil {
 		return 2
@@ -227,24 +252,34 @@ func (c *cmd) serve(args []string) int {
 	defer stop()
 	co, err := server.Start(ctx, server.Options{DataDir: *dataDir, APIListen: *apiListen, MQTTListen: *mqttListen,
 		BrokerURL: *brokerURL, BrokerUser: *brokerUser, BrokerPassword: *brokerPass, AdvertisedBrokerURL: *advertise,
+		Auth: *auth, HTPasswd: *htpasswd, TLSCert: *tlsCert, TLSKey: *tlsKey,
 		Machine: fsm.Config{WaitTimeout: *waitTimeout, CommandTimeout: *cmdTimeout, ResendInterval: *resend,
 			AutomatedClean: *autoClean, PriorityOverrides: overrides},
 		MaxConcurrentClean: *maxClean, MaxConcurrentDeploy: *maxDeploy, TickInterval: *tick, Log: log})
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	log.Info("coordinator serving", "api", "http://"+co.APIAddr, "broker", co.BrokerURL, "data", *dataDir)
+	log.Info("coordinator serving", "api", co.APIURL, "auth", *auth, "broker", co.BrokerURL, "data", *dataDir)
 	<-ctx.Done()
 	log.Info("shutting down")
 	co.Close()
 	return 0
 }
 
+// apiClient returns a client of the coordinator's API with the
+// credentials and CA of the command line.
+func (c *cmd) apiClient() (*client, error) {
+	return newClient(c.url, c.creds)
+}
+
 func (c *cmd) site(args []string) int {
 	if len(args) == 0 {
 		return c.fail("usage: coordinator site add NAME --credentials-file FILE | site list")
 	}
-	cl := newClient(c.url)
+	cl, cerr := c.apiClient()
+	if cerr != nil {
+		return c.fail("%v", cerr)
+	}
 	switch args[0] {
 	case "add":
 		fs := c.flags("site add", "site add NAME --credentials-file FILE\n\nRegisters a site and writes the credentials its edge agent connects with (mode 0600).")

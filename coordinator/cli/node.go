@@ -21,7 +21,10 @@ func (c *cmd) node(args []string) int {
 		return c.fail("usage: coordinator node COMMAND ...; run 'coordinator help'")
 	}
 	sub, args := args[0], args[1:]
-	cl := newClient(c.url)
+	cl, cerr := c.apiClient()
+	if cerr != nil {
+		return c.fail("%v", cerr)
+	}
 	if _, ok := verbTargets[sub]; ok {
 		return c.verb(cl, sub, args)
 	}
@@ -482,7 +485,10 @@ func (c *cmd) port(args []string) int {
 	if len(args) == 0 {
 		return c.fail("usage: coordinator port create MAC --node NODE | port list [--node NODE] | port delete PORT")
 	}
-	cl := newClient(c.url)
+	cl, cerr := c.apiClient()
+	if cerr != nil {
+		return c.fail("%v", cerr)
+	}
 	switch args[0] {
 	case "create":
 		fs := c.flags("port create", "port create MAC --node NODE")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -25,14 +26,32 @@ const (
 
 // Store is the Badger database.
 type Store struct {
-	db *badger.DB
+	db  *badger.DB
+	dir string
 	// parts is how many transactions the last Commit took (for tests).
 	parts int
 }
 
-// Open opens (creating if needed) the database in dir. Every commit is
-// synced to disk: a kill -9 loses nothing that was acknowledged.
-func Open(dir string, log *slog.Logger) (*Store, error) {
+// KeyRotation is how often Badger starts a new data key. Data keys
+// encrypt the files and are themselves encrypted with the key from
+// LoadKey in the key registry, which grows by one key (~60 bytes) per
+// rotation: weekly bounds how much data one data key covers at ~3 KB of
+// registry a year.
+const KeyRotation = 7 * 24 * time.Hour
+
+// Open opens (creating if needed) the database in dir, encrypted at rest
+// with key (KeySize bytes, from LoadKey). Every commit is synced to disk:
+// a kill -9 loses nothing that was acknowledged.
+//
+// Open makes the process's umask private (077) for good, so that every
+// file Badger creates now and later is 0600 and every folder 0700; see
+// privateUmask. An existing database written without encryption is
+// refused with an error that says what to do.
+func Open(dir string, key []byte, log *slog.Logger) (*Store, error) {
+	if len(key) != KeySize {
+		return nil, fmt.Errorf("open database in %s: the encryption key has %d bytes, want %d (use store.LoadKey)", dir, len(key), KeySize)
+	}
+	privateUmask()
 	opts := badger.DefaultOptions(dir).
 		WithSyncWrites(true).
 		WithLogger(badgerLogger{log}).
@@ -40,14 +59,24 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 		WithNumMemtables(2).
 		WithValueLogFileSize(64 << 20).
 		WithBlockCacheSize(16 << 20).
+		// Encryption needs the index cache: decrypted table indexes live
+		// there instead of in the mmapped files.
 		WithIndexCacheSize(16 << 20).
 		WithNumCompactors(2).
-		WithValueThreshold(1 << 10)
+		WithValueThreshold(1 << 10).
+		WithEncryptionKey(key).
+		WithEncryptionKeyRotationDuration(KeyRotation)
 	db, err := badger.Open(opts)
+	if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
+		if unencrypted(dir) {
+			return nil, errUnencrypted(dir)
+		}
+		return nil, fmt.Errorf("open database in %s: the key file is not the key this database was encrypted with; restore the data folder's original db.key from your backup (the database cannot be read without it)", dir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open database in %s: %w (is another coordinator using this --data-dir?)", dir, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, dir: dir}, nil
 }
 
 // Close flushes and closes the database.
@@ -146,6 +175,55 @@ func (s *Store) Scan(prefix string, fn func(key string, val []byte) error) error
 		}
 		return nil
 	})
+}
+
+// Keys calls fn for every key with prefix that sorts after after (all
+// of them when after is ""), in key order, without reading the values,
+// until fn returns false.
+func (s *Store) Keys(prefix, after string, fn func(key string) bool) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = []byte(prefix)
+		opts.PrefetchValues = false
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		start := []byte(prefix)
+		if after != "" {
+			// The smallest key after "after": seeking there skips the
+			// deleted keys before it without visiting them.
+			start = append([]byte(after), 0)
+		}
+		for it.Seek(start); it.Valid(); it.Next() {
+			if !fn(string(it.Item().Key())) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// CollectGarbage reclaims space in the value log: Badger rewrites each
+// value-log file of which at least half is stale (overwritten or deleted
+// values) and removes it, until no file qualifies. It returns how many
+// files were rewritten. Values that stale are known only after compaction
+// has dropped their keys' older versions, so a file is reclaimed some
+// time after its values went stale, not at once.
+func (s *Store) CollectGarbage() (rewritten int, err error) {
+	// Bounded, so that a database written faster than it is collected
+	// cannot keep the caller here forever; the next run goes on.
+	for rewritten < 64 {
+		err := s.db.RunValueLogGC(0.5)
+		switch {
+		case errors.Is(err, badger.ErrNoRewrite), errors.Is(err, badger.ErrRejected):
+			// Nothing (more) to reclaim, or a GC already runs or the
+			// database is closing.
+			return rewritten, nil
+		case err != nil:
+			return rewritten, fmt.Errorf("value log GC: %w", err)
+		}
+		rewritten++
+	}
+	return rewritten, nil
 }
 
 // DeletePrefix removes every key under prefix.

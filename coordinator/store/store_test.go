@@ -8,9 +8,12 @@ import (
 	"testing"
 )
 
+// testKey is the encryption key of the tests' databases.
+var testKey = bytes.Repeat([]byte{7}, KeySize)
+
 func open(t *testing.T, dir string) *Store {
 	t.Helper()
-	s, err := Open(dir, slog.Default())
+	s, err := Open(dir, testKey, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +119,7 @@ func TestOpenTwiceSaysWhy(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)
 	defer s.Close()
-	_, err := Open(dir, slog.Default())
+	_, err := Open(dir, testKey, slog.Default())
 	if err == nil || !strings.Contains(err.Error(), "--data-dir") {
 		t.Fatalf("second Open of the same folder: %v, want an error that mentions --data-dir", err)
 	}

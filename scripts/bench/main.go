@@ -10,15 +10,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -35,6 +32,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/scripts/internal/loadrig"
 )
 
 const site = "bench"
@@ -161,80 +159,6 @@ func (ob *observer) handle(topic string, payload []byte) {
 	r.mu.Unlock()
 }
 
-// api is a small client of the coordinator's HTTP API.
-type api struct {
-	base string
-	hc   *http.Client
-}
-
-type httpError struct {
-	code int
-	body string
-}
-
-func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.code, e.body) }
-
-func (a *api) do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-OpenStack-Ironic-API-Version", "latest")
-	resp, err := a.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		msg := strings.TrimSpace(string(b))
-		if len(msg) > 300 {
-			msg = msg[:300] + "…"
-		}
-		return &httpError{code: resp.StatusCode, body: msg}
-	}
-	if out != nil && len(b) > 0 {
-		return json.Unmarshal(b, out)
-	}
-	return nil
-}
-
-// retrying runs fn, again on 503 (caps), 409 (locked) and connection
-// errors, for up to a minute.
-func retrying(ctx context.Context, fn func() error) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := fn()
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		var he *httpError
-		if errors.As(err, &he) && he.code != 503 && he.code != 409 {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // phaseResult is one row of the table.
 type phaseResult struct {
 	name      string
@@ -271,8 +195,8 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 
 type bench struct {
 	o     options
-	api   *api
-	co    *coord
+	api   *loadrig.API
+	co    *loadrig.Coord
 	ob    *observer
 	nodes []*nodeRec
 	// sampled peaks of the coordinator's RSS, kB
@@ -284,12 +208,12 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	var co *coord
+	var co *loadrig.Coord
 	defer func() {
 		if err != nil && ctx.Err() == nil && co != nil {
-			fmt.Fprintf(os.Stderr, "bench: coordinator log tail:\n%s\n", tail(co.logf, 10))
+			fmt.Fprintf(os.Stderr, "bench: coordinator log tail:\n%s\n", loadrig.Tail(co.LogFile, 10))
 		}
-		co.stop()
+		co.Stop()
 		if o.keep {
 			fmt.Fprintf(os.Stderr, "bench: temp folder kept (-keep): %s\n", tmp)
 			return
@@ -308,26 +232,25 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	if o.inprocess {
-		co, err = startInProcess(ctx, tmp, o.tick)
+		co, err = loadrig.StartInProcess(ctx, tmp, loadrig.Settings{Tick: o.tick})
 	} else {
 		bin := o.coordBin
 		if bin == "" {
 			fmt.Fprintln(os.Stderr, "bench: building the coordinator…")
-			if bin, err = buildCoordinator(ctx, tmp); err != nil {
+			if bin, err = loadrig.BuildCoordinator(ctx, tmp); err != nil {
 				return err
 			}
 		}
-		co, err = startProcess(ctx, bin, tmp, o.tick)
+		co, err = loadrig.StartProcess(ctx, bin, tmp, loadrig.Settings{Tick: o.tick})
 	}
 	if err != nil {
 		return err
 	}
-	tr := &http.Transport{MaxIdleConns: o.concurrency * 2, MaxIdleConnsPerHost: o.concurrency * 2, IdleConnTimeout: time.Minute}
-	b := &bench{o: o, co: co, api: &api{base: co.apiURL, hc: &http.Client{Transport: tr, Timeout: 2 * time.Minute}},
+	b := &bench{o: o, co: co, api: loadrig.NewAPI(co.APIURL, o.concurrency),
 		ob: &observer{byID: map[string]*nodeRec{}, byAct: map[string]int{}}}
 
 	var creds agent.Credentials
-	if err := b.api.do(ctx, "POST", "/v1/sites", map[string]string{"name": site}, &creds); err != nil {
+	if err := b.api.Do(ctx, "POST", "/v1/sites", map[string]string{"name": site}, &creds); err != nil {
 		return fmt.Errorf("register site: %w", err)
 	}
 
@@ -339,7 +262,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	var obs *mqttlink.Link
 	if o.observe {
-		obs, err = mqttlink.Dial(ctx, mqttlink.Config{URL: creds.BrokerURL, ClientID: "bench-observer", Username: creds.Username,
+		obs, err = mqttlink.Dial(ctx, mqttlink.Config{URL: creds.BrokerURL, ClientID: "edge-" + creds.Site + ".bench-observer", Username: creds.Username,
 			Password: creds.Password, Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
 			Handler: b.ob.handle, Logger: quiet})
 		if err != nil {
@@ -370,7 +293,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	fmt.Printf("bench: %d nodes, %d HTTP clients, coordinator pid %d (%s), GOMAXPROCS %d, nproc %d\n",
-		o.nodes, o.concurrency, co.pid, map[bool]string{true: "in this process", false: "separate process"}[o.inprocess],
+		o.nodes, o.concurrency, co.PID, map[bool]string{true: "in this process", false: "separate process"}[o.inprocess],
 		runtime.GOMAXPROCS(0), runtime.NumCPU())
 
 	// Peak anonymous and file-backed RSS (Badger mmaps its files), sampled.
@@ -379,10 +302,10 @@ func run(ctx context.Context, o options) (err error) {
 	defer scancel()
 	go func() {
 		for {
-			if v := procStatusKB(co.pid, "RssAnon"); v > peakAnon.Load() {
+			if v := loadrig.ProcStatusKB(co.PID, "RssAnon"); v > peakAnon.Load() {
 				peakAnon.Store(v)
 			}
-			if v := procStatusKB(co.pid, "RssFile"); v > peakFile.Load() {
+			if v := loadrig.ProcStatusKB(co.PID, "RssFile"); v > peakFile.Load() {
 				peakFile.Store(v)
 			}
 			select {
@@ -395,8 +318,8 @@ func run(ctx context.Context, o options) (err error) {
 
 	var results []*phaseResult
 	phase := func(r *phaseResult, err error) error {
-		if !co.alive() {
-			return fmt.Errorf("the coordinator exited (%s): %v", co.exitStatus(), err)
+		if !co.Alive() {
+			return fmt.Errorf("the coordinator exited (%s): %v", co.ExitStatus(), err)
 		}
 		if err != nil {
 			return err
@@ -428,8 +351,8 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 	}
-	hwm := procStatusKB(co.pid, "VmHWM")
-	selfHWM := procStatusKB(os.Getpid(), "VmHWM")
+	hwm := loadrig.ProcStatusKB(co.PID, "VmHWM")
+	selfHWM := loadrig.ProcStatusKB(os.Getpid(), "VmHWM")
 	scancel()
 	b.peakAnon, b.peakFile = peakAnon.Load(), peakFile.Load()
 	b.report(results, hwm, selfHWM)
@@ -446,42 +369,10 @@ func writeHeap(path string) error {
 	return pprof.WriteHeapProfile(f)
 }
 
-// forEach runs fn for every node with the configured concurrency and
-// returns the first error.
-func (b *bench) forEach(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var next atomic.Int64
-	var first error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for w := 0; w < b.o.concurrency; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				if err := fn(ctx, i); err != nil {
-					once.Do(func() { first = err; cancel() })
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if first == nil {
-		first = ctx.Err()
-	}
-	return first
-}
-
 type cpuMark struct{ coord, self time.Duration }
 
 func (b *bench) cpu() cpuMark {
-	return cpuMark{coord: procCPU(b.co.pid), self: procCPU(os.Getpid())}
+	return cpuMark{coord: loadrig.ProcCPU(b.co.PID), self: loadrig.ProcCPU(os.Getpid())}
 }
 
 func (b *bench) finish(r *phaseResult, start time.Time, c0 cpuMark) {
@@ -497,7 +388,7 @@ func (b *bench) create(ctx context.Context) (*phaseResult, error) {
 	r := &phaseResult{name: "create", nodes: b.o.nodes}
 	b.nodes = make([]*nodeRec, b.o.nodes)
 	c0, start := b.cpu(), time.Now()
-	err := b.forEach(ctx, b.o.nodes, func(ctx context.Context, i int) error {
+	err := loadrig.ForEach(ctx, b.o.concurrency, b.o.nodes, func(ctx context.Context, i int) error {
 		var n struct {
 			UUID string `json:"uuid"`
 		}
@@ -505,7 +396,7 @@ func (b *bench) create(ctx context.Context) (*phaseResult, error) {
 		if i == 0 && b.o.failStep != "" {
 			body["driver_info"] = map[string]any{"fake_fail_step": b.o.failStep}
 		}
-		if err := retrying(ctx, func() error { return b.api.do(ctx, "POST", "/v1/nodes", body, &n) }); err != nil {
+		if err := loadrig.Retrying(ctx, func() error { return b.api.Do(ctx, "POST", "/v1/nodes", body, &n) }); err != nil {
 			return fmt.Errorf("create node %d: %w", i, err)
 		}
 		if n.UUID == "" {
@@ -527,8 +418,8 @@ func (b *bench) setImage(ctx context.Context) (*phaseResult, error) {
 	r := &phaseResult{name: "set image", nodes: b.o.nodes}
 	c0, start := b.cpu(), time.Now()
 	patch := []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": "http://127.0.0.1:1/bench.img"}}
-	err := b.forEach(ctx, b.o.nodes, func(ctx context.Context, i int) error {
-		return retrying(ctx, func() error { return b.api.do(ctx, "PATCH", "/v1/nodes/"+b.nodes[i].uuid, patch, nil) })
+	err := loadrig.ForEach(ctx, b.o.concurrency, b.o.nodes, func(ctx context.Context, i int) error {
+		return loadrig.Retrying(ctx, func() error { return b.api.Do(ctx, "PATCH", "/v1/nodes/"+b.nodes[i].uuid, patch, nil) })
 	})
 	r.issued = time.Since(start)
 	b.finish(r, start, c0)
@@ -539,13 +430,13 @@ func (b *bench) setImage(ctx context.Context) (*phaseResult, error) {
 func (b *bench) verb(ctx context.Context, name, target string, want fsm.State, via ...fsm.State) (*phaseResult, error) {
 	r := &phaseResult{name: name, nodes: b.o.nodes}
 	c0, start := b.cpu(), time.Now()
-	err := b.forEach(ctx, b.o.nodes, func(ctx context.Context, i int) error {
+	err := loadrig.ForEach(ctx, b.o.concurrency, b.o.nodes, func(ctx context.Context, i int) error {
 		rec := b.nodes[i]
-		return retrying(ctx, func() error {
+		return loadrig.Retrying(ctx, func() error {
 			rec.mu.Lock()
 			rec.armed, rec.sent, rec.accepted, rec.cmd, rec.action = true, time.Now(), time.Time{}, time.Time{}, ""
 			rec.mu.Unlock()
-			err := b.api.do(ctx, "PUT", "/v1/nodes/"+rec.uuid+"/states/provision", map[string]any{"target": target}, nil)
+			err := b.api.Do(ctx, "PUT", "/v1/nodes/"+rec.uuid+"/states/provision", map[string]any{"target": target}, nil)
 			now := time.Now()
 			rec.mu.Lock()
 			if err == nil {
@@ -614,7 +505,7 @@ func failedState(s string) bool {
 func (b *bench) histogram(ctx context.Context, want string) (map[string]int, error) {
 	var l listed
 	q := fmt.Sprintf("/v1/nodes?conductor_group=%s&fields=uuid,provision_state,target_provision_state,last_error&limit=%d", site, b.o.nodes+1)
-	if err := b.api.do(ctx, "GET", q, nil, &l); err != nil {
+	if err := b.api.Do(ctx, "GET", q, nil, &l); err != nil {
 		return nil, err
 	}
 	h := map[string]int{}
@@ -658,7 +549,7 @@ var failedStates = []fsm.State{fsm.CleanFailed, fsm.DeployFailed, fsm.Error, fsm
 func (b *bench) count(ctx context.Context, state fsm.State) (int, error) {
 	var l listed
 	q := fmt.Sprintf("/v1/nodes?conductor_group=%s&provision_state=%s&fields=uuid&limit=%d", site, url.QueryEscape(string(state)), b.o.nodes+1)
-	if err := b.api.do(ctx, "GET", q, nil, &l); err != nil {
+	if err := b.api.Do(ctx, "GET", q, nil, &l); err != nil {
 		return 0, err
 	}
 	return len(l.Nodes), nil
@@ -720,8 +611,8 @@ func (b *bench) await(ctx context.Context, r *phaseResult, want fsm.State, via [
 		if remaining != lastRemaining {
 			lastRemaining, lastMove = remaining, time.Now()
 		}
-		if !b.co.alive() {
-			return fmt.Errorf("the coordinator exited (%s)", b.co.exitStatus())
+		if !b.co.Alive() {
+			return fmt.Errorf("the coordinator exited (%s)", b.co.ExitStatus())
 		}
 		if time.Since(lastHist) > 2*time.Second || time.Since(lastMove) > b.o.stall {
 			lastHist = time.Now()
@@ -809,7 +700,7 @@ func (b *bench) report(rs []*phaseResult, hwmKB, selfKB int64) {
 			b.ob.amu.Unlock()
 		}
 	}
-	if w, e, top := logLevels(b.co.logf); w+e > 0 {
+	if w, e, top := loadrig.LogLevels(b.co.LogFile); w+e > 0 {
 		fmt.Printf("coordinator log: %d WARN, %d ERROR lines; most frequent %s\n", w, e, top)
 	}
 	for _, n := range notes {

@@ -1,4 +1,9 @@
-package main
+// Package loadrig holds what the many-node programs under scripts/ (bench
+// and soak) share: a coordinator run as a separate process (or, for
+// profiling, in-process), a small client of its HTTP API, and readers of
+// /proc for RSS and CPU. It must never be imported by the programs
+// themselves or by tests.
+package loadrig
 
 import (
 	"bufio"
@@ -21,19 +26,32 @@ import (
 	"github.com/bmedge/bmedge/coordinator/server"
 )
 
-// coord is the coordinator under test: a separate process (the default,
-// so that its peak RSS is its own) or, for profiling, one inside this
-// process.
-type coord struct {
-	apiURL string
-	pid    int // whose /proc entry tells RSS and CPU
-	logf   string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	inproc *server.Coordinator
+// Settings are the coordinator's knobs that the load programs vary.
+type Settings struct {
+	// Tick is the coordinator's --tick.
+	Tick time.Duration
+	// HistoryMaxEntries is --history-max-entries (0: the coordinator's
+	// default).
+	HistoryMaxEntries int
 }
 
-func freeAddr() (string, error) {
+// Coord is the coordinator under test: a separate process (the default,
+// so that its RSS is its own) or, for profiling, one inside this process.
+type Coord struct {
+	APIURL string
+	// PID is whose /proc entry tells RSS and CPU.
+	PID int
+	// LogFile is the coordinator's log.
+	LogFile string
+	// DataDir is the coordinator's --data-dir.
+	DataDir string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	inproc  *server.Coordinator
+}
+
+// FreeAddr returns a free 127.0.0.1 address.
+func FreeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -42,9 +60,9 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// moduleRoot is the folder of the go.mod of github.com/bmedge/bmedge
+// ModuleRoot is the folder of the go.mod of github.com/bmedge/bmedge
 // above the working directory.
-func moduleRoot() (string, error) {
+func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -56,15 +74,15 @@ func moduleRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("run the benchmark inside the bmedge module (no go.mod of github.com/bmedge/bmedge above the working directory)")
+			return "", errors.New("run this inside the bmedge module (no go.mod of github.com/bmedge/bmedge above the working directory)")
 		}
 		dir = parent
 	}
 }
 
-// buildCoordinator builds ./coordinator/cmd/coordinator into dir.
-func buildCoordinator(ctx context.Context, dir string) (string, error) {
-	root, err := moduleRoot()
+// BuildCoordinator builds ./coordinator/cmd/coordinator into dir.
+func BuildCoordinator(ctx context.Context, dir string) (string, error) {
+	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -81,7 +99,7 @@ func buildCoordinator(ctx context.Context, dir string) (string, error) {
 // brokerAddrAndLog picks a free loopback address for the embedded broker
 // and creates the coordinator's log file in tmp.
 func brokerAddrAndLog(tmp string) (mq, logf string, lf *os.File, err error) {
-	if mq, err = freeAddr(); err != nil {
+	if mq, err = FreeAddr(); err != nil {
 		return "", "", nil, err
 	}
 	logf = filepath.Join(tmp, "coordinator.log")
@@ -89,10 +107,10 @@ func brokerAddrAndLog(tmp string) (mq, logf string, lf *os.File, err error) {
 	return mq, logf, lf, err
 }
 
-// startProcess runs `coordinator serve` with the benchmark's flags and
-// waits until its API answers.
-func startProcess(ctx context.Context, bin, tmp string, tick time.Duration) (*coord, error) {
-	api, err := freeAddr()
+// StartProcess runs `coordinator serve` with the load programs' flags (no
+// concurrency caps, 30 s resends) and waits until its API answers.
+func StartProcess(ctx context.Context, bin, tmp string, s Settings) (*Coord, error) {
+	api, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -100,22 +118,27 @@ func startProcess(ctx context.Context, bin, tmp string, tick time.Duration) (*co
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "serve", "--data-dir", filepath.Join(tmp, "data"), "--api-listen", api, "--mqtt-listen", mq,
-		"--max-concurrent-clean", "1000000", "--max-concurrent-deploy", "1000000", "--resend-interval", "30s", "--tick", tick.String())
+	data := filepath.Join(tmp, "data")
+	args := []string{"serve", "--data-dir", data, "--api-listen", api, "--mqtt-listen", mq,
+		"--max-concurrent-clean", "1000000", "--max-concurrent-deploy", "1000000", "--resend-interval", "30s", "--tick", s.Tick.String()}
+	if s.HistoryMaxEntries > 0 {
+		args = append(args, "--history-max-entries", strconv.Itoa(s.HistoryMaxEntries))
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
-	// Own process group: a Ctrl-C at the terminal reaches only the
-	// benchmark, which then stops the coordinator itself; and the
-	// coordinator dies with the benchmark even on kill -9.
+	// Own process group: a Ctrl-C at the terminal reaches only the load
+	// program, which then stops the coordinator itself; and the
+	// coordinator dies with the load program even on kill -9.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		return nil, fmt.Errorf("start the coordinator: %w", err)
 	}
-	c := &coord{apiURL: "http://" + api, pid: cmd.Process.Pid, logf: logf, cmd: cmd, exited: make(chan struct{})}
+	c := &Coord{APIURL: "http://" + api, PID: cmd.Process.Pid, LogFile: logf, DataDir: data, cmd: cmd, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); lf.Close(); close(c.exited) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(c.apiURL + "/v1")
+		resp, err := http.Get(c.APIURL + "/v1")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -124,37 +147,41 @@ func startProcess(ctx context.Context, bin, tmp string, tick time.Duration) (*co
 		}
 		select {
 		case <-c.exited:
-			return c, fmt.Errorf("the coordinator exited at start:\n%s", tail(logf, 20))
+			return c, fmt.Errorf("the coordinator exited at start:\n%s", Tail(logf, 20))
 		case <-ctx.Done():
 			return c, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return c, fmt.Errorf("the coordinator's API did not answer within 30s:\n%s", tail(logf, 20))
+			return c, fmt.Errorf("the coordinator's API did not answer within 30s:\n%s", Tail(logf, 20))
 		}
 	}
 }
 
-// startInProcess runs the coordinator inside this process (-inprocess),
-// with the same settings as startProcess, so that -cpuprofile sees it.
-func startInProcess(ctx context.Context, tmp string, tick time.Duration) (*coord, error) {
+// StartInProcess runs the coordinator inside this process, with the same
+// settings as StartProcess, so that CPU and heap profiles see it.
+func StartInProcess(ctx context.Context, tmp string, s Settings) (*Coord, error) {
 	mq, logf, lf, err := brokerAddrAndLog(tmp)
 	if err != nil {
 		return nil, err
 	}
+	data := filepath.Join(tmp, "data")
 	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	co, err := server.Start(ctx, server.Options{DataDir: filepath.Join(tmp, "data"), APIListen: "127.0.0.1:0", MQTTListen: mq,
+	co, err := server.Start(ctx, server.Options{DataDir: data, APIListen: "127.0.0.1:0", MQTTListen: mq,
 		Machine: fsm.Config{WaitTimeout: 30 * time.Minute, CommandTimeout: 5 * time.Minute, ResendInterval: 30 * time.Second,
 			AutomatedClean: true},
-		MaxConcurrentClean: 1000000, MaxConcurrentDeploy: 1000000, TickInterval: tick, Log: log})
+		MaxConcurrentClean: 1000000, MaxConcurrentDeploy: 1000000, TickInterval: s.Tick, HistoryMaxEntries: s.HistoryMaxEntries, Log: log})
 	if err != nil {
 		return nil, err
 	}
-	return &coord{apiURL: "http://" + co.APIAddr, pid: os.Getpid(), logf: logf, inproc: co}, nil
+	return &Coord{APIURL: "http://" + co.APIAddr, PID: os.Getpid(), LogFile: logf, DataDir: data, inproc: co}, nil
 }
 
-// stop ends the coordinator: SIGTERM, then SIGKILL after 5 s.
-func (c *coord) stop() {
+// InProcess tells whether the coordinator runs inside this process.
+func (c *Coord) InProcess() bool { return c != nil && c.inproc != nil }
+
+// Stop ends the coordinator: SIGTERM, then SIGKILL after 5 s.
+func (c *Coord) Stop() {
 	if c == nil {
 		return
 	}
@@ -179,15 +206,16 @@ func (c *coord) stop() {
 	}
 }
 
-// exitStatus says how the coordinator process ended (after alive is false).
-func (c *coord) exitStatus() string {
+// ExitStatus says how the coordinator process ended (after Alive is false).
+func (c *Coord) ExitStatus() string {
 	if c.cmd == nil || c.cmd.ProcessState == nil {
 		return "unknown status"
 	}
 	return c.cmd.ProcessState.String()
 }
 
-func (c *coord) alive() bool {
+// Alive tells whether the coordinator still runs.
+func (c *Coord) Alive() bool {
 	if c.exited == nil {
 		return true
 	}
@@ -199,8 +227,9 @@ func (c *coord) alive() bool {
 	}
 }
 
-// procStatusKB reads a "Name:  N kB" line of /proc/PID/status.
-func procStatusKB(pid int, key string) int64 {
+// ProcStatusKB reads a "Name:  N kB" line of /proc/PID/status (-1 when
+// it cannot).
+func ProcStatusKB(pid int, key string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return -1
@@ -219,8 +248,8 @@ func procStatusKB(pid int, key string) int64 {
 
 var clockTicks = 100.0 // USER_HZ on Linux
 
-// procCPU is the user+system CPU time of pid so far.
-func procCPU(pid int) time.Duration {
+// ProcCPU is the user+system CPU time of pid so far.
+func ProcCPU(pid int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
@@ -241,8 +270,8 @@ func procCPU(pid int) time.Duration {
 	return time.Duration((u + st) / clockTicks * float64(time.Second))
 }
 
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
+// Tail returns the last n lines of a file.
+func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
@@ -254,9 +283,9 @@ func tail(path string, n int) string {
 	return "  " + strings.Join(lines, "\n  ")
 }
 
-// logLevels counts WARN and ERROR lines of a slog text log, and the most
+// LogLevels counts WARN and ERROR lines of a slog text log, and the most
 // frequent messages among them.
-func logLevels(path string) (warn, errs int, top string) {
+func LogLevels(path string) (warn, errs int, top string) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, 0, ""

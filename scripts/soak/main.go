@@ -1,0 +1,450 @@
+// Command soak runs K deploy/undeploy cycles of N simulated nodes against
+// a real coordinator process (durable, encrypted Badger writes, embedded
+// MQTT broker) and an edge agent with simulated nodes over real MQTT, and
+// prints after each cycle the coordinator's RSS and the size of its data
+// folder, to show whether either keeps growing.
+//
+//	go run ./scripts/soak -cycles 8 -nodes 1000
+//	CYCLES=8 NODES=1000 make soak
+//
+// Target: after the last cycle, RSS and data folder within 1.25× of their
+// values after cycle 2.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/scripts/internal/loadrig"
+)
+
+const site = "soak"
+
+type options struct {
+	cycles      int
+	nodes       int
+	concurrency int
+	settle      time.Duration
+	stall       time.Duration
+	tick        time.Duration
+	histMax     int
+	coordBin    string
+	keep        bool
+	inprocess   bool
+	heapDir     string
+	growth      float64
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.cycles, "cycles", envInt("CYCLES", 8), "deploy/undeploy cycles (env CYCLES)")
+	flag.IntVar(&o.nodes, "nodes", envInt("NODES", 1000), "simulated nodes (env NODES)")
+	flag.IntVar(&o.concurrency, "concurrency", 8, "concurrent HTTP clients issuing verbs")
+	flag.DurationVar(&o.settle, "settle", 5*time.Second, "pause after each cycle before measuring, so that the database's background work of the cycle (memtable flushes, compactions) is in the numbers")
+	flag.DurationVar(&o.stall, "stall", 60*time.Second, "fail a phase when no node moves for this long")
+	flag.DurationVar(&o.tick, "tick", time.Second, "the coordinator's --tick")
+	flag.IntVar(&o.histMax, "history-max-entries", 0, "the coordinator's --history-max-entries (0: its default)")
+	flag.StringVar(&o.coordBin, "coordinator", "", "coordinator binary to run (default: build ./coordinator/cmd/coordinator into a temp folder)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temp folder (data dir, coordinator log)")
+	flag.BoolVar(&o.inprocess, "inprocess", false, "run the coordinator inside this process (for -heap-profiles; RSS is then of both)")
+	flag.StringVar(&o.heapDir, "heap-profiles", "", "write a heap profile of this process into this folder after each cycle (with -inprocess: the coordinator's too)")
+	flag.Float64Var(&o.growth, "max-growth", 1.25, "target: RSS and data folder after the last cycle at most this many times their value after cycle 2")
+	flag.Parse()
+	if o.cycles < 1 || o.nodes < 1 || o.concurrency < 1 {
+		fmt.Fprintln(os.Stderr, "soak: -cycles, -nodes and -concurrency must be at least 1")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ok, err := run(ctx, o)
+	interrupted := ctx.Err() != nil
+	stop()
+	switch {
+	case err != nil && interrupted:
+		fmt.Fprintln(os.Stderr, "soak: interrupted; coordinator stopped and temp folder removed")
+		os.Exit(1)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "soak: FAILED: %v\n", err)
+		os.Exit(1)
+	case !ok:
+		os.Exit(1)
+	}
+}
+
+// sample is what is measured after a cycle.
+type sample struct {
+	cycle                int
+	took                 time.Duration
+	rss, anon, file      int64 // kB
+	du, apparent         int64 // bytes
+	byKind               map[string]int64
+	coordCPU, selfRSSKB  int64
+	historyOfFirstNode   int
+	historyOfFirstNodeOK bool
+}
+
+type soak struct {
+	o     options
+	api   *loadrig.API
+	co    *loadrig.Coord
+	uuids []string
+}
+
+func run(ctx context.Context, o options) (ok bool, err error) {
+	tmp, err := os.MkdirTemp("", "bmsoak-")
+	if err != nil {
+		return false, err
+	}
+	var co *loadrig.Coord
+	defer func() {
+		if err != nil && ctx.Err() == nil && co != nil {
+			fmt.Fprintf(os.Stderr, "soak: coordinator log tail:\n%s\n", loadrig.Tail(co.LogFile, 10))
+		}
+		co.Stop()
+		if o.keep {
+			fmt.Fprintf(os.Stderr, "soak: temp folder kept (-keep): %s\n", tmp)
+			return
+		}
+		os.RemoveAll(tmp)
+	}()
+	settings := loadrig.Settings{Tick: o.tick, HistoryMaxEntries: o.histMax}
+	if o.inprocess {
+		co, err = loadrig.StartInProcess(ctx, tmp, settings)
+	} else {
+		bin := o.coordBin
+		if bin == "" {
+			fmt.Fprintln(os.Stderr, "soak: building the coordinator…")
+			if bin, err = loadrig.BuildCoordinator(ctx, tmp); err != nil {
+				return false, err
+			}
+		}
+		co, err = loadrig.StartProcess(ctx, bin, tmp, settings)
+	}
+	if err != nil {
+		return false, err
+	}
+	s := &soak{o: o, co: co, api: loadrig.NewAPI(co.APIURL, o.concurrency)}
+
+	var creds agent.Credentials
+	if err := s.api.Do(ctx, "POST", "/v1/sites", map[string]string{"name": site}, &creds); err != nil {
+		return false, fmt.Errorf("register site: %w", err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	actx, acancel := context.WithCancel(context.Background())
+	ag := agent.New(agent.Config{Site: creds.Site, BrokerURL: creds.BrokerURL, Username: creds.Username, Password: creds.Password,
+		Sim: agent.SimOptions{Nodes: o.nodes, Heartbeat: 30 * time.Second}, Log: quiet})
+	agentErr := make(chan error, 1)
+	go func() { agentErr <- ag.Run(actx) }()
+	defer func() {
+		acancel()
+		select {
+		case <-agentErr:
+		case <-time.After(5 * time.Second):
+		}
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+	err = ag.AwaitUp(wctx)
+	wcancel()
+	if err != nil {
+		return false, fmt.Errorf("MQTT link of the edge agent: %w", err)
+	}
+	where := "separate process"
+	if o.inprocess {
+		where = "in this process: RSS is of coordinator + agent"
+	}
+	fmt.Printf("soak: %d cycles of %d nodes, coordinator pid %d (%s), data %s, GOMAXPROCS %d\n",
+		o.cycles, o.nodes, co.PID, where, co.DataDir, runtime.GOMAXPROCS(0))
+
+	start := time.Now()
+	if err := s.setup(ctx); err != nil {
+		return false, err
+	}
+	fmt.Printf("soak: %d nodes created, managed and provided in %.1f s\n", o.nodes, time.Since(start).Seconds())
+	base := s.measure(0, 0)
+	printHeader()
+	printSample(base)
+	var samples []sample
+	for c := 1; c <= o.cycles; c++ {
+		t0 := time.Now()
+		if err := s.setImage(ctx); err != nil {
+			return false, fmt.Errorf("cycle %d set image: %w", c, err)
+		}
+		if err := s.verb(ctx, "active", fsm.Active); err != nil {
+			return false, fmt.Errorf("cycle %d deploy: %w", c, err)
+		}
+		if err := s.verb(ctx, "deleted", fsm.Available); err != nil {
+			return false, fmt.Errorf("cycle %d undeploy: %w", c, err)
+		}
+		took := time.Since(t0)
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(o.settle):
+		}
+		if o.heapDir != "" {
+			if err := writeHeap(filepath.Join(o.heapDir, fmt.Sprintf("heap-cycle%02d.pprof", c))); err != nil {
+				return false, err
+			}
+		}
+		sm := s.measure(c, took)
+		samples = append(samples, sm)
+		printSample(sm)
+	}
+	return s.report(samples), nil
+}
+
+func writeHeap(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	return pprof.WriteHeapProfile(f)
+}
+
+// setup creates the nodes and brings them to available.
+func (s *soak) setup(ctx context.Context) error {
+	s.uuids = make([]string, s.o.nodes)
+	err := loadrig.ForEach(ctx, s.o.concurrency, s.o.nodes, func(ctx context.Context, i int) error {
+		var n struct {
+			UUID string `json:"uuid"`
+		}
+		body := map[string]any{"name": fmt.Sprintf("soak-%06d", i), "driver": "fake", "conductor_group": site,
+			"driver_info": map[string]any{"fake_password": fmt.Sprintf("soak-password-%06d", i)}}
+		if err := loadrig.Retrying(ctx, func() error { return s.api.Do(ctx, "POST", "/v1/nodes", body, &n) }); err != nil {
+			return fmt.Errorf("create node %d: %w", i, err)
+		}
+		s.uuids[i] = n.UUID
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.verb(ctx, "manage", fsm.Manageable); err != nil {
+		return fmt.Errorf("manage: %w", err)
+	}
+	if err := s.verb(ctx, "provide", fsm.Available); err != nil {
+		return fmt.Errorf("provide: %w", err)
+	}
+	return nil
+}
+
+// setImage gives every node an image to deploy (undeploy clears
+// instance_info, as in Ironic).
+func (s *soak) setImage(ctx context.Context) error {
+	patch := []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": "http://127.0.0.1:1/soak.img"}}
+	return loadrig.ForEach(ctx, s.o.concurrency, s.o.nodes, func(ctx context.Context, i int) error {
+		return loadrig.Retrying(ctx, func() error { return s.api.Do(ctx, "PATCH", "/v1/nodes/"+s.uuids[i], patch, nil) })
+	})
+}
+
+// verb sends target to every node and waits until all are in want.
+func (s *soak) verb(ctx context.Context, target string, want fsm.State) error {
+	err := loadrig.ForEach(ctx, s.o.concurrency, s.o.nodes, func(ctx context.Context, i int) error {
+		return loadrig.Retrying(ctx, func() error {
+			err := s.api.Do(ctx, "PUT", "/v1/nodes/"+s.uuids[i]+"/states/provision", map[string]any{"target": target}, nil)
+			if err != nil {
+				return fmt.Errorf("%s on node %s: %w", target, s.uuids[i], err)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	return s.await(ctx, want)
+}
+
+type listed struct {
+	Nodes []struct {
+		UUID      string  `json:"uuid"`
+		State     string  `json:"provision_state"`
+		LastError *string `json:"last_error"`
+	} `json:"nodes"`
+}
+
+// await polls until every node is in want; it fails as soon as a node is
+// in a failed state, or when no node moved for -stall.
+func (s *soak) await(ctx context.Context, want fsm.State) error {
+	last, lastMove := -1, time.Now()
+	for {
+		var l listed
+		q := fmt.Sprintf("/v1/nodes?conductor_group=%s&fields=uuid,provision_state,last_error&limit=%d", site, s.o.nodes+1)
+		if err := s.api.Do(ctx, "GET", q, nil, &l); err != nil {
+			return err
+		}
+		done := 0
+		hist := map[string]int{}
+		for _, n := range l.Nodes {
+			hist[n.State]++
+			if n.State == string(want) {
+				done++
+			}
+			if strings.HasSuffix(n.State, "failed") || n.State == "error" {
+				e := ""
+				if n.LastError != nil {
+					e = *n.LastError
+				}
+				return fmt.Errorf("node %s in %q: %s (states: %s)", n.UUID, n.State, e, fmtHist(hist))
+			}
+		}
+		if done >= s.o.nodes {
+			return nil
+		}
+		if done != last {
+			last, lastMove = done, time.Now()
+		}
+		if !s.co.Alive() {
+			return fmt.Errorf("the coordinator exited (%s)", s.co.ExitStatus())
+		}
+		if time.Since(lastMove) > s.o.stall {
+			return fmt.Errorf("no node moved for %s; %d of %d in %q; states: %s", s.o.stall, done, s.o.nodes, want, fmtHist(hist))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func fmtHist(h map[string]int) string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, h[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// measure reads the coordinator's RSS and the data folder's size.
+func (s *soak) measure(cycle int, took time.Duration) sample {
+	sm := sample{cycle: cycle, took: took,
+		rss:  loadrig.ProcStatusKB(s.co.PID, "VmRSS"),
+		anon: loadrig.ProcStatusKB(s.co.PID, "RssAnon"),
+		file: loadrig.ProcStatusKB(s.co.PID, "RssFile"),
+	}
+	sm.du, sm.apparent, sm.byKind = diskUsage(s.co.DataDir)
+	sm.selfRSSKB = loadrig.ProcStatusKB(os.Getpid(), "VmRSS")
+	sm.coordCPU = int64(loadrig.ProcCPU(s.co.PID) / time.Millisecond)
+	var h struct {
+		History []map[string]any `json:"history"`
+	}
+	if len(s.uuids) > 0 && s.api.Do(context.Background(), "GET", "/v1/nodes/"+s.uuids[0]+"/history", nil, &h) == nil {
+		sm.historyOfFirstNode, sm.historyOfFirstNodeOK = len(h.History), true
+	}
+	return sm
+}
+
+// diskUsage is what du counts (allocated blocks) for every file under
+// dir, the files' apparent size, and the allocated bytes by kind of file
+// (Badger's value log, tables, memtables; the rest).
+func diskUsage(dir string) (du, apparent int64, byKind map[string]int64) {
+	byKind = map[string]int64{}
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		used := fi.Size()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			used = st.Blocks * 512
+		}
+		du += used
+		apparent += fi.Size()
+		kind := "other"
+		switch filepath.Ext(path) {
+		case ".vlog":
+			kind = "vlog"
+		case ".sst":
+			kind = "sst"
+		case ".mem":
+			kind = "mem"
+		}
+		byKind[kind] += used
+		return nil
+	})
+	return du, apparent, byKind
+}
+
+func mib(b int64) float64   { return float64(b) / (1 << 20) }
+func kbMiB(k int64) float64 { return float64(k) / 1024 }
+
+func printHeader() {
+	fmt.Printf("\n%-6s %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s %9s\n",
+		"cycle", "seconds", "RSS MiB", "anon MiB", "file MiB", "du MiB", "vlog MiB", "sst MiB", "mem MiB", "other MiB", "coord CPU", "history", "agent RSS")
+}
+
+func printSample(sm sample) {
+	hist := "-"
+	if sm.historyOfFirstNodeOK {
+		hist = strconv.Itoa(sm.historyOfFirstNode)
+	}
+	name := strconv.Itoa(sm.cycle)
+	if sm.cycle == 0 {
+		name = "setup"
+	}
+	fmt.Printf("%-6s %8.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.1fs %8s %9.1f\n",
+		name, sm.took.Seconds(), kbMiB(sm.rss), kbMiB(sm.anon), kbMiB(sm.file), mib(sm.du),
+		mib(sm.byKind["vlog"]), mib(sm.byKind["sst"]), mib(sm.byKind["mem"]), mib(sm.byKind["other"]),
+		float64(sm.coordCPU)/1000, hist, kbMiB(sm.selfRSSKB))
+}
+
+// report compares the last cycle with cycle 2 and says whether the
+// target is met.
+func (s *soak) report(samples []sample) bool {
+	fmt.Println()
+	fmt.Println("RSS is the coordinator's VmRSS (anon + file-backed: Badger mmaps its files); du counts allocated blocks of every file in the data folder;")
+	fmt.Println("history is the number of history entries of the first node; agent RSS is this process's (edge agent with the simulated nodes).")
+	if w, e, top := loadrig.LogLevels(s.co.LogFile); w+e > 0 {
+		fmt.Printf("coordinator log: %d WARN, %d ERROR lines; most frequent %s\n", w, e, top)
+	}
+	if len(samples) < 3 {
+		fmt.Println("target: n/a (needs at least 3 cycles to compare the last with cycle 2)")
+		return true
+	}
+	ref, last := samples[1], samples[len(samples)-1]
+	rssRatio := float64(last.rss) / float64(ref.rss)
+	duRatio := float64(last.du) / float64(ref.du)
+	okRSS, okDU := rssRatio <= s.o.growth, duRatio <= s.o.growth
+	word := map[bool]string{true: "ok", false: "MISSED"}
+	fmt.Printf("target: after cycle %d within %.2f× of cycle 2: RSS %.1f → %.1f MiB (%.2f×) %s; data folder %.1f → %.1f MiB (%.2f×) %s\n",
+		last.cycle, s.o.growth, kbMiB(ref.rss), kbMiB(last.rss), rssRatio, word[okRSS], mib(ref.du), mib(last.du), duRatio, word[okDU])
+	if !okRSS || !okDU {
+		fmt.Fprintln(os.Stderr, "soak: target missed")
+	}
+	return okRSS && okDU
+}

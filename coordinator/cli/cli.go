@@ -227,6 +227,7 @@ func (c *cmd) serve(args []string) int {
 	fs.Var(prio, "clean-step-priority", "override an automated clean step's priority: interface.step=N (0 disables); repeatable")
 	maxClean := fs.Int("max-concurrent-clean", 1000, "nodes that may clean at once (more get 503)")
 	maxDeploy := fs.Int("max-concurrent-deploy", 1000, "nodes that may deploy at once (more get 503)")
+	histMax := fs.Int("history-max-entries", 300, "history entries kept per node; past it the oldest are deleted (Ironic's node_history_max_entries)")
 	auth := fs.String("auth", "none", "API authentication: none (only with a loopback --api-listen) or http_basic (with --htpasswd)")
 	htpasswd := fs.String("htpasswd", "", "htpasswd file of bcrypt entries ('htpasswd -B') for --auth http_basic")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate: serve the API over https (with --tls-key; 'coordinator certs' makes a lab pair)")
@@ -255,7 +256,7 @@ func (c *cmd) serve(args []string) int {
 		Auth: *auth, HTPasswd: *htpasswd, TLSCert: *tlsCert, TLSKey: *tlsKey,
 		Machine: fsm.Config{WaitTimeout: *waitTimeout, CommandTimeout: *cmdTimeout, ResendInterval: *resend,
 			AutomatedClean: *autoClean, PriorityOverrides: overrides},
-		MaxConcurrentClean: *maxClean, MaxConcurrentDeploy: *maxDeploy, TickInterval: *tick, Log: log})
+		MaxConcurrentClean: *maxClean, MaxConcurrentDeploy: *maxDeploy, TickInterval: *tick, HistoryMaxEntries: *histMax, Log: log})
 	if err != nil {
 		return c.fail("%v", err)
 	}

@@ -9,10 +9,8 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -22,6 +20,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/bmedge/bmedge/protocol/mqttlink"
 )
 
 // File names that WriteFiles writes in its folder.
@@ -34,7 +34,7 @@ const (
 
 // PinPrefix is written before a pin where its hash must be named, as in
 // "sha256/<pin>".
-const PinPrefix = "sha256/"
+const PinPrefix = mqttlink.PinPrefix
 
 // DefaultHosts are the server certificate's names when none are given:
 // the coordinator's own machine, and 10.0.2.2, which is how QEMU's user
@@ -158,10 +158,10 @@ func MakeServerCert(ca *Pair, hosts []string) (*Pair, error) {
 // Pin is base64url (no padding) of the SHA-256 of the certificate's
 // SubjectPublicKeyInfo: the form of HPKP and of curl's --pinnedpubkey.
 // It names the key, not the certificate, so a CA re-issued with the same
-// key keeps its pin.
+// key keeps its pin. It is mqttlink.Pin without PinPrefix: the ramdisk
+// checks the broker with mqttlink's.
 func Pin(cert *x509.Certificate) string {
-	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
-	return base64.RawURLEncoding.EncodeToString(sum[:])
+	return strings.TrimPrefix(mqttlink.Pin(cert), PinPrefix)
 }
 
 // ReadCertFile reads the first certificate of a PEM file.
@@ -217,7 +217,10 @@ func WriteFiles(dir string, ca, server *Pair, force bool) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	contents := [][]byte{ca.CertPEM(), caKey, server.CertPEM(), srvKey}
+	// The server file holds the CA after the certificate: a TLS server
+	// sends the whole file, and a ramdisk that knows the CA only by pin
+	// needs to see it.
+	contents := [][]byte{ca.CertPEM(), caKey, append(server.CertPEM(), ca.CertPEM()...), srvKey}
 	modes := []os.FileMode{0o644, 0o600, 0o644, 0o600}
 	for i, p := range paths {
 		if err := writeFile(p, contents[i], modes[i]); err != nil {

@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/bmedge/bmedge/coordinator/broker"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
 )
@@ -214,7 +215,9 @@ func (c *cmd) serve(args []string) int {
 	dataDir := fs.String("data-dir", "data", "folder of the Badger database and the coordinator's secret")
 	apiListen := fs.String("api-listen", "127.0.0.1:6385", "address of the HTTP API")
 	mqttListen := fs.String("mqtt-listen", "127.0.0.1:1883", "address of the embedded MQTT broker")
-	brokerURL := fs.String("broker-url", "", "use this external MQTT v5 broker (mqtt://host:port) instead of the embedded one")
+	brokerURL := fs.String("broker-url", "", "use this external MQTT v5 broker (mqtt://host:port, or mqtts://host:port with --broker-ca-file) instead of the embedded one")
+	brokerCA := fs.String("broker-ca-file", "", "CA (PEM) that signs the external broker's certificate, for an mqtts:// --broker-url")
+	maxPacket := fs.Int("max-packet-size", broker.DefaultMaxPacketSize, "largest MQTT packet the embedded broker reads after CONNECT, in bytes (CONNECT itself: 16 KiB)")
 	brokerUser := fs.String("broker-username", "", "username at the external broker (default: the coordinator's own)")
 	brokerPass := fs.String("broker-password", os.Getenv("COORDINATOR_BROKER_PASSWORD"), "password at the external broker (env COORDINATOR_BROKER_PASSWORD)")
 	advertise := fs.String("advertise-broker-url", "", "broker URL written into site credentials files (default: the broker's own)")
@@ -230,7 +233,7 @@ func (c *cmd) serve(args []string) int {
 	histMax := fs.Int("history-max-entries", 300, "history entries kept per node; past it the oldest are deleted (Ironic's node_history_max_entries)")
 	auth := fs.String("auth", "none", "API authentication: none (only with a loopback --api-listen) or http_basic (with --htpasswd)")
 	htpasswd := fs.String("htpasswd", "", "htpasswd file of bcrypt entries ('htpasswd -B') for --auth http_basic")
-	tlsCert := fs.String("tls-cert", "", "PEM certificate: serve the API over https (with --tls-key; 'coordinator certs' makes a lab pair)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate (followed by its CA, so that ramdisks can check it by pin): serve the API over https and the embedded broker over mqtts (with --tls-key; 'coordinator certs' makes a lab pair)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	verbose := fs.Bool("v", false, "log every node event")
 	if _, err := parse(fs, args); err != nil {
@@ -253,7 +256,7 @@ func (c *cmd) serve(args []string) int {
 	defer stop()
 	co, err := server.Start(ctx, server.Options{DataDir: *dataDir, APIListen: *apiListen, MQTTListen: *mqttListen,
 		BrokerURL: *brokerURL, BrokerUser: *brokerUser, BrokerPassword: *brokerPass, AdvertisedBrokerURL: *advertise,
-		Auth: *auth, HTPasswd: *htpasswd, TLSCert: *tlsCert, TLSKey: *tlsKey,
+		Auth: *auth, HTPasswd: *htpasswd, TLSCert: *tlsCert, TLSKey: *tlsKey, BrokerCAFile: *brokerCA, MaxPacketSize: *maxPacket,
 		Machine: fsm.Config{WaitTimeout: *waitTimeout, CommandTimeout: *cmdTimeout, ResendInterval: *resend,
 			AutomatedClean: *autoClean, PriorityOverrides: overrides},
 		MaxConcurrentClean: *maxClean, MaxConcurrentDeploy: *maxDeploy, TickInterval: *tick, HistoryMaxEntries: *histMax, Log: log})

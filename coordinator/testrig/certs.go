@@ -1,7 +1,6 @@
 package testrig
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -9,8 +8,8 @@ import (
 )
 
 // LabCerts makes a CA and a server certificate for hosts in a temporary
-// folder. The server file holds the certificate followed by the CA, as a
-// client that knows the CA only by pin (the ramdisk) needs.
+// folder, as 'coordinator certs' does (the server file holds the
+// certificate followed by the CA).
 func LabCerts(t testing.TB, hosts ...string) (certFile, keyFile, caFile string) {
 	t.Helper()
 	ca, err := certs.MakeCA("lab CA")
@@ -21,16 +20,9 @@ func LabCerts(t testing.TB, hosts ...string) (certFile, keyFile, caFile string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := srv.KeyPEM()
-	if err != nil {
+	dir := t.TempDir()
+	if err := certs.WriteFiles(dir, ca, srv, false); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	certFile, keyFile, caFile = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"), filepath.Join(dir, "ca.pem")
-	for f, b := range map[string][]byte{certFile: append(srv.CertPEM(), ca.CertPEM()...), keyFile: key, caFile: ca.CertPEM()} {
-		if err := os.WriteFile(f, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return certFile, keyFile, caFile
+	return filepath.Join(dir, certs.ServerFile), filepath.Join(dir, certs.ServerKeyFile), filepath.Join(dir, certs.CAFile)
 }

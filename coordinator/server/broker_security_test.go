@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -382,5 +384,53 @@ func TestEdgeAgentOverTLS(t *testing.T) {
 	cl.MustVerb(n, "provide", nil)
 	if got := cl.WaitRest(n, 30*time.Second); got.State != "available" {
 		t.Fatalf("provide over TLS ended in %q (last_error %q)", got.State, got.LastError)
+	}
+}
+
+// TestExternalBrokerOverTLS: the coordinator and an edge agent reach a
+// real Mosquitto over mqtts, each trusting the lab CA's file.
+func TestExternalBrokerOverTLS(t *testing.T) {
+	mosq := requireTool(t, "mosquitto")
+	cert, key, caFile := testrig.LabCerts(t, "127.0.0.1")
+	dir := t.TempDir()
+	addr := testrig.FreeAddr(t)
+	port := addr[strings.LastIndex(addr, ":")+1:]
+	conf := filepath.Join(dir, "mosquitto.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("user root\nlistener %s 127.0.0.1\ncertfile %s\nkeyfile %s\nallow_anonymous true\npersistence false\nmax_queued_messages 100000\n",
+		port, cert, key)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(mosq, "-c", conf)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("mosquitto said: %s", out.String())
+		}
+	})
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(p.kill)
+	time.Sleep(300 * time.Millisecond)
+
+	c := testrig.Coordinator(t, testrig.Options{BrokerURL: "mqtts://" + addr, BrokerCAFile: caFile})
+	if !c.Link.Up() {
+		t.Fatal("the coordinator did not connect to Mosquitto over TLS")
+	}
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, &creds); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	testrig.StartAgentConfig(t, creds, agent.Config{CAFile: caFile, Sim: agent.SimOptions{Nodes: 2}})
+	n := cl.CreateNode("n1", "site1", nil)
+	cl.MustVerb(n, "manage", nil)
+	cl.WaitState(n, "manageable", 10*time.Second)
+	cl.MustVerb(n, "provide", nil)
+	if got := cl.WaitRest(n, 30*time.Second); got.State != "available" {
+		t.Fatalf("provide through Mosquitto over TLS ended in %q (last_error %q)", got.State, got.LastError)
 	}
 }

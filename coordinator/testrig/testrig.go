@@ -83,6 +83,8 @@ type Options struct {
 	User  string
 	// CACert is the CA that clients from NewClient trust, for TLSCert.
 	CACert string
+	// BrokerCAFile is the CA of an external mqtts:// BrokerURL.
+	BrokerCAFile string
 }
 
 // access is how clients of one test coordinator reach its API.
@@ -179,7 +181,7 @@ func Coordinator(t testing.TB, o Options) *server.Coordinator {
 	}
 	c, err := server.Start(context.Background(), server.Options{DataDir: o.DataDir, APIListen: o.APIListen, MQTTListen: o.MQTT,
 		BrokerURL: o.BrokerURL, Machine: m, TickInterval: 100 * time.Millisecond, Log: Logger(t),
-		Auth: o.Auth, HTPasswd: o.HTPasswd, TLSCert: o.TLSCert, TLSKey: o.TLSKey})
+		Auth: o.Auth, HTPasswd: o.HTPasswd, TLSCert: o.TLSCert, TLSKey: o.TLSKey, BrokerCAFile: o.BrokerCAFile})
 	if err != nil {
 		t.Fatal(err)
 	}

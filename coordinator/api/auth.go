@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -26,6 +27,9 @@ const maxCachedLogins = 4096
 // bcrypt entries, as Ironic's http_basic auth strategy does.
 type BasicAuth struct {
 	users map[string][]byte // user → bcrypt hash
+	// slots bounds the bcrypt checks that run at once to half the CPUs,
+	// so that a flood of wrong passwords slows logins, not the engine.
+	slots chan struct{}
 	// dummy is compared against when the user is unknown, so that an
 	// unknown user costs as much time as a wrong password and user names
 	// cannot be found by timing.
@@ -52,7 +56,8 @@ func LoadHTPasswd(path string) (*BasicAuth, error) {
 		return nil, fmt.Errorf("cannot read the htpasswd file: %w", err)
 	}
 	defer f.Close()
-	a := &BasicAuth{users: map[string][]byte{}, good: map[[sha256.Size]byte]struct{}{}, macKey: make([]byte, 32)}
+	a := &BasicAuth{users: map[string][]byte{}, good: map[[sha256.Size]byte]struct{}{}, macKey: make([]byte, 32),
+		slots: make(chan struct{}, max(1, runtime.NumCPU()/2))}
 	if _, err := rand.Read(a.macKey); err != nil {
 		return nil, err
 	}
@@ -113,7 +118,10 @@ func (a *BasicAuth) Check(user, password string) bool {
 	if !known {
 		hash = a.dummy
 	}
-	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || !known {
+	a.slots <- struct{}{}
+	err := bcrypt.CompareHashAndPassword(hash, []byte(password))
+	<-a.slots
+	if err != nil || !known {
 		return false
 	}
 	a.mu.Lock()

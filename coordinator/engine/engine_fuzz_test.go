@@ -138,16 +138,44 @@ func FuzzHandleMessage(f *testing.F) {
 func prepareCleanWait(t *testing.T, e *engine.Engine, pub *fuzzPub, online func()) {
 	t.Helper()
 	online()
-	_ = e.SetMaintenance(fuzzNode, true, "fuzz reset")
-	_ = e.Verb(fuzzNode, fsm.VerbRequest{Verb: fsm.Abort})
-	if err := e.DeleteNode(fuzzNode); err != nil && !isNotFound(err) {
-		t.Fatalf("cannot reset the node: %v", err)
+	// A message may have left the node anywhere, even locked in an -ING
+	// state with a BMC command outstanding: fail what is outstanding,
+	// abort what waits, then delete it under maintenance.
+	for try := 0; ; try++ {
+		err := e.DeleteNode(fuzzNode)
+		if err == nil || isNotFound(err) {
+			break
+		}
+		if try == 5 {
+			t.Fatalf("cannot reset the node: %v", err)
+		}
+		_ = e.SetMaintenance(fuzzNode, false, "")
+		var pending *fsm.Command
+		var token string
+		_ = e.View(fuzzNode, func(n *fsm.Node, _ bool) error {
+			if n.Pending != nil {
+				c := *n.Pending
+				pending, token = &c, n.AgentToken
+			}
+			return nil
+		})
+		if pending != nil {
+			topic := protocol.BMCEvtTopic("s1")
+			if pending.InBand {
+				topic = protocol.NodeEvtTopic("s1", fuzzNode)
+			}
+			res, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindResult, ID: "reset-" + pending.ID, Site: "s1", Node: fuzzNode,
+				Sent: time.Now(), Token: token, CommandID: pending.ID, Error: "fuzz reset"})
+			e.HandleMessage(topic, res)
+		}
+		_ = e.Verb(fuzzNode, fsm.VerbRequest{Verb: fsm.Abort})
+		_ = e.SetMaintenance(fuzzNode, true, "fuzz reset")
 	}
 	if _, err := e.CreateNode(engine.NodeSpec{UUID: fuzzNode, Driver: "fake", Site: "s1"}); err != nil {
 		t.Fatal(err)
 	}
 	answer := func(action string) {
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for {
 			if m := pub.command(fuzzNode, action); m != nil {
 				pub.mu.Lock()
@@ -167,7 +195,7 @@ func prepareCleanWait(t *testing.T, e *engine.Engine, pub *fuzzPub, online func(
 		t.Fatal(err)
 	}
 	answer(protocol.ActionValidate)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for e.Verb(fuzzNode, fsm.VerbRequest{Verb: fsm.Provide}) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("node did not become manageable")

@@ -4,13 +4,15 @@
 #   mosquitto             an external MQTT broker for the broker tests
 #   mosquitto-clients     mosquitto_pub / mosquitto_sub
 #   curl                  an independent HTTP client for the API's TLS and request checks
+#   python3-sushy         OpenStack's Redfish client, an independent check of the virtual Redfish BMC
+#                         (drivers/redfish/vbmc); run with /usr/bin/python3
 # Idempotent and non-interactive; a quick no-op when everything is there.
 # It never leaves a service running: the tests start their own mosquitto on
 # a random loopback port, so the system one that Debian's package would
 # start on port 1883 is forbidden during the install and disabled after.
 set -euo pipefail
 
-PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl)
+PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

@@ -1,0 +1,238 @@
+package vbmc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+)
+
+// ResetType is a Redfish ComputerSystem reset type.
+type ResetType string
+
+// The reset types a vBMC system offers (ResetType@Redfish.AllowableValues).
+const (
+	ResetOn               ResetType = "On"
+	ResetForceOff         ResetType = "ForceOff"
+	ResetGracefulShutdown ResetType = "GracefulShutdown"
+	ResetForceRestart     ResetType = "ForceRestart"
+	ResetGracefulRestart  ResetType = "GracefulRestart"
+	ResetPowerCycle       ResetType = "PowerCycle"
+)
+
+// ResetTypes lists the reset types in the order the system advertises them.
+var ResetTypes = []ResetType{ResetOn, ResetForceOff, ResetGracefulShutdown, ResetForceRestart, ResetGracefulRestart, ResetPowerCycle}
+
+// Boot source override targets, as Redfish spells them.
+const (
+	BootNone      = "None"
+	BootPxe       = "Pxe"
+	BootHdd       = "Hdd"
+	BootCd        = "Cd"
+	BootBiosSetup = "BiosSetup"
+)
+
+// Boot source override modes.
+const (
+	ModeUEFI   = "UEFI"
+	ModeLegacy = "Legacy"
+)
+
+// Boot source override enablement.
+const (
+	OverrideDisabled   = "Disabled"
+	OverrideOnce       = "Once"
+	OverrideContinuous = "Continuous"
+)
+
+// Boot is what a machine starts from at its next start: the BMC has
+// already resolved the override (a disabled override means the disk).
+type Boot struct {
+	Device string // BootPxe, BootHdd, BootCd or BootBiosSetup
+	Mode   string // ModeUEFI or ModeLegacy
+}
+
+// Machine is the computer behind a vBMC system. The vBMC calls it one
+// operation at a time per system; PoweredOn may be called at any time.
+type Machine interface {
+	// Power applies a reset type. Starting uses the Boot last given to SetBoot.
+	Power(ctx context.Context, action ResetType) error
+	// PoweredOn reports whether the machine is running.
+	PoweredOn() bool
+	// SetBoot tells the machine what to start from next time it starts.
+	SetBoot(ctx context.Context, boot Boot) error
+	// InsertMedia attaches the image at url (http or https) as a CD.
+	InsertMedia(ctx context.Context, url string) error
+	// EjectMedia detaches the CD image, if any.
+	EjectMedia(ctx context.Context) error
+}
+
+// checkMediaURL accepts the transfer protocols a vBMC can fetch: real
+// BMCs also offer NFS and CIFS, which the labs here have no use for.
+func checkMediaURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("image %q is not an http or https URL; this BMC fetches virtual media over HTTP(S) only", raw)
+	}
+	return nil
+}
+
+// MemoryOptions shape a MemoryMachine.
+type MemoryOptions struct {
+	// FetchMedia makes InsertMedia download the image (and fail when it
+	// cannot), so that a test sees what a real BMC would have read.
+	FetchMedia bool
+	// HTTPClient fetches media (http.DefaultClient if nil).
+	HTTPClient *http.Client
+	// IgnoreGraceful makes the machine ignore GracefulShutdown and
+	// GracefulRestart, as an operating system without ACPI handling does.
+	IgnoreGraceful bool
+}
+
+// MemoryMachine is a machine that exists only in memory: for unit tests
+// and for benchmarks with many BMCs. It records every start.
+type MemoryMachine struct {
+	opts MemoryOptions
+
+	mu         sync.Mutex
+	on         bool
+	next       Boot
+	starts     []Boot
+	media      string
+	mediaSize  int64
+	mediaHash  string
+	powerCalls []ResetType
+}
+
+// NewMemoryMachine returns a powered-off machine that boots its disk.
+func NewMemoryMachine(opts MemoryOptions) *MemoryMachine {
+	return &MemoryMachine{opts: opts, next: Boot{Device: BootHdd, Mode: ModeUEFI}}
+}
+
+// Power implements Machine.
+func (m *MemoryMachine) Power(ctx context.Context, action ResetType) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.powerCalls = append(m.powerCalls, action)
+	start := func() {
+		m.on = true
+		m.starts = append(m.starts, m.next)
+	}
+	switch action {
+	case ResetOn:
+		if !m.on {
+			start()
+		}
+	case ResetForceOff:
+		m.on = false
+	case ResetGracefulShutdown:
+		if !m.opts.IgnoreGraceful {
+			m.on = false
+		}
+	case ResetForceRestart, ResetPowerCycle:
+		start()
+	case ResetGracefulRestart:
+		if !m.on || !m.opts.IgnoreGraceful {
+			start()
+		}
+	default:
+		return fmt.Errorf("memory machine: unknown reset type %q", action)
+	}
+	return nil
+}
+
+// PoweredOn implements Machine.
+func (m *MemoryMachine) PoweredOn() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.on
+}
+
+// SetBoot implements Machine.
+func (m *MemoryMachine) SetBoot(ctx context.Context, b Boot) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.next = b
+	return nil
+}
+
+// InsertMedia implements Machine.
+func (m *MemoryMachine) InsertMedia(ctx context.Context, rawURL string) error {
+	if err := checkMediaURL(rawURL); err != nil {
+		return err
+	}
+	var size int64
+	var sum string
+	if m.opts.FetchMedia {
+		c := m.opts.HTTPClient
+		if c == nil {
+			c = http.DefaultClient
+		}
+		h := sha256.New()
+		n, err := fetch(ctx, c, rawURL, h)
+		if err != nil {
+			return err
+		}
+		size, sum = n, hex.EncodeToString(h.Sum(nil))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.media, m.mediaSize, m.mediaHash = rawURL, size, sum
+	return nil
+}
+
+// EjectMedia implements Machine.
+func (m *MemoryMachine) EjectMedia(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.media, m.mediaSize, m.mediaHash = "", 0, ""
+	return nil
+}
+
+// Starts returns every start of the machine, oldest first, with what it
+// booted from.
+func (m *MemoryMachine) Starts() []Boot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Boot(nil), m.starts...)
+}
+
+// PowerCalls returns every reset type the BMC applied, oldest first.
+func (m *MemoryMachine) PowerCalls() []ResetType {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]ResetType(nil), m.powerCalls...)
+}
+
+// Media returns the attached image URL ("" if none) and, when the
+// machine fetches media, its size and SHA-256.
+func (m *MemoryMachine) Media() (url string, size int64, sha256hex string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.media, m.mediaSize, m.mediaHash
+}
+
+// fetch copies the body of a GET of rawURL into w.
+func fetch(ctx context.Context, c *http.Client, rawURL string, w io.Writer) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("fetch image %s: %w", rawURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("fetch image %s: HTTP %s", rawURL, resp.Status)
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("fetch image %s: %w", rawURL, err)
+	}
+	return n, nil
+}

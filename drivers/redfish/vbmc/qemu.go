@@ -1,0 +1,508 @@
+package vbmc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// QEMUConfig says how a QEMUMachine runs its VM. Like drivers/qemuvm,
+// the VM uses user-mode networking and opens no listener of its own but
+// the QMP unix socket in Dir.
+type QEMUConfig struct {
+	// QEMU is the emulator (default qemu-system-x86_64).
+	QEMU string
+	// Dir holds the QMP socket and the virtual media cache (required; a
+	// short path: unix socket paths are limited to 108 bytes).
+	Dir string
+	// Disk is a raw disk image; DiskSerial its serial number. A machine
+	// without a disk boots from the network or the CD only.
+	Disk, DiskSerial string
+	// MemoryMB and CPUs size the VM (default 1024 and 1).
+	MemoryMB, CPUs int
+	// Console receives the serial console (default Dir/console.log).
+	Console string
+	// OVMF is the UEFI firmware used when the boot mode is UEFI (default
+	// /usr/share/ovmf/OVMF.fd, Debian's ovmf); Legacy boots SeaBIOS.
+	OVMF string
+	// Netdev is the -netdev value, with id=n0 (default "user,id=n0"); for
+	// PXE, e.g. "user,id=n0,bootfile=http://10.0.2.2:8080/boot.ipxe".
+	Netdev string
+	// NIC is the network device model (default virtio-net-pci); MAC its address.
+	NIC, MAC string
+	// ExtraArgs are appended to QEMU's command line.
+	ExtraArgs []string
+	// GracefulTimeout is how long GracefulRestart waits for the guest to
+	// power off before giving up (default 2 minutes).
+	GracefulTimeout time.Duration
+	// HTTPClient fetches virtual media (http.DefaultClient if nil).
+	HTTPClient *http.Client
+	// Logger receives what the machine does.
+	Logger *slog.Logger
+}
+
+// QEMUMachine is a Machine that runs a QEMU VM: power on starts QEMU,
+// ForceOff quits it over QMP, GracefulShutdown presses the ACPI power
+// button (system_powerdown), ForceRestart resets it (system_reset). The
+// virtual CD is a fetched copy of the image, attached with QMP's
+// blockdev-change-medium while the VM runs and with -drive at a start.
+type QEMUMachine struct {
+	cfg QEMUConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	next    Boot // what the next start boots
+	started Boot // what the running VM was started with
+	media   string
+	closed  bool
+	// gen counts power actions: a graceful restart still waiting for
+	// its guest to power off gives up when another action came after it.
+	gen       int
+	restartWG sync.WaitGroup
+}
+
+// NewQEMUMachine returns a powered-off machine; it starts nothing yet.
+func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("vbmc: a QEMU machine needs a Dir for its QMP socket and media cache")
+	}
+	if cfg.QEMU == "" {
+		cfg.QEMU = "qemu-system-x86_64"
+	}
+	if cfg.MemoryMB == 0 {
+		cfg.MemoryMB = 1024
+	}
+	if cfg.CPUs == 0 {
+		cfg.CPUs = 1
+	}
+	if cfg.Console == "" {
+		cfg.Console = filepath.Join(cfg.Dir, "console.log")
+	}
+	if cfg.OVMF == "" {
+		cfg.OVMF = "/usr/share/ovmf/OVMF.fd"
+	}
+	if cfg.Netdev == "" {
+		cfg.Netdev = "user,id=n0"
+	}
+	if cfg.NIC == "" {
+		cfg.NIC = "virtio-net-pci"
+	}
+	if cfg.GracefulTimeout == 0 {
+		cfg.GracefulTimeout = 2 * time.Minute
+	}
+	if !strings.Contains(cfg.Netdev, "id=n0") {
+		return nil, fmt.Errorf("vbmc: QEMU Netdev %q must have id=n0 (the NIC is attached to n0)", cfg.Netdev)
+	}
+	if len(cfg.socketPath()) > 100 {
+		return nil, fmt.Errorf("vbmc: QMP socket path %s is too long for a unix socket; use a shorter Dir", cfg.socketPath())
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "media"), 0o755); err != nil {
+		return nil, fmt.Errorf("vbmc: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &QEMUMachine{cfg: cfg, log: log, next: Boot{Device: BootHdd, Mode: ModeUEFI}}, nil
+}
+
+func (c QEMUConfig) socketPath() string { return filepath.Join(c.Dir, "qmp.sock") }
+
+// Args returns QEMU's command line for a start with boot and the CD image
+// media ("" for an empty drive). Boot order is given by bootindex on the
+// devices, which both SeaBIOS and OVMF honour.
+func (m *QEMUMachine) Args(boot Boot, media string) ([]string, error) {
+	c := m.cfg
+	args := []string{"-m", strconv.Itoa(c.MemoryMB), "-smp", strconv.Itoa(c.CPUs),
+		"-nographic", "-display", "none", "-monitor", "none", "-serial", "file:" + c.Console,
+		"-qmp", "unix:" + c.socketPath() + ",server=on,wait=off"}
+	if boot.Mode == ModeUEFI {
+		if _, err := os.Stat(c.OVMF); err != nil {
+			return nil, fmt.Errorf("boot mode UEFI needs the OVMF firmware %s (Debian package ovmf): %v; or set the boot mode to Legacy", c.OVMF, err)
+		}
+		args = append(args, "-bios", c.OVMF)
+	}
+	// The boot device first, then disk, network, CD, as a server's
+	// default order would have it.
+	order := []string{BootHdd, BootPxe, BootCd}
+	switch boot.Device {
+	case BootPxe:
+		order = []string{BootPxe, BootHdd, BootCd}
+	case BootCd:
+		order = []string{BootCd, BootHdd, BootPxe}
+	case BootHdd, BootBiosSetup, "":
+	default:
+		return nil, fmt.Errorf("unknown boot device %q", boot.Device)
+	}
+	index := map[string]int{}
+	for i, d := range order {
+		index[d] = i
+	}
+	if c.Disk != "" {
+		args = append(args, "-drive", fmt.Sprintf("if=none,id=d0,file=%s,format=raw", c.Disk))
+		dev := fmt.Sprintf("virtio-blk-pci,drive=d0,bootindex=%d", index[BootHdd])
+		if c.DiskSerial != "" {
+			dev += ",serial=" + c.DiskSerial
+		}
+		args = append(args, "-device", dev)
+	}
+	cd := "if=none,id=cd0,media=cdrom,readonly=on"
+	if media != "" {
+		cd += ",format=raw,file=" + media
+	}
+	args = append(args, "-drive", cd, "-device", fmt.Sprintf("ide-cd,drive=cd0,id=cd,bootindex=%d", index[BootCd]))
+	nic := fmt.Sprintf("%s,netdev=n0,bootindex=%d", c.NIC, index[BootPxe])
+	if c.MAC != "" {
+		nic += ",mac=" + c.MAC
+	}
+	args = append(args, "-netdev", c.Netdev, "-device", nic)
+	if boot.Device == BootBiosSetup {
+		// Firmware setup on a VM is the boot menu; the guest waits there.
+		args = append(args, "-boot", "menu=on,splash-time=30000")
+	}
+	args = append(args, c.ExtraArgs...)
+	for _, a := range args {
+		if strings.Contains(a, "-vnc") || strings.Contains(a, "-spice") {
+			return nil, errors.New("refusing to open a VNC or SPICE listener")
+		}
+	}
+	return args, nil
+}
+
+func (m *QEMUMachine) runningLocked() bool {
+	if m.done == nil {
+		return false
+	}
+	select {
+	case <-m.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// PoweredOn implements Machine.
+func (m *QEMUMachine) PoweredOn() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runningLocked()
+}
+
+// SetBoot implements Machine.
+func (m *QEMUMachine) SetBoot(ctx context.Context, b Boot) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.next = b
+	return nil
+}
+
+func (m *QEMUMachine) startLocked() error {
+	if m.closed {
+		return errors.New("qemu machine is closed")
+	}
+	args, err := m.Args(m.next, m.media)
+	if err != nil {
+		return fmt.Errorf("qemu machine: %w", err)
+	}
+	_ = os.Remove(m.cfg.socketPath())
+	cmd := exec.Command(m.cfg.QEMU, args...)
+	out, err := os.OpenFile(filepath.Join(m.cfg.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("qemu machine: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	// The VM dies with the process that runs the vBMC, even when killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return fmt.Errorf("qemu machine: start %s: %w", m.cfg.QEMU, err)
+	}
+	done := make(chan struct{})
+	m.cmd, m.done, m.started = cmd, done, m.next
+	go func() { _ = cmd.Wait(); out.Close(); close(done) }()
+	m.log.Info("qemu machine started", "boot", m.next.Device, "mode", m.next.Mode, "media", m.media, "pid", cmd.Process.Pid)
+	// QMP must answer before the start counts: a VM whose QEMU refused
+	// its command line exits at once, and the caller must hear of it.
+	if _, err := m.qmpLocked(context.Background(), "query-status", nil); err != nil {
+		m.killLocked()
+		tail, _ := os.ReadFile(filepath.Join(m.cfg.Dir, "qemu.log"))
+		return fmt.Errorf("qemu machine: VM did not come up: %v; qemu.log: %s", err, lastLines(string(tail), 5))
+	}
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// waitExitLocked waits up to d for QEMU to exit, with the lock released.
+func (m *QEMUMachine) waitExitLocked(d time.Duration) bool {
+	done := m.done
+	if done == nil {
+		return true
+	}
+	m.mu.Unlock()
+	defer m.mu.Lock()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+func (m *QEMUMachine) killLocked() {
+	if m.runningLocked() {
+		_ = m.cmd.Process.Signal(syscall.SIGKILL)
+		m.waitExitLocked(10 * time.Second)
+	}
+}
+
+// stopLocked quits QEMU over QMP, killing it if it does not go.
+func (m *QEMUMachine) stopLocked(ctx context.Context) {
+	if !m.runningLocked() {
+		return
+	}
+	if _, err := m.qmpLocked(ctx, "quit", nil); err == nil && m.waitExitLocked(5*time.Second) {
+		return
+	}
+	m.killLocked()
+}
+
+// Power implements Machine.
+func (m *QEMUMachine) Power(ctx context.Context, action ResetType) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gen++
+	running := m.runningLocked()
+	switch action {
+	case ResetOn:
+		if running {
+			return nil
+		}
+		return m.startLocked()
+	case ResetForceOff:
+		m.stopLocked(ctx)
+		return nil
+	case ResetGracefulShutdown:
+		if !running {
+			return nil
+		}
+		_, err := m.qmpLocked(ctx, "system_powerdown", nil)
+		return err
+	case ResetForceRestart:
+		if !running {
+			return m.startLocked()
+		}
+		// A reset keeps QEMU's command line, so a new boot device or boot
+		// mode needs a new QEMU; to the guest both are a hard reset.
+		if m.started == m.next {
+			_, err := m.qmpLocked(ctx, "system_reset", nil)
+			return err
+		}
+		m.stopLocked(ctx)
+		return m.startLocked()
+	case ResetPowerCycle:
+		m.stopLocked(ctx)
+		return m.startLocked()
+	case ResetGracefulRestart:
+		if !running {
+			return m.startLocked()
+		}
+		if _, err := m.qmpLocked(ctx, "system_powerdown", nil); err != nil {
+			return err
+		}
+		// The guest takes its time to shut down; the BMC answered already.
+		done, gen := m.done, m.gen
+		m.restartWG.Add(1)
+		go func() {
+			defer m.restartWG.Done()
+			select {
+			case <-done:
+			case <-time.After(m.cfg.GracefulTimeout):
+				m.log.Warn("qemu machine: guest did not power off for a graceful restart; it keeps running", "timeout", m.cfg.GracefulTimeout)
+				return
+			}
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.closed || m.gen != gen || m.runningLocked() {
+				return
+			}
+			if err := m.startLocked(); err != nil {
+				m.log.Warn("qemu machine: start after a graceful restart failed", "err", err)
+			}
+		}()
+		return nil
+	}
+	return fmt.Errorf("qemu machine: unknown reset type %q", action)
+}
+
+// InsertMedia implements Machine: the image is fetched into Dir/media
+// first (a BMC streams it; QEMU needs a file), then attached.
+func (m *QEMUMachine) InsertMedia(ctx context.Context, rawURL string) error {
+	if err := checkMediaURL(rawURL); err != nil {
+		return err
+	}
+	sum := sha256.Sum256([]byte(rawURL))
+	path := filepath.Join(m.cfg.Dir, "media", hex.EncodeToString(sum[:8])+".iso")
+	// Always fetched again: the same URL may serve new contents (per-boot
+	// parameters), and a stale copy would boot the wrong thing.
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".fetch-*")
+	if err != nil {
+		return err
+	}
+	c := m.cfg.HTTPClient
+	if c == nil {
+		c = http.DefaultClient
+	}
+	_, err = fetch(ctx, c, rawURL, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.media = path
+	if m.runningLocked() {
+		if _, err := m.qmpLocked(ctx, "blockdev-change-medium", map[string]any{
+			"id": "cd", "filename": path, "format": "raw", "read-only-mode": "read-only"}); err != nil {
+			m.media = ""
+			return fmt.Errorf("attach %s to the VM's CD: %w", rawURL, err)
+		}
+	}
+	m.log.Info("qemu machine media inserted", "url", rawURL, "file", path)
+	return nil
+}
+
+// EjectMedia implements Machine.
+func (m *QEMUMachine) EjectMedia(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.media == "" {
+		return nil
+	}
+	if m.runningLocked() {
+		// force: a guest that mounted the CD has locked its tray.
+		if _, err := m.qmpLocked(ctx, "eject", map[string]any{"id": "cd", "force": true}); err != nil {
+			return fmt.Errorf("eject the VM's CD: %w", err)
+		}
+	}
+	os.Remove(m.media)
+	m.media = ""
+	return nil
+}
+
+// Close powers the VM off and waits for a pending graceful restart.
+func (m *QEMUMachine) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.stopLocked(context.Background())
+	m.mu.Unlock()
+	m.restartWG.Wait()
+}
+
+// qmpLocked runs one QMP command on a connection of its own: QEMU serves
+// one QMP client at a time, and a short connection leaves the socket
+// free for an operator's socat between commands.
+func (m *QEMUMachine) qmpLocked(ctx context.Context, command string, args any) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return qmpExec(ctx, m.cfg.socketPath(), command, args, m.done)
+}
+
+// qmpExec dials QEMU's QMP socket (waiting for it to appear while QEMU
+// starts, unless exited closes), negotiates capabilities and runs command.
+func qmpExec(ctx context.Context, sock, command string, args any, exited <-chan struct{}) (json.RawMessage, error) {
+	var conn net.Conn
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", sock)
+		if err == nil {
+			conn = c
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("QMP %s: %w (last: %v)", command, ctx.Err(), err)
+		case <-exited:
+			return nil, fmt.Errorf("QMP %s: QEMU exited", command)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	dec := json.NewDecoder(conn)
+	enc := json.NewEncoder(conn)
+	var greeting struct {
+		QMP json.RawMessage `json:"QMP"`
+	}
+	if err := dec.Decode(&greeting); err != nil || greeting.QMP == nil {
+		return nil, fmt.Errorf("QMP %s: no greeting from QEMU: %v", command, err)
+	}
+	call := func(cmd string, a any) (json.RawMessage, error) {
+		msg := map[string]any{"execute": cmd}
+		if a != nil {
+			msg["arguments"] = a
+		}
+		if err := enc.Encode(msg); err != nil {
+			return nil, err
+		}
+		for {
+			var r struct {
+				Return json.RawMessage `json:"return"`
+				Error  *struct {
+					Class string `json:"class"`
+					Desc  string `json:"desc"`
+				} `json:"error"`
+				Event string `json:"event"`
+			}
+			if err := dec.Decode(&r); err != nil {
+				return nil, err
+			}
+			switch {
+			case r.Event != "":
+				continue
+			case r.Error != nil:
+				return nil, fmt.Errorf("%s: %s", r.Error.Class, r.Error.Desc)
+			default:
+				return r.Return, nil
+			}
+		}
+	}
+	if _, err := call("qmp_capabilities", nil); err != nil {
+		return nil, fmt.Errorf("QMP capabilities: %w", err)
+	}
+	out, err := call(command, args)
+	if err != nil {
+		return nil, fmt.Errorf("QMP %s: %w", command, err)
+	}
+	return out, nil
+}

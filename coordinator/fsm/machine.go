@@ -459,6 +459,22 @@ func (m *Machine) sendInband(n *Node, step *StepRun, args map[string]any, now ti
 	n.Pending.InBand = true
 }
 
+// standardPriorities gives the steps a ramdisk offered that the standard
+// ramdisk also has the standard ramdisk's priorities: the coordinator
+// decides what runs (with the operator's overrides on top), so a ramdisk
+// that offers erase_devices or write_image at priority 0 cannot make an
+// automated clean or a deploy skip them. Other steps keep their own.
+func standardPriorities(offered, standard []drivers.Step) []drivers.Step {
+	out := make([]drivers.Step, len(offered))
+	for i, s := range offered {
+		if std, ok := drivers.Find(standard, s.Interface, s.Step); ok {
+			s.Priority = std.Priority
+		}
+		out[i] = s
+	}
+	return out
+}
+
 // requiredCleanSteps are the in-band steps automated cleaning must run.
 func (m *Machine) requiredCleanSteps() []string {
 	if m.cfg.RequiredCleanSteps != nil {
@@ -504,7 +520,7 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 				n.Ident(), strings.Join(missing, ", "), len(n.CachedCleanSteps))
 		}
 		var all []drivers.Step
-		for _, s := range append(append([]drivers.Step{}, d.CleanSteps...), n.CachedCleanSteps...) {
+		for _, s := range append(append([]drivers.Step{}, d.CleanSteps...), standardPriorities(n.CachedCleanSteps, drivers.InbandCleanSteps())...) {
 			if p, ok := m.cfg.PriorityOverrides[s.Name()]; ok {
 				s.Priority = p
 			}
@@ -516,7 +532,7 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 		return stepActions(all, nil), nil
 	}
 	// Deploy: driver's deploy steps plus the ramdisk's, user overrides on top.
-	all := append(append([]drivers.Step{}, d.DeploySteps...), n.CachedDeploySteps...)
+	all := append(append([]drivers.Step{}, d.DeploySteps...), standardPriorities(n.CachedDeploySteps, drivers.InbandDeploySteps())...)
 	if _, ok := drivers.Find(all, "deploy", "write_image"); !ok {
 		return nil, fmt.Errorf("Deploy of node %s failed: the ramdisk does not offer deploy.write_image (it offered %d deploy steps)", n.Ident(), len(n.CachedDeploySteps))
 	}

@@ -447,6 +447,7 @@ func TestCleaningNeedsTheRequiredSteps(t *testing.T) {
 		{"nothing offered", nil, nil, CleanFailed, "deploy.erase_devices_metadata, deploy.erase_devices"},
 		{"metadata only", standardCleanSteps[:1], nil, CleanFailed, "deploy.erase_devices"},
 		{"both", standardCleanSteps, nil, CleanWait, ""},
+		{"both, offered at priority 0", []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata"}, {Interface: "deploy", Step: "erase_devices"}}, nil, CleanWait, ""},
 		{"full erase disabled by the operator", standardCleanSteps[:1], map[string]int{"deploy.erase_devices": 0}, CleanWait, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -515,5 +516,22 @@ func TestBootCredentialPerBoot(t *testing.T) {
 	w.want(InspectWait)
 	if w.n.BootNonce == "" || w.n.BootNonce == first {
 		t.Fatalf("second boot reuses nonce %q", w.n.BootNonce)
+	}
+}
+
+// TestDeployWritesImageWhateverTheRamdiskSays: a ramdisk that offers
+// write_image at priority 0 does not make the deploy skip it.
+func TestDeployWritesImageWhateverTheRamdiskSays(t *testing.T) {
+	w := newWorld(t)
+	w.noAgent = true
+	w.n.ProvisionState = Available
+	w.n.InstanceInfo = map[string]any{"image_source": "http://i"}
+	w.verb(Deploy, VerbRequest{})
+	w.want(DeployWait)
+	w.holdInband = true
+	w.run(w.m.Hello(w.n, &protocol.Message{BootID: "b1", CleanSteps: standardCleanSteps,
+		DeploySteps: []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 0}}}, w.now))
+	if len(w.held) != 1 || w.held[0].Msg.Step.Step != "write_image" {
+		t.Fatalf("want write_image sent to the ramdisk, held %v (state %q, last_error %q)", w.held, w.n.ProvisionState, w.n.LastError)
 	}
 }

@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,7 +256,7 @@ func (b *BMC) open(ctx context.Context) (*client.Client, error) {
 	}
 	c, err := client.NewClient(host, b.cfg.port, b.cfg.username, b.cfg.password)
 	if err != nil {
-		return nil, &setupError{err}
+		return nil, newSetupError(err)
 	}
 	c.WithCipherSuiteID(b.cfg.cipher)
 	c.WithMaxPrivilegeLevel(b.cfg.priv)
@@ -263,7 +265,7 @@ func (b *BMC) open(ctx context.Context) (*client.Client, error) {
 	b.dials.Add(1)
 	if err := c.Connect(ctx); err != nil {
 		closeNow(c)
-		return nil, &setupError{err}
+		return nil, newSetupError(err)
 	}
 	b.opens.Add(1)
 	return c, nil
@@ -286,11 +288,51 @@ func closeNow(c *client.Client) {
 	_ = c.Close(ctx)
 }
 
-// setupError is a failure while opening a session.
-type setupError struct{ err error }
+// setupError is a failure while opening a session. go-ipmi v0.9.1 joins
+// the per-cipher-suite failures of a session setup with %v, which cuts the
+// error chain; cause restores the typed error from the text, so that
+// errors.Is and errors.As see what the BMC answered.
+type setupError struct {
+	err   error
+	cause error
+}
+
+func newSetupError(err error) *setupError {
+	e := &setupError{err: err}
+	var rs *types.RmcpStatusError
+	msg := err.Error()
+	switch {
+	case errors.Is(err, client.ErrRAKPAuthentication), errors.As(err, &rs):
+	case strings.Contains(msg, client.ErrRAKPAuthentication.Error()):
+		e.cause = client.ErrRAKPAuthentication
+	default:
+		if m := rmcpStatusText.FindStringSubmatch(msg); m != nil {
+			code, _ := strconv.ParseUint(m[1], 16, 8)
+			e.cause = types.NewRmcpStatusError(types.RmcpStatusCode(code))
+		} else if _, ok := completionCode(err); !ok {
+			if m := completionCodeText.FindStringSubmatch(msg); m != nil {
+				code, _ := strconv.ParseUint(m[1], 16, 8)
+				e.cause = types.NewResponseError(types.CompletionCode(code), m[2])
+			}
+		}
+	}
+	return e
+}
+
+// The texts of types.RmcpStatusError and types.ResponseError.
+var (
+	rmcpStatusText     = regexp.MustCompile(`RMCP\+ status 0x([0-9a-fA-F]{1,2})\b`)
+	completionCodeText = regexp.MustCompile(`cc: 0x([0-9a-fA-F]{1,2}), description: ([^\n]*)`)
+)
 
 func (e *setupError) Error() string { return e.err.Error() }
-func (e *setupError) Unwrap() error { return e.err }
+
+func (e *setupError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.err}
+	}
+	return []error{e.err, e.cause}
+}
 
 // noAnswer reports whether err means that no (matching) answer came: a
 // timeout, a refused UDP port, a canceled exchange. go-ipmi wraps these as
@@ -309,6 +351,21 @@ func completionCode(err error) (types.CompletionCode, bool) {
 		return re.CompletionCode(), true
 	}
 	return 0, false
+}
+
+// ccText names a completion code: the generic name, or the command's own
+// meaning as go-ipmi described it.
+func ccText(err error, cc types.CompletionCode) string {
+	if s := cc.String(); s != fmt.Sprintf("0x%02x", uint8(cc)) {
+		return s
+	}
+	const mark = "is not normal: "
+	if re, ok := types.IsResponseError(err); ok {
+		if d := re.Error(); strings.Contains(d, mark) {
+			return d[strings.LastIndex(d, mark)+len(mark):]
+		}
+	}
+	return "a code of this command"
 }
 
 // busyCodes are completion codes that say "not now": worth a retry.
@@ -417,16 +474,19 @@ func (b *BMC) fail(what string, err error) error {
 		}
 		kinds = append(kinds, ErrRefused)
 	case refusedSetup(err) && hasCC:
-		msg = fmt.Sprintf("%s refused user %s at privilege level %s (completion code %#02x: %s); set ipmi_priv_level to a level the user has (ADMINISTRATOR, OPERATOR, USER)", who, user, b.cfg.privName, uint8(cc), cc)
+		msg = fmt.Sprintf("%s refused user %s at privilege level %s (completion code %#02x: %s); set ipmi_priv_level to a level the user has (ADMINISTRATOR, OPERATOR, USER)", who, user, b.cfg.privName, uint8(cc), ccText(err, cc))
 		kinds = append(kinds, ErrRefused)
 	case hasCC && cc == types.CodeInsufficientPrivilege:
 		msg = fmt.Sprintf("%s refused to %s for user %s at privilege level %s (completion code 0xd4: insufficient privilege); use a user with more rights or a higher ipmi_priv_level", who, what, user, b.cfg.privName)
 		kinds = append(kinds, ErrRefused)
 	case hasCC && (cc == types.CodeInvalidCommand || cc == types.CodeInvalidCommandForLUN || cc == types.CodeNotSupported || cc == types.CodeSubFnDisabled || cc == types.CodeIllegalCommand):
-		msg = fmt.Sprintf("%s cannot %s: it answered completion code %#02x (%s)", who, what, uint8(cc), cc)
+		msg = fmt.Sprintf("%s cannot %s: it answered completion code %#02x (%s)", who, what, uint8(cc), ccText(err, cc))
 		kinds = append(kinds, ErrUnsupported)
 	case hasCC:
-		msg = fmt.Sprintf("%s refused to %s: completion code %#02x (%s)", who, what, uint8(cc), cc)
+		msg = fmt.Sprintf("%s refused to %s: completion code %#02x (%s)", who, what, uint8(cc), ccText(err, cc))
+	case errors.As(err, &rs):
+		code := rs.StatusCode()
+		msg = fmt.Sprintf("%s refused the session for user %s for now (RMCP+ status %#02x: %s); if it lasts, end other sessions on the BMC or wait for them to time out", who, user, uint8(code), code)
 	case noAnswer(err) && strings.Contains(err.Error(), "connection refused"):
 		msg = fmt.Sprintf("%s did not answer when asked to %s: nothing listens on that UDP port (connection refused); check ipmi_address and ipmi_port and that IPMI over LAN is enabled on the BMC", who, what)
 		kinds = append(kinds, ErrNoAnswer)

@@ -6,13 +6,15 @@
 #   curl                  an independent HTTP client for the API's TLS and request checks
 #   python3-sushy         OpenStack's Redfish client, an independent check of the virtual Redfish BMC
 #                         (drivers/redfish/vbmc); run with /usr/bin/python3
+#   openipmi              ipmi_sim, a real IPMI BMC for the IPMI driver's tests (drivers/ipmi)
+#   ipmitool              an independent IPMI client, to check what the IPMI driver did
 # Idempotent and non-interactive; a quick no-op when everything is there.
 # It never leaves a service running: the tests start their own mosquitto on
 # a random loopback port, so the system one that Debian's package would
 # start on port 1883 is forbidden during the install and disabled after.
 set -euo pipefail
 
-PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy)
+PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

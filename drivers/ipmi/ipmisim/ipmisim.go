@@ -190,7 +190,7 @@ on() {
 }
 off() {
 	if [ -f "$D/power-on.pid" ]; then
-		kill -KILL -- "-$(cat "$D/power-on.pid")" 2>/dev/null
+		kill -KILL "-$(cat "$D/power-on.pid")" 2>/dev/null
 		rm -f "$D/power-on.pid"
 	fi
 	power=0

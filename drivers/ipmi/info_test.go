@@ -112,6 +112,21 @@ func TestNewSaysWhichKeyIsWrong(t *testing.T) {
 	}
 }
 
+func TestSameInfo(t *testing.T) {
+	b, err := New(baseInfo(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := baseInfo()
+	same["ipmi_port"] = "623"
+	same["deploy_kernel"] = "ignored: not an IPMI key"
+	changed := baseInfo()
+	changed["ipmi_password"] = "another"
+	if !b.SameInfo(same) || b.SameInfo(changed) || b.SameInfo(map[string]any{}) {
+		t.Fatal("SameInfo does not tell a new password from the same settings")
+	}
+}
+
 func TestNoPasswordInFormatting(t *testing.T) {
 	b, err := New(baseInfo(), Options{})
 	if err != nil {

@@ -167,6 +167,12 @@ func (b *BMC) GoString() string { return b.String() }
 func (b *BMC) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.closeSession()
+}
+
+// closeSession ends the session with a Close Session request, waiting at
+// most one exchange with its resends. The caller holds b.mu.
+func (b *BMC) closeSession() error {
 	if b.cl == nil {
 		return nil
 	}
@@ -180,13 +186,22 @@ func (b *BMC) Close() error {
 	return nil
 }
 
+// SameInfo reports whether driver_info describes this BMC as it was built
+// (same address, credentials and settings), so that a caller keeping BMCs
+// can tell when to build a new one.
+func (b *BMC) SameInfo(info map[string]any) bool {
+	c, err := parseInfo(info)
+	return err == nil && c == b.cfg
+}
+
 // Validate implements drivers.BMC: it really logs in, with a new session,
 // at the configured privilege level, and reads the chassis status.
 func (b *BMC) Validate(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	// A session opened earlier proves nothing about the credentials now.
-	b.drop()
+	// Ending it frees its slot: BMCs allow only a few sessions.
+	_ = b.closeSession()
 	return b.do(ctx, "report the chassis status", b.opts.Retries, func(ctx context.Context, c *client.Client) error {
 		_, err := c.GetChassisStatus(ctx)
 		return err

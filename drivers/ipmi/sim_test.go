@@ -460,6 +460,18 @@ func TestSessionReused(t *testing.T) {
 		t.Fatalf("session handle %d → %d, active sessions %d → %d", before.SessionHandle, after.SessionHandle, before.CurrentActiveSessions, after.CurrentActiveSessions)
 	}
 	t.Logf("session handle %d, %d active sessions on the BMC", after.SessionHandle, after.CurrentActiveSessions)
+
+	// Validate logs in anew and ends the old session: no slot is lost.
+	if err := b.Validate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.sessionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.opens.Load(); n != 2 || again.CurrentActiveSessions > after.CurrentActiveSessions {
+		t.Fatalf("after a second Validate: %d sessions opened (want 2), active sessions %d → %d", n, after.CurrentActiveSessions, again.CurrentActiveSessions)
+	}
 }
 
 // The BMC restarts (or is down for a while) between two calls: the driver

@@ -10,6 +10,7 @@ require (
 	github.com/jaypipes/ghw v0.26.0
 	github.com/klauspost/compress v1.18.0
 	github.com/mochi-mqtt/server/v2 v2.7.9
+	github.com/stmcginnis/gofish v0.23.0
 	github.com/u-root/u-root v0.16.0
 	github.com/vishvananda/netlink v1.3.0
 	golang.org/x/crypto v0.45.0

@@ -1,0 +1,594 @@
+package redfish
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/stmcginnis/gofish"
+	"github.com/stmcginnis/gofish/schemas"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// Boot devices: the interface's pxe and disk, and beyond it the CD (the
+// virtual media) and the firmware's setup.
+const (
+	BootPXE   = protocol.BootPXE
+	BootDisk  = protocol.BootDisk
+	BootCDROM = "cdrom"
+	BootBIOS  = "bios"
+)
+
+// Boot modes.
+const (
+	ModeUEFI = "uefi"
+	ModeBIOS = "bios"
+)
+
+var bootTargets = map[string]schemas.BootSource{
+	BootPXE:   schemas.PxeBootSource,
+	BootDisk:  schemas.HddBootSource,
+	BootCDROM: schemas.CdBootSource,
+	BootBIOS:  schemas.BiosSetupBootSource,
+}
+
+var bootModes = map[string]schemas.BootSourceOverrideMode{
+	ModeUEFI: schemas.UEFIBootSourceOverrideMode,
+	ModeBIOS: schemas.LegacyBootSourceOverrideMode,
+}
+
+// BootSettings is the boot override as the BMC reports it.
+type BootSettings struct {
+	// Device is pxe, disk, cdrom or bios; "" when no override is set.
+	Device string
+	// Persistent is true for a Continuous override, false for Once.
+	Persistent bool
+	// Mode is uefi or bios ("" when the BMC does not say).
+	Mode string
+}
+
+func bootSettings(sys *schemas.ComputerSystem) BootSettings {
+	var s BootSettings
+	if sys.Boot.BootSourceOverrideEnabled != schemas.DisabledBootSourceOverrideEnabled {
+		for dev, t := range bootTargets {
+			if sys.Boot.BootSourceOverrideTarget == t {
+				s.Device = dev
+			}
+		}
+		s.Persistent = sys.Boot.BootSourceOverrideEnabled == schemas.ContinuousBootSourceOverrideEnabled
+	}
+	for m, v := range bootModes {
+		if sys.Boot.BootSourceOverrideMode == v {
+			s.Mode = m
+		}
+	}
+	return s
+}
+
+// SetBootDevice implements drivers.BMC: the device ("pxe" or "disk") for
+// every boot from now on, as Ironic's persistent boot device.
+func (b *BMC) SetBootDevice(ctx context.Context, device string) error {
+	if device != BootPXE && device != BootDisk {
+		return fmt.Errorf("redfish driver: unknown boot device %q; want %q or %q", device, BootPXE, BootDisk)
+	}
+	return b.SetBoot(ctx, device, true)
+}
+
+// SetBoot sets the boot device (pxe, disk, cdrom or bios) for the next
+// boot only or, persistent, for every boot, and reads it back: some BMCs
+// accept a PATCH and ignore part of it.
+func (b *BMC) SetBoot(ctx context.Context, device string, persistent bool) error {
+	target, ok := bootTargets[device]
+	if !ok {
+		return fmt.Errorf("redfish driver: unknown boot device %q; want pxe, disk, cdrom or bios", device)
+	}
+	enabled := schemas.OnceBootSourceOverrideEnabled
+	if persistent {
+		enabled = schemas.ContinuousBootSourceOverrideEnabled
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	what := fmt.Sprintf("set the boot device to %s (%s)", device, enabled)
+	var got BootSettings
+	err := b.do(ctx, what, func(c *gofish.APIClient) error {
+		sys, err := b.getSystem(c)
+		if err != nil {
+			return err
+		}
+		if allowed := sys.Boot.AllowableBootSourceOverrideTargetValues; len(allowed) > 0 && !containsSource(allowed, target) {
+			return fmt.Errorf("the BMC does not offer boot target %s (it offers %v)", target, allowed)
+		}
+		if err := sys.SetBoot(&schemas.Boot{BootSourceOverrideTarget: target, BootSourceOverrideEnabled: enabled}); err != nil {
+			return err
+		}
+		if sys, err = b.getSystem(c); err != nil {
+			return err
+		}
+		got = bootSettings(sys)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if got.Device != device || got.Persistent != persistent {
+		return fmt.Errorf("redfish BMC %s accepted boot device %s (%s) but reports %+v; the BMC may not support this override", b.cfg.endpoint, device, enabled, got)
+	}
+	b.log.Info("redfish boot device set", "device", device, "persistent", persistent)
+	return nil
+}
+
+func containsSource(list []schemas.BootSource, s schemas.BootSource) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// SetBootMode sets the boot mode (uefi or bios) and reads it back.
+func (b *BMC) SetBootMode(ctx context.Context, mode string) error {
+	m, ok := bootModes[mode]
+	if !ok {
+		return fmt.Errorf("redfish driver: unknown boot mode %q; want uefi or bios", mode)
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	var got BootSettings
+	err := b.do(ctx, "set the boot mode to "+mode, func(c *gofish.APIClient) error {
+		sys, err := b.getSystem(c)
+		if err != nil {
+			return err
+		}
+		if err := sys.SetBoot(&schemas.Boot{BootSourceOverrideMode: m}); err != nil {
+			return err
+		}
+		if sys, err = b.getSystem(c); err != nil {
+			return err
+		}
+		got = bootSettings(sys)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if got.Mode != mode {
+		return fmt.Errorf("redfish BMC %s accepted boot mode %s but reports %q", b.cfg.endpoint, mode, got.Mode)
+	}
+	return nil
+}
+
+// BootSettings reads the boot override back.
+func (b *BMC) BootSettings(ctx context.Context) (BootSettings, error) {
+	if err := b.lock(ctx); err != nil {
+		return BootSettings{}, err
+	}
+	defer b.unlock()
+	sys, err := b.readSystem(ctx, "read the boot settings")
+	if err != nil {
+		return BootSettings{}, err
+	}
+	return bootSettings(sys), nil
+}
+
+// findCD finds the system's virtual CD: under the system itself (newer
+// BMCs) or under the managers that manage it (most BMCs, and where sushy
+// looks).
+func (b *BMC) findCD(c *gofish.APIClient) (*schemas.VirtualMedia, error) {
+	sys, err := b.getSystem(c)
+	if err != nil {
+		return nil, err
+	}
+	media, err := sys.VirtualMedia()
+	if err != nil {
+		return nil, err
+	}
+	if len(media) == 0 {
+		mgrs, err := sys.ManagedBy()
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range mgrs {
+			vm, err := m.VirtualMedia()
+			if err != nil {
+				return nil, err
+			}
+			media = append(media, vm...)
+		}
+	}
+	var seen []string
+	for _, vm := range media {
+		for _, t := range vm.MediaTypes {
+			if t == schemas.CDVirtualMediaType || t == schemas.DVDVirtualMediaType {
+				return vm, nil
+			}
+		}
+		seen = append(seen, fmt.Sprintf("%s %v", vm.ODataID, vm.MediaTypes))
+	}
+	return nil, fmt.Errorf("the BMC offers no virtual CD for %s (virtual media: %s)", sys.ODataID, orNone(seen))
+}
+
+func inserted(vm *schemas.VirtualMedia) bool { return vm.Inserted != nil && *vm.Inserted }
+
+// InsertVirtualMedia attaches the image at imageURL (http or https, which
+// the BMC fetches) to the system's virtual CD. An image already there is
+// ejected first; the same image is left as it is.
+func (b *BMC) InsertVirtualMedia(ctx context.Context, imageURL string) error {
+	u, err := url.Parse(imageURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("redfish driver: virtual media image %q must be an http or https URL the BMC can reach", imageURL)
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	err = b.do(ctx, "insert virtual media "+u.Redacted(), func(c *gofish.APIClient) error {
+		cd, err := b.findCD(c)
+		if err != nil {
+			return err
+		}
+		if inserted(cd) && cd.Image == imageURL {
+			return nil
+		}
+		if inserted(cd) {
+			b.log.Info("redfish ejecting the previous virtual media", "image", cd.Image)
+			if _, err := cd.EjectMedia(); err != nil {
+				return err
+			}
+		}
+		// Only Image: the spec's defaults for Inserted and WriteProtected
+		// are true, and some BMCs refuse the action when they are sent
+		// (sushy learnt this on SuperMicro X11).
+		if _, err := cd.InsertMedia(&schemas.VirtualMediaInsertMediaParameters{Image: imageURL}); err != nil {
+			return err
+		}
+		cd, err = schemas.GetVirtualMedia(c, cd.ODataID)
+		if err != nil {
+			return err
+		}
+		if !inserted(cd) || cd.Image != imageURL {
+			return fmt.Errorf("the BMC accepted the image but its CD shows Inserted=%v Image=%q", inserted(cd), cd.Image)
+		}
+		return nil
+	})
+	if err == nil {
+		b.log.Info("redfish virtual media inserted", "image", u.Redacted())
+	}
+	return err
+}
+
+// EjectVirtualMedia detaches the system's virtual CD, if it holds an image.
+func (b *BMC) EjectVirtualMedia(ctx context.Context) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	return b.do(ctx, "eject virtual media", func(c *gofish.APIClient) error {
+		cd, err := b.findCD(c)
+		if err != nil {
+			return err
+		}
+		if !inserted(cd) {
+			return nil
+		}
+		_, err = cd.EjectMedia()
+		return err
+	})
+}
+
+// VirtualMedia reads the CD's image URL ("" when none is inserted).
+func (b *BMC) VirtualMedia(ctx context.Context) (string, error) {
+	if err := b.lock(ctx); err != nil {
+		return "", err
+	}
+	defer b.unlock()
+	var image string
+	err := b.do(ctx, "read virtual media", func(c *gofish.APIClient) error {
+		cd, err := b.findCD(c)
+		if err == nil && inserted(cd) {
+			image = cd.Image
+		}
+		return err
+	})
+	return image, err
+}
+
+// Setting is one BIOS attribute to set.
+type Setting struct {
+	Name  string
+	Value any
+}
+
+// parseSettings reads bios.apply_configuration's settings argument: a
+// list of {"name": ..., "value": ...}, as Ironic's.
+func parseSettings(args map[string]any) ([]Setting, error) {
+	const usage = `a list of {"name": ..., "value": ...}`
+	raw, ok := args["settings"]
+	if !ok || raw == nil {
+		return nil, fmt.Errorf("step bios.apply_configuration: argument settings is required: %s", usage)
+	}
+	var items []any
+	switch v := raw.(type) {
+	case []any:
+		items = v
+	case []map[string]any:
+		for _, m := range v {
+			items = append(items, m)
+		}
+	case []Setting:
+		for _, s := range v {
+			items = append(items, map[string]any{"name": s.Name, "value": s.Value})
+		}
+	default:
+		return nil, fmt.Errorf("step bios.apply_configuration: argument settings must be %s, not %T", usage, raw)
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("step bios.apply_configuration: argument settings is empty; give %s", usage)
+	}
+	seen := map[string]bool{}
+	var out []Setting
+	for i, it := range items {
+		m, ok := it.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("step bios.apply_configuration: settings[%d] must be an object {\"name\": ..., \"value\": ...}, not %T", i, it)
+		}
+		name, _ := m["name"].(string)
+		if name == "" {
+			return nil, fmt.Errorf("step bios.apply_configuration: settings[%d] has no name", i)
+		}
+		v, ok := m["value"]
+		if !ok {
+			return nil, fmt.Errorf("step bios.apply_configuration: settings[%d] (%s) has no value", i, name)
+		}
+		switch x := v.(type) {
+		case string, bool, float64:
+		case int:
+			v = float64(x)
+		case int64:
+			v = float64(x)
+		default:
+			return nil, fmt.Errorf("step bios.apply_configuration: settings[%d] (%s) has a value of type %T; want a string, number or boolean", i, name, v)
+		}
+		for k := range m {
+			if k != "name" && k != "value" {
+				return nil, fmt.Errorf("step bios.apply_configuration: settings[%d] (%s) has an unknown key %q", i, name, k)
+			}
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("step bios.apply_configuration: setting %s is given twice", name)
+		}
+		seen[name] = true
+		out = append(out, Setting{Name: name, Value: v})
+	}
+	return out, nil
+}
+
+// biosDoc is the part of a Bios resource the driver reads itself: gofish
+// keeps the settings object's address to itself.
+type biosDoc struct {
+	ID         string         `json:"@odata.id"`
+	Attributes map[string]any `json:"Attributes"`
+	Settings   struct {
+		SettingsObject link `json:"SettingsObject"`
+	} `json:"@Redfish.Settings"`
+}
+
+func (b *BMC) readBios(c *gofish.APIClient) (*schemas.Bios, *biosDoc, error) {
+	sys, err := b.getSystem(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	bios, err := sys.Bios()
+	if err != nil {
+		return nil, nil, err
+	}
+	if bios == nil {
+		return nil, nil, fmt.Errorf("system %s has no Bios resource", sys.ODataID)
+	}
+	var doc biosDoc
+	if err := getJSON(c, bios.ODataID, &doc); err != nil {
+		return nil, nil, err
+	}
+	return bios, &doc, nil
+}
+
+// ApplyBIOSSettings stages BIOS settings on the BMC's pending settings
+// resource; the firmware applies them at the next boot (a reboot of the
+// node, which this does not do). Every name is checked against the
+// attributes the BMC reports, and the pending values are read back.
+func (b *BMC) ApplyBIOSSettings(ctx context.Context, settings []Setting) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	return b.do(ctx, "apply BIOS settings", func(c *gofish.APIClient) error {
+		_, doc, err := b.readBios(c)
+		if err != nil {
+			return err
+		}
+		var unknown []string
+		attrs := map[string]any{}
+		for _, s := range settings {
+			if _, ok := doc.Attributes[s.Name]; !ok {
+				unknown = append(unknown, s.Name)
+			}
+			attrs[s.Name] = s.Value
+		}
+		if len(unknown) > 0 {
+			var known []string
+			for k := range doc.Attributes {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return fmt.Errorf("the BIOS has no attribute %s (it has %s)", strings.Join(unknown, ", "), strings.Join(known, ", "))
+		}
+		target := doc.Settings.SettingsObject.ID
+		if target == "" {
+			// No separate pending resource: the BMC takes the PATCH on
+			// the Bios resource itself.
+			target = doc.ID
+		}
+		resp, err := c.Patch(target, map[string]any{"Attributes": attrs})
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		var pending biosDoc
+		if err := getJSON(c, target, &pending); err != nil {
+			return err
+		}
+		var missing []string
+		for _, s := range settings {
+			if !sameValue(pending.Attributes[s.Name], s.Value) && !sameValue(doc.Attributes[s.Name], s.Value) {
+				missing = append(missing, fmt.Sprintf("%s=%v (pending: %v)", s.Name, s.Value, pending.Attributes[s.Name]))
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("the BMC accepted the BIOS settings but does not show them pending: %s", strings.Join(missing, ", "))
+		}
+		b.log.Info("redfish BIOS settings pending until the next boot", "settings", len(settings), "resource", target)
+		return nil
+	})
+}
+
+func sameValue(a, b any) bool {
+	if reflect.DeepEqual(a, b) {
+		return true
+	}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// BIOSAttributes reads the BIOS's current and pending attributes.
+func (b *BMC) BIOSAttributes(ctx context.Context) (current, pending map[string]any, err error) {
+	if err := b.lock(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer b.unlock()
+	err = b.do(ctx, "read BIOS settings", func(c *gofish.APIClient) error {
+		_, doc, err := b.readBios(c)
+		if err != nil {
+			return err
+		}
+		current = doc.Attributes
+		pending = map[string]any{}
+		if t := doc.Settings.SettingsObject.ID; t != "" {
+			var p biosDoc
+			if err := getJSON(c, t, &p); err != nil {
+				return err
+			}
+			pending = p.Attributes
+		}
+		return nil
+	})
+	return current, pending, err
+}
+
+// FactoryResetBIOS asks for the BIOS defaults (Bios.ResetBios); like
+// settings, they apply at the next boot.
+func (b *BMC) FactoryResetBIOS(ctx context.Context) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	return b.do(ctx, "reset the BIOS to its defaults", func(c *gofish.APIClient) error {
+		bios, _, err := b.readBios(c)
+		if err != nil {
+			return err
+		}
+		_, err = bios.ResetBios()
+		return err
+	})
+}
+
+// ResetBMC restarts the BMC itself (Manager.Reset, GracefulRestart when
+// offered) and waits until it answers and takes a login again. The
+// session is gone with the reboot; the next call opens a new one.
+func (b *BMC) ResetBMC(ctx context.Context) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	err := b.do(ctx, "reset the BMC", func(c *gofish.APIClient) error {
+		sys, err := b.getSystem(c)
+		if err != nil {
+			return err
+		}
+		mgrs, err := sys.ManagedBy()
+		if err != nil {
+			return err
+		}
+		if len(mgrs) == 0 {
+			return fmt.Errorf("system %s names no manager (Links.ManagedBy)", sys.ODataID)
+		}
+		m := mgrs[0]
+		rt := schemas.GracefulRestartResetType
+		if types, _ := m.GetSupportedResetTypes(); len(types) > 0 {
+			rt = types[0]
+			for _, t := range types {
+				if t == schemas.GracefulRestartResetType {
+					rt = t
+				}
+			}
+		}
+		b.log.Info("redfish resetting the BMC", "manager", m.ODataID, "type", rt)
+		_, err = m.Reset(rt)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// The sessions died with the BMC: forget ours without a logout.
+	b.client, b.systemURI = nil, ""
+	b.http.CloseIdleConnections()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(b.opts.BMCResetSettle):
+	}
+	deadline := time.Now().Add(b.opts.BMCResetTimeout)
+	for {
+		_, err := b.readSystem(ctx, "reach the BMC after its reset")
+		if err == nil {
+			b.log.Info("redfish BMC is back after its reset")
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("redfish BMC %s did not come back within %s after its reset: %w", b.cfg.endpoint, b.opts.BMCResetTimeout, err)
+		}
+		b.client = nil
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(b.opts.PollInterval):
+		}
+	}
+}
+
+// RunStep implements drivers.BMC: the driver's own out-of-band steps.
+func (b *BMC) RunStep(ctx context.Context, iface, step string, args map[string]any) error {
+	switch iface + "." + step {
+	case "bios.apply_configuration":
+		settings, err := parseSettings(args)
+		if err != nil {
+			return err
+		}
+		return b.ApplyBIOSSettings(ctx, settings)
+	case "bios.factory_reset":
+		return b.FactoryResetBIOS(ctx)
+	case "management.reset_bmc":
+		return b.ResetBMC(ctx)
+	}
+	return fmt.Errorf("redfish driver has no step %s.%s; it has bios.apply_configuration, bios.factory_reset and management.reset_bmc", iface, step)
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/drivers/fake"
+	"github.com/bmedge/bmedge/drivers/ipmi"
 	"github.com/bmedge/bmedge/drivers/qemuvm"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
@@ -118,13 +119,30 @@ type outItem struct {
 	topic   string
 	payload []byte
 	sent    time.Time
+	cmd     string // the command a result answers ("" for other messages)
 }
 
 type doneItem struct {
 	topic, id string
 	payload   []byte
 	at        time.Time
+	// deadline is the command's: a copy arriving after it cannot run.
+	deadline time.Time
+	// acked is when the coordinator acknowledged the result.
+	acked time.Time
 }
+
+// doneRetention is how long a command's result is remembered after the
+// coordinator acknowledged it, to answer a late duplicate of the command
+// (a broker redelivery) without running it again. After that, and after
+// the command's own deadline, a duplicate cannot arrive in time to run.
+// Remembering every result for an hour made the agent grow by every
+// command of the last hour (~70 MB for 1000 nodes cycling for a minute).
+const doneRetention = 10 * time.Minute
+
+// unackedRetention bounds a result the coordinator never acknowledges
+// (the node was deleted): the outbox keeps resending it regardless.
+const unackedRetention = time.Hour
 
 // New prepares an agent; Run connects it.
 func New(cfg Config) *Agent {
@@ -225,17 +243,18 @@ func (a *Agent) publish(topic string, payload []byte) {
 	}
 }
 
-// send puts a result into the outbox and publishes it; it is resent until acked.
-func (a *Agent) send(topic string, m *protocol.Message) {
+// send puts a result into the outbox and publishes it; it is resent until
+// acked. deadline is the deadline of the command m answers.
+func (a *Agent) send(topic string, m *protocol.Message, deadline time.Time) {
 	b, err := protocol.Encode(m)
 	if err != nil {
 		a.log.Error("not sending invalid message", "err", err)
 		return
 	}
 	a.mu.Lock()
-	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now()}
+	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), cmd: m.CommandID}
 	if m.Kind == protocol.KindResult {
-		a.done[m.CommandID] = doneItem{topic: topic, id: m.ID, payload: b, at: time.Now()}
+		a.done[m.CommandID] = doneItem{topic: topic, id: m.ID, payload: b, at: time.Now(), deadline: deadline}
 	}
 	a.mu.Unlock()
 	a.publish(topic, b)
@@ -273,7 +292,8 @@ func (a *Agent) resendLoop(ctx context.Context) {
 			}
 		}
 		for id, d := range a.done {
-			if now.Sub(d.at) > time.Hour {
+			acked := !d.acked.IsZero() && now.Sub(d.acked) > doneRetention && now.After(d.deadline)
+			if acked || now.Sub(d.at) > unackedRetention {
 				delete(a.done, id)
 			}
 		}
@@ -306,8 +326,15 @@ func (a *Agent) handle(topic string, payload []byte) {
 	case "bmc/cmd":
 		switch m.Kind {
 		case protocol.KindAck:
+			now := time.Now()
 			a.mu.Lock()
 			for _, id := range m.AckIDs {
+				if it, ok := a.outbox[id]; ok && it.cmd != "" {
+					if d, ok := a.done[it.cmd]; ok {
+						d.acked = now
+						a.done[it.cmd] = d
+					}
+				}
 				delete(a.outbox, id)
 			}
 			a.mu.Unlock()
@@ -325,7 +352,8 @@ func (a *Agent) handle(topic string, payload []byte) {
 }
 
 // bmc returns the node's BMC: a simulated one for the fake driver while
-// the site has room, a QEMU VM for the development driver.
+// the site has room, a QEMU VM for the development driver, the real BMC
+// for ipmi.
 func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -333,7 +361,13 @@ func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, erro
 		a.info[node] = info
 	}
 	if b, ok := a.bmcs[node]; ok {
-		return b, nil
+		// A real BMC built from older driver_info (say, before the
+		// operator fixed a password) is replaced.
+		if s, ok := b.(interface{ SameInfo(map[string]any) bool }); !ok || info == nil || s.SameInfo(info) {
+			return b, nil
+		}
+		closeBMC(b)
+		delete(a.bmcs, node)
 	}
 	str := func(k string) string { v, _ := info[k].(string); return v }
 	var b drivers.BMC
@@ -366,8 +400,14 @@ func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, erro
 		b = qemuvm.New(qemuvm.Config{Kernel: a.cfg.QEMU.Kernel, Initrd: a.cfg.QEMU.Initrd, Disk: str("qemu_disk"),
 			Serial: str("qemu_disk_serial"), NVMeDisk: str("qemu_nvme_disk"), NVMeSerial: str("qemu_nvme_serial"), QMP: str("qemu_qmp"), MemoryMB: mem, Console: console,
 			Cmdline: func() string { return a.ramdiskCmdline(node) }})
+	case "ipmi":
+		ib, err := ipmi.New(info, ipmi.Options{})
+		if err != nil {
+			return nil, err
+		}
+		b = ib
 	default:
-		return nil, fmt.Errorf("this edge agent does not drive %q BMCs yet (it knows fake and qemu-dev)", driver)
+		return nil, fmt.Errorf("this edge agent does not drive %q BMCs yet (it knows ipmi, fake and qemu-dev)", driver)
 	}
 	a.bmcs[node] = b
 	return b, nil
@@ -399,9 +439,17 @@ func (a *Agent) closeBMCs() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, b := range a.bmcs {
-		if c, ok := b.(interface{ Close() }); ok {
-			c.Close()
-		}
+		closeBMC(b)
+	}
+}
+
+// closeBMC ends a BMC's session or VM, whichever kind of Close it has.
+func closeBMC(b drivers.BMC) {
+	switch c := b.(type) {
+	case interface{ Close() }:
+		c.Close()
+	case interface{ Close() error }:
+		_ = c.Close()
 	}
 }
 
@@ -409,7 +457,7 @@ func (a *Agent) runBMC(m *protocol.Message) {
 	a.mu.Lock()
 	if d, ok := a.done[m.ID]; ok {
 		// A command we already ran: its result was lost or not yet acked.
-		a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now()}
+		a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now(), cmd: m.ID}
 		a.mu.Unlock()
 		a.publish(d.topic, d.payload)
 		return
@@ -432,7 +480,7 @@ func (a *Agent) runBMC(m *protocol.Message) {
 	if err != nil {
 		res.Error = err.Error()
 	}
-	a.send(protocol.BMCEvtTopic(a.cfg.Site), res)
+	a.send(protocol.BMCEvtTopic(a.cfg.Site), res, m.Deadline)
 }
 
 func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) error {

@@ -20,10 +20,17 @@ func main() {
 		fmt.Fprint(os.Stderr, `agent: the edge agent of one site. It connects to the coordinator's MQTT broker
 with the site's credentials (from 'coordinator site add SITE --credentials-file FILE'),
 runs out-of-band commands on the site's BMCs and relays results with a resending outbox.
-With --simulate N it serves N simulated nodes: fake BMCs and simulated ramdisk agents
-that speak the real protocol.
 
-Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] --simulate N [flags]
+It drives the BMCs of the site's nodes of driver ipmi (IPMI over LAN). Booting those
+nodes into the ramdisk needs network boot, which this agent does not serve yet: today
+they can be managed (the BMC is verified) and powered, not inspected or cleaned.
+Redfish is not driven yet. With --simulate N it also serves N simulated nodes (driver
+fake): fake BMCs and simulated ramdisk agents that speak the real protocol. With
+--qemu-kernel and --qemu-initrd it runs nodes of the development driver qemu-dev as
+QEMU VMs booting the real ramdisk.
+
+Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file CA]
+             [--simulate N] [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL] [flags]
 
 `)
 		fs.PrintDefaults()
@@ -71,8 +78,8 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] --simulate
 	if *brokerURL == "" {
 		*brokerURL = creds.BrokerURL
 	}
-	if *simulate <= 0 && *qKernel == "" {
-		fmt.Fprintln(os.Stderr, "error: this first form of the edge agent drives simulated nodes (--simulate N) or QEMU VMs (--qemu-kernel, --qemu-initrd); give one")
+	if (*qKernel == "") != (*qInitrd == "") {
+		fmt.Fprintln(os.Stderr, "error: qemu-dev needs both --qemu-kernel and --qemu-initrd (make ramdisk builds them under build/ramdisk)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -1,0 +1,71 @@
+package server_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
+)
+
+// TestIPMINodeThroughTheEdgeAgent: a node of driver ipmi behind ipmi_sim,
+// driven by the edge agent in real mode (no simulation): a wrong password
+// sends it back to enroll with the BMC's refusal in last_error; with the
+// right one it is managed, and power actions through the API reach the
+// BMC (checked with ipmitool, an independent client).
+func TestIPMINodeThroughTheEdgeAgent(t *testing.T) {
+	sim := ipmisim.StartTest(t, ipmisim.Options{})
+	c := testrig.Coordinator(t, testrig.Options{})
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	testrig.StartAgent(t, creds, agent.SimOptions{}) // real mode: no simulated nodes
+
+	info := sim.DriverInfo()
+	info["ipmi_password"] = "not-the-password"
+	var n testrig.Node
+	if code := cl.Do("POST", "/v1/nodes", map[string]any{"name": "srv1", "driver": "ipmi", "conductor_group": "rack1", "driver_info": info}, &n); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	cl.MustVerb(n.UUID, "manage", nil)
+	got := cl.WaitRest(n.UUID, 60*time.Second)
+	if got.State != "enroll" || !strings.Contains(got.LastError, "refused user admin") {
+		t.Fatalf("manage with a wrong password: %q, last_error %q; want enroll with the BMC's refusal", got.State, got.LastError)
+	}
+	if strings.Contains(got.LastError, "not-the-password") {
+		t.Fatalf("last_error shows the password: %q", got.LastError)
+	}
+
+	patch := []map[string]any{{"op": "replace", "path": "/driver_info/ipmi_password", "value": sim.DriverInfo()["ipmi_password"]}}
+	if code := cl.Do("PATCH", "/v1/nodes/"+n.UUID, patch, nil); code != 200 {
+		t.Fatalf("patch: %d", code)
+	}
+	cl.MustVerb(n.UUID, "manage", nil)
+	if got := cl.WaitRest(n.UUID, 60*time.Second); got.State != "manageable" {
+		t.Fatalf("manage with the right password: %q, last_error %q", got.State, got.LastError)
+	}
+
+	for _, p := range []struct{ target, want string }{{"power on", "on"}, {"power off", "off"}, {"rebooted", "on"}} {
+		if code := cl.Do("PUT", "/v1/nodes/"+n.UUID+"/states/power", map[string]string{"target": p.target}, nil); code != 202 {
+			t.Fatalf("%s: %d", p.target, code)
+		}
+		got := cl.WaitRest(n.UUID, 60*time.Second)
+		if got.LastError != "" {
+			t.Fatalf("%s: last_error %q", p.target, got.LastError)
+		}
+		out, err := sim.Ipmitool("chassis", "power", "status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "Chassis Power is "+p.want) {
+			t.Fatalf("after %s ipmitool says %q", p.target, out)
+		}
+		if got.PowerState != p.target && !(p.target == "rebooted" && got.PowerState == "power on") {
+			t.Errorf("after %s the node's power_state is %q", p.target, got.PowerState)
+		}
+	}
+}

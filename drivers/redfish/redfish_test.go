@@ -692,3 +692,31 @@ func TestReloginAfter401(t *testing.T) {
 		t.Fatalf("%d sessions open", r.bmc.Sessions())
 	}
 }
+
+// TestReloginOnlyOnce: a BMC that refuses every session token at once
+// gets one new login, then a clear error, not a loop of logins.
+func TestReloginOnlyOnce(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	forgetful := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Header.Get("X-Auth-Token") != "" {
+			r.bmc.DropSessions()
+		}
+		r.bmc.ServeHTTP(w, req)
+	})
+	srv, err := vbmc.Serve(forgetful, vbmc.ServeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	d, err := redfish.New(map[string]any{"redfish_address": srv.URL, "redfish_username": "admin", "redfish_password": password,
+		"redfish_auth_type": "session"}, r.fastOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	_, err = d.PowerState(ctx(t))
+	mustContain(t, err, "refused the session even after a new login", "HTTP 401")
+	if n := count(r.bmc.RequestLog(), "POST /redfish/v1/SessionService/Sessions 201"); n != 2 {
+		t.Fatalf("%d logins, want 2", n)
+	}
+}

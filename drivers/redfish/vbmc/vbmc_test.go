@@ -275,7 +275,7 @@ func TestVirtualMedia(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
-	l := newLab(t, vbmc.Config{ResetDowntime: 300 * time.Millisecond})
+	l := newLab(t, vbmc.Config{ResetDowntime: time.Second})
 	l.bmc.SetFaults(vbmc.Faults{FailStatus: 500, FailCount: 2})
 	for i := 0; i < 2; i++ {
 		if r := l.call(t, "GET", "/redfish/v1/Systems/1", "basic", nil); r.status != 500 || errorID(r) == "" {
@@ -316,9 +316,15 @@ func TestFaults(t *testing.T) {
 	if r := l.call(t, "GET", "/redfish/v1", "none", nil); r.status != 503 {
 		t.Fatalf("during the BMC's reboot: %d, want 503", r.status)
 	}
-	time.Sleep(350 * time.Millisecond)
-	if r := l.call(t, "GET", "/redfish/v1", "none", nil); r.status != 200 {
-		t.Fatalf("after the BMC's reboot: %d", r.status)
+	if r := l.call(t, "GET", "/redfish/v1/Systems", "basic", nil); r.status != 503 {
+		t.Fatalf("during the BMC's reboot: %d, want 503", r.status)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.call(t, "GET", "/redfish/v1", "none", nil).status != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("the BMC did not come back after its reboot")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

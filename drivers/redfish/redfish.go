@@ -30,7 +30,11 @@ import (
 	"github.com/bmedge/bmedge/protocol"
 )
 
-var _ drivers.BMC = (*BMC)(nil)
+var (
+	_ drivers.BMC = (*BMC)(nil)
+	// The edge agent closes BMCs that have this method.
+	_ interface{ Close() } = (*BMC)(nil)
+)
 
 // Options tune a BMC's timeouts and retries; zero values take defaults.
 type Options struct {
@@ -154,17 +158,19 @@ func (b *BMC) lock(ctx context.Context) error {
 func (b *BMC) unlock() { <-b.sem }
 
 // Close ends the session, if there is one. It waits up to 30 s for a
-// running operation; after that the session is left to time out.
-func (b *BMC) Close() error {
+// running operation; after that the session is left to time out on the
+// BMC. It has no error to return (the edge agent closes its BMCs through
+// interface{ Close() }); a failed logout is logged.
+func (b *BMC) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
-		return err
+		b.log.Warn("redfish close: an operation is still running; the session is left to time out", "err", err)
+		return
 	}
 	defer b.unlock()
 	b.logout(ctx)
 	b.http.CloseIdleConnections()
-	return nil
 }
 
 // logout deletes the session (best effort) and forgets the client.

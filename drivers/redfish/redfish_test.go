@@ -718,3 +718,47 @@ func TestReloginOnlyOnce(t *testing.T) {
 		t.Fatalf("%d logins, want 2", n)
 	}
 }
+
+// TestManyBMCsInOneProcess is the benchmark's shape: 200 vBMCs, each on
+// its own 127.0.0.1 listener, each driven by its own driver.
+func TestManyBMCsInOneProcess(t *testing.T) {
+	const n = 200
+	rigs := make([]*rig, n)
+	for i := range rigs {
+		rigs[i] = newRig(t, rigOptions{})
+	}
+	sem := make(chan struct{}, 20)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for _, r := range rigs {
+		wg.Add(1)
+		go func(r *rig) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			d, err := redfish.New(r.info(), r.fastOptions())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer d.Close()
+			if err := d.Validate(context.Background()); err != nil {
+				errs <- err
+				return
+			}
+			errs <- d.SetPower(context.Background(), protocol.PowerOn)
+		}(r)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range rigs {
+		if !r.machine.PoweredOn() || r.bmc.Sessions() != 0 {
+			t.Fatalf("BMC %d: on=%v sessions=%d", i, r.machine.PoweredOn(), r.bmc.Sessions())
+		}
+	}
+}

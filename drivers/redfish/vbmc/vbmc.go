@@ -232,7 +232,8 @@ func New(cfg Config) (*BMC, error) {
 	return b, nil
 }
 
-// Close stops power actions still waiting for their delay.
+// Close stops power actions still waiting for their delay. The machines
+// belong to the caller, who stops them (QEMUMachine.Close).
 func (b *BMC) Close() {
 	b.cancel()
 	b.wg.Wait()

@@ -36,6 +36,7 @@ type config struct {
 	password string
 	verify   bool
 	caFile   string
+	caPEM    string // the CA file's contents, to tell a changed file
 	roots    *x509.CertPool
 	authType string
 }
@@ -129,6 +130,7 @@ func parseInfo(info map[string]any) (*config, error) {
 			if err != nil {
 				return nil, fmt.Errorf("redfish driver_info %s is neither true, false nor a readable CA file: %v", InfoVerifyCA, err)
 			}
+			c.caPEM = string(pem)
 			c.roots = x509.NewCertPool()
 			if !c.roots.AppendCertsFromPEM(pem) {
 				return nil, fmt.Errorf("redfish driver_info %s: %s holds no PEM certificate", InfoVerifyCA, c.caFile)
@@ -153,4 +155,11 @@ func parseInfo(info map[string]any) (*config, error) {
 		return nil, fmt.Errorf("redfish driver_info %s %q must be basic, session or auto", InfoAuthType, at)
 	}
 	return c, nil
+}
+
+// same reports whether two configurations describe the same BMC access.
+func (c *config) same(o *config) bool {
+	return c.endpoint == o.endpoint && c.systemID == o.systemID && c.username == o.username &&
+		c.password == o.password && c.verify == o.verify && c.caFile == o.caFile && c.caPEM == o.caPEM &&
+		c.authType == o.authType
 }

@@ -524,15 +524,25 @@ func (b *BMC) readSystem(ctx context.Context, what string) (*schemas.ComputerSys
 	return sys, err
 }
 
-// Validate implements drivers.BMC: it logs in (when not logged in yet)
-// and finds the system, so that wrong credentials, a wrong address or a
-// wrong redfish_system_id show now and not at the first power action.
+// SameInfo reports whether driver_info describes this BMC as it was
+// built (address, system, credentials, TLS and auth settings), so that a
+// caller keeping BMCs knows when to Close this one and build a new one.
+func (b *BMC) SameInfo(info map[string]any) bool {
+	c, err := parseInfo(info)
+	return err == nil && c.same(b.cfg)
+}
+
+// Validate implements drivers.BMC: it logs in anew and finds the system,
+// so that wrong credentials, a wrong address or a wrong
+// redfish_system_id show now and not at the first power action. A
+// session opened earlier proves nothing about the credentials now; it is
+// closed first, which also frees its slot on the BMC.
 func (b *BMC) Validate(ctx context.Context) error {
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
-	b.systemURI = ""
+	b.logout(ctx)
 	sys, err := b.readSystem(ctx, "validate")
 	if err != nil {
 		return err

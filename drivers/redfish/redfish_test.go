@@ -204,8 +204,20 @@ func TestValidateAndPassword(t *testing.T) {
 	if err := d.Validate(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(r.bmc.RequestLog(), "POST /redfish/v1/SessionService/Sessions"); n != 1 {
-		t.Fatalf("%d logins for two validations; the session must be reused", n)
+	if n := count(r.bmc.RequestLog(), "POST /redfish/v1/SessionService/Sessions"); n != 2 {
+		t.Fatalf("%d logins for two validations; each must log in anew", n)
+	}
+	if n := r.bmc.Sessions(); n != 1 {
+		t.Fatalf("sessions after two validations = %d; the first must be closed", n)
+	}
+	// Other calls reuse the session.
+	for i := 0; i < 3; i++ {
+		if _, err := d.PowerState(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(r.bmc.RequestLog(), "POST /redfish/v1/SessionService/Sessions"); n != 2 {
+		t.Fatalf("%d logins after three power state reads; the session must be reused", n)
 	}
 	d.Close()
 	if n := r.bmc.Sessions(); n != 0 {
@@ -230,6 +242,25 @@ func TestValidateAndPassword(t *testing.T) {
 		if n := len(r.bmc.RequestLog()) - before; n > 5 {
 			t.Fatalf("auth %s: %d requests for a refused login", auth, n)
 		}
+	}
+}
+
+func TestSameInfo(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	d := r.driver(t, r.fastOptions())
+	if !d.SameInfo(r.info()) {
+		t.Fatal("the same driver_info is not the same")
+	}
+	for _, change := range [][]string{
+		{"redfish_password", "other"}, {"redfish_username", "root"}, {"redfish_system_id", "2"},
+		{"redfish_verify_ca", "false"}, {"redfish_auth_type", "basic"}, {"redfish_address", "http://127.0.0.1:1"},
+	} {
+		if d.SameInfo(r.info(change...)) {
+			t.Errorf("driver_info with %s changed is the same", change[0])
+		}
+	}
+	if d.SameInfo(map[string]any{}) {
+		t.Error("an invalid driver_info is the same")
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/drivers/fake"
 	"github.com/bmedge/bmedge/drivers/ipmi"
+	"github.com/bmedge/bmedge/drivers/redfish"
 	"github.com/bmedge/bmedge/drivers/qemuvm"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
@@ -353,7 +354,7 @@ func (a *Agent) handle(topic string, payload []byte) {
 
 // bmc returns the node's BMC: a simulated one for the fake driver while
 // the site has room, a QEMU VM for the development driver, the real BMC
-// for ipmi.
+// for ipmi and redfish.
 func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -406,8 +407,14 @@ func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, erro
 			return nil, err
 		}
 		b = ib
+	case "redfish":
+		rb, err := redfish.New(info, redfish.Options{Logger: a.log})
+		if err != nil {
+			return nil, err
+		}
+		b = rb
 	default:
-		return nil, fmt.Errorf("this edge agent does not drive %q BMCs yet (it knows ipmi, fake and qemu-dev)", driver)
+		return nil, fmt.Errorf("this edge agent does not drive %q BMCs yet (it knows ipmi, redfish, fake and qemu-dev)", driver)
 	}
 	a.bmcs[node] = b
 	return b, nil

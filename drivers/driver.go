@@ -131,7 +131,8 @@ func RedfishDeclaration() Declaration {
 		CleanSteps: []Step{
 			{Interface: "management", Step: "reset_bmc", Priority: 0},
 			{Interface: "bios", Step: "apply_configuration", Priority: 0,
-				ArgsInfo: map[string]ArgInfo{"settings": {Description: "list of {name, value} BIOS settings", Required: true}}},
+				ArgsInfo: map[string]ArgInfo{"settings": {Description: "list of {name, value} BIOS settings; they apply at the next boot", Required: true}}},
+			{Interface: "bios", Step: "factory_reset", Priority: 0},
 		},
 		DeploySteps: commonDeploySteps(),
 	}

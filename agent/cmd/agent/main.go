@@ -21,10 +21,10 @@ func main() {
 with the site's credentials (from 'coordinator site add SITE --credentials-file FILE'),
 runs out-of-band commands on the site's BMCs and relays results with a resending outbox.
 
-It drives the BMCs of the site's nodes of driver ipmi (IPMI over LAN). Booting those
-nodes into the ramdisk needs network boot, which this agent does not serve yet: today
-they can be managed (the BMC is verified) and powered, not inspected or cleaned.
-Redfish is not driven yet. With --simulate N it also serves N simulated nodes (driver
+It drives the BMCs of the site's nodes of drivers ipmi (IPMI over LAN) and redfish.
+Booting those nodes into the ramdisk needs network boot or virtual media, which this
+agent does not serve yet: today they can be managed (the BMC is verified), powered and
+run out-of-band steps (bios.apply_configuration), not inspected or cleaned. With --simulate N it also serves N simulated nodes (driver
 fake): fake BMCs and simulated ramdisk agents that speak the real protocol. With
 --qemu-kernel and --qemu-initrd it runs nodes of the development driver qemu-dev as
 QEMU VMs booting the real ramdisk.

@@ -16,8 +16,8 @@ const DefaultHistoryMaxEntries = 300
 // histReadAhead is how many of a node's oldest history keys one read of
 // the store fetches for trimming: a node at its cap loses one entry per
 // new one, and reading them in groups keeps the store out of the engine
-// loop for all but one in histReadAhead entries.
-const histReadAhead = 32
+// loop for all but one in histReadAhead entries, for ~0.5 KB per node.
+const histReadAhead = 16
 
 // histState is what the engine knows of one node's history in the store,
 // so that it can keep the history under the cap without reading it for
@@ -31,7 +31,8 @@ type histState struct {
 	// and reads for the next oldest start after it (a seek that skips
 	// the deleted keys without visiting them).
 	floor string
-	// next are the oldest keys after floor, read ahead of need.
+	// next are the oldest keys after floor, read ahead of need, without
+	// the node's prefix (HistoryPrefix + uuid + "/") to save memory.
 	next []string
 }
 
@@ -74,10 +75,11 @@ func (t *tx) addHistory(n *fsm.Node, h fsm.HistoryEntry) {
 // oldestHistory picks the node's oldest remaining history key and moves
 // the floor past it.
 func (t *tx) oldestHistory(nodeUUID string, hs *histState) (string, bool) {
+	prefix := store.HistoryPrefix + nodeUUID + "/"
 	if len(hs.next) == 0 {
-		prefix := store.HistoryPrefix + nodeUUID + "/"
+		hs.next = make([]string, 0, histReadAhead)
 		err := t.e.st.Keys(prefix, hs.floor, func(k string) bool {
-			hs.next = append(hs.next, k)
+			hs.next = append(hs.next, strings.TrimPrefix(k, prefix))
 			return len(hs.next) < histReadAhead
 		})
 		if err != nil {
@@ -89,7 +91,7 @@ func (t *tx) oldestHistory(nodeUUID string, hs *histState) (string, bool) {
 	var k string
 	switch {
 	case len(hs.next) > 0:
-		k, hs.next = hs.next[0], hs.next[1:]
+		k, hs.next = prefix+hs.next[0], hs.next[1:]
 	case len(t.histNew[nodeUUID]) > 0:
 		// Every committed entry is gone: the oldest are this batch's own
 		// (a cap smaller than one batch's entries for the node).

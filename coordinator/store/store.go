@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -28,9 +29,22 @@ const (
 type Store struct {
 	db  *badger.DB
 	dir string
+	// large counts the bytes of values written to the value log, so that
+	// callers can collect garbage by volume written, not only by time.
+	large atomic.Int64
 	// parts is how many transactions the last Commit took (for tests).
 	parts int
 }
+
+// Sizes of the database's parts; see Open for why.
+const (
+	// ValueThreshold: values of at least this size go to the value log.
+	ValueThreshold = 1 << 10
+	// ValueLogFileSize is the size of one value-log file, the unit that
+	// value-log GC reclaims.
+	ValueLogFileSize = 16 << 20
+	memTableSize     = 4 << 20
+)
 
 // KeyRotation is how often Badger starts a new data key. Data keys
 // encrypt the files and are themselves encrypted with the key from
@@ -48,24 +62,45 @@ const KeyRotation = 7 * 24 * time.Hour
 // privateUmask. An existing database written without encryption is
 // refused with an error that says what to do.
 func Open(dir string, key []byte, log *slog.Logger) (*Store, error) {
+	return open(dir, key, log, nil)
+}
+
+// open is Open with a hook that lets tests shrink Badger's sizes.
+func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) badger.Options) (*Store, error) {
 	if len(key) != KeySize {
 		return nil, fmt.Errorf("open database in %s: the encryption key has %d bytes, want %d (use store.LoadKey)", dir, len(key), KeySize)
 	}
 	privateUmask()
+	// Space is reclaimed in two ways (docs/benchmarks.md, "Soak", has the
+	// measurements behind these numbers). Values under ValueThreshold
+	// (history entries, small records) live in the LSM tree, where
+	// compaction drops overwritten and deleted versions. Larger values
+	// (most node records, rewritten on every transition) go to the value
+	// log, whose files only value-log GC reclaims, and only once
+	// compaction has counted their stale values; so small memtables
+	// flushed often, with every flush compacted at once (one level-0
+	// table), keep that count current, and small value-log files let GC
+	// reclaim space in small steps. With 16 MiB memtables, five level-0
+	// tables and 64 MiB files, 1000 nodes' data folder grew by ~37 MB a
+	// deploy/undeploy cycle, and RSS with it (Badger mmaps the files).
 	opts := badger.DefaultOptions(dir).
 		WithSyncWrites(true).
 		WithLogger(badgerLogger{log}).
-		WithMemTableSize(16 << 20).
+		WithMemTableSize(memTableSize).
 		WithNumMemtables(2).
-		WithValueLogFileSize(64 << 20).
+		WithNumLevelZeroTables(1).
+		WithValueLogFileSize(ValueLogFileSize).
 		WithBlockCacheSize(16 << 20).
 		// Encryption needs the index cache: decrypted table indexes live
 		// there instead of in the mmapped files.
 		WithIndexCacheSize(16 << 20).
 		WithNumCompactors(2).
-		WithValueThreshold(1 << 10).
+		WithValueThreshold(ValueThreshold).
 		WithEncryptionKey(key).
 		WithEncryptionKeyRotationDuration(KeyRotation)
+	if tweak != nil {
+		opts = tweak(opts)
+	}
 	db, err := badger.Open(opts)
 	if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
 		if unencrypted(dir) {
@@ -113,14 +148,14 @@ func (s *Store) Commit(b *Batch) error {
 	defer func() { txn.Discard() }()
 	s.parts = 1
 	for i, k := range b.keys {
-		err := set(txn, k, b.vals[i])
+		err := s.set(txn, k, b.vals[i])
 		if errors.Is(err, badger.ErrTxnTooBig) {
 			if err := txn.Commit(); err != nil {
 				return fmt.Errorf("commit: %w", err)
 			}
 			s.parts++
 			txn = s.db.NewTransaction(true)
-			err = set(txn, k, b.vals[i])
+			err = s.set(txn, k, b.vals[i])
 		}
 		if err != nil {
 			return fmt.Errorf("write %s: %w", k, err)
@@ -132,12 +167,19 @@ func (s *Store) Commit(b *Batch) error {
 	return nil
 }
 
-func set(txn *badger.Txn, k string, v []byte) error {
+func (s *Store) set(txn *badger.Txn, k string, v []byte) error {
 	if v == nil {
 		return txn.Delete([]byte(k))
 	}
+	if len(v) >= ValueThreshold {
+		s.large.Add(int64(len(v)))
+	}
 	return txn.Set([]byte(k), v)
 }
+
+// ValueLogWritten is how many bytes of values were written to the value
+// log by Commit since Open.
+func (s *Store) ValueLogWritten() int64 { return s.large.Load() }
 
 // Get reads one key; found is false when it is absent.
 func (s *Store) Get(key string) (val []byte, found bool, err error) {

@@ -11,7 +11,7 @@ import (
 // testKey is the encryption key of the tests' databases.
 var testKey = bytes.Repeat([]byte{7}, KeySize)
 
-func open(t *testing.T, dir string) *Store {
+func openTest(t *testing.T, dir string) *Store {
 	t.Helper()
 	s, err := Open(dir, testKey, slog.Default())
 	if err != nil {
@@ -22,7 +22,7 @@ func open(t *testing.T, dir string) *Store {
 
 func TestCommitSurvivesReopen(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, dir)
+	s := openTest(t, dir)
 	var b Batch
 	b.Set(NodePrefix+"a", []byte(`{"uuid":"a"}`))
 	b.Set(NodePrefix+"b", []byte(`{"uuid":"b"}`))
@@ -42,7 +42,7 @@ func TestCommitSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s = open(t, dir)
+	s = openTest(t, dir)
 	defer s.Close()
 	var keys []string
 	if err := s.Scan(NodePrefix, func(k string, v []byte) error {
@@ -66,11 +66,11 @@ func TestCommitSurvivesReopen(t *testing.T) {
 // A batch larger than one Badger transaction is split and every part
 // lands.
 func TestCommitSplitsHugeBatch(t *testing.T) {
-	s := open(t, t.TempDir())
+	s := openTest(t, t.TempDir())
 	defer s.Close()
 	var b Batch
 	val := bytes.Repeat([]byte("x"), 512) // inline in the LSM tree (under the value threshold)
-	const n = 20000                       // ~10 MiB: more than one transaction holds with 16 MiB memtables
+	const n = 20000                       // ~10 MiB: more than one transaction holds
 	for i := 0; i < n; i++ {
 		b.Set(fmt.Sprintf("%s%08d", HistoryPrefix, i), val)
 	}
@@ -96,7 +96,7 @@ func TestCommitSplitsHugeBatch(t *testing.T) {
 }
 
 func TestDeletePrefix(t *testing.T) {
-	s := open(t, t.TempDir())
+	s := openTest(t, t.TempDir())
 	defer s.Close()
 	var b Batch
 	b.Set(HistoryPrefix+"a/1", []byte("1"))
@@ -117,7 +117,7 @@ func TestDeletePrefix(t *testing.T) {
 
 func TestOpenTwiceSaysWhy(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, dir)
+	s := openTest(t, dir)
 	defer s.Close()
 	_, err := Open(dir, testKey, slog.Default())
 	if err == nil || !strings.Contains(err.Error(), "--data-dir") {

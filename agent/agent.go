@@ -292,15 +292,21 @@ func (a *Agent) resendLoop(ctx context.Context) {
 				due = append(due, it)
 			}
 		}
-		for id, d := range a.done {
-			acked := !d.acked.IsZero() && now.Sub(d.acked) > doneRetention && now.After(d.deadline)
-			if acked || now.Sub(d.at) > unackedRetention {
-				delete(a.done, id)
-			}
-		}
+		a.trimDone(now)
 		a.mu.Unlock()
 		for _, it := range due {
 			a.publish(it.topic, it.payload)
+		}
+	}
+}
+
+// trimDone forgets the results of commands that can no longer come
+// again (see doneRetention); a.mu is held.
+func (a *Agent) trimDone(now time.Time) {
+	for id, d := range a.done {
+		acked := !d.acked.IsZero() && now.Sub(d.acked) > doneRetention && now.After(d.deadline)
+		if acked || now.Sub(d.at) > unackedRetention {
+			delete(a.done, id)
 		}
 	}
 }

@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// A command's result is remembered for doneRetention after the
+// coordinator's ack and past the command's deadline, then forgotten; a
+// result never acked is forgotten after unackedRetention.
+func TestDoneResultsForgottenAfterAck(t *testing.T) {
+	a := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler)})
+	t0 := time.Now()
+	remember := func(cmd, res string, deadline time.Time) {
+		a.outbox[res] = outItem{topic: protocol.BMCEvtTopic("s1"), payload: []byte("{}"), sent: t0, cmd: cmd}
+		a.done[cmd] = doneItem{topic: protocol.BMCEvtTopic("s1"), id: res, payload: []byte("{}"), at: t0, deadline: deadline}
+	}
+	remember("c-short", "r-short", t0.Add(time.Minute))     // deadline before the retention ends
+	remember("c-long", "r-long", t0.Add(30*time.Minute))    // deadline after it
+	remember("c-unacked", "r-unacked", t0.Add(time.Minute)) // the coordinator never acks
+
+	ack, err := protocol.Encode(&protocol.Message{V: protocol.Version, Kind: protocol.KindAck, ID: "ack", Sent: time.Now(), AckIDs: []string{"r-short", "r-long"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.handle(protocol.BMCCmdTopic("s1"), ack)
+	acked := time.Now()
+	if a.Outbox() != 1 {
+		t.Fatalf("outbox after the ack: %d results, want 1 (the unacked one)", a.Outbox())
+	}
+	if a.done["c-short"].acked.IsZero() || a.done["c-long"].acked.IsZero() || !a.done["c-unacked"].acked.IsZero() {
+		t.Fatal("the ack did not mark the acked results (and only them)")
+	}
+	has := func(cmds ...string) string {
+		s := ""
+		for _, c := range cmds {
+			if _, ok := a.done[c]; ok {
+				s += c + " "
+			}
+		}
+		return s
+	}
+	a.trimDone(acked.Add(doneRetention - time.Second))
+	if got := has("c-short", "c-long", "c-unacked"); got != "c-short c-long c-unacked " {
+		t.Fatalf("before the retention ends: remembered %q", got)
+	}
+	a.trimDone(acked.Add(doneRetention + time.Second))
+	if got := has("c-short", "c-long", "c-unacked"); got != "c-long c-unacked " {
+		t.Fatalf("after the retention: remembered %q, want the one whose deadline is still ahead and the unacked one", got)
+	}
+	a.trimDone(t0.Add(31 * time.Minute))
+	if got := has("c-short", "c-long", "c-unacked"); got != "c-unacked " {
+		t.Fatalf("after the long deadline: remembered %q", got)
+	}
+	a.trimDone(t0.Add(unackedRetention + time.Second))
+	if len(a.done) != 0 {
+		t.Fatalf("after %s an unacked result is still remembered: %v", unackedRetention, a.done)
+	}
+}

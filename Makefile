@@ -2,7 +2,7 @@
 GO ?= go
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build run test test-unit fuzz bench bench-ramdisk states-doc deps ramdisk clean
+.PHONY: build run test test-unit fuzz bench soak bench-ramdisk states-doc deps ramdisk clean
 
 build:
 	$(GO) build -o bin/ ./coordinator/cmd/coordinator ./agent/cmd/agent
@@ -36,6 +36,12 @@ fuzz:
 NODES ?= 1000
 bench: build
 	$(GO) run ./scripts/bench -nodes $(NODES)
+
+# Deploy/undeploy cycles of many simulated nodes; the coordinator's RSS and
+# data folder after each (not part of make test): CYCLES=8 NODES=1000 make soak
+CYCLES ?= 8
+soak:
+	$(GO) run ./scripts/soak -cycles $(CYCLES) -nodes $(NODES)
 
 # The ramdisk's erase and image write against dd on one loop device, its
 # peak RSS, and boot → first heartbeat in QEMU (root; builds the image first).

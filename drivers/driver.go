@@ -18,6 +18,10 @@ type Declaration struct {
 	SecretInfo  []string
 	CleanSteps  []Step
 	DeploySteps []Step
+	// NoRamdiskBoot says why the edge agent cannot yet boot this driver's
+	// nodes into the ramdisk; empty when it can. Verbs that need the
+	// ramdisk are refused for such nodes at once, with this reason.
+	NoRamdiskBoot string
 }
 
 // Registry holds the known drivers.
@@ -112,9 +116,10 @@ func FakeDeclaration() Declaration {
 // IPMIDeclaration is the IPMI driver (go-ipmi on the edge agent).
 func IPMIDeclaration() Declaration {
 	return Declaration{
-		Name:         "ipmi",
-		RequiredInfo: []string{"ipmi_address"},
-		SecretInfo:   []string{"ipmi_password"},
+		Name:          "ipmi",
+		NoRamdiskBoot: "the edge agent does not serve network boot (PXE) yet, which ipmi nodes need to boot the ramdisk",
+		RequiredInfo:  []string{"ipmi_address"},
+		SecretInfo:    []string{"ipmi_password"},
 		CleanSteps: []Step{
 			{Interface: "management", Step: "reset_bmc", Priority: 0},
 		},
@@ -125,9 +130,10 @@ func IPMIDeclaration() Declaration {
 // RedfishDeclaration is the Redfish driver (gofish on the edge agent).
 func RedfishDeclaration() Declaration {
 	return Declaration{
-		Name:         "redfish",
-		RequiredInfo: []string{"redfish_address"},
-		SecretInfo:   []string{"redfish_password"},
+		Name:          "redfish",
+		NoRamdiskBoot: "the edge agent does not boot redfish nodes from virtual media yet",
+		RequiredInfo:  []string{"redfish_address"},
+		SecretInfo:    []string{"redfish_password"},
 		CleanSteps: []Step{
 			{Interface: "management", Step: "reset_bmc", Priority: 0},
 			{Interface: "bios", Step: "apply_configuration", Priority: 0,

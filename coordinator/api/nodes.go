@@ -485,12 +485,14 @@ func (s *Server) inventory(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
-	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, online bool) error { return nil })
+	var res map[string]fsm.InterfaceCheck
+	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, online bool) error {
+		res = s.e.Machine().Validate(n)
+		return nil
+	})
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	ok := map[string]any{"result": true}
-	writeJSON(w, 200, map[string]any{"power": ok, "management": ok, "boot": ok, "deploy": ok, "inspect": ok, "network": ok,
-		"console": map[string]any{"result": false, "reason": "not supported"}, "raid": ok, "rescue": ok, "bios": ok})
+	writeJSON(w, 200, res)
 }

@@ -141,6 +141,12 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 	if n.Maintenance && req.Verb != Abort && req.Verb != Manage && req.Verb != Undeploy {
 		return refuse(400, "Node %s is in maintenance (reason %q); nothing can start on it. Unset maintenance first.", n.Ident(), n.MaintenanceReason)
 	}
+	if needsRamdisk(req.Verb, m.cfg.AutomatedClean) {
+		if d, err := m.cfg.Drivers.Get(n.Driver); err == nil && d.NoRamdiskBoot != "" {
+			return refuse(400, "Cannot %s node %s: it needs the ramdisk, and %s. Nodes of driver %s can be managed, powered and cleaned with out-of-band steps for now.",
+				req.Verb, n.Ident(), d.NoRamdiskBoot, n.Driver)
+		}
+	}
 	switch req.Verb {
 	case Provide:
 		if n.Retired {
@@ -210,6 +216,18 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		m.abort(n, now, &out)
 	}
 	return out, nil
+}
+
+// needsRamdisk tells whether a verb always boots the ramdisk (a manual
+// clean does only when its list has an in-band step).
+func needsRamdisk(v Event, automatedClean bool) bool {
+	switch v {
+	case Inspect, Deploy, Rebuild, RescueV:
+		return true
+	case Provide:
+		return automatedClean
+	}
+	return false
 }
 
 func bootRamdisk() []Action {
@@ -656,6 +674,9 @@ func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time
 		inband = inband || a.Step.InBand
 	}
 	var plan []Action
+	if inband && err == nil && d.NoRamdiskBoot != "" {
+		err = fmt.Errorf("Cannot clean node %s with in-band steps: %s; only out-of-band steps can run on it for now", n.Ident(), d.NoRamdiskBoot)
+	}
 	if inband {
 		plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}}, powerAction(protocol.PowerOff))
 	} else {
@@ -1183,4 +1204,50 @@ func (m *Machine) SortedStepsView(n *Node, minPriority int) (steps []drivers.Ste
 	}
 	drivers.Sort(out)
 	return out, !n.StepsCachedAt.IsZero(), nil
+}
+
+// InterfaceCheck is one interface's answer in a node's validation, in
+// Ironic's shape: Result nil means the interface is not supported.
+type InterfaceCheck struct {
+	Result *bool  `json:"result"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Validate answers GET /v1/nodes/{id}/validate from what the coordinator
+// knows without asking the BMC (as Ironic's validate does): the driver's
+// required driver_info, whether the edge can boot the node into the
+// ramdisk, the image to deploy, the driver's interfaces.
+func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
+	yes, no := true, false
+	ok := InterfaceCheck{Result: &yes}
+	fail := func(reason string) InterfaceCheck { return InterfaceCheck{Result: &no, Reason: reason} }
+	unsupported := InterfaceCheck{Reason: "not supported"}
+	out := map[string]InterfaceCheck{"console": unsupported, "raid": unsupported, "network": ok}
+	d, err := m.cfg.Drivers.Get(n.Driver)
+	if err != nil {
+		for _, k := range []string{"power", "management", "boot", "deploy", "inspect", "rescue", "bios"} {
+			out[k] = fail(err.Error())
+		}
+		return out
+	}
+	out["power"], out["management"] = ok, ok
+	if err := m.checkDriverInfo(n); err != nil {
+		out["power"], out["management"] = fail(err.Error()), fail(err.Error())
+	}
+	boot := ok
+	if d.NoRamdiskBoot != "" {
+		boot = fail(d.NoRamdiskBoot)
+	}
+	out["boot"], out["inspect"], out["rescue"] = boot, boot, boot
+	out["deploy"] = boot
+	if s, _ := n.InstanceInfo["image_source"].(string); s == "" && d.NoRamdiskBoot == "" {
+		out["deploy"] = fail(fmt.Sprintf("instance_info image_source of node %s is not set", n.Ident()))
+	}
+	out["bios"] = unsupported
+	for _, s := range d.CleanSteps {
+		if s.Interface == "bios" {
+			out["bios"] = ok
+		}
+	}
+	return out
 }

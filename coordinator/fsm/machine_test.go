@@ -535,3 +535,36 @@ func TestDeployWritesImageWhateverTheRamdiskSays(t *testing.T) {
 		t.Fatalf("want write_image sent to the ramdisk, held %v (state %q, last_error %q)", w.held, w.n.ProvisionState, w.n.LastError)
 	}
 }
+
+func TestValidate(t *testing.T) {
+	m := testMachine(t)
+	n := &Node{UUID: "u1", Name: "n1", Driver: "fake", Site: "s1"}
+	v := m.Validate(n)
+	for _, k := range []string{"power", "management", "boot", "inspect", "rescue", "network"} {
+		if r := v[k].Result; r == nil || !*r {
+			t.Errorf("fake node: %s = %+v, want true", k, v[k])
+		}
+	}
+	if r := v["deploy"].Result; r == nil || *r || !strings.Contains(v["deploy"].Reason, "image_source") {
+		t.Errorf("deploy without image_source: %+v", v["deploy"])
+	}
+	n.InstanceInfo = map[string]any{"image_source": "http://i"}
+	if r := m.Validate(n)["deploy"].Result; r == nil || !*r {
+		t.Error("deploy with image_source not valid")
+	}
+	n.Driver = "ipmi"
+	v = m.Validate(n)
+	if r := v["power"].Result; r == nil || *r || !strings.Contains(v["power"].Reason, "ipmi_address") {
+		t.Errorf("ipmi without ipmi_address: power %+v", v["power"])
+	}
+	if r := v["boot"].Result; r == nil || *r {
+		t.Errorf("ipmi boot: %+v, want false until the edge serves network boot", v["boot"])
+	}
+	n.Driver = "redfish"
+	if r := m.Validate(n)["bios"].Result; r == nil || !*r {
+		t.Error("redfish has bios steps: bios must validate")
+	}
+	if _, r := m.Verb(&Node{UUID: "u2", Name: "n2", Driver: "redfish", ProvisionState: Manageable}, VerbRequest{Verb: Inspect}, time.Unix(0, 0)); r == nil || r.Code != 400 {
+		t.Errorf("inspect of a redfish node not refused: %+v", r)
+	}
+}

@@ -236,6 +236,14 @@ func FuzzDeploySteps(f *testing.F) {
 			InstanceInfo: map[string]any{"image_source": "http://img/1.raw", "image_checksum": strings.Repeat("0", 64)}}
 		s := &fuzzSite{t: t, m: m, n: n, now: time.Unix(1000, 0), helloClean: []byte(fuzzInbandSteps), helloDeploy: offered}
 		out, r := m.Verb(n, VerbRequest{Verb: Deploy, DeploySteps: list}, s.now)
+		if d, _ := m.cfg.Drivers.Get(n.Driver); d.NoRamdiskBoot != "" {
+			// The edge cannot boot this driver's nodes into the ramdisk:
+			// the deploy is refused at once, saying why.
+			if r == nil || !strings.Contains(r.Msg, d.NoRamdiskBoot) || n.ProvisionState != Available {
+				t.Fatalf("deploy of a %s node: refusal %v, state %q", n.Driver, r, n.ProvisionState)
+			}
+			return
+		}
 		if r != nil {
 			t.Fatalf("deploy refused: %s", r.Msg)
 		}

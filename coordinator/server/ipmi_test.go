@@ -68,4 +68,27 @@ func TestIPMINodeThroughTheEdgeAgent(t *testing.T) {
 			t.Errorf("after %s the node's power_state is %q", p.target, got.PowerState)
 		}
 	}
+
+	// Until the edge serves network boot, verbs that need the ramdisk are
+	// refused at once, saying why, and validate says the same.
+	code, msg := cl.Verb(n.UUID, "inspect", nil)
+	if code != 400 || !strings.Contains(msg, "network boot") {
+		t.Fatalf("inspect of an ipmi node: %d %q; want 400 saying network boot is missing", code, msg)
+	}
+	var v map[string]struct {
+		Result *bool  `json:"result"`
+		Reason string `json:"reason"`
+	}
+	if code := cl.Do("GET", "/v1/nodes/"+n.UUID+"/validate", nil, &v); code != 200 {
+		t.Fatalf("validate: %d", code)
+	}
+	if r := v["power"].Result; r == nil || !*r {
+		t.Errorf("validate power: %+v", v["power"])
+	}
+	if r := v["boot"].Result; r == nil || *r || !strings.Contains(v["boot"].Reason, "network boot") {
+		t.Errorf("validate boot: %+v; want false with the reason", v["boot"])
+	}
+	if v["console"].Result != nil || v["bios"].Result != nil {
+		t.Errorf("validate console %+v, bios %+v; want not supported (null)", v["console"], v["bios"])
+	}
 }

@@ -27,8 +27,7 @@ const (
 
 // Store is the Badger database.
 type Store struct {
-	db  *badger.DB
-	dir string
+	db *badger.DB
 	// large counts the bytes of values written to the value log, so that
 	// callers can collect garbage by volume written, not only by time.
 	large atomic.Int64
@@ -111,7 +110,7 @@ func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) b
 	if err != nil {
 		return nil, fmt.Errorf("open database in %s: %w (is another coordinator using this --data-dir?)", dir, err)
 	}
-	return &Store{db: db, dir: dir}, nil
+	return &Store{db: db}, nil
 }
 
 // Close flushes and closes the database.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,29 +26,12 @@ const (
 	fuzzStepCmd = "cmd-5"
 )
 
-type fuzzPub struct {
-	mu   sync.Mutex
-	last map[string]*protocol.Message
-}
+// fuzzPub checks that everything the engine publishes decodes.
+type fuzzPub struct{}
 
-func (p *fuzzPub) Publish(_ context.Context, _ string, payload []byte, _ bool) error {
-	m, err := protocol.Decode(payload)
-	if err != nil {
-		return err
-	}
-	p.mu.Lock()
-	if m.Kind == protocol.KindCommand {
-		p.last[m.Node] = m
-	}
-	p.mu.Unlock()
-	return nil
-}
-
-func (p *fuzzPub) command(node, action string) *protocol.Message {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if m := p.last[node]; m != nil && m.Action == action {
-		return m
+func (fuzzPub) Publish(_ context.Context, topic string, payload []byte, _ bool) error {
+	if _, err := protocol.Decode(payload); err != nil {
+		panic(fmt.Sprintf("the engine published an invalid message on %s: %v", topic, err))
 	}
 	return nil
 }
@@ -86,7 +68,7 @@ func FuzzHandleMessage(f *testing.F) {
 		}
 	}
 	var ids atomic.Int64
-	pub := &fuzzPub{last: map[string]*protocol.Message{}}
+	pub := fuzzPub{}
 	e, err := engine.New(engine.Config{DataDir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), TickInterval: time.Hour,
 		MaxConcurrentClean: 1 << 30, MaxConcurrentDeploy: 1 << 30,
 		Machine: fsm.Config{AutomatedClean: true,
@@ -122,7 +104,7 @@ func FuzzHandleMessage(f *testing.F) {
 			// Ids restart with every fresh node, so that the seeds' command
 			// id is the one it waits for.
 			ids.Store(0)
-			prepareCleanWait(t, e, pub, online)
+			prepareCleanWait(t, e, online)
 		}
 		e.HandleMessage(topic, payload)
 		flush()
@@ -135,7 +117,7 @@ func FuzzHandleMessage(f *testing.F) {
 // prepareCleanWait (re)creates fuzzNode and takes it through manage and
 // provide until its ramdisk runs the first clean step, answering the BMC
 // and saying hello as a healthy site would.
-func prepareCleanWait(t *testing.T, e *engine.Engine, pub *fuzzPub, online func()) {
+func prepareCleanWait(t *testing.T, e *engine.Engine, online func()) {
 	t.Helper()
 	online()
 	// A message may have left the node anywhere, even locked in an -ING
@@ -174,14 +156,24 @@ func prepareCleanWait(t *testing.T, e *engine.Engine, pub *fuzzPub, online func(
 	if _, err := e.CreateNode(engine.NodeSpec{UUID: fuzzNode, Driver: "fake", Site: "s1"}); err != nil {
 		t.Fatal(err)
 	}
+	// answer answers the node's outstanding command of action, as read
+	// from the node itself: commands of a deleted incarnation of the node
+	// may still be leaving the engine's publisher queues, with the same
+	// ids (ids restart with each node), so what was published cannot tell
+	// which command the node waits for (the harness once waited for an
+	// answer it had given to the wrong command: a "hung" worker).
 	answer := func(action string) {
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			if m := pub.command(fuzzNode, action); m != nil {
-				pub.mu.Lock()
-				delete(pub.last, fuzzNode)
-				pub.mu.Unlock()
-				res, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindResult, ID: "r-" + m.ID, Site: "s1", Node: fuzzNode, Sent: time.Now(), CommandID: m.ID, OK: true})
+			var id string
+			_ = e.View(fuzzNode, func(n *fsm.Node, _ bool) error {
+				if n.Pending != nil && n.Pending.Msg != nil && n.Pending.Msg.Action == action {
+					id = n.Pending.ID
+				}
+				return nil
+			})
+			if id != "" {
+				res, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindResult, ID: "r-" + id, Site: "s1", Node: fuzzNode, Sent: time.Now(), CommandID: id, OK: true})
 				e.HandleMessage(protocol.BMCEvtTopic("s1"), res)
 				return
 			}

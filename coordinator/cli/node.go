@@ -433,7 +433,7 @@ func failed(state string) bool {
 // follow polls the node until it rests, printing every change.
 func (c *cmd) follow(cl *client, id, sub string, limit time.Duration) int {
 	start := time.Now()
-	last := ""
+	last, want := "", ""
 	for {
 		n, err := c.getNode(cl, id)
 		if err != nil {
@@ -441,6 +441,9 @@ func (c *cmd) follow(cl *client, id, sub string, limit time.Duration) int {
 		}
 		state, _ := n["provision_state"].(string)
 		target, _ := n["target_provision_state"].(string)
+		if want == "" {
+			want = target // where the verb is meant to end
+		}
 		line := state
 		if target != "" {
 			line += " → " + target
@@ -466,9 +469,17 @@ func (c *cmd) follow(cl *client, id, sub string, limit time.Duration) int {
 		}
 		resv, _ := n["reservation"].(string)
 		if target == "" && resv == "" {
-			if failed(state) && sub != "abort" {
+			// A verb fails when the node lands in a failed state, or
+			// anywhere but where the verb was going (manage's failed
+			// verification goes back to enroll), as baremetal --wait.
+			missed := want != "" && state != want && !(failed(want) && failed(state))
+			if sub != "abort" && (failed(state) || missed || (sub == "manage" && state == "enroll")) {
 				le, _ := n["last_error"].(string)
-				fmt.Fprintf(c.err, "error: node %s is in %s: %s\n", id, state, le)
+				if want != "" && state != want {
+					fmt.Fprintf(c.err, "error: node %s is in %s, not %s: %s\n", id, state, want, le)
+				} else {
+					fmt.Fprintf(c.err, "error: node %s is in %s: %s\n", id, state, le)
+				}
 				return 1
 			}
 			return 0

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 	"github.com/bmedge/bmedge/protocol"
 )
@@ -33,6 +34,23 @@ func mosquitto(t *testing.T, brokerURL, bin, user, pass, clientID string, args .
 	all := append([]string{"-V", "mqttv5", "-h", host, "-p", port, "-u", user, "-P", pass, "-i", clientID}, args...)
 	out, err := exec.CommandContext(ctx, bin, all...).CombinedOutput()
 	return string(out), err
+}
+
+// bootingNode creates a node at site, manages it and starts an
+// inspection; it returns once the node waits for its ramdisk, with the
+// credential of that boot.
+func bootingNode(t *testing.T, c *server.Coordinator, cl *testrig.Client, name, site string) (id, user, pass string) {
+	t.Helper()
+	id = cl.CreateNode(name, site, nil)
+	cl.MustVerb(id, "manage", nil)
+	cl.WaitState(id, "manageable", 10*time.Second)
+	cl.MustVerb(id, "inspect", nil)
+	cl.WaitState(id, "inspect wait", 10*time.Second)
+	user, pass, ok := c.Engine.NodeCredentials(id)
+	if !ok {
+		t.Fatalf("node %s has no boot credential while it waits for its ramdisk", name)
+	}
+	return id, user, pass
 }
 
 // refusedAtConnect tells whether mosquitto's output is a CONNACK refusal.
@@ -56,15 +74,7 @@ func TestSessionTakeoverRefused(t *testing.T) {
 	}
 	testrig.Site(t, c, "site3", agent.SimOptions{Nodes: 4, NoBoot: true})
 	n1 := cl.CreateNode("n1", "site1", nil)
-	n3 := cl.CreateNode("n3", "site3", nil)
-	cl.MustVerb(n3, "manage", nil)
-	cl.WaitState(n3, "manageable", 10*time.Second)
-	cl.MustVerb(n3, "inspect", nil)
-	cl.WaitState(n3, "inspect wait", 10*time.Second)
-	nodeUser, nodePass, ok := c.Engine.NodeCredentials(n3)
-	if !ok {
-		t.Fatal("node n3 has no boot credential while it waits for its ramdisk")
-	}
+	n3, nodeUser, nodePass := bootingNode(t, c, cl, "n3", "site3")
 
 	// Positive controls: each credential works under its own client ID.
 	if out, err := mosquitto(t, c.BrokerURL, sub, site2.Username, site2.Password, "edge-site2", "-t", "bm/v1/site/site2/bmc/cmd", "-W", "1"); refusedAtConnect(out) {
@@ -116,15 +126,7 @@ func TestEarlierBootCredentialRefused(t *testing.T) {
 	c := testrig.Coordinator(t, testrig.Options{})
 	cl := testrig.NewClient(t, c)
 	testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 4, BootDelay: 1500 * time.Millisecond, StepDuration: 300 * time.Millisecond})
-	n := cl.CreateNode("n1", "site1", nil)
-	cl.MustVerb(n, "manage", nil)
-	cl.WaitState(n, "manageable", 10*time.Second)
-	cl.MustVerb(n, "inspect", nil)
-	cl.WaitState(n, "inspect wait", 10*time.Second)
-	user, first, ok := c.Engine.NodeCredentials(n)
-	if !ok {
-		t.Fatal("no boot credential while the node boots")
-	}
+	n, user, first := bootingNode(t, c, cl, "n1", "site1")
 	evt := protocol.NodeEvtTopic("site1", n)
 	// While the boot lasts the credential connects (and may publish).
 	if out, err := mosquitto(t, c.BrokerURL, pub, user, first, "ramdisk-"+n, "-q", "1", "-t", protocol.NodePresenceTopic("site1", n), "-m", "{}"); err != nil || refusedAtConnect(out) {

@@ -19,11 +19,7 @@ func TestIPMINodeThroughTheEdgeAgent(t *testing.T) {
 	sim := ipmisim.StartTest(t, ipmisim.Options{})
 	c := testrig.Coordinator(t, testrig.Options{})
 	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
-		t.Fatalf("site add: %d", code)
-	}
-	testrig.StartAgent(t, creds, agent.SimOptions{}) // real mode: no simulated nodes
+	testrig.Site(t, c, "rack1", agent.SimOptions{}) // real mode: no simulated nodes
 
 	info := sim.DriverInfo()
 	info["ipmi_password"] = "not-the-password"

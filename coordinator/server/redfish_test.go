@@ -33,11 +33,7 @@ func TestRedfishNodeThroughTheEdgeAgent(t *testing.T) {
 
 	c := testrig.Coordinator(t, testrig.Options{})
 	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
-		t.Fatalf("site add: %d", code)
-	}
-	testrig.StartAgent(t, creds, agent.SimOptions{})
+	testrig.Site(t, c, "rack1", agent.SimOptions{}) // real mode: no simulated nodes
 
 	info := map[string]any{"redfish_address": srv.URL, "redfish_username": "root", "redfish_password": "wrong", "redfish_verify_ca": caFile}
 	var n testrig.Node

@@ -205,19 +205,11 @@ func TestBrokerACL(t *testing.T) {
 	cl := testrig.NewClient(t, c)
 	testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 4, NoBoot: true})
 	cl.Do("POST", "/v1/sites", map[string]string{"name": "site2"}, nil)
-	a := cl.CreateNode("a", "site1", nil)
-	b := cl.CreateNode("b", "site1", nil)
 	// Node A boots the ramdisk (which never comes): its boot credential
 	// is valid while it waits.
-	cl.MustVerb(a, "manage", nil)
-	cl.WaitState(a, "manageable", 10*time.Second)
-	cl.MustVerb(a, "inspect", nil)
-	cl.WaitState(a, "inspect wait", 10*time.Second)
+	a, user, pass := bootingNode(t, c, cl, "a", "site1")
+	b := cl.CreateNode("b", "site1", nil)
 	host, port := splitAddr(c.BrokerURL)
-	user, pass, ok := c.Engine.NodeCredentials(a)
-	if !ok {
-		t.Fatal("no boot credential while node A waits for its ramdisk")
-	}
 	run := func(bin string, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

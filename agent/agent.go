@@ -92,8 +92,15 @@ type Config struct {
 	// boots (bm.ca), so that they verify the broker too.
 	CAFile         string
 	ResendInterval time.Duration
-	Sim            SimOptions
-	Log            *slog.Logger
+	// PowerSyncInterval is how often the power state of every real BMC
+	// the agent knows (ipmi, redfish, qemu-dev; not the simulated ones)
+	// is read; only changes and failures are reported. 0 disables it
+	// (the agent command defaults it to 60 s).
+	PowerSyncInterval time.Duration
+	// PowerSyncConcurrency bounds the BMCs read at once (default 8).
+	PowerSyncConcurrency int
+	Sim                  SimOptions
+	Log                  *slog.Logger
 }
 
 // Agent is a running edge agent.
@@ -102,10 +109,19 @@ type Agent struct {
 	log  *slog.Logger
 	link *mqttlink.Link
 
-	mu       sync.Mutex
-	outbox   map[string]outItem
-	done     map[string]doneItem // command id → its result, for duplicates
-	running  map[string]bool
+	mu      sync.Mutex
+	outbox  map[string]outItem
+	done    map[string]doneItem // command id → its result, for duplicates
+	running map[string]bool
+	// busy counts the BMC commands running per node and gen counts those
+	// started: power sync does not read a node's BMC while a command
+	// runs on it, and drops a reading that a command crossed.
+	busy map[string]int
+	gen  map[string]uint64
+	// synced holds the nodes whose power state is polled (a command on
+	// their real BMC succeeded once, so the credentials work) and what
+	// was last reported for each.
+	synced   map[string]*powerSeen
 	bmcs     map[string]drivers.BMC
 	creds    map[string][2]string      // node → ramdisk MQTT credentials from the last boot command
 	info     map[string]map[string]any // node → last driver_info seen
@@ -114,6 +130,13 @@ type Agent struct {
 	caPin    string // pin of CAFile's CA, for the ramdisks' bm.ca
 	// ready is closed once link is set: callbacks may fire before Dial returns.
 	ready chan struct{}
+}
+
+// powerSeen is the last power reading reported for a node.
+type powerSeen struct {
+	known   bool   // a reading was reported
+	state   string // its power state, "" for a failure
+	failing bool
 }
 
 type outItem struct {
@@ -159,7 +182,11 @@ func New(cfg Config) *Agent {
 	if cfg.Sim.Heartbeat == 0 {
 		cfg.Sim.Heartbeat = 10 * time.Second
 	}
+	if cfg.PowerSyncConcurrency <= 0 {
+		cfg.PowerSyncConcurrency = 8
+	}
 	return &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
+		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
 		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, ready: make(chan struct{})}
 }
 
@@ -206,6 +233,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.link = link
 	close(a.ready)
 	go a.resendLoop(ctx)
+	if a.cfg.PowerSyncInterval > 0 {
+		go a.powerSyncLoop(ctx)
+	}
 	<-ctx.Done()
 	a.mu.Lock()
 	for _, r := range a.sessions {
@@ -480,15 +510,23 @@ func (a *Agent) runBMC(m *protocol.Message) {
 		return
 	}
 	a.running[m.ID] = true
+	a.busy[m.Node]++
+	a.gen[m.Node]++
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
 		delete(a.running, m.ID)
+		if a.busy[m.Node]--; a.busy[m.Node] <= 0 {
+			delete(a.busy, m.Node)
+		}
 		a.mu.Unlock()
 	}()
 	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline)
 	defer cancel()
 	err := a.execBMC(ctx, m)
+	if err == nil {
+		a.commandDone(m)
+	}
 	res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, OK: err == nil}
 	if err != nil {
 		res.Error = err.Error()
@@ -586,4 +624,134 @@ func (a *Agent) onPower(node, state, boot string) {
 		}
 		s.Run(a.ctx)
 	}()
+}
+
+// commandDone starts power sync of a node whose real BMC just ran a
+// command (its credentials work), and takes a power command's outcome as
+// the last reading: the coordinator records it from the result, so
+// reporting it again would only add a message.
+func (a *Agent) commandDone(m *protocol.Message) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.bmcs[m.Node]
+	if _, sim := b.(*fake.BMC); b == nil || sim {
+		// Simulated BMCs are not polled: a simulated site of thousands
+		// of nodes stays quiet and cheap.
+		return
+	}
+	seen := a.synced[m.Node]
+	if seen == nil {
+		a.synced[m.Node] = &powerSeen{}
+		return
+	}
+	if !seen.known {
+		return
+	}
+	state := ""
+	switch m.Action {
+	case protocol.ActionPower:
+		state, _ = m.Args["state"].(string)
+	case protocol.ActionOOBStep:
+		if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.tear_down_agent" {
+			state = protocol.PowerOff
+		} else if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.boot_instance" {
+			state = protocol.PowerOn
+		}
+	}
+	switch state {
+	case "":
+		return
+	case protocol.PowerReboot:
+		state = protocol.PowerOn
+	}
+	seen.state, seen.failing = state, false
+}
+
+// powerSyncLoop reads the power state of the site's real BMCs every
+// PowerSyncInterval; a round ends before the next begins, so a slow BMC
+// delays the round rather than piling up reads.
+func (a *Agent) powerSyncLoop(ctx context.Context) {
+	tk := time.NewTicker(a.cfg.PowerSyncInterval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		a.powerSyncRound(ctx)
+	}
+}
+
+// powerSyncRound reads every polled BMC once, PowerSyncConcurrency at a
+// time, and reports changes and failures.
+func (a *Agent) powerSyncRound(ctx context.Context) {
+	type target struct {
+		node string
+		bmc  drivers.BMC
+		gen  uint64
+	}
+	var targets []target
+	a.mu.Lock()
+	for node := range a.synced {
+		b := a.bmcs[node]
+		if b == nil || a.busy[node] > 0 {
+			// A command runs on it: a reading now could race its power
+			// change; the next round reads it.
+			continue
+		}
+		targets = append(targets, target{node, b, a.gen[node]})
+	}
+	a.mu.Unlock()
+	// A read may take up to the interval (at least 2 s, for a BMC that
+	// must open a session; at most 30 s, so a dead BMC is noticed).
+	timeout := min(max(a.cfg.PowerSyncInterval, 2*time.Second), 30*time.Second)
+	sem := make(chan struct{}, a.cfg.PowerSyncConcurrency)
+	var wg sync.WaitGroup
+	for _, tg := range targets {
+		select {
+		case <-ctx.Done():
+			return
+		case sem <- struct{}{}:
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			state, err := tg.bmc.PowerState(rctx)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			a.reportPower(tg.node, tg.bmc, tg.gen, state, err)
+		}()
+	}
+	wg.Wait()
+}
+
+// reportPower sends a reading if it is a change or a failure, unless a
+// command started on the node since the read began (the reading may
+// predate its power change) or the node's BMC was replaced.
+func (a *Agent) reportPower(node string, b drivers.BMC, gen uint64, state string, err error) {
+	now := time.Now()
+	msg := &protocol.Message{Kind: protocol.KindPower, ID: newID(), Site: a.cfg.Site, Node: node, Sent: now}
+	a.mu.Lock()
+	seen := a.synced[node]
+	if seen == nil || a.busy[node] > 0 || a.gen[node] != gen || a.bmcs[node] != b {
+		a.mu.Unlock()
+		return
+	}
+	if err != nil {
+		msg.Error = err.Error()
+		seen.known, seen.state, seen.failing = true, "", true
+	} else {
+		if seen.known && !seen.failing && seen.state == state {
+			a.mu.Unlock()
+			return
+		}
+		msg.PowerState = state
+		seen.known, seen.state, seen.failing = true, state, false
+	}
+	a.mu.Unlock()
+	a.send(protocol.BMCEvtTopic(a.cfg.Site), msg, time.Time{})
 }

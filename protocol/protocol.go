@@ -36,6 +36,11 @@ const (
 	// KindPresence is the retained online/offline state of an agent; the
 	// offline form is the agent's last will.
 	KindPresence = "presence"
+	// KindPower is an edge agent's power-state sync report on its site's
+	// bmc/evt topic: a node's BMC reading (power_state) or why it could
+	// not be read (error). Only changes and failures are sent; like a
+	// result it sits in the agent's outbox until the coordinator acks it.
+	KindPower = "power"
 )
 
 // Command actions for the edge agent (out of band) and the ramdisk (in band).
@@ -186,6 +191,11 @@ type Message struct {
 
 	// Presence.
 	Online bool `json:"online,omitempty"`
+
+	// Power report: the BMC's reading ("power on" or "power off"); a
+	// failed reading has Error instead. Sent is when it was read, which
+	// orders a node's reports (a resent older one is ignored).
+	PowerState string `json:"power_state,omitempty"`
 }
 
 // MaxMessageBytes bounds a message; larger ones are rejected unread.
@@ -307,6 +317,23 @@ func (m *Message) Validate() error {
 		return need(m.Token != "", "token")
 	case KindPresence:
 		return need(m.Site != "", "site")
+	case KindPower:
+		if err := need(m.Node != "", "node"); err != nil {
+			return err
+		}
+		if err := need(!m.Sent.IsZero(), "sent"); err != nil {
+			return err
+		}
+		if m.Error != "" {
+			if m.PowerState != "" {
+				return fmt.Errorf("power report %q has both power_state %q and error %q; a failed reading has only the error", m.ID, m.PowerState, m.Error)
+			}
+			return nil
+		}
+		if m.PowerState != PowerOn && m.PowerState != PowerOff {
+			return fmt.Errorf("power report %q has power_state %q; want %q or %q, or an error", m.ID, m.PowerState, PowerOn, PowerOff)
+		}
+		return nil
 	case "":
 		return fmt.Errorf("message %q has no kind", m.ID)
 	default:

@@ -226,6 +226,7 @@ func (c *cmd) serve(args []string) int {
 	resend := fs.Duration("resend-interval", 10*time.Second, "how often an unanswered command is sent again")
 	tick := fs.Duration("tick", time.Second, "how often timeouts and resends are checked")
 	autoClean := fs.Bool("automated-clean", true, "run automated cleaning on provide and after undeploy")
+	forcePower := fs.Bool("force-power-state-during-sync", true, "when an edge agent reports a resting node's BMC in another power state than recorded, power it back (false: record the BMC's state)")
 	var prio kv = kv{}
 	fs.Var(prio, "clean-step-priority", "override an automated clean step's priority: interface.step=N (0 disables); repeatable")
 	maxClean := fs.Int("max-concurrent-clean", 1000, "nodes that may clean at once (more get 503)")
@@ -258,7 +259,7 @@ func (c *cmd) serve(args []string) int {
 		BrokerURL: *brokerURL, BrokerUser: *brokerUser, BrokerPassword: *brokerPass, AdvertisedBrokerURL: *advertise,
 		Auth: *auth, HTPasswd: *htpasswd, TLSCert: *tlsCert, TLSKey: *tlsKey, BrokerCAFile: *brokerCA, MaxPacketSize: *maxPacket,
 		Machine: fsm.Config{WaitTimeout: *waitTimeout, CommandTimeout: *cmdTimeout, ResendInterval: *resend,
-			AutomatedClean: *autoClean, PriorityOverrides: overrides},
+			AutomatedClean: *autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: *forcePower},
 		MaxConcurrentClean: *maxClean, MaxConcurrentDeploy: *maxDeploy, TickInterval: *tick, HistoryMaxEntries: *histMax, Log: log})
 	if err != nil {
 		return c.fail("%v", err)

@@ -534,6 +534,12 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		n, ok := e.nodes[msg.Node]
 		if !ok || n.Site != site {
 			e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("node %q is not a node of site %q", msg.Node, site))
+			if msg.Kind == protocol.KindPower && leaf == "bmc/evt" {
+				// The agent polls a deleted node's BMC until it restarts:
+				// acked, its report leaves the outbox instead of being
+				// resent forever.
+				t.acks[protocol.BMCCmdTopic(site)] = append(t.acks[protocol.BMCCmdTopic(site)], msg.ID)
+			}
 			return nil
 		}
 		ackTopic := protocol.BMCCmdTopic(site)
@@ -543,6 +549,13 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		switch msg.Kind {
 		case protocol.KindResult:
 			t.run(n, func() fsm.Output { return e.m.Result(n, msg, t.now) })
+			t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
+		case protocol.KindPower:
+			if leaf != "bmc/evt" {
+				e.log.Warn("message rejected", "topic", topic, "reason", "power reports come from the edge agent on the site's bmc/evt topic")
+				return nil
+			}
+			t.run(n, func() fsm.Output { return e.m.PowerReport(n, msg, t.now) })
 			t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
 		case protocol.KindHello:
 			if leaf != "evt" {

@@ -37,6 +37,11 @@ type Config struct {
 	// them fails the cleaning instead of skipping it. Nil: the standard
 	// ramdisk's clean steps of priority > 0 (after PriorityOverrides).
 	RequiredCleanSteps []string
+	// ForcePowerStateDuringSync (Ironic's force_power_state_during_sync;
+	// serve defaults it to true): when the edge agent reports a resting
+	// node's BMC in another power state than recorded, power it back to
+	// the recorded state. Without it the reading is recorded instead.
+	ForcePowerStateDuringSync bool
 }
 
 // Machine applies events to nodes. It holds only configuration.

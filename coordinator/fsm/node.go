@@ -65,6 +65,13 @@ type Node struct {
 	CachedCleanSteps  []drivers.Step `json:"cached_clean_steps,omitempty"`
 	CachedDeploySteps []drivers.Step `json:"cached_deploy_steps,omitempty"`
 	StepsCachedAt     time.Time      `json:"steps_cached_at,omitzero"`
+	// PowerFailures counts the edge agent's power-state readings that
+	// failed in a row (power-state sync); at PowerFailureLimit the node
+	// goes into maintenance with fault FaultPowerFailure.
+	PowerFailures int `json:"power_failures,omitempty"`
+	// PowerReadAt is when the last power report applied was read at the
+	// edge: a resent or older report is ignored. Hidden.
+	PowerReadAt time.Time `json:"power_read_at,omitzero"`
 	// Held is a result that arrived while the node was in maintenance; it
 	// is applied when maintenance ends.
 	Held *protocol.Message `json:"held,omitempty"`

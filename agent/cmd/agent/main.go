@@ -48,6 +48,7 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 	dieStep := fs.String("die-step", "", "every simulated ramdisk dies during this step (failure injection)")
 	noBoot := fs.Bool("no-boot", false, "simulated ramdisks never boot (failure injection)")
 	resend := fs.Duration("resend-interval", 5*time.Second, "how often unacknowledged results are sent again")
+	powerSync := fs.Duration("power-sync-interval", 60*time.Second, "how often the power state of the site's real BMCs (ipmi, redfish, qemu-dev) is read; changes and failures are reported to the coordinator (0 disables)")
 	qKernel := fs.String("qemu-kernel", "", "development driver qemu-dev: the ramdisk kernel its VMs boot (make ramdisk)")
 	qInitrd := fs.String("qemu-initrd", "", "development driver qemu-dev: the ramdisk initramfs")
 	qBroker := fs.String("qemu-broker-url", "", "development driver qemu-dev: the broker as the VMs see it (e.g. mqtt://10.0.2.2:1883, or mqtts://10.0.2.2:1883 with --ca-file)")
@@ -85,7 +86,7 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
-		ResendInterval: *resend, Log: log,
+		ResendInterval: *resend, PowerSyncInterval: *powerSync, Log: log,
 		QEMU: agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
 			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot}})

@@ -124,6 +124,11 @@ func ParseTopic(topic string) (site, node, leaf string, err error) {
 		return "", "", "", fmt.Errorf("topic %q is not under %s/site/", topic, TopicPrefix)
 	}
 	parts := strings.Split(rest, "/")
+	if parts[0] == "" || len(parts) == 4 && parts[2] == "" {
+		// An empty site or node would attribute a message to nobody (and
+		// "site//node//presence" would read as the site presence of "").
+		return "", "", "", fmt.Errorf("topic %q has an empty site or node name", topic)
+	}
 	switch {
 	case len(parts) == 2 && parts[1] == "presence":
 		return parts[0], "", "presence", nil

@@ -209,17 +209,7 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	var co *loadrig.Coord
-	defer func() {
-		if err != nil && ctx.Err() == nil && co != nil {
-			fmt.Fprintf(os.Stderr, "bench: coordinator log tail:\n%s\n", loadrig.Tail(co.LogFile, 10))
-		}
-		co.Stop()
-		if o.keep {
-			fmt.Fprintf(os.Stderr, "bench: temp folder kept (-keep): %s\n", tmp)
-			return
-		}
-		os.RemoveAll(tmp)
-	}()
+	defer func() { loadrig.Finish("bench", co, tmp, o.keep, err != nil && ctx.Err() == nil) }()
 	if o.cpuprofile != "" {
 		f, err := os.Create(o.cpuprofile)
 		if err != nil {

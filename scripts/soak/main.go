@@ -147,17 +147,7 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 		return false, err
 	}
 	var co *loadrig.Coord
-	defer func() {
-		if err != nil && ctx.Err() == nil && co != nil {
-			fmt.Fprintf(os.Stderr, "soak: coordinator log tail:\n%s\n", loadrig.Tail(co.LogFile, 10))
-		}
-		co.Stop()
-		if o.keep {
-			fmt.Fprintf(os.Stderr, "soak: temp folder kept (-keep): %s\n", tmp)
-			return
-		}
-		os.RemoveAll(tmp)
-	}()
+	defer func() { loadrig.Finish("soak", co, tmp, o.keep, err != nil && ctx.Err() == nil) }()
 	settings := loadrig.Settings{Tick: o.tick, HistoryMaxEntries: o.histMax}
 	if o.inprocess {
 		co, err = loadrig.StartInProcess(ctx, tmp, settings)

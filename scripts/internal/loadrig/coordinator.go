@@ -270,6 +270,21 @@ func ProcCPU(pid int) time.Duration {
 	return time.Duration((u + st) / clockTicks * float64(time.Second))
 }
 
+// Finish ends a run of program name: it prints the coordinator's log tail
+// when the run failed, stops the coordinator (co may be nil) and removes
+// the run's temporary folder unless keep.
+func Finish(name string, co *Coord, tmp string, keep, failed bool) {
+	if failed && co != nil {
+		fmt.Fprintf(os.Stderr, "%s: coordinator log tail:\n%s\n", name, Tail(co.LogFile, 10))
+	}
+	co.Stop()
+	if keep {
+		fmt.Fprintf(os.Stderr, "%s: temp folder kept (-keep): %s\n", name, tmp)
+		return
+	}
+	os.RemoveAll(tmp)
+}
+
 // Tail returns the last n lines of a file.
 func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)

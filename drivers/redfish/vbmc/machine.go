@@ -65,10 +65,44 @@ type Machine interface {
 	PoweredOn() bool
 	// SetBoot tells the machine what to start from next time it starts.
 	SetBoot(ctx context.Context, boot Boot) error
-	// InsertMedia attaches the image at url (http or https) as a CD.
-	InsertMedia(ctx context.Context, url string) error
-	// EjectMedia detaches the CD image, if any.
-	EjectMedia(ctx context.Context) error
+	// InsertMedia attaches the image at url (http or https) to a
+	// virtual media slot (SlotCD or SlotUSB).
+	InsertMedia(ctx context.Context, slot Slot, url string) error
+	// EjectMedia detaches the slot's image, if any.
+	EjectMedia(ctx context.Context, slot Slot) error
+}
+
+// Slot is one of a BMC's virtual media devices. Real BMCs offer a virtual
+// CD and a removable disk or USB stick (iDRAC's VirtualMedia/1 and /2,
+// iLO's CD and USBStick); both reach the host as USB devices.
+type Slot string
+
+// The vBMC's virtual media slots.
+const (
+	// SlotCD is a virtual CD/DVD, the one a machine can boot from.
+	SlotCD Slot = "CD"
+	// SlotUSB is a virtual USB stick (read-only): per-boot data such as
+	// the ramdisk's parameters travels on it, beside the shared CD.
+	SlotUSB Slot = "USB"
+)
+
+// Slots lists the slots in the order the manager shows them.
+var Slots = []Slot{SlotCD, SlotUSB}
+
+func knownSlot(s Slot) error {
+	for _, x := range Slots {
+		if s == x {
+			return nil
+		}
+	}
+	return fmt.Errorf("no virtual media slot %q (slots: CD, USB)", s)
+}
+
+// attached is what a MemoryMachine holds in one slot.
+type attached struct {
+	url    string
+	size   int64
+	sha256 string
 }
 
 // checkMediaURL accepts the transfer protocols a vBMC can fetch: real
@@ -102,15 +136,13 @@ type MemoryMachine struct {
 	on         bool
 	next       Boot
 	starts     []Boot
-	media      string
-	mediaSize  int64
-	mediaHash  string
+	media      map[Slot]attached
 	powerCalls []ResetType
 }
 
 // NewMemoryMachine returns a powered-off machine that boots its disk.
 func NewMemoryMachine(opts MemoryOptions) *MemoryMachine {
-	return &MemoryMachine{opts: opts, next: Boot{Device: BootHdd, Mode: ModeUEFI}}
+	return &MemoryMachine{opts: opts, next: Boot{Device: BootHdd, Mode: ModeUEFI}, media: map[Slot]attached{}}
 }
 
 // Power implements Machine.
@@ -161,7 +193,10 @@ func (m *MemoryMachine) SetBoot(ctx context.Context, b Boot) error {
 }
 
 // InsertMedia implements Machine.
-func (m *MemoryMachine) InsertMedia(ctx context.Context, rawURL string) error {
+func (m *MemoryMachine) InsertMedia(ctx context.Context, slot Slot, rawURL string) error {
+	if err := knownSlot(slot); err != nil {
+		return err
+	}
 	if err := checkMediaURL(rawURL); err != nil {
 		return err
 	}
@@ -181,15 +216,18 @@ func (m *MemoryMachine) InsertMedia(ctx context.Context, rawURL string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.media, m.mediaSize, m.mediaHash = rawURL, size, sum
+	m.media[slot] = attached{url: rawURL, size: size, sha256: sum}
 	return nil
 }
 
 // EjectMedia implements Machine.
-func (m *MemoryMachine) EjectMedia(ctx context.Context) error {
+func (m *MemoryMachine) EjectMedia(ctx context.Context, slot Slot) error {
+	if err := knownSlot(slot); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.media, m.mediaSize, m.mediaHash = "", 0, ""
+	delete(m.media, slot)
 	return nil
 }
 
@@ -208,12 +246,18 @@ func (m *MemoryMachine) PowerCalls() []ResetType {
 	return append([]ResetType(nil), m.powerCalls...)
 }
 
-// Media returns the attached image URL ("" if none) and, when the
-// machine fetches media, its size and SHA-256.
+// Media returns the CD's image URL ("" if none) and, when the machine
+// fetches media, its size and SHA-256.
 func (m *MemoryMachine) Media() (url string, size int64, sha256hex string) {
+	return m.MediaIn(SlotCD)
+}
+
+// MediaIn is Media for any slot.
+func (m *MemoryMachine) MediaIn(slot Slot) (url string, size int64, sha256hex string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.media, m.mediaSize, m.mediaHash
+	a := m.media[slot]
+	return a.url, a.size, a.sha256
 }
 
 // fetch copies the body of a GET of rawURL into w.

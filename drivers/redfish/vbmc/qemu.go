@@ -60,6 +60,9 @@ type QEMUConfig struct {
 // button (system_powerdown), ForceRestart resets it (system_reset). The
 // virtual CD is a fetched copy of the image, attached with QMP's
 // blockdev-change-medium while the VM runs and with -drive at a start.
+// The virtual USB stick is a read-only usb-storage device on an xHCI
+// controller: plugged in (device_add) and pulled out (device_del) while
+// the VM runs, as a real BMC's virtual USB stick comes and goes.
 type QEMUMachine struct {
 	cfg QEMUConfig
 	log *slog.Logger
@@ -69,7 +72,7 @@ type QEMUMachine struct {
 	done    chan struct{}
 	next    Boot // what the next start boots
 	started Boot // what the running VM was started with
-	media   string
+	media   map[Slot]string
 	closed  bool
 	// gen counts power actions: a graceful restart still waiting for
 	// its guest to power off gives up when another action came after it.
@@ -119,15 +122,16 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &QEMUMachine{cfg: cfg, log: log, next: Boot{Device: BootHdd, Mode: ModeUEFI}}, nil
+	return &QEMUMachine{cfg: cfg, log: log, next: Boot{Device: BootHdd, Mode: ModeUEFI}, media: map[Slot]string{}}, nil
 }
 
 func (c QEMUConfig) socketPath() string { return filepath.Join(c.Dir, "qmp.sock") }
 
-// Args returns QEMU's command line for a start with boot and the CD image
-// media ("" for an empty drive). Boot order is given by bootindex on the
+// Args returns QEMU's command line for a start with boot and the media
+// files by slot (the CD drive is there, empty, without one; the USB stick
+// only when it holds an image). Boot order is given by bootindex on the
 // devices, which both SeaBIOS and OVMF honour.
-func (m *QEMUMachine) Args(boot Boot, media string) ([]string, error) {
+func (m *QEMUMachine) Args(boot Boot, media map[Slot]string) ([]string, error) {
 	c := m.cfg
 	args := []string{"-m", strconv.Itoa(c.MemoryMB), "-smp", strconv.Itoa(c.CPUs),
 		"-nographic", "-display", "none", "-monitor", "none", "-serial", "file:" + c.Console,
@@ -163,10 +167,14 @@ func (m *QEMUMachine) Args(boot Boot, media string) ([]string, error) {
 		args = append(args, "-device", dev)
 	}
 	cd := "if=none,id=cd0,media=cdrom,readonly=on"
-	if media != "" {
-		cd += ",format=raw,file=" + media
+	if f := media[SlotCD]; f != "" {
+		cd += ",format=raw,file=" + f
 	}
 	args = append(args, "-drive", cd, "-device", fmt.Sprintf("ide-cd,drive=cd0,id=cd,bootindex=%d", index[BootCd]))
+	args = append(args, "-device", "qemu-xhci,id=xhci")
+	if f := media[SlotUSB]; f != "" {
+		args = append(args, "-blockdev", usbBlockdevArg(f), "-device", "usb-storage,drive="+usbNode+",id="+usbDevice+",removable=on,bus=xhci.0")
+	}
 	nic := fmt.Sprintf("%s,netdev=n0,bootindex=%d", c.NIC, index[BootPxe])
 	if c.MAC != "" {
 		nic += ",mac=" + c.MAC
@@ -183,6 +191,16 @@ func (m *QEMUMachine) Args(boot Boot, media string) ([]string, error) {
 		}
 	}
 	return args, nil
+}
+
+// The QEMU ids of the virtual USB stick's block node and device.
+const (
+	usbNode   = "usb0"
+	usbDevice = "usbstick"
+)
+
+func usbBlockdevArg(file string) string {
+	return fmt.Sprintf("driver=raw,node-name=%s,read-only=on,file.driver=file,file.filename=%s,file.read-only=on", usbNode, file)
 }
 
 func (m *QEMUMachine) runningLocked() bool {
@@ -359,12 +377,15 @@ func (m *QEMUMachine) Power(ctx context.Context, action ResetType) error {
 
 // InsertMedia implements Machine: the image is fetched into Dir/media
 // first (a BMC streams it; QEMU needs a file), then attached.
-func (m *QEMUMachine) InsertMedia(ctx context.Context, rawURL string) error {
+func (m *QEMUMachine) InsertMedia(ctx context.Context, slot Slot, rawURL string) error {
+	if err := knownSlot(slot); err != nil {
+		return err
+	}
 	if err := checkMediaURL(rawURL); err != nil {
 		return err
 	}
-	sum := sha256.Sum256([]byte(rawURL))
-	path := filepath.Join(m.cfg.Dir, "media", hex.EncodeToString(sum[:8])+".iso")
+	sum := sha256.Sum256([]byte(string(slot) + " " + rawURL))
+	path := filepath.Join(m.cfg.Dir, "media", hex.EncodeToString(sum[:8])+".img")
 	// Always fetched again: the same URL may serve new contents (per-boot
 	// parameters), and a stale copy would boot the wrong thing.
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".fetch-*")
@@ -379,6 +400,12 @@ func (m *QEMUMachine) InsertMedia(ctx context.Context, rawURL string) error {
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil && m.runningLocked() && slot == SlotUSB && m.media[SlotUSB] != "" {
+		// A stick is plugged in: pull it out before its file is replaced.
+		err = m.unplugUSBLocked(ctx)
+	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), path)
 	}
@@ -386,35 +413,82 @@ func (m *QEMUMachine) InsertMedia(ctx context.Context, rawURL string) error {
 		os.Remove(tmp.Name())
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.media = path
+	m.media[slot] = path
 	if m.runningLocked() {
-		if _, err := m.qmpLocked(ctx, "blockdev-change-medium", map[string]any{
-			"id": "cd", "filename": path, "format": "raw", "read-only-mode": "read-only"}); err != nil {
-			m.media = ""
-			return fmt.Errorf("attach %s to the VM's CD: %w", rawURL, err)
+		switch slot {
+		case SlotCD:
+			_, err = m.qmpLocked(ctx, "blockdev-change-medium", map[string]any{
+				"id": "cd", "filename": path, "format": "raw", "read-only-mode": "read-only"})
+		case SlotUSB:
+			err = m.plugUSBLocked(ctx, path)
+		}
+		if err != nil {
+			delete(m.media, slot)
+			os.Remove(path)
+			return fmt.Errorf("attach %s to the VM's %s: %w", rawURL, slot, err)
 		}
 	}
-	m.log.Info("qemu machine media inserted", "url", rawURL, "file", path)
+	m.log.Info("qemu machine media inserted", "slot", slot, "url", rawURL, "file", path)
 	return nil
 }
 
+// plugUSBLocked plugs the virtual USB stick holding file into the running VM.
+func (m *QEMUMachine) plugUSBLocked(ctx context.Context, file string) error {
+	if _, err := m.qmpLocked(ctx, "blockdev-add", map[string]any{"driver": "raw", "node-name": usbNode, "read-only": true,
+		"file": map[string]any{"driver": "file", "filename": file, "read-only": true}}); err != nil {
+		return err
+	}
+	if _, err := m.qmpLocked(ctx, "device_add", map[string]any{"driver": "usb-storage", "id": usbDevice, "drive": usbNode,
+		"removable": true, "bus": "xhci.0"}); err != nil {
+		_, _ = m.qmpLocked(ctx, "blockdev-del", map[string]any{"node-name": usbNode})
+		return err
+	}
+	return nil
+}
+
+// unplugUSBLocked pulls the virtual USB stick out of the running VM.
+func (m *QEMUMachine) unplugUSBLocked(ctx context.Context) error {
+	if _, err := m.qmpLocked(ctx, "device_del", map[string]any{"id": usbDevice}); err != nil && !strings.Contains(err.Error(), "not found") {
+		return fmt.Errorf("unplug the VM's USB stick: %w", err)
+	}
+	// device_del completes asynchronously; the block node can go once
+	// the device let go of it.
+	var err error
+	for i := 0; i < 50; i++ {
+		if _, err = m.qmpLocked(ctx, "blockdev-del", map[string]any{"node-name": usbNode}); err == nil || strings.Contains(err.Error(), "Failed to find node") {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("release the VM's USB stick image: %w", err)
+}
+
 // EjectMedia implements Machine.
-func (m *QEMUMachine) EjectMedia(ctx context.Context) error {
+func (m *QEMUMachine) EjectMedia(ctx context.Context, slot Slot) error {
+	if err := knownSlot(slot); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.media == "" {
+	file := m.media[slot]
+	if file == "" {
 		return nil
 	}
 	if m.runningLocked() {
-		// force: a guest that mounted the CD has locked its tray.
-		if _, err := m.qmpLocked(ctx, "eject", map[string]any{"id": "cd", "force": true}); err != nil {
-			return fmt.Errorf("eject the VM's CD: %w", err)
+		var err error
+		switch slot {
+		case SlotCD:
+			// force: a guest that mounted the CD has locked its tray.
+			_, err = m.qmpLocked(ctx, "eject", map[string]any{"id": "cd", "force": true})
+		case SlotUSB:
+			err = m.unplugUSBLocked(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("eject the VM's %s: %w", slot, err)
 		}
 	}
-	os.Remove(m.media)
-	m.media = ""
+	os.Remove(file)
+	delete(m.media, slot)
 	return nil
 }
 

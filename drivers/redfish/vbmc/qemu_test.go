@@ -84,7 +84,7 @@ func fakeQEMU(logPath string, args []string) int {
 					record(fakeEntry{Cmd: msg.Execute, Arg: msg.Arguments})
 				}
 				switch msg.Execute {
-				case "qmp_capabilities", "system_reset", "blockdev-change-medium", "eject":
+				case "qmp_capabilities", "system_reset", "blockdev-change-medium", "eject", "blockdev-add", "device_add", "device_del", "blockdev-del":
 					// An event first, as QEMU interleaves them.
 					send(map[string]any{"event": "RESET", "data": map[string]any{}})
 					send(map[string]any{"return": map[string]any{}})
@@ -165,7 +165,7 @@ func TestQEMUArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args, err := m.Args(vbmc.Boot{Device: vbmc.BootPxe, Mode: vbmc.ModeLegacy}, "/cache/x.iso")
+	args, err := m.Args(vbmc.Boot{Device: vbmc.BootPxe, Mode: vbmc.ModeLegacy}, map[vbmc.Slot]string{vbmc.SlotCD: "/cache/x.iso", vbmc.SlotUSB: "/cache/p.img"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +175,7 @@ func TestQEMUArgs(t *testing.T) {
 		"-drive if=none,id=d0,file=/images/d.raw,format=raw -device virtio-blk-pci,drive=d0,bootindex=1,serial=D0",
 		"-drive if=none,id=cd0,media=cdrom,readonly=on,format=raw,file=/cache/x.iso -device ide-cd,drive=cd0,id=cd,bootindex=2",
 		"-netdev user,id=n0 -device virtio-net-pci,netdev=n0,bootindex=0,mac=52:54:00:12:34:56",
+		"-device qemu-xhci,id=xhci -blockdev driver=raw,node-name=usb0,read-only=on,file.driver=file,file.filename=/cache/p.img,file.read-only=on -device usb-storage,drive=usb0,id=usbstick,removable=on,bus=xhci.0",
 	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("command line lacks %q:\n%s", want, line)
@@ -183,11 +184,11 @@ func TestQEMUArgs(t *testing.T) {
 	if strings.Contains(line, "-bios") {
 		t.Errorf("Legacy boot uses OVMF: %s", line)
 	}
-	if _, err := m.Args(vbmc.Boot{Device: vbmc.BootHdd, Mode: vbmc.ModeUEFI}, ""); err == nil || !strings.Contains(err.Error(), "OVMF") {
+	if _, err := m.Args(vbmc.Boot{Device: vbmc.BootHdd, Mode: vbmc.ModeUEFI}, nil); err == nil || !strings.Contains(err.Error(), "OVMF") {
 		t.Errorf("UEFI without the firmware: %v", err)
 	}
 	os.WriteFile(filepath.Join(dir, "nothing.fd"), []byte("fw"), 0o644)
-	args, err = m.Args(vbmc.Boot{Device: vbmc.BootCd, Mode: vbmc.ModeUEFI}, "")
+	args, err = m.Args(vbmc.Boot{Device: vbmc.BootCd, Mode: vbmc.ModeUEFI}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,8 +197,11 @@ func TestQEMUArgs(t *testing.T) {
 		!strings.Contains(line, "if=none,id=cd0,media=cdrom,readonly=on -device") {
 		t.Errorf("UEFI CD boot with an empty drive: %s", line)
 	}
+	if strings.Contains(line, "usb-storage") {
+		t.Errorf("a USB stick without an image: %s", line)
+	}
 	m2, _ := vbmc.NewQEMUMachine(vbmc.QEMUConfig{Dir: dir, ExtraArgs: []string{"-vnc", ":0"}})
-	if _, err := m2.Args(vbmc.Boot{Device: vbmc.BootHdd, Mode: vbmc.ModeLegacy}, ""); err == nil {
+	if _, err := m2.Args(vbmc.Boot{Device: vbmc.BootHdd, Mode: vbmc.ModeLegacy}, nil); err == nil {
 		t.Error("a VNC listener was allowed")
 	}
 }
@@ -364,13 +368,32 @@ func TestRealQEMUAcceptsTheCommandLineAndQMP(t *testing.T) {
 	if err := m.Power(ctx, vbmc.ResetOn); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.InsertMedia(ctx, iso.URL+"/x.iso"); err != nil {
+	if err := m.InsertMedia(ctx, vbmc.SlotCD, iso.URL+"/x.iso"); err != nil {
+		t.Fatal(err)
+	}
+	// The USB stick is plugged in while the VM runs, replaced, pulled
+	// out, and given to QEMU's command line at the next start.
+	for i := 0; i < 2; i++ {
+		if err := m.InsertMedia(ctx, vbmc.SlotUSB, iso.URL+"/p.img"); err != nil {
+			t.Fatalf("USB stick, insert %d: %v", i+1, err)
+		}
+	}
+	if err := m.EjectMedia(ctx, vbmc.SlotUSB); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.InsertMedia(ctx, vbmc.SlotUSB, iso.URL+"/p.img"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Power(ctx, vbmc.ResetPowerCycle); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Power(ctx, vbmc.ResetForceRestart); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.EjectMedia(ctx); err != nil {
+	if err := m.EjectMedia(ctx, vbmc.SlotCD); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.EjectMedia(ctx, vbmc.SlotUSB); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Power(ctx, vbmc.ResetForceOff); err != nil {

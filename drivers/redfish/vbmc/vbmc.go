@@ -111,10 +111,18 @@ type SystemState struct {
 	Bios              map[string]any
 	PendingBios       map[string]any
 	BiosResetPending  bool
-	MediaImage        string
+	MediaImage        string // the virtual CD's image URL
 	MediaInserted     bool
+	USBImage          string // the virtual USB stick's image URL
+	USBInserted       bool
 	LastPowerError    string
 	PowerActionsQueue int
+}
+
+// mediaState is what one virtual media slot holds.
+type mediaState struct {
+	image    string
+	inserted bool
 }
 
 type session struct {
@@ -136,8 +144,7 @@ type system struct {
 	biosDefaults, bios, pending       map[string]any
 	biosResetPending                  bool
 	biosAppliedAt                     time.Time
-	mediaImage                        string
-	mediaInserted                     bool
+	media                             map[Slot]mediaState
 	lastPowerErr                      string
 	queued                            int
 }
@@ -212,7 +219,7 @@ func New(cfg Config) (*BMC, error) {
 		if defaults == nil {
 			defaults = DefaultBiosAttributes()
 		}
-		s := &system{id: id, machine: sc.Machine, cpus: sc.CPUs, memGiB: sc.MemoryGiB,
+		s := &system{id: id, machine: sc.Machine, cpus: sc.CPUs, memGiB: sc.MemoryGiB, media: map[Slot]mediaState{},
 			bootTarget: BootNone, bootEnabled: OverrideDisabled, bootMode: mode,
 			biosDefaults: copyMap(defaults), bios: copyMap(defaults), pending: map[string]any{}}
 		if s.cpus == 0 {
@@ -310,7 +317,8 @@ func (b *BMC) State(systemID string) (SystemState, error) {
 	defer b.mu.Unlock()
 	return SystemState{PowerState: power, BootTarget: s.bootTarget, BootEnabled: s.bootEnabled, BootMode: s.bootMode,
 		Bios: copyMap(s.bios), PendingBios: copyMap(s.pending), BiosResetPending: s.biosResetPending,
-		MediaImage: s.mediaImage, MediaInserted: s.mediaInserted, LastPowerError: s.lastPowerErr, PowerActionsQueue: s.queued}, nil
+		MediaImage: s.media[SlotCD].image, MediaInserted: s.media[SlotCD].inserted,
+		USBImage: s.media[SlotUSB].image, USBInserted: s.media[SlotUSB].inserted, LastPowerError: s.lastPowerErr, PowerActionsQueue: s.queued}, nil
 }
 
 func (b *BMC) system(id string) *system {
@@ -549,12 +557,12 @@ func (b *BMC) route(w http.ResponseWriter, r *http.Request, segs []string) {
 			b.post(w, r, func() { b.resetManager(w, r, s) })
 		case n == 3 && at(2, "VirtualMedia"):
 			b.get(w, r, func() any { return b.virtualMediaCollection(s) })
-		case n == 4 && at(2, "VirtualMedia") && at(3, "CD"):
-			b.get(w, r, func() any { return b.virtualMediaResource(s) })
-		case n == 6 && at(2, "VirtualMedia") && at(3, "CD") && at(4, "Actions") && at(5, "VirtualMedia.InsertMedia"):
-			b.post(w, r, func() { b.insertMedia(w, r, s) })
-		case n == 6 && at(2, "VirtualMedia") && at(3, "CD") && at(4, "Actions") && at(5, "VirtualMedia.EjectMedia"):
-			b.post(w, r, func() { b.ejectMedia(w, r, s) })
+		case n == 4 && at(2, "VirtualMedia") && knownSlot(Slot(segs[3])) == nil:
+			b.get(w, r, func() any { return b.virtualMediaResource(s, Slot(segs[3])) })
+		case n == 6 && at(2, "VirtualMedia") && knownSlot(Slot(segs[3])) == nil && at(4, "Actions") && at(5, "VirtualMedia.InsertMedia"):
+			b.post(w, r, func() { b.insertMedia(w, r, s, Slot(segs[3])) })
+		case n == 6 && at(2, "VirtualMedia") && knownSlot(Slot(segs[3])) == nil && at(4, "Actions") && at(5, "VirtualMedia.EjectMedia"):
+			b.post(w, r, func() { b.ejectMedia(w, r, s, Slot(segs[3])) })
 		default:
 			notFound(w, r)
 		}
@@ -1106,32 +1114,45 @@ func (b *BMC) resetManager(w http.ResponseWriter, r *http.Request, s *system) {
 }
 
 func (b *BMC) virtualMediaCollection(s *system) any {
-	return collection("#VirtualMediaCollection.VirtualMediaCollection", "Virtual Media Services", mgrPath(s)+"/VirtualMedia",
-		[]string{mgrPath(s) + "/VirtualMedia/CD"})
+	var members []string
+	for _, slot := range Slots {
+		members = append(members, mgrPath(s)+"/VirtualMedia/"+string(slot))
+	}
+	return collection("#VirtualMediaCollection.VirtualMediaCollection", "Virtual Media Services", mgrPath(s)+"/VirtualMedia", members)
 }
 
-func (b *BMC) virtualMediaResource(s *system) any {
+// slotLook is how a slot presents itself.
+var slotLook = map[Slot]struct {
+	name  string
+	types []string
+}{
+	SlotCD:  {"Virtual CD", []string{"CD", "DVD"}},
+	SlotUSB: {"Virtual USB stick", []string{"USBStick"}},
+}
+
+func (b *BMC) virtualMediaResource(s *system, slot Slot) any {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	p := mgrPath(s) + "/VirtualMedia/CD"
+	p := mgrPath(s) + "/VirtualMedia/" + string(slot)
+	m := s.media[slot]
 	via, name := "NotConnected", ""
-	if s.mediaInserted {
+	if m.inserted {
 		via = "URI"
-		name = s.mediaImage[strings.LastIndex(s.mediaImage, "/")+1:]
+		name = m.image[strings.LastIndex(m.image, "/")+1:]
 	}
 	var image any
-	if s.mediaImage != "" {
-		image = s.mediaImage
+	if m.image != "" {
+		image = m.image
 	}
 	return map[string]any{
 		"@odata.type":    "#VirtualMedia.v1_3_0.VirtualMedia",
 		"@odata.id":      p,
-		"Id":             "CD",
-		"Name":           "Virtual CD",
-		"MediaTypes":     []string{"CD", "DVD"},
+		"Id":             string(slot),
+		"Name":           slotLook[slot].name,
+		"MediaTypes":     slotLook[slot].types,
 		"Image":          image,
 		"ImageName":      name,
-		"Inserted":       s.mediaInserted,
+		"Inserted":       m.inserted,
 		"WriteProtected": true,
 		"ConnectedVia":   via,
 		"Actions": map[string]any{
@@ -1141,9 +1162,9 @@ func (b *BMC) virtualMediaResource(s *system) any {
 	}
 }
 
-// insertMedia attaches an image. As on real BMCs, a CD that holds an
+// insertMedia attaches an image. As on real BMCs, a slot that holds an
 // image must be ejected first.
-func (b *BMC) insertMedia(w http.ResponseWriter, r *http.Request, s *system) {
+func (b *BMC) insertMedia(w http.ResponseWriter, r *http.Request, s *system, slot Slot) {
 	body, ok := readBody(w, r)
 	if !ok {
 		return
@@ -1173,45 +1194,46 @@ func (b *BMC) insertMedia(w http.ResponseWriter, r *http.Request, s *system) {
 	if v, ok := body["Inserted"].(bool); ok {
 		inserted = v
 	}
+	what := strings.ToLower(slotLook[slot].name)
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	b.mu.Lock()
-	busy := s.mediaInserted
+	busy := s.media[slot].inserted
 	b.mu.Unlock()
 	if busy {
 		writeError(w, http.StatusConflict, "ResourceInUse",
-			"The change to the requested resource failed because the resource is in use or in transition: the virtual CD holds an image.", "Eject the media first, then insert the new image.")
+			fmt.Sprintf("The change to the requested resource failed because the resource is in use or in transition: the %s holds an image.", what), "Eject the media first, then insert the new image.")
 		return
 	}
 	if inserted {
-		if err := s.machine.InsertMedia(r.Context(), image); err != nil {
+		if err := s.machine.InsertMedia(r.Context(), slot, image); err != nil {
 			writeError(w, http.StatusBadRequest, "ResourceCannotBeCreated",
-				fmt.Sprintf("The virtual CD could not attach %s: %v.", image, err), "Check that the image URL is reachable from the BMC and resubmit the request.")
+				fmt.Sprintf("The %s could not attach %s: %v.", what, image, err), "Check that the image URL is reachable from the BMC and resubmit the request.")
 			return
 		}
 	}
 	b.mu.Lock()
-	s.mediaImage, s.mediaInserted = image, inserted
+	s.media[slot] = mediaState{image: image, inserted: inserted}
 	b.mu.Unlock()
-	b.log.Info("vbmc virtual media inserted", "system", s.id, "image", image)
+	b.log.Info("vbmc virtual media inserted", "system", s.id, "slot", slot, "image", image)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (b *BMC) ejectMedia(w http.ResponseWriter, r *http.Request, s *system) {
+func (b *BMC) ejectMedia(w http.ResponseWriter, r *http.Request, s *system, slot Slot) {
 	if _, ok := readBody(w, r); !ok {
 		return
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	if err := s.machine.EjectMedia(r.Context()); err != nil {
+	if err := s.machine.EjectMedia(r.Context(), slot); err != nil {
 		writeError(w, http.StatusInternalServerError, "InternalError",
-			fmt.Sprintf("The virtual CD could not eject: %v.", err), "Retry the request.")
+			fmt.Sprintf("The %s could not eject: %v.", strings.ToLower(slotLook[slot].name), err), "Retry the request.")
 		return
 	}
 	b.mu.Lock()
-	s.mediaImage, s.mediaInserted = "", false
+	delete(s.media, slot)
 	b.mu.Unlock()
-	b.log.Info("vbmc virtual media ejected", "system", s.id)
+	b.log.Info("vbmc virtual media ejected", "system", s.id, "slot", slot)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -3,6 +3,7 @@ package vbmc_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -271,6 +272,40 @@ func TestVirtualMedia(t *testing.T) {
 	}
 	if u, _, _ := l.machine.Media(); u != "" {
 		t.Fatalf("machine media after eject = %q", u)
+	}
+
+	// The USB stick is a slot of its own: it holds an image while the
+	// CD holds another, and each ejects alone.
+	usb := "/redfish/v1/Managers/BMC/VirtualMedia/USB"
+	if r := l.call(t, "GET", "/redfish/v1/Managers/BMC/VirtualMedia", "basic", nil); fmt.Sprint(r.body["Members"]) != "[map[@odata.id:/redfish/v1/Managers/BMC/VirtualMedia/CD] map[@odata.id:/redfish/v1/Managers/BMC/VirtualMedia/USB]]" {
+		t.Fatalf("virtual media collection: %v", r.body["Members"])
+	}
+	if r := l.call(t, "GET", usb, "basic", nil); fmt.Sprint(r.body["MediaTypes"]) != "[USBStick]" || r.body["Inserted"] != false {
+		t.Fatalf("USB stick: %v", r.body)
+	}
+	if r := insert("http://10.0.2.2:8080/boot.iso"); r.status != 204 {
+		t.Fatalf("insert: %d %v", r.status, r.body)
+	}
+	if r := l.call(t, "POST", usb+"/Actions/VirtualMedia.InsertMedia", "basic", map[string]any{"Image": "http://10.0.2.2:8080/params.img"}); r.status != 204 {
+		t.Fatalf("USB insert: %d %v", r.status, r.body)
+	}
+	if u, _, _ := l.machine.MediaIn(vbmc.SlotUSB); u != "http://10.0.2.2:8080/params.img" {
+		t.Fatalf("machine USB media = %q", u)
+	}
+	if st, _ := l.bmc.State("1"); !st.USBInserted || st.USBImage != "http://10.0.2.2:8080/params.img" || !st.MediaInserted {
+		t.Fatalf("state: %+v", st)
+	}
+	if r := l.call(t, "POST", usb+"/Actions/VirtualMedia.EjectMedia", "basic", map[string]any{}); r.status != 204 {
+		t.Fatalf("USB eject: %d", r.status)
+	}
+	if u, _, _ := l.machine.MediaIn(vbmc.SlotUSB); u != "" {
+		t.Fatalf("machine USB media after eject = %q", u)
+	}
+	if u, _, _ := l.machine.Media(); u != "http://10.0.2.2:8080/boot.iso" {
+		t.Fatalf("the CD lost its image when the USB stick was ejected: %q", u)
+	}
+	if r := l.call(t, "GET", "/redfish/v1/Managers/BMC/VirtualMedia/Floppy", "basic", nil); r.status != 404 {
+		t.Fatalf("a slot that does not exist: %d", r.status)
 	}
 }
 

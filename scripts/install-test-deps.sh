@@ -8,13 +8,15 @@
 #                         (drivers/redfish/vbmc); run with /usr/bin/python3
 #   openipmi              ipmi_sim, a real IPMI BMC for the IPMI driver's tests (drivers/ipmi)
 #   ipmitool              an independent IPMI client, to check what the IPMI driver did
+#   xorriso               xorriso/osirrox, an independent ISO9660 reader, to check the boot
+#                         parameters medium (protocol/bootmedia)
 # Idempotent and non-interactive; a quick no-op when everything is there.
 # It never leaves a service running: the tests start their own mosquitto on
 # a random loopback port, so the system one that Debian's package would
 # start on port 1883 is forbidden during the install and disabled after.
 set -euo pipefail
 
-PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool)
+PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

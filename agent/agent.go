@@ -12,6 +12,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -81,7 +82,10 @@ type QEMUOptions struct {
 
 // Config configures an edge agent.
 type Config struct {
-	QEMU      QEMUOptions
+	QEMU QEMUOptions
+	// Ramdisk says how nodes whose BMC has virtual media (redfish) boot
+	// the ramdisk: the ISO this agent serves and the broker it names.
+	Ramdisk   RamdiskOptions
 	Site      string
 	BrokerURL string
 	Username  string
@@ -128,6 +132,11 @@ type Agent struct {
 	sessions map[string]*session.Session
 	ctx      context.Context
 	caPin    string // pin of CAFile's CA, for the ramdisks' bm.ca
+	// media serves the ramdisk ISO and the boots' parameters (nil
+	// without Ramdisk.ISO); vmBoot holds the nodes whose next power-on
+	// boots the ramdisk from virtual media.
+	media  *mediaServer
+	vmBoot map[string]bool
 	// ready is closed once link is set: callbacks may fire before Dial returns.
 	ready chan struct{}
 }
@@ -187,7 +196,7 @@ func New(cfg Config) *Agent {
 	}
 	return &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
-		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, ready: make(chan struct{})}
+		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, ready: make(chan struct{})}
 }
 
 func newID() string {
@@ -214,6 +223,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		if a.caPin, err = mqttlink.PinOfFile(a.cfg.CAFile); err != nil {
 			return err
 		}
+	}
+	if a.cfg.Ramdisk.ISO != "" {
+		if a.cfg.Ramdisk.BrokerURL == "" {
+			return errors.New("--ramdisk-iso needs --ramdisk-broker-url: the broker as the nodes' ramdisks reach it")
+		}
+		m, err := newMediaServer(a.cfg.Ramdisk, a.log)
+		if err != nil {
+			return err
+		}
+		a.media = m
+		go m.serve()
+		defer m.close()
+		a.log.Info("media server up: BMCs fetch the ramdisk from "+m.ISOURL(), "listen", m.ln.Addr().String())
 	}
 	link, err := mqttlink.Dial(ctx, mqttlink.Config{
 		URL: a.cfg.BrokerURL, ClientID: a.cfg.ClientID, Username: a.cfg.Username, Password: a.cfg.Password, TLS: tc,
@@ -550,26 +572,26 @@ func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) error {
 		return b.Validate(ctx)
 	case protocol.ActionPower:
 		s, _ := m.Args["state"].(string)
-		return b.SetPower(ctx, s)
+		return a.setPower(ctx, m.Node, b, s)
 	case protocol.ActionBootDev:
 		d, _ := m.Args["device"].(string)
-		return b.SetBootDevice(ctx, d)
+		return a.setBootDevice(ctx, m.Node, b, d)
 	case protocol.ActionOOBStep:
-		return runOOBStep(ctx, b, m.Step)
+		return a.runOOBStep(ctx, m.Node, b, m.Step)
 	}
 	return fmt.Errorf("edge agent cannot run action %q", m.Action)
 }
 
 // runOOBStep runs the deploy steps every driver shares on the BMC
 // interface, and hands the rest to the driver.
-func runOOBStep(ctx context.Context, b drivers.BMC, s *protocol.Step) error {
+func (a *Agent) runOOBStep(ctx context.Context, node string, b drivers.BMC, s *protocol.Step) error {
 	switch s.Interface + "." + s.Step {
 	case "deploy.prepare_instance_boot":
-		return b.SetBootDevice(ctx, protocol.BootDisk)
+		return a.setBootDevice(ctx, node, b, protocol.BootDisk)
 	case "deploy.tear_down_agent":
-		return b.SetPower(ctx, protocol.PowerOff)
+		return a.setPower(ctx, node, b, protocol.PowerOff)
 	case "deploy.boot_instance":
-		return b.SetPower(ctx, protocol.PowerOn)
+		return a.setPower(ctx, node, b, protocol.PowerOn)
 	}
 	return b.RunStep(ctx, s.Interface, s.Step, s.Args)
 }

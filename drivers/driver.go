@@ -130,10 +130,9 @@ func IPMIDeclaration() Declaration {
 // RedfishDeclaration is the Redfish driver (gofish on the edge agent).
 func RedfishDeclaration() Declaration {
 	return Declaration{
-		Name:          "redfish",
-		NoRamdiskBoot: "the edge agent does not boot redfish nodes from virtual media yet",
-		RequiredInfo:  []string{"redfish_address"},
-		SecretInfo:    []string{"redfish_password"},
+		Name:         "redfish",
+		RequiredInfo: []string{"redfish_address"},
+		SecretInfo:   []string{"redfish_password"},
 		CleanSteps: []Step{
 			{Interface: "management", Step: "reset_bmc", Priority: 0},
 			{Interface: "bios", Step: "apply_configuration", Priority: 0,

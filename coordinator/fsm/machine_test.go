@@ -564,7 +564,13 @@ func TestValidate(t *testing.T) {
 	if r := m.Validate(n)["bios"].Result; r == nil || !*r {
 		t.Error("redfish has bios steps: bios must validate")
 	}
-	if _, r := m.Verb(&Node{UUID: "u2", Name: "n2", Driver: "redfish", ProvisionState: Manageable}, VerbRequest{Verb: Inspect}, time.Unix(0, 0)); r == nil || r.Code != 400 {
-		t.Errorf("inspect of a redfish node not refused: %+v", r)
+	if r := m.Validate(n)["boot"].Result; r == nil || !*r {
+		t.Error("redfish boots the ramdisk from virtual media: boot must validate")
+	}
+	if _, r := m.Verb(&Node{UUID: "u2", Name: "n2", Driver: "ipmi", ProvisionState: Manageable}, VerbRequest{Verb: Inspect}, time.Unix(0, 0)); r == nil || r.Code != 400 || !strings.Contains(r.Msg, "network boot") {
+		t.Errorf("inspect of an ipmi node not refused: %+v", r)
+	}
+	if _, r := m.Verb(&Node{UUID: "u3", Name: "n3", Driver: "redfish", ProvisionState: Manageable}, VerbRequest{Verb: Inspect}, time.Unix(0, 0)); r != nil {
+		t.Errorf("inspect of a redfish node refused: %+v", r)
 	}
 }

@@ -181,10 +181,29 @@ func (b *BMC) BootSettings(ctx context.Context) (BootSettings, error) {
 	return bootSettings(sys), nil
 }
 
-// findCD finds the system's virtual CD: under the system itself (newer
-// BMCs) or under the managers that manage it (most BMCs, and where sushy
-// looks).
-func (b *BMC) findCD(c *gofish.APIClient) (*schemas.VirtualMedia, error) {
+// Virtual media kinds: the CD the ramdisk ISO boots from, and the
+// removable disk (USB stick or floppy, as BMCs call it) that carries a
+// boot's own parameters beside it.
+const (
+	MediaCD  = "cd"
+	MediaUSB = "usb"
+)
+
+var mediaTypes = map[string][]schemas.VirtualMediaType{
+	MediaCD:  {schemas.CDVirtualMediaType, schemas.DVDVirtualMediaType},
+	MediaUSB: {schemas.USBStickVirtualMediaType, schemas.FloppyVirtualMediaType},
+}
+
+var mediaNames = map[string]string{MediaCD: "virtual CD", MediaUSB: "virtual USB stick or floppy"}
+
+// findMedia finds the system's virtual media device of a kind: under the
+// system itself (newer BMCs) or under the managers that manage it (most
+// BMCs, and where sushy looks).
+func (b *BMC) findMedia(c *gofish.APIClient, kind string) (*schemas.VirtualMedia, error) {
+	want, ok := mediaTypes[kind]
+	if !ok {
+		return nil, fmt.Errorf("unknown virtual media kind %q (want %s or %s)", kind, MediaCD, MediaUSB)
+	}
 	sys, err := b.getSystem(c)
 	if err != nil {
 		return nil, err
@@ -209,21 +228,34 @@ func (b *BMC) findCD(c *gofish.APIClient) (*schemas.VirtualMedia, error) {
 	var seen []string
 	for _, vm := range media {
 		for _, t := range vm.MediaTypes {
-			if t == schemas.CDVirtualMediaType || t == schemas.DVDVirtualMediaType {
-				return vm, nil
+			for _, w := range want {
+				if t == w {
+					return vm, nil
+				}
 			}
 		}
 		seen = append(seen, fmt.Sprintf("%s %v", vm.ODataID, vm.MediaTypes))
 	}
-	return nil, fmt.Errorf("the BMC offers no virtual CD for %s (virtual media: %s)", sys.ODataID, orNone(seen))
+	return nil, fmt.Errorf("the BMC offers no %s for %s (virtual media: %s)", mediaNames[kind], sys.ODataID, orNone(seen))
 }
 
 func inserted(vm *schemas.VirtualMedia) bool { return vm.Inserted != nil && *vm.Inserted }
 
-// InsertVirtualMedia attaches the image at imageURL (http or https, which
-// the BMC fetches) to the system's virtual CD. An image already there is
-// ejected first; the same image is left as it is.
+// InsertVirtualMedia attaches the image at imageURL to the system's
+// virtual CD (InsertMedia of kind MediaCD).
 func (b *BMC) InsertVirtualMedia(ctx context.Context, imageURL string) error {
+	return b.InsertMedia(ctx, MediaCD, imageURL)
+}
+
+// InsertMedia attaches the image at imageURL (http or https, which the
+// BMC fetches) to the system's virtual media device of a kind. An image
+// already there is ejected first; the same image is left as it is unless
+// fresh is set (per-boot contents behind the same name).
+func (b *BMC) InsertMedia(ctx context.Context, kind, imageURL string) error {
+	return b.insertMedia(ctx, kind, imageURL, false)
+}
+
+func (b *BMC) insertMedia(ctx context.Context, kind, imageURL string, fresh bool) error {
 	u, err := url.Parse(imageURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("redfish driver: virtual media image %q must be an http or https URL the BMC can reach", imageURL)
@@ -232,75 +264,112 @@ func (b *BMC) InsertVirtualMedia(ctx context.Context, imageURL string) error {
 		return err
 	}
 	defer b.unlock()
-	err = b.do(ctx, "insert virtual media "+u.Redacted(), func(c *gofish.APIClient) error {
-		cd, err := b.findCD(c)
+	// The URL's path may hold an access token: logs and errors show only
+	// scheme and host.
+	shown := u.Scheme + "://" + u.Host + "/..."
+	err = b.do(ctx, "insert virtual media "+shown+" into the "+mediaNames[kind], func(c *gofish.APIClient) error {
+		vm, err := b.findMedia(c, kind)
 		if err != nil {
 			return err
 		}
-		if inserted(cd) && cd.Image == imageURL {
+		if inserted(vm) && vm.Image == imageURL && !fresh {
 			return nil
 		}
-		if inserted(cd) {
-			b.log.Info("redfish ejecting the previous virtual media", "image", cd.Image)
-			if _, err := cd.EjectMedia(); err != nil {
+		if inserted(vm) {
+			b.log.Info("redfish ejecting the previous virtual media", "kind", kind)
+			if _, err := vm.EjectMedia(); err != nil {
 				return err
 			}
 		}
 		// Only Image: the spec's defaults for Inserted and WriteProtected
 		// are true, and some BMCs refuse the action when they are sent
 		// (sushy learnt this on SuperMicro X11).
-		if _, err := cd.InsertMedia(&schemas.VirtualMediaInsertMediaParameters{Image: imageURL}); err != nil {
+		if _, err := vm.InsertMedia(&schemas.VirtualMediaInsertMediaParameters{Image: imageURL}); err != nil {
 			return err
 		}
-		cd, err = schemas.GetVirtualMedia(c, cd.ODataID)
+		vm, err = schemas.GetVirtualMedia(c, vm.ODataID)
 		if err != nil {
 			return err
 		}
-		if !inserted(cd) || cd.Image != imageURL {
-			return fmt.Errorf("the BMC accepted the image but its CD shows Inserted=%v Image=%q", inserted(cd), cd.Image)
+		if !inserted(vm) || vm.Image != imageURL {
+			return fmt.Errorf("the BMC accepted the image but its %s shows Inserted=%v", mediaNames[kind], inserted(vm))
 		}
 		return nil
 	})
 	if err == nil {
-		b.log.Info("redfish virtual media inserted", "image", u.Redacted())
+		b.log.Info("redfish virtual media inserted", "kind", kind, "image", shown)
 	}
 	return err
 }
 
 // EjectVirtualMedia detaches the system's virtual CD, if it holds an image.
-func (b *BMC) EjectVirtualMedia(ctx context.Context) error {
+func (b *BMC) EjectVirtualMedia(ctx context.Context) error { return b.EjectMedia(ctx, MediaCD) }
+
+// EjectMedia detaches the system's virtual media device of a kind, if it
+// holds an image.
+func (b *BMC) EjectMedia(ctx context.Context, kind string) error {
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
-	return b.do(ctx, "eject virtual media", func(c *gofish.APIClient) error {
-		cd, err := b.findCD(c)
+	return b.do(ctx, "eject the "+mediaNames[kind], func(c *gofish.APIClient) error {
+		vm, err := b.findMedia(c, kind)
 		if err != nil {
 			return err
 		}
-		if !inserted(cd) {
+		if !inserted(vm) {
 			return nil
 		}
-		_, err = cd.EjectMedia()
+		_, err = vm.EjectMedia()
 		return err
 	})
 }
 
 // VirtualMedia reads the CD's image URL ("" when none is inserted).
-func (b *BMC) VirtualMedia(ctx context.Context) (string, error) {
+func (b *BMC) VirtualMedia(ctx context.Context) (string, error) { return b.MediaImage(ctx, MediaCD) }
+
+// MediaImage reads the image URL of the virtual media device of a kind
+// ("" when none is inserted).
+func (b *BMC) MediaImage(ctx context.Context, kind string) (string, error) {
 	if err := b.lock(ctx); err != nil {
 		return "", err
 	}
 	defer b.unlock()
 	var image string
-	err := b.do(ctx, "read virtual media", func(c *gofish.APIClient) error {
-		cd, err := b.findCD(c)
-		if err == nil && inserted(cd) {
-			image = cd.Image
+	err := b.do(ctx, "read the "+mediaNames[kind], func(c *gofish.APIClient) error {
+		vm, err := b.findMedia(c, kind)
+		if err == nil && inserted(vm) {
+			image = vm.Image
 		}
 		return err
 	})
 	return image, err
+}
+
+// BootFromMedia prepares the next boot from virtual media: the ISO on the
+// virtual CD, the boot's own parameters image on the virtual USB stick
+// (always inserted afresh: its URL may be the same with new contents),
+// and the CD as the boot device for the next boot only.
+func (b *BMC) BootFromMedia(ctx context.Context, isoURL, paramsURL string) error {
+	if err := b.InsertMedia(ctx, MediaCD, isoURL); err != nil {
+		return err
+	}
+	if paramsURL != "" {
+		if err := b.insertMedia(ctx, MediaUSB, paramsURL, true); err != nil {
+			return err
+		}
+	}
+	return b.SetBoot(ctx, BootCDROM, false)
+}
+
+// EjectBootMedia ejects what BootFromMedia inserted.
+func (b *BMC) EjectBootMedia(ctx context.Context) error {
+	errCD := b.EjectMedia(ctx, MediaCD)
+	errUSB := b.EjectMedia(ctx, MediaUSB)
+	if errCD != nil {
+		return errCD
+	}
+	return errUSB
 }
 
 // Setting is one BIOS attribute to set.

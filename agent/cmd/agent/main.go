@@ -22,14 +22,23 @@ with the site's credentials (from 'coordinator site add SITE --credentials-file 
 runs out-of-band commands on the site's BMCs and relays results with a resending outbox.
 
 It drives the BMCs of the site's nodes of drivers ipmi (IPMI over LAN) and redfish.
-Booting those nodes into the ramdisk needs network boot or virtual media, which this
-agent does not serve yet: today they can be managed (the BMC is verified), powered and
-run out-of-band steps (bios.apply_configuration), not inspected or cleaned. With --simulate N it also serves N simulated nodes (driver
-fake): fake BMCs and simulated ramdisk agents that speak the real protocol. With
---qemu-kernel and --qemu-initrd it runs nodes of the development driver qemu-dev as
-QEMU VMs booting the real ramdisk.
+
+Redfish nodes boot the ramdisk from virtual media, without DHCP: with --ramdisk-iso
+(make ramdisk builds build/ramdisk/bmramdisk.iso) the agent serves the ISO over HTTP
+on --media-listen, and for each boot a small image of that boot's parameters (node,
+broker, a credential for this boot only, CA pin, driver_info kernel_append_params)
+under a random name that is served only until the boot ends. The BMC gets both
+(virtual CD and virtual USB stick), a one-time boot from the CD, and a power-on.
+IPMI nodes need network boot to reach the ramdisk, which this agent does not serve
+yet: they can be managed, powered and run out-of-band steps, not inspected or cleaned.
+
+With --simulate N it also serves N simulated nodes (driver fake): fake BMCs and
+simulated ramdisk agents that speak the real protocol. With --qemu-kernel and
+--qemu-initrd it runs nodes of the development driver qemu-dev as QEMU VMs booting
+the real ramdisk.
 
 Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file CA]
+             [--ramdisk-iso ISO --media-listen ADDR --ramdisk-broker-url URL]
              [--simulate N] [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL] [flags]
 
 `)
@@ -53,6 +62,11 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 	qInitrd := fs.String("qemu-initrd", "", "development driver qemu-dev: the ramdisk initramfs")
 	qBroker := fs.String("qemu-broker-url", "", "development driver qemu-dev: the broker as the VMs see it (e.g. mqtt://10.0.2.2:1883, or mqtts://10.0.2.2:1883 with --ca-file)")
 	qCmdline := fs.String("qemu-cmdline", "", "development driver qemu-dev: extra kernel parameters (e.g. bm.ip=10.0.2.15/24 bm.gw=10.0.2.2)")
+	rISO := fs.String("ramdisk-iso", "", "the ramdisk ISO that redfish nodes boot from virtual media (make ramdisk: build/ramdisk/bmramdisk.iso)")
+	rListen := fs.String("media-listen", "", "address (host:port on the site network) where the BMCs fetch the ramdisk ISO and each boot's parameters")
+	rURL := fs.String("media-url", "", "the media server as the BMCs reach it, when not http://MEDIA-LISTEN (e.g. behind NAT)")
+	rBroker := fs.String("ramdisk-broker-url", "", "the MQTT broker as the nodes' ramdisks reach it (e.g. mqtts://10.1.0.1:8883 with --ca-file)")
+	rParams := fs.String("ramdisk-params", "", "kernel-style parameters for every ramdisk boot of the site, e.g. 'bm.gw=10.1.0.1 bm.dns=10.1.0.1' (a node's driver_info kernel_append_params come after)")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
 	level := slog.LevelInfo
@@ -83,11 +97,20 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 		fmt.Fprintln(os.Stderr, "error: qemu-dev needs both --qemu-kernel and --qemu-initrd (make ramdisk builds them under build/ramdisk)")
 		os.Exit(2)
 	}
+	if *rISO == "" && (*rListen != "" || *rBroker != "" || *rURL != "" || *rParams != "") {
+		fmt.Fprintln(os.Stderr, "error: --media-listen, --media-url, --ramdisk-broker-url and --ramdisk-params go with --ramdisk-iso (make ramdisk builds build/ramdisk/bmramdisk.iso)")
+		os.Exit(2)
+	}
+	if *rISO != "" && (*rListen == "" || *rBroker == "") {
+		fmt.Fprintln(os.Stderr, "error: --ramdisk-iso needs --media-listen (where the BMCs fetch it) and --ramdisk-broker-url (the broker as the ramdisks reach it)")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
 		ResendInterval: *resend, PowerSyncInterval: *powerSync, Log: log,
-		QEMU: agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
+		QEMU:    agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
+		Ramdisk: agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams},
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
 			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot}})
 	log.Info("edge agent starting", "site", *site, "broker", *brokerURL, "simulated_nodes", *simulate)

@@ -2,7 +2,7 @@
 GO ?= go
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build run test test-unit fuzz bench soak bench-ramdisk states-doc deps ramdisk clean
+.PHONY: build run test test-unit fuzz bench soak bench-ramdisk states-doc cli-doc deps ramdisk clean
 
 build:
 	$(GO) build -o bin/ ./coordinator/cmd/coordinator ./agent/cmd/agent
@@ -50,6 +50,10 @@ bench-ramdisk: ramdisk
 
 states-doc:
 	$(GO) run ./coordinator/fsm/gen docs/states.md
+
+# docs/cli.md from the coordinator's command tree (coordinator/cli).
+cli-doc:
+	$(GO) run ./coordinator/cli/gendoc docs/cli.md
 
 ramdisk:
 	scripts/build-ramdisk.sh build/ramdisk

@@ -5,30 +5,53 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/certs"
+	"github.com/spf13/cobra"
 )
 
-// certs makes a lab CA and a server certificate, so that trying TLS
+const certsLong = `Makes a lab CA (ca.pem, ca-key.pem) and a server certificate signed by it (server.pem,
+server-key.pem) in DIR, ECDSA P-256, keys mode 0600, so that trying TLS takes one
+command. The server certificate is valid for the --host names and addresses. It prints
+the CA's pin, ` + "`ca pin: sha256/<base64url of the SHA-256 of the CA's SubjectPublicKeyInfo>`" + `,
+by which a client that carries no CA file recognises it. It refuses to overwrite files
+already in DIR unless --force (clients that trust the old CA then need the new ca.pem).
+The same pair serves the API over https and the embedded broker over mqtts:
+` + "`coordinator serve --tls-cert DIR/server.pem --tls-key DIR/server-key.pem`" + `; clients get
+DIR/ca.pem (--os-cacert, OS_CACERT, curl --cacert).`
+
+// certsCmd makes a lab CA and a server certificate, so that trying TLS
 // takes one command.
-func (c *cmd) certs(args []string) int {
-	fs := c.flags("certs", "certs --dir DIR [--host NAME_OR_IP]... [--force]\n\n"+
-		"Makes a lab CA (ca.pem, ca-key.pem) and a server certificate signed by it (server.pem, server-key.pem;\n"+
-		"keys are mode 0600, ECDSA P-256) in DIR, and prints the CA's pin. Serve with\n"+
-		"  coordinator serve --tls-cert DIR/server.pem --tls-key DIR/server-key.pem\n"+
-		"and give clients DIR/ca.pem (--os-cacert, OS_CACERT, curl --cacert).")
-	dir := fs.String("dir", "", "folder to write the four files into (required; made if missing)")
+func (c *cmd) certsCmd() *cobra.Command {
+	var dir string
 	var hosts list
-	fs.Var(&hosts, "host", "a DNS name or IP address the server certificate is valid for (repeatable; default localhost, 127.0.0.1, ::1, 10.0.2.2)")
-	force := fs.Bool("force", false, "replace certificate files that are already in DIR (clients that trust the old CA will not trust the new one)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return 2
+	var force bool
+	cc := &cobra.Command{
+		Use:     "certs --dir DIR",
+		Short:   "Make a lab CA and server certificate for TLS",
+		Long:    certsLong,
+		Example: "  coordinator certs --dir build/certs\n  coordinator certs --dir /etc/bmedge/pki --host coord.example.net --host 192.0.2.10",
+		Args:    args(),
+		RunE: func(*cobra.Command, []string) error {
+			if dir == "" {
+				return usagef("certs needs --dir DIR, the folder to write the four files into")
+			}
+			return c.certs(dir, hosts, force)
+		},
 	}
-	if len(pos) > 0 || *dir == "" {
-		return c.fail("usage: coordinator certs --dir DIR [--host NAME_OR_IP]... [--force]")
-	}
+	fs := cc.Flags()
+	fs.StringVar(&dir, "dir", "", "`DIR` to write the four files into (required; made if missing)")
+	fs.Var(&hosts, "host", "`NAME_OR_IP`, a DNS name or IP address the server certificate is valid for (repeatable; default "+
+		strings.Join(certs.DefaultHosts, ", ")+", the last being the host as a QEMU guest sees it)")
+	fs.BoolVar(&force, "force", false, "replace certificate files that are already in DIR (clients that trust the old CA will not trust the new one)")
+	_ = cc.MarkFlagDirname("dir")
+	_ = cc.RegisterFlagCompletionFunc("host", cobra.NoFileCompletions)
+	return cc
+}
+
+func (c *cmd) certs(dir string, hosts list, force bool) error {
 	if len(hosts) == 0 {
 		hosts = certs.DefaultHosts
 	}
@@ -37,19 +60,19 @@ func (c *cmd) certs(args []string) int {
 	host, _ := os.Hostname()
 	ca, err := certs.MakeCA(fmt.Sprintf("bmedge lab CA %s %s", host, time.Now().UTC().Format("2006-01-02T15:04:05Z")))
 	if err != nil {
-		return c.fail("making the CA: %v", err)
+		return fmt.Errorf("making the CA: %v", err)
 	}
 	srv, err := certs.MakeServerCert(ca, hosts)
 	if err != nil {
-		return c.fail("--host: %v", err)
+		return fmt.Errorf("--host: %v", err)
 	}
-	if err := certs.WriteFiles(*dir, ca, srv, *force); err != nil {
+	if err := certs.WriteFiles(dir, ca, srv, force); err != nil {
 		if errors.Is(err, certs.ErrExist) {
-			return c.fail("%v in %s; nothing was written. Use the ones there, another --dir, or --force to replace them (clients that trust the old CA then need the new ca.pem)", err, *dir)
+			return fmt.Errorf("%v in %s; nothing was written. Use the ones there, another --dir, or --force to replace them (clients that trust the old CA then need the new ca.pem)", err, dir)
 		}
-		return c.fail("writing the certificates: %v", err)
+		return fmt.Errorf("writing the certificates: %v", err)
 	}
-	files := certs.Files(*dir)
+	files := certs.Files(dir)
 	fmt.Fprintf(c.out, "wrote %s, %s (CA) and %s, %s (server, valid for %v until %s)\n",
 		files[0], files[1], files[2], files[3], []string(hosts), srv.Cert.NotAfter.Format("2006-01-02"))
 	fmt.Fprintf(c.out, "ca pin: %s%s\n", certs.PinPrefix, certs.Pin(ca.Cert))
@@ -61,5 +84,5 @@ func (c *cmd) certs(args []string) int {
 	}
 	fmt.Fprintf(c.out, "serve:   coordinator serve --tls-cert %s --tls-key %s ...\n", abs(files[2]), abs(files[3]))
 	fmt.Fprintf(c.out, "clients: OS_CACERT=%s (or --os-cacert, curl --cacert)\n", abs(files[0]))
-	return 0
+	return nil
 }

@@ -1,154 +1,272 @@
 // Package cli is the operator's command line: `coordinator serve` and the
-// verbs that talk to a running coordinator's API. Only this package and
-// main read flags. It must never touch the database directly.
+// verbs that talk to a running coordinator's API, built on cobra. Only
+// this package and main read flags. It must never touch the database
+// directly.
+//
+// docs/cli.md is generated from the command tree (make cli-doc), so the
+// prose a reader needs lives in the commands' Long and Example texts.
 package cli
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
-	"sort"
-	"strconv"
+	"regexp"
 	"strings"
-	"syscall"
-	"text/tabwriter"
-	"time"
 
-	"github.com/bmedge/bmedge/coordinator/broker"
-	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/coordinator/server"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// Main runs the command line with args (without the program name).
+// Main runs the command line with args (without the program name) and
+// returns the exit status: 0 done, 1 failed (the API refused, a --wait
+// ended anywhere but the verb's target), 2 a usage error or a --wait
+// timeout, 130 interrupted during --wait.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := &cmd{stdin: stdin, out: stdout, err: stderr}
-	return c.run(args)
+	return run(context.Background(), args, stdin, stdout, stderr)
 }
 
+// run is Main with a context whose cancellation stands for Ctrl-C.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := &cmd{ctx: ctx, stdin: stdin, out: stdout, err: stderr}
+	root := c.newRoot()
+	root.SetArgs(waitSeconds(args))
+	cc, err := root.ExecuteC()
+	if err == nil {
+		return 0
+	}
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code)
+	}
+	var ue *usageError
+	if errors.As(err, &ue) || !c.ran {
+		fmt.Fprintf(stderr, "error: %v\nRun '%s --help' for usage.\n", err, cc.CommandPath())
+		return 2
+	}
+	fmt.Fprintf(stderr, "error: %v\n", err)
+	return 1
+}
+
+// cmd is one run of the command line: its streams and global flags.
 type cmd struct {
+	ctx      context.Context
 	stdin    io.Reader
 	out, err io.Writer
 	url      string
 	format   string
+	columns  []string
 	creds    credentials
+	// ran is set once flags and arguments were accepted and a command
+	// starts: errors before it are usage errors (exit 2).
+	ran bool
 }
 
-const usage = `coordinator: bare-metal lifecycle for remote sites, in Ironic's tradition.
+// defaultURL is where the client looks for the API without --url or
+// COORDINATOR_URL; `serve --api-listen` has the same address.
+const (
+	defaultAPIListen = "127.0.0.1:6385"
+	defaultURL       = "http://" + defaultAPIListen
+)
 
-Usage:
-  coordinator serve [--data-dir DIR] [--api-listen ADDR] [--mqtt-listen ADDR] [--broker-url URL]
-                    [--auth none|http_basic --htpasswd FILE] [--tls-cert FILE --tls-key FILE]
-  coordinator certs --dir DIR [--host NAME_OR_IP]... [--force]   make a lab CA and server certificate for TLS
-  coordinator site add NAME --credentials-file FILE     register a site, write its edge agent's credentials
-  coordinator site list
-  coordinator node create --name NAME --driver fake|ipmi|redfish --site SITE [--driver-info K=V]... [--property K=V]... [--port MAC]...
-  coordinator node list [--provision-state S] [--maintenance] [--retired] [--site SITE] [--limit N]
-  coordinator node show NODE
-  coordinator node set NODE [--name N] [--driver-info K=V]... [--property K=V]... [--instance-info K=V]... [--extra K=V]...
-                            [--retired --retired-reason TEXT] [--maintenance --reason TEXT]
-  coordinator node unset NODE [--retired] [--maintenance] [--driver-info K]... [--property K]... [--instance-info K]... [--extra K]...
-  coordinator node delete NODE
-  coordinator node manage|inspect|provide|deploy|rebuild|unrescue|undeploy|abort NODE [--wait [SECONDS]]
-  coordinator node rescue NODE --rescue-password PW [--wait [SECONDS]]
-  coordinator node clean NODE --clean-steps FILE|- [--wait [SECONDS]]
-  coordinator node wait NODE [--wait SECONDS]          follow a node until it rests
-  coordinator node power NODE on|off|reboot
-  coordinator node steps NODE [--min-priority N]
-  coordinator node history NODE
-  coordinator node inventory NODE
-  coordinator port create MAC --node NODE
-  coordinator port list [--node NODE]
-  coordinator port delete PORT
+// usageError is a command line that does not make sense: exit 2, with a
+// pointer to the command's --help.
+type usageError struct{ msg string }
 
-Global flags (anywhere on the line):
-  --url URL             coordinator API (env COORDINATOR_URL, default http://127.0.0.1:6385)
-  -f table|json         output format (default table)
-  --os-username USER    user at a coordinator with --auth http_basic (env OS_USERNAME)
-  --os-password PW      its password (env OS_PASSWORD; the variable keeps it out of ps)
-  --os-cacert FILE      CA certificate that signed an https coordinator's (env OS_CACERT)
+func (e *usageError) Error() string { return e.msg }
 
---wait follows the node until it rests, printing each state and step, and exits 1
-with last_error when the node lands in a failed state (2 on timeout).
-NODE is a name or a UUID. Run 'coordinator COMMAND --help' for a command's flags.
-`
+func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
 
-func (c *cmd) fail(format string, a ...any) int {
-	fmt.Fprintf(c.err, "error: "+format+"\n", a...)
-	return 1
-}
+// exitCode ends the program with that status; the command has already
+// said why on standard error.
+type exitCode int
 
-func (c *cmd) run(args []string) int {
-	c.url = os.Getenv("COORDINATOR_URL")
-	if c.url == "" {
-		c.url = "http://127.0.0.1:6385"
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// Flag kinds: a global flag is shown in a command's help only when the
+// command uses it (serve has no use for --url).
+const (
+	kindKey    = "bmedge_kind"
+	kindClient = "client" // the API's address and credentials
+	kindOutput = "output" // -f and -c
+)
+
+// Command annotations saying which global flags a command uses.
+const (
+	usesClient = "bmedge_uses_client"
+	usesOutput = "bmedge_uses_output"
+)
+
+func annotate(cc *cobra.Command, keys ...string) *cobra.Command {
+	if cc.Annotations == nil {
+		cc.Annotations = map[string]string{}
 	}
-	c.format = "table"
-	// The same names as the baremetal CLI's, so one set of variables
-	// serves both.
-	c.creds = credentials{user: os.Getenv("OS_USERNAME"), password: os.Getenv("OS_PASSWORD"), cacert: os.Getenv("OS_CACERT")}
-	globals := map[string]*string{"--os-username": &c.creds.user, "--os-password": &c.creds.password, "--os-cacert": &c.creds.cacert}
-	// Global flags may stand anywhere.
-	var rest []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, val, hasVal := strings.Cut(a, "=")
-		if dst, ok := globals[name]; ok && (hasVal || i+1 < len(args)) {
-			if !hasVal {
-				val = args[i+1]
-				i++
-			}
-			*dst = val
+	for _, k := range keys {
+		cc.Annotations[k] = "true"
+	}
+	return cc
+}
+
+// envFlags are the global flags a variable sets when the flag is not
+// given. The OS_* names are the baremetal CLI's, so one set of variables
+// serves both.
+var envFlags = []struct{ flag, env string }{
+	{"url", "COORDINATOR_URL"},
+	{"os-username", "OS_USERNAME"},
+	{"os-password", "OS_PASSWORD"},
+	{"os-cacert", "OS_CACERT"},
+}
+
+const rootLong = `coordinator: bare-metal lifecycle for remote sites, in Ironic's tradition.
+
+One binary is the server (` + "`coordinator serve`" + `) and the operator's client of its API.
+Every command and subcommand takes ` + "`--help`" + `; ` + "`coordinator completion bash|zsh|fish`" + `
+prints a shell completion script. NODE is a node's name or UUID.
+
+Against a coordinator with ` + "`--auth http_basic`" + ` and/or TLS, the client takes the same
+credentials as Ironic's ` + "`baremetal`" + ` CLI (` + "`--os-username`, `--os-password`, `--os-cacert`" + `,
+or ` + "`OS_USERNAME`, `OS_PASSWORD`, `OS_CACERT`" + `), so one set of variables serves both;
+prefer the variable for the password, as flags show in ps. Only the CA of ` + "`--os-cacert`" + `
+is trusted for an https coordinator, not the system's. A 401 says which of these to
+set; an untrusted or mismatched certificate says which CA or host name to use.
+
+Exit status: 0 done; 1 failed (the API refused, or a ` + "`--wait`" + ` ended anywhere but the
+verb's target); 2 a usage error or a ` + "`--wait`" + ` timeout; 130 interrupted during ` + "`--wait`" + `
+(the operation carries on at the coordinator).`
+
+func (c *cmd) newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:               "coordinator",
+		Short:             "Bare-metal lifecycle for remote sites, in Ironic's tradition",
+		Long:              rootLong,
+		Example:           "  coordinator serve\n  coordinator node list\n  coordinator node manage n1 --wait\n  coordinator node show n1 -f json",
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		Args:              cobra.ArbitraryArgs,
+		RunE:              c.group,
+		PersistentPreRunE: c.start,
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+	}
+	root.SetIn(c.stdin)
+	root.SetOut(c.out)
+	root.SetErr(c.err)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err.Error()} })
+	root.SetUsageTemplate(usageTemplate)
+	root.SetHelpTemplate(helpTemplate)
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&c.url, "url", defaultURL, "`URL` of the coordinator's API (env COORDINATOR_URL)")
+	pf.StringVarP(&c.format, "format", "f", "table", "output `FORMAT`: "+strings.Join(formats, ", "))
+	pf.StringArrayVarP(&c.columns, "column", "c", nil, "show only this `COLUMN` (a field name, e.g. provision_state; repeatable)")
+	pf.StringVar(&c.creds.user, "os-username", "", "`USER` at a coordinator with --auth http_basic (env OS_USERNAME)")
+	pf.StringVar(&c.creds.password, "os-password", "", "its `PASSWORD` (env OS_PASSWORD; the variable keeps it out of ps)")
+	pf.StringVar(&c.creds.cacert, "os-cacert", "", "CA certificate `FILE` that signed an https coordinator's (env OS_CACERT)")
+	for _, n := range []string{"url", "os-username", "os-password", "os-cacert"} {
+		_ = pf.SetAnnotation(n, kindKey, []string{kindClient})
+	}
+	for _, n := range []string{"format", "column"} {
+		_ = pf.SetAnnotation(n, kindKey, []string{kindOutput})
+	}
+	_ = root.RegisterFlagCompletionFunc("format", fixed(formats...))
+	_ = root.RegisterFlagCompletionFunc("column", cobra.NoFileCompletions)
+
+	root.AddGroup(&cobra.Group{ID: "server", Title: "Server:"}, &cobra.Group{ID: "client", Title: "Client of the API:"})
+	for _, sub := range []*cobra.Command{c.serveCmd(), c.certsCmd()} {
+		sub.GroupID = "server"
+		root.AddCommand(sub)
+	}
+	for _, sub := range []*cobra.Command{c.siteCmd(), c.nodeCmd(), c.portCmd()} {
+		sub.GroupID = "client"
+		root.AddCommand(sub)
+	}
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	return root
+}
+
+// start runs before every command: the variables behind unset global
+// flags, and the output format.
+func (c *cmd) start(cc *cobra.Command, _ []string) error {
+	c.applyEnv(cc)
+	if !knownFormat(c.format) {
+		return usagef("output format %q is not known; use -f %s", c.format, strings.Join(formats, ", -f "))
+	}
+	c.ran = true
+	return nil
+}
+
+func (c *cmd) applyEnv(cc *cobra.Command) {
+	for _, e := range envFlags {
+		f := cc.Flags().Lookup(e.flag)
+		if f == nil || f.Changed {
 			continue
 		}
-		switch {
-		case a == "--url" && i+1 < len(args):
-			c.url = args[i+1]
-			i++
-		case strings.HasPrefix(a, "--url="):
-			c.url = strings.TrimPrefix(a, "--url=")
-		case (a == "-f" || a == "--format") && i+1 < len(args):
-			c.format = args[i+1]
-			i++
-		case strings.HasPrefix(a, "--format="):
-			c.format = strings.TrimPrefix(a, "--format=")
+		if v := os.Getenv(e.env); v != "" {
+			_ = f.Value.Set(v)
+		}
+	}
+}
+
+// group is the Run of a command that only holds others: without a
+// subcommand it prints its help (exit 2), with an unknown one it says so.
+func (c *cmd) group(cc *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		cc.SetOut(c.err)
+		_ = cc.Help()
+		return exitCode(2)
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cc.CommandPath())
+	if cc.SuggestionsMinimumDistance <= 0 {
+		cc.SuggestionsMinimumDistance = 2
+	}
+	if s := cc.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usagef("%s", msg)
+}
+
+// groupCmd is a command that holds subcommands.
+func (c *cmd) groupCmd(use, short, long string, subs ...*cobra.Command) *cobra.Command {
+	g := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.ArbitraryArgs, RunE: c.group}
+	g.AddCommand(subs...)
+	return g
+}
+
+// args checks a command's positional arguments against their names.
+func args(names ...string) cobra.PositionalArgs {
+	return func(cc *cobra.Command, a []string) error {
+		if len(a) == len(names) {
+			return nil
+		}
+		want := "no arguments"
+		switch len(names) {
+		case 0:
+		case 1:
+			want = "one argument, " + names[0]
 		default:
-			rest = append(rest, a)
+			want = fmt.Sprintf("%d arguments, %s", len(names), strings.Join(names, " "))
 		}
-	}
-	if c.format != "table" && c.format != "json" {
-		return c.fail("output format %q is not known; use -f table or -f json", c.format)
-	}
-	if len(rest) == 0 || rest[0] == "help" || rest[0] == "--help" || rest[0] == "-h" {
-		fmt.Fprint(c.out, usage)
-		if len(rest) == 0 {
-			return 2
+		if len(a) == 0 {
+			return usagef("%s takes %s", cc.CommandPath(), want)
 		}
-		return 0
+		return usagef("%s takes %s; got %q", cc.CommandPath(), want, a)
 	}
-	switch rest[0] {
-	case "serve":
-		return c.serve(rest[1:])
-	case "certs":
-		return c.certs(rest[1:])
-	case "site":
-		return c.site(rest[1:])
-	case "node":
-		return c.node(rest[1:])
-	case "port":
-		return c.port(rest[1:])
+}
+
+// fixed completes a flag or argument from a fixed list.
+func fixed(vals ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return vals, cobra.ShellCompDirectiveNoFileComp
 	}
-	return c.fail("unknown command %q; run 'coordinator help' to see the commands", rest[0])
 }
 
 // kv collects repeated K=V flags.
 type kv map[string]string
 
 func (m kv) String() string { return "" }
+func (m kv) Type() string   { return "K=V" }
 func (m kv) Set(s string) error {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok || k == "" {
@@ -162,223 +280,164 @@ func (m kv) Set(s string) error {
 type list []string
 
 func (l *list) String() string     { return strings.Join(*l, ",") }
+func (l *list) Type() string       { return "VALUE" }
 func (l *list) Set(s string) error { *l = append(*l, s); return nil }
 
-// parse parses flags that may come after positional arguments.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos, flags []string
+var _ pflag.Value = kv{}
+
+// waitFlag is --wait[=SECONDS]: follow the node, giving up after SECONDS
+// when given. pflag shows an optional value through NoOptDefVal, so that
+// is the word SECONDS itself, meaning "no limit".
+type waitFlag struct {
+	on   bool
+	secs int
+}
+
+const waitNoLimit = "SECONDS"
+
+func (w *waitFlag) String() string {
+	if !w.on || w.secs == 0 {
+		return ""
+	}
+	return fmt.Sprint(w.secs)
+}
+
+// Type is "bool" so that help shows --wait[=SECONDS] and completion
+// expects no value.
+func (w *waitFlag) Type() string { return "bool" }
+func (w *waitFlag) Set(s string) error {
+	switch s {
+	case waitNoLimit, "true", "":
+		w.on, w.secs = true, 0
+		return nil
+	case "false":
+		w.on, w.secs = false, 0
+		return nil
+	}
+	if !digits.MatchString(s) {
+		return fmt.Errorf("--wait takes seconds, not %q", s)
+	}
+	_, err := fmt.Sscan(s, &w.secs)
+	w.on = err == nil
+	return err
+}
+
+func addWait(fs *pflag.FlagSet, w *waitFlag, usage string) {
+	fs.Var(w, "wait", usage)
+	fs.Lookup("wait").NoOptDefVal = waitNoLimit
+}
+
+var digits = regexp.MustCompile(`^[0-9]+$`)
+
+// waitSeconds joins "--wait 600" into "--wait=600", so that the optional
+// value may also follow a space, as with the baremetal CLI.
+func waitSeconds(args []string) []string {
+	out := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
+			return append(out, args[i:]...)
 		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			pos = append(pos, a)
-			continue
-		}
-		flags = append(flags, a)
-		name := strings.TrimLeft(a, "-")
-		if strings.Contains(name, "=") {
-			continue
-		}
-		f := fs.Lookup(name)
-		if f == nil {
-			continue
-		}
-		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
-			continue
-		}
-		if i+1 < len(args) {
-			flags = append(flags, args[i+1])
+		if a == "--wait" && i+1 < len(args) && digits.MatchString(args[i+1]) {
+			out = append(out, "--wait="+args[i+1])
 			i++
+			continue
 		}
+		out = append(out, a)
 	}
-	if err := fs.Parse(flags); err != nil {
-		return nil, err
-	}
-	return pos, nil
+	return out
 }
 
-func (c *cmd) flags(name, help string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.err)
-	fs.Usage = func() {
-		fmt.Fprintf(c.err, "Usage: coordinator %s\n", help)
-		fs.PrintDefaults()
-	}
+// shownFlags are the global flags that cc uses, for its help.
+func shownFlags(cc *cobra.Command) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(cc.Name(), pflag.ContinueOnError)
+	cc.InheritedFlags().VisitAll(func(f *pflag.Flag) {
+		if flagShown(cc, f) {
+			fs.AddFlag(f)
+		}
+	})
 	return fs
 }
 
-func (c *cmd) serve(args []string) int {
-	fs := c.flags("serve", "serve [flags]\n\nRuns the coordinator: API, state machine, Badger store and (unless --broker-url) the embedded MQTT broker.")
-	dataDir := fs.String("data-dir", "data", "folder of the Badger database and the coordinator's secret")
-	apiListen := fs.String("api-listen", "127.0.0.1:6385", "address of the HTTP API")
-	mqttListen := fs.String("mqtt-listen", "127.0.0.1:1883", "address of the embedded MQTT broker")
-	brokerURL := fs.String("broker-url", "", "use this external MQTT v5 broker (mqtt://host:port, or mqtts://host:port with --broker-ca-file) instead of the embedded one")
-	brokerCA := fs.String("broker-ca-file", "", "CA (PEM) that signs the external broker's certificate, for an mqtts:// --broker-url")
-	maxPacket := fs.Int("max-packet-size", broker.DefaultMaxPacketSize, "largest MQTT packet the embedded broker reads after CONNECT, in bytes (CONNECT itself: 16 KiB)")
-	brokerUser := fs.String("broker-username", "", "username at the external broker (default: the coordinator's own)")
-	brokerPass := fs.String("broker-password", os.Getenv("COORDINATOR_BROKER_PASSWORD"), "password at the external broker (env COORDINATOR_BROKER_PASSWORD)")
-	advertise := fs.String("advertise-broker-url", "", "broker URL written into site credentials files (default: the broker's own)")
-	waitTimeout := fs.Duration("wait-timeout", 30*time.Minute, "a WAIT state that hears nothing this long fails (reset by heartbeats)")
-	cmdTimeout := fs.Duration("command-timeout", 5*time.Minute, "an out-of-band command without a result this long fails")
-	resend := fs.Duration("resend-interval", 10*time.Second, "how often an unanswered command is sent again")
-	tick := fs.Duration("tick", time.Second, "how often timeouts and resends are checked")
-	autoClean := fs.Bool("automated-clean", true, "run automated cleaning on provide and after undeploy")
-	forcePower := fs.Bool("force-power-state-during-sync", true, "when an edge agent reports a resting node's BMC in another power state than recorded, power it back (false: record the BMC's state)")
-	var prio kv = kv{}
-	fs.Var(prio, "clean-step-priority", "override an automated clean step's priority: interface.step=N (0 disables); repeatable")
-	maxClean := fs.Int("max-concurrent-clean", 1000, "nodes that may clean at once (more get 503)")
-	maxDeploy := fs.Int("max-concurrent-deploy", 1000, "nodes that may deploy at once (more get 503)")
-	histMax := fs.Int("history-max-entries", 300, "history entries kept per node; past it the oldest are deleted (Ironic's node_history_max_entries)")
-	auth := fs.String("auth", "none", "API authentication: none (only with a loopback --api-listen) or http_basic (with --htpasswd)")
-	htpasswd := fs.String("htpasswd", "", "htpasswd file of bcrypt entries ('htpasswd -B') for --auth http_basic")
-	tlsCert := fs.String("tls-cert", "", "PEM certificate (followed by its CA, so that ramdisks can check it by pin): serve the API over https and the embedded broker over mqtts (with --tls-key; 'coordinator certs' makes a lab pair)")
-	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
-	verbose := fs.Bool("v", false, "log every node event")
-	if _, err := parse(fs, args); err != nil {
-		return 2
+// flagShown says whether global flag f matters to cc.
+func flagShown(cc *cobra.Command, f *pflag.Flag) bool {
+	kind := f.Annotations[kindKey]
+	switch {
+	case f.Hidden:
+		return false
+	case len(kind) == 0:
+		return true
+	case kind[0] == kindClient:
+		return uses(cc, usesClient)
+	case kind[0] == kindOutput:
+		return uses(cc, usesOutput)
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: level}))
-	overrides := map[string]int{}
-	for k, v := range prio {
-		n, err := strconv.Atoi(v)
-		if err != nil || !strings.Contains(k, ".") {
-			return c.fail("--clean-step-priority %s=%s: want interface.step=N", k, v)
-		}
-		overrides[k] = n
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	co, err := server.Start(ctx, server.Options{DataDir: *dataDir, APIListen: *apiListen, MQTTListen: *mqttListen,
-		BrokerURL: *brokerURL, BrokerUser: *brokerUser, BrokerPassword: *brokerPass, AdvertisedBrokerURL: *advertise,
-		Auth: *auth, HTPasswd: *htpasswd, TLSCert: *tlsCert, TLSKey: *tlsKey, BrokerCAFile: *brokerCA, MaxPacketSize: *maxPacket,
-		Machine: fsm.Config{WaitTimeout: *waitTimeout, CommandTimeout: *cmdTimeout, ResendInterval: *resend,
-			AutomatedClean: *autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: *forcePower},
-		MaxConcurrentClean: *maxClean, MaxConcurrentDeploy: *maxDeploy, TickInterval: *tick, HistoryMaxEntries: *histMax, Log: log})
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	log.Info("coordinator serving", "api", co.APIURL, "auth", *auth, "broker", co.BrokerURL, "data", *dataDir)
-	<-ctx.Done()
-	log.Info("shutting down")
-	co.Close()
-	return 0
+	return true
 }
 
-// apiClient returns a client of the coordinator's API with the
-// credentials and CA of the command line.
-func (c *cmd) apiClient() (*client, error) {
-	return newClient(c.url, c.creds)
+// uses says whether cc or one of its subcommands is annotated with key.
+func uses(cc *cobra.Command, key string) bool {
+	if cc.Annotations[key] == "true" {
+		return true
+	}
+	for _, s := range cc.Commands() {
+		if uses(s, key) {
+			return true
+		}
+	}
+	return false
 }
 
-func (c *cmd) site(args []string) int {
-	if len(args) == 0 {
-		return c.fail("usage: coordinator site add NAME --credentials-file FILE | site list")
-	}
-	cl, cerr := c.apiClient()
-	if cerr != nil {
-		return c.fail("%v", cerr)
-	}
-	switch args[0] {
-	case "add":
-		fs := c.flags("site add", "site add NAME --credentials-file FILE\n\nRegisters a site and writes the credentials its edge agent connects with (mode 0600).")
-		file := fs.String("credentials-file", "", "where to write the edge agent's credentials (required)")
-		pos, err := parse(fs, args[1:])
-		if err != nil {
-			return 2
-		}
-		if len(pos) != 1 || *file == "" {
-			return c.fail("usage: coordinator site add NAME --credentials-file FILE")
-		}
-		var resp map[string]any
-		if _, _, err := cl.do("POST", "/v1/sites", map[string]string{"name": pos[0]}, &resp); err != nil {
-			return c.fail("%v", err)
-		}
-		b, _ := json.MarshalIndent(resp, "", "  ")
-		if err := os.WriteFile(*file, append(b, '\n'), 0o600); err != nil {
-			return c.fail("site %s was registered but its credentials could not be written: %v", pos[0], err)
-		}
-		fmt.Fprintf(c.out, "site %s registered; edge agent credentials written to %s\n", pos[0], *file)
-		return 0
-	case "list":
-		var resp struct {
-			Sites []map[string]any `json:"sites"`
-		}
-		if _, _, err := cl.do("GET", "/v1/sites", nil, &resp); err != nil {
-			return c.fail("%v", err)
-		}
-		return c.table(resp.Sites, []string{"name", "online", "nodes", "created_at"})
-	}
-	return c.fail("unknown site command %q; use add or list", args[0])
+func init() {
+	// Commands are listed in the order they are added: a node's
+	// lifecycle, not the alphabet.
+	cobra.EnableCommandSorting = false
+	cobra.AddTemplateFunc("globalFlags", func(cc *cobra.Command) string { return flagUsages(shownFlags(cc)) })
+	cobra.AddTemplateFunc("flagUsages", flagUsages)
+	cobra.AddTemplateFunc("hasGlobalFlags", func(cc *cobra.Command) bool { return shownFlags(cc).HasAvailableFlags() })
+	cobra.AddTemplateFunc("isGroup", func(cc *cobra.Command) bool { return cc.HasAvailableSubCommands() })
 }
 
-// table prints rows with the given columns, or JSON with -f json.
-func (c *cmd) table(rows []map[string]any, cols []string) int {
-	if c.format == "json" {
-		if rows == nil {
-			rows = []map[string]any{}
-		}
-		b, _ := json.MarshalIndent(rows, "", "  ")
-		fmt.Fprintln(c.out, string(b))
-		return 0
+// flagUsages lists flags wrapped to the terminal's width (100 columns
+// when standard output is not a terminal).
+func flagUsages(fs *pflag.FlagSet) string {
+	width, tty := terminalWidth(os.Stdout)
+	if !tty {
+		width = 100
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-	head := make([]string, len(cols))
-	for i, col := range cols {
-		head[i] = strings.ToUpper(strings.ReplaceAll(col, "_", " "))
-	}
-	fmt.Fprintln(tw, strings.Join(head, "\t"))
-	for _, r := range rows {
-		vals := make([]string, len(cols))
-		for i, col := range cols {
-			vals[i] = cell(r[col])
-		}
-		fmt.Fprintln(tw, strings.Join(vals, "\t"))
-	}
-	tw.Flush()
-	return 0
+	return strings.TrimRight(fs.FlagUsagesWrapped(width-1), " \n")
 }
 
-func cell(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "-"
-	case string:
-		if x == "" {
-			return "-"
-		}
-		return x
-	case map[string]any, []any:
-		b, _ := json.Marshal(x)
-		return string(b)
-	}
-	return fmt.Sprint(v)
-}
+// usageTemplate is cobra's, less the "[flags]" line of group commands
+// and the global flags a command has no use for.
+const usageTemplate = `Usage:{{if isGroup .}}
+  {{.CommandPath}} COMMAND{{else}}
+  {{.UseLine}}{{end}}{{if gt (len .Aliases) 0}}
 
-// record prints one object as field/value lines, or JSON.
-func (c *cmd) record(v map[string]any) int {
-	if c.format == "json" {
-		b, _ := json.MarshalIndent(v, "", "  ")
-		fmt.Fprintln(c.out, string(b))
-		return 0
-	}
-	keys := make([]string, 0, len(v))
-	for k := range v {
-		if k != "links" && k != "ports" && k != "states" {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%s\n", k, cell(v[k]))
-	}
-	tw.Flush()
-	return 0
-}
+Aliases:
+  {{.NameAndAliases}}{{end}}{{if .HasExample}}
+
+Examples:
+{{.Example}}{{end}}{{if .HasAvailableSubCommands}}{{$cmds := .Commands}}{{if eq (len .Groups) 0}}
+
+Commands:{{range $cmds}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{else}}{{range $group := .Groups}}
+
+{{.Title}}{{range $cmds}}{{if (and (eq .GroupID $group.ID) (or .IsAvailableCommand (eq .Name "help")))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if not .AllChildCommandsHaveGroup}}
+
+Other commands:{{range $cmds}}{{if (and (eq .GroupID "") (or .IsAvailableCommand (eq .Name "help")))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
+
+Flags:
+{{flagUsages .LocalFlags}}{{end}}{{if hasGlobalFlags .}}
+
+Global flags (anywhere on the line):
+{{globalFlags .}}{{end}}{{if .HasAvailableSubCommands}}
+
+Run '{{.CommandPath}} COMMAND --help' for a command's flags.{{end}}
+`
+
+const helpTemplate = `{{with (or .Long .Short)}}{{. | trimTrailingWhitespaces}}
+
+{{end}}{{.UsageString}}`

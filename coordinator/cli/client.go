@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 
 // client talks to the coordinator's API.
 type client struct {
+	ctx  context.Context
 	base string
 	http *http.Client
 	// user and password are sent as HTTP Basic credentials when user is
@@ -50,7 +52,7 @@ func (c *client) do(method, path string, body any, out any) (int, http.Header, e
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(c.ctx, method, c.base+path, rd)
 	if err != nil {
 		return 0, nil, fmt.Errorf("bad coordinator URL %q: %w", c.base, err)
 	}
@@ -137,8 +139,8 @@ func (c *client) transportError(err error) error {
 // newClient returns a client of the API at base. With cr.cacert, https
 // servers are trusted only when that CA signed them (as with curl
 // --cacert), not by the system's CAs.
-func newClient(base string, cr credentials) (*client, error) {
-	c := &client{base: strings.TrimRight(base, "/"), user: cr.user, password: cr.password, cacert: cr.cacert,
+func newClient(ctx context.Context, base string, cr credentials) (*client, error) {
+	c := &client{ctx: ctx, base: strings.TrimRight(base, "/"), user: cr.user, password: cr.password, cacert: cr.cacert,
 		http: &http.Client{Timeout: 60 * time.Second}}
 	if cr.user == "" && cr.password != "" {
 		return nil, errors.New("a password is set (OS_PASSWORD or --os-password) without a user name: set OS_USERNAME or --os-username too")

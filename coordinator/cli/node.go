@@ -6,127 +6,259 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/spf13/cobra"
 )
 
-var verbTargets = map[string]string{
-	"manage": "manage", "inspect": "inspect", "provide": "provide", "deploy": "active", "rebuild": "rebuild",
-	"rescue": "rescue", "unrescue": "unrescue", "undeploy": "deleted", "abort": "abort", "clean": "clean",
+// verb is a provision verb: its command, the API's target and where it
+// goes. The node command's help and docs/cli.md are made from this list.
+type verb struct {
+	name, target, short string
+	args                string // flags it needs, for the table
+	from, to            string
+	long                string
 }
 
-func (c *cmd) node(args []string) int {
-	if len(args) == 0 {
-		return c.fail("usage: coordinator node COMMAND ...; run 'coordinator help'")
-	}
-	sub, args := args[0], args[1:]
-	cl, cerr := c.apiClient()
-	if cerr != nil {
-		return c.fail("%v", cerr)
-	}
-	if _, ok := verbTargets[sub]; ok {
-		return c.verb(cl, sub, args)
-	}
-	switch sub {
-	case "create":
-		return c.nodeCreate(cl, args)
-	case "list":
-		return c.nodeList(cl, args)
-	case "show":
-		return c.nodeShow(cl, args)
-	case "set":
-		return c.nodeSet(cl, args, false)
-	case "unset":
-		return c.nodeSet(cl, args, true)
-	case "delete":
-		if len(args) != 1 {
-			return c.fail("usage: coordinator node delete NODE")
-		}
-		if _, _, err := cl.do("DELETE", "/v1/nodes/"+url.PathEscape(args[0]), nil, nil); err != nil {
-			return c.fail("%v", err)
-		}
-		fmt.Fprintf(c.out, "node %s deleted\n", args[0])
-		return 0
-	case "wait":
-		rest, _, limit, err := waitArg(args)
-		if err != nil {
-			return c.fail("%v", err)
-		}
-		if len(rest) != 1 {
-			return c.fail("usage: coordinator node wait NODE [--wait SECONDS]")
-		}
-		return c.follow(cl, rest[0], "wait", limit)
-	case "steps":
-		return c.nodeSteps(cl, args)
-	case "history":
-		return c.nodeHistory(cl, args)
-	case "inventory":
-		if len(args) != 1 {
-			return c.fail("usage: coordinator node inventory NODE")
-		}
-		var v map[string]any
-		if _, _, err := cl.do("GET", "/v1/nodes/"+url.PathEscape(args[0])+"/inventory", nil, &v); err != nil {
-			return c.fail("%v", err)
-		}
-		b, _ := json.MarshalIndent(v, "", "  ")
-		fmt.Fprintln(c.out, string(b))
-		return 0
-	case "power":
-		if len(args) != 2 {
-			return c.fail("usage: coordinator node power NODE on|off|reboot")
-		}
-		target := map[string]string{"on": "power on", "off": "power off", "reboot": "rebooted"}[args[1]]
-		if target == "" {
-			return c.fail("power target %q is not known; use on, off or reboot", args[1])
-		}
-		if _, _, err := cl.do("PUT", "/v1/nodes/"+url.PathEscape(args[0])+"/states/power", map[string]string{"target": target}, nil); err != nil {
-			return c.fail("%v", err)
-		}
-		fmt.Fprintf(c.out, "node %s: %s requested\n", args[0], target)
-		return 0
-	}
-	return c.fail("unknown node command %q; run 'coordinator help'", sub)
+var verbs = []verb{
+	{name: "manage", target: "manage", short: "Verify a node's BMC and make it manageable",
+		from: "enroll (verifies the BMC), available, clean failed, inspect failed", to: "manageable",
+		long: "From enroll, manage verifies the BMC with the driver_info: a BMC that refuses the credentials\nsends the node back to enroll with the BMC's answer in last_error."},
+	{name: "inspect", target: "inspect", short: "Boot the ramdisk and fill the node's properties from its hardware",
+		from: "manageable, inspect failed", to: "manageable, properties from the inventory",
+		long: "The ramdisk boots and reports the hardware inventory ('node inventory NODE');\nproperties such as cpus, memory_mb and local_gb are filled from it."},
+	{name: "provide", target: "provide", short: "Make a node available, through automated cleaning",
+		from: "manageable, clean failed", to: "available (automated cleaning)",
+		long: "Automated cleaning runs the clean steps of priority above 0 ('node steps NODE --min-priority 1')\nunless serve runs with --automated-clean=false. A retired node cannot be provided (409)."},
+	{name: "clean", target: "clean", short: "Run manual clean steps on a manageable node", args: " --clean-steps FILE|-",
+		from: "manageable", to: "manageable",
+		long: `A clean steps file is Ironic's list: [{"interface": "deploy", "step": "erase_devices_metadata",
+"args": {}}], run in order. Every step and argument is checked before anything runs; a bad
+list leaves the node in clean failed with a last_error that names the step and the argument.`},
+	{name: "deploy", target: "active", short: "Write the image of instance_info to a node and boot it",
+		from: "available (needs instance_info/image_source)", to: "active",
+		long: "Set the image first: node set NODE --instance-info image_source=URL --instance-info image_checksum=sha256:HEX."},
+	{name: "rebuild", target: "rebuild", short: "Write the image again on a deployed node",
+		from: "active, deploy failed, error", to: "active"},
+	{name: "rescue", target: "rescue", short: "Boot a deployed node into the rescue ramdisk", args: " --rescue-password PW",
+		from: "active, rescue, rescue failed", to: "rescue"},
+	{name: "unrescue", target: "unrescue", short: "Boot a rescued node back into its instance",
+		from: "rescue, unrescue failed", to: "active"},
+	{name: "undeploy", target: "deleted", short: "Take a node's instance away and clean it",
+		from: "active, rescue, wait call-back, deploy failed, error, rescue failed, unrescue failed",
+		to:   "available (manageable if retired), through cleaning"},
+	{name: "abort", target: "abort", short: "Stop a node's operation where it waits",
+		from: "clean wait, inspect wait, rescue wait, wait call-back", to: "the matching failed state",
+		long: `Abort during an abortable step fails the node at once ("aborted by request during step X");
+during a step that cannot be aborted (write_image) the node fails as soon as the step ends.`},
 }
 
-func (c *cmd) nodeCreate(cl *client, args []string) int {
-	fs := c.flags("node create", "node create --name NAME --driver fake|ipmi|redfish --site SITE [--driver-info K=V]... [--property K=V]... [--port MAC]...")
-	name := fs.String("name", "", "node name (unique)")
-	driver := fs.String("driver", "", "fake, ipmi or redfish (required)")
-	site := fs.String("site", "", "the site whose edge agent drives the node (default: the only site)")
+// verbOf returns the CLI verb of an API target ("deleted" is undeploy).
+func verbOf(target string) string {
+	for _, v := range verbs {
+		if v.target == target {
+			return v.name
+		}
+	}
+	return target
+}
+
+// verbTable is the verbs as a table, for the node command's help.
+func verbTable() string {
+	var b strings.Builder
+	b.WriteString("| command | API target | from | to |\n|---|---|---|---|\n")
+	for _, v := range verbs {
+		fmt.Fprintf(&b, "| `node %s NODE%s` | %s | %s | %s |\n", v.name, strings.ReplaceAll(v.args, "|", `\|`), v.target, v.from, v.to)
+	}
+	return b.String()
+}
+
+const waitUsage = "follow the node until it rests, printing its state and step; exit 1 with last_error when it rests anywhere but the verb's target; with SECONDS (--wait 600 or --wait=600) exit 2 after that long"
+
+var nodeLong = `Nodes are enrolled with create, changed with set and unset, and moved through Ironic's
+state machine by one verb each (docs/states.md has the whole machine):
+
+` + verbTable() + `
+` + "`--wait[=SECONDS]`" + ` follows the node, printing each state and the running step with its
+progress (on a terminal, one live line with the time so far), and exits 0 when it rests
+in the verb's target, 1 with last_error when it rests anywhere else (a failed state, or
+back where it came from), 2 when SECONDS pass; the operation carries on at the
+coordinator after a timeout or Ctrl-C, and ` + "`node wait NODE`" + ` follows it again.
+
+Values of K=V flags that look like integers, booleans or JSON become those types.`
+
+// driverNames are the drivers this program ships, for help and
+// completion.
+func driverNames() []string {
+	var out []string
+	for _, d := range drivers.Builtin() {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+func (c *cmd) nodeCmd() *cobra.Command {
+	g := c.groupCmd("node", "Enroll nodes, change them and move them through their lifecycle", nodeLong)
+	g.AddGroup(&cobra.Group{ID: "records", Title: "Nodes:"}, &cobra.Group{ID: "verbs", Title: "Verbs (each takes --wait):"},
+		&cobra.Group{ID: "more", Title: "Following and looking into a node:"})
+	add := func(group string, cs ...*cobra.Command) {
+		for _, sub := range cs {
+			sub.GroupID = group
+			g.AddCommand(sub)
+		}
+	}
+	add("records", c.nodeCreate(), c.nodeList(), c.nodeShow(), c.nodeSet(false), c.nodeSet(true), c.nodeDelete())
+	for _, v := range verbs {
+		add("verbs", c.verbCmd(v))
+	}
+	add("more", c.nodeWait(), c.nodePower(), c.nodeSteps(), c.nodeHistory(), c.nodeInventory())
+	g.Example = "  coordinator node create --name n1 --driver fake --site site1 --port 52:54:00:12:34:01\n  coordinator node manage n1 --wait\n  coordinator node inspect n1 --wait\n  coordinator node provide n1 --wait"
+	return g
+}
+
+// completeNode completes the first argument with the coordinator's node
+// names.
+func (c *cmd) completeNode(cc *cobra.Command, a []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(a) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return c.nodeNames(cc), cobra.ShellCompDirectiveNoFileComp
+}
+
+func (c *cmd) nodeNames(cc *cobra.Command) []string {
+	c.applyEnv(cc)
+	cl, err := c.apiClient()
+	if err != nil {
+		return nil
+	}
+	cl.http.Timeout = 5 * time.Second
+	var resp struct {
+		Nodes []struct {
+			UUID string `json:"uuid"`
+			Name string `json:"name"`
+		} `json:"nodes"`
+	}
+	if _, _, err := cl.do("GET", "/v1/nodes", nil, &resp); err != nil {
+		return nil
+	}
+	var out []string
+	for _, n := range resp.Nodes {
+		if n.Name != "" {
+			out = append(out, n.Name)
+		} else {
+			out = append(out, n.UUID)
+		}
+	}
+	return out
+}
+
+// nodeArg is a command on one NODE.
+func (c *cmd) nodeArg(use, short string, run func(cl *client, id string) error) *cobra.Command {
+	return clientCmd(&cobra.Command{
+		Use:               use,
+		Short:             short,
+		Args:              args("NODE"),
+		ValidArgsFunction: c.completeNode,
+		RunE: func(_ *cobra.Command, a []string) error {
+			cl, err := c.apiClient()
+			if err != nil {
+				return err
+			}
+			return run(cl, a[0])
+		},
+	}, false)
+}
+
+func nodePath(id string, rest ...string) string {
+	return "/v1/nodes/" + url.PathEscape(id) + strings.Join(rest, "")
+}
+
+func (c *cmd) nodeCreate() *cobra.Command {
+	var name, driver, site string
 	info, props, extra := kv{}, kv{}, kv{}
 	var ports list
+	cc := clientCmd(&cobra.Command{
+		Use:   "create --driver DRIVER",
+		Short: "Enroll a node",
+		Long: `Enrolls a node (provision state enroll) with its BMC's access in driver_info and its
+NICs as ports; 'node manage NODE' then verifies the BMC.`,
+		Example: "  coordinator node create --name n1 --driver fake --site site1 --port 52:54:00:12:34:01\n" +
+			"  coordinator node create --name r640-7 --driver ipmi --site site1 --driver-info ipmi_address=10.0.0.7 \\\n" +
+			"      --driver-info ipmi_username=admin --driver-info ipmi_password=secret",
+		Args: func(_ *cobra.Command, a []string) error {
+			if len(a) > 0 {
+				return usagef("unexpected argument %q; the name is given with --name", a[0])
+			}
+			return nil
+		},
+		RunE: func(*cobra.Command, []string) error {
+			if driver == "" {
+				return usagef("node create needs --driver (%s)", strings.Join(driverNames(), ", "))
+			}
+			cl, err := c.apiClient()
+			if err != nil {
+				return err
+			}
+			body := map[string]any{"driver": driver, "driver_info": typed(info), "properties": typed(props), "extra": typed(extra)}
+			if name != "" {
+				body["name"] = name
+			}
+			if site != "" {
+				body["conductor_group"] = site
+			}
+			var n map[string]any
+			if _, _, err := cl.do("POST", "/v1/nodes", body, &n); err != nil {
+				return err
+			}
+			for _, mac := range ports {
+				if _, _, err := cl.do("POST", "/v1/ports", map[string]any{"address": mac, "node_uuid": n["uuid"]}, nil); err != nil {
+					return fmt.Errorf("node %v created, but port %s was not: %v", n["uuid"], mac, err)
+				}
+			}
+			return c.record(n)
+		},
+	}, true)
+	fs := cc.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&driver, "driver", "", "the node's `DRIVER`: "+strings.Join(driverNames(), ", ")+" (required)")
+	fs.StringVar(&name, "name", "", "the node's `NAME` (unique)")
+	fs.StringVar(&site, "site", "", "the `SITE` whose edge agent drives the node (default: the only site)")
 	fs.Var(info, "driver-info", "BMC access, e.g. ipmi_address=10.0.0.5 (repeatable)")
-	fs.Var(props, "property", "node property K=V (repeatable)")
-	fs.Var(extra, "extra", "free-form extra K=V (repeatable)")
-	fs.Var(&ports, "port", "MAC address of a NIC (repeatable)")
-	pos, err := parse(fs, args)
+	fs.Var(props, "property", "node property (repeatable)")
+	fs.Var(extra, "extra", "free-form extra field (repeatable)")
+	fs.Var(&ports, "port", "`MAC` address of a NIC (repeatable)")
+	_ = cc.RegisterFlagCompletionFunc("driver", fixed(driverNames()...))
+	_ = cc.RegisterFlagCompletionFunc("site", c.completeSite)
+	for _, f := range []string{"name", "driver-info", "property", "extra", "port"} {
+		_ = cc.RegisterFlagCompletionFunc(f, cobra.NoFileCompletions)
+	}
+	return cc
+}
+
+func (c *cmd) completeSite(cc *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
+	c.applyEnv(cc)
+	cl, err := c.apiClient()
 	if err != nil {
-		return 2
+		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	if len(pos) > 0 {
-		return c.fail("unexpected argument %q; the name is given with --name", pos[0])
+	cl.http.Timeout = 5 * time.Second
+	var resp struct {
+		Sites []struct {
+			Name string `json:"name"`
+		} `json:"sites"`
 	}
-	if *driver == "" {
-		return c.fail("--driver is required (fake, ipmi or redfish)")
+	if _, _, err := cl.do("GET", "/v1/sites", nil, &resp); err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	body := map[string]any{"driver": *driver, "driver_info": typed(info), "properties": typed(props), "extra": typed(extra)}
-	if *name != "" {
-		body["name"] = *name
+	var out []string
+	for _, s := range resp.Sites {
+		out = append(out, s.Name)
 	}
-	if *site != "" {
-		body["conductor_group"] = *site
-	}
-	var n map[string]any
-	if _, _, err := cl.do("POST", "/v1/nodes", body, &n); err != nil {
-		return c.fail("%v", err)
-	}
-	for _, mac := range ports {
-		if _, _, err := cl.do("POST", "/v1/ports", map[string]any{"address": mac, "node_uuid": n["uuid"]}, nil); err != nil {
-			return c.fail("node %v created, but port %s was not: %v", n["uuid"], mac, err)
-		}
-	}
-	return c.record(n)
+	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
 // typed turns K=V strings into JSON values where they look like numbers
@@ -153,395 +285,401 @@ func typedValue(v string) any {
 	return v
 }
 
-func (c *cmd) nodeList(cl *client, args []string) int {
-	fs := c.flags("node list", "node list [--provision-state S] [--maintenance] [--retired] [--site SITE] [--limit N] [--long]")
-	state := fs.String("provision-state", "", "only nodes in this state")
-	maint := fs.Bool("maintenance", false, "only nodes in maintenance")
-	retired := fs.Bool("retired", false, "only retired nodes")
-	site := fs.String("site", "", "only nodes of this site")
-	limit := fs.Int("limit", 0, "at most N nodes")
-	long := fs.Bool("long", false, "more columns")
-	if _, err := parse(fs, args); err != nil {
-		return 2
-	}
-	q := url.Values{}
-	if *state != "" {
-		q.Set("provision_state", *state)
-	}
-	if *maint {
-		q.Set("maintenance", "True")
-	}
-	if *retired {
-		q.Set("retired", "True")
-	}
-	if *site != "" {
-		q.Set("conductor_group", *site)
-	}
-	if *limit > 0 {
-		q.Set("limit", strconv.Itoa(*limit))
-	}
-	var resp struct {
-		Nodes []map[string]any `json:"nodes"`
-	}
-	if _, _, err := cl.do("GET", "/v1/nodes/detail?"+q.Encode(), nil, &resp); err != nil {
-		return c.fail("%v", err)
-	}
-	cols := []string{"uuid", "name", "conductor_group", "power_state", "provision_state", "maintenance", "retired"}
-	if *long {
-		cols = append(cols, "target_provision_state", "driver", "last_error")
-	}
-	for _, n := range resp.Nodes {
-		n["site"] = n["conductor_group"]
-	}
-	cols[2] = "site"
-	return c.table(resp.Nodes, cols)
+func (c *cmd) nodeList() *cobra.Command {
+	var state, site string
+	var maint, retired, long bool
+	var limit int
+	cc := clientCmd(&cobra.Command{
+		Use:   "list",
+		Short: "List nodes, their site, power and provision state",
+		Example: "  coordinator node list --provision-state available --site site1\n" +
+			"  coordinator node list -c name -c provision_state -c last_error\n  coordinator node list -f json",
+		Args: args(),
+		RunE: func(*cobra.Command, []string) error {
+			cl, err := c.apiClient()
+			if err != nil {
+				return err
+			}
+			q := url.Values{}
+			if state != "" {
+				q.Set("provision_state", state)
+			}
+			if maint {
+				q.Set("maintenance", "True")
+			}
+			if retired {
+				q.Set("retired", "True")
+			}
+			if site != "" {
+				q.Set("conductor_group", site)
+			}
+			if limit > 0 {
+				q.Set("limit", strconv.Itoa(limit))
+			}
+			var resp struct {
+				Nodes []map[string]any `json:"nodes"`
+			}
+			if _, _, err := cl.do("GET", "/v1/nodes/detail?"+q.Encode(), nil, &resp); err != nil {
+				return err
+			}
+			cols := []string{"uuid", "name", "site", "power_state", "provision_state", "maintenance", "retired"}
+			if long {
+				cols = append(cols, "target_provision_state", "driver", "last_error")
+			}
+			for _, n := range resp.Nodes {
+				n["site"] = n["conductor_group"]
+			}
+			return c.table(resp.Nodes, cols)
+		},
+	}, true)
+	fs := cc.Flags()
+	fs.StringVar(&state, "provision-state", "", "only nodes in this `STATE`")
+	fs.BoolVar(&maint, "maintenance", false, "only nodes in maintenance")
+	fs.BoolVar(&retired, "retired", false, "only retired nodes")
+	fs.StringVar(&site, "site", "", "only nodes of this `SITE`")
+	fs.IntVar(&limit, "limit", 0, "at most `N` nodes")
+	fs.BoolVar(&long, "long", false, "more columns: target_provision_state, driver, last_error")
+	_ = cc.RegisterFlagCompletionFunc("site", c.completeSite)
+	_ = cc.RegisterFlagCompletionFunc("provision-state", cobra.NoFileCompletions)
+	_ = cc.RegisterFlagCompletionFunc("limit", cobra.NoFileCompletions)
+	return cc
 }
 
 func (c *cmd) getNode(cl *client, id string) (map[string]any, error) {
 	var n map[string]any
-	_, _, err := cl.do("GET", "/v1/nodes/"+url.PathEscape(id), nil, &n)
+	_, _, err := cl.do("GET", nodePath(id), nil, &n)
 	return n, err
 }
 
-func (c *cmd) nodeShow(cl *client, args []string) int {
-	if len(args) != 1 {
-		return c.fail("usage: coordinator node show NODE")
-	}
-	n, err := c.getNode(cl, args[0])
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	n["site"] = n["conductor_group"]
-	return c.record(n)
-}
-
-func (c *cmd) nodeSet(cl *client, args []string, unset bool) int {
-	verb := "set"
-	if unset {
-		verb = "unset"
-	}
-	fs := c.flags("node "+verb, "node "+verb+" NODE [flags]")
-	retired := fs.Bool("retired", false, "retire the node (set) or bring it back (unset)")
-	maint := fs.Bool("maintenance", false, "pause the node (set) or resume it (unset)")
-	var name, retiredReason, reason *string
-	info, props, inst, extra := kv{}, kv{}, kv{}, kv{}
-	var infoK, propK, instK, extraK list
-	if !unset {
-		name = fs.String("name", "", "new name")
-		retiredReason = fs.String("retired-reason", "", "why the node is retired")
-		reason = fs.String("reason", "", "why the node is in maintenance")
-		fs.Var(info, "driver-info", "K=V (repeatable)")
-		fs.Var(props, "property", "K=V (repeatable)")
-		fs.Var(inst, "instance-info", "K=V, e.g. image_source=URL image_checksum=HEX (repeatable)")
-		fs.Var(extra, "extra", "K=V (repeatable)")
-	} else {
-		fs.Var(&infoK, "driver-info", "key to remove (repeatable)")
-		fs.Var(&propK, "property", "key to remove (repeatable)")
-		fs.Var(&instK, "instance-info", "key to remove (repeatable)")
-		fs.Var(&extraK, "extra", "key to remove (repeatable)")
-	}
-	pos, err := parse(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) != 1 {
-		return c.fail("usage: coordinator node %s NODE [flags]", verb)
-	}
-	id := url.PathEscape(pos[0])
-	var ops []map[string]any
-	add := func(op, path string, v any) {
-		o := map[string]any{"op": op, "path": path}
-		if op != "remove" {
-			o["value"] = v
-		}
-		ops = append(ops, o)
-	}
-	if !unset {
-		if *name != "" {
-			add("replace", "/name", *name)
-		}
-		if *retired {
-			add("replace", "/retired", true)
-		}
-		if *retiredReason != "" {
-			add("replace", "/retired_reason", *retiredReason)
-		}
-		for p, m := range map[string]kv{"driver_info": info, "properties": props, "instance_info": inst, "extra": extra} {
-			for k, v := range m {
-				add("add", "/"+p+"/"+k, typedValue(v))
-			}
-		}
-	} else {
-		if *retired {
-			add("replace", "/retired", false)
-		}
-		for p, l := range map[string]list{"driver_info": infoK, "properties": propK, "instance_info": instK, "extra": extraK} {
-			for _, k := range l {
-				add("remove", "/"+p+"/"+k, nil)
-			}
-		}
-	}
-	if len(ops) > 0 {
-		if _, _, err := cl.do("PATCH", "/v1/nodes/"+id, ops, nil); err != nil {
-			return c.fail("%v", err)
-		}
-	}
-	if *maint {
-		var err error
-		if unset {
-			_, _, err = cl.do("DELETE", "/v1/nodes/"+id+"/maintenance", nil, nil)
-		} else {
-			_, _, err = cl.do("PUT", "/v1/nodes/"+id+"/maintenance", map[string]string{"reason": *reason}, nil)
-		}
-		if err != nil {
-			return c.fail("%v", err)
-		}
-	}
-	if len(ops) == 0 && !*maint {
-		return c.fail("nothing to %s; see 'coordinator node %s --help'", verb, verb)
-	}
-	fmt.Fprintf(c.out, "node %s updated\n", pos[0])
-	return 0
-}
-
-func (c *cmd) nodeSteps(cl *client, args []string) int {
-	fs := c.flags("node steps", "node steps NODE [--min-priority N]")
-	min := fs.Int("min-priority", 0, "only steps with at least this priority")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) != 1 {
-		return c.fail("usage: coordinator node steps NODE [--min-priority N]")
-	}
-	var resp struct {
-		Steps   []map[string]any `json:"steps"`
-		Message string           `json:"message"`
-	}
-	code, hdr, err := cl.do("GET", fmt.Sprintf("/v1/nodes/%s/cleaning/steps?min_priority=%d", url.PathEscape(pos[0]), *min), nil, &resp)
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	if code == 202 {
-		fmt.Fprintf(c.err, "%s (Retry-Request-After: %s)\n", resp.Message, hdr.Get("Retry-Request-After"))
-	}
-	return c.table(resp.Steps, []string{"interface", "step", "priority", "abortable", "requires_ramdisk"})
-}
-
-func (c *cmd) nodeHistory(cl *client, args []string) int {
-	if len(args) != 1 {
-		return c.fail("usage: coordinator node history NODE")
-	}
-	var resp struct {
-		History []map[string]any `json:"history"`
-	}
-	if _, _, err := cl.do("GET", "/v1/nodes/"+url.PathEscape(args[0])+"/history", nil, &resp); err != nil {
-		return c.fail("%v", err)
-	}
-	return c.table(resp.History, []string{"created_at", "severity", "event_type", "event"})
-}
-
-// waitArg pulls "--wait [SECONDS]" out of args.
-func waitArg(args []string) (rest []string, wait bool, limit time.Duration, err error) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--wait" || a == "-wait" {
-			wait = true
-			if i+1 < len(args) {
-				if s, err := strconv.Atoi(args[i+1]); err == nil {
-					limit = time.Duration(s) * time.Second
-					i++
-				}
-			}
-			continue
-		}
-		if v, ok := strings.CutPrefix(a, "--wait="); ok {
-			wait = true
-			s, e := strconv.Atoi(v)
-			if e != nil {
-				return nil, false, 0, fmt.Errorf("--wait takes seconds, not %q", v)
-			}
-			limit = time.Duration(s) * time.Second
-			continue
-		}
-		rest = append(rest, a)
-	}
-	return rest, wait, limit, nil
-}
-
-func (c *cmd) verb(cl *client, sub string, args []string) int {
-	args, wait, limit, err := waitArg(args)
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	fs := c.flags("node "+sub, "node "+sub+" NODE [--wait [SECONDS]]")
-	var steps, rescuePW *string
-	if sub == "clean" {
-		steps = fs.String("clean-steps", "", "JSON list of clean steps, from a file or - for standard input (required)")
-	}
-	if sub == "rescue" {
-		rescuePW = fs.String("rescue-password", "", "password of the rescue user (required)")
-	}
-	pos, err := parse(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) != 1 {
-		return c.fail("usage: coordinator node %s NODE [--wait [SECONDS]]", sub)
-	}
-	body := map[string]any{"target": verbTargets[sub]}
-	if sub == "clean" {
-		if *steps == "" {
-			return c.fail("--clean-steps FILE|- is required, e.g. [{\"interface\": \"deploy\", \"step\": \"erase_devices_metadata\"}]")
-		}
-		var b []byte
-		if *steps == "-" {
-			b, err = io.ReadAll(c.stdin)
-		} else {
-			b, err = os.ReadFile(*steps)
-		}
-		if err != nil {
-			return c.fail("cannot read clean steps: %v", err)
-		}
-		var v any
-		if err := json.Unmarshal(b, &v); err != nil {
-			return c.fail("clean steps in %s are not valid JSON: %v", *steps, err)
-		}
-		body["clean_steps"] = v
-	}
-	if sub == "rescue" {
-		if *rescuePW == "" {
-			return c.fail("--rescue-password is required to rescue a node")
-		}
-		body["rescue_password"] = *rescuePW
-	}
-	id := pos[0]
-	if _, _, err := cl.do("PUT", "/v1/nodes/"+url.PathEscape(id)+"/states/provision", body, nil); err != nil {
-		return c.fail("%v", err)
-	}
-	if !wait {
-		fmt.Fprintf(c.out, "node %s: %s accepted\n", id, sub)
-		return 0
-	}
-	return c.follow(cl, id, sub, limit)
-}
-
-func failed(state string) bool {
-	return strings.HasSuffix(state, "failed") || state == "error"
-}
-
-// follow polls the node until it rests, printing every change.
-func (c *cmd) follow(cl *client, id, sub string, limit time.Duration) int {
-	start := time.Now()
-	last, want := "", ""
-	for {
+func (c *cmd) nodeShow() *cobra.Command {
+	cc := c.nodeArg("show NODE", "Show a node's fields", func(cl *client, id string) error {
 		n, err := c.getNode(cl, id)
 		if err != nil {
-			return c.fail("%v", err)
+			return err
 		}
-		state, _ := n["provision_state"].(string)
-		target, _ := n["target_provision_state"].(string)
-		if want == "" {
-			want = target // where the verb is meant to end
-		}
-		line := state
-		if target != "" {
-			line += " → " + target
-		}
-		for _, k := range []string{"clean_step", "deploy_step"} {
-			if s, ok := n[k].(map[string]any); ok && s["step"] != nil {
-				line += fmt.Sprintf("  [%v.%v", s["interface"], s["step"])
-				if p, ok := s["progress"].(float64); ok && p > 0 {
-					line += fmt.Sprintf(" %d%%", int(p*100))
-				}
-				line += "]"
-			}
-		}
-		if m, _ := n["maintenance"].(bool); m {
-			line += "  (maintenance: paused)"
-		}
-		if on, ok := n["site_online"].(bool); ok && !on {
-			line += "  (site offline: waiting for it)"
-		}
-		if line != last {
-			fmt.Fprintf(c.out, "%6.1fs  %s: %s\n", time.Since(start).Seconds(), id, line)
-			last = line
-		}
-		resv, _ := n["reservation"].(string)
-		if target == "" && resv == "" {
-			// A verb fails when the node lands in a failed state, or
-			// anywhere but where the verb was going (manage's failed
-			// verification goes back to enroll), as baremetal --wait.
-			missed := want != "" && state != want && !(failed(want) && failed(state))
-			if sub != "abort" && (failed(state) || missed || (sub == "manage" && state == "enroll")) {
-				le, _ := n["last_error"].(string)
-				if want != "" && state != want {
-					fmt.Fprintf(c.err, "error: node %s is in %s, not %s: %s\n", id, state, want, le)
-				} else {
-					fmt.Fprintf(c.err, "error: node %s is in %s: %s\n", id, state, le)
-				}
-				return 1
-			}
-			return 0
-		}
-		if limit > 0 && time.Since(start) > limit {
-			fmt.Fprintf(c.err, "error: node %s still in %s after %s; it goes on, follow it with 'node show %s'\n", id, state, limit, id)
-			return 2
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		n["site"] = n["conductor_group"]
+		return c.record(n)
+	})
+	cc.Example = "  coordinator node show n1\n  coordinator node show n1 -c provision_state -c last_error\n  coordinator node show n1 -f json"
+	return annotate(cc, usesOutput)
 }
 
-func (c *cmd) port(args []string) int {
-	if len(args) == 0 {
-		return c.fail("usage: coordinator port create MAC --node NODE | port list [--node NODE] | port delete PORT")
+func (c *cmd) nodeDelete() *cobra.Command {
+	cc := c.nodeArg("delete NODE", "Delete a node with its ports, inventory and history", func(cl *client, id string) error {
+		if _, _, err := cl.do("DELETE", nodePath(id), nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "node %s deleted\n", id)
+		return nil
+	})
+	cc.Long = "Deletes a node that rests in enroll, manageable, available, inspect failed or clean failed,\nor any node in maintenance, with its ports, inventory and history."
+	return cc
+}
+
+func (c *cmd) nodeSet(unset bool) *cobra.Command {
+	verbName, short := "set", "Change a node's name, fields, retirement or maintenance"
+	if unset {
+		verbName, short = "unset", "Remove a node's fields, bring it back from retirement or out of maintenance"
 	}
-	cl, cerr := c.apiClient()
-	if cerr != nil {
-		return c.fail("%v", cerr)
+	var retired, maint bool
+	var name, retiredReason, reason string
+	info, props, inst, extra := kv{}, kv{}, kv{}, kv{}
+	var infoK, propK, instK, extraK list
+	cc := clientCmd(&cobra.Command{
+		Use:               verbName + " NODE",
+		Short:             short,
+		Args:              args("NODE"),
+		ValidArgsFunction: c.completeNode,
+		RunE: func(_ *cobra.Command, a []string) error {
+			id := a[0]
+			var ops []map[string]any
+			add := func(op, path string, v any) {
+				o := map[string]any{"op": op, "path": path}
+				if op != "remove" {
+					o["value"] = v
+				}
+				ops = append(ops, o)
+			}
+			if !unset {
+				if name != "" {
+					add("replace", "/name", name)
+				}
+				if retired {
+					add("replace", "/retired", true)
+				}
+				if retiredReason != "" {
+					add("replace", "/retired_reason", retiredReason)
+				}
+				for p, m := range map[string]kv{"driver_info": info, "properties": props, "instance_info": inst, "extra": extra} {
+					for k, v := range m {
+						add("add", "/"+p+"/"+k, typedValue(v))
+					}
+				}
+			} else {
+				if retired {
+					add("replace", "/retired", false)
+				}
+				for p, l := range map[string]list{"driver_info": infoK, "properties": propK, "instance_info": instK, "extra": extraK} {
+					for _, k := range l {
+						add("remove", "/"+p+"/"+k, nil)
+					}
+				}
+			}
+			if len(ops) == 0 && !maint {
+				return usagef("nothing to %s; give at least one flag", verbName)
+			}
+			cl, err := c.apiClient()
+			if err != nil {
+				return err
+			}
+			if len(ops) > 0 {
+				if _, _, err := cl.do("PATCH", nodePath(id), ops, nil); err != nil {
+					return err
+				}
+			}
+			if maint {
+				var err error
+				if unset {
+					_, _, err = cl.do("DELETE", nodePath(id, "/maintenance"), nil, nil)
+				} else {
+					_, _, err = cl.do("PUT", nodePath(id, "/maintenance"), map[string]string{"reason": reason}, nil)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(c.out, "node %s updated\n", id)
+			return nil
+		},
+	}, false)
+	fs := cc.Flags()
+	fs.SortFlags = false
+	if !unset {
+		cc.Long = "Changes the node with a JSON patch; with --maintenance it pauses the node, mid-operation too,\nuntil 'node unset NODE --maintenance'. Values that look like integers, booleans or JSON\nbecome those types."
+		cc.Example = "  coordinator node set n1 --instance-info image_source=http://images.example/ubuntu-24.04.raw \\\n" +
+			"      --instance-info image_checksum=sha256:6f1ed002ab5595859014ebf0951522d9\n" +
+			"  coordinator node set n3 --retired --retired-reason \"warranty ended\"\n" +
+			"  coordinator node set n2 --maintenance --reason \"checking cables\""
+		fs.StringVar(&name, "name", "", "new `NAME`")
+		fs.Var(info, "driver-info", "driver_info field (repeatable)")
+		fs.Var(props, "property", "properties field (repeatable)")
+		fs.Var(inst, "instance-info", "instance_info field, e.g. image_source=URL, image_checksum=sha256:HEX (repeatable)")
+		fs.Var(extra, "extra", "extra field (repeatable)")
+		fs.BoolVar(&retired, "retired", false, "retire the node: undeploy then ends in manageable, and provide is refused")
+		fs.StringVar(&retiredReason, "retired-reason", "", "why the node is retired (`TEXT`)")
+		fs.BoolVar(&maint, "maintenance", false, "put the node in maintenance: it pauses, mid-operation too")
+		fs.StringVar(&reason, "reason", "", "why the node is in maintenance (`TEXT`)")
+	} else {
+		cc.Example = "  coordinator node unset n1 --instance-info image_checksum\n  coordinator node unset n2 --maintenance"
+		fs.Var(&infoK, "driver-info", "driver_info `KEY` to remove (repeatable)")
+		fs.Var(&propK, "property", "properties `KEY` to remove (repeatable)")
+		fs.Var(&instK, "instance-info", "instance_info `KEY` to remove (repeatable)")
+		fs.Var(&extraK, "extra", "extra `KEY` to remove (repeatable)")
+		fs.BoolVar(&retired, "retired", false, "bring the node back from retirement")
+		fs.BoolVar(&maint, "maintenance", false, "take the node out of maintenance: a paused operation resumes")
 	}
-	switch args[0] {
-	case "create":
-		fs := c.flags("port create", "port create MAC --node NODE")
-		node := fs.String("node", "", "node name or UUID (required)")
-		pos, err := parse(fs, args[1:])
+	return cc
+}
+
+// apiVerbs are the API's targets in its messages, with the CLI's verb.
+var apiVerbs = regexp.MustCompile(`^The requested action "([^"]+)" can not be performed on node "([^"]*)" while it is in state "([^"]*)"\. Allowed there: (.*)\.$`)
+
+// verbError says an API refusal of a verb in the CLI's words: undeploy,
+// not "deleted".
+func verbError(err error, v verb) error {
+	ae, ok := err.(*apiError)
+	if !ok {
+		return err
+	}
+	if m := apiVerbs.FindStringSubmatch(ae.Msg); m != nil {
+		allowed := strings.Split(m[4], ", ")
+		for i, a := range allowed {
+			allowed[i] = verbOf(a)
+		}
+		return fmt.Errorf("cannot %s node %s: it is in state %q, where only these verbs are allowed: %s (HTTP %d)",
+			v.name, m[2], m[3], strings.Join(allowed, ", "), ae.Status)
+	}
+	if v.target != v.name {
+		ae.Msg = strings.ReplaceAll(ae.Msg, "Cannot "+v.target+" node", "Cannot "+v.name+" node")
+	}
+	return ae
+}
+
+func (c *cmd) verbCmd(v verb) *cobra.Command {
+	var w waitFlag
+	var steps, rescuePW string
+	long := fmt.Sprintf("From: %s.\nTo: %s.\nAPI target: %s.", v.from, v.to, v.target)
+	if v.long != "" {
+		long += "\n\n" + v.long
+	}
+	cc := clientCmd(&cobra.Command{
+		Use:               v.name + " NODE" + v.args,
+		Short:             v.short,
+		Long:              long,
+		Example:           fmt.Sprintf("  coordinator node %s n1%s --wait", v.name, strings.ReplaceAll(strings.ReplaceAll(v.args, "FILE|-", "steps.json"), "PW", "choose-one")),
+		Args:              args("NODE"),
+		ValidArgsFunction: c.completeNode,
+		RunE: func(_ *cobra.Command, a []string) error {
+			id := a[0]
+			body := map[string]any{"target": v.target}
+			switch v.name {
+			case "clean":
+				if steps == "" {
+					return usagef(`node clean needs --clean-steps FILE|-, e.g. [{"interface": "deploy", "step": "erase_devices_metadata"}]`)
+				}
+				var b []byte
+				var err error
+				if steps == "-" {
+					b, err = io.ReadAll(c.stdin)
+				} else {
+					b, err = os.ReadFile(steps)
+				}
+				if err != nil {
+					return fmt.Errorf("cannot read clean steps: %v", err)
+				}
+				var s any
+				if err := json.Unmarshal(b, &s); err != nil {
+					return fmt.Errorf("clean steps in %s are not valid JSON: %v", steps, err)
+				}
+				body["clean_steps"] = s
+			case "rescue":
+				if rescuePW == "" {
+					return usagef("node rescue needs --rescue-password PW, the rescue user's password")
+				}
+				body["rescue_password"] = rescuePW
+			}
+			cl, err := c.apiClient()
+			if err != nil {
+				return err
+			}
+			if _, _, err := cl.do("PUT", nodePath(id, "/states/provision"), body, nil); err != nil {
+				return verbError(err, v)
+			}
+			if !w.on {
+				fmt.Fprintf(c.out, "node %s: %s accepted\n", id, v.name)
+				return nil
+			}
+			return c.follow(cl, id, v.name, time.Duration(w.secs)*time.Second)
+		},
+	}, false)
+	fs := cc.Flags()
+	switch v.name {
+	case "clean":
+		fs.StringVar(&steps, "clean-steps", "", "JSON list of clean steps, from a `FILE` or - for standard input (required)")
+		_ = cc.MarkFlagFilename("clean-steps", "json")
+	case "rescue":
+		fs.StringVar(&rescuePW, "rescue-password", "", "password of the rescue user (`PW`, required)")
+		_ = cc.RegisterFlagCompletionFunc("rescue-password", cobra.NoFileCompletions)
+	}
+	addWait(fs, &w, waitUsage)
+	return cc
+}
+
+func (c *cmd) nodeWait() *cobra.Command {
+	var w waitFlag
+	cc := c.nodeArg("wait NODE", "Follow a node until it rests, without starting anything", nil)
+	cc.Long = "Follows the node as --wait does, without starting anything: exits 0 when it rests where\nits operation was going (or already rests in a state that is not a failure), 1 with\nlast_error when it rests anywhere else, 2 after --wait SECONDS."
+	cc.Example = "  coordinator node wait n2\n  coordinator node wait n2 --wait 600"
+	cc.RunE = func(_ *cobra.Command, a []string) error {
+		cl, err := c.apiClient()
 		if err != nil {
-			return 2
+			return err
 		}
-		if len(pos) != 1 || *node == "" {
-			return c.fail("usage: coordinator port create MAC --node NODE")
-		}
-		n, err := c.getNode(cl, *node)
-		if err != nil {
-			return c.fail("%v", err)
-		}
-		var p map[string]any
-		if _, _, err := cl.do("POST", "/v1/ports", map[string]any{"address": pos[0], "node_uuid": n["uuid"]}, &p); err != nil {
-			return c.fail("%v", err)
-		}
-		return c.record(p)
-	case "list":
-		fs := c.flags("port list", "port list [--node NODE]")
-		node := fs.String("node", "", "only ports of this node")
-		if _, err := parse(fs, args[1:]); err != nil {
-			return 2
-		}
+		return c.follow(cl, a[0], "wait", time.Duration(w.secs)*time.Second)
+	}
+	addWait(cc.Flags(), &w, "give up after SECONDS (exit 2); the default is no limit")
+	return cc
+}
+
+func (c *cmd) nodePower() *cobra.Command {
+	targets := []string{"on", "off", "reboot"}
+	api := map[string]string{"on": "power on", "off": "power off", "reboot": "rebooted"}
+	cc := clientCmd(&cobra.Command{
+		Use:   "power NODE on|off|reboot",
+		Short: "Power a resting node on or off, or reboot it",
+		Long:  "Asks the site's edge agent to power the node through its BMC; refused while the node is\nunder an operation.",
+		Args:  args("NODE", "on|off|reboot"),
+		ValidArgsFunction: func(cc *cobra.Command, a []string, s string) ([]string, cobra.ShellCompDirective) {
+			if len(a) == 1 {
+				return targets, cobra.ShellCompDirectiveNoFileComp
+			}
+			return c.completeNode(cc, a, s)
+		},
+		RunE: func(_ *cobra.Command, a []string) error {
+			target := api[a[1]]
+			if target == "" {
+				return usagef("power %q is not known; use on, off or reboot", a[1])
+			}
+			cl, err := c.apiClient()
+			if err != nil {
+				return err
+			}
+			if _, _, err := cl.do("PUT", nodePath(a[0], "/states/power"), map[string]string{"target": target}, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.out, "node %s: power %s requested\n", a[0], a[1])
+			return nil
+		},
+	}, false)
+	cc.Example = "  coordinator node power n1 reboot"
+	return cc
+}
+
+func (c *cmd) nodeSteps() *cobra.Command {
+	var min int
+	cc := c.nodeArg("steps NODE", "List a node's clean steps, sorted as they run", func(cl *client, id string) error {
 		var resp struct {
-			Ports []map[string]any `json:"ports"`
+			Steps   []map[string]any `json:"steps"`
+			Message string           `json:"message"`
 		}
-		if _, _, err := cl.do("GET", "/v1/ports/detail?node="+url.QueryEscape(*node), nil, &resp); err != nil {
-			return c.fail("%v", err)
+		code, hdr, err := cl.do("GET", fmt.Sprintf("%s?min_priority=%d", nodePath(id, "/cleaning/steps"), min), nil, &resp)
+		if err != nil {
+			return err
 		}
-		return c.table(resp.Ports, []string{"uuid", "address", "node_uuid"})
-	case "delete":
-		if len(args) != 2 {
-			return c.fail("usage: coordinator port delete PORT")
+		if code == 202 {
+			fmt.Fprintf(c.err, "%s (Retry-Request-After: %s)\n", resp.Message, hdr.Get("Retry-Request-After"))
 		}
-		if _, _, err := cl.do("DELETE", "/v1/ports/"+url.PathEscape(args[1]), nil, nil); err != nil {
-			return c.fail("%v", err)
+		return c.table(resp.Steps, []string{"interface", "step", "priority", "abortable", "requires_ramdisk"})
+	})
+	cc.Long = "Lists the clean steps of the node's driver and ramdisk, in the order they run. Until the\nnode's ramdisk has reported its steps (after inspect or a cleaning), the API answers 202\nand says why."
+	cc.Example = "  coordinator node steps n1 --min-priority 1    # what automated cleaning runs"
+	cc.Flags().IntVar(&min, "min-priority", 0, "only steps with at least this priority (`N`)")
+	_ = cc.RegisterFlagCompletionFunc("min-priority", cobra.NoFileCompletions)
+	return annotate(cc, usesOutput)
+}
+
+func (c *cmd) nodeHistory() *cobra.Command {
+	cc := c.nodeArg("history NODE", "List a node's transitions and errors with their time", func(cl *client, id string) error {
+		var resp struct {
+			History []map[string]any `json:"history"`
 		}
-		fmt.Fprintf(c.out, "port %s deleted\n", args[1])
-		return 0
-	}
-	return c.fail("unknown port command %q", args[0])
+		if _, _, err := cl.do("GET", nodePath(id, "/history"), nil, &resp); err != nil {
+			return err
+		}
+		return c.table(resp.History, []string{"created_at", "severity", "event_type", "event"})
+	})
+	return annotate(cc, usesOutput)
+}
+
+func (c *cmd) nodeInventory() *cobra.Command {
+	cc := c.nodeArg("inventory NODE", "Print the last hardware inventory of a node (JSON, or YAML with -f yaml)", func(cl *client, id string) error {
+		var v map[string]any
+		if _, _, err := cl.do("GET", nodePath(id, "/inventory"), nil, &v); err != nil {
+			return err
+		}
+		if len(c.columns) > 0 {
+			keys, err := c.pick(nil, []map[string]any{v})
+			if err != nil {
+				return err
+			}
+			v = only(v, keys)
+		}
+		if c.format == "table" {
+			f := c.format
+			c.format = "json"
+			defer func() { c.format = f }()
+		}
+		return c.structured(v)
+	})
+	return annotate(cc, usesOutput)
 }

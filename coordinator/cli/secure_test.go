@@ -124,8 +124,8 @@ func TestCertsCommand(t *testing.T) {
 	if fmt.Sprint(srv.DNSNames) != "[coord.example]" || len(srv.IPAddresses) != 1 || srv.IPAddresses[0].String() != "192.0.2.9" {
 		t.Fatalf("--host: server cert names %v %v", srv.DNSNames, srv.IPAddresses)
 	}
-	if code, _, stderr := runCLI("certs"); code != 1 || !strings.Contains(stderr, "--dir DIR") {
-		t.Fatalf("certs without --dir: exit %d, %q", code, stderr)
+	if code, _, stderr := runCLI("certs"); code != 2 || !strings.Contains(stderr, "--dir DIR") {
+		t.Fatalf("certs without --dir: exit %d, %q; want 2, a usage error", code, stderr)
 	}
 	if code, _, stderr := runCLI("certs", "--dir", t.TempDir(), "--host", "a b"); code != 1 || !strings.Contains(stderr, `"a b"`) {
 		t.Fatalf("certs --host 'a b': exit %d, %q", code, stderr)

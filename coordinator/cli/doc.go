@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// DocCommand is the command that regenerates docs/cli.md.
+const DocCommand = "make cli-doc (go run ./coordinator/cli/gendoc docs/cli.md)"
+
+// WriteMarkdown writes docs/cli.md: every command of the tree with its
+// usage line, texts, flags and their defaults, as its --help shows them.
+// It depends on nothing but the tree: no variable, no host.
+func WriteMarkdown(w io.Writer) error {
+	c := &cmd{ctx: context.Background(), stdin: strings.NewReader(""), out: io.Discard, err: io.Discard}
+	root := c.newRoot()
+	var b strings.Builder
+	fmt.Fprintf(&b, "# The `coordinator` command\n\n")
+	fmt.Fprintf(&b, "<!-- Generated from the command tree in coordinator/cli by %s.\n", DocCommand)
+	fmt.Fprintf(&b, "     Edit the commands' Short, Long and Example texts there, not this file: its test fails while it is stale. -->\n\n")
+	fmt.Fprintf(&b, "%s\n\n", strings.TrimSpace(root.Long))
+	fmt.Fprintf(&b, "```\n%s\n```\n\n", strings.TrimSpace(usageLines(root)))
+	b.WriteString("## Global flags\n\nThey may stand anywhere on the line; each command's help shows those it uses.\n\n")
+	flagTable(&b, root.PersistentFlags())
+	b.WriteString("\n## Commands\n\n| command | what it does |\n|---|---|\n")
+	walk(root, func(cc *cobra.Command, _ int) {
+		fmt.Fprintf(&b, "| [`%s`](#%s) | %s |\n", cc.CommandPath(), anchor(cc.CommandPath()), cell1(cc.Short))
+	})
+	walk(root, func(cc *cobra.Command, depth int) {
+		b.WriteString("\n")
+		commandSection(&b, cc, depth)
+	})
+	b.WriteString("\n")
+	b.WriteString(agentSection)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// walk visits the documented commands below root, depth first, in the
+// order of their help.
+func walk(root *cobra.Command, f func(*cobra.Command, int)) {
+	var rec func(*cobra.Command, int)
+	rec = func(cc *cobra.Command, depth int) {
+		for _, sub := range cc.Commands() {
+			if !sub.IsAvailableCommand() || sub.Name() == "help" {
+				continue
+			}
+			f(sub, depth)
+			rec(sub, depth+1)
+		}
+	}
+	rec(root, 0)
+}
+
+// usageLines are the Usage lines of cc's help.
+func usageLines(cc *cobra.Command) string {
+	if cc.HasAvailableSubCommands() {
+		return cc.CommandPath() + " COMMAND"
+	}
+	return cc.UseLine()
+}
+
+func commandSection(b *strings.Builder, cc *cobra.Command, depth int) {
+	fmt.Fprintf(b, "%s %s\n\n", strings.Repeat("#", 2+min(depth, 2)), cc.CommandPath())
+	text := cc.Long
+	if text == "" {
+		text = cc.Short + "."
+	}
+	fmt.Fprintf(b, "```\n%s\n```\n\n%s\n", usageLines(cc), strings.TrimSpace(text))
+	if cc.HasAvailableSubCommands() {
+		b.WriteString("\n| command | what it does |\n|---|---|\n")
+		for _, sub := range cc.Commands() {
+			if sub.IsAvailableCommand() {
+				fmt.Fprintf(b, "| [`%s`](#%s) | %s |\n", sub.Name(), anchor(sub.CommandPath()), cell1(sub.Short))
+			}
+		}
+	}
+	local := pflag.NewFlagSet(cc.Name(), pflag.ContinueOnError)
+	local.SortFlags = cc.Flags().SortFlags
+	cc.LocalFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "help" {
+			local.AddFlag(f)
+		}
+	})
+	if local.HasAvailableFlags() {
+		b.WriteString("\n")
+		flagTable(b, local)
+	}
+	var globals []string
+	shownFlags(cc).VisitAll(func(f *pflag.Flag) { globals = append(globals, "`--"+f.Name+"`") })
+	if len(globals) > 0 && !cc.HasAvailableSubCommands() {
+		fmt.Fprintf(b, "\nGlobal flags: %s.\n", strings.Join(globals, ", "))
+	}
+	if cc.HasExample() {
+		fmt.Fprintf(b, "\n```sh\n%s\n```\n", dedent(cc.Example))
+	}
+}
+
+// flagTable is a table of flags as their help shows them.
+func flagTable(b *strings.Builder, fs *pflag.FlagSet) {
+	b.WriteString("| flag | default | meaning |\n|---|---|---|\n")
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		name, usage := pflag.UnquoteUsage(f)
+		spell := "--" + f.Name
+		if f.Shorthand != "" {
+			spell = "-" + f.Shorthand + ", " + spell
+		}
+		switch {
+		case f.NoOptDefVal != "" && f.Value.Type() == "bool" && f.NoOptDefVal != "true":
+			spell += "[=" + f.NoOptDefVal + "]"
+		case f.NoOptDefVal != "" && f.Value.Type() == "bool":
+		case name != "":
+			spell += " " + name
+		}
+		def := ""
+		switch f.DefValue {
+		case "", "0", "false", "[]":
+		default:
+			def = "`" + f.DefValue + "`"
+		}
+		fmt.Fprintf(b, "| `%s` | %s | %s |\n", strings.ReplaceAll(spell, "|", `\|`), def, cell1(usage))
+	})
+}
+
+// cell1 makes text fit a table cell.
+func cell1(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ")
+}
+
+// anchor is GitHub's anchor of a heading.
+func anchor(heading string) string {
+	return strings.ReplaceAll(strings.ToLower(heading), " ", "-")
+}
+
+func dedent(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(l, "  ")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// agentSection is the edge agent's, another program: kept here by hand
+// so that docs/cli.md still covers both binaries an operator runs.
+const agentSection = "## Edge agent (the `agent` program)\n\n" +
+	"```\n" +
+	"agent --credentials-file FILE --simulate N [--step-duration 2s] [--boot-delay 1s] [--heartbeat 5s]\n" +
+	"      [--fail-step STEP] [--die-step STEP] [--no-boot] [--power-sync-interval 60s]\n" +
+	"```\n\n" +
+	"`--power-sync-interval` (default 60s, 0 disables): how often the agent reads the power\n" +
+	"state of its site's real BMCs (ipmi, redfish, qemu-dev; not simulated ones), 8 at a\n" +
+	"time; it reports only changes and failures (docs/drivers.md, Power-state sync).\n\n" +
+	"Per-node failure injection through driver_info: `fake_fail_step=STEP` (the step fails),\n" +
+	"`fake_die_step=STEP` (the ramdisk goes silent mid-step: the node fails at its WAIT\n" +
+	"timeout), `fake_reboot_step=STEP` (the ramdisk reboots on its own mid-step: the node\n" +
+	"fails at once, naming both boots), `fake_no_boot=true`, `fake_step_seconds=N`,\n" +
+	"`fake_fail_validate=TEXT`.\n"

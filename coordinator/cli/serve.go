@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bmedge/bmedge/coordinator/broker"
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/server"
+	"github.com/spf13/cobra"
+)
+
+const serveLong = `Runs the coordinator: the HTTP API, the state machine, the Badger store and (unless
+` + "`--broker-url`" + `) the embedded MQTT broker, until SIGINT or SIGTERM.
+
+API security. The API works like Ironic standalone's: with ` + "`--auth http_basic`" + ` every
+request needs HTTP Basic credentials of the htpasswd file, except ` + "`GET /`" + ` and ` + "`GET /v1`" + `,
+the version documents that clients read first (Ironic leaves them public too). A
+missing or wrong login is 401 with ` + "`WWW-Authenticate: Basic realm=\"bmedge\"`" + ` and Ironic's
+error body; the log names the user only when it exists, never a password. serve refuses
+` + "`--auth none`" + ` on any address but loopback (127.0.0.0/8, ::1, localhost), before it opens
+anything. ` + "`--tls-cert`" + ` and ` + "`--tls-key`" + ` serve the API over https (TLS 1.2 or newer; the log
+line then says https://) and the embedded broker over mqtts.
+
+Requests are bounded, each refused in Ironic's error shape: a body of POST, PUT or PATCH
+must be ` + "`application/json`" + ` (with charset=utf-8 or none; PATCH also takes
+` + "`application/json-patch+json`" + `), anything else is 415, which is what stops a browser's
+cross-site form post; a body over 1 MiB or nested deeper than 32 levels is 400; each of
+driver_info, properties, instance_info and extra is at most 64 KiB as JSON,
+conductor_group 255 bytes, maintenance and retirement reasons 4096; larger is 400 naming
+the field. Node names follow Ironic's rules (API 1.10 and later): only letters, digits
+and -._~, at most 255, not UUID-like, not one of maintenance, management, ports, states,
+vendor_passthru, validate, detail, and not empty; the same on PATCH /name.`
+
+const serveExample = `  # make run's coordinator: loopback, no authentication
+  coordinator serve --data-dir build/run/data
+
+  # beyond loopback: http_basic and TLS
+  htpasswd -cB /etc/bmedge/htpasswd operator
+  coordinator certs --dir /etc/bmedge/pki --host coord.example.net --host 192.0.2.10
+  coordinator serve --api-listen 0.0.0.0:6385 --auth http_basic --htpasswd /etc/bmedge/htpasswd \
+      --tls-cert /etc/bmedge/pki/server.pem --tls-key /etc/bmedge/pki/server-key.pem
+  export OS_USERNAME=operator OS_PASSWORD=... OS_CACERT=/etc/bmedge/pki/ca.pem
+  coordinator --url https://coord.example.net:6385 node list
+  OS_AUTH_TYPE=http_basic OS_ENDPOINT=https://coord.example.net:6385 baremetal node list`
+
+// serveOptions are serve's flags.
+type serveOptions struct {
+	dataDir, apiListen, mqttListen             string
+	brokerURL, brokerCA, brokerUser, brokerPW  string
+	advertise, auth, htpasswd, tlsCert, tlsKey string
+	maxPacket, maxClean, maxDeploy, histMax    int
+	waitTimeout, cmdTimeout, resend, tick      time.Duration
+	autoClean, forcePower, verbose             bool
+	prio                                       kv
+}
+
+func (c *cmd) serveCmd() *cobra.Command {
+	o := &serveOptions{prio: kv{}}
+	cc := &cobra.Command{
+		Use:     "serve",
+		Short:   "Run the coordinator: API, state machine, store and embedded MQTT broker",
+		Long:    serveLong,
+		Example: serveExample,
+		Args:    args(),
+		RunE:    func(cc *cobra.Command, _ []string) error { return c.serve(cc, o) },
+	}
+	fs := cc.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&o.dataDir, "data-dir", "data", "`DIR` of the Badger database and the coordinator's secret")
+	fs.StringVar(&o.apiListen, "api-listen", defaultAPIListen, "`ADDR` of the HTTP API")
+	fs.StringVar(&o.mqttListen, "mqtt-listen", "127.0.0.1:1883", "`ADDR` of the embedded MQTT broker")
+	fs.StringVar(&o.brokerURL, "broker-url", "", "use this external MQTT v5 broker `URL` (mqtt://host:port, or mqtts://host:port with --broker-ca-file) instead of the embedded one; its access rules are then the broker's job (docs/architecture.md lists the rules to configure)")
+	fs.StringVar(&o.brokerCA, "broker-ca-file", "", "CA (PEM) `FILE` that signs the external broker's certificate, for an mqtts:// --broker-url")
+	fs.StringVar(&o.brokerUser, "broker-username", "", "`USER` at the external broker (default: the coordinator's own)")
+	fs.StringVar(&o.brokerPW, "broker-password", "", "`PASSWORD` at the external broker (env COORDINATOR_BROKER_PASSWORD)")
+	fs.StringVar(&o.advertise, "advertise-broker-url", "", "broker `URL` written into site credentials files by site add (default: the broker's own)")
+	fs.IntVar(&o.maxPacket, "max-packet-size", broker.DefaultMaxPacketSize, "largest MQTT packet the embedded broker reads after CONNECT, in `BYTES` (CONNECT itself: 16 KiB)")
+	fs.DurationVar(&o.waitTimeout, "wait-timeout", 30*time.Minute, "a WAIT state that hears nothing this long fails (heartbeats reset it)")
+	fs.DurationVar(&o.cmdTimeout, "command-timeout", 5*time.Minute, "an out-of-band command without a result this long fails")
+	fs.DurationVar(&o.resend, "resend-interval", 10*time.Second, "how often an unanswered command is sent again")
+	fs.DurationVar(&o.tick, "tick", time.Second, "how often timeouts and resends are checked")
+	fs.BoolVar(&o.autoClean, "automated-clean", true, "run automated cleaning on provide and after undeploy")
+	fs.BoolVar(&o.forcePower, "force-power-state-during-sync", true, "when an edge agent reports a resting node's BMC in another power state than recorded, power it back (false: record the BMC's state; docs/drivers.md, Power-state sync)")
+	fs.Var(o.prio, "clean-step-priority", "override an automated clean step's priority: `interface.step=N` (0 disables); repeatable")
+	fs.IntVar(&o.maxClean, "max-concurrent-clean", 1000, "`N` nodes that may clean at once (more get HTTP 503, as in Ironic)")
+	fs.IntVar(&o.maxDeploy, "max-concurrent-deploy", 1000, "`N` nodes that may deploy at once (more get HTTP 503, as in Ironic)")
+	fs.IntVar(&o.histMax, "history-max-entries", 300, "`N` history entries kept per node; past it the oldest are deleted (Ironic's node_history_max_entries)")
+	fs.StringVar(&o.auth, "auth", "none", "API authentication `MODE`: none (only with a loopback --api-listen) or http_basic (with --htpasswd)")
+	fs.StringVar(&o.htpasswd, "htpasswd", "", "htpasswd `FILE` of bcrypt entries for --auth http_basic ('htpasswd -cB FILE USER', Debian's apache2-utils); other hash types are refused at start, naming the line")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate `FILE` (followed by its CA, so that ramdisks can check it by pin): serve the API over https and the embedded broker over mqtts (with --tls-key; 'coordinator certs' makes a lab pair)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
+	fs.BoolVarP(&o.verbose, "verbose", "v", false, "log every node event")
+	_ = cc.RegisterFlagCompletionFunc("auth", fixed("none", "http_basic"))
+	_ = cc.MarkFlagDirname("data-dir")
+	return cc
+}
+
+func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
+	if !cc.Flags().Changed("broker-password") {
+		o.brokerPW = os.Getenv("COORDINATOR_BROKER_PASSWORD")
+	}
+	level := slog.LevelInfo
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: level}))
+	overrides := map[string]int{}
+	for k, v := range o.prio {
+		n, err := strconv.Atoi(v)
+		if err != nil || !strings.Contains(k, ".") {
+			return usagef("--clean-step-priority %s=%s: want interface.step=N", k, v)
+		}
+		overrides[k] = n
+	}
+	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	co, err := server.Start(ctx, server.Options{DataDir: o.dataDir, APIListen: o.apiListen, MQTTListen: o.mqttListen,
+		BrokerURL: o.brokerURL, BrokerUser: o.brokerUser, BrokerPassword: o.brokerPW, AdvertisedBrokerURL: o.advertise,
+		Auth: o.auth, HTPasswd: o.htpasswd, TLSCert: o.tlsCert, TLSKey: o.tlsKey, BrokerCAFile: o.brokerCA, MaxPacketSize: o.maxPacket,
+		Machine: fsm.Config{WaitTimeout: o.waitTimeout, CommandTimeout: o.cmdTimeout, ResendInterval: o.resend,
+			AutomatedClean: o.autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: o.forcePower},
+		MaxConcurrentClean: o.maxClean, MaxConcurrentDeploy: o.maxDeploy, TickInterval: o.tick, HistoryMaxEntries: o.histMax, Log: log})
+	if err != nil {
+		return err
+	}
+	log.Info("coordinator serving", "api", co.APIURL, "auth", o.auth, "broker", co.BrokerURL, "data", o.dataDir)
+	<-ctx.Done()
+	log.Info("shutting down")
+	co.Close()
+	return nil
+}

@@ -147,7 +147,6 @@ func (c *cmd) newRoot() *cobra.Command {
 		Args:              cobra.ArbitraryArgs,
 		RunE:              c.group,
 		PersistentPreRunE: c.start,
-		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 	}
 	root.SetIn(c.stdin)
 	root.SetOut(c.out)
@@ -183,6 +182,10 @@ func (c *cmd) newRoot() *cobra.Command {
 	}
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
+	if comp, _, err := root.Find([]string{"completion"}); err == nil && comp != root {
+		// As every other group: no shell is a usage error, an unknown one too.
+		comp.Args, comp.RunE = cobra.ArbitraryArgs, c.group
+	}
 	return root
 }
 

@@ -108,6 +108,8 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, []string{"Usage:\n  coordinator COMMAND", "node"}},
 		{[]string{"node"}, []string{"Usage:\n  coordinator node COMMAND", "manage"}},
+		{[]string{"completion"}, []string{"Usage:\n  coordinator completion COMMAND", "bash"}},
+		{[]string{"completion", "tcsh"}, []string{`unknown command "tcsh" for "coordinator completion"`}},
 		{[]string{"nosuch"}, []string{`unknown command "nosuch" for "coordinator"`, "Run 'coordinator --help'"}},
 		{[]string{"node", "mange", "n1"}, []string{`unknown command "mange" for "coordinator node"`, "did you mean manage?"}},
 		{[]string{"node", "show"}, []string{"coordinator node show takes one argument, NODE", "Run 'coordinator node show --help' for usage."}},

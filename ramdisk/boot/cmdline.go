@@ -92,20 +92,34 @@ var ErrNoNode = errors.New("bm.node= is missing from the kernel command line")
 
 // ReadCmdline reads and parses /proc/cmdline.
 func ReadCmdline() (Params, error) {
+	s, err := ReadCmdlineText()
+	if err != nil {
+		return Params{}, err
+	}
+	return ParseCmdline(s)
+}
+
+// ReadCmdlineText returns /proc/cmdline as text.
+func ReadCmdlineText() (string, error) {
 	b, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
-		return Params{}, fmt.Errorf("read kernel command line: %w", err)
+		return "", fmt.Errorf("read kernel command line: %w", err)
 	}
-	return ParseCmdline(string(b))
+	return string(b), nil
 }
 
 // ParseCmdline parses a kernel command line. It understands the kernel's
 // quoting (param="value with spaces"); the last occurrence of a parameter
 // wins, as for the kernel. Only bm.* parameters and BOOTIF are used.
 func ParseCmdline(cmdline string) (Params, error) {
+	return parseWords(SplitCmdline(cmdline))
+}
+
+// parseWords parses split kernel parameters (ParseCmdline, MergeParams).
+func parseWords(words []string) (Params, error) {
 	p := Params{All: map[string]string{}, Net: NetConfig{Mode: IPDHCP}}
 	bootif := ""
-	for _, w := range SplitCmdline(cmdline) {
+	for _, w := range words {
 		key, val, _ := strings.Cut(w, "=")
 		if key == "BOOTIF" {
 			bootif = val

@@ -19,6 +19,10 @@ type ModuleOptions struct {
 	KVer      string        // kernel release; default uname -r
 	MaxPasses int           // default 10
 	Settle    time.Duration // pause between passes for devices to appear; default 250ms
+	// Tried, when not nil, holds the modules earlier calls tried (loaded
+	// or failed) and is updated: calls that share it never retry a module
+	// that failed (rescans while waiting for late devices).
+	Tried map[string]bool
 }
 
 // ModuleReport says what LoadModules did.
@@ -63,7 +67,10 @@ func LoadModules(ctx context.Context, opts ModuleOptions, logf func(string, ...a
 	}
 	sysDevices := os.DirFS(filepath.Join(opts.Root, "/sys/devices"))
 
-	tried := map[string]bool{}
+	tried := opts.Tried
+	if tried == nil {
+		tried = map[string]bool{}
+	}
 	quiet := 0 // consecutive passes that loaded nothing
 	for rep.Passes < opts.MaxPasses {
 		rep.Passes++

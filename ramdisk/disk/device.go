@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,9 +35,13 @@ type Device struct {
 	Rotational       bool   `json:"rotational"`
 	ReadOnly         bool   `json:"read_only"`
 	Removable        bool   `json:"removable"`
-	// VirtualMedia is true for CD-ROMs (sr*, SCSI type 5) and BMC virtual
-	// media; such devices are never erased and never chosen as root disk.
+	// VirtualMedia is true for CD-ROMs (sr*, SCSI type 5), BMC virtual
+	// media and the boot parameters medium; such devices are never erased
+	// and never chosen as root disk (see Protected).
 	VirtualMedia bool `json:"virtual_media"`
+	// ParamsMedium is true for the device this boot read its parameters
+	// from (MarkParamsMedium); it is VirtualMedia too.
+	ParamsMedium bool `json:"params_medium,omitempty"`
 	// Loop is true for loop devices, which List only returns when asked.
 	Loop bool `json:"loop,omitempty"`
 	// Regular is true when Path is a plain file rather than a block device.
@@ -70,6 +75,38 @@ type Partition struct {
 	StartBytes uint64 `json:"start_bytes"`
 	SizeBytes  uint64 `json:"size_bytes"`
 	ReadOnly   bool   `json:"read_only"`
+}
+
+// Protected says why nothing may ever be written to d (no erase, no
+// image), or "" when it may: the boot parameters medium, read-only
+// devices, virtual media (CD-ROMs, a BMC's virtual CD or USB stick) and
+// removable devices (USB sticks, card readers: a BMC presents its virtual
+// media as removable USB devices, and a node's disks are not removable).
+func (d Device) Protected() string {
+	switch {
+	case d.ParamsMedium:
+		return "the boot parameters medium"
+	case d.ReadOnly:
+		return "read-only"
+	case d.VirtualMedia:
+		return "virtual media"
+	case d.Removable:
+		return "removable"
+	}
+	return ""
+}
+
+var paramsMedia sync.Map // "major:minor" -> true
+
+// MarkParamsMedium records that the block device devNo ("major:minor")
+// holds this boot's parameters (ramdisk/boot.FindParamsMedium): from then
+// on List and FromPath report it with ParamsMedium and VirtualMedia set,
+// so that it is never erased nor chosen as root device, whatever its
+// removable and read-only flags say.
+func MarkParamsMedium(devNo string) {
+	if devNo != "" {
+		paramsMedia.Store(devNo, true)
+	}
 }
 
 // ListOptions parameterises List. The zero value reads the real /sys and
@@ -212,6 +249,9 @@ func readDevice(sysDir, name, path string) (Device, error) {
 	scsiType := readAttr(filepath.Join(sysDir, "device", "type"))
 	d.VirtualMedia = strings.HasPrefix(name, "sr") || scsiType == "5" ||
 		(d.Removable && strings.Contains(strings.ToLower(d.Model), "virtual"))
+	if _, ok := paramsMedia.Load(d.DevNo); ok && d.DevNo != "" {
+		d.ParamsMedium, d.VirtualMedia = true, true
+	}
 	parts, err := readPartitions(sysDir, name, filepath.Dir(path))
 	if err != nil {
 		return Device{}, err

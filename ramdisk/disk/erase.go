@@ -132,8 +132,9 @@ func EraseAll(ctx context.Context, devs []Device, opts EraseOptions) ([]EraseRes
 // chooses, in order: a hardware eraser whose Detect proved support; secure
 // discard or discard when the device guarantees zeros after discard;
 // BLKZEROOUT when the device offloads write-zeroes; otherwise a full
-// overwrite with zeros. Regular files always get the overwrite. Read-only
-// devices and virtual media are skipped (Skipped set, no error). Note that
+// overwrite with zeros. Regular files always get the overwrite. Protected
+// devices (Device.Protected: read-only, virtual media, removable, the boot
+// parameters medium) are skipped (Skipped set, no error). Note that
 // discard and write-zeroes on SSDs deallocate blocks rather than scrub the
 // flash; use NoOffload or a hardware eraser when that matters.
 func Erase(ctx context.Context, dev Device, opts EraseOptions) (EraseResult, error) {

@@ -43,7 +43,8 @@ type MetadataResult struct {
 // table. Partitions go first because once the disk's table is gone the
 // kernel may drop their device nodes, and a filesystem inside a partition
 // starts at the partition's offset, which zeroing the disk's ends misses.
-// Read-only devices and virtual media are skipped, not errors.
+// Protected devices (read-only, virtual media, removable, the boot
+// parameters medium) are skipped, not errors.
 func EraseMetadata(ctx context.Context, dev Device, opts EraseOptions) ([]MetadataResult, error) {
 	if reason := skipReason(dev); reason != "" {
 		return []MetadataResult{{Path: dev.Path, SizeBytes: dev.SizeBytes, Skipped: true, SkipReason: reason}}, nil
@@ -156,13 +157,17 @@ func RereadPartitions(path string) error {
 	return nil
 }
 
-// skipReason says why dev must not be written to at all, or "".
+// skipReason says why dev must not be written to at all, or "" (see
+// Device.Protected).
 func skipReason(dev Device) string {
-	switch {
-	case dev.ReadOnly:
-		return "device is read-only"
-	case dev.VirtualMedia:
+	switch why := dev.Protected(); why {
+	case "":
+		return ""
+	case "virtual media":
 		return "device is virtual media (CD-ROM or BMC virtual media)"
+	case "removable":
+		return "device is removable (USB stick, card reader or BMC virtual media)"
+	default:
+		return "device is " + why
 	}
-	return ""
 }

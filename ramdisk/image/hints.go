@@ -126,7 +126,8 @@ func (h RootDeviceHints) String() string {
 // SelectRoot chooses the device to write the image to. With no hints it is
 // the smallest disk of at least MinRootBytes; with hints it is the first
 // device, in the order given (disk.List sorts by name), that matches them
-// all, as Ironic's agent does. Read-only devices and virtual media are
+// all, as Ironic's agent does. Protected devices (disk.Device.Protected:
+// read-only, virtual media, removable, the boot parameters medium) are
 // never chosen. The error lists every device and why it was passed over.
 func SelectRoot(devs []disk.Device, hints RootDeviceHints) (disk.Device, error) {
 	if err := hints.Validate(); err != nil {
@@ -148,7 +149,7 @@ func SelectRoot(devs []disk.Device, hints RootDeviceHints) (disk.Device, error) 
 	if len(candidates) == 0 {
 		what := fmt.Sprintf("no device matches root device hints %s", hints)
 		if hints.IsZero() {
-			what = fmt.Sprintf("no writable, non-virtual disk of at least %d GiB", MinRootBytes/gib)
+			what = fmt.Sprintf("no writable, fixed, non-virtual disk of at least %d GiB", MinRootBytes/gib)
 		}
 		if len(rejected) == 0 {
 			return disk.Device{}, fmt.Errorf("%s: no block devices were found; check that the disk driver is loaded", what)
@@ -163,11 +164,8 @@ func SelectRoot(devs []disk.Device, hints RootDeviceHints) (disk.Device, error) 
 
 // rejectReason says why d is not a root candidate under hints, or "".
 func rejectReason(d disk.Device, h RootDeviceHints) (string, error) {
-	switch {
-	case d.ReadOnly:
-		return "read-only", nil
-	case d.VirtualMedia:
-		return "virtual media", nil
+	if why := d.Protected(); why != "" {
+		return why, nil
 	}
 	if h.IsZero() {
 		if d.SizeBytes < MinRootBytes {

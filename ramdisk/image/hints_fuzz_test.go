@@ -67,7 +67,7 @@ func FuzzRootDeviceHints(f *testing.F) {
 		for _, x := range fuzzDevices {
 			found = found || x.Name == d.Name
 		}
-		if !found || d.ReadOnly || d.VirtualMedia {
+		if !found || d.Protected() != "" {
 			t.Fatalf("hints %s chose %+v", h, d)
 		}
 		if why, err := rejectReason(d, h); why != "" || err != nil {

@@ -16,6 +16,8 @@ func TestSelectRoot(t *testing.T) {
 		{Name: "sdc", SizeBytes: 2 * gib, Removable: true, Model: "USB Stick"},
 		{Name: "sr0", SizeBytes: 1 * gib, VirtualMedia: true},
 		{Name: "sdd", SizeBytes: 50 * gib, ReadOnly: true, Serial: "RO-1"},
+		{Name: "vdb", SizeBytes: 2 * gib, Serial: "SMALL-1"},
+		{Name: "sde", SizeBytes: 1 * gib, VirtualMedia: true, ParamsMedium: true},
 	}
 	yes, no := true, false
 	cases := []struct {
@@ -38,7 +40,9 @@ func TestSelectRoot(t *testing.T) {
 		{name: "model <in>", hints: RootDeviceHints{Model: "<in> intel"}, want: "sdb"},
 		{name: "vendor s== and not rotational", hints: RootDeviceHints{Vendor: "s== ATA", Rotational: &no}, want: "sdb"},
 		{name: "serial <or>", hints: RootDeviceHints{Serial: "<or> nope <or> NV-1"}, want: "nvme0n1"},
-		{name: "hints may pick a disk under 4 GiB", hints: RootDeviceHints{Name: "sdc"}, want: "sdc"},
+		{name: "hints may pick a disk under 4 GiB", hints: RootDeviceHints{Name: "vdb"}, want: "vdb"},
+		{name: "removable never chosen", hints: RootDeviceHints{Name: "sdc"}, wantErr: "sdc (2 GiB, model USB Stick): removable"},
+		{name: "the boot parameters medium never chosen", hints: RootDeviceHints{Name: "sde"}, wantErr: "sde (1 GiB): the boot parameters medium"},
 		{name: "no match lists candidates", hints: RootDeviceHints{Serial: "missing"}, wantErr: "no device matches root device hints {serial=missing}; devices seen: nvme0n1 (400 GiB, serial NV-1"},
 		{name: "read-only never chosen", hints: RootDeviceHints{Serial: "RO-1"}, wantErr: "sdd (50 GiB, serial RO-1): read-only"},
 		{name: "virtual media never chosen", hints: RootDeviceHints{Name: "sr0"}, wantErr: "sr0 (1 GiB): virtual media"},
@@ -66,7 +70,7 @@ func TestSelectRoot(t *testing.T) {
 
 	// Nothing suitable without hints: the error explains each device.
 	_, err := SelectRoot([]disk.Device{devs[3], devs[4]}, RootDeviceHints{})
-	if err == nil || !strings.Contains(err.Error(), "sdc (2 GiB, model USB Stick): smaller than 4 GiB") || !strings.Contains(err.Error(), "sr0 (1 GiB): virtual media") {
+	if err == nil || !strings.Contains(err.Error(), "sdc (2 GiB, model USB Stick): removable") || !strings.Contains(err.Error(), "sr0 (1 GiB): virtual media") {
 		t.Fatalf("err = %v", err)
 	}
 	if _, err := SelectRoot(nil, RootDeviceHints{}); err == nil || !strings.Contains(err.Error(), "no block devices were found") {

@@ -161,11 +161,8 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 		return res, err
 	}
 	res.ChecksumAlgo = algo
-	switch {
-	case dev.ReadOnly:
-		return res, fmt.Errorf("cannot write image to %s: the device is read-only; choose another root device", dev.Path)
-	case dev.VirtualMedia:
-		return res, fmt.Errorf("cannot write image to %s: it is virtual media; choose another root device", dev.Path)
+	if why := dev.Protected(); why != "" {
+		return res, fmt.Errorf("cannot write image to %s: the device is %s; choose another root device", dev.Path, why)
 	}
 	if err := disk.CheckNotInUse(dev, opts.ProcRoot); err != nil {
 		return res, err

@@ -210,8 +210,9 @@ func TestWriteFromReader(t *testing.T) {
 	if _, err := Write(t.Context(), Source{Reader: broken}, dev, Options{InsecureSkipChecksum: true}); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("truncated reader: err = %v", err)
 	}
-	// Read-only and virtual media targets are refused.
-	for _, d := range []disk.Device{{Path: "/dev/sr0", VirtualMedia: true}, {Path: "/dev/sdx", ReadOnly: true}} {
+	// Read-only, virtual media, removable and parameters medium targets are refused.
+	for _, d := range []disk.Device{{Path: "/dev/sr0", VirtualMedia: true}, {Path: "/dev/sdx", ReadOnly: true},
+		{Path: "/dev/sdy", Removable: true}, {Path: "/dev/sdz", ParamsMedium: true, VirtualMedia: true}} {
 		if _, err := Write(t.Context(), Source{Reader: bytes.NewReader(img)}, d, Options{InsecureSkipChecksum: true}); err == nil {
 			t.Errorf("Write to %+v succeeded", d)
 		}

@@ -252,6 +252,7 @@ func collectDisks(root string, ghwOpts []any) ([]Disk, []string, error) {
 		}
 		if s, ok := bySys[g.Name]; ok {
 			d.ReadOnly, d.VirtualMedia, d.Rotational = s.ReadOnly, s.VirtualMedia, s.Rotational
+			d.Removable = d.Removable || s.Removable
 			d.Serial = firstKnown(d.Serial, s.Serial)
 			d.Model = firstKnown(d.Model, s.Model)
 			d.Vendor = firstKnown(d.Vendor, s.Vendor)

@@ -21,6 +21,7 @@ func TestPropertiesWithHints(t *testing.T) {
 			{Name: "/dev/sdb", Size: 500 * gib, Serial: "BIG", Rotational: true},
 			{Name: "/dev/sdc", Size: 120 * gib, Serial: "SSD"},
 			{Name: "/dev/sr0", Size: 700 << 20, VirtualMedia: true, ReadOnly: true},
+			{Name: "/dev/vdb", Size: 2 * gib, Serial: "SMALL"}, // too small without hints
 		},
 	}
 	p, err := Properties(inv)
@@ -39,11 +40,18 @@ func TestPropertiesWithHints(t *testing.T) {
 		t.Fatalf("serial hint: %+v %v, want sdb with 500", p, err)
 	}
 	// A hint may pick a small disk: the operator asked for it.
+	if err := json.Unmarshal([]byte(`{"name": "/dev/vdb"}`), &hints); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = PropertiesWithHints(inv, hints); err != nil || p.LocalGB != 2 || p.RootDisk != "/dev/vdb" {
+		t.Fatalf("name hint: %+v %v, want vdb with 2", p, err)
+	}
+	// Not a removable one (a USB stick, a BMC's virtual media).
 	if err := json.Unmarshal([]byte(`{"name": "/dev/sda"}`), &hints); err != nil {
 		t.Fatal(err)
 	}
-	if p, err = PropertiesWithHints(inv, hints); err != nil || p.LocalGB != 2 {
-		t.Fatalf("name hint: %+v %v, want sda with 2", p, err)
+	if _, err = PropertiesWithHints(inv, hints); err == nil || !strings.Contains(err.Error(), "sda (2 GiB, serial USB1): removable") {
+		t.Fatalf("a hint naming a removable disk: %v", err)
 	}
 	if err := json.Unmarshal([]byte(`{"serial": "NOPE"}`), &hints); err != nil {
 		t.Fatal(err)

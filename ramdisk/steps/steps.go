@@ -34,11 +34,12 @@ func (r *Runner) devices() ([]disk.Device, error) {
 	return disk.List(disk.ListOptions{})
 }
 
-// erasable is the devices erase steps act on: not read-only, not virtual media.
+// erasable is the devices erase steps act on: not protected (read-only,
+// virtual media, removable, the boot parameters medium).
 func erasable(devs []disk.Device) []disk.Device {
 	var out []disk.Device
 	for _, d := range devs {
-		if !d.ReadOnly && !d.VirtualMedia {
+		if d.Protected() == "" {
 			out = append(out, d)
 		}
 	}

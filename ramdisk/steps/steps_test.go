@@ -53,9 +53,11 @@ func names(ss []protocol.Step) string {
 
 func TestStepsOfferedByHardware(t *testing.T) {
 	d := junk(t, "vda", 4096)
-	ro, vm := d, d
+	ro, vm, rm, pm := d, d, d, d
 	ro.ReadOnly = true
 	vm.VirtualMedia = true
+	rm.Removable = true
+	pm.ParamsMedium = true
 	for _, c := range []struct {
 		name         string
 		devs         []disk.Device
@@ -65,6 +67,7 @@ func TestStepsOfferedByHardware(t *testing.T) {
 		{"a writable disk", []disk.Device{d}, nil, "inspect_hardware,erase_devices_metadata,erase_devices", "write_image"},
 		{"no disk", nil, nil, "inspect_hardware", ""},
 		{"only read-only and virtual media", []disk.Device{ro, vm}, nil, "inspect_hardware", ""},
+		{"only removable and the parameters medium", []disk.Device{rm, pm}, nil, "inspect_hardware", ""},
 		{"listing fails", nil, errors.New("no sysfs"), "inspect_hardware", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,7 +1,9 @@
 // Command bmramdisk is the in-band agent of the bare-metal ramdisk. It
 // runs as the uinit of a u-root initramfs: it reads its bm.* parameters
-// from the kernel command line, loads the drivers for the hardware, waits
-// for randomness, brings the network up and reports that it is ready.
+// from the kernel command line, loads the drivers for the hardware (and
+// without bm.node on the command line reads its parameters from a boot
+// parameters medium, protocol/bootmedia), waits for randomness, brings
+// the network up and reports that it is ready.
 // Then it connects to the site's broker with the node's credentials and
 // runs the protocol (ramdisk/session) with the local step runner
 // (ramdisk/steps) until the coordinator powers the node off. It is
@@ -22,6 +24,7 @@ import (
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 	"github.com/bmedge/bmedge/ramdisk/boot"
+	"github.com/bmedge/bmedge/ramdisk/disk"
 	"github.com/bmedge/bmedge/ramdisk/session"
 	"github.com/bmedge/bmedge/ramdisk/steps"
 )
@@ -29,11 +32,12 @@ import (
 var logger = boot.NewLogger(os.Stdout, "bmramdisk: ")
 
 func main() {
-	p, err := boot.ReadCmdline()
+	ctx := context.Background()
+	p, err := params(ctx)
 	if err != nil {
 		fatal(p, err)
 	}
-	if err := run(context.Background(), p); err != nil {
+	if err := run(ctx, p); err != nil {
 		fatal(p, err)
 	}
 	if p.Broker == "" {
@@ -109,15 +113,69 @@ func (t *linkTransport) Publish(ctx context.Context, topic string, payload []byt
 	return t.l.Publish(ctx, topic, payload, false)
 }
 
-func run(ctx context.Context, p boot.Params) error {
-	logger.Printf("starting, pid %d, parameters: %s", os.Getpid(), p)
+// params reads the boot's parameters and loads the kernel modules. With
+// bm.node on the kernel command line the parameters are there. Without
+// it (the generic ramdisk ISO booted from virtual media) they are on a
+// boot parameters medium (protocol/bootmedia), a second virtual CD or USB
+// stick that appears once its controller's modules are loaded: the
+// command line followed by the medium's text, which wins. The medium is
+// marked so that no step ever writes to it.
+func params(ctx context.Context) (boot.Params, error) {
+	cmdline, err := boot.ReadCmdlineText()
+	if err != nil {
+		return boot.Params{}, err
+	}
+	p, err := boot.ParseCmdline(cmdline)
+	if boot.CmdlineHasNode(cmdline) {
+		if err != nil {
+			return p, err
+		}
+		logger.Printf("starting, pid %d, parameters: %s", os.Getpid(), p)
+		return p, loadModules(ctx, false)
+	}
+	// p has what the command line says (bm.debug, for fatal).
+	given := p.String()
+	if given == "" {
+		given = "none"
+	}
+	logger.Printf("starting, pid %d, kernel command line parameters: %s", os.Getpid(), given)
+	if err := loadModules(ctx, false); err != nil {
+		return p, err
+	}
+	m, err := boot.FindParamsMedium(ctx, boot.MediaOptions{
+		// USB devices (a BMC's virtual media) enumerate late: load
+		// the modules of new devices before every scan.
+		Rescan: func(ctx context.Context) { _ = loadModules(ctx, true) },
+	}, logger.Printf)
+	if err != nil {
+		return p, err
+	}
+	disk.MarkParamsMedium(m.DevNo)
+	mp, err := boot.MergeParams(cmdline, m.Text)
+	if err != nil {
+		return p, fmt.Errorf("parameters from the kernel command line and %s: %w", m.Path, err)
+	}
+	logger.Printf("parameters (kernel command line, then %s): %s", m.Path, mp)
+	return mp, nil
+}
 
-	rep, err := boot.LoadModules(ctx, boot.ModuleOptions{}, logger.Printf)
+// triedModules are the modules loadModules tried, loaded or failed.
+var triedModules = map[string]bool{}
+
+// loadModules loads the modules the hardware asks for; quiet leaves out
+// the summary when nothing new loaded (rescans while waiting for media).
+func loadModules(ctx context.Context, quiet bool) error {
+	rep, err := boot.LoadModules(ctx, boot.ModuleOptions{Tried: triedModules}, logger.Printf)
 	if err != nil {
 		return fmt.Errorf("load kernel modules: %w", err)
 	}
-	logger.Printf("modules: %d loaded, %d failed, %d passes", len(rep.Loaded), len(rep.Failed), rep.Passes)
+	if !quiet || len(rep.Loaded)+len(rep.Failed) > 0 {
+		logger.Printf("modules: %d loaded, %d failed, %d passes", len(rep.Loaded), len(rep.Failed), rep.Passes)
+	}
+	return nil
+}
 
+func run(ctx context.Context, p boot.Params) error {
 	if _, err := boot.WaitRandom(logger.Printf); err != nil {
 		return err
 	}

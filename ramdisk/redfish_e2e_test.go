@@ -1,0 +1,274 @@
+package ramdisk_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+)
+
+// needISO returns the built ramdisk ISO, or skips (fails under make test).
+func needISO(t *testing.T) string {
+	t.Helper()
+	need(t)
+	iso, _ := filepath.Abs("../build/ramdisk/bmramdisk.iso")
+	if _, err := os.Stat(iso); err != nil {
+		if os.Getenv("BM_REQUIRE_ALL") == "1" {
+			t.Fatalf("the ramdisk ISO is missing (run make ramdisk): %v", err)
+		}
+		t.Skip("the ramdisk ISO is missing; run make ramdisk (make test does)")
+	}
+	return iso
+}
+
+// qemuCmdlines returns the command lines of the running QEMU processes
+// whose arguments mention dir.
+func qemuCmdlines(t *testing.T, dir string) []string {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte("qemu-system")) || !bytes.Contains(b, []byte(dir)) {
+			continue
+		}
+		out = append(out, strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " "))
+	}
+	return out
+}
+
+// TestRedfishQEMURamdisk is the whole life of a Redfish server, with a
+// QEMU VM behind the virtual Redfish BMC (over TLS, redfish_verify_ca set
+// to the lab CA) driven by the edge agent in real mode: a wrong BMC
+// password sends manage back to enroll with the BMC's refusal; inspect
+// boots the ramdisk ISO from virtual media (the VM has no -kernel: it
+// boots the CD, and finds its parameters on the virtual USB stick) and
+// records the VM's properties; provide erases the disk; deploy writes the
+// image, leaves the boot device on the disk and power-cycles the VM;
+// undeploy cleans again. The ramdisk reaches the broker over mqtts with
+// the CA pin from its parameters medium.
+func TestRedfishQEMURamdisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU several times")
+	}
+	iso := needISO(t)
+	qemu, _ := exec.LookPath("qemu-system-x86_64")
+	vmDir, err := os.MkdirTemp("", "rfvm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(vmDir) })
+	diskPath := filepath.Join(vmDir, "disk.raw")
+	const diskSize = 1 << 30
+	randomFile(t, diskPath, 64<<20, 3)
+	if err := os.Truncate(diskPath, diskSize); err != nil {
+		t.Fatal(err)
+	}
+	console := filepath.Join(vmDir, "console.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(console)
+			t.Logf("VM console (last 4 KiB):\n%s", tail(b, 4096))
+		}
+	})
+
+	// The instance image, served on loopback (the guest reaches it as 10.0.2.2).
+	img := make([]byte, 16<<20)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range img {
+		img[i] = byte(rng.Uint32())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/raw.img" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(img)
+	})}
+	go imgSrv.Serve(ln)
+	t.Cleanup(func() { imgSrv.Close() })
+	imgURL := "http://10.0.2.2:" + itoa(ln.Addr().(*net.TCPAddr).Port) + "/raw.img"
+
+	// The BMC: TLS with a certificate of the lab CA, one QEMU machine.
+	certFile, keyFile, caFile := testrig.LabCerts(t, "127.0.0.1", "10.0.2.2")
+	machine, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{QEMU: qemu, Dir: vmDir, Disk: diskPath, DiskSerial: "DISK0",
+		MemoryMB: 1024, Console: console, Logger: testrig.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bmc, err := vbmc.New(vbmc.Config{Username: "admin", Password: "s3cret",
+		Systems: []vbmc.SystemConfig{{Machine: machine, BootMode: vbmc.ModeLegacy, CPUs: 1, MemoryGiB: 1}}, Logger: testrig.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bmcSrv, err := vbmc.Serve(bmc, vbmc.ServeOptions{CertFile: certFile, KeyFile: keyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bmcSrv.Close(); bmc.Close(); machine.Close() })
+	sysID := bmc.SystemIDs()[0]
+
+	// The coordinator (API and broker over TLS) and the site's edge agent
+	// in real mode, serving the ISO to the BMC on loopback.
+	// An ISO boot under TCG (firmware, GRUB reading the CD, the kernel)
+	// takes far longer than a -kernel boot: give the ramdisk 3 minutes.
+	c := testrig.Coordinator(t, testrig.Options{TLSCert: certFile, TLSKey: keyFile, CACert: caFile,
+		Machine: fsm.Config{WaitTimeout: 3 * time.Minute}})
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
+		t.Fatalf("site: %d", code)
+	}
+	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
+	testrig.StartAgentConfig(t, creds, agent.Config{CAFile: caFile, Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0",
+		BrokerURL: "mqtts://10.0.2.2:" + mqttPort}})
+
+	info := map[string]any{"redfish_address": bmcSrv.URL, "redfish_system_id": sysID, "redfish_username": "admin",
+		"redfish_password": "wrong", "redfish_verify_ca": caFile}
+	var n testrig.Node
+	body := map[string]any{"name": "vm1", "driver": "redfish", "conductor_group": "lab", "driver_info": info,
+		"properties": map[string]any{"root_device": map[string]any{"serial": "DISK0"}}}
+	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	id := n.UUID
+	step := func(verb, want string, extra map[string]any, timeout time.Duration) testrig.Node {
+		t.Helper()
+		start := time.Now()
+		cl.MustVerb(id, verb, extra)
+		got := cl.WaitRest(id, timeout)
+		t.Logf("%s: %s in %.1fs %s", verb, got.State, time.Since(start).Seconds(), got.LastError)
+		if got.State != want {
+			t.Fatalf("%s ended in %q, want %q: %s", verb, got.State, want, got.LastError)
+		}
+		return got
+	}
+	n = step("manage", "enroll", nil, 30*time.Second)
+	if !strings.Contains(n.LastError, "401") {
+		t.Fatalf("manage with a wrong BMC password: last_error %q does not quote the BMC's refusal", n.LastError)
+	}
+	if code := cl.Do("PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/driver_info/redfish_password", "value": "s3cret"}}, nil); code != 200 {
+		t.Fatalf("patch: %d", code)
+	}
+	step("manage", "manageable", nil, 30*time.Second)
+
+	// BIOS settings by manual cleaning, out of band: a list without the
+	// required settings fails naming the step and the argument and stages
+	// nothing; a good one is staged and applied by the VM's next reset.
+	bad := []map[string]any{{"interface": "bios", "step": "apply_configuration"}}
+	n = step("clean", "clean failed", map[string]any{"clean_steps": bad}, 30*time.Second)
+	if !strings.Contains(n.LastError, "apply_configuration") || !strings.Contains(n.LastError, "settings") {
+		t.Fatalf("clean without settings: last_error %q", n.LastError)
+	}
+	if st, _ := bmc.State(sysID); len(st.PendingBios) != 0 {
+		t.Fatalf("a refused clean staged BIOS settings: %v", st.PendingBios)
+	}
+	step("manage", "manageable", nil, 30*time.Second)
+	good := []map[string]any{{"interface": "bios", "step": "apply_configuration",
+		"args": map[string]any{"settings": []map[string]any{{"name": "ProcVirtualization", "value": "Disabled"}}}}}
+	step("clean", "manageable", map[string]any{"clean_steps": good}, 60*time.Second)
+	if st, _ := bmc.State(sysID); st.PendingBios["ProcVirtualization"] != "Disabled" || st.Bios["ProcVirtualization"] != "Enabled" {
+		t.Fatalf("after the clean step: pending %v, current %v; want the setting pending", st.PendingBios, st.Bios)
+	}
+	if code := cl.Do("PUT", "/v1/nodes/"+id+"/states/power", map[string]string{"target": "rebooted"}, nil); code != 202 {
+		t.Fatalf("reboot: %d", code)
+	}
+	if got := cl.WaitRest(id, 60*time.Second); got.LastError != "" || got.PowerState != "power on" {
+		t.Fatalf("reboot: %+v", got)
+	}
+	if st, _ := bmc.State(sysID); st.Bios["ProcVirtualization"] != "Disabled" || len(st.PendingBios) != 0 {
+		t.Fatalf("after the VM's reset the BIOS holds %v (pending %v); want the setting applied", st.Bios, st.PendingBios)
+	}
+
+	// Inspect: the VM boots the ISO from the virtual CD.
+	cl.MustVerb(id, "inspect", nil)
+	// The VM was running (it booted its empty disk after the reset): a
+	// new QEMU starts from the CD.
+	deadline := time.Now().Add(60 * time.Second)
+	var cdBoot string
+	for cdBoot == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no QEMU booting from the CD; running: %q", qemuCmdlines(t, vmDir))
+		}
+		time.Sleep(100 * time.Millisecond)
+		for _, l := range qemuCmdlines(t, vmDir) {
+			if strings.Contains(l, "id=cd,bootindex=0") {
+				cdBoot = l
+			}
+		}
+	}
+	if strings.Contains(cdBoot, "-kernel") || !strings.Contains(cdBoot, "id=cd0,media=cdrom,readonly=on,format=raw,file=") || !strings.Contains(cdBoot, "usb-storage") {
+		t.Fatalf("the VM does not boot the ISO with its parameters stick: %s", cdBoot)
+	}
+	n = cl.WaitRest(id, 4*time.Minute)
+	if n.State != "manageable" {
+		t.Fatalf("inspect ended in %q: %s", n.State, n.LastError)
+	}
+	mem, _ := n.Properties["memory_mb"].(float64)
+	if n.Properties["cpus"] != 1.0 || n.Properties["local_gb"] != 1.0 || mem < 900 || mem > 1100 {
+		t.Fatalf("properties do not match the VM (1 CPU, 1024 MiB, 1 GiB disk): %v", n.Properties)
+	}
+	consoleHas(t, console, "connected to mqtts://10.0.2.2:")
+	if st, _ := bmc.State(sysID); st.MediaInserted || st.USBInserted || st.PowerState != "Off" {
+		t.Fatalf("after inspection the BMC shows %+v; want the media ejected and the VM off", st)
+	}
+	// The parameters came from the USB stick; the console (a BMC's
+	// serial log, in real life) shows them with the password redacted.
+	b, _ := os.ReadFile(console)
+	if m := regexp.MustCompile(`bm\.password=[^<\s]`).FindIndex(b); m != nil {
+		t.Fatalf("the VM console shows the broker password: %q", b[max(0, m[0]-200):m[1]])
+	}
+	if !bytes.Contains(b, []byte("bm.password=<redacted>")) {
+		t.Fatalf("the agent's start-up line with its redacted parameters is not on the console:\n%s", tail(b, 2048))
+	}
+
+	// Provide: automated cleaning erases the disk.
+	step("provide", "available", nil, 8*time.Minute)
+	if off := firstNonZero(t, diskPath); off >= 0 {
+		t.Fatalf("after cleaning the disk has a non-zero byte at %d", off)
+	}
+
+	// Deploy: the image is written, the boot device stays on the disk,
+	// the VM is powered off and on into the instance.
+	patch := []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": imgURL},
+		{"op": "add", "path": "/instance_info/image_checksum", "value": sha(img)}}
+	if code := cl.Do("PATCH", "/v1/nodes/"+id, patch, nil); code != 200 {
+		t.Fatalf("patch: %d", code)
+	}
+	n = step("active", "active", nil, 5*time.Minute)
+	if !bytes.Equal(readHead(t, diskPath, len(img)), img) {
+		t.Fatal("the disk does not hold the image after deploy")
+	}
+	st, _ := bmc.State(sysID)
+	if st.PowerState != "On" || st.BootTarget != vbmc.BootHdd || st.BootEnabled != vbmc.OverrideContinuous || st.MediaInserted || st.USBInserted {
+		t.Fatalf("after deploy the BMC shows %+v; want on, boot from the disk for good, no media", st)
+	}
+	h := history(t, cl)
+	for _, want := range []string{"deploy.tear_down_agent", "deploy.boot_instance"} {
+		if !strings.Contains(h, want) {
+			t.Fatalf("the deploy's history lacks %s:\n%s", want, h)
+		}
+	}
+
+	// Undeploy: cleaned again through a new ramdisk boot.
+	step("deleted", "available", nil, 8*time.Minute)
+	if off := firstNonZero(t, diskPath); off >= 0 {
+		t.Fatalf("after undeploy's cleaning the disk has a non-zero byte at %d", off)
+	}
+}

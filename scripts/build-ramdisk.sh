@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds the in-band ramdisk: a Debian kernel (OUTDIR/vmlinuz) and a u-root
-# initramfs with the bmramdisk agent as uinit (OUTDIR/initramfs.cpio.xz).
+# initramfs with the bmramdisk agent as uinit (OUTDIR/initramfs.cpio.xz),
+# and a bootable ISO holding both (OUTDIR/bmramdisk.iso: BIOS and UEFI,
+# CD or USB stick) with a generic kernel command line, for boots through
+# a BMC's virtual media: it carries nothing node-specific, each boot's
+# parameters come on a second medium (protocol/bootmedia).
 #
 #   scripts/build-ramdisk.sh [OUTDIR]        (default build/ramdisk)
 #
@@ -46,7 +50,9 @@ apt_update() {
   fi
 }
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-PKGS="kmod cpio xz-utils gzip qemu-system-x86 ipxe-qemu util-linux"
+# grub-pc-bin, grub-efi-amd64-bin, mtools and xorriso make the ISO;
+# qemu-system-x86, ipxe-qemu and ovmf (UEFI firmware) are for the tests.
+PKGS="kmod cpio xz-utils gzip qemu-system-x86 ipxe-qemu util-linux grub-pc-bin grub-efi-amd64-bin mtools xorriso ovmf"
 missing=()
 for p in $PKGS; do installed "$p" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -174,13 +180,76 @@ case ${RAMDISK_COMPRESS:-xz} in
 esac
 mv "$IMG.tmp" "$IMG"
 
+# --- ISO ---------------------------------------------------------------------
+# GRUB for BIOS (El Torito, plus an MBR for a USB stick) and for UEFI (an
+# EFI system partition image), put together by hand rather than by
+# grub-mkrescue, whose ISO is not reproducible (it stamps the build time
+# into the ISO and its FAT image). The modules GRUB needs are built into its
+# two core images; the ISO holds no module directories. GRUB finds the ISO
+# by the kernel's path (under UEFI it starts on the FAT image) and boots the
+# kernel with a generic command line: the serial console last, so that the
+# agent's log lands on the serial console a BMC records; loglevel=4 as the
+# qemu-dev driver boots it; panic=1 for the crash-only agent.
+ISO=$OUT/bmramdisk.iso
+ISO_CMDLINE="console=tty0 console=ttyS0,115200 panic=1 loglevel=4"
+GRUB_LIB=/usr/lib/grub
+ISOSTAGE=$OUT/iso-stage
+rm -rf "$ISOSTAGE"
+mkdir -p "$ISOSTAGE/tree/boot/bmramdisk" "$ISOSTAGE/tree/boot/grub"
+cp "$OUT/vmlinuz" "$ISOSTAGE/tree/boot/bmramdisk/vmlinuz"
+cp "$IMG" "$ISOSTAGE/tree/boot/bmramdisk/$(basename "$IMG")"
+printf '%s\n' 'search --no-floppy --set=root --file /boot/bmramdisk/vmlinuz' 'set prefix=($root)/boot/grub' >"$ISOSTAGE/early.cfg"
+{
+  echo "# bmedge ramdisk: nothing node-specific here; the agent reads its"
+  echo "# parameters from the boot parameters medium (volume BMPARAMS)."
+  echo "serial --unit=0 --speed=115200"
+  echo "terminal_input console serial"
+  echo "terminal_output console serial"
+  echo "set timeout=0"
+  echo "set default=0"
+  echo "menuentry 'bmedge ramdisk' {"
+  echo "  linux /boot/bmramdisk/vmlinuz $ISO_CMDLINE"
+  echo "  initrd /boot/bmramdisk/$(basename "$IMG")"
+  echo "}"
+  echo "menuentry 'bmedge ramdisk (a shell instead of a reboot on a fatal error)' {"
+  echo "  linux /boot/bmramdisk/vmlinuz $ISO_CMDLINE bm.debug"
+  echo "  initrd /boot/bmramdisk/$(basename "$IMG")"
+  echo "}"
+} >"$ISOSTAGE/tree/boot/grub/grub.cfg"
+GRUB_MODS="iso9660 part_msdos part_gpt normal linux search search_fs_file configfile serial terminal echo test"
+# shellcheck disable=SC2086 # GRUB_MODS is a list
+grub-mkimage -O i386-pc-eltorito -d "$GRUB_LIB/i386-pc" -p /boot/grub -c "$ISOSTAGE/early.cfg" \
+  -o "$ISOSTAGE/tree/boot/grub/bios.img" biosdisk $GRUB_MODS
+# shellcheck disable=SC2086
+grub-mkimage -O x86_64-efi -d "$GRUB_LIB/x86_64-efi" -p /boot/grub -c "$ISOSTAGE/early.cfg" \
+  -o "$ISOSTAGE/BOOTX64.EFI" fat efi_gop efi_uga $GRUB_MODS
+# The EFI system partition: a 2.88 MB FAT image with EFI/BOOT/BOOTX64.EFI.
+# mtools takes its timestamps from SOURCE_DATE_EPOCH (FAT cannot hold a
+# date before 1980); the volume serial number is fixed.
+FAT_EPOCH=$((SOURCE_DATE_EPOCH < 315619200 ? 315619200 : SOURCE_DATE_EPOCH))
+EFIIMG=$ISOSTAGE/tree/boot/grub/efi.img
+SOURCE_DATE_EPOCH=$FAT_EPOCH mformat -C -f 2880 -N 626d6564 -v BMEFI -i "$EFIIMG" ::
+SOURCE_DATE_EPOCH=$FAT_EPOCH mmd -i "$EFIIMG" ::/EFI ::/EFI/BOOT
+SOURCE_DATE_EPOCH=$FAT_EPOCH mcopy -i "$EFIIMG" "$ISOSTAGE/BOOTX64.EFI" ::/EFI/BOOT/BOOTX64.EFI
+# xorriso honours SOURCE_DATE_EPOCH (the volume dates, and every file's
+# date set to its mtime): the same inputs give the same ISO bytes.
+find "$ISOSTAGE/tree" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+xorriso -as mkisofs -o "$ISO.tmp" -V BMRAMDISK -r \
+  -b boot/grub/bios.img -no-emul-boot -boot-load-size 4 -boot-info-table --grub2-boot-info \
+  --grub2-mbr "$GRUB_LIB/i386-pc/boot_hybrid.img" \
+  --efi-boot boot/grub/efi.img -efi-boot-part --efi-boot-image --protective-msdos-label \
+  "$ISOSTAGE/tree" >"$OUT/xorriso.log" 2>&1 || { cat "$OUT/xorriso.log" >&2; die "xorriso failed"; }
+mv "$ISO.tmp" "$ISO"
+rm -rf "$ISOSTAGE" "$OUT/xorriso.log"
+
 size() { stat -c %s "$1"; }
 human() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
-(cd "$OUT" && sha256sum vmlinuz "$(basename "$IMG")" >SHA256SUMS)
+(cd "$OUT" && sha256sum vmlinuz "$(basename "$IMG")" bmramdisk.iso >SHA256SUMS)
 log "done in $(($(date +%s) - T0)) s"
 # Paths inside the repository are shown relative to it.
 show() { case "$1" in "$ROOT"/*) echo "${1#"$ROOT"/}" ;; *) echo "$1" ;; esac; }
 echo "kernel:     $(show "$OUT/vmlinuz") ($KVER, $(size "$OUT/vmlinuz") bytes, $(human "$(size "$OUT/vmlinuz")"))"
 echo "cpio:       $(show "$CPIO") ($(size "$CPIO") bytes, $(human "$(size "$CPIO")"))"
 echo "initramfs:  $(show "$IMG") ($(size "$IMG") bytes, $(human "$(size "$IMG")"))"
+echo "iso:        $(show "$ISO") ($(size "$ISO") bytes, $(human "$(size "$ISO")"); BIOS and UEFI; $ISO_CMDLINE)"
 [ "$(size "$IMG")" -le "$MAX_BYTES" ] || die "the compressed initramfs is larger than 16 MiB"

@@ -92,6 +92,8 @@ func (b *BMC) SetBoot(ctx context.Context, device string, persistent bool) error
 	if persistent {
 		enabled = schemas.ContinuousBootSourceOverrideEnabled
 	}
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -140,6 +142,8 @@ func (b *BMC) SetBootMode(ctx context.Context, mode string) error {
 	if !ok {
 		return fmt.Errorf("redfish driver: unknown boot mode %q; want uefi or bios", mode)
 	}
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -170,6 +174,8 @@ func (b *BMC) SetBootMode(ctx context.Context, mode string) error {
 
 // BootSettings reads the boot override back.
 func (b *BMC) BootSettings(ctx context.Context) (BootSettings, error) {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return BootSettings{}, err
 	}
@@ -260,6 +266,8 @@ func (b *BMC) insertMedia(ctx context.Context, kind, imageURL string, fresh bool
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("redfish driver: virtual media image %q must be an http or https URL the BMC can reach", imageURL)
 	}
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -308,6 +316,8 @@ func (b *BMC) EjectVirtualMedia(ctx context.Context) error { return b.EjectMedia
 // EjectMedia detaches the system's virtual media device of a kind, if it
 // holds an image.
 func (b *BMC) EjectMedia(ctx context.Context, kind string) error {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -331,6 +341,8 @@ func (b *BMC) VirtualMedia(ctx context.Context) (string, error) { return b.Media
 // MediaImage reads the image URL of the virtual media device of a kind
 // ("" when none is inserted).
 func (b *BMC) MediaImage(ctx context.Context, kind string) (string, error) {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return "", err
 	}
@@ -476,6 +488,8 @@ func (b *BMC) readBios(c *gofish.APIClient) (*schemas.Bios, *biosDoc, error) {
 // node, which this does not do). Every name is checked against the
 // attributes the BMC reports, and the pending values are read back.
 func (b *BMC) ApplyBIOSSettings(ctx context.Context, settings []Setting) error {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -541,6 +555,8 @@ func sameValue(a, b any) bool {
 
 // BIOSAttributes reads the BIOS's current and pending attributes.
 func (b *BMC) BIOSAttributes(ctx context.Context) (current, pending map[string]any, err error) {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -567,6 +583,8 @@ func (b *BMC) BIOSAttributes(ctx context.Context) (current, pending map[string]a
 // FactoryResetBIOS asks for the BIOS defaults (Bios.ResetBios); like
 // settings, they apply at the next boot.
 func (b *BMC) FactoryResetBIOS(ctx context.Context) error {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -585,6 +603,8 @@ func (b *BMC) FactoryResetBIOS(ctx context.Context) error {
 // offered) and waits until it answers and takes a login again. The
 // session is gone with the reboot; the next call opens a new one.
 func (b *BMC) ResetBMC(ctx context.Context) error {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -621,9 +641,14 @@ func (b *BMC) ResetBMC(ctx context.Context) error {
 	// The sessions died with the BMC: forget ours without a logout.
 	b.client, b.systemURI = nil, ""
 	b.http.CloseIdleConnections()
+	start := time.Now()
+	outOfTime := func(err error) error {
+		return fmt.Errorf("redfish BMC %s accepted a reset but did not answer again within %s, the time left for this operation: %w",
+			b.cfg.endpoint, round(time.Since(start)), err)
+	}
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return outOfTime(ctx.Err())
 	case <-time.After(b.opts.BMCResetSettle):
 	}
 	deadline := time.Now().Add(b.opts.BMCResetTimeout)
@@ -633,13 +658,16 @@ func (b *BMC) ResetBMC(ctx context.Context) error {
 			b.log.Info("redfish BMC is back after its reset")
 			return nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return outOfTime(err)
+		}
+		if time.Now().After(deadline) {
 			return fmt.Errorf("redfish BMC %s did not come back within %s after its reset: %w", b.cfg.endpoint, b.opts.BMCResetTimeout, err)
 		}
 		b.client = nil
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return outOfTime(ctx.Err())
 		case <-time.After(b.opts.PollInterval):
 		}
 	}

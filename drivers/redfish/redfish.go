@@ -4,7 +4,9 @@
 // and the BMC's own reset. It keeps one session per BMC, reuses it, logs
 // in again once when the BMC forgets it (401), and retries 5xx answers
 // and connection errors with backoff, never 401 or 403. One operation
-// runs at a time per BMC.
+// runs at a time per BMC. An operation whose context has a deadline
+// ends a little before it (a tenth of the time left, at most 5 s), so
+// that its caller can still report why it failed.
 package redfish
 
 import (
@@ -156,6 +158,41 @@ func (b *BMC) lock(ctx context.Context) error {
 }
 
 func (b *BMC) unlock() { <-b.sem }
+
+// maxReserve bounds the time an operation leaves its caller (reserve).
+const maxReserve = 5 * time.Second
+
+// reserve returns the context an operation runs under: ctx, but ending a
+// tenth of the time left (at most maxReserve) before ctx's own deadline.
+// A BMC slower than its caller's deadline then still leaves the caller
+// time to report why: the edge agent's command deadline is also the
+// coordinator's, which drops a result that comes after it and fails the
+// node with "no result from the edge agent" instead of the BMC's fault.
+// Without a deadline, ctx is returned as it is (with a no-op cancel).
+func reserve(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/10, maxReserve)))
+}
+
+// round shortens a duration for a message: to 100 ms from a second on,
+// to the millisecond below.
+func round(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// attempts says "1 attempt" or "n attempts".
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
+}
 
 // Close ends the session, if there is one. It waits up to 30 s for a
 // running operation; after that the session is left to time out on the
@@ -343,7 +380,9 @@ func (b *BMC) explain(err error) string {
 }
 
 // failure builds the error an operation ends with, saying what to do.
-func (b *BMC) failure(what string, err error, attempts int) error {
+// tried is how long the last attempt ran and ended the operation's
+// context's error when that attempt ended (nil if it was still alive).
+func (b *BMC) failure(what string, err error, attempt int, tried time.Duration, ended error) error {
 	ep := b.cfg.endpoint
 	var le *loginError
 	isLogin := errors.As(err, &le)
@@ -361,8 +400,8 @@ func (b *BMC) failure(what string, err error, attempts int) error {
 		return fmt.Errorf("redfish BMC %s: user %q may not %s (%s); give the account the Administrator role",
 			ep, b.cfg.username, what, b.explain(err))
 	case st >= 500:
-		return fmt.Errorf("redfish BMC %s: cannot %s: the BMC answered %s (after %d attempts); check the BMC's health or reset it",
-			ep, what, b.explain(err), attempts)
+		return fmt.Errorf("redfish BMC %s: cannot %s: the BMC answered %s (after %s); check the BMC's health or reset it",
+			ep, what, b.explain(err), attempts(attempt))
 	case st != 0:
 		return fmt.Errorf("redfish BMC %s: cannot %s: %s", ep, what, b.explain(err))
 	}
@@ -374,15 +413,23 @@ func (b *BMC) failure(what string, err error, attempts int) error {
 		return fmt.Errorf("redfish BMC %s: cannot %s: TLS verification failed: %s; %s: %v", ep, what, why, fix, err)
 	}
 	var ue *url.Error
-	if errors.As(err, &ue) && ue.Timeout() {
-		return fmt.Errorf("redfish BMC %s: cannot %s: the BMC did not answer within %s (%d attempts); it may be overloaded or unreachable",
-			ep, what, b.opts.RequestTimeout, attempts)
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	cut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.As(err, &ue) && ue.Timeout()
+	switch {
+	case cut && errors.Is(ended, context.DeadlineExceeded):
+		// The operation's own deadline ended the request, not the
+		// per-request timeout: say how long the BMC had.
+		return fmt.Errorf("redfish BMC %s: cannot %s: the BMC did not answer within %s, the time left for this operation (attempt %d of %d); it may be overloaded or unreachable",
+			ep, what, round(tried), attempt, b.opts.Attempts)
+	case cut && ended != nil:
+		return fmt.Errorf("redfish BMC %s: cannot %s: the operation was cancelled (attempt %d of %d)", ep, what, attempt, b.opts.Attempts)
+	case errors.As(err, &ue) && ue.Timeout():
+		return fmt.Errorf("redfish BMC %s: cannot %s: the BMC did not answer within %s (%s); it may be overloaded or unreachable",
+			ep, what, b.opts.RequestTimeout, attempts(attempt))
+	case cut:
 		return fmt.Errorf("redfish BMC %s: cannot %s: %w", ep, what, err)
 	}
 	if retryable(err) {
-		return fmt.Errorf("redfish BMC %s: cannot %s: %v (after %d attempts); check that the BMC is reachable from this site", ep, what, err, attempts)
+		return fmt.Errorf("redfish BMC %s: cannot %s: %v (after %s); check that the BMC is reachable from this site", ep, what, err, attempts(attempt))
 	}
 	return fmt.Errorf("redfish BMC %s: cannot %s: %s", ep, what, b.explain(err))
 }
@@ -394,6 +441,7 @@ func (b *BMC) do(ctx context.Context, what string, op func(c *gofish.APIClient) 
 	relogged := false
 	backoff := b.opts.RetryBackoff
 	for attempt := 1; ; attempt++ {
+		start := time.Now()
 		c, err := b.connect(ctx)
 		if err == nil {
 			err = op(c.WithContext(ctx))
@@ -412,11 +460,9 @@ func (b *BMC) do(ctx context.Context, what string, op func(c *gofish.APIClient) 
 				continue
 			}
 		}
-		if ctx.Err() != nil {
-			return b.failure(what, err, attempt)
-		}
-		if !retryable(err) || attempt >= b.opts.Attempts {
-			return b.failure(what, err, attempt)
+		tried, ended := time.Since(start), ctx.Err()
+		if ended != nil || !retryable(err) || attempt >= b.opts.Attempts {
+			return b.failure(what, err, attempt, tried, ended)
 		}
 		b.log.Warn("redfish request failed; retrying", "what", what, "attempt", attempt, "of", b.opts.Attempts, "in", backoff, "err", b.explain(err))
 		var le *loginError
@@ -425,7 +471,7 @@ func (b *BMC) do(ctx context.Context, what string, op func(c *gofish.APIClient) 
 		}
 		select {
 		case <-ctx.Done():
-			return b.failure(what, err, attempt)
+			return b.failure(what, err, attempt, tried, nil)
 		case <-time.After(backoff):
 		}
 		if backoff < 16*b.opts.RetryBackoff {
@@ -538,6 +584,8 @@ func (b *BMC) SameInfo(info map[string]any) bool {
 // session opened earlier proves nothing about the credentials now; it is
 // closed first, which also frees its slot on the BMC.
 func (b *BMC) Validate(ctx context.Context) error {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -554,6 +602,8 @@ func (b *BMC) Validate(ctx context.Context) error {
 // PowerState implements drivers.BMC. A BMC's transitional states count
 // as where they lead, as in Ironic.
 func (b *BMC) PowerState(ctx context.Context) (string, error) {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return "", err
 	}
@@ -590,9 +640,18 @@ func (b *BMC) waitPower(ctx context.Context, want schemas.PowerState, after stri
 	start := time.Now()
 	deadline := start.Add(timeout)
 	var last schemas.PowerState
+	outOfTime := func() error {
+		return fmt.Errorf("redfish BMC %s did not report power %s within %s after %s, the time left for this operation; it last reported %q",
+			b.cfg.endpoint, want, round(time.Since(start)), after, last)
+	}
 	for {
 		sys, err := b.readSystem(ctx, "read the power state")
 		if err != nil {
+			if last != "" && ctx.Err() != nil {
+				// The BMC answered before; the time ran out during a
+				// read: the power change is what was slow.
+				return outOfTime()
+			}
 			return err
 		}
 		last = sys.PowerState
@@ -606,7 +665,7 @@ func (b *BMC) waitPower(ctx context.Context, want schemas.PowerState, after stri
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("redfish BMC %s: gave up waiting for power %s after %s (last reported %q): %w", b.cfg.endpoint, want, after, last, ctx.Err())
+			return outOfTime()
 		case <-time.After(b.opts.PollInterval):
 		}
 	}
@@ -616,6 +675,8 @@ func (b *BMC) waitPower(ctx context.Context, want schemas.PowerState, after stri
 // "rebooted" (ForceRestart when on, On when off), then waits until the
 // BMC reports the system on or off.
 func (b *BMC) SetPower(ctx context.Context, state string) error {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -660,6 +721,8 @@ func (b *BMC) SetPower(ctx context.Context, state string) error {
 // and forces the power off when the system is still on after timeout
 // (Options.SoftPowerOffTimeout when 0), as Ironic's soft power off does.
 func (b *BMC) SoftPowerOff(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return err
 	}

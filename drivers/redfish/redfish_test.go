@@ -675,6 +675,42 @@ func TestSlowBMC(t *testing.T) {
 	mustContain(t, err, "did not answer within 150ms (2 attempts)")
 }
 
+// TestOperationDeadline: a BMC slower than the caller's deadline (and
+// faster than the per-request timeout) ends the operation with how long
+// the BMC had and which attempt it was, not the per-request timeout; a
+// power change slower than the deadline says what the BMC last showed.
+// The driver is usable again at once.
+func TestOperationDeadline(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	opts := r.fastOptions()
+	opts.RequestTimeout, opts.PowerTimeout = time.Minute, time.Minute
+	d := r.driver(t, opts)
+	if err := d.Validate(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(context.Background(), time.Second)
+		t.Cleanup(cancel)
+		return c
+	}
+
+	r.bmc.SetFaults(vbmc.Faults{Latency: time.Minute})
+	_, err := d.PowerState(short())
+	mustContain(t, err, "cannot read the power state: the BMC did not answer within", "the time left for this operation (attempt 1 of 3)", "overloaded or unreachable")
+	if strings.Contains(err.Error(), "1m0s") || strings.Contains(err.Error(), "deadline exceeded") {
+		t.Fatalf("error %q names the per-request timeout or only the context's error", err)
+	}
+
+	r.bmc.SetFaults(vbmc.Faults{PowerDelay: time.Minute})
+	err = d.SetPower(short(), protocol.PowerOn)
+	mustContain(t, err, "did not report power On within", "after On, the time left for this operation", `last reported "Off"`)
+
+	r.bmc.SetFaults(vbmc.Faults{})
+	if _, err := d.PowerState(ctx(t)); err != nil {
+		t.Fatalf("after the faults: %v", err)
+	}
+}
+
 func Test5xxRetried(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	d := r.driver(t, r.fastOptions())

@@ -748,8 +748,10 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	withdrawToken(n)
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "ERROR", EventType: eventType(op), Event: msg})
 	out.Changed = true
+	// Whatever power action was under way is over too: a node at rest
+	// has no power target (Ironic clears it when the action ends).
+	n.TargetPowerState = ""
 	if op == nil || op.Phase == "power" {
-		n.TargetPowerState = ""
 		return
 	}
 	if op.Phase == "clean" && stepRunning && e == Fail {
@@ -1035,7 +1037,15 @@ func describe(n *Node, a *Action) string {
 		return fmt.Sprintf("%s step %s", n.Op.Phase, a.Step.Name())
 	case ActOOB:
 		if a.Action == protocol.ActionPower {
-			return fmt.Sprintf("power %v", a.Args["state"])
+			// "power on", "power off", "rebooted" → "power on", "power off", "reboot".
+			switch st := fmt.Sprint(a.Args["state"]); {
+			case st == protocol.PowerReboot:
+				return "reboot"
+			case strings.HasPrefix(st, "power "):
+				return st
+			default:
+				return "power " + st
+			}
 		}
 		if a.Action == protocol.ActionBootDev {
 			return fmt.Sprintf("setting boot device %v", a.Args["device"])

@@ -58,7 +58,7 @@ func TestRedfishFaults(t *testing.T) {
 		r.bmc.SetFaults(slow)
 		r.power("power on")
 		n = r.waitRest("manageable", 30*time.Second)
-		r.lastError(n, "power power on failed", "did not answer within", "the time left for this operation", "overloaded or unreachable")
+		r.lastError(n, "power on failed", "did not answer within", "the time left for this operation", "overloaded or unreachable")
 		if n.PowerState == "power on" || r.machine.PoweredOn() {
 			t.Errorf("a power on that failed powered the node on (recorded %q, machine on %v)", n.PowerState, r.machine.PoweredOn())
 		}
@@ -84,7 +84,7 @@ func TestRedfishFaults(t *testing.T) {
 		before := len(r.bmc.RequestLog())
 		r.power("power on")
 		n := r.waitRest("manageable", 60*time.Second)
-		r.lastError(n, "power power on failed", "HTTP 503", "Injected fault", "after 5 attempts", "check the BMC's health or reset it")
+		r.lastError(n, "power on failed", "HTTP 503", "Injected fault", "after 5 attempts", "check the BMC's health or reset it")
 		if got := countPrefix(r.bmc.RequestLog()[before:], "GET /redfish/v1/Systems/1 503"); got != 5 {
 			t.Errorf("the BMC answered 503 to %d requests; want 5 (one per attempt)", got)
 		}
@@ -131,7 +131,7 @@ func TestRedfishFaults(t *testing.T) {
 		r.bmc.DropSessions()
 		others = r.fillSessions()
 		r.verb("inspect")
-		n = r.waitRestStalePowerTarget("inspect failed", 30*time.Second)
+		n = r.waitRest("inspect failed", 30*time.Second)
 		r.lastError(n, "virtual media", "no free session", "SessionLimitExceeded", "set redfish_auth_type to basic")
 		if st := r.state(); st.MediaInserted || r.machine.PoweredOn() {
 			t.Fatalf("inspection failed but the BMC holds the ramdisk (%v) or the node is on (%v)", st.MediaInserted, r.machine.PoweredOn())
@@ -183,7 +183,7 @@ func TestRedfishFaults(t *testing.T) {
 		r.restartBMC(cert2, key2)
 		before = len(r.bmc.RequestLog())
 		r.verb("inspect")
-		n = r.waitRestStalePowerTarget("inspect failed", 30*time.Second)
+		n = r.waitRest("inspect failed", 30*time.Second)
 		r.lastError(n, "virtual media", "TLS verification failed", "not signed by a trusted CA",
 			"redfish_verify_ca="+caFile+" is not the CA that signed it")
 		if got := len(r.bmc.RequestLog()) - before; got != 0 {
@@ -379,30 +379,15 @@ type restNode struct {
 // state.
 func (r *faultRig) waitRest(want string, bound time.Duration) restNode {
 	r.t.Helper()
-	return r.waitRestIn(want, bound, false)
+	return r.waitRestIn(want, bound)
 }
 
-// waitRestStalePowerTarget is waitRest after a power action that failed
-// inside a provisioning operation (inspect's power on). The coordinator
-// leaves target_power_state set then (fsm's failWith clears it only when
-// the operation is a power action of its own) until the next power
-// action succeeds; this is a known bug, logged here rather than failed
-// until the coordinator clears it.
-func (r *faultRig) waitRestStalePowerTarget(want string, bound time.Duration) restNode {
-	r.t.Helper()
-	return r.waitRestIn(want, bound, true)
-}
-
-func (r *faultRig) waitRestIn(want string, bound time.Duration, staleTargetPower bool) restNode {
+func (r *faultRig) waitRestIn(want string, bound time.Duration) restNode {
 	r.t.Helper()
 	r.cl.WaitRest(r.node, bound)
 	var n restNode
 	if code := r.cl.Do("GET", "/v1/nodes/"+r.node, nil, &n); code != 200 {
 		r.t.Fatalf("get node: %d", code)
-	}
-	if staleTargetPower && n.TargetPower != "" {
-		r.t.Logf("known bug: node at rest in %q keeps target_power_state %q after its power action failed", n.State, n.TargetPower)
-		n.TargetPower = ""
 	}
 	if n.State != want || n.Target != "" || n.Reservation != "" || n.TargetPower != "" ||
 		strings.HasSuffix(n.State, "ing") || strings.Contains(n.State, "wait") {

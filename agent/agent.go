@@ -425,7 +425,9 @@ func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, erro
 		if s, ok := b.(interface{ SameInfo(map[string]any) bool }); !ok || info == nil || s.SameInfo(info) {
 			return b, nil
 		}
-		closeBMC(b)
+		// Closing waits for the old BMC's running operation and logs
+		// out, which a slow BMC makes long: not under the agent's lock.
+		go closeBMC(b)
 		delete(a.bmcs, node)
 	}
 	str := func(k string) string { v, _ := info[k].(string); return v }
@@ -543,7 +545,10 @@ func (a *Agent) runBMC(m *protocol.Message) {
 		}
 		a.mu.Unlock()
 	}()
-	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline)
+	// The command ends a little before its deadline, so that its result,
+	// a failure saying what the BMC did, reaches the coordinator before
+	// the coordinator gives up on the command with less to say.
+	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline.Add(-resultMargin(time.Until(m.Deadline))))
 	defer cancel()
 	err := a.execBMC(ctx, m)
 	if err == nil {
@@ -554,6 +559,12 @@ func (a *Agent) runBMC(m *protocol.Message) {
 		res.Error = err.Error()
 	}
 	a.send(protocol.BMCEvtTopic(a.cfg.Site), res, m.Deadline)
+}
+
+// resultMargin is the time kept back from a command's deadline for its
+// result to travel: a tenth of the time left, at most 5 s.
+func resultMargin(left time.Duration) time.Duration {
+	return min(max(left/10, 0), 5*time.Second)
 }
 
 func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) error {

@@ -2,7 +2,7 @@
 GO ?= go
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build run test test-unit fuzz bench soak bench-ramdisk states-doc cli-doc deps ramdisk clean
+.PHONY: build run run-lab bench-bmc vbmc test test-unit fuzz bench soak bench-ramdisk states-doc cli-doc deps ramdisk clean
 
 build:
 	$(GO) build -o bin/ ./coordinator/cmd/coordinator ./agent/cmd/agent
@@ -10,6 +10,13 @@ build:
 # The coordinator with its embedded broker and Badger, plus a simulated site of 8 nodes.
 run: build
 	scripts/run.sh
+
+# A lab of real BMCs: the coordinator, a real-mode edge agent, a QEMU VM
+# behind the virtual Redfish BMC (booting the ramdisk ISO from virtual
+# media) and one behind ipmi_sim (README.md, "A lab of real BMCs").
+run-lab: deps build ramdisk
+	$(GO) build -o bin/ ./scripts/vbmc ./scripts/ipmisim
+	scripts/run-lab.sh
 
 # Installs the test dependencies (Debian packages), then runs every test.
 test: deps ramdisk
@@ -36,6 +43,18 @@ fuzz:
 NODES ?= 1000
 bench: build
 	$(GO) run ./scripts/bench -nodes $(NODES)
+
+# 200 virtual Redfish BMCs (one process, each on its own 127.0.0.1 port), the
+# coordinator and a real-mode edge agent: manage, power on, power off, and the
+# MQTT messages of an idle power-sync interval (not part of make test).
+BMC_NODES ?= 200
+bench-bmc:
+	$(GO) run ./scripts/bench-bmc -nodes $(BMC_NODES)
+
+# A virtual Redfish BMC for a lab (see go run ./scripts/vbmc --help):
+# VBMC_PASSWORD=secret make vbmc VBMC_ARGS='--systems 4'
+vbmc:
+	$(GO) run ./scripts/vbmc $(VBMC_ARGS)
 
 # Deploy/undeploy cycles of many simulated nodes; the coordinator's RSS and
 # data folder after each (not part of make test): CYCLES=8 NODES=1000 make soak

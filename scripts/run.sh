@@ -9,6 +9,7 @@ RUN=build/run
 mkdir -p "$RUN"
 pids=()
 cleanup() {
+  trap - EXIT INT TERM
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   echo "stopped; state is kept in $RUN/data (delete it to start afresh)"

@@ -44,27 +44,54 @@ func (r *boundedReader) ReadAt(p []byte, off int64) (int, error) {
 // descriptors, the bounded root directory and MaxParams, and a text it
 // accepts has no NUL or line break, is at most MaxParams bytes and goes
 // back through ParamsImage unchanged.
+//
+// An image is 16 sectors of system area and then a few sectors that
+// matter; fuzzing whole images wastes the fuzzer on the system area, so
+// an input is: raw, the image after the system area (empty: a valid
+// image of fuzzParams); patches, 3 bytes each (an offset from sector 16,
+// big-endian, and the byte to put there), applied to it; and sizeDelta,
+// added to the image's length to give the size ReadParams is told (the
+// medium may claim more bytes than it holds, or fewer).
 func FuzzReadParams(f *testing.F) {
-	for _, params := range []string{sample, "", "bm.node=n1\n", strings.Repeat("y", MaxParams)} {
-		img, err := ParamsImage(strings.TrimSpace(params))
+	const sys = pvdSector * SectorSize
+	fuzzParams := "bm.node=n1 bm.password=p"
+	good, err := ParamsImage(fuzzParams)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, params := range []string{sample, "", strings.Repeat("y", MaxParams)} {
+		img, err := ParamsImage(params)
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(img)
+		f.Add(img[sys:], []byte(nil), int16(0))
 	}
-	good, _ := ParamsImage("bm.node=n1 bm.password=p")
-	f.Add(good[:len(good)-SectorSize+5]) // the file cut off
-	f.Add(good[:rootSector*SectorSize])  // no root directory
-	bad := append([]byte(nil), good...)
-	binary.LittleEndian.PutUint32(bad[pvdSector*SectorSize+156+10:], maxRootDir+1)
-	binary.BigEndian.PutUint32(bad[pvdSector*SectorSize+156+14:], maxRootDir+1)
-	f.Add(bad)
-	f.Add(make([]byte, 20*SectorSize))
-	f.Add([]byte{})
+	patch := func(off int, b byte) []byte { return []byte{byte(off >> 8), byte(off), b} }
+	root := (rootSector - pvdSector) * SectorSize
+	fileRec := root + 34 + 34
+	f.Add([]byte(nil), []byte(nil), int16(0))
+	f.Add([]byte(nil), []byte(nil), int16(-SectorSize+5))                                         // the file cut off
+	f.Add([]byte(nil), []byte(nil), int16(1000))                                                  // a medium that claims more than it holds
+	f.Add([]byte(nil), append(patch(156+10+2, 0x10), patch(156+14+1, 0x10)...), int16(0))         // a root directory too large
+	f.Add([]byte(nil), append(patch(fileRec+10+1, 0x10), patch(fileRec+14+2, 0x10)...), int16(0)) // a file too large
+	f.Add([]byte(nil), patch(fileRec+33, 'X'), int16(0))                                          // no BMPARAMS.TXT
+	f.Add([]byte(nil), patch(fileRec, 200), int16(0))                                             // a record overrunning
+	f.Add([]byte(nil), patch(0, 255), int16(0))                                                   // the terminator first
+	f.Add(make([]byte, 4*SectorSize), []byte(nil), int16(0))
 
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r := &boundedReader{t: t, data: data, size: int64(len(data))}
-		text, err := ReadParams(r, int64(len(data)))
+	f.Fuzz(func(t *testing.T, raw, patches []byte, sizeDelta int16) {
+		img := append(make([]byte, sys), raw...)
+		if len(raw) == 0 {
+			img = append([]byte(nil), good...)
+		}
+		for i := 0; i+3 <= len(patches); i += 3 {
+			if tail := len(img) - sys; tail > 0 {
+				img[sys+int(binary.BigEndian.Uint16(patches[i:]))%tail] = patches[i+2]
+			}
+		}
+		size := max(int64(len(img))+int64(sizeDelta), 0)
+		r := &boundedReader{t: t, data: img, size: size}
+		text, err := ReadParams(r, size)
 		// The descriptors, the root directory and the file, at most.
 		if limit := int64((maxDescriptors+1)*SectorSize + maxRootDir + MaxParams); r.read > limit {
 			t.Fatalf("read %d bytes, more than %d", r.read, limit)
@@ -78,11 +105,11 @@ func FuzzReadParams(f *testing.F) {
 		if len(text) > MaxParams || strings.ContainsAny(text, "\x00\n\r") {
 			t.Fatalf("accepted text of %d bytes: %q", len(text), text)
 		}
-		img, err := ParamsImage(text)
+		again, err := ParamsImage(text)
 		if err != nil {
 			t.Fatalf("accepted text %q is refused by ParamsImage: %v", text, err)
 		}
-		back, err := ReadParams(bytes.NewReader(img), int64(len(img)))
+		back, err := ReadParams(bytes.NewReader(again), int64(len(again)))
 		if err != nil || back != text {
 			t.Fatalf("accepted text %q does not round trip: %v %q", text, err, back)
 		}

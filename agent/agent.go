@@ -27,7 +27,7 @@ import (
 	"github.com/bmedge/bmedge/drivers/redfish"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
-	"github.com/bmedge/bmedge/ramdisk/session"
+	"github.com/bmedge/bmedge/protocol/session"
 )
 
 // Credentials is the file `coordinator site add` writes for an edge agent.
@@ -103,8 +103,12 @@ type Config struct {
 	PowerSyncInterval time.Duration
 	// PowerSyncConcurrency bounds the BMCs read at once (default 8).
 	PowerSyncConcurrency int
-	Sim                  SimOptions
-	Log                  *slog.Logger
+	// BMCConcurrency bounds the BMC commands run at once across the
+	// site's BMCs (default 32); more wait their turn, each within its
+	// own deadline. The relay and other nodes never wait for them.
+	BMCConcurrency int
+	Sim            SimOptions
+	Log            *slog.Logger
 }
 
 // Agent is a running edge agent.
@@ -137,6 +141,8 @@ type Agent struct {
 	// boots the ramdisk from virtual media.
 	media  *mediaServer
 	vmBoot map[string]bool
+	// bmcSlots bounds the BMC commands running at once.
+	bmcSlots chan struct{}
 	// ready is closed once link is set: callbacks may fire before Dial returns.
 	ready chan struct{}
 }
@@ -194,9 +200,12 @@ func New(cfg Config) *Agent {
 	if cfg.PowerSyncConcurrency <= 0 {
 		cfg.PowerSyncConcurrency = 8
 	}
+	if cfg.BMCConcurrency <= 0 {
+		cfg.BMCConcurrency = 32
+	}
 	return &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
-		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, ready: make(chan struct{})}
+		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{})}
 }
 
 func newID() string {
@@ -550,7 +559,7 @@ func (a *Agent) runBMC(m *protocol.Message) {
 	// the coordinator gives up on the command with less to say.
 	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline.Add(-resultMargin(time.Until(m.Deadline))))
 	defer cancel()
-	err := a.execBMC(ctx, m)
+	err := a.execLimited(ctx, m)
 	if err == nil {
 		a.commandDone(m)
 	}
@@ -559,6 +568,18 @@ func (a *Agent) runBMC(m *protocol.Message) {
 		res.Error = err.Error()
 	}
 	a.send(protocol.BMCEvtTopic(a.cfg.Site), res, m.Deadline)
+}
+
+// execLimited runs a BMC command when one of the site's BMC slots is
+// free (Config.BMCConcurrency), or fails when ctx ends first.
+func (a *Agent) execLimited(ctx context.Context, m *protocol.Message) error {
+	select {
+	case a.bmcSlots <- struct{}{}:
+		defer func() { <-a.bmcSlots }()
+		return a.execBMC(ctx, m)
+	case <-ctx.Done():
+		return fmt.Errorf("edge agent of site %s: %d BMC operations were running (its limit, agent --bmc-concurrency) until this command's deadline", a.cfg.Site, cap(a.bmcSlots))
+	}
 }
 
 // resultMargin is the time kept back from a command's deadline for its

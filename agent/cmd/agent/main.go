@@ -67,6 +67,7 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 	rURL := fs.String("media-url", "", "the media server as the BMCs reach it, when not http://MEDIA-LISTEN (e.g. behind NAT)")
 	rBroker := fs.String("ramdisk-broker-url", "", "the MQTT broker as the nodes' ramdisks reach it (e.g. mqtts://10.1.0.1:8883 with --ca-file)")
 	rParams := fs.String("ramdisk-params", "", "kernel-style parameters for every ramdisk boot of the site, e.g. 'bm.gw=10.1.0.1 bm.dns=10.1.0.1' (a node's driver_info kernel_append_params come after)")
+	bmcConc := fs.Int("bmc-concurrency", 32, "BMC commands run at once across the site's BMCs; more wait their turn")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
 	level := slog.LevelInfo
@@ -108,7 +109,7 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
-		ResendInterval: *resend, PowerSyncInterval: *powerSync, Log: log,
+		ResendInterval: *resend, PowerSyncInterval: *powerSync, BMCConcurrency: *bmcConc, Log: log,
 		QEMU:    agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
 		Ramdisk: agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams},
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,

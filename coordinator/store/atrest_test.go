@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -256,6 +257,20 @@ func TestRestrict(t *testing.T) {
 	checkPrivate(t, root)
 }
 
+// vlogSize is the size of the value-log files in dir but the one being
+// written (Badger makes that one twice ValueLogFileSize, sparse), and
+// the number of all.
+func vlogSize(dir string) (closed int64, files int) {
+	m, _ := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	sort.Strings(m) // numbered with leading zeros: the last is the newest
+	for i, f := range m {
+		if fi, err := os.Stat(f); err == nil && i < len(m)-1 {
+			closed += fi.Size()
+		}
+	}
+	return closed, len(m)
+}
+
 // Overwritten values in the value log are reclaimed: CollectGarbage
 // rewrites files once compaction has counted their stale values, and the
 // value log shrinks.
@@ -269,15 +284,6 @@ func TestCollectGarbageReclaimsValueLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	vlogSize := func() (n int64, files int) {
-		m, _ := filepath.Glob(filepath.Join(dir, "*.vlog"))
-		for _, f := range m {
-			if fi, err := os.Stat(f); err == nil {
-				n += fi.Size()
-			}
-		}
-		return n, len(m)
-	}
 	large := bytes.Repeat([]byte("v"), 2*ValueThreshold) // value log
 	small := bytes.Repeat([]byte("h"), ValueThreshold/2) // LSM tree
 	for round := 0; round < 40; round++ {
@@ -292,28 +298,196 @@ func TestCollectGarbageReclaimsValueLog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before, files := vlogSize()
+	before, files := vlogSize(dir)
 	if files < 3 {
 		t.Fatalf("only %d value-log files were written; the test must fill several", files)
 	}
-	rewritten := 0
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		n, err := s.CollectGarbage()
+	// Either CollectGarbage itself or the flush it puts off while commits
+	// are recent (and the collection after it) reclaims files.
+	after, filesAfter := before, files
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && after >= before; time.Sleep(100 * time.Millisecond) {
+		if _, err := s.CollectGarbage(); err != nil {
+			t.Fatal(err)
+		}
+		after, filesAfter = vlogSize(dir)
+	}
+	if after >= before {
+		t.Fatalf("value log GC reclaimed nothing: %d bytes in %d files before, %d in %d after", before, files, after, filesAfter)
+	}
+	checkValues(t, s, 50, large)
+}
+
+// checkValues fails unless keys n000… n(count-1) under NodePrefix hold val.
+func checkValues(t *testing.T, s *Store, count int, val []byte) {
+	t.Helper()
+	for i := 0; i < count; i++ {
+		if v, found, err := s.Get(fmt.Sprintf("%sn%03d", NodePrefix, i)); err != nil || !found || !bytes.Equal(v, val) {
+			t.Fatalf("n%03d: %v %v (%d bytes)", i, found, err, len(v))
+		}
+	}
+}
+
+// overwriteLarge writes rounds × count values to the value log, the same
+// count keys each round, so that all but the last round go stale. With
+// default sizes the memtable holds only their pointers (~100 bytes
+// each) and is never full, so no compaction counts them stale.
+func overwriteLarge(t *testing.T, s *Store, rounds, count int, val []byte) {
+	t.Helper()
+	for round := 0; round < rounds; round++ {
+		var b Batch
+		for i := 0; i < count; i++ {
+			b.Set(fmt.Sprintf("%sn%03d", NodePrefix, i), val)
+		}
+		if err := s.Commit(&b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// When writing has stopped, the values it left stale are only in the
+// memtable's newer versions; CollectGarbage flushes it, so that
+// compaction counts them, and then reclaims their files. Badger's GC
+// alone finds nothing to reclaim.
+func TestCollectGarbageFlushesWhenWritesStop(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	defer s.Close()
+	large := bytes.Repeat([]byte("v"), 2*ValueThreshold)
+	overwriteLarge(t, s, 40, 100, large) // 4000 values, ~8 MB, 4+ files
+	before, files := vlogSize(dir)
+	if files < 4 {
+		t.Fatalf("only %d value-log files were written; the test must fill several", files)
+	}
+	s.gc.Lock()
+	n, err := s.collect() // Badger's GC without the flush
+	s.gc.Unlock()
+	if err != nil || n != 0 {
+		t.Fatalf("value log GC before any flush rewrote %d files (%v); the test needs stale values that no compaction counted", n, err)
+	}
+
+	// Writes stopped a while ago.
+	s.lastCommit.Store(time.Now().Add(-time.Minute).UnixNano())
+	n, err = s.CollectGarbage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, filesAfter := vlogSize(dir)
+	if s.flushes != 1 || n == 0 || after >= before/2 {
+		t.Fatalf("CollectGarbage flushed %d times, rewrote %d files; value log %d bytes in %d files before, %d in %d after, want less than half",
+			s.flushes, n, before, files, after, filesAfter)
+	}
+	checkValues(t, s, 100, large)
+	var keys []string
+	if err := s.Scan("", func(k string, _ []byte) error { keys = append(keys, k); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if strings.HasPrefix(k, flushPrefix) {
+			t.Fatalf("the flush left its key %s", k)
+		}
+	}
+
+	// Nothing new written: no second flush.
+	if _, err := s.CollectGarbage(); err != nil || s.flushes != 1 {
+		t.Fatalf("second CollectGarbage: %v, %d flushes, want 1", err, s.flushes)
+	}
+	// The data survives a reopen.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, dir)
+	checkValues(t, s, 100, large)
+}
+
+// Called while commits go on, CollectGarbage does not flush, but flushes
+// and collects by itself once they have stopped for quietFor; Close
+// cancels that.
+func TestCollectGarbagePutsOffFlushWhileWriting(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	large := bytes.Repeat([]byte("v"), 2*ValueThreshold)
+	overwriteLarge(t, s, 40, 100, large)
+	before, _ := vlogSize(dir)
+	s.lastCommit.Store(time.Now().UnixNano())
+	if _, err := s.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	s.gc.Lock()
+	flushes, pending := s.flushes, s.pending != nil
+	s.gc.Unlock()
+	if flushes != 0 || !pending {
+		t.Fatalf("CollectGarbage right after a commit flushed %d times, flush put off: %v; want 0, true", flushes, pending)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && flushes == 0; time.Sleep(50 * time.Millisecond) {
+		s.gc.Lock()
+		flushes = s.flushes
+		s.gc.Unlock()
+	}
+	if after, _ := vlogSize(dir); flushes != 1 || after >= before/2 {
+		t.Fatalf("after writes stopped: %d flushes, value log %d bytes before, %d after; want 1 flush and less than half", flushes, before, after)
+	}
+	checkValues(t, s, 100, large)
+
+	// Put off again, then closed: the timer is stopped.
+	overwriteLarge(t, s, 10, 100, large)
+	if _, err := s.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.gc.Lock()
+	pending = s.pending != nil
+	s.gc.Unlock()
+	if pending {
+		t.Fatal("Close left the put-off flush pending")
+	}
+	if n, err := s.CollectGarbage(); n != 0 || err != nil {
+		t.Fatalf("CollectGarbage after Close: %d, %v", n, err)
+	}
+}
+
+// Badger's DropPrefix, behind flushMemtable and DeletePrefix, refuses
+// writes while it runs; commits meanwhile wait instead of failing (a
+// failed commit stops the coordinator).
+func TestCommitsDuringDropPrefix(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	defer s.Close()
+	large := bytes.Repeat([]byte("v"), 2*ValueThreshold)
+	stop := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var b Batch
+			b.Set(fmt.Sprintf("%sn%03d", NodePrefix, i%100), large)
+			b.Set(fmt.Sprintf("%sx/%06d", HistoryPrefix, i), []byte("h"))
+			if err := s.Commit(&b); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	for i := 0; i < 20; i++ {
+		var err error
+		if i%2 == 0 {
+			s.gc.Lock()
+			err = s.flushMemtable()
+			s.gc.Unlock()
+		} else {
+			err = s.DeletePrefix(HistoryPrefix + "x/")
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rewritten += n; rewritten > 0 {
-			break
-		}
 	}
-	after, filesAfter := vlogSize()
-	if rewritten == 0 || after >= before {
-		t.Fatalf("value log GC rewrote %d files; value log %d bytes in %d files before, %d in %d after", rewritten, before, files, after, filesAfter)
-	}
-	// What was live is still there.
-	for i := 0; i < 50; i++ {
-		if v, found, err := s.Get(fmt.Sprintf("%sn%03d", NodePrefix, i)); err != nil || !found || !bytes.Equal(v, large) {
-			t.Fatalf("n%03d after GC: %v %v (%d bytes)", i, found, err, len(v))
-		}
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Fatalf("a commit during DropPrefix failed: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,10 +28,29 @@ const (
 
 // Store is the Badger database.
 type Store struct {
-	db *badger.DB
+	db  *badger.DB
+	log *slog.Logger
 	// large counts the bytes of values written to the value log, so that
 	// callers can collect garbage by volume written, not only by time.
 	large atomic.Int64
+	// lastCommit is when the last Commit ended (UnixNano).
+	lastCommit atomic.Int64
+	// writes is held for reading by Commit and for writing by whatever
+	// calls Badger's DropPrefix (flushMemtable, DeletePrefix): DropPrefix
+	// refuses the writes that arrive while it runs (ErrBlockedWrites), so
+	// they wait here instead.
+	writes sync.RWMutex
+
+	// gc serializes garbage collection and guards what follows.
+	gc sync.Mutex
+	// flushedAt is large when the last flush began; flushes counts them
+	// (for tests).
+	flushedAt int64
+	flushes   int
+	// pending is set while a flush waits for writes to stop.
+	pending *time.Timer
+	closed  bool
+
 	// parts is how many transactions the last Commit took (for tests).
 	parts int
 }
@@ -39,10 +59,28 @@ type Store struct {
 const (
 	// ValueThreshold: values of at least this size go to the value log.
 	ValueThreshold = 1 << 10
-	// ValueLogFileSize is the size of one value-log file, the unit that
-	// value-log GC reclaims.
+	// ValueLogFileSize is the most a value-log file holds, and so the
+	// largest value the database takes (Badger refuses larger ones).
 	ValueLogFileSize = 16 << 20
-	memTableSize     = 4 << 20
+	// valueLogMaxEntries: a value-log file is closed after this many
+	// values (once the transaction that passes it is written), ~1 MB of
+	// node records, long before it holds ValueLogFileSize.
+	valueLogMaxEntries = 1000
+	memTableSize       = 4 << 20
+)
+
+// When the memtable is flushed for garbage collection; see
+// CollectGarbage.
+const (
+	// flushAfter: at least this many bytes of values went to the value
+	// log since the last flush.
+	flushAfter = 1 << 20
+	// quietFor: no Commit for this long, so that the flush, during which
+	// commits wait, does not hold up a busy coordinator.
+	quietFor = time.Second
+	// flushPrefix is the prefix of the key that flushMemtable writes and
+	// drops. '~' sorts after every other prefix, so no table holds it.
+	flushPrefix = "~flush/"
 )
 
 // KeyRotation is how often Badger starts a new data key. Data keys
@@ -78,10 +116,18 @@ func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) b
 	// log, whose files only value-log GC reclaims, and only once
 	// compaction has counted their stale values; so small memtables
 	// flushed often, with every flush compacted at once (one level-0
-	// table), keep that count current, and small value-log files let GC
-	// reclaim space in small steps. With 16 MiB memtables, five level-0
-	// tables and 64 MiB files, 1000 nodes' data folder grew by ~37 MB a
-	// deploy/undeploy cycle, and RSS with it (Badger mmaps the files).
+	// table), keep that count current (CollectGarbage also flushes when
+	// writing stops). GC never collects the file being written, nor a
+	// file less than half stale, so what stays on disk besides live data
+	// is about one file's worth: files are closed after
+	// valueLogMaxEntries values (~1 MB) rather than at ValueLogFileSize,
+	// which stays large because it is also the largest value Badger
+	// takes. With 16 MiB memtables, five level-0 tables and 64 MiB files,
+	// 1000 nodes' data folder grew by ~37 MB a deploy/undeploy cycle, and
+	// RSS with it (Badger mmaps the files); with 16 MiB files and no
+	// flush when writing stops, the value log at rest held 8–25 MB for
+	// 1 MB of live values. Each file ever written keeps a 16-byte slot in
+	// Badger's DISCARD file (~0.3 bytes per node deployed and undeployed).
 	opts := badger.DefaultOptions(dir).
 		WithSyncWrites(true).
 		WithLogger(badgerLogger{log}).
@@ -89,6 +135,7 @@ func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) b
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(1).
 		WithValueLogFileSize(ValueLogFileSize).
+		WithValueLogMaxEntries(valueLogMaxEntries).
 		WithBlockCacheSize(16 << 20).
 		// Encryption needs the index cache: decrypted table indexes live
 		// there instead of in the mmapped files.
@@ -110,11 +157,22 @@ func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) b
 	if err != nil {
 		return nil, fmt.Errorf("open database in %s: %w (is another coordinator using this --data-dir?)", dir, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, log: log}, nil
 }
 
 // Close flushes and closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.gc.Lock()
+	s.closed = true
+	if s.pending != nil {
+		s.pending.Stop()
+		s.pending = nil
+	}
+	s.gc.Unlock()
+	s.writes.Lock()
+	defer s.writes.Unlock()
+	return s.db.Close()
+}
 
 // Batch collects writes for one commit.
 type Batch struct {
@@ -143,6 +201,9 @@ func (s *Store) Commit(b *Batch) error {
 	if b.Len() == 0 {
 		return nil
 	}
+	s.writes.RLock()
+	defer s.writes.RUnlock()
+	defer s.lastCommit.Store(time.Now().UnixNano())
 	txn := s.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	s.parts = 1
@@ -246,10 +307,36 @@ func (s *Store) Keys(prefix, after string, fn func(key string) bool) error {
 // CollectGarbage reclaims space in the value log: Badger rewrites each
 // value-log file of which at least half is stale (overwritten or deleted
 // values) and removes it, until no file qualifies. It returns how many
-// files were rewritten. Values that stale are known only after compaction
-// has dropped their keys' older versions, so a file is reclaimed some
-// time after its values went stale, not at once.
+// files were rewritten.
+//
+// Badger knows that a value is stale only once compaction has met the
+// newer version of its key, and the newest versions wait in the memtable
+// until it is full (memTableSize of keys and small values: ~10 MB of
+// node records written to the value log). When writing stops, the values
+// they made stale would stay uncounted, and their files on disk, for as
+// long as it stays stopped (measured without this: 8–25 MB of value log
+// at rest after deploy/undeploy cycles of 1000 nodes whose live records
+// take 1 MB; docs/benchmarks.md, "Soak").
+// So once at least flushAfter bytes went to the value log since the last
+// flush, CollectGarbage first flushes the memtable (flushMemtable), which
+// compacts it at once (one level-0 table) and so counts what it made
+// stale. It does so only when no Commit came for quietFor: a flush holds
+// commits up. Called while commits go on, it arranges instead to flush
+// and collect by itself once they have stopped for quietFor.
 func (s *Store) CollectGarbage() (rewritten int, err error) {
+	s.gc.Lock()
+	defer s.gc.Unlock()
+	if s.closed {
+		return 0, nil
+	}
+	if _, err := s.flushWhenQuiet(); err != nil {
+		return 0, err
+	}
+	return s.collect()
+}
+
+// collect runs Badger's value-log GC until no file qualifies; s.gc held.
+func (s *Store) collect() (rewritten int, err error) {
 	// Bounded, so that a database written faster than it is collected
 	// cannot keep the caller here forever; the next run goes on.
 	for rewritten < 64 {
@@ -267,8 +354,73 @@ func (s *Store) CollectGarbage() (rewritten int, err error) {
 	return rewritten, nil
 }
 
-// DeletePrefix removes every key under prefix.
+// flushWhenQuiet flushes the memtable when flushAfter bytes went to the
+// value log since the last flush and no Commit came for quietFor. When
+// only the second is missing, it sets a timer (if none is set) to try
+// again then (later). It reports whether it flushed; s.gc held.
+func (s *Store) flushWhenQuiet() (flushed bool, err error) {
+	written := s.large.Load()
+	if written-s.flushedAt < flushAfter {
+		return false, nil
+	}
+	if idle := time.Since(time.Unix(0, s.lastCommit.Load())); idle < quietFor {
+		if s.pending == nil {
+			s.pending = time.AfterFunc(quietFor-idle, s.later)
+		}
+		return false, nil
+	}
+	if err := s.flushMemtable(); err != nil {
+		return false, err
+	}
+	s.flushedAt = written
+	s.flushes++
+	return true, nil
+}
+
+// later is the flush that CollectGarbage put off while commits went on,
+// and the collection after it.
+func (s *Store) later() {
+	s.gc.Lock()
+	defer s.gc.Unlock()
+	s.pending = nil
+	if s.closed {
+		return
+	}
+	flushed, err := s.flushWhenQuiet() // sets the timer again if commits came meanwhile
+	if err == nil && flushed {
+		_, err = s.collect()
+	}
+	if err != nil {
+		s.log.Warn("database garbage collection failed; it is tried again later", "err", err)
+	}
+}
+
+// flushMemtable writes Badger's memtables to a level-0 table and compacts
+// it into the tree. Badger v4 has no call for this alone; DropPrefix does
+// it (it flushes every memtable, then compacts level 0, then drops the
+// prefix from the tables that hold it), so flushMemtable writes a key of
+// its own prefix, which no table holds, and drops that prefix. The flush
+// is as durable as Badger's own: the memtable's write-ahead log is
+// removed only once its table is written and synced.
+func (s *Store) flushMemtable() error {
+	s.writes.Lock()
+	defer s.writes.Unlock()
+	key := []byte(flushPrefix + "memtable")
+	// Synced, like every write: DropPrefix does nothing when no key has
+	// the prefix, so the key must be there first.
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, []byte{1}) }); err != nil {
+		return fmt.Errorf("flush memtable: %w", err)
+	}
+	if err := s.db.DropPrefix([]byte(flushPrefix)); err != nil {
+		return fmt.Errorf("flush memtable: %w", err)
+	}
+	return nil
+}
+
+// DeletePrefix removes every key under prefix. Commits wait while it runs.
 func (s *Store) DeletePrefix(prefix string) error {
+	s.writes.Lock()
+	defer s.writes.Unlock()
 	return s.db.DropPrefix([]byte(prefix))
 }
 

@@ -2,7 +2,10 @@
 // a real coordinator process (durable, encrypted Badger writes, embedded
 // MQTT broker) and an edge agent with simulated nodes over real MQTT, and
 // prints after each cycle the coordinator's RSS and the size of its data
-// folder, to show whether either keeps growing.
+// folder, to show whether either keeps growing. Both are measured at
+// rest: after -settle, once the folder's size has stopped changing (the
+// coordinator's own flush and value-log GC after a burst of writes);
+// the peaks during the cycle are printed too.
 //
 //	go run ./scripts/soak -cycles 8 -nodes 1000
 //	CYCLES=8 NODES=1000 make soak
@@ -43,6 +46,8 @@ type options struct {
 	nodes       int
 	concurrency int
 	settle      time.Duration
+	stable      time.Duration
+	settleMax   time.Duration
 	stall       time.Duration
 	tick        time.Duration
 	histMax     int
@@ -65,7 +70,9 @@ func main() {
 	flag.IntVar(&o.cycles, "cycles", envInt("CYCLES", 8), "deploy/undeploy cycles (env CYCLES)")
 	flag.IntVar(&o.nodes, "nodes", envInt("NODES", 1000), "simulated nodes (env NODES)")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "concurrent HTTP clients issuing verbs")
-	flag.DurationVar(&o.settle, "settle", 5*time.Second, "pause after each cycle before measuring, so that the database's background work of the cycle (memtable flushes, compactions) is in the numbers")
+	flag.DurationVar(&o.settle, "settle", 5*time.Second, "pause after each cycle before measuring, so that the coordinator's background work after the cycle (its database flushes and collects about a second after writes stop) is in the numbers")
+	flag.DurationVar(&o.stable, "stable", 2*time.Second, "after -settle, wait until the data folder's size has not changed for this long, then measure (at rest)")
+	flag.DurationVar(&o.settleMax, "settle-max", 30*time.Second, "measure at the latest this long after the cycle ended, at rest or not (the table marks such a row with !)")
 	flag.DurationVar(&o.stall, "stall", 60*time.Second, "fail a phase when no node moves for this long")
 	flag.DurationVar(&o.tick, "tick", time.Second, "the coordinator's --tick")
 	flag.IntVar(&o.histMax, "history-max-entries", 40, "the coordinator's --history-max-entries (0: its default, 300). A node gains 17 history entries a cycle (10 at setup), so 40 is reached in cycle 2 and what follows measures growth beyond the cap; at 300 the history grows, by design, until cycle 18")
@@ -99,8 +106,10 @@ func main() {
 type sample struct {
 	cycle                int
 	took                 time.Duration
-	rss, anon, file      int64 // kB
-	du                   int64 // bytes
+	rest                 time.Duration // from the end of the cycle to the measurement
+	restless             bool          // the data folder still changed at -settle-max
+	rss, anon, file      int64         // kB
+	du                   int64         // bytes
 	byKind               map[string]int64
 	peakRSS, peakDU      int64 // kB, bytes: highest seen while the cycle ran
 	coordCPU, selfRSSKB  int64
@@ -218,10 +227,9 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 			return false, fmt.Errorf("cycle %d undeploy: %w", c, err)
 		}
 		took := time.Since(t0)
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(o.settle):
+		rest, restless, err := s.atRest(ctx)
+		if err != nil {
+			return false, err
 		}
 		if o.heapDir != "" {
 			if err := writeHeap(filepath.Join(o.heapDir, fmt.Sprintf("heap-cycle%02d.pprof", c))); err != nil {
@@ -233,6 +241,7 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 				mib(int64(ms.HeapAlloc)), mib(int64(ms.HeapInuse)), mib(int64(ms.HeapIdle-ms.HeapReleased)), mib(int64(ms.Sys)))
 		}
 		sm := s.measure(c, took)
+		sm.rest, sm.restless = rest, restless
 		sm.peakRSS, sm.peakDU = stopPeaks()
 		sm.peakRSS, sm.peakDU = max(sm.peakRSS, sm.rss), max(sm.peakDU, sm.du)
 		samples = append(samples, sm)
@@ -252,6 +261,38 @@ func writeHeap(path string) error {
 	defer f.Close()
 	runtime.GC()
 	return pprof.WriteHeapProfile(f)
+}
+
+// atRest waits -settle, then until the data folder's size has not
+// changed for -stable (sampled every 250 ms), or until -settle-max after
+// the end of the cycle, and returns how long it waited and whether the
+// folder was still changing. The soak does nothing to the coordinator
+// meanwhile: what it waits for is the coordinator's own work after a
+// burst of writes (memtable flush, compaction, value-log GC), so the size
+// it then measures is what the disk holds while the coordinator is idle.
+func (s *soak) atRest(ctx context.Context) (waited time.Duration, restless bool, err error) {
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return 0, false, ctx.Err()
+	case <-time.After(s.o.settle):
+	}
+	last, _ := diskUsage(s.co.DataDir)
+	since := time.Now()
+	for time.Since(since) < s.o.stable {
+		if time.Since(start) >= s.o.settleMax {
+			return time.Since(start), true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+		if du, _ := diskUsage(s.co.DataDir); du != last {
+			last, since = du, time.Now()
+		}
+	}
+	return time.Since(start), false, nil
 }
 
 // setup creates the nodes and brings them to available.
@@ -430,8 +471,8 @@ func mib(b int64) float64   { return float64(b) / (1 << 20) }
 func kbMiB(k int64) float64 { return float64(k) / 1024 }
 
 func printHeader() {
-	fmt.Printf("\n%-5s %7s | %7s %7s %7s %8s | %7s %7s %7s %7s %7s %8s | %9s %7s %9s\n",
-		"cycle", "seconds", "RSS", "anon", "file", "peak RSS", "du", "vlog", "sst", "mem", "other", "peak du", "coord CPU", "history", "agent RSS")
+	fmt.Printf("\n%-5s %7s %6s | %7s %7s %7s %8s | %7s %7s %7s %7s %7s %8s | %9s %7s %9s\n",
+		"cycle", "seconds", "rest", "RSS", "anon", "file", "peak RSS", "du", "vlog", "sst", "mem", "other", "peak du", "coord CPU", "history", "agent RSS")
 }
 
 func printSample(sm sample) {
@@ -443,12 +484,16 @@ func printSample(sm sample) {
 	if sm.cycle == 0 {
 		name = "setup"
 	}
-	peakRSS, peakDU := "-", "-"
+	peakRSS, peakDU, rest := "-", "-", "-"
 	if sm.cycle > 0 {
 		peakRSS, peakDU = fmt.Sprintf("%.1f", kbMiB(sm.peakRSS)), fmt.Sprintf("%.1f", mib(sm.peakDU))
+		rest = fmt.Sprintf("%.1f", sm.rest.Seconds())
+		if sm.restless {
+			rest += "!"
+		}
 	}
-	fmt.Printf("%-5s %7.1f | %7.1f %7.1f %7.1f %8s | %7.1f %7.1f %7.1f %7.1f %7.1f %8s | %8.1fs %7s %9.1f\n",
-		name, sm.took.Seconds(), kbMiB(sm.rss), kbMiB(sm.anon), kbMiB(sm.file), peakRSS, mib(sm.du),
+	fmt.Printf("%-5s %7.1f %6s | %7.1f %7.1f %7.1f %8s | %7.1f %7.1f %7.1f %7.1f %7.1f %8s | %8.1fs %7s %9.1f\n",
+		name, sm.took.Seconds(), rest, kbMiB(sm.rss), kbMiB(sm.anon), kbMiB(sm.file), peakRSS, mib(sm.du),
 		mib(sm.byKind["vlog"]), mib(sm.byKind["sst"]), mib(sm.byKind["mem"]), mib(sm.byKind["other"]), peakDU,
 		float64(sm.coordCPU)/1000, hist, kbMiB(sm.selfRSSKB))
 }
@@ -457,9 +502,12 @@ func printSample(sm sample) {
 // target is met.
 func (s *soak) report(samples []sample) bool {
 	fmt.Println()
-	fmt.Println("MiB throughout. RSS, anon, file: the coordinator's VmRSS, RssAnon, RssFile (Badger mmaps its files) after the cycle and a pause (-settle);")
-	fmt.Println("du: allocated size of every file in the data folder, then by kind (Badger's value log, tables, memtables, the rest);")
-	fmt.Println("peak RSS / peak du: the highest seen, sampled every 250 ms, while the cycle ran; coord CPU: the coordinator's CPU time so far;")
+	fmt.Printf("MiB throughout. seconds: the cycle; rest: then the wait before measuring: %s (-settle), then until the data folder's size had not changed\n", s.o.settle)
+	fmt.Printf("for %s (-stable), at most %s in all (-settle-max; ! when reached). The soak does nothing to the coordinator meanwhile: the wait lets\n", s.o.stable, s.o.settleMax)
+	fmt.Println("the coordinator do its own work after the burst of writes (memtable flush, value-log GC), so what follows is measured at rest.")
+	fmt.Println("RSS, anon, file: the coordinator's VmRSS, RssAnon, RssFile (Badger mmaps its files) at rest;")
+	fmt.Println("du: allocated size of every file in the data folder at rest, then by kind (Badger's value log, tables, memtables, the rest);")
+	fmt.Println("peak RSS / peak du: the highest seen, sampled every 250 ms, while the cycle ran and until the measurement; coord CPU: the coordinator's CPU time so far;")
 	fmt.Println("history: entries in the first node's history; agent RSS: this process's (the edge agent and its simulated nodes).")
 	if w, e, top := loadrig.LogLevels(s.co.LogFile); w+e > 0 {
 		fmt.Printf("coordinator log: %d WARN, %d ERROR lines; most frequent %s\n", w, e, top)
@@ -477,8 +525,8 @@ func (s *soak) report(samples []sample) bool {
 		return ok
 	}
 	fmt.Printf("target: after cycle %d within %.2f× of cycle 2\n", last.cycle, s.o.growth)
-	okRSS := check("RSS after the cycle", kbMiB(ref.rss), kbMiB(last.rss), "MiB")
-	okDU := check("data folder after the cycle", mib(ref.du), mib(last.du), "MiB")
+	okRSS := check("RSS at rest after the cycle", kbMiB(ref.rss), kbMiB(last.rss), "MiB")
+	okDU := check("data folder at rest after the cycle", mib(ref.du), mib(last.du), "MiB")
 	okPeakRSS := check("peak RSS during the cycle", kbMiB(ref.peakRSS), kbMiB(last.peakRSS), "MiB")
 	okPeakDU := check("peak data folder during the cycle", mib(ref.peakDU), mib(last.peakDU), "MiB")
 	ok := okRSS && okDU && okPeakRSS && okPeakDU

@@ -7,13 +7,13 @@ import (
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/ramdisk/session"
+	"github.com/bmedge/bmedge/protocol/session"
 )
 
 // simRunner is the hardware of a simulated node: its in-band steps take
 // StepDuration, can be made to fail or to kill the agent, and inspection
 // reports a plausible inventory. The protocol around it is the real
-// ramdisk's (ramdisk/session).
+// ramdisk's (protocol/session).
 type simRunner struct {
 	node string
 	opts SimOptions

@@ -2,8 +2,10 @@
 // of a node: hello until welcomed, heartbeats with the agent token and the
 // running step's progress, in-band steps run one at a time, results kept
 // in an outbox until the coordinator acknowledges them. The real ramdisk
-// and the edge agent's simulated nodes both run it; it must never touch a
-// disk itself: steps are the Runner's business.
+// and the edge agent's simulated nodes both run it, so it lives in
+// protocol/, where the programs meet: it must never touch a disk
+// itself (steps are the Runner's business), nor import a package of
+// coordinator/, agent/ or ramdisk/ (protocol/imports_test.go).
 package session
 
 import (

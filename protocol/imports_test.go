@@ -1,0 +1,272 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// The programs meet only in protocol/ (and in drivers/, the BMC and step
+// library that both the coordinator and the edge agent use). The rule
+// TestImportRule enforces, over what `go list -json ./...` reports for
+// the module (each package's non-test imports and all their dependencies,
+// Deps):
+//
+//   - A program is coordinator/, agent/ or ramdisk/, with everything
+//     under it. Outside its _test.go files, a package of one program
+//     depends, directly or through other packages, on no package of
+//     another program, and on no package named testrig (of any program,
+//     its own included).
+//   - The one exception: a package named testrig (coordinator/testrig)
+//     wires the programs together for end-to-end tests, so it may import
+//     another program's packages (coordinator/testrig imports agent).
+//     Only _test.go files and other testrig packages may import it.
+//   - The shared libraries, protocol/ and drivers/, depend on no package
+//     of any program outside their _test.go files.
+//   - _test.go files (TestImports, XTestImports) may import anything:
+//     tests in coordinator/server and ramdisk run the agent and
+//     coordinator/testrig. scripts/ (benchmarks, labs, tools) is not a
+//     program and may import anything too.
+//
+// Only the packages that build for the machine running the test are
+// checked (go list's build context), as the binaries built there are.
+
+// programs are the module's top-level folders that are programs.
+var programs = []string{"coordinator", "agent", "ramdisk"}
+
+// shared are the libraries the programs may all import.
+var shared = []string{"protocol", "drivers"}
+
+// listedPackage is what the rule needs of `go list -json` output.
+type listedPackage struct {
+	ImportPath string
+	Name       string
+	Imports    []string
+	Deps       []string
+	Module     *struct{ Path string }
+	Error      *struct{ Err string }
+}
+
+// top is the module's top-level folder holding path, or "" when path is
+// outside the module.
+func top(module, path string) string {
+	rest, ok := strings.CutPrefix(path, module+"/")
+	if !ok {
+		return ""
+	}
+	first, _, _ := strings.Cut(rest, "/")
+	return first
+}
+
+func isProgram(dir string) bool {
+	for _, p := range programs {
+		if dir == p {
+			return true
+		}
+	}
+	return false
+}
+
+func isShared(dir string) bool {
+	for _, p := range shared {
+		if dir == p {
+			return true
+		}
+	}
+	return false
+}
+
+// importViolations returns one line per break of the rule (see above)
+// among pkgs, all of module; names maps import paths to package names.
+func importViolations(module string, pkgs []listedPackage) []string {
+	names := map[string]string{}
+	for _, p := range pkgs {
+		names[p.ImportPath] = p.Name
+	}
+	short := func(path string) string { return strings.TrimPrefix(path, module+"/") }
+	var out []string
+	for _, p := range pkgs {
+		home := top(module, p.ImportPath)
+		if !isProgram(home) && !isShared(home) {
+			continue
+		}
+		if isProgram(home) && p.Name == "testrig" {
+			continue
+		}
+		for _, d := range p.Deps {
+			there := top(module, d)
+			if there == "" || there == home && names[d] != "testrig" {
+				continue
+			}
+			direct := false
+			for _, i := range p.Imports {
+				direct = direct || i == d
+			}
+			how := "depends on"
+			if direct {
+				how = "imports"
+			}
+			switch {
+			case names[d] == "testrig":
+				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
+					": a testrig package may be imported only by _test.go files and other testrig packages")
+			case isProgram(there) && isShared(home):
+				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
+					": the shared library "+home+"/ must import no program ("+strings.Join(programs, "/, ")+"/)")
+			case isProgram(there):
+				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
+					": the program "+home+"/ must not use the program "+there+"/ outside _test.go files; move what both use into protocol/")
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func goTool() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := exec.LookPath(p); err == nil {
+		return p, nil
+	}
+	return "", errors.New("no go command in PATH or GOROOT")
+}
+
+func TestImportRule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list over the whole module")
+	}
+	gobin, err := goTool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(gobin, "list", "-e", "-json", "./...")
+	cmd.Dir = ".." // the module's root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -e -json ./...: %v\n%s", err, stderr.String())
+	}
+	var pkgs []listedPackage
+	module := ""
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		if p.Error != nil {
+			// A package that does not load has incomplete Deps; its own
+			// tests say why.
+			t.Logf("%s does not load (%s); its imports are checked as far as go list knows them", p.ImportPath, p.Error.Err)
+		}
+		if p.Module != nil && strings.HasSuffix(p.ImportPath, "/protocol") && module == "" {
+			module = p.Module.Path
+		}
+		pkgs = append(pkgs, p)
+	}
+	if module == "" || len(pkgs) < 10 {
+		t.Fatalf("go list found %d packages and no module path; run the test from the module", len(pkgs))
+	}
+	// The rule must see each program, or it checks nothing.
+	seen := map[string]bool{}
+	for _, p := range pkgs {
+		seen[top(module, p.ImportPath)] = true
+	}
+	for _, d := range append(append([]string{}, programs...), shared...) {
+		if !seen[d] {
+			t.Fatalf("go list reported no package under %s/: the rule's list of programs is out of date", d)
+		}
+	}
+	for _, v := range importViolations(module, pkgs) {
+		t.Error(v)
+	}
+}
+
+// TestImportRuleCases checks the rule itself on made-up packages.
+func TestImportRuleCases(t *testing.T) {
+	const m = "example.com/x"
+	pkg := func(path, name string, imports ...string) listedPackage {
+		p := listedPackage{ImportPath: m + "/" + path, Name: name}
+		for _, i := range imports {
+			p.Imports = append(p.Imports, m+"/"+i)
+		}
+		return p
+	}
+	// deps fills Deps from Imports, transitively.
+	deps := func(pkgs []listedPackage) []listedPackage {
+		by := map[string]*listedPackage{}
+		for i := range pkgs {
+			by[pkgs[i].ImportPath] = &pkgs[i]
+		}
+		var walk func(p string, seen map[string]bool)
+		walk = func(p string, seen map[string]bool) {
+			for _, i := range by[p].Imports {
+				if !seen[i] {
+					seen[i] = true
+					walk(i, seen)
+				}
+			}
+		}
+		for i := range pkgs {
+			seen := map[string]bool{}
+			walk(pkgs[i].ImportPath, seen)
+			for d := range seen {
+				pkgs[i].Deps = append(pkgs[i].Deps, d)
+			}
+			pkgs[i].Deps = append(pkgs[i].Deps, "fmt")
+		}
+		return pkgs
+	}
+	base := []listedPackage{
+		pkg("protocol", "protocol"),
+		pkg("protocol/session", "session", "protocol"),
+		pkg("drivers", "drivers", "protocol"),
+		pkg("coordinator/engine", "engine", "protocol", "drivers"),
+		pkg("coordinator/testrig", "testrig", "coordinator/engine", "agent"),
+		pkg("agent", "agent", "protocol/session", "drivers"),
+		pkg("ramdisk/cmd/bmramdisk", "main", "protocol/session"),
+		pkg("scripts/bench", "main", "agent", "coordinator/testrig"),
+	}
+	cases := []struct {
+		name  string
+		extra []listedPackage
+		want  []string
+	}{
+		{"the module as it should be", nil, nil},
+		{"agent imports a ramdisk package", []listedPackage{pkg("ramdisk/session", "session", "protocol"), pkg("agent/sim", "sim", "ramdisk/session")},
+			[]string{"agent/sim imports ramdisk/session: the program agent/ must not use the program ramdisk/"}},
+		{"through another package", []listedPackage{pkg("agent/x", "x", "agent/y"), pkg("agent/y", "y", "coordinator/engine")},
+			[]string{"agent/x depends on coordinator/engine", "agent/y imports coordinator/engine"}},
+		{"a non-test package imports testrig", []listedPackage{pkg("coordinator/server", "server", "coordinator/testrig")},
+			[]string{"coordinator/server depends on agent: the program coordinator/", "coordinator/server imports coordinator/testrig: a testrig package"}},
+		{"a shared library imports a program", []listedPackage{pkg("drivers/x", "x", "agent")},
+			[]string{"drivers/x imports agent: the shared library drivers/"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pkgs := deps(append(append([]listedPackage{}, base...), c.extra...))
+			got := importViolations(m, pkgs)
+			if len(got) != len(c.want) {
+				t.Fatalf("violations:\n%s\nwant %d starting with:\n%s", strings.Join(got, "\n"), len(c.want), strings.Join(c.want, "\n"))
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], c.want[i]) {
+					t.Errorf("violation %q, want one starting with %q", got[i], c.want[i])
+				}
+			}
+		})
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/metrics"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
@@ -56,6 +57,8 @@ type Config struct {
 	// ValueLogGCInterval is how often stale space in the database's value
 	// log is reclaimed (default DefaultValueLogGCInterval).
 	ValueLogGCInterval time.Duration
+	// Metrics receives the engine's hook calls (nil: none).
+	Metrics *metrics.Metrics
 }
 
 // Error is an error with the HTTP status the API answers.
@@ -260,6 +263,7 @@ func (e *Engine) load() error {
 		}
 		e.nodes[n.UUID] = &n
 		e.publishAuth(&n)
+		e.cfg.Metrics.Loaded(&n)
 		if n.Name != "" {
 			e.names[n.Name] = n.UUID
 		}
@@ -364,6 +368,7 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 	}
 	for _, h := range out.History {
 		t.addHistory(n, h)
+		t.e.cfg.Metrics.History(h)
 		if h.Severity == "ERROR" {
 			t.e.log.Warn("node error", "node", n.Ident(), "event", h.Event)
 		} else {
@@ -382,6 +387,7 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 func (t *tx) run(n *fsm.Node, fn func() fsm.Output) {
 	before := phaseOf(n)
 	out := fn()
+	t.e.cfg.Metrics.Node(n, t.now)
 	after := phaseOf(n)
 	if before != after {
 		t.e.phaseCount[before]--
@@ -398,10 +404,12 @@ func (e *Engine) commit(t *tx) error {
 		}
 		t.batch.Set(store.NodePrefix+n.UUID, b)
 	}
+	start := time.Now()
 	if err := e.st.Commit(&t.batch); err != nil {
 		e.cfg.OnFatal(err)
 		return err
 	}
+	e.cfg.Metrics.Committed(time.Since(start))
 	for _, n := range t.dirty {
 		e.publishAuth(n)
 	}
@@ -460,9 +468,11 @@ func (e *Engine) publisher(q sendQueue) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
-		if err := e.pub.Publish(ctx, o.Topic, b, false); err != nil {
+		err = e.pub.Publish(ctx, o.Topic, b, false)
+		if err != nil {
 			e.log.Debug("publish failed; the resend loop will retry", "topic", o.Topic, "err", err)
 		}
+		e.cfg.Metrics.Published(o.Msg, err)
 		cancel()
 	}
 }
@@ -522,7 +532,7 @@ func (e *Engine) ticker() {
 						continue
 					}
 					online := e.siteOnline[n.Site]
-					t.run(n, func() fsm.Output { return e.m.Tick(n, t.now, online) })
+					t.run(n, func() fsm.Output { out := e.m.Tick(n, t.now, online); e.cfg.Metrics.Resent(len(out.Send)); return out })
 				}
 				return nil
 			}, false)

@@ -252,7 +252,8 @@ func (e *Engine) DeleteNode(ident string) error {
 }
 
 // Verb starts a provision verb.
-func (e *Engine) Verb(ident string, req fsm.VerbRequest) error {
+func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
+	defer e.verbDone(req.Verb, time.Now(), &err)
 	return e.do(func(t *tx) error {
 		n, err := e.lookup(ident)
 		if err != nil {
@@ -550,6 +551,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		case protocol.KindResult:
 			t.run(n, func() fsm.Output { return e.m.Result(n, msg, t.now) })
 			t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
+			e.cfg.Metrics.Acked()
 		case protocol.KindPower:
 			if leaf != "bmc/evt" {
 				e.log.Warn("message rejected", "topic", topic, "reason", "power reports come from the edge agent on the site's bmc/evt topic")

@@ -1,0 +1,309 @@
+// Package metrics defines the coordinator's Prometheus metrics and serves
+// them (GET /metrics on the API listener, in Prometheus' text format).
+// The engine calls the hooks (every method is safe on a nil *Metrics, so
+// an engine without metrics calls them too); what the nodes and sites
+// are now is read from the engine when Prometheus scrapes, through the
+// functions given to Census, so that no per-node series exists. It must
+// never label a series with a node: label values are states, sites,
+// verbs, step names and HTTP codes, all bounded.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// Namespace prefixes every metric of the coordinator.
+const Namespace = "bmedge"
+
+// maxStepNames bounds the step label's values: steps are declared by
+// drivers and ramdisks, so a misbehaving ramdisk could offer any number
+// of names. Past the bound, steps are counted as "other".
+const maxStepNames = 256
+
+// Metrics are one coordinator's metrics, in a registry of their own (so
+// that several coordinators in one test process do not mix).
+type Metrics struct {
+	reg *prometheus.Registry
+
+	transitions   *prometheus.CounterVec
+	verbs         *prometheus.CounterVec
+	verbSeconds   *prometheus.HistogramVec
+	stepSeconds   *prometheus.HistogramVec
+	sent          prometheus.Counter
+	resent        prometheus.Counter
+	acked         prometheus.Counter
+	commitSeconds prometheus.Histogram
+
+	mu sync.Mutex
+	// steps holds each node's running step, for its duration.
+	steps     map[string]stepRun
+	stepNames map[string]bool
+}
+
+// stepRun is a node's running step as last seen.
+type stepRun struct {
+	opStart time.Time // identifies the operation
+	index   int       // and the step within its plan
+	name    string
+	start   time.Time
+	// timed is false for a step that was running when the coordinator
+	// started: its start is not known, so its duration is not observed.
+	timed bool
+}
+
+// New returns the coordinator's metrics, with Go runtime and process
+// metrics in the same registry.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), steps: map[string]stepRun{}, stepNames: map[string]bool{}}
+	f := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: Namespace, Name: name, Help: help}
+	}
+	m.transitions = prometheus.NewCounterVec(prometheus.CounterOpts(f("transitions_total",
+		"Provision state transitions made by nodes, by the state left and the state entered.")), []string{"from", "to"})
+	m.verbs = prometheus.NewCounterVec(prometheus.CounterOpts(f("verb_requests_total",
+		"Provision verbs asked of the engine (PUT /v1/nodes/{node}/states/provision), by verb and outcome: accepted (202), refused (4xx), unavailable (503, e.g. a concurrency cap) or error; code is the HTTP status.")),
+		[]string{"verb", "outcome", "code"})
+	m.verbSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "verb_duration_seconds",
+		Help:    "Time from a provision verb reaching the engine to its answer, the change durably committed, by verb.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"verb"})
+	m.stepSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "step_duration_seconds",
+		Help:    "Duration of clean, deploy and other steps of nodes' operations, from the step becoming current to the next action or the operation's end, by step (interface.step) and outcome (done or failed).",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200}}, []string{"step", "outcome"})
+	m.sent = prometheus.NewCounter(prometheus.CounterOpts(f("commands_sent_total",
+		"Commands published to edge agents and ramdisks, resends included.")))
+	m.resent = prometheus.NewCounter(prometheus.CounterOpts(f("commands_resent_total",
+		"Commands sent again because neither a heartbeat nor a result answered them within the resend interval.")))
+	m.acked = prometheus.NewCounter(prometheus.CounterOpts(f("commands_acked_total",
+		"Command results received and acknowledged to the agent after they were committed (duplicates included).")))
+	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "store_commit_duration_seconds",
+		Help:    "Duration of the engine's synced Badger commits, one per batch of changes (group commit).",
+		Buckets: prometheus.ExponentialBuckets(0.00025, 2, 14)})
+	m.reg.MustRegister(m.transitions, m.verbs, m.verbSeconds, m.stepSeconds, m.sent, m.resent, m.acked, m.commitSeconds,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is where the metrics are registered (for tests and for
+// adding collectors).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Census gives the metrics read at scrape time: nodes calls its argument
+// for every node (engine.Each), sites returns every site and whether its
+// edge agent is connected.
+func (m *Metrics) Census(nodes func(func(*fsm.Node) bool), sites func() map[string]bool) {
+	m.reg.MustRegister(&census{nodes: nodes, sites: sites,
+		nodesDesc: prometheus.NewDesc(Namespace+"_nodes", "Nodes by provision state and site (conductor_group), now.", []string{"provision_state", "site"}, nil),
+		onlineDesc: prometheus.NewDesc(Namespace+"_site_online",
+			"Whether the site's edge agent is connected to the broker (1) or not (0), now.", []string{"site"}, nil),
+		maintDesc: prometheus.NewDesc(Namespace+"_nodes_maintenance", "Nodes in maintenance by site, now.", []string{"site"}, nil),
+	})
+}
+
+type census struct {
+	nodes                            func(func(*fsm.Node) bool)
+	sites                            func() map[string]bool
+	nodesDesc, onlineDesc, maintDesc *prometheus.Desc
+}
+
+func (c *census) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.nodesDesc
+	ch <- c.onlineDesc
+	ch <- c.maintDesc
+}
+
+func (c *census) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ state, site string }
+	count := map[key]int{}
+	maint := map[string]int{}
+	c.nodes(func(n *fsm.Node) bool {
+		count[key{string(n.ProvisionState), n.Site}]++
+		if n.Maintenance {
+			maint[n.Site]++
+		}
+		return true
+	})
+	for k, v := range count {
+		ch <- prometheus.MustNewConstMetric(c.nodesDesc, prometheus.GaugeValue, float64(v), k.state, k.site)
+	}
+	for site, online := range c.sites() {
+		v := 0.0
+		if online {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.onlineDesc, prometheus.GaugeValue, v, site)
+		ch <- prometheus.MustNewConstMetric(c.maintDesc, prometheus.GaugeValue, float64(maint[site]), site)
+	}
+}
+
+// Handler serves the metrics in Prometheus' text format. With check set,
+// a request needs HTTP Basic credentials that check accepts, as every
+// other API request (api.BasicAuth.Check); without it the metrics are
+// served to anybody, which the server allows only on a loopback API
+// listener (--auth none).
+func (m *Metrics) Handler(check func(user, password string) bool) http.Handler {
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "/metrics takes GET or HEAD", http.StatusMethodNotAllowed)
+			return
+		}
+		if check != nil {
+			user, pass, ok := r.BasicAuth()
+			if !ok || !check(user, pass) {
+				w.Header().Set("WWW-Authenticate", `Basic realm="bmedge"`)
+				http.Error(w, "Authentication required: send a user name and password of the coordinator's htpasswd file as HTTP Basic credentials", http.StatusUnauthorized)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// History counts the transitions among a node's new history entries.
+func (m *Metrics) History(h fsm.HistoryEntry) {
+	if m == nil || h.From == "" || h.To == "" {
+		return
+	}
+	m.transitions.WithLabelValues(string(h.From), string(h.To)).Inc()
+}
+
+// Verb records a provision verb's answer: code is its HTTP status (202
+// when accepted).
+func (m *Metrics) Verb(verb string, code int, took time.Duration) {
+	if m == nil {
+		return
+	}
+	if !fsm.IsVerb(fsm.Event(verb)) {
+		verb = "other" // refused as unknown; the label stays bounded
+	}
+	outcome := "error"
+	switch {
+	case code >= 200 && code < 300:
+		outcome = "accepted"
+	case code >= 400 && code < 500:
+		outcome = "refused"
+	case code == http.StatusServiceUnavailable:
+		outcome = "unavailable"
+	}
+	m.verbs.WithLabelValues(verb, outcome, strconv.Itoa(code)).Inc()
+	m.verbSeconds.WithLabelValues(verb).Observe(took.Seconds())
+}
+
+// Published counts a message the engine published, if it is a command.
+func (m *Metrics) Published(msg *protocol.Message, err error) {
+	if m == nil || err != nil || msg.Kind != protocol.KindCommand {
+		return
+	}
+	m.sent.Inc()
+}
+
+// Resent counts commands the engine sends again.
+func (m *Metrics) Resent(n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.resent.Add(float64(n))
+}
+
+// Acked counts a command result the engine acknowledges.
+func (m *Metrics) Acked() {
+	if m == nil {
+		return
+	}
+	m.acked.Inc()
+}
+
+// Committed records the duration of one Badger commit.
+func (m *Metrics) Committed(took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.commitSeconds.Observe(took.Seconds())
+}
+
+// runningStep is the step n runs now, or ok false.
+func runningStep(n *fsm.Node) (r stepRun, ok bool) {
+	op := n.Op
+	if op == nil || op.Index < 0 || op.Index >= len(op.Plan) {
+		return r, false
+	}
+	a := op.Plan[op.Index]
+	if a.Kind != fsm.ActStep || a.Step == nil {
+		return r, false
+	}
+	return stepRun{opStart: op.StartedAt, index: op.Index, name: a.Step.Name()}, true
+}
+
+// Loaded notes a node read from the database at start: a step it runs
+// began before this process, so its duration is not observed.
+func (m *Metrics) Loaded(n *fsm.Node) {
+	if m == nil {
+		return
+	}
+	if r, ok := runningStep(n); ok {
+		m.mu.Lock()
+		m.steps[n.UUID] = r
+		m.mu.Unlock()
+	}
+}
+
+// Node is called after every event the engine runs through the machine
+// for n: a step that is no longer running is observed.
+func (m *Metrics) Node(n *fsm.Node, now time.Time) {
+	if m == nil {
+		return
+	}
+	cur, running := runningStep(n)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev, had := m.steps[n.UUID]
+	same := had && running && prev.opStart.Equal(cur.opStart) && prev.index == cur.index
+	if same {
+		return
+	}
+	if had {
+		delete(m.steps, n.UUID)
+		if prev.timed {
+			outcome := "done"
+			if !running && n.Op == nil && failed(n.ProvisionState) {
+				outcome = "failed"
+			}
+			m.stepSeconds.WithLabelValues(m.stepLabel(prev.name), outcome).Observe(now.Sub(prev.start).Seconds())
+		}
+	}
+	if running {
+		cur.start, cur.timed = now, true
+		m.steps[n.UUID] = cur
+	}
+}
+
+// stepLabel bounds the step label's values; m.mu is held.
+func (m *Metrics) stepLabel(name string) string {
+	if m.stepNames[name] {
+		return name
+	}
+	if len(m.stepNames) >= maxStepNames {
+		return "other"
+	}
+	m.stepNames[name] = true
+	return name
+}
+
+func failed(s fsm.State) bool {
+	switch s {
+	case fsm.InspectFailed, fsm.CleanFailed, fsm.DeployFailed, fsm.RescueFailed, fsm.UnrescueFailed, fsm.Error:
+		return true
+	}
+	return false
+}

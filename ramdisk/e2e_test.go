@@ -23,6 +23,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 )
 
@@ -376,7 +377,10 @@ func qmpReset(t *testing.T, sock string) {
 // a lab CA for 127.0.0.1 and 10.0.2.2.
 func qemuLab(t *testing.T, kernel, initrd string, useTLS bool) *testrig.Client {
 	t.Helper()
-	var o testrig.Options
+	// The ramdisk gets 3 minutes to call back: on a loaded 2-core machine
+	// under TCG, 30 s (the rig's default) ran out before a crash-looping
+	// ramdisk had booted twice.
+	o := testrig.Options{Machine: fsm.Config{WaitTimeout: 3 * time.Minute}}
 	caFile := ""
 	if useTLS {
 		o.TLSCert, o.TLSKey, caFile = testrig.LabCerts(t, "127.0.0.1", "10.0.2.2")

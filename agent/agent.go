@@ -107,8 +107,13 @@ type Config struct {
 	// site's BMCs (default 32); more wait their turn, each within its
 	// own deadline. The relay and other nodes never wait for them.
 	BMCConcurrency int
-	Sim            SimOptions
-	Log            *slog.Logger
+	// MetricsListen, when set, serves GET /metrics (Prometheus text
+	// format) there; it must be a loopback address unless
+	// MetricsListenAny is set (the metrics have no authentication).
+	MetricsListen    string
+	MetricsListenAny bool
+	Sim              SimOptions
+	Log              *slog.Logger
 }
 
 // Agent is a running edge agent.
@@ -143,6 +148,9 @@ type Agent struct {
 	vmBoot map[string]bool
 	// bmcSlots bounds the BMC commands running at once.
 	bmcSlots chan struct{}
+	// metrics are served on Config.MetricsListen (metricsAddr, bound).
+	metrics     *agentMetrics
+	metricsAddr string
 	// ready is closed once link is set: callbacks may fire before Dial returns.
 	ready chan struct{}
 }
@@ -203,9 +211,11 @@ func New(cfg Config) *Agent {
 	if cfg.BMCConcurrency <= 0 {
 		cfg.BMCConcurrency = 32
 	}
-	return &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
+	a := &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
 		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{})}
+	a.metrics = newAgentMetrics(a)
+	return a
 }
 
 func newID() string {
@@ -223,6 +233,9 @@ func presence(site string, online bool) []byte {
 func (a *Agent) Run(ctx context.Context) error {
 	a.ctx = ctx
 	site := a.cfg.Site
+	if err := a.serveMetrics(ctx); err != nil {
+		return err
+	}
 	var tc *tls.Config
 	if a.cfg.CAFile != "" {
 		var err error
@@ -329,6 +342,7 @@ func (a *Agent) resendAll() {
 		items = append(items, it)
 	}
 	a.mu.Unlock()
+	a.metrics.resent.Add(float64(len(items)))
 	for _, it := range items {
 		a.publish(it.topic, it.payload)
 	}
@@ -355,6 +369,7 @@ func (a *Agent) resendLoop(ctx context.Context) {
 		}
 		a.trimDone(now)
 		a.mu.Unlock()
+		a.metrics.resent.Add(float64(len(due)))
 		for _, it := range due {
 			a.publish(it.topic, it.payload)
 		}
@@ -588,7 +603,8 @@ func resultMargin(left time.Duration) time.Duration {
 	return min(max(left/10, 0), 5*time.Second)
 }
 
-func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) error {
+func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) (err error) {
+	defer a.observeBMC(m, time.Now(), &err)
 	b, err := a.bmc(m.Node, m.Driver, m.DriverInfo)
 	if err != nil {
 		return err
@@ -774,6 +790,7 @@ func (a *Agent) powerSyncRound(ctx context.Context) {
 			rctx, cancel := context.WithTimeout(ctx, timeout)
 			state, err := tg.bmc.PowerState(rctx)
 			cancel()
+			a.observePowerRead(err)
 			if ctx.Err() != nil {
 				return
 			}

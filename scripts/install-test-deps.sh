@@ -10,13 +10,16 @@
 #   ipmitool              an independent IPMI client, to check what the IPMI driver did
 #   xorriso               xorriso/osirrox, an independent ISO9660 reader, to check the boot
 #                         parameters medium (protocol/bootmedia)
+#   prometheus            promtool, which checks the coordinator's and the edge agent's /metrics
+#                         output (coordinator/server/metrics_test.go); its server is not run
 # Idempotent and non-interactive; a quick no-op when everything is there.
 # It never leaves a service running: the tests start their own mosquitto on
 # a random loopback port, so the system one that Debian's package would
-# start on port 1883 is forbidden during the install and disabled after.
+# start on port 1883 is forbidden during the install and disabled after;
+# so is the Prometheus server (port 9090), of which only promtool is used.
 set -euo pipefail
 
-PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso)
+PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'
@@ -62,16 +65,19 @@ trap cleanup EXIT
 "${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
 	-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
 
-# Should the broker we just installed have started anyway (a machine with
-# its own policy-rc.d), stop it and keep it from starting at boot.
-if [[ " ${missing[*]} " == *" mosquitto "* ]]; then
-	if command -v systemctl >/dev/null 2>&1; then
-		"${SUDO[@]}" systemctl disable --now mosquitto >/dev/null 2>&1 || true
+# Should the broker or the Prometheus server we just installed have started
+# anyway (a machine with its own policy-rc.d), stop it and keep it from
+# starting at boot.
+for svc in mosquitto prometheus; do
+	if [[ " ${missing[*]} " == *" $svc "* ]]; then
+		if command -v systemctl >/dev/null 2>&1; then
+			"${SUDO[@]}" systemctl disable --now "$svc" >/dev/null 2>&1 || true
+		fi
+		if [ -x "/etc/init.d/$svc" ]; then
+			"${SUDO[@]}" "/etc/init.d/$svc" stop >/dev/null 2>&1 || true
+		fi
 	fi
-	if [ -x /etc/init.d/mosquitto ]; then
-		"${SUDO[@]}" /etc/init.d/mosquitto stop >/dev/null 2>&1 || true
-	fi
-fi
+done
 
 for p in "${PACKAGES[@]}"; do
 	if ! installed "$p"; then

@@ -18,6 +18,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/broker"
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/metrics"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 )
@@ -58,7 +59,9 @@ type Options struct {
 
 // Coordinator is a running coordinator.
 type Coordinator struct {
-	Engine    *engine.Engine
+	Engine *engine.Engine
+	// Metrics are served at GET /metrics on the API listener.
+	Metrics   *metrics.Metrics
 	Broker    *broker.Broker
 	Link      *mqttlink.Link
 	APIAddr   string
@@ -80,12 +83,21 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	met := metrics.New()
 	e, err := engine.New(engine.Config{DataDir: o.DataDir, Machine: o.Machine, MaxConcurrentClean: o.MaxConcurrentClean,
-		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, HistoryMaxEntries: o.HistoryMaxEntries, Log: o.Log})
+		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, HistoryMaxEntries: o.HistoryMaxEntries, Log: o.Log,
+		Metrics: met})
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{Engine: e}
+	met.Census(e.Each, func() map[string]bool {
+		online := map[string]bool{}
+		for _, s := range e.Sites() {
+			online[s.Name] = s.Online
+		}
+		return online
+	})
+	c := &Coordinator{Engine: e, Metrics: met}
 	ctx, c.cancel = context.WithCancel(ctx)
 	user, pass := e.CoordinatorCredentials()
 	c.BrokerURL = o.BrokerURL
@@ -165,12 +177,24 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	}
 	c.ln = ln
 	h := api.New(e, o.Log, adv)
+	var check func(user, password string) bool
 	if auth != nil {
 		h.UseBasicAuth(auth)
+		check = auth.Check
 	}
+	// GET /metrics asks for the API's credentials; with --auth none
+	// (loopback only, checked above) it is open, as the API is.
+	mh := met.Handler(check)
+	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			mh.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 	// ErrorLog takes net/http's own complaints (TLS handshakes that fail,
 	// mostly clients that do not trust the certificate) into the log.
-	c.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	c.http = &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelInfo)}
 	go func() {
 		if err := c.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -37,6 +37,12 @@ simulated ramdisk agents that speak the real protocol. With --qemu-kernel and
 --qemu-initrd it runs nodes of the development driver qemu-dev as QEMU VMs booting
 the real ramdisk.
 
+With --metrics-listen ADDR it serves its Prometheus metrics at http://ADDR/metrics
+(BMC operations by driver, action and outcome with their latency, the outbox depth,
+results resent, power-sync reads). Off by default. The metrics have no
+authentication, so ADDR must be a loopback address (127.0.0.1:9101) unless
+--metrics-listen-any is given too.
+
 Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file CA]
              [--ramdisk-iso ISO --media-listen ADDR --ramdisk-broker-url URL]
              [--simulate N] [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL] [flags]
@@ -68,6 +74,8 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 	rBroker := fs.String("ramdisk-broker-url", "", "the MQTT broker as the nodes' ramdisks reach it (e.g. mqtts://10.1.0.1:8883 with --ca-file)")
 	rParams := fs.String("ramdisk-params", "", "kernel-style parameters for every ramdisk boot of the site, e.g. 'bm.gw=10.1.0.1 bm.dns=10.1.0.1' (a node's driver_info kernel_append_params come after)")
 	bmcConc := fs.Int("bmc-concurrency", 32, "BMC commands run at once across the site's BMCs; more wait their turn")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (off by default); loopback only unless --metrics-listen-any")
+	metricsAny := fs.Bool("metrics-listen-any", false, "allow --metrics-listen on a non-loopback address (the metrics have no authentication)")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
 	level := slog.LevelInfo
@@ -102,6 +110,10 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 		fmt.Fprintln(os.Stderr, "error: --media-listen, --media-url, --ramdisk-broker-url and --ramdisk-params go with --ramdisk-iso (make ramdisk builds build/ramdisk/bmramdisk.iso)")
 		os.Exit(2)
 	}
+	if *metricsAny && *metricsListen == "" {
+		fmt.Fprintln(os.Stderr, "error: --metrics-listen-any goes with --metrics-listen ADDR")
+		os.Exit(2)
+	}
 	if *rISO != "" && (*rListen == "" || *rBroker == "") {
 		fmt.Fprintln(os.Stderr, "error: --ramdisk-iso needs --media-listen (where the BMCs fetch it) and --ramdisk-broker-url (the broker as the ramdisks reach it)")
 		os.Exit(2)
@@ -110,6 +122,7 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 	defer stop()
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
 		ResendInterval: *resend, PowerSyncInterval: *powerSync, BMCConcurrency: *bmcConc, Log: log,
+		MetricsListen: *metricsListen, MetricsListenAny: *metricsAny,
 		QEMU:    agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
 		Ramdisk: agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams},
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,

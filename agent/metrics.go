@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// metricsNamespace prefixes the edge agent's metrics.
+const metricsNamespace = "bmedge_agent"
+
+// agentMetrics are one agent's Prometheus metrics, in a registry of its
+// own (several agents run in one test process). No series is labelled
+// with a node: drivers, actions and outcomes are bounded sets.
+type agentMetrics struct {
+	reg        *prometheus.Registry
+	bmcOps     *prometheus.CounterVec
+	bmcSeconds *prometheus.HistogramVec
+	resent     prometheus.Counter
+	powerReads *prometheus.CounterVec
+}
+
+func newAgentMetrics(a *Agent) *agentMetrics {
+	m := &agentMetrics{reg: prometheus.NewRegistry()}
+	m.bmcOps = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "bmc_operations_total",
+		Help: "BMC commands run for the coordinator, by driver, action (validate, power, boot_device, oob_step) and outcome (ok, error, timeout)."},
+		[]string{"driver", "action", "outcome"})
+	m.bmcSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metricsNamespace, Name: "bmc_operation_duration_seconds",
+		Help:    "Duration of BMC commands run for the coordinator (not counting the wait for a BMC slot), by driver and action.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"driver", "action"})
+	m.resent = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "results_resent_total",
+		Help: "Results and power reports sent again because the coordinator had not acknowledged them (resend interval or reconnection)."})
+	m.powerReads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "power_sync_reads_total",
+		Help: "Power-state reads of the site's real BMCs by power sync, by outcome (ok, error)."}, []string{"outcome"})
+	outbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "outbox_depth",
+		Help: "Results and power reports waiting for the coordinator's acknowledgement, now."}, func() float64 { return float64(a.Outbox()) })
+	// Both outcomes exist from the start, at 0.
+	m.powerReads.WithLabelValues("ok")
+	m.powerReads.WithLabelValues("error")
+	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.powerReads, outbox,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// label keeps a label's value within the known ones.
+func label(v string, known ...string) string {
+	for _, k := range known {
+		if v == k {
+			return v
+		}
+	}
+	return "other"
+}
+
+// observeBMC records a BMC command that began at start; *err is its
+// outcome, read when the command returns (execBMC defers it).
+func (a *Agent) observeBMC(m *protocol.Message, start time.Time, err *error) {
+	driver := label(m.Driver, "fake", "qemu-dev", "ipmi", "redfish")
+	action := label(m.Action, protocol.ActionValidate, protocol.ActionPower, protocol.ActionBootDev, protocol.ActionOOBStep)
+	outcome := "ok"
+	switch {
+	case *err == nil:
+	case errors.Is(*err, context.DeadlineExceeded):
+		outcome = "timeout"
+	default:
+		outcome = "error"
+	}
+	a.metrics.bmcOps.WithLabelValues(driver, action, outcome).Inc()
+	a.metrics.bmcSeconds.WithLabelValues(driver, action).Observe(time.Since(start).Seconds())
+}
+
+// observePowerRead counts one power-sync read.
+func (a *Agent) observePowerRead(err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	a.metrics.powerReads.WithLabelValues(outcome).Inc()
+}
+
+// MetricsHandler serves the agent's metrics in Prometheus' text format.
+func (a *Agent) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// MetricsAddr is the address the metrics listener bound ("" without
+// Config.MetricsListen); set once AwaitUp returns.
+func (a *Agent) MetricsAddr() string { return a.metricsAddr }
+
+// serveMetrics serves GET /metrics on Config.MetricsListen until ctx
+// ends. The metrics carry no authentication, so the address must be on
+// loopback unless Config.MetricsListenAny says otherwise.
+func (a *Agent) serveMetrics(ctx context.Context) error {
+	if a.cfg.MetricsListen == "" {
+		return nil
+	}
+	refuse := func() error {
+		return fmt.Errorf("refusing to serve metrics on %s: it is not a loopback address (127.0.0.1, ::1, localhost) and the metrics have no authentication; "+
+			"use --metrics-listen 127.0.0.1:PORT and scrape from this machine, or add --metrics-listen-any to serve them to whoever reaches the address",
+			a.cfg.MetricsListen)
+	}
+	if !a.cfg.MetricsListenAny && !loopbackAddr(a.cfg.MetricsListen) {
+		return refuse()
+	}
+	ln, err := net.Listen("tcp", a.cfg.MetricsListen)
+	if err != nil {
+		return fmt.Errorf("--metrics-listen %s: %w", a.cfg.MetricsListen, err)
+	}
+	// The address bound counts too, in case localhost resolved to
+	// something else.
+	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() && !a.cfg.MetricsListenAny {
+		ln.Close()
+		return refuse()
+	}
+	a.metricsAddr = ln.Addr().String()
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.MetricsHandler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("metrics listener stopped", "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	a.log.Info("metrics served", "url", "http://"+a.metricsAddr+"/metrics")
+	return nil
+}
+
+// loopbackAddr reports whether a listen address is on loopback only:
+// 127.0.0.0/8, ::1 or localhost. An empty host (":9101") is every
+// interface, so it is not.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

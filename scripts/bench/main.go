@@ -3,7 +3,10 @@
 // Badger writes, embedded MQTT broker) and an edge agent with simulated
 // nodes over real MQTT, and prints per-phase nodes/s, the latency from a
 // verb's 202 to the first command for that node on the site's MQTT topics
-// (p50/p99), and the coordinator's peak RSS.
+// (p50/p99), and the coordinator's peak RSS. Then, every node available,
+// it times the API from -api-clients (32) concurrent clients: GET
+// /v1/nodes/detail?limit=1000 (-detail-requests times, also from one
+// client) and a provision PUT (manage, then provide) on every node.
 //
 //	go run ./scripts/bench -nodes 1000
 //	NODES=10000 make bench
@@ -51,6 +54,8 @@ type options struct {
 	observe     bool
 	failStep    string
 	verbose     bool
+	apiClients  int
+	detailReqs  int
 }
 
 func main() {
@@ -68,8 +73,10 @@ func main() {
 	flag.BoolVar(&o.observe, "observe", true, "subscribe a second MQTT client to the site's command topics to measure verb → command latency (-observe=false: no latency, less broker work)")
 	flag.StringVar(&o.failStep, "inject-failure", "", "make the first node's simulated ramdisk fail this in-band step (e.g. erase_devices), to check that the benchmark stops with a clear report")
 	flag.BoolVar(&o.verbose, "v", false, "log the edge agent's warnings to stderr and list the commands seen by action")
+	flag.IntVar(&o.apiClients, "api-clients", 32, "concurrent HTTP clients of the API measurements after the cycle (GET /v1/nodes/detail?limit=1000, provision PUTs); 0 skips them")
+	flag.IntVar(&o.detailReqs, "detail-requests", 50, "GET /v1/nodes/detail?limit=1000 requests measured with -api-clients clients")
 	flag.Parse()
-	if o.nodes < 1 || o.concurrency < 1 {
+	if o.nodes < 1 || o.concurrency < 1 || o.apiClients < 0 || o.detailReqs < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -nodes and -concurrency must be at least 1")
 		os.Exit(2)
 	}
@@ -336,6 +343,15 @@ func run(ctx context.Context, o options) (err error) {
 	if err := phase(b.verb(ctx, "undeploy", "deleted", fsm.Available, fsm.Active, fsm.Deleting, fsm.Cleaning, fsm.CleanWait)); err != nil {
 		return err
 	}
+	var ar *apiResult
+	if o.apiClients > 0 {
+		if ar, err = b.apiBench(ctx); err != nil {
+			if !co.Alive() {
+				return fmt.Errorf("the coordinator exited (%s): %v", co.ExitStatus(), err)
+			}
+			return err
+		}
+	}
 	if o.memprofile != "" {
 		if err := writeHeap(o.memprofile); err != nil {
 			return err
@@ -346,6 +362,9 @@ func run(ctx context.Context, o options) (err error) {
 	scancel()
 	b.peakAnon, b.peakFile = peakAnon.Load(), peakFile.Load()
 	b.report(results, hwm, selfHWM)
+	if ar != nil {
+		b.reportAPI(ar)
+	}
 	return nil
 }
 

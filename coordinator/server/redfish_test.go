@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/cli"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
 	"github.com/bmedge/bmedge/protocol/bootmedia"
@@ -48,7 +49,16 @@ func TestRedfishNodeThroughTheEdgeAgent(t *testing.T) {
 	if code := cl.Do("POST", "/v1/nodes", map[string]any{"name": "srv1", "driver": "redfish", "conductor_group": "rack1", "driver_info": info}, &n); code != 201 {
 		t.Fatalf("create: %d", code)
 	}
-	cl.MustVerb(n.UUID, "manage", nil)
+	// As an operator does it: the CLI's manage --wait exits 1 and prints
+	// the BMC's refusal.
+	for _, k := range []string{"OS_USERNAME", "OS_PASSWORD", "OS_CACERT", "COORDINATOR_URL"} {
+		t.Setenv(k, "")
+	}
+	var out, errOut bytes.Buffer
+	code := cli.Main([]string{"--url", c.APIURL, "node", "manage", "srv1", "--wait", "60"}, strings.NewReader(""), &out, &errOut)
+	if code != 1 || !strings.Contains(out.String()+errOut.String(), "401") {
+		t.Fatalf("node manage --wait with a wrong BMC password: exit %d, output %q %q; want 1 with the BMC's 401", code, out.String(), errOut.String())
+	}
 	got := cl.WaitRest(n.UUID, 60*time.Second)
 	if got.State != "enroll" || !strings.Contains(got.LastError, "401") {
 		t.Fatalf("manage with a wrong password: %q, last_error %q; want enroll with the BMC's 401", got.State, got.LastError)

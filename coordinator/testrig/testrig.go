@@ -325,7 +325,9 @@ func (c *Client) WaitRest(id string, timeout time.Duration) Node {
 	deadline := time.Now().Add(timeout)
 	for {
 		n := c.Get(id)
-		if n.Target == "" && n.Reservation == "" {
+		// At rest: no lock, and a stable state. A failed state keeps its
+		// target, as in Ironic (deploy failed → active).
+		if n.Reservation == "" && (n.Target == "" || !transient(n.State)) {
 			return n
 		}
 		if time.Now().After(deadline) {
@@ -333,6 +335,11 @@ func (c *Client) WaitRest(id string, timeout time.Duration) Node {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// transient tells the -ING and WAIT states from the stable ones by name.
+func transient(state string) bool {
+	return strings.HasSuffix(state, "ing") || strings.Contains(state, "wait")
 }
 
 // WaitState waits until the node is in state.

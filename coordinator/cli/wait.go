@@ -49,7 +49,9 @@ func (c *cmd) follow(cl *client, id, verb string, limit time.Duration) error {
 		}
 		p.update(time.Since(start), id, describe(n, state, target))
 		resv, _ := n["reservation"].(string)
-		if target == "" && resv == "" {
+		// At rest: unlocked in a stable state (a failed state may keep
+		// its target, as Ironic's deploy failed → active does).
+		if resv == "" && (target == "" || !(strings.HasSuffix(state, "ing") || strings.Contains(state, "wait"))) {
 			p.end()
 			// A verb fails when the node lands in a failed state, or
 			// anywhere but where the verb was going (manage's failed

@@ -389,7 +389,7 @@ func (r *faultRig) waitRestIn(want string, bound time.Duration) restNode {
 	if code := r.cl.Do("GET", "/v1/nodes/"+r.node, nil, &n); code != 200 {
 		r.t.Fatalf("get node: %d", code)
 	}
-	if n.State != want || n.Target != "" || n.Reservation != "" || n.TargetPower != "" ||
+	if n.State != want || (n.Target != "" && !strings.HasSuffix(n.State, "failed")) || n.Reservation != "" || n.TargetPower != "" ||
 		strings.HasSuffix(n.State, "ing") || strings.Contains(n.State, "wait") {
 		r.t.Fatalf("node in %q (target %q, power target %q, reservation %q, last_error %q); want it at rest in %q",
 			n.State, n.Target, n.TargetPower, n.Reservation, n.LastError, want)

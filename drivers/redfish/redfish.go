@@ -644,6 +644,10 @@ func (b *BMC) waitPower(ctx context.Context, want schemas.PowerState, after stri
 		return fmt.Errorf("redfish BMC %s did not report power %s within %s after %s, the time left for this operation; it last reported %q",
 			b.cfg.endpoint, want, round(time.Since(start)), after, last)
 	}
+	// Most BMCs change power within a second: read soon, then back off
+	// to PollInterval, so that a quick BMC is not waited on for a whole
+	// interval and a slow one is not polled hard.
+	pause := min(250*time.Millisecond, b.opts.PollInterval)
 	for {
 		sys, err := b.readSystem(ctx, "read the power state")
 		if err != nil {
@@ -666,8 +670,9 @@ func (b *BMC) waitPower(ctx context.Context, want schemas.PowerState, after stri
 		select {
 		case <-ctx.Done():
 			return outOfTime()
-		case <-time.After(b.opts.PollInterval):
+		case <-time.After(pause):
 		}
+		pause = min(2*pause, b.opts.PollInterval)
 	}
 }
 

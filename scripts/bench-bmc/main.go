@@ -43,6 +43,7 @@ type options struct {
 	nodes          int
 	syncInterval   time.Duration
 	syncConc       int
+	bmcConc        int
 	idleIntervals  int
 	concurrency    int
 	poll           time.Duration
@@ -63,13 +64,14 @@ func main() {
 	flag.IntVar(&o.nodes, "nodes", 200, "virtual Redfish BMCs, one redfish node each")
 	flag.DurationVar(&o.syncInterval, "sync-interval", 2*time.Second, "the edge agent's power-sync interval (agent --power-sync-interval; its default is 60 s)")
 	flag.IntVar(&o.syncConc, "sync-concurrency", 8, "BMCs the edge agent reads at once during power sync (agent.Config.PowerSyncConcurrency)")
+	flag.IntVar(&o.bmcConc, "bmc-concurrency", 32, "BMC commands the edge agent runs at once (agent --bmc-concurrency, default 32)")
 	flag.IntVar(&o.idleIntervals, "idle-intervals", 1, "power-sync intervals over which the idle site's MQTT messages are counted")
 	flag.IntVar(&o.settleInterval, "settle-intervals", 2, "power-sync intervals to wait after the last phase before the idle count (first readings are reported once)")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "concurrent HTTP clients issuing the verbs")
 	flag.DurationVar(&o.poll, "poll", 10*time.Millisecond, "shortest pause between listings of the nodes (it grows to 2× the last listing's duration)")
 	flag.DurationVar(&o.stall, "stall", 60*time.Second, "fail a phase when no node finishes for this long")
 	flag.BoolVar(&o.tls, "tls", true, "serve the BMCs over https with a lab CA (redfish_verify_ca = its file), as real BMCs are; -tls=false: plain http")
-	flag.DurationVar(&o.powerDelay, "power-delay", 0, "vBMC fault: a reset shows in PowerState this much later (the driver then polls every 2 s)")
+	flag.DurationVar(&o.powerDelay, "power-delay", 0, "vBMC fault: a reset shows in PowerState this much later (the driver polls after 0.25 s, backing off to every 2 s)")
 	flag.DurationVar(&o.latency, "bmc-latency", 0, "vBMC fault: every Redfish answer is this much late")
 	flag.IntVar(&o.sessionLimit, "session-limit", 4, "sessions each vBMC allows at once")
 	flag.StringVar(&o.coordBin, "coordinator", "", "coordinator binary to run (default: build ./coordinator/cmd/coordinator into a temp folder)")
@@ -256,7 +258,7 @@ func run(ctx context.Context, o options) (err error) {
 	// The edge agent in real mode: no simulated nodes, power sync on.
 	actx, acancel := context.WithCancel(context.Background())
 	ag := agent.New(agent.Config{Site: creds.Site, BrokerURL: creds.BrokerURL, Username: creds.Username, Password: creds.Password,
-		PowerSyncInterval: o.syncInterval, PowerSyncConcurrency: o.syncConc, Log: agentLog})
+		PowerSyncInterval: o.syncInterval, PowerSyncConcurrency: o.syncConc, BMCConcurrency: o.bmcConc, Log: agentLog})
 	agentErr := make(chan error, 1)
 	go func() { agentErr <- ag.Run(actx) }()
 	defer func() {

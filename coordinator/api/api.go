@@ -19,13 +19,16 @@ import (
 	"github.com/bmedge/bmedge/coordinator/engine"
 )
 
-// API versions served. 1.11 made new nodes start in enroll; 1.81 is the
-// newest version whose fields this API shows.
+// API versions served. 1.11 made new nodes start in enroll; 1.82 (node
+// shards, always null here) is Ironic 21.4's newest.
 const (
 	MinVersion = "1.1"
-	MaxVersion = "1.81"
-	maxMinor   = 81
+	MaxVersion = "1.82"
+	maxMinor   = 82
 )
+
+// maxLimit is the longest page of a list (Ironic's max_limit).
+const maxLimit = 1000
 
 // Server is the HTTP handler.
 type Server struct {
@@ -72,7 +75,12 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("POST /v1/ports", s.createPort)
 	m.HandleFunc("GET /v1/ports/{id}", s.getPort)
 	m.HandleFunc("DELETE /v1/ports/{id}", s.deletePort)
+	m.HandleFunc("GET /v1/nodes/{id}/management/boot_device", s.getBootDevice)
+	m.HandleFunc("PUT /v1/nodes/{id}/management/boot_device", s.setBootDevice)
+	m.HandleFunc("GET /v1/nodes/{id}/management/boot_device/supported", s.supportedBootDevices)
 	m.HandleFunc("GET /v1/drivers", s.listDrivers)
+	m.HandleFunc("GET /v1/drivers/{name}", s.getDriver)
+	m.HandleFunc("GET /v1/drivers/{name}/properties", s.driverProperties)
 	m.HandleFunc("POST /v1/sites", s.createSite)
 	m.HandleFunc("GET /v1/sites", s.listSites)
 	m.HandleFunc("/", s.notFound)
@@ -118,8 +126,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req != "" && req != "latest" {
 		minor, ok := parseVersion(req)
 		if !ok || minor < 1 || minor > maxMinor {
-			h.Set("X-OpenStack-Ironic-API-Version", MaxVersion)
-			writeError(w, http.StatusNotAcceptable, fmt.Sprintf("Version %s was requested but the minor version is not supported by this service. The supported version range is: [%s, %s].", req, MinVersion, MaxVersion))
+			notAcceptable(w, fmt.Sprintf("Version %s was requested but the minor version is not supported by this service. The supported version range is: [%s, %s].", req, MinVersion, MaxVersion))
 			return
 		}
 		ver = req
@@ -177,6 +184,18 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	inner, _ := json.Marshal(map[string]any{"faultcode": fault, "faultstring": msg, "debuginfo": nil})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error_message": string(inner)})
+}
+
+// notAcceptable answers an unsupported API version as Ironic does: 406
+// with the version range in the headers (and no version header), the
+// body being the JSON document its web framework makes of an HTTP error
+// ({code, title, description}) inside error_message; ironicclient reads
+// description as it reads faultstring.
+func notAcceptable(w http.ResponseWriter, msg string) {
+	inner, _ := json.Marshal(map[string]any{"code": http.StatusNotAcceptable, "title": "Not Acceptable", "description": msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotAcceptable)
 	_ = json.NewEncoder(w).Encode(map[string]string{"error_message": string(inner)})
 }
 

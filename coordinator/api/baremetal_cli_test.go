@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,7 +149,9 @@ func parallel(t *testing.T, fns ...func()) {
 // TestBaremetalCLI drives a coordinator with the Debian `baremetal` CLI
 // (python3-ironicclient, no auth, OS_ENDPOINT) through a node's life:
 // create, list, show, manage, provide, set instance_info, deploy, a
-// refused verb, undeploy; and ports. States are read back through the
+// refused verb, reboot, power off and on, boot device set and show,
+// maintenance set and unset, undeploy; retirement set and unset (the node
+// then leaves node list --retired); and ports. States are read back through the
 // API and through the CLI after every step.
 func TestBaremetalCLI(t *testing.T) {
 	if _, err := os.Stat(baremetalPath); err != nil {
@@ -331,6 +335,87 @@ func TestBaremetalCLI(t *testing.T) {
 	if n := api.Get(id); n.State != "active" || n.LastError != "" || n.Target != "" {
 		t.Fatalf("a refused verb changed the node: %+v", n)
 	}
+
+	// Power, boot device and maintenance on the active node; retirement
+	// on bm2 (enroll) at the same time.
+	parallel(t, func() {
+		powerIs := func(want string) {
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				var n struct {
+					Power  string  `json:"power_state"`
+					Target *string `json:"target_power_state"`
+				}
+				api.Do("GET", "/v1/nodes/"+id, nil, &n)
+				if n.Power == want && n.Target == nil {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("bm1 power %q → %v, want %q at rest", n.Power, n.Target, want)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		if _, ok := bm.ok("node", "reboot", "bm1"); ok {
+			powerIs("power on")
+		}
+		if _, ok := bm.ok("node", "power", "off", "bm1"); ok {
+			powerIs("power off")
+		}
+		if _, ok := bm.ok("node", "power", "on", "bm1"); ok {
+			powerIs("power on")
+		}
+		if _, ok := bm.ok("node", "boot", "device", "set", "bm1", "pxe"); ok {
+			var dev map[string]any
+			deadline := time.Now().Add(10 * time.Second)
+			for bm.json(&dev, "node", "boot", "device", "show", "bm1", "-f", "json") && dev["boot_device"] != "pxe" && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if dev["boot_device"] != "pxe" || dev["persistent"] != false {
+				t.Errorf("node boot device show bm1 printed %v, want pxe, not persistent", dev)
+			}
+		}
+		var sup map[string]any
+		if bm.json(&sup, "node", "boot", "device", "show", "bm1", "--supported", "-f", "json") {
+			if l := fmt.Sprint(sup["supported_boot_devices"]); !strings.Contains(l, "pxe") || !strings.Contains(l, "disk") {
+				t.Errorf("node boot device show --supported printed %v", sup)
+			}
+		}
+		if _, ok := bm.ok("node", "maintenance", "set", "bm1", "--reason", "fan"); ok {
+			if n := api.Get(id); !n.Maintenance || n.State != "active" {
+				t.Errorf("after maintenance set: %+v", n)
+			}
+		}
+		if _, ok := bm.ok("node", "maintenance", "unset", "bm1"); ok && api.Get(id).Maintenance {
+			t.Error("maintenance unset left maintenance on")
+		}
+	}, func() {
+		listed := func(args ...string) bool {
+			r, ok := bm.ok(append([]string{"node", "list", "-f", "value", "-c", "Name"}, args...)...)
+			return ok && slices.Contains(strings.Fields(r.stdout), "bm2")
+		}
+		if _, ok := bm.ok("node", "set", "bm2", "--retired", "--retired-reason", "old"); !ok {
+			return
+		}
+		if !listed("--retired") {
+			t.Error("node list --retired does not list the retired bm2")
+		}
+		if _, ok := bm.ok("node", "unset", "bm2", "--retired"); !ok {
+			return
+		}
+		var show map[string]any
+		if bm.json(&show, "node", "show", "bm2", "-f", "json") && (show["retired"] != nil || show["retired_reason"] != nil) {
+			t.Errorf("after node unset --retired: retired %v, reason %v; want both null (as Ironic)", show["retired"], show["retired_reason"])
+		}
+		if listed("--retired") || listed("--no-retired") {
+			t.Error("bm2 with retired unset (null) is listed by node list --retired or --no-retired; Ironic lists it in neither")
+		}
+		if !listed() {
+			t.Error("bm2 missing from node list")
+		}
+	})
+	expect("active")
 
 	// undeploy: deleting → cleaning → available.
 	if _, ok := bm.ok("node", "undeploy", "bm1", "--wait", "60"); !ok {

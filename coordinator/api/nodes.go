@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
 )
 
 // Mask replaces secret values of driver_info with Ironic's "******".
@@ -115,7 +118,7 @@ func (s *Server) render(r *http.Request, n *fsm.Node, online bool) map[string]an
 		"power_state": nullable(n.PowerState), "target_power_state": nullable(n.TargetPowerState),
 		"maintenance": n.Maintenance, "maintenance_reason": nullable(n.MaintenanceReason), "fault": nullable(n.Fault),
 		"last_error": nullable(n.LastError), "reservation": nullable(n.Reservation),
-		"retired": n.Retired, "retired_reason": nullable(n.RetiredReason),
+		"retired": retiredView(n), "retired_reason": nullable(n.RetiredReason), "shard": nil,
 		"clean_step": stepView(n.CleanStep), "deploy_step": stepView(n.DeployStep),
 		"created_at": n.CreatedAt, "updated_at": n.UpdatedAt, "provision_updated_at": provUpdated,
 		"inspection_started_at": insStart, "inspection_finished_at": insEnd,
@@ -127,6 +130,14 @@ func (s *Server) render(r *http.Request, n *fsm.Node, online bool) map[string]an
 		"links": link(r, "/v1/nodes/"+n.UUID), "ports": link(r, "/v1/nodes/"+n.UUID+"/ports"),
 		"states": link(r, "/v1/nodes/"+n.UUID+"/states"),
 	}
+}
+
+// retiredView is retired as Ironic shows it: null once removed.
+func retiredView(n *fsm.Node) any {
+	if n.RetiredUnset {
+		return nil
+	}
+	return n.Retired
 }
 
 // shortQuote quotes a client's string for a message, cut to a length
@@ -147,14 +158,74 @@ func orEmpty(m map[string]any) map[string]any {
 
 var listFields = []string{"uuid", "name", "instance_uuid", "power_state", "provision_state", "maintenance", "links"}
 
+// nodeFields are the fields a client may ask for with ?fields=: Ironic's
+// (its _get_fields_for_node_query, plus uuid, traits and the fields its
+// API fills in) and the few of this API's own.
+var nodeFields = map[string]bool{}
+
+func init() {
+	for _, f := range strings.Fields(`automated_clean bios_interface boot_interface boot_mode clean_step conductor_group
+		console_enabled console_interface deploy_interface deploy_step description driver driver_info
+		driver_internal_info extra fault inspection_finished_at inspection_started_at inspect_interface
+		instance_info instance_uuid last_error lessee maintenance maintenance_reason management_interface name
+		network_data network_interface owner power_interface power_state properties protected protected_reason
+		provision_state provision_updated_at raid_config raid_interface rescue_interface reservation
+		resource_class retired retired_reason secure_boot shard storage_interface target_power_state
+		target_provision_state target_raid_config traits vendor_interface uuid allocation_uuid chassis_uuid
+		conductor created_at updated_at links ports states site_online`) {
+		nodeFields[f] = true
+	}
+}
+
+// checkFields parses ?fields=: every field must be a node field, as
+// Ironic checks (400 otherwise).
+func checkFields(f string) ([]string, error) {
+	if f == "" {
+		return nil, nil
+	}
+	fields := strings.Split(f, ",")
+	for _, x := range fields {
+		if !nodeFields[x] {
+			return nil, &engine.Error{Code: 400, Msg: fmt.Sprintf("Field %s is not a valid field.", x)}
+		}
+	}
+	return fields, nil
+}
+
+// pick keeps fields of v, and links, which Ironic always keeps.
 func pick(v map[string]any, fields []string) map[string]any {
-	out := make(map[string]any, len(fields))
+	out := make(map[string]any, len(fields)+1)
 	for _, f := range fields {
 		if x, ok := v[f]; ok {
 			out[f] = x
 		}
 	}
+	if l, ok := v["links"]; ok {
+		out["links"] = l
+	}
 	return out
+}
+
+// sortKeys are the sort_key values of node lists: what Ironic sorts
+// nodes by (its table's columns; id is the creation order, the default),
+// without the JSON fields it refuses.
+var sortKeys = map[string]func(n *fsm.Node) string{
+	"id":                     func(n *fsm.Node) string { return "" },
+	"created_at":             func(n *fsm.Node) string { return "" },
+	"uuid":                   func(n *fsm.Node) string { return n.UUID },
+	"name":                   func(n *fsm.Node) string { return n.Name },
+	"driver":                 func(n *fsm.Node) string { return n.Driver },
+	"conductor_group":        func(n *fsm.Node) string { return n.Site },
+	"provision_state":        func(n *fsm.Node) string { return string(n.ProvisionState) },
+	"target_provision_state": func(n *fsm.Node) string { return string(n.TargetProvisionState) },
+	"power_state":            func(n *fsm.Node) string { return n.PowerState },
+	"target_power_state":     func(n *fsm.Node) string { return n.TargetPowerState },
+	"maintenance":            func(n *fsm.Node) string { return strconv.FormatBool(n.Maintenance) },
+	"retired":                func(n *fsm.Node) string { return strconv.FormatBool(n.Retired) },
+	"updated_at":             func(n *fsm.Node) string { return n.UpdatedAt.UTC().Format(time.RFC3339Nano) },
+	"provision_updated_at":   func(n *fsm.Node) string { return n.ProvisionUpdatedAt.UTC().Format(time.RFC3339Nano) },
+	"last_error":             func(n *fsm.Node) string { return n.LastError },
+	"reservation":            func(n *fsm.Node) string { return n.Reservation },
 }
 
 func boolParam(q url.Values, name string) (val *bool, err error) {
@@ -187,7 +258,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 		writeError(w, 400, err.Error())
 		return
 	}
-	limit := 1000
+	limit := maxLimit
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 0 {
@@ -195,12 +266,33 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 			return
 		}
 		if n > 0 {
-			limit = n
+			limit = min(n, maxLimit)
 		}
 	}
-	var fields []string
-	if f := q.Get("fields"); f != "" {
-		fields = strings.Split(f, ",")
+	fields, err := checkFields(q.Get("fields"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if fields != nil && detail {
+		writeError(w, 400, "Can not specify ?detail=True and fields in the same request.")
+		return
+	}
+	sortKey, sortDir := q.Get("sort_key"), q.Get("sort_dir")
+	if sortKey == "" {
+		sortKey = "id"
+	}
+	if sortDir == "" {
+		sortDir = "asc"
+	}
+	if sortDir != "asc" && sortDir != "desc" {
+		writeError(w, 400, fmt.Sprintf("Invalid sort direction: %s. Acceptable values are 'asc' or 'desc'", sortDir))
+		return
+	}
+	keyOf, ok := sortKeys[sortKey]
+	if !ok {
+		writeError(w, 400, fmt.Sprintf("The sort_key value %s is an invalid field for sorting", sortKey))
+		return
 	}
 	state, driver, group, marker := q.Get("provision_state"), q.Get("driver"), q.Get("conductor_group"), q.Get("marker")
 	if state != "" {
@@ -213,38 +305,66 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 			return
 		}
 	}
-	out := []map[string]any{}
-	passed := marker == ""
-	var last string
-	more := false
+	// The nodes in creation order (Each's), stably sorted by sort_key; a
+	// page starts after the marker (wherever the marker sorts, whether or
+	// not it passes the filters) and is at most limit long.
+	type entry struct {
+		uuid, key string
+		pos       int
+	}
+	var all []entry
+	markerAt := -1
+	var markerKey string
+	pos := 0
 	s.e.Each(func(n *fsm.Node) bool {
-		if !passed {
-			passed = n.UUID == marker
-			return true
+		pos++
+		if n.UUID == marker {
+			markerAt, markerKey = pos, keyOf(n)
 		}
 		if (state != "" && string(n.ProvisionState) != state) || (maint != nil && n.Maintenance != *maint) ||
-			(retired != nil && n.Retired != *retired) || (driver != "" && n.Driver != driver) || (group != "" && n.Site != group) {
+			(retired != nil && (n.RetiredUnset || n.Retired != *retired)) || (driver != "" && n.Driver != driver) || (group != "" && n.Site != group) {
 			return true
 		}
-		if len(out) == limit {
-			more = true
-			return false
-		}
-		v := s.render(r, n, false)
-		switch {
-		case fields != nil:
-			v = pick(v, fields)
-		case !detail:
-			v = pick(v, listFields)
-		}
-		out = append(out, v)
-		last = n.UUID
+		all = append(all, entry{uuid: n.UUID, key: keyOf(n), pos: pos})
 		return true
 	})
+	less := func(a, b entry) bool {
+		if a.key != b.key {
+			return (a.key < b.key) == (sortDir == "asc")
+		}
+		return (a.pos < b.pos) == (sortDir == "asc")
+	}
+	sort.SliceStable(all, func(i, j int) bool { return less(all[i], all[j]) })
+	if marker != "" && markerAt > 0 {
+		m := entry{key: markerKey, pos: markerAt}
+		i := sort.Search(len(all), func(i int) bool { return less(m, all[i]) })
+		all = all[i:]
+	} else if marker != "" {
+		writeError(w, 404, fmt.Sprintf("Node %s could not be found.", marker))
+		return
+	}
+	if len(all) > limit {
+		all = all[:limit]
+	}
+	out := make([]map[string]any, 0, len(all))
+	for _, e := range all {
+		_ = s.e.View(e.uuid, func(n *fsm.Node, online bool) error {
+			v := s.render(r, n, online)
+			switch {
+			case fields != nil:
+				v = pick(v, fields)
+			case !detail:
+				v = pick(v, listFields)
+			}
+			out = append(out, v)
+			return nil
+		})
+	}
 	resp := map[string]any{"nodes": out}
-	if more {
+	// As Ironic: a full page has a next link, even when it is the last.
+	if len(all) > 0 && len(all) == limit {
 		nq := r.URL.Query()
-		nq.Set("marker", last)
+		nq.Set("marker", all[len(all)-1].uuid)
 		nq.Set("limit", strconv.Itoa(limit))
 		resp["next"] = baseURL(r) + r.URL.Path + "?" + nq.Encode()
 	}
@@ -261,8 +381,13 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if f := r.URL.Query().Get("fields"); f != "" {
-		v = pick(v, strings.Split(f, ","))
+	fields, err := checkFields(r.URL.Query().Get("fields"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if fields != nil {
+		v = pick(v, fields)
 	}
 	writeJSON(w, 200, v)
 }
@@ -331,6 +456,8 @@ func (s *Server) getStates(w http.ResponseWriter, r *http.Request) {
 			"last_error", "console_enabled", "provision_updated_at"})
 		v["raid_config"] = map[string]any{}
 		v["target_raid_config"] = map[string]any{}
+		v["boot_mode"], v["secure_boot"] = nil, nil
+		delete(v, "links")
 		return nil
 	})
 	if err != nil {
@@ -390,16 +517,73 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) power(w http.ResponseWriter, r *http.Request) {
 	var body struct {
-		Target string `json:"target"`
+		Target  string          `json:"target"`
+		Timeout json.RawMessage `json:"timeout"`
 	}
 	if !decode(w, r, &body) {
 		return
+	}
+	// Ironic takes a timeout in seconds (a positive integer) with any
+	// target; the edge agent's drivers have their own, so it is checked
+	// and not used.
+	if t := string(body.Timeout); t != "" && t != "null" {
+		if n, err := strconv.Atoi(t); err != nil || n < 1 {
+			writeError(w, 400, fmt.Sprintf("Invalid timeout %s: it must be a positive integer (seconds)", t))
+			return
+		}
 	}
 	if err := s.e.Power(r.PathValue("id"), body.Target); err != nil {
 		writeErr(w, err)
 		return
 	}
+	w.Header().Set("Location", baseURL(r)+"/v1/nodes/"+r.PathValue("id")+"/states")
 	w.WriteHeader(202)
+}
+
+// getBootDevice shows the boot device the BMC was last told to use (the
+// coordinator does not ask the BMC: null until one was set). Persistent
+// is what the drivers do: disk is kept, pxe is for the next boot.
+func (s *Server) getBootDevice(w http.ResponseWriter, r *http.Request) {
+	var v map[string]any
+	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, _ bool) error {
+		v = map[string]any{"boot_device": nullable(n.BootDevice), "persistent": nil}
+		if n.BootDevice != "" {
+			v["persistent"] = n.BootDevice == protocol.BootDisk
+		}
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, 200, v)
+}
+
+func (s *Server) setBootDevice(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		BootDevice string `json:"boot_device"`
+		Persistent any    `json:"persistent"`
+	}
+	if !decode(w, r, &body) {
+		return
+	}
+	if body.BootDevice == "" {
+		writeError(w, 400, "Mandatory field missing: boot_device")
+		return
+	}
+	if err := s.e.BootDevice(r.PathValue("id"), body.BootDevice); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(204)
+}
+
+func (s *Server) supportedBootDevices(w http.ResponseWriter, r *http.Request) {
+	if err := s.e.View(r.PathValue("id"), func(*fsm.Node, bool) error { return nil }); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, 200, map[string]any{"supported_boot_devices": fsm.BootDevices()})
 }
 
 func (s *Server) setMaintenance(w http.ResponseWriter, r *http.Request) {

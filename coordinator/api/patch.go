@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/bmedge/bmedge/coordinator/engine"
@@ -56,17 +57,11 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 				}
 				continue
 			}
-			key := strings.ReplaceAll(strings.ReplaceAll(parts[1], "~1", "/"), "~0", "~")
 			if *m == nil {
 				*m = map[string]any{}
 			}
-			if op.Op == "remove" {
-				if _, ok := (*m)[key]; !ok {
-					return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: can't remove non-existent object '%s'", i+1, key)}
-				}
-				delete(*m, key)
-			} else {
-				(*m)[key] = val
+			if err := patchPointer(*m, pointerTokens(parts[1]), op.Op, val); err != nil {
+				return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d (%s %s): %v", i+1, op.Op, op.Path, err)}
 			}
 			continue
 		}
@@ -85,6 +80,95 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 		}
 	}
 	return nil
+}
+
+// pointerTokens splits the part of a JSON Pointer (RFC 6901) below a
+// node field into its reference tokens, unescaped.
+func pointerTokens(p string) []string {
+	toks := strings.Split(p, "/")
+	for i, t := range toks {
+		toks[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+	}
+	return toks
+}
+
+// patchPointer applies one operation at the path toks inside the object
+// m, as RFC 6902 does: every container on the way must exist; add sets a
+// member (or inserts into an array, "-" appends), replace and remove need
+// the target to exist. One exception is kept for the clients of this
+// API: replace of a missing member directly under the field sets it, as
+// add does.
+func patchPointer(m map[string]any, toks []string, op string, val any) error {
+	var parent any = m
+	for depth, tok := range toks[:len(toks)-1] {
+		var next any
+		switch c := parent.(type) {
+		case map[string]any:
+			v, ok := c[tok]
+			if !ok {
+				return fmt.Errorf("member '%s' does not exist", strings.Join(toks[:depth+1], "/"))
+			}
+			next = v
+		case []any:
+			i, err := arrayIndex(tok, len(c), false)
+			if err != nil {
+				return err
+			}
+			next = c[i]
+		default:
+			return fmt.Errorf("'%s' is neither an object nor an array", strings.Join(toks[:depth], "/"))
+		}
+		parent = next
+	}
+	last := toks[len(toks)-1]
+	switch c := parent.(type) {
+	case map[string]any:
+		_, exists := c[last]
+		switch {
+		case op == "remove" && !exists:
+			return fmt.Errorf("can't remove non-existent object '%s'", last)
+		case op == "replace" && !exists && len(toks) > 1:
+			return fmt.Errorf("can't replace non-existent object '%s'", last)
+		case op == "remove":
+			delete(c, last)
+		default:
+			c[last] = val
+		}
+		return nil
+	case []any:
+		// An array changes length: it is replaced in its container.
+		i, err := arrayIndex(last, len(c), op == "add")
+		if err != nil {
+			return err
+		}
+		var out []any
+		switch op {
+		case "add":
+			out = append(append(append([]any{}, c[:i]...), val), c[i:]...)
+		case "replace":
+			out = append([]any{}, c...)
+			out[i] = val
+		default:
+			out = append(append([]any{}, c[:i]...), c[i+1:]...)
+		}
+		return patchPointer(m, toks[:len(toks)-1], "replace", out)
+	}
+	return fmt.Errorf("'%s' is neither an object nor an array", strings.Join(toks[:len(toks)-1], "/"))
+}
+
+// arrayIndex reads an array index token; "-" (and n for add) is the end.
+func arrayIndex(tok string, n int, add bool) (int, error) {
+	if add && tok == "-" {
+		return n, nil
+	}
+	i, err := strconv.Atoi(tok)
+	if err != nil || i < 0 || (tok != "0" && strings.HasPrefix(tok, "0")) {
+		return 0, fmt.Errorf("'%s' is not an array index", tok)
+	}
+	if i > n || (i == n && !add) {
+		return 0, fmt.Errorf("array index %d is out of range (%d elements)", i, n)
+	}
+	return i, nil
 }
 
 func fieldMap(n *fsm.Node, f string) *map[string]any {
@@ -131,7 +215,11 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 	case "conductor_group":
 		n.Site, err = str()
 	case "retired":
+		// Removing retired (node unset --retired) leaves it null, as
+		// Ironic does: such a node is neither retired nor listed by
+		// ?retired=False.
 		n.Retired, err = boolean()
+		n.RetiredUnset = op == "remove" || val == nil
 	case "retired_reason":
 		n.RetiredReason, err = str()
 	case "maintenance":
@@ -283,6 +371,48 @@ func (s *Server) listDrivers(w http.ResponseWriter, r *http.Request) {
 		out = append(out, map[string]any{"name": n, "hosts": []string{"coordinator"}, "type": "dynamic", "links": link(r, "/v1/drivers/"+n)})
 	}
 	writeJSON(w, 200, map[string]any{"drivers": out})
+}
+
+// getDriver shows one driver (a hardware type, in Ironic's words) by its
+// name or alias, with the interfaces every node of it gets.
+func (s *Server) getDriver(w http.ResponseWriter, r *http.Request) {
+	d, err := s.e.Machine().Config().Drivers.Get(r.PathValue("name"))
+	if err != nil {
+		writeError(w, 404, fmt.Sprintf("Could not find the following driver(s) or hardware type(s): %s.", r.PathValue("name")))
+		return
+	}
+	v := map[string]any{"name": d.Name, "hosts": []string{"coordinator"}, "type": "dynamic",
+		"links": link(r, "/v1/drivers/"+d.Name), "properties": link(r, "/v1/drivers/"+d.Name+"/properties")}
+	ifaces := map[string]string{"bios": "no-bios", "boot": "pxe", "console": "no-console", "deploy": "direct", "firmware": "no-firmware",
+		"inspect": "agent", "management": d.Name, "network": "noop", "power": d.Name, "raid": "no-raid", "rescue": "agent",
+		"storage": "noop", "vendor": "no-vendor"}
+	for _, st := range d.CleanSteps {
+		if st.Interface == "bios" {
+			ifaces["bios"] = d.Name
+		}
+	}
+	for k, i := range ifaces {
+		v["default_"+k+"_interface"] = i
+		v["enabled_"+k+"_interfaces"] = []string{i}
+	}
+	writeJSON(w, 200, v)
+}
+
+// driverProperties lists the driver_info a driver takes.
+func (s *Server) driverProperties(w http.ResponseWriter, r *http.Request) {
+	d, err := s.e.Machine().Config().Drivers.Get(r.PathValue("name"))
+	if err != nil {
+		writeError(w, 404, fmt.Sprintf("Could not find the following driver(s) or hardware type(s): %s.", r.PathValue("name")))
+		return
+	}
+	out := map[string]string{}
+	for _, k := range d.RequiredInfo {
+		out[k] = "The BMC's " + k + ". Required."
+	}
+	for _, k := range d.SecretInfo {
+		out[k] = "The BMC's " + k + " (never shown). Optional."
+	}
+	writeJSON(w, 200, out)
 }
 
 // Sites (not part of Ironic: this system's edge sites).

@@ -41,7 +41,9 @@ type Config struct {
 	DataDir string
 	Machine fsm.Config
 	// MaxConcurrentClean and MaxConcurrentDeploy cap the nodes in cleaning
-	// or deploying at once; a verb over the cap gets 503, as in Ironic.
+	// (or deleting) and deploying at once; a manual clean, undeploy,
+	// deploy or rebuild over the cap gets 500, as in Ironic (provide is
+	// not capped).
 	MaxConcurrentClean  int
 	MaxConcurrentDeploy int
 	TickInterval        time.Duration

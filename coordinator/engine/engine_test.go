@@ -118,16 +118,22 @@ func TestConcurrencyLimit(t *testing.T) {
 	if err := e.Verb("a", fsm.VerbRequest{Verb: fsm.Provide}); err != nil {
 		t.Fatal(err)
 	}
-	err := e.Verb("b", fsm.VerbRequest{Verb: fsm.Provide})
+	// Ironic ("limits | 500 … provide is not limited"): a manual clean
+	// over the cap is a 500; a provide is not capped.
+	steps := []map[string]any{{"interface": "management", "step": "fake_reset_bmc"}}
+	err := e.Verb("b", fsm.VerbRequest{Verb: fsm.Clean, CleanSteps: steps})
 	var ee *Error
-	if err == nil || !strings.Contains(err.Error(), "Concurrent actions limit exceeded") {
-		t.Fatalf("second provide: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "concurrent action limit for cleaning has been reached") {
+		t.Fatalf("manual clean over the cap: %v", err)
 	}
-	if ok := asError(err, &ee); !ok || ee.Code != 503 {
+	if ok := asError(err, &ee); !ok || ee.Code != 500 {
 		t.Fatalf("code: %v", err)
 	}
 	if state(t, e, b.UUID) != fsm.Manageable {
 		t.Fatal("refused verb changed the node")
+	}
+	if err := e.Verb("b", fsm.VerbRequest{Verb: fsm.Provide}); err != nil {
+		t.Fatalf("provide over the cap: %v; Ironic does not cap provide", err)
 	}
 }
 

@@ -184,11 +184,8 @@ func (e *Engine) UpdateNode(ident string, fn func(n *fsm.Node) error) error {
 				return errorf(400, "site (conductor_group) %q is not registered", c.Site)
 			}
 		}
-		if c.Retired && !n.Retired && n.ProvisionState == fsm.Available {
-			return errorf(400, "Cannot set retired on node %s in state available; move it to manageable first ('node manage %s')", n.Ident(), n.Ident())
-		}
-		if !c.Retired {
-			c.RetiredReason = ""
+		if r := fsm.CheckUpdate(n, c); r != nil {
+			return &Error{Code: r.Code, Msg: r.Msg}
 		}
 		if c.Maintenance != n.Maintenance {
 			on, reason := c.Maintenance, c.MaintenanceReason
@@ -216,15 +213,8 @@ func (e *Engine) DeleteNode(ident string) error {
 		if err != nil {
 			return err
 		}
-		if n.Locked() {
-			return errorf(409, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
-		}
-		switch n.ProvisionState {
-		case fsm.Enroll, fsm.Manageable, fsm.Available, fsm.InspectFailed, fsm.CleanFailed:
-		default:
-			if !n.Maintenance {
-				return errorf(409, "Node %s can not be deleted in state %q; undeploy or manage it first, or set maintenance", n.Ident(), n.ProvisionState)
-			}
+		if r := fsm.CheckDelete(n); r != nil {
+			return &Error{Code: r.Code, Msg: r.Msg}
 		}
 		id = n.UUID
 		e.forgetAuth(n.UUID)
@@ -262,14 +252,17 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 		if r := e.m.CheckVerb(n, req); r != nil {
 			return &Error{Code: r.Code, Msg: r.Msg}
 		}
+		// Ironic's concurrent action limits: a 500 (not a 503, which
+		// its clients retry), and provide is not limited.
 		switch req.Verb {
-		case fsm.Provide, fsm.Clean, fsm.Undeploy:
+		case fsm.Clean, fsm.Undeploy:
 			if e.phaseCount["clean"]+e.phaseCount["delete"] >= e.cfg.MaxConcurrentClean {
-				return errorf(503, "Concurrent actions limit exceeded: %d nodes are cleaning (max_concurrent_clean); retry later", e.cfg.MaxConcurrentClean)
+				what := map[fsm.Event]string{fsm.Clean: "cleaning", fsm.Undeploy: "unprovisioning"}[req.Verb]
+				return errorf(500, "Unable to process request at this time. The concurrent action limit for %s has been reached. Please contact your administrator and try again later. (%d nodes are cleaning: max_concurrent_clean)", what, e.cfg.MaxConcurrentClean)
 			}
 		case fsm.Deploy, fsm.Rebuild:
 			if e.phaseCount["deploy"] >= e.cfg.MaxConcurrentDeploy {
-				return errorf(503, "Concurrent actions limit exceeded: %d nodes are deploying (max_concurrent_deploy); retry later", e.cfg.MaxConcurrentDeploy)
+				return errorf(500, "Unable to process request at this time. The concurrent action limit for provisioning has been reached. Please contact your administrator and try again later. (%d nodes are deploying: max_concurrent_deploy)", e.cfg.MaxConcurrentDeploy)
 			}
 		}
 		var refusal *fsm.Refusal
@@ -302,6 +295,26 @@ func (e *Engine) Power(ident, target string) error {
 		var refusal *fsm.Refusal
 		t.run(n, func() fsm.Output {
 			out, r := e.m.PowerRequest(n, target, t.now)
+			refusal = r
+			return out
+		})
+		if refusal != nil {
+			return &Error{Code: refusal.Code, Msg: refusal.Msg}
+		}
+		return nil
+	})
+}
+
+// BootDevice sets a node's boot device out of any provision operation.
+func (e *Engine) BootDevice(ident, device string) error {
+	return e.do(func(t *tx) error {
+		n, err := e.lookup(ident)
+		if err != nil {
+			return err
+		}
+		var refusal *fsm.Refusal
+		t.run(n, func() fsm.Output {
+			out, r := e.m.BootDeviceRequest(n, device, t.now)
 			refusal = r
 			return out
 		})

@@ -36,16 +36,31 @@ func Markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.From, ev, t.To)
 	}
-	b.WriteString("\n## Verbs allowed in each state\n\n| state | kind | verbs |\n|---|---|---|\n")
+	b.WriteString("\n## Verbs allowed in each state\n\n")
+	b.WriteString("A failed state keeps the target of the operation that failed (`target_provision_state`),\n")
+	b.WriteString("as Ironic's do; the other stable states have none. A node can be updated (PATCH) in the\n")
+	b.WriteString("states marked so (elsewhere HTTP 409, \"can not be updated while a state transition is in\n")
+	b.WriteString("progress\"), and deleted in the states marked so or, in any state, in maintenance. In\n")
+	b.WriteString("maintenance `active`, `rebuild`, `rescue` and `unrescue` are refused (HTTP 400); the\n")
+	b.WriteString("other verbs start, and the node pauses when it reaches a WAIT state.\n\n")
+	b.WriteString("| state | kind | verbs | PATCH | DELETE |\n|---|---|---|---|---|\n")
+	yes := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "no"
+	}
 	for _, s := range AllStates() {
 		kind := "transient (locked)"
 		switch {
 		case IsWait(s):
 			kind = "wait"
+		case KeepsTarget(s):
+			kind = "failed (keeps target)"
 		case Stable(s):
 			kind = "stable"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", s, kind, verbList(Allowed(s)))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", s, kind, verbList(Allowed(s)), yes(UpdateAllowed(s)), yes(DeleteAllowed(s)))
 	}
 	b.WriteString("\nVerb names as the CLI spells them: `deploy` is the target `active`, `undeploy` is `deleted`.\n")
 	return b.String()

@@ -143,8 +143,12 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		return refuse(400, "The requested action %q can not be performed on node %q while it is in state %q. Allowed there: %s.",
 			req.Verb, n.Ident(), n.ProvisionState, verbList(Allowed(n.ProvisionState)))
 	}
-	if n.Maintenance && req.Verb != Abort && req.Verb != Manage && req.Verb != Undeploy {
-		return refuse(400, "Node %s is in maintenance (reason %q); nothing can start on it. Unset maintenance first.", n.Ident(), n.MaintenanceReason)
+	// As Ironic (allow_provisioning_in_maintenance): manage, inspect,
+	// clean, provide, undeploy and abort start in maintenance, and the
+	// node pauses when it reaches a WAIT state; deploy, rebuild, rescue
+	// and unrescue are refused.
+	if op, refused := MaintenanceOp(req.Verb); refused && n.Maintenance {
+		return refuse(400, "The %s operation can't be performed on node %s because it's in maintenance mode. (maintenance reason: %q; unset maintenance first)", op, n.Ident(), n.MaintenanceReason)
 	}
 	if needsRamdisk(req.Verb, m.cfg.AutomatedClean) {
 		if d, err := m.cfg.Drivers.Get(n.Driver); err == nil && d.NoRamdiskBoot != "" {
@@ -161,9 +165,15 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if len(req.CleanSteps) == 0 {
 			return refuse(400, "clean_steps is required and must be a non-empty list for target \"clean\" on node %s", n.Ident())
 		}
+		if err := CheckCleanStepsSchema(req.CleanSteps); err != nil {
+			return refuse(400, "%v", err)
+		}
 	case Deploy, Rebuild:
 		if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
 			return refuse(400, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
+		}
+		if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
+			return refuse(400, "%v", err)
 		}
 	case RescueV:
 		if req.RescuePassword == "" {
@@ -190,7 +200,8 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 			m.start(n, req.Verb, Manageable, "verify", []Action{{Kind: ActOOB, Action: protocol.ActionValidate}}, now, &out)
 			return out, nil
 		}
-		n.LastError = ""
+		// A direct move: no operation starts, and last_error stays (as
+		// Ironic keeps it when a node leaves clean failed).
 		m.fire(n, Manage, "", now, &out)
 	case Inspect:
 		t := now
@@ -458,7 +469,11 @@ func (m *Machine) sendOOB(n *Node, action string, args map[string]any, step *Ste
 		// A power cycle ends the ramdisk's boot: its token dies with it.
 		withdrawToken(n)
 		s, _ := args["state"].(string)
+		// Ironic shows where the power goes: a reboot's target is "power on".
 		n.TargetPowerState = s
+		if s == protocol.PowerReboot {
+			n.TargetPowerState = protocol.PowerOn
+		}
 		if s != protocol.PowerOff {
 			// Every boot gets a credential of its own. Only its nonce is
 			// kept here; the engine derives the credential from it when it
@@ -571,9 +586,14 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 			}
 		}
 		if idx < 0 {
-			return nil, fmt.Errorf("deploy step %d (%s.%s) is not offered by driver %s or the ramdisk", i, iface, name, n.Driver)
+			// As Ironic: a user deploy step the node does not have is
+			// skipped (the API checked the shape of the list).
+			continue
 		}
-		if p, ok := toInt(u["priority"]); ok {
+		if all[idx].Name() == CoreDeployStep {
+			return nil, fmt.Errorf("deploy step %d (%s) is the core deploy step: it can be neither re-prioritised nor disabled", i+1, CoreDeployStep)
+		}
+		if p, ok := stepPriority(u["priority"]); ok {
 			all[idx].Priority = p
 		}
 		if a, ok := u["args"].(map[string]any); ok {
@@ -707,13 +727,14 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 	op := n.Op
 	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
 	n.CleanStep, n.DeployStep = nil, nil
-	if op.Phase != "rescue" {
+	if op.Phase != "rescue" && op.Phase != "boot_device" {
 		// The operation is over, and so is its boot (a rescued node keeps
-		// its ramdisk until unrescue powers it off).
+		// its ramdisk until unrescue powers it off; setting the boot
+		// device ends no boot).
 		withdrawToken(n)
 	}
 	switch op.Phase {
-	case "power":
+	case "power", "boot_device":
 		return
 	case "inspect":
 		t := now
@@ -745,13 +766,15 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	}
 	n.LastError = msg
 	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
-	withdrawToken(n)
+	if op == nil || op.Phase != "boot_device" {
+		withdrawToken(n)
+	}
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "ERROR", EventType: eventType(op), Event: msg})
 	out.Changed = true
 	// Whatever power action was under way is over too: a node at rest
 	// has no power target (Ironic clears it when the action ends).
 	n.TargetPowerState = ""
-	if op == nil || op.Phase == "power" {
+	if op == nil || op.Phase == "power" || op.Phase == "boot_device" {
 		return
 	}
 	if op.Phase == "clean" && stepRunning && e == Fail {
@@ -761,6 +784,10 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	}
 	m.fire(n, e, "", now, out)
 	n.TargetProvisionState = ""
+	if KeepsTarget(n.ProvisionState) {
+		// Ironic's failed states show where the operation was going.
+		n.TargetProvisionState = op.Target
+	}
 }
 
 func eventType(op *Operation) string {
@@ -942,7 +969,11 @@ func (m *Machine) Result(n *Node, msg *protocol.Message, now time.Time) Output {
 		out.Reject = fmt.Sprintf("node %s: result of %s with a wrong or stale agent token refused", n.Ident(), msg.CommandID)
 		return out
 	}
-	if n.Maintenance {
+	if n.Maintenance && IsWait(n.ProvisionState) {
+		// Maintenance pauses a node in a WAIT state (Ironic ignores the
+		// ramdisk's heartbeats in maintenance); the result is applied
+		// when maintenance ends. Out-of-band work (an -ING state, a power
+		// change) goes on, as Ironic's conductor goes on with it.
 		n.Held = msg
 		out.Changed = true
 		return out
@@ -964,6 +995,9 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 	if !msg.OK {
 		m.fail(n, now, out, fmt.Sprintf("%s failed on node %s: %s", what, n.Ident(), msg.Error))
 		return
+	}
+	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionBootDev {
+		n.BootDevice, _ = cmd.Msg.Args["device"].(string)
 	}
 	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionPower {
 		switch s, _ := cmd.Msg.Args["state"].(string); s {
@@ -1056,11 +1090,12 @@ func describe(n *Node, a *Action) string {
 }
 
 // Tick resends unanswered commands and fails what has timed out. A node
-// in maintenance is paused; a site that is offline does not time out
-// its nodes for silence the coordinator cannot hear.
+// in maintenance is paused in a WAIT state (elsewhere its out-of-band
+// work goes on); a site that is offline does not time out its nodes for
+// silence the coordinator cannot hear.
 func (m *Machine) Tick(n *Node, now time.Time, siteOnline bool) Output {
 	var out Output
-	if n.Maintenance || n.Op == nil {
+	if n.Op == nil || (n.Maintenance && IsWait(n.ProvisionState)) {
 		return out
 	}
 	if p := n.Pending; p != nil && !p.Accepted && now.Sub(p.LastSent) >= m.cfg.ResendInterval && siteOnline {
@@ -1174,22 +1209,14 @@ func (m *Machine) Recover(n *Node, now time.Time) Output {
 // PowerRequest starts a power change outside any provision operation.
 func (m *Machine) PowerRequest(n *Node, target string, now time.Time) (Output, *Refusal) {
 	var out Output
-	if n.Locked() {
-		return out, refuse(409, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
+	if r := checkIdle(n, "changing power"); r != nil {
+		return out, r
 	}
-	if n.Op != nil {
-		return out, refuse(409, "Node %s is in state %q with an operation in progress; abort it or wait before changing power", n.Ident(), n.ProvisionState)
+	state, ok := powerCommand(target)
+	if !ok {
+		return out, refuse(400, "Invalid power target %q for node %s; use one of: %s", target, n.Ident(), strings.Join(PowerTargets(), ", "))
 	}
-	switch target {
-	case protocol.PowerOn, protocol.PowerOff, protocol.PowerReboot:
-	case "soft power off":
-		target = protocol.PowerOff
-	case "soft rebooting":
-		target = protocol.PowerReboot
-	default:
-		return out, refuse(400, "Invalid power target %q; use \"power on\", \"power off\" or \"rebooted\"", target)
-	}
-	n.Op = &Operation{Verb: "power", Phase: "power", Plan: []Action{powerAction(target)}, StartedAt: now}
+	n.Op = &Operation{Verb: "power", Phase: "power", Plan: []Action{powerAction(state)}, StartedAt: now}
 	n.Reservation = m.cfg.Holder
 	n.LastError = ""
 	out.Changed = true

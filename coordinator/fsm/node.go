@@ -28,7 +28,14 @@ type Node struct {
 	MaintenanceReason    string `json:"maintenance_reason,omitempty"`
 	Fault                string `json:"fault,omitempty"`
 	Retired              bool   `json:"retired"`
-	RetiredReason        string `json:"retired_reason,omitempty"`
+	// RetiredUnset is set when retired was removed (JSON Patch remove):
+	// Ironic then shows retired as null, and ?retired=False does not
+	// list the node. Retired is false then.
+	RetiredUnset  bool   `json:"retired_unset,omitempty"`
+	RetiredReason string `json:"retired_reason,omitempty"`
+	// BootDevice is the boot device the BMC was last told to use
+	// (protocol.BootPXE or BootDisk), empty until one was set.
+	BootDevice string `json:"boot_device,omitempty"`
 	// Reservation is set while the coordinator works on the node (an
 	// active -ING state or a power change): the node is locked.
 	Reservation string `json:"reservation,omitempty"`

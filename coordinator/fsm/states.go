@@ -134,6 +134,7 @@ func Table() []Transition {
 		{Manageable, Clean, Cleaning},
 		{Manageable, Provide, Cleaning},
 		{CleanFailed, Provide, Cleaning},
+		{CleanFailed, Clean, Cleaning},
 		{Cleaning, Wait, CleanWait},
 		{CleanWait, Resume, Cleaning},
 		{Cleaning, Done, Available},
@@ -192,6 +193,55 @@ func Stable(s State) bool {
 		return true
 	}
 	return false
+}
+
+// KeepsTarget tells whether s is a failed state, which keeps the
+// target_provision_state of the operation that failed (Ironic's failed
+// states have a target: clean failed → available, or manageable after a
+// manual clean, deploy failed → active, ...). Other stable states have none.
+func KeepsTarget(s State) bool {
+	switch s {
+	case InspectFailed, CleanFailed, DeployFailed, RescueFailed, UnrescueFailed:
+		return true
+	}
+	return false
+}
+
+// UpdateAllowed tells whether a node in s may be updated (PATCH): not
+// while a state transition is in progress, except in the states where
+// Ironic allows it (its UPDATE_ALLOWED_STATES: verifying, inspecting,
+// inspect wait and the failed states, besides the stable ones).
+func UpdateAllowed(s State) bool {
+	switch s {
+	case Cleaning, CleanWait, Deploying, DeployWait, Deleting, Rescuing, RescueWait, Unrescuing:
+		return false
+	}
+	return true
+}
+
+// DeleteAllowed tells whether a node in s may be deleted outside
+// maintenance (Ironic's DELETE_ALLOWED_STATES with available, as
+// allow_deleting_available_nodes defaults). In maintenance a node may be
+// deleted in any state, once it is not locked.
+func DeleteAllowed(s State) bool {
+	return s == Enroll || s == Manageable || s == Available
+}
+
+// MaintenanceOp names, in Ironic's words, the operation a verb starts
+// when Ironic refuses it for a node in maintenance (deploy, rebuild,
+// rescue, unrescue); ok is false for the verbs allowed in maintenance
+// (manage, inspect, clean, provide, undeploy, abort: Ironic's
+// allow_provisioning_in_maintenance).
+func MaintenanceOp(v Event) (op string, refused bool) {
+	switch v {
+	case Deploy, Rebuild:
+		return "provisioning", true
+	case RescueV:
+		return "rescuing", true
+	case Unrescue:
+		return "unrescuing", true
+	}
+	return "", false
 }
 
 // IsWait tells whether s is a WAIT state, where the node waits for its ramdisk.

@@ -183,7 +183,10 @@ func FuzzManualCleanSteps(f *testing.F) {
 		s := &fuzzSite{t: t, m: m, n: n, now: time.Unix(1000, 0), helloClean: offered, helloDeploy: []byte(fuzzInbandDeploySteps)}
 		out, r := m.Verb(n, VerbRequest{Verb: Clean, CleanSteps: list}, s.now)
 		if r != nil {
-			if len(list) != 0 || r.Code != 400 || n.ProvisionState != Manageable {
+			// An empty list, or one of the wrong shape, is refused at
+			// once (Ironic's 400), the node untouched.
+			malformed := len(list) == 0 || CheckCleanStepsSchema(list) != nil
+			if !malformed || r.Code != 400 || n.ProvisionState != Manageable {
 				t.Fatalf("clean refused (%d %s) for a list of %d steps; state %q", r.Code, r.Msg, len(list), n.ProvisionState)
 			}
 			return
@@ -214,12 +217,12 @@ func FuzzManualCleanSteps(f *testing.F) {
 // ramdisk offers it at, which this target fuzzes too.)
 func FuzzDeploySteps(f *testing.F) {
 	f.Add([]byte(`null`), []byte(fuzzInbandDeploySteps), uint8(0))
-	f.Add([]byte(`[{"interface":"deploy","step":"write_image","args":{"image_source":"http://img/2.raw"}}]`), []byte(fuzzInbandDeploySteps), uint8(0))
-	f.Add([]byte(`[{"interface":"deploy","step":"prepare_instance_boot","priority":0}]`), []byte(fuzzInbandDeploySteps), uint8(1))
-	f.Add([]byte(`[{"interface":"deploy","step":"boot_instance","priority":90}]`), []byte(fuzzInbandDeploySteps), uint8(2))
+	f.Add([]byte(`[{"interface":"deploy","step":"write_image","args":{"image_source":"http://img/2.raw"},"priority":80}]`), []byte(fuzzInbandDeploySteps), uint8(0))
+	f.Add([]byte(`[{"interface":"deploy","step":"prepare_instance_boot","priority":0,"args":{}}]`), []byte(fuzzInbandDeploySteps), uint8(1))
+	f.Add([]byte(`[{"interface":"deploy","step":"boot_instance","priority":90,"args":{}}]`), []byte(fuzzInbandDeploySteps), uint8(2))
 	f.Add([]byte(`[{"interface":"deploy","step":"write_image","priority":1.5}]`), []byte(fuzzInbandDeploySteps), uint8(0))
-	f.Add([]byte(`[{"interface":"deploy","step":"melt"}]`), []byte(fuzzInbandDeploySteps), uint8(0))
-	f.Add([]byte(`[{"interface":"deploy","step":"write_image","args":{"x":1}}]`), []byte(fuzzInbandDeploySteps), uint8(0))
+	f.Add([]byte(`[{"interface":"deploy","step":"melt","priority":"5","args":{}}]`), []byte(fuzzInbandDeploySteps), uint8(0))
+	f.Add([]byte(`[{"interface":"deploy","step":"tear_down_agent","args":{"x":1},"priority":40}]`), []byte(fuzzInbandDeploySteps), uint8(0))
 	f.Add([]byte(`[]`), []byte(`[{"interface":"deploy","step":"write_image","priority":80},{"interface":"deploy","step":"write_image","priority":0},{"interface":"raid","step":"create_configuration","priority":70}]`), uint8(0))
 	f.Add([]byte(`[{"interface":"deploy","step":"write_image","priority":-1}]`), []byte(fuzzInbandDeploySteps), uint8(3))
 	f.Add([]byte(`[]`), []byte(`[{"interface":"deploy","step":"erase_devices","priority":10}]`), uint8(0))
@@ -245,7 +248,13 @@ func FuzzDeploySteps(f *testing.F) {
 			return
 		}
 		if r != nil {
-			t.Fatalf("deploy refused: %s", r.Msg)
+			// A list of the wrong shape, or one that touches the core
+			// step or gives a known step wrong arguments, is refused at
+			// once (Ironic's 400), the node untouched.
+			if r.Code != 400 || n.ProvisionState != Available || len(list) == 0 {
+				t.Fatalf("deploy refused: %d %s (state %q)", r.Code, r.Msg, n.ProvisionState)
+			}
+			return
 		}
 		s.run(out, 4*(len(list)+len(offered))+40)
 		checkRests(t, n, Active, DeployFailed)

@@ -397,9 +397,12 @@ func str(p *string) string {
 	return *p
 }
 
-// atRest tells whether a node has no operation under way.
+// atRest tells whether a node has no operation under way: unlocked, no
+// power target, and no provision target unless it rests in a stable
+// state (a failed state keeps its target, as in Ironic).
 func (n listedNode) atRest() bool {
-	return str(n.Target) == "" && str(n.TargetPower) == "" && str(n.Reservation) == ""
+	transient := strings.HasSuffix(n.State, "ing") || strings.Contains(n.State, "wait")
+	return (str(n.Target) == "" || !transient) && str(n.TargetPower) == "" && str(n.Reservation) == ""
 }
 
 // done tells whether a node reached a phase's end; failed that it came to

@@ -83,7 +83,8 @@ func (a api) waitRest(ctx context.Context, id string, timeout time.Duration) (no
 		if err := a.must(ctx, "GET", "/v1/nodes/"+id, nil, &n, 200); err != nil {
 			return n, err
 		}
-		if n.Target == "" && n.Reservation == "" {
+		// At rest: unlocked in a stable state (a failed state keeps its target).
+		if n.Reservation == "" && (n.Target == "" || !(strings.HasSuffix(n.State, "ing") || strings.Contains(n.State, "wait"))) {
 			return n, nil
 		}
 		if time.Now().After(deadline) {

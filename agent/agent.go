@@ -7,6 +7,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -112,8 +114,23 @@ type Config struct {
 	// MetricsListenAny is set (the metrics have no authentication).
 	MetricsListen    string
 	MetricsListenAny bool
-	Sim              SimOptions
-	Log              *slog.Logger
+	// StateDir is the folder of the durable outbox (Badger, encrypted at
+	// rest with a key file created there on first start): every result
+	// and power report is written there, synced, before it is first
+	// published, and stays until the coordinator acknowledges it; a
+	// restarted agent sends again what was not acknowledged. "" keeps the
+	// outbox in memory, for in-process tests only: the agent command
+	// always gives a folder.
+	StateDir string
+	// OutboxLimit bounds the results and power reports that wait for the
+	// coordinator's ack (default DefaultOutboxLimit). At the limit the
+	// agent logs it, runs no new BMC command (the coordinator resends its
+	// commands) and takes no power reading until acks make room; no
+	// result is ever dropped. Commands already running when the limit is
+	// reached still store theirs (at most BMCConcurrency more).
+	OutboxLimit int
+	Sim         SimOptions
+	Log         *slog.Logger
 }
 
 // Agent is a running edge agent.
@@ -122,8 +139,15 @@ type Agent struct {
 	log  *slog.Logger
 	link *mqttlink.Link
 
-	mu      sync.Mutex
-	outbox  map[string]outItem
+	mu     sync.Mutex
+	outbox map[string]outItem
+	// store keeps the outbox and the done-records on disk (see
+	// outbox.go); nil only in unit tests that never Run. seq numbers the
+	// messages put in the outbox, in order; full is set while the outbox
+	// is at OutboxLimit.
+	store   *outboxStore
+	seq     uint64
+	full    bool
 	done    map[string]doneItem // command id → its result, for duplicates
 	running map[string]bool
 	// busy counts the BMC commands running per node and gen counts those
@@ -167,6 +191,12 @@ type outItem struct {
 	payload []byte
 	sent    time.Time
 	cmd     string // the command a result answers ("" for other messages)
+	seq     uint64 // its record in the store
+}
+
+// record is a done-record as the store keeps it.
+func (d doneItem) record(cmd string) *record {
+	return &record{ID: d.id, Topic: d.topic, Payload: d.payload, Cmd: cmd, At: d.at, Deadline: d.deadline, Acked: d.acked}
 }
 
 type doneItem struct {
@@ -177,6 +207,7 @@ type doneItem struct {
 	deadline time.Time
 	// acked is when the coordinator acknowledged the result.
 	acked time.Time
+	seq   uint64 // its record in the store
 }
 
 // doneRetention is how long a command's result is remembered after the
@@ -211,6 +242,9 @@ func New(cfg Config) *Agent {
 	if cfg.BMCConcurrency <= 0 {
 		cfg.BMCConcurrency = 32
 	}
+	if cfg.OutboxLimit <= 0 {
+		cfg.OutboxLimit = DefaultOutboxLimit
+	}
 	a := &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
 		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{})}
@@ -233,12 +267,23 @@ func presence(site string, online bool) []byte {
 func (a *Agent) Run(ctx context.Context) error {
 	a.ctx = ctx
 	site := a.cfg.Site
+	store, err := openOutboxStore(a.cfg.StateDir, a.log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := store.close(); err != nil {
+			a.log.Error("closing the outbox in the state folder", "err", err)
+		}
+	}()
+	if err := a.loadOutbox(store); err != nil {
+		return err
+	}
 	if err := a.serveMetrics(ctx); err != nil {
 		return err
 	}
 	var tc *tls.Config
 	if a.cfg.CAFile != "" {
-		var err error
 		if tc, err = mqttlink.TLSFromCAFile(a.cfg.CAFile); err != nil {
 			return err
 		}
@@ -326,13 +371,85 @@ func (a *Agent) send(topic string, m *protocol.Message, deadline time.Time) {
 		a.log.Error("not sending invalid message", "err", err)
 		return
 	}
-	a.mu.Lock()
-	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), cmd: m.CommandID}
+	now := time.Now()
+	rec := &record{ID: m.ID, Topic: topic, Payload: b, At: now, Deadline: deadline}
 	if m.Kind == protocol.KindResult {
-		a.done[m.CommandID] = doneItem{topic: topic, id: m.ID, payload: b, at: time.Now(), deadline: deadline}
+		rec.Cmd = m.CommandID
 	}
+	a.mu.Lock()
+	a.seq++
+	seq := a.seq
+	a.mu.Unlock()
+	// On disk before it is published: a crash right after publishing
+	// cannot lose what the coordinator has not acknowledged.
+	if err := a.store.put(seq, rec); errors.Is(err, errStoreClosed) {
+		a.log.Warn("edge agent stopping: a message produced while it stops is not kept", "node", m.Node, "kind", m.Kind, "command", m.CommandID)
+		return
+	} else if err != nil {
+		a.log.Error("a result could not be written to the state folder: it is kept in memory and sent, but a crash before the coordinator acknowledges it would lose it",
+			"node", m.Node, "command", m.CommandID, "err", err)
+	}
+	a.mu.Lock()
+	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), cmd: rec.Cmd, seq: seq}
+	if m.Kind == protocol.KindResult {
+		a.done[m.CommandID] = doneItem{topic: topic, id: m.ID, payload: b, at: now, deadline: deadline, seq: seq}
+	}
+	a.noteOutbox()
 	a.mu.Unlock()
 	a.publish(topic, b)
+}
+
+// loadOutbox takes the records of an earlier run from the store: the
+// unacknowledged ones are the outbox (resent once connected, in the order
+// they were written), and the results are the done-records that answer
+// duplicate commands.
+func (a *Agent) loadOutbox(s *outboxStore) error {
+	seqs, recs, err := s.load()
+	if err != nil {
+		return fmt.Errorf("read the outbox in the state folder: %w", err)
+	}
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.store = s
+	for i, r := range recs {
+		seq := seqs[i]
+		a.seq = max(a.seq, seq)
+		if r.Acked.IsZero() {
+			a.outbox[r.ID] = outItem{topic: r.Topic, payload: r.Payload, sent: now, cmd: r.Cmd, seq: seq}
+		}
+		if r.Cmd != "" {
+			a.done[r.Cmd] = doneItem{topic: r.Topic, id: r.ID, payload: r.Payload, at: r.At, deadline: r.Deadline, acked: r.Acked, seq: seq}
+		} else if !r.Acked.IsZero() {
+			s.later(seq, nil)
+		}
+	}
+	if len(recs) > 0 {
+		a.log.Info("outbox loaded from the state folder: what the coordinator has not acknowledged is sent again once connected",
+			"state_dir", a.cfg.StateDir, "unacknowledged", len(a.outbox), "done_records", len(a.done))
+	}
+	a.noteOutbox()
+	return nil
+}
+
+// noteOutbox logs when the outbox reaches OutboxLimit and when it has
+// room again; a.mu is held.
+func (a *Agent) noteOutbox() {
+	switch n := len(a.outbox); {
+	case n >= a.cfg.OutboxLimit && !a.full:
+		a.full = true
+		a.log.Error("the outbox is full: results and power reports the coordinator has not acknowledged reached the limit (agent --outbox-limit); until acks make room, no new BMC command runs (the coordinator sends its commands again) and no power reading is taken; nothing is dropped",
+			"site", a.cfg.Site, "outbox", n, "limit", a.cfg.OutboxLimit, "state_dir", a.cfg.StateDir)
+	case n < a.cfg.OutboxLimit && a.full:
+		a.full = false
+		a.log.Info("the outbox has room again: BMC commands and power readings resume", "site", a.cfg.Site, "outbox", n, "limit", a.cfg.OutboxLimit)
+	}
+}
+
+// sortBySeq puts items in the order they were put in the outbox,
+// so that each node's messages are sent again in their order.
+func sortBySeq(items []outItem) {
+	slices.SortFunc(items, func(x, y outItem) int { return cmp.Compare(x.seq, y.seq) })
 }
 
 func (a *Agent) resendAll() {
@@ -342,6 +459,7 @@ func (a *Agent) resendAll() {
 		items = append(items, it)
 	}
 	a.mu.Unlock()
+	sortBySeq(items)
 	a.metrics.resent.Add(float64(len(items)))
 	for _, it := range items {
 		a.publish(it.topic, it.payload)
@@ -369,6 +487,7 @@ func (a *Agent) resendLoop(ctx context.Context) {
 		}
 		a.trimDone(now)
 		a.mu.Unlock()
+		sortBySeq(due)
 		a.metrics.resent.Add(float64(len(due)))
 		for _, it := range due {
 			a.publish(it.topic, it.payload)
@@ -383,6 +502,9 @@ func (a *Agent) trimDone(now time.Time) {
 		acked := !d.acked.IsZero() && now.Sub(d.acked) > doneRetention && now.After(d.deadline)
 		if acked || now.Sub(d.at) > unackedRetention {
 			delete(a.done, id)
+			if _, waiting := a.outbox[d.id]; !waiting {
+				a.store.later(d.seq, nil)
+			}
 		}
 	}
 }
@@ -412,14 +534,22 @@ func (a *Agent) handle(topic string, payload []byte) {
 			now := time.Now()
 			a.mu.Lock()
 			for _, id := range m.AckIDs {
-				if it, ok := a.outbox[id]; ok && it.cmd != "" {
-					if d, ok := a.done[it.cmd]; ok {
-						d.acked = now
-						a.done[it.cmd] = d
-					}
+				it, ok := a.outbox[id]
+				if !ok {
+					continue
 				}
 				delete(a.outbox, id)
+				if d, ok := a.done[it.cmd]; ok && it.cmd != "" && d.id == id {
+					// Kept as the command's done-record until its
+					// retention ends (trimDone).
+					d.acked = now
+					a.done[it.cmd] = d
+					a.store.later(it.seq, d.record(it.cmd))
+				} else {
+					a.store.later(it.seq, nil)
+				}
 			}
+			a.noteOutbox()
 			a.mu.Unlock()
 		case protocol.KindCommand:
 			go a.runBMC(m)
@@ -548,13 +678,26 @@ func (a *Agent) runBMC(m *protocol.Message) {
 	a.mu.Lock()
 	if d, ok := a.done[m.ID]; ok {
 		// A command we already ran: its result was lost or not yet acked.
-		a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now(), cmd: m.ID}
+		a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now(), cmd: m.ID, seq: d.seq}
+		if !d.acked.IsZero() {
+			unacked := d
+			unacked.acked = time.Time{}
+			a.store.later(d.seq, unacked.record(m.ID))
+		}
+		a.noteOutbox()
 		a.mu.Unlock()
 		a.publish(d.topic, d.payload)
 		return
 	}
 	if a.running[m.ID] {
 		a.mu.Unlock()
+		return
+	}
+	if a.noteOutbox(); a.full {
+		// Its result would have no room: the command is not run, and the
+		// coordinator sends it again (see Config.OutboxLimit).
+		a.mu.Unlock()
+		a.log.Debug("BMC command not run: the outbox is full", "node", m.Node, "command", m.ID, "action", m.Action)
 		return
 	}
 	a.running[m.ID] = true
@@ -575,6 +718,13 @@ func (a *Agent) runBMC(m *protocol.Message) {
 	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline.Add(-resultMargin(time.Until(m.Deadline))))
 	defer cancel()
 	err := a.execLimited(ctx, m)
+	if err != nil && a.ctx.Err() != nil {
+		// The agent is stopping: its failure says nothing about the BMC,
+		// and stored it would fail the node's operation after a restart.
+		// The coordinator sends the command again to the next agent.
+		a.log.Info("edge agent stopping: BMC command interrupted, no result kept", "node", m.Node, "command", m.ID, "action", m.Action)
+		return
+	}
 	if err == nil {
 		a.commandDone(m)
 	}
@@ -763,6 +913,10 @@ func (a *Agent) powerSyncRound(ctx context.Context) {
 	}
 	var targets []target
 	a.mu.Lock()
+	if a.noteOutbox(); a.full {
+		a.mu.Unlock()
+		return
+	}
 	for node := range a.synced {
 		b := a.bmcs[node]
 		if b == nil || a.busy[node] > 0 {

@@ -37,13 +37,22 @@ simulated ramdisk agents that speak the real protocol. With --qemu-kernel and
 --qemu-initrd it runs nodes of the development driver qemu-dev as QEMU VMs booting
 the real ramdisk.
 
+Every result and power report waits in a durable outbox until the coordinator
+acknowledges it: in Badger under --state-dir (default: FILE.state next to the
+credentials file FILE), written and synced to disk before it is first sent, and
+sent again after a restart (kill -9 included). The folder is private (0700, its
+files 0600) and encrypted at rest with the key file outbox.key that the agent
+creates there on first start: keep the two together, as the outbox cannot be
+read without its key. --outbox-limit bounds the messages waiting for acks; at
+the limit the agent logs it and runs no new BMC command until acks make room.
+
 With --metrics-listen ADDR it serves its Prometheus metrics at http://ADDR/metrics
 (BMC operations by driver, action and outcome with their latency, the outbox depth,
 results resent, power-sync reads). Off by default. The metrics have no
 authentication, so ADDR must be a loopback address (127.0.0.1:9101) unless
 --metrics-listen-any is given too.
 
-Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file CA]
+Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-url URL] [--ca-file CA]
              [--ramdisk-iso ISO --media-listen ADDR --ramdisk-broker-url URL]
              [--simulate N] [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL] [flags]
 
@@ -53,6 +62,8 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 	site := fs.String("site", "", "site name (default: from the credentials file)")
 	brokerURL := fs.String("broker-url", "", "MQTT broker (default: from the credentials file)")
 	credFile := fs.String("credentials-file", "", "credentials written by 'coordinator site add' (required)")
+	stateDir := fs.String("state-dir", "", "folder of the durable outbox (Badger, encrypted at rest with DIR/outbox.key) (default: the credentials file's path with .state appended)")
+	outboxLimit := fs.Int("outbox-limit", agent.DefaultOutboxLimit, "most results and power reports kept waiting for the coordinator's ack; at the limit no new BMC command runs until acks make room")
 	caFile := fs.String("ca-file", "", "CA (PEM) that signs the broker's certificate, for an mqtts:// broker; the ramdisks this agent boots get its pin (bm.ca)")
 	simulate := fs.Int("simulate", 0, "number of simulated nodes this site serves")
 	stepDur := fs.Duration("step-duration", 2*time.Second, "how long each simulated in-band step takes")
@@ -95,6 +106,9 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 	if *site == "" {
 		*site = creds.Site
 	}
+	if *stateDir == "" {
+		*stateDir = *credFile + ".state"
+	}
 	if *site != creds.Site {
 		fmt.Fprintf(os.Stderr, "error: --site %s does not match the credentials file's site %s\n", *site, creds.Site)
 		os.Exit(2)
@@ -122,12 +136,12 @@ Usage: agent --credentials-file FILE [--site NAME] [--broker-url URL] [--ca-file
 	defer stop()
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
 		ResendInterval: *resend, PowerSyncInterval: *powerSync, BMCConcurrency: *bmcConc, Log: log,
-		MetricsListen: *metricsListen, MetricsListenAny: *metricsAny,
+		MetricsListen: *metricsListen, MetricsListenAny: *metricsAny, StateDir: *stateDir, OutboxLimit: *outboxLimit,
 		QEMU:    agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
 		Ramdisk: agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams},
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
 			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot}})
-	log.Info("edge agent starting", "site", *site, "broker", *brokerURL, "simulated_nodes", *simulate)
+	log.Info("edge agent starting", "site", *site, "broker", *brokerURL, "simulated_nodes", *simulate, "state_dir", *stateDir)
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

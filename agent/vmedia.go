@@ -243,6 +243,34 @@ func (a *Agent) setBootDevice(ctx context.Context, node string, b interface {
 	return b.SetBootDevice(ctx, device)
 }
 
+// softOff asks the node's operating system to shut down through its BMC
+// and forces the power off when it has not within 60 % of the command's
+// time left (Ironic's soft power off). BMCs of the simulated and qemu-dev
+// drivers have no operating system to ask: they are switched off.
+func (a *Agent) softOff(ctx context.Context, node string, b interface {
+	SetPower(context.Context, string) error
+}) error {
+	timeout := 5 * time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl) * 6 / 10
+	}
+	switch s := b.(type) {
+	case interface {
+		SoftPowerOff(context.Context, time.Duration) (bool, error)
+	}:
+		forced, err := s.SoftPowerOff(ctx, timeout)
+		if forced {
+			a.log.Info("soft power off: the OS did not shut down in time; powered off by force", "node", node, "timeout", timeout.Round(time.Second))
+		}
+		return err
+	case interface {
+		SoftPowerOff(context.Context, time.Duration) error
+	}:
+		return s.SoftPowerOff(ctx, timeout)
+	}
+	return b.SetPower(ctx, protocol.PowerOff)
+}
+
 // setPower switches a node's power. A power-on of a node that is to boot
 // the ramdisk from virtual media first inserts the ISO and this boot's
 // parameters and sets a one-time boot from the CD; a power-off ends the
@@ -250,6 +278,19 @@ func (a *Agent) setBootDevice(ctx context.Context, node string, b interface {
 func (a *Agent) setPower(ctx context.Context, node string, b interface {
 	SetPower(context.Context, string) error
 }, state string) error {
+	switch state {
+	case protocol.PowerSoftOff, protocol.PowerSoftReboot:
+		if err := a.softOff(ctx, node, b); err != nil {
+			return err
+		}
+		// Off now: a soft power off goes on as a power off (which ends a
+		// ramdisk boot's media), a soft reboot as a power on.
+		if state == protocol.PowerSoftReboot {
+			state = protocol.PowerOn
+		} else {
+			state = protocol.PowerOff
+		}
+	}
 	mb, ok := b.(mediaBooter)
 	a.mu.Lock()
 	vm := ok && a.vmBoot[node] && a.media != nil

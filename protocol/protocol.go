@@ -68,7 +68,15 @@ const (
 	PowerOn     = "power on"
 	PowerOff    = "power off"
 	PowerReboot = "rebooted"
+	// PowerSoftOff asks the operating system to shut down and forces the
+	// power off when it has not within its time (Ironic's soft power
+	// off); PowerSoftReboot is that, then power on.
+	PowerSoftOff    = "soft power off"
+	PowerSoftReboot = "soft rebooting"
 )
+
+// PowerIsOff tells whether a power command's state ends with the node off.
+func PowerIsOff(state string) bool { return state == PowerOff || state == PowerSoftOff }
 
 // Boot devices.
 const (
@@ -260,8 +268,8 @@ func (m *Message) Validate() error {
 		case ActionValidate, ActionAbort:
 		case ActionPower:
 			s, _ := m.Args["state"].(string)
-			if s != PowerOn && s != PowerOff && s != PowerReboot {
-				return fmt.Errorf("power command %q has state %q; want %q, %q or %q", m.ID, s, PowerOn, PowerOff, PowerReboot)
+			if s != PowerOn && s != PowerOff && s != PowerReboot && s != PowerSoftOff && s != PowerSoftReboot {
+				return fmt.Errorf("power command %q has state %q; want %q, %q, %q, %q or %q", m.ID, s, PowerOn, PowerOff, PowerReboot, PowerSoftOff, PowerSoftReboot)
 			}
 		case ActionBootDev:
 			d, _ := m.Args["device"].(string)

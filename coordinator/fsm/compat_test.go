@@ -331,8 +331,8 @@ func TestCompatPowerTargets(t *testing.T) {
 		{"power on", protocol.PowerOn, protocol.PowerOn, 0},
 		{"power off", protocol.PowerOff, protocol.PowerOff, 0},
 		{"rebooting", protocol.PowerReboot, protocol.PowerOn, 0},
-		{"soft power off", protocol.PowerOff, protocol.PowerOff, 0},
-		{"soft rebooting", protocol.PowerReboot, protocol.PowerOn, 0},
+		{"soft power off", protocol.PowerSoftOff, protocol.PowerOff, 0},
+		{"soft rebooting", protocol.PowerSoftReboot, protocol.PowerOn, 0},
 		{"rebooted", protocol.PowerReboot, protocol.PowerOn, 0},
 		{"bogus", "", "", 400},
 	} {

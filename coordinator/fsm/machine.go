@@ -471,10 +471,13 @@ func (m *Machine) sendOOB(n *Node, action string, args map[string]any, step *Ste
 		s, _ := args["state"].(string)
 		// Ironic shows where the power goes: a reboot's target is "power on".
 		n.TargetPowerState = s
-		if s == protocol.PowerReboot {
+		switch s {
+		case protocol.PowerReboot, protocol.PowerSoftReboot:
 			n.TargetPowerState = protocol.PowerOn
+		case protocol.PowerSoftOff:
+			n.TargetPowerState = protocol.PowerOff
 		}
-		if s != protocol.PowerOff {
+		if !protocol.PowerIsOff(s) {
 			// Every boot gets a credential of its own. Only its nonce is
 			// kept here; the engine derives the credential from it when it
 			// sends the command, so that no credential is ever stored.
@@ -1000,10 +1003,9 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 		n.BootDevice, _ = cmd.Msg.Args["device"].(string)
 	}
 	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionPower {
-		switch s, _ := cmd.Msg.Args["state"].(string); s {
-		case protocol.PowerOff:
+		if s, _ := cmd.Msg.Args["state"].(string); protocol.PowerIsOff(s) {
 			n.PowerState = protocol.PowerOff
-		default:
+		} else {
 			n.PowerState = protocol.PowerOn
 		}
 		n.TargetPowerState = ""
@@ -1075,7 +1077,9 @@ func describe(n *Node, a *Action) string {
 			switch st := fmt.Sprint(a.Args["state"]); {
 			case st == protocol.PowerReboot:
 				return "reboot"
-			case strings.HasPrefix(st, "power "):
+			case st == protocol.PowerSoftReboot:
+				return "soft reboot"
+			case strings.HasPrefix(st, "power "), st == protocol.PowerSoftOff:
 				return st
 			default:
 				return "power " + st

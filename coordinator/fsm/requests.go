@@ -240,16 +240,18 @@ func PowerTargets() []string {
 }
 
 // powerCommand maps an API power target to the BMC command's state. The
-// soft targets are done as the hard ones: the edge agent's drivers have
-// no graceful power-off yet.
+// soft targets ask the operating system first (the ipmi and redfish
+// drivers; the simulated and qemu-dev ones switch off at once).
 func powerCommand(target string) (string, bool) {
 	switch target {
 	case protocol.PowerOn, protocol.PowerOff:
 		return target, true
-	case PowerTargetReboot, powerTargetRebootAlias, PowerTargetSoftReboot:
+	case PowerTargetReboot, powerTargetRebootAlias:
 		return protocol.PowerReboot, true
+	case PowerTargetSoftReboot:
+		return protocol.PowerSoftReboot, true
 	case PowerTargetSoftOff:
-		return protocol.PowerOff, true
+		return protocol.PowerSoftOff, true
 	}
 	return "", false
 }

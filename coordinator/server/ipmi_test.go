@@ -65,6 +65,35 @@ func TestIPMINodeThroughTheEdgeAgent(t *testing.T) {
 		}
 	}
 
+	// Soft power off, as Ironic's: the BMC asks the OS to shut down (an
+	// ACPI soft-off, "set shutdown 1" at the chassis); an OS that ignores
+	// it is powered off by force when its time is up. Soft reboot is a
+	// soft power off, then on.
+	softPower := func(target, wantPower string) {
+		t.Helper()
+		sim.ClearEvents()
+		if code := cl.Do("PUT", "/v1/nodes/"+n.UUID+"/states/power", map[string]string{"target": target}, nil); code != 202 {
+			t.Fatalf("%s: %d", target, code)
+		}
+		got := cl.WaitRest(n.UUID, 60*time.Second)
+		if got.LastError != "" || got.PowerState != wantPower {
+			t.Fatalf("%s: power_state %q, last_error %q", target, got.PowerState, got.LastError)
+		}
+	}
+	softPower("soft power off", "power off")
+	if ev := strings.Join(sim.Events(), ","); !strings.Contains(ev, "shutdown 1") || strings.Contains(ev, "power 0") {
+		t.Fatalf("soft power off: the chassis saw %q; want the OS asked (shutdown 1), no forced power 0", ev)
+	}
+	softPower("power on", "power on")
+	if err := sim.IgnoreSoftOff(true); err != nil {
+		t.Fatal(err)
+	}
+	softPower("soft rebooting", "power on")
+	if ev := strings.Join(sim.Events(), ","); !strings.Contains(ev, "shutdown 1") || !strings.Contains(ev, "power 0") || !strings.Contains(ev, "power 1") {
+		t.Fatalf("soft reboot of an OS that ignores the request: the chassis saw %q; want shutdown 1, then forced power 0, then power 1", ev)
+	}
+	sim.IgnoreSoftOff(false)
+
 	// Until the edge serves network boot, verbs that need the ramdisk are
 	// refused at once, saying why, and validate says the same.
 	code, msg := cl.Verb(n.UUID, "inspect", nil)

@@ -1013,12 +1013,16 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 	if a.Kind == ActStep && a.Step.Step == "inspect_hardware" {
 		if inv, ok := msg.Data["inventory"].(map[string]any); ok {
 			out.Inventory = inv
-			if n.Properties == nil {
-				n.Properties = map[string]any{}
+			// A new map, never the old one changed in place: the API's
+			// readers may be encoding the node's current maps right now.
+			props := maps.Clone(n.Properties)
+			if props == nil {
+				props = map[string]any{}
 			}
 			if p, ok := msg.Data["properties"].(map[string]any); ok {
-				maps.Copy(n.Properties, p)
+				maps.Copy(props, p)
 			}
+			n.Properties = props
 		}
 	}
 	if a.Kind == ActStep && a.Step.InBand {

@@ -270,7 +270,10 @@ func TestOutboxLimit(t *testing.T) {
 	a.ctx = ctx
 	ran := make(chan struct{})
 	go func() { defer close(ran); a.runBMC(cmd) }()
-	for a.Outbox() < 2 || bmc.ops.Load() < 1 {
+	for deadline := time.Now().Add(30 * time.Second); a.Outbox() < 2 || bmc.ops.Load() < 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command did not run after an ack made room: %d BMC operations, outbox %d", bmc.ops.Load(), a.Outbox())
+		}
 		time.Sleep(time.Millisecond)
 	}
 	cancel()

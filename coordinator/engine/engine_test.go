@@ -215,3 +215,36 @@ func TestRestartKeepsNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A result or power report from a site's edge agent about a node the
+// coordinator does not have (deleted meanwhile) is acknowledged: the
+// agent's durable outbox would otherwise resend it forever.
+func TestUnknownNodeMessagesAcked(t *testing.T) {
+	eng, rec2 := newEngine(t, Config{})
+	for _, m := range []*protocol.Message{
+		{Kind: protocol.KindResult, ID: "r-gone", Site: "s1", Node: "00000000-0000-0000-0000-00000000dead", CommandID: "c1", OK: true},
+		{Kind: protocol.KindPower, ID: "p-gone", Site: "s1", Node: "00000000-0000-0000-0000-00000000dead", PowerState: protocol.PowerOn},
+	} {
+		eng.HandleMessage(protocol.BMCEvtTopic("s1"), mustJSON(m))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		acked := map[string]bool{}
+		rec2.mu.Lock()
+		for _, m := range rec2.msgs {
+			if m.Kind == protocol.KindAck {
+				for _, id := range m.AckIDs {
+					acked[id] = true
+				}
+			}
+		}
+		rec2.mu.Unlock()
+		if acked["r-gone"] && acked["p-gone"] {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("acked %v; want the result and the power report about the unknown node", acked)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -548,9 +548,10 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		n, ok := e.nodes[msg.Node]
 		if !ok || n.Site != site {
 			e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("node %q is not a node of site %q", msg.Node, site))
-			if msg.Kind == protocol.KindPower && leaf == "bmc/evt" {
-				// The agent polls a deleted node's BMC until it restarts:
-				// acked, its report leaves the outbox instead of being
+			if (msg.Kind == protocol.KindPower || msg.Kind == protocol.KindResult) && leaf == "bmc/evt" {
+				// The agent polls a deleted node's BMC until it restarts,
+				// and may hold a result for a node deleted meanwhile:
+				// acked, they leave its (durable) outbox instead of being
 				// resent forever.
 				t.acks[protocol.BMCCmdTopic(site)] = append(t.acks[protocol.BMCCmdTopic(site)], msg.ID)
 			}

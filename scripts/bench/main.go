@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"sort"
@@ -269,7 +270,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	actx, acancel := context.WithCancel(context.Background())
 	ag := agent.New(agent.Config{Site: creds.Site, BrokerURL: creds.BrokerURL, Username: creds.Username, Password: creds.Password,
-		Sim: agent.SimOptions{Nodes: o.nodes, StepDuration: 0, BootDelay: 0, BMCDelay: 0, Heartbeat: 30 * time.Second}, Log: agentLog})
+		// The edge outbox on disk, as the agent program always has it.
+		StateDir: filepath.Join(tmp, "agent-state"),
+		Sim:      agent.SimOptions{Nodes: o.nodes, StepDuration: 0, BootDelay: 0, BMCDelay: 0, Heartbeat: 30 * time.Second}, Log: agentLog})
 	agentErr := make(chan error, 1)
 	go func() { agentErr <- ag.Run(actx) }()
 	defer func() {

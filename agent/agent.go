@@ -881,8 +881,10 @@ func (a *Agent) commandDone(m *protocol.Message) {
 	switch state {
 	case "":
 		return
-	case protocol.PowerReboot:
+	case protocol.PowerReboot, protocol.PowerSoftReboot:
 		state = protocol.PowerOn
+	case protocol.PowerSoftOff:
+		state = protocol.PowerOff
 	}
 	seen.state, seen.failing = state, false
 }

@@ -152,13 +152,16 @@ func dedent(s string) string {
 // so that docs/cli.md still covers both binaries an operator runs.
 const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"```\n" +
-	"agent --credentials-file FILE [--ca-file CA] [--power-sync-interval 60s] [--bmc-concurrency 32]\n" +
+	"agent --credentials-file FILE [--state-dir DIR] [--outbox-limit 100000] [--ca-file CA]\n" +
+	"      [--power-sync-interval 60s] [--bmc-concurrency 32]\n" +
 	"      [--ramdisk-iso ISO --media-listen ADDR --ramdisk-broker-url URL [--media-url URL] [--ramdisk-params P]]\n" +
 	"      [--metrics-listen ADDR [--metrics-listen-any]]\n" +
 	"      [--simulate N [--step-duration 2s] [--boot-delay 1s] [--heartbeat 5s] [--fail-step STEP] [--die-step STEP] [--no-boot]]\n" +
 	"      [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL [--qemu-cmdline P]]\n" +
 	"```\n\n" +
-	"`agent --help` explains every flag. Without `--simulate` it drives the site's real BMCs\n" +
+	"`agent --help` explains every flag. Results wait in a durable outbox (Badger, encrypted,\n" +
+	"under `--state-dir`, default `<credentials-file>.state`) until the coordinator acknowledges\n" +
+	"them, so a kill -9 loses none. Without `--simulate` it drives the site's real BMCs\n" +
 	"(drivers ipmi and redfish), at most `--bmc-concurrency` commands at once.\n" +
 	"`--ramdisk-iso` (make ramdisk: build/ramdisk/bmramdisk.iso) lets it boot redfish nodes\n" +
 	"into the ramdisk from virtual media: it serves the ISO and each boot's parameters image on\n" +

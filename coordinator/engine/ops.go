@@ -287,26 +287,21 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 
 // Power changes a node's power state out of any provision operation.
 func (e *Engine) Power(ident, target string) error {
-	return e.do(func(t *tx) error {
-		n, err := e.lookup(ident)
-		if err != nil {
-			return err
-		}
-		var refusal *fsm.Refusal
-		t.run(n, func() fsm.Output {
-			out, r := e.m.PowerRequest(n, target, t.now)
-			refusal = r
-			return out
-		})
-		if refusal != nil {
-			return &Error{Code: refusal.Code, Msg: refusal.Msg}
-		}
-		return nil
+	return e.request(ident, func(n *fsm.Node, now time.Time) (fsm.Output, *fsm.Refusal) {
+		return e.m.PowerRequest(n, target, now)
 	})
 }
 
 // BootDevice sets a node's boot device out of any provision operation.
 func (e *Engine) BootDevice(ident, device string) error {
+	return e.request(ident, func(n *fsm.Node, now time.Time) (fsm.Output, *fsm.Refusal) {
+		return e.m.BootDeviceRequest(n, device, now)
+	})
+}
+
+// request runs an out-of-band request of the state machine on a node and
+// turns its refusal into an API error.
+func (e *Engine) request(ident string, req func(n *fsm.Node, now time.Time) (fsm.Output, *fsm.Refusal)) error {
 	return e.do(func(t *tx) error {
 		n, err := e.lookup(ident)
 		if err != nil {
@@ -314,7 +309,7 @@ func (e *Engine) BootDevice(ident, device string) error {
 		}
 		var refusal *fsm.Refusal
 		t.run(n, func() fsm.Output {
-			out, r := e.m.BootDeviceRequest(n, device, t.now)
+			out, r := req(n, t.now)
 			refusal = r
 			return out
 		})

@@ -181,8 +181,11 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	actx, acancel := context.WithCancel(context.Background())
+	// The edge outbox on disk, as the agent program always has it (an
+	// empty StateDir keeps it in memory, which only tests want).
 	ag := agent.New(agent.Config{Site: creds.Site, BrokerURL: creds.BrokerURL, Username: creds.Username, Password: creds.Password,
-		Sim: agent.SimOptions{Nodes: o.nodes, Heartbeat: 30 * time.Second}, Log: quiet})
+		StateDir: filepath.Join(tmp, "agent-state"),
+		Sim:      agent.SimOptions{Nodes: o.nodes, Heartbeat: 30 * time.Second}, Log: quiet})
 	agentErr := make(chan error, 1)
 	go func() { agentErr <- ag.Run(actx) }()
 	defer func() {

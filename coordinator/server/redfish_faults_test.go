@@ -298,23 +298,8 @@ func newFaultRig(t *testing.T, o faultRigOptions) *faultRig {
 	if err := os.WriteFile(iso, bytes.Repeat([]byte("not really an ISO "), 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := agent.New(agent.Config{Site: creds.Site, BrokerURL: creds.BrokerURL, Username: creds.Username, Password: creds.Password,
-		ResendInterval: 500 * time.Millisecond, Log: log.With("component", "agent"),
+	testrig.StartAgentConfig(t, creds, agent.Config{Log: log.With("component", "agent"),
 		Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0", BrokerURL: "mqtt://10.0.2.2:1883"}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := a.Run(ctx); err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer wcancel()
-	if err := a.AwaitUp(wctx); err != nil {
-		t.Fatal(err)
-	}
 	return r
 }
 

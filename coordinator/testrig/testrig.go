@@ -263,14 +263,18 @@ func StartAgent(t testing.TB, creds agent.Credentials, sim agent.SimOptions) *ag
 }
 
 // StartAgentConfig runs an edge agent with creds and cfg (site, broker and
-// credentials come from creds) until the test ends.
+// credentials come from creds; the test's log unless cfg.Log is set)
+// until the test ends.
 func StartAgentConfig(t testing.TB, creds agent.Credentials, cfg agent.Config) *agent.Agent {
 	t.Helper()
 	if cfg.Sim.Heartbeat == 0 {
 		cfg.Sim.Heartbeat = 500 * time.Millisecond
 	}
 	cfg.Site, cfg.BrokerURL, cfg.Username, cfg.Password = creds.Site, creds.BrokerURL, creds.Username, creds.Password
-	cfg.ResendInterval, cfg.Log = 500*time.Millisecond, Logger(t)
+	cfg.ResendInterval = 500 * time.Millisecond
+	if cfg.Log == nil {
+		cfg.Log = Logger(t)
+	}
 	a := agent.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

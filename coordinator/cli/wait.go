@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/bmedge/bmedge/coordinator/fsm"
 )
 
 // pollInterval is how often --wait reads the node.
@@ -51,7 +53,7 @@ func (c *cmd) follow(cl *client, id, verb string, limit time.Duration) error {
 		resv, _ := n["reservation"].(string)
 		// At rest: unlocked in a stable state (a failed state may keep
 		// its target, as Ironic's deploy failed → active does).
-		if resv == "" && (target == "" || !(strings.HasSuffix(state, "ing") || strings.Contains(state, "wait"))) {
+		if resv == "" && (target == "" || fsm.Stable(fsm.State(state))) {
 			p.end()
 			// A verb fails when the node lands in a failed state, or
 			// anywhere but where the verb was going (manage's failed

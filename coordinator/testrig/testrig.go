@@ -331,7 +331,7 @@ func (c *Client) WaitRest(id string, timeout time.Duration) Node {
 		n := c.Get(id)
 		// At rest: no lock, and a stable state. A failed state keeps its
 		// target, as in Ironic (deploy failed → active).
-		if n.Reservation == "" && (n.Target == "" || !transient(n.State)) {
+		if n.Reservation == "" && (n.Target == "" || fsm.Stable(fsm.State(n.State))) {
 			return n
 		}
 		if time.Now().After(deadline) {
@@ -339,11 +339,6 @@ func (c *Client) WaitRest(id string, timeout time.Duration) Node {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// transient tells the -ING and WAIT states from the stable ones by name.
-func transient(state string) bool {
-	return strings.HasSuffix(state, "ing") || strings.Contains(state, "wait")
 }
 
 // WaitState waits until the node is in state.

@@ -61,6 +61,11 @@ const (
 	ArgAgentUsername = "agent_username"
 	ArgAgentPassword = "agent_password"
 	ArgBootNonce     = "boot_nonce"
+	// ArgBootMACs lists the node's PXE-enabled port addresses (Ironic's
+	// ports with pxe_enabled) with the credential: the edge agent answers
+	// network boot requests (DHCP, TFTP, HTTP) from these MACs only, and
+	// only while it is booting the node.
+	ArgBootMACs = "boot_macs"
 )
 
 // Power states, with Ironic's spelling.

@@ -115,6 +115,10 @@ type Engine struct {
 	sitePass sync.Map // site → password hash
 	nodeSite sync.Map // node UUID → site
 	boots    sync.Map // node UUID → nonce of the current ramdisk boot
+	// bootMACs holds each node's PXE-enabled port addresses ([]string,
+	// replaced, never changed in place), for boot commands: the edge
+	// agent answers network boot requests from these MACs only.
+	bootMACs sync.Map
 	reqs     chan *request
 	sendq    []sendQueue
 	stopped  chan struct{}
@@ -282,6 +286,7 @@ func (e *Engine) load() error {
 		}
 		e.ports[p.UUID] = &p
 		e.macs[p.Address] = p.UUID
+		e.notePort(&p, true)
 		return nil
 	})
 	if err != nil {
@@ -719,5 +724,39 @@ func (e *Engine) withCredential(m *protocol.Message) *protocol.Message {
 	}
 	c.Args[protocol.ArgAgentUsername] = "node:" + m.Node
 	c.Args[protocol.ArgAgentPassword] = e.bootPassword(m.Node, nonce)
+	if macs, ok := e.bootMACs.Load(m.Node); ok {
+		l := macs.([]string)
+		a := make([]any, len(l))
+		for i, x := range l {
+			a[i] = x
+		}
+		c.Args[protocol.ArgBootMACs] = a
+	}
 	return &c
+}
+
+// notePort adds a PXE-enabled port's address to its node's boot MACs, or
+// removes it. The caller holds e.mu for writing (or is loading).
+func (e *Engine) notePort(p *Port, add bool) {
+	if !p.PXE {
+		return
+	}
+	var old []string
+	if v, ok := e.bootMACs.Load(p.NodeUUID); ok {
+		old = v.([]string)
+	}
+	l := make([]string, 0, len(old)+1)
+	for _, x := range old {
+		if x != p.Address {
+			l = append(l, x)
+		}
+	}
+	if add {
+		l = append(l, p.Address)
+	}
+	if len(l) == 0 {
+		e.bootMACs.Delete(p.NodeUUID)
+		return
+	}
+	e.bootMACs.Store(p.NodeUUID, l)
 }

@@ -225,6 +225,7 @@ func (e *Engine) DeleteNode(ident string) error {
 			if p.NodeUUID == n.UUID {
 				delete(e.ports, pid)
 				delete(e.macs, p.Address)
+				e.notePort(p, false)
 				t.batch.Delete(store.PortPrefix + pid)
 			}
 		}
@@ -390,6 +391,7 @@ func (e *Engine) CreatePort(address, nodeIdent string, extra map[string]any, pxe
 		t.batch.Set(store.PortPrefix+p.UUID, b)
 		e.ports[p.UUID] = p
 		e.macs[addr] = p.UUID
+		e.notePort(p, true)
 		return nil
 	})
 	return p, err
@@ -439,6 +441,7 @@ func (e *Engine) DeletePort(ident string) error {
 		}
 		delete(e.ports, p.UUID)
 		delete(e.macs, p.Address)
+		e.notePort(p, false)
 		t.batch.Delete(store.PortPrefix + p.UUID)
 		return nil
 	})

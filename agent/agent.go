@@ -129,8 +129,15 @@ type Config struct {
 	// result is ever dropped. Commands already running when the limit is
 	// reached still store theirs (at most BMCConcurrency more).
 	OutboxLimit int
-	Sim         SimOptions
-	Log         *slog.Logger
+	// SiteBroker is the site's own MQTT broker, which the ramdisks use;
+	// the agent relays between it and the coordinator (relay.go).
+	SiteBroker SiteBrokerOptions
+	// Netboot serves network boot to nodes without virtual media.
+	Netboot NetbootOptions
+	// Cache is the site's image cache.
+	Cache ImageCacheOptions
+	Sim   SimOptions
+	Log   *slog.Logger
 }
 
 // Agent is a running edge agent.
@@ -304,6 +311,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer m.close()
 		a.log.Info("media server up: BMCs fetch the ramdisk from "+m.ISOURL(), "listen", m.ln.Addr().String())
 	}
+	stopNetboot, err := a.startNetboot(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopNetboot()
+	stopCache, err := a.startImageCache(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopCache()
 	link, err := mqttlink.Dial(ctx, mqttlink.Config{
 		URL: a.cfg.BrokerURL, ClientID: a.cfg.ClientID, Username: a.cfg.Username, Password: a.cfg.Password, TLS: tc,
 		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
@@ -552,6 +569,10 @@ func (a *Agent) handle(topic string, payload []byte) {
 			a.noteOutbox()
 			a.mu.Unlock()
 		case protocol.KindCommand:
+			if m.Action == protocol.ActionCacheImage {
+				go a.cacheImageCommand(m)
+				return
+			}
 			go a.runBMC(m)
 		}
 	case "cmd":
@@ -764,6 +785,7 @@ func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) (err error) {
 		a.mu.Lock()
 		a.creds[m.Node] = [2]string{u, p}
 		a.mu.Unlock()
+		a.netbootNoteArgs(m.Node, m.Args)
 	}
 	switch m.Action {
 	case protocol.ActionValidate:

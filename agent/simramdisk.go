@@ -53,8 +53,13 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 		return nil, fmt.Errorf("the ramdisk has no step %s.%s", step.Interface, name)
 	}
 	if name == "write_image" {
-		if s, _ := step.Args["image_source"].(string); s == "" {
+		s, _ := step.Args["image_source"].(string)
+		if s == "" {
 			return nil, fmt.Errorf("write_image needs image_source")
+		}
+		sum, _ := step.Args["image_checksum"].(string)
+		if err := simFetchImage(ctx, s, sum); err != nil {
+			return nil, err
 		}
 	}
 	const ticks = 10

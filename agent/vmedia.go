@@ -219,6 +219,9 @@ func (a *Agent) setBootDevice(ctx context.Context, node string, b interface {
 }, device string) error {
 	mb, ok := b.(mediaBooter)
 	if !ok {
+		if err := a.netbootBootDevice(node, device); err != nil {
+			return err
+		}
 		return b.SetBootDevice(ctx, device)
 	}
 	if device == protocol.BootPXE {
@@ -296,6 +299,11 @@ func (a *Agent) setPower(ctx context.Context, node string, b interface {
 	vm := ok && a.vmBoot[node] && a.media != nil
 	a.mu.Unlock()
 	if !vm {
+		if !ok {
+			if err := a.netbootPower(node, state); err != nil {
+				return err
+			}
+		}
 		return b.SetPower(ctx, state)
 	}
 	if state == protocol.PowerOff {

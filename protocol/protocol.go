@@ -41,7 +41,18 @@ const (
 	// not be read (error). Only changes and failures are sent; like a
 	// result it sits in the agent's outbox until the coordinator acks it.
 	KindPower = "power"
+	// KindBeats is an edge agent's heartbeat summary on its site's
+	// bmc/evt topic: one message per interval carrying the latest
+	// heartbeat of every node whose ramdisk beat since the last summary
+	// (beats), and how many messages wait in the agent's outbox (queued).
+	// Heartbeats do not cross the WAN one by one. Like a result it sits
+	// in the agent's outbox until acked; a newer summary replaces an
+	// unsent older one.
+	KindBeats = "heartbeats"
 )
+
+// MaxBeats bounds the heartbeats in one summary.
+const MaxBeats = 4096
 
 // Command actions for the edge agent (out of band) and the ramdisk (in band).
 const (
@@ -51,6 +62,10 @@ const (
 	ActionOOBStep   = "oob_step"    // run a driver step: step, args
 	ActionInbandRun = "run_step"    // ramdisk: run an in-band step
 	ActionAbort     = "abort_step"  // ramdisk: stop the running abortable step
+	// ActionCacheImage asks a site's edge agent to download an image into
+	// its image cache (args.url, args.checksum), ahead of deploys; it has
+	// no node, and its result has none either.
+	ActionCacheImage = "cache_image"
 )
 
 // Arguments of a power command that boots a node: the MQTT credential of
@@ -214,6 +229,11 @@ type Message struct {
 	// failed reading has Error instead. Sent is when it was read, which
 	// orders a node's reports (a resent older one is ignored).
 	PowerState string `json:"power_state,omitempty"`
+
+	// Heartbeat summary: the latest heartbeat of each node (each a valid
+	// heartbeat of this site), and the sender's outbox depth.
+	Beats  []Message `json:"beats,omitempty"`
+	Queued int       `json:"queued,omitempty"`
 }
 
 // MaxMessageBytes bounds a message; larger ones are rejected unread.
@@ -285,6 +305,12 @@ func (m *Message) Validate() error {
 			if m.Step == nil || m.Step.Step == "" || m.Step.Interface == "" {
 				return fmt.Errorf("%s command %q lacks a step with interface and name", m.Action, m.ID)
 			}
+		case ActionCacheImage:
+			u, _ := m.Args["url"].(string)
+			if u == "" {
+				return fmt.Errorf("cache_image command %q lacks args.url", m.ID)
+			}
+			return nil
 		default:
 			return fmt.Errorf("command %q has unknown action %q", m.ID, m.Action)
 		}
@@ -296,7 +322,8 @@ func (m *Message) Validate() error {
 		if !m.OK && m.Error == "" {
 			return fmt.Errorf("result %q for command %q is a failure without an error text", m.ID, m.CommandID)
 		}
-		return need(m.Node != "", "node")
+		// A site-wide command's result (cache_image) names no node.
+		return nil
 	case KindAck:
 		return need(len(m.AckIDs) > 0, "ack_ids")
 	case KindHello:
@@ -335,6 +362,29 @@ func (m *Message) Validate() error {
 		return need(m.Token != "", "token")
 	case KindPresence:
 		return need(m.Site != "", "site")
+	case KindBeats:
+		if err := need(m.Site != "", "site"); err != nil {
+			return err
+		}
+		if len(m.Beats) > MaxBeats {
+			return fmt.Errorf("heartbeat summary %q carries %d heartbeats; at most %d", m.ID, len(m.Beats), MaxBeats)
+		}
+		if m.Queued < 0 {
+			return fmt.Errorf("heartbeat summary %q has queued %d < 0", m.ID, m.Queued)
+		}
+		for i := range m.Beats {
+			b := &m.Beats[i]
+			if b.Kind != KindHeartbeat || len(b.Beats) > 0 {
+				return fmt.Errorf("heartbeat summary %q: entry %d is a %q, not a heartbeat", m.ID, i+1, b.Kind)
+			}
+			if b.Site != m.Site {
+				return fmt.Errorf("heartbeat summary %q of site %q: entry %d is of site %q", m.ID, m.Site, i+1, b.Site)
+			}
+			if err := b.Validate(); err != nil {
+				return fmt.Errorf("heartbeat summary %q: entry %d: %w", m.ID, i+1, err)
+			}
+		}
+		return nil
 	case KindPower:
 		if err := need(m.Node != "", "node"); err != nil {
 			return err

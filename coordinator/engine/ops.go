@@ -538,7 +538,15 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		}, false)
 		return
 	}
-	if leaf == "evt" && msg.Node != nodeID {
+	if leaf == "bmc/evt" && msg.Kind == protocol.KindBeats {
+		e.handleBeats(site, msg)
+		return
+	}
+	if leaf == "bmc/evt" && msg.Kind == protocol.KindResult && msg.Node == "" {
+		e.handleSiteResult(site, msg)
+		return
+	}
+	if leaf == "evt" && (msg.Node != nodeID || msg.Node == "") {
 		e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q but came on node %q's topic", msg.Node, nodeID))
 		return
 	}

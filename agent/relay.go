@@ -1,0 +1,4 @@
+package agent
+
+// SiteBrokerOptions configure the site's MQTT broker. Not built yet.
+type SiteBrokerOptions struct{}

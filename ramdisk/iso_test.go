@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/coordinator/broker"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/bootmedia"
 )
@@ -73,7 +73,7 @@ func startISOBroker(t *testing.T, user, password string) (*isoBroker, int) {
 	t.Helper()
 	b := &isoBroker{user: user, password: password, hellos: make(chan *protocol.Message, 16)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	br, err := broker.Start(broker.Config{Addr: "127.0.0.1:0"}, b, log, map[string]broker.Handler{
+	br, err := mqttbroker.Start(mqttbroker.Config{Addr: "127.0.0.1:0"}, b, log, map[string]mqttbroker.Handler{
 		protocol.TopicPrefix + "/#": func(topic string, payload []byte) {
 			if m, err := protocol.Decode(payload); err == nil && m.Kind == protocol.KindHello {
 				select {

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bmedge/bmedge/coordinator/broker"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/spf13/cobra"
@@ -80,7 +80,7 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.StringVar(&o.brokerUser, "broker-username", "", "`USER` at the external broker (default: the coordinator's own)")
 	fs.StringVar(&o.brokerPW, "broker-password", "", "`PASSWORD` at the external broker (env COORDINATOR_BROKER_PASSWORD)")
 	fs.StringVar(&o.advertise, "advertise-broker-url", "", "broker `URL` written into site credentials files by site add (default: the broker's own)")
-	fs.IntVar(&o.maxPacket, "max-packet-size", broker.DefaultMaxPacketSize, "largest MQTT packet the embedded broker reads after CONNECT, in `BYTES` (CONNECT itself: 16 KiB)")
+	fs.IntVar(&o.maxPacket, "max-packet-size", mqttbroker.DefaultMaxPacketSize, "largest MQTT packet the embedded broker reads after CONNECT, in `BYTES` (CONNECT itself: 16 KiB)")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 30*time.Minute, "a WAIT state that hears nothing this long fails (heartbeats reset it)")
 	fs.DurationVar(&o.cmdTimeout, "command-timeout", 5*time.Minute, "an out-of-band command without a result this long fails")
 	fs.DurationVar(&o.resend, "resend-interval", 10*time.Second, "how often an unanswered command is sent again")

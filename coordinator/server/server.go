@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/api"
-	"github.com/bmedge/bmedge/coordinator/broker"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/metrics"
@@ -62,7 +62,7 @@ type Coordinator struct {
 	Engine *engine.Engine
 	// Metrics are served at GET /metrics on the API listener.
 	Metrics   *metrics.Metrics
-	Broker    *broker.Broker
+	Broker    *mqttbroker.Broker
 	Link      *mqttlink.Link
 	APIAddr   string
 	APIURL    string // http://APIAddr, or https:// when the API serves TLS
@@ -106,11 +106,11 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	if o.BrokerURL == "" {
 		// The embedded broker: the coordinator is its inline client, so
 		// commands and events skip the loopback TCP round trip.
-		hs := map[string]broker.Handler{}
+		hs := map[string]mqttbroker.Handler{}
 		for _, f := range subs {
 			hs[f] = e.HandleMessage
 		}
-		bc := broker.Config{Addr: o.MQTTListen, MaxPacketSize: o.MaxPacketSize}
+		bc := mqttbroker.Config{Addr: o.MQTTListen, MaxPacketSize: o.MaxPacketSize}
 		scheme := "mqtt://"
 		if o.TLSCert != "" {
 			cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
@@ -121,10 +121,10 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 			bc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 			scheme = "mqtts://"
 		}
-		b, err := broker.Start(bc, e, o.Log, hs)
+		b, err := mqttbroker.Start(bc, e, o.Log, hs)
 		if err != nil {
 			e.Close()
-			return nil, err
+			return nil, fmt.Errorf("%w; pick another address with --mqtt-listen", err)
 		}
 		c.Broker = b
 		c.BrokerURL = scheme + b.Addr

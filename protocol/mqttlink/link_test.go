@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/coordinator/broker"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 )
 
@@ -91,13 +91,13 @@ func dial(t *testing.T, cfg mqttlink.Config) *mqttlink.Link {
 	return l
 }
 
-func startBroker(t *testing.T, addr string) *broker.Broker {
+func startBroker(t *testing.T, addr string) *mqttbroker.Broker {
 	t.Helper()
-	var b *broker.Broker
+	var b *mqttbroker.Broker
 	var err error
 	// The port of a broker just closed may take a moment to be free.
 	for i := 0; i < 50; i++ {
-		if b, err = broker.Start(broker.Config{Addr: addr}, creds{}, quiet(), nil); err == nil {
+		if b, err = mqttbroker.Start(mqttbroker.Config{Addr: addr}, creds{}, quiet(), nil); err == nil {
 			return b
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/coordinator/broker"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/coordinator/certs"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 )
@@ -56,7 +56,7 @@ func (l *tlsLab) startTLSBroker(t *testing.T, withCA bool) string {
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: chain, PrivateKey: l.srv.Key}}, MinVersion: tls.VersionTLS12}
 	addr := freeAddr(t)
-	b, err := broker.Start(broker.Config{Addr: addr, TLS: cfg}, creds{}, quiet(), nil)
+	b, err := mqttbroker.Start(mqttbroker.Config{Addr: addr, TLS: cfg}, creds{}, quiet(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,9 @@
-// Package broker runs the coordinator's embedded MQTT v5 broker (mochi)
+// Package mqttbroker runs an embedded MQTT v5 broker (mochi), the
+// coordinator's and each edge agent's site broker,
 // with this system's access rules: a ramdisk agent may use only its own
 // node's topics, an edge agent only its own site's, and nobody without
 // credentials gets in. It must never persist or log message payloads.
-package broker
+package mqttbroker
 
 import (
 	"bytes"
@@ -122,7 +123,7 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("MQTT listener on %s: %w; pick another address with --mqtt-listen", cfg.Addr, err)
+		return nil, fmt.Errorf("MQTT listener on %s: %w", cfg.Addr, err)
 	}
 	// The guard reads above TLS, so that it checks MQTT bytes.
 	var inner net.Listener = ln

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/bootmedia"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 )
 
 // OVMF is Debian's UEFI firmware for QEMU (package ovmf, which

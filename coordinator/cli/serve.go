@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/spf13/cobra"
 )
 

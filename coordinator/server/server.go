@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/api"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/metrics"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 )
 

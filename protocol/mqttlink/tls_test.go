@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/coordinator/certs"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 )
 

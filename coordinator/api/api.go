@@ -83,6 +83,7 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("GET /v1/drivers/{name}/properties", s.driverProperties)
 	m.HandleFunc("POST /v1/sites", s.createSite)
 	m.HandleFunc("GET /v1/sites", s.listSites)
+	m.HandleFunc("POST /v1/sites/{name}/cache", s.cacheImage)
 	m.HandleFunc("/", s.notFound)
 	return s
 }

@@ -75,5 +75,5 @@ username, password and broker URL. The password is shown only there.`,
 		},
 	}, true)
 	return c.groupCmd("site", "Register and list sites (one edge agent each)",
-		"A site is one edge agent and the nodes it drives; a node's site is its conductor_group.", add, list)
+		"A site is one edge agent and the nodes it drives; a node's site is its conductor_group.", add, list, c.siteCacheCmd())
 }

@@ -292,7 +292,7 @@ func (e *Engine) load() error {
 	if err != nil {
 		return err
 	}
-	return e.st.Scan(store.SitePrefix, func(_ string, v []byte) error {
+	err = e.st.Scan(store.SitePrefix, func(_ string, v []byte) error {
 		var s Site
 		if err := json.Unmarshal(v, &s); err != nil {
 			return err
@@ -301,6 +301,10 @@ func (e *Engine) load() error {
 		e.sitePass.Store(s.Name, s.PasswordHash)
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return e.loadReach()
 }
 
 // Machine returns the state machine (for read-only views).

@@ -522,18 +522,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 			return
 		}
 		_ = e.submit(func(t *tx) error {
-			was := e.siteOnline[site]
-			e.siteOnline[site] = msg.Online
-			if msg.Online != was {
-				e.log.Info("site presence", "site", site, "online", msg.Online)
-			}
-			if msg.Online && !was {
-				for _, n := range e.nodes {
-					if n.Site == site && n.Op != nil {
-						t.run(n, func() fsm.Output { return e.m.SiteBack(n, t.now) })
-					}
-				}
-			}
+			e.sitePresence(t, site, msg.Online)
 			return nil
 		}, false)
 		return

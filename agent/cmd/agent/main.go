@@ -87,6 +87,9 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	bmcConc := fs.Int("bmc-concurrency", 32, "BMC commands run at once across the site's BMCs; more wait their turn")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (off by default); loopback only unless --metrics-listen-any")
 	metricsAny := fs.Bool("metrics-listen-any", false, "allow --metrics-listen on a non-loopback address (the metrics have no authentication)")
+	netboot := netbootFlags(fs)
+	cache := imageCacheFlags(fs)
+	siteBroker := siteBrokerFlags(fs)
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
 	level := slog.LevelInfo
@@ -137,8 +140,11 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
 		ResendInterval: *resend, PowerSyncInterval: *powerSync, BMCConcurrency: *bmcConc, Log: log,
 		MetricsListen: *metricsListen, MetricsListenAny: *metricsAny, StateDir: *stateDir, OutboxLimit: *outboxLimit,
-		QEMU:    agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
-		Ramdisk: agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams},
+		QEMU:       agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
+		Ramdisk:    agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams},
+		Netboot:    netboot(),
+		Cache:      cache(),
+		SiteBroker: siteBroker(),
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
 			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot}})
 	log.Info("edge agent starting", "site", *site, "broker", *brokerURL, "simulated_nodes", *simulate, "state_dir", *stateDir)

@@ -1,0 +1,234 @@
+package fsm
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// This file holds the messages of the ramdisk and the edge agent: the
+// ramdisk's hello, its heartbeats, and the results of commands.
+
+// Hello handles a booted ramdisk's first message: it issues the boot's
+// agent token, caches the ramdisk's steps and moves the node on.
+func (m *Machine) Hello(n *Node, msg *protocol.Message, now time.Time) Output {
+	var out Output
+	if slices.Contains(n.PastBoots, msg.BootID) {
+		// A boot whose token was withdrawn: its hello crossed the end.
+		out.Reject, out.Late = fmt.Sprintf("node %s: hello from an earlier boot %s ignored", n.Ident(), msg.BootID), true
+		return out
+	}
+	if n.AgentToken != "" {
+		if msg.BootID == n.BootID {
+			// The welcome was lost: say it again.
+			out.Send = append(out.Send, m.welcome(n, now))
+			return out
+		}
+		// A boot the coordinator did not start: the ramdisk restarted on
+		// its own (crash-only), so whatever it ran is lost. No second
+		// token is issued for it; the operation fails now rather than at
+		// its timeout.
+		old, what := n.BootID, "while the coordinator waited for it"
+		if a := m.current(n); a != nil && a.Kind == ActStep && a.Step != nil {
+			what = "during step " + a.Step.Name()
+		}
+		n.PastBoots = appendBoot(n.PastBoots, msg.BootID)
+		m.fail(n, now, &out, fmt.Sprintf("the ramdisk of node %s restarted on its own (boot %s, now boot %s) %s; its work is lost: see the node's console for why, then retry", n.Ident(), old, msg.BootID, what))
+		return out
+	}
+	if !m.expectsAgent(n) {
+		out.Reject = fmt.Sprintf("node %s in state %q does not expect a ramdisk; hello from boot %s ignored", n.Ident(), n.ProvisionState, msg.BootID)
+		return out
+	}
+	n.AgentToken = m.cfg.NewToken()
+	n.BootID = msg.BootID
+	n.LastHeartbeat = now
+	n.CachedCleanSteps = wireSteps(msg.CleanSteps)
+	n.CachedDeploySteps = wireSteps(msg.DeploySteps)
+	n.StepsCachedAt = now
+	n.UpdatedAt = now
+	out.Changed = true
+	out.Send = append(out.Send, m.welcome(n, now))
+	out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: "agent",
+		Event: fmt.Sprintf("ramdisk booted (boot %s) offering %d clean and %d deploy steps", msg.BootID, len(msg.CleanSteps), len(msg.DeploySteps))})
+	if !n.Maintenance {
+		if a := m.current(n); a != nil && a.Kind == ActAwaitAgent {
+			n.Op.Index++
+			m.advance(n, now, &out)
+		}
+	}
+	return out
+}
+
+func (m *Machine) welcome(n *Node, now time.Time) Outgoing {
+	return Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: &protocol.Message{V: protocol.Version, Kind: protocol.KindWelcome,
+		ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID, Sent: now, Token: n.AgentToken, BootID: n.BootID}}
+}
+
+func (m *Machine) expectsAgent(n *Node) bool {
+	if n.Op == nil {
+		return false
+	}
+	for i := n.Op.Index; i < len(n.Op.Plan); i++ {
+		if n.Op.Plan[i].Kind == ActAwaitAgent {
+			return true
+		}
+	}
+	return false
+}
+
+func wireSteps(in []protocol.Step) []drivers.Step {
+	out := make([]drivers.Step, 0, len(in))
+	for _, s := range in {
+		out = append(out, drivers.Step{Interface: s.Interface, Step: s.Step, Priority: s.Priority, Abortable: s.Abortable, RequiresRamdisk: true})
+	}
+	return out
+}
+
+// Heartbeat records a ramdisk's heartbeat and pushes the WAIT deadline.
+func (m *Machine) Heartbeat(n *Node, msg *protocol.Message, now time.Time) Output {
+	var out Output
+	if n.AgentToken == "" {
+		// The token was withdrawn (power-off, reboot, the operation
+		// ended): a heartbeat sent just before crossed it.
+		out.Reject = fmt.Sprintf("node %s: heartbeat after the ramdisk's token was withdrawn (powered off or operation over) ignored", n.Ident())
+		out.Late = true
+		return out
+	}
+	if msg.Token != n.AgentToken {
+		out.Reject = fmt.Sprintf("node %s: heartbeat with a wrong or stale agent token refused", n.Ident())
+		return out
+	}
+	n.LastHeartbeat = now
+	out.Changed = true
+	if n.Pending != nil && n.Pending.InBand && msg.Running == n.Pending.ID {
+		n.Pending.Accepted = true
+		for _, s := range []*StepRun{n.CleanStep, n.DeployStep} {
+			if s != nil {
+				s.Progress, s.Detail = msg.Progress, msg.Detail
+			}
+		}
+	}
+	if !n.Maintenance && IsWait(n.ProvisionState) {
+		n.Deadline = now.Add(m.cfg.WaitTimeout)
+	}
+	return out
+}
+
+// Result handles the result of the node's outstanding command. A result
+// for any other command (a duplicate) is ignored; the caller acks it all
+// the same so that the sender's outbox lets go of it.
+func (m *Machine) Result(n *Node, msg *protocol.Message, now time.Time) Output {
+	var out Output
+	if n.Pending == nil || msg.CommandID != n.Pending.ID {
+		return out
+	}
+	if n.Pending.InBand && (n.AgentToken == "" || msg.Token != n.AgentToken) {
+		out.Reject = fmt.Sprintf("node %s: result of %s with a wrong or stale agent token refused", n.Ident(), msg.CommandID)
+		return out
+	}
+	if n.Maintenance && IsWait(n.ProvisionState) {
+		// Maintenance pauses a node in a WAIT state (Ironic ignores the
+		// ramdisk's heartbeats in maintenance); the result is applied
+		// when maintenance ends. Out-of-band work (an -ING state, a power
+		// change) goes on, as Ironic's conductor goes on with it.
+		n.Held = msg
+		out.Changed = true
+		return out
+	}
+	m.applyResult(n, msg, now, &out)
+	return out
+}
+
+func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out *Output) {
+	out.Changed = true
+	n.UpdatedAt = now
+	cmd := n.Pending
+	n.Pending, n.Deadline = nil, time.Time{}
+	a := m.current(n)
+	if a == nil {
+		return
+	}
+	what := describe(n, a)
+	if !msg.OK {
+		m.fail(n, now, out, fmt.Sprintf("%s failed on node %s: %s", what, n.Ident(), msg.Error))
+		return
+	}
+	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionBootDev {
+		n.BootDevice, _ = cmd.Msg.Args["device"].(string)
+	}
+	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionPower {
+		if s, _ := cmd.Msg.Args["state"].(string); protocol.PowerIsOff(s) {
+			n.PowerState = protocol.PowerOff
+		} else {
+			n.PowerState = protocol.PowerOn
+		}
+		n.TargetPowerState = ""
+	}
+	if a.Kind == ActStep && a.Step.Step == "inspect_hardware" {
+		if inv, ok := msg.Data["inventory"].(map[string]any); ok {
+			out.Inventory = inv
+			// A new map, never the old one changed in place: the API's
+			// readers may be encoding the node's current maps right now.
+			props := maps.Clone(n.Properties)
+			if props == nil {
+				props = map[string]any{}
+			}
+			if p, ok := msg.Data["properties"].(map[string]any); ok {
+				maps.Copy(props, p)
+			}
+			n.Properties = props
+		}
+	}
+	if a.Kind == ActStep && a.Step.InBand {
+		event := fmt.Sprintf("%s done", what)
+		if sum := resultSummary(msg.Data); sum != "" {
+			event += ": " + sum
+		}
+		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(n.Op), Event: event})
+	} else if a.Kind == ActStep {
+		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(n.Op),
+			Event: fmt.Sprintf("%s done (out of band)", what)})
+	}
+	if a.Kind == ActStep && (a.Step.Step == "tear_down_agent") {
+		n.PowerState = protocol.PowerOff
+	}
+	if a.Kind == ActStep && (a.Step.Step == "boot_instance") {
+		n.PowerState = protocol.PowerOn
+	}
+	n.Op.Index++
+	if n.Op.AbortAfter {
+		m.failWith(n, now, out, fmt.Sprintf("aborted by request after step %s finished", a.Step.Name()), Abort)
+		return
+	}
+	m.advance(n, now, out)
+}
+
+// resultSummary is the one-line account a step's result may carry in
+// data["summary"] (for example which erase method each disk got), kept
+// short and printable for the node's history.
+func resultSummary(data map[string]any) string {
+	sum, _ := data["summary"].(string)
+	sum = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return ' '
+	}, sum)
+	const maxLen = 500
+	if len(sum) > maxLen {
+		cut := maxLen
+		for cut > 0 && !utf8.RuneStart(sum[cut]) {
+			cut--
+		}
+		sum = sum[:cut] + "…"
+	}
+	return strings.TrimSpace(sum)
+}

@@ -1,0 +1,480 @@
+package fsm
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// This file holds the running of an operation's plan: out-of-band
+// commands, in-band steps, the clean and deploy step plans, and the end of
+// an operation in its target or its failed state.
+
+func bootRamdisk() []Action {
+	return []Action{bootDevAction(protocol.BootPXE), powerAction(protocol.PowerReboot), {Kind: ActAwaitAgent}}
+}
+
+func powerAction(state string) Action {
+	return Action{Kind: ActOOB, Action: protocol.ActionPower, Args: map[string]any{"state": state}}
+}
+
+func bootDevAction(dev string) Action {
+	return Action{Kind: ActOOB, Action: protocol.ActionBootDev, Args: map[string]any{"device": dev}}
+}
+
+func (m *Machine) autoCleanPlan() []Action {
+	if !m.cfg.AutomatedClean {
+		return nil
+	}
+	return append(bootRamdisk(), Action{Kind: ActPlanClean}, powerAction(protocol.PowerOff))
+}
+
+// ensureWorking puts a node that waits back into its -ING state and locks it.
+func (m *Machine) ensureWorking(n *Node, now time.Time, out *Output) {
+	if IsWait(n.ProvisionState) {
+		m.fire(n, Resume, "", now, out)
+	}
+	if n.Op != nil {
+		n.Reservation = m.cfg.Holder
+	}
+}
+
+// enterWait moves an -ING node into its WAIT state: unlocked, with a deadline.
+func (m *Machine) enterWait(n *Node, now time.Time, out *Output) {
+	if !IsWait(n.ProvisionState) {
+		m.fire(n, Wait, "", now, out)
+	}
+	n.Reservation = ""
+	n.Deadline = now.Add(m.cfg.WaitTimeout)
+}
+
+// advance runs the plan from its current action until something must be
+// awaited (a command result, the ramdisk) or the plan ends.
+func (m *Machine) advance(n *Node, now time.Time, out *Output) {
+	for n.Op != nil {
+		a := m.current(n)
+		if a == nil {
+			m.finish(n, now, out)
+			return
+		}
+		switch a.Kind {
+		case ActOOB:
+			if a.Action == protocol.ActionValidate {
+				if err := m.checkDriverInfo(n); err != nil {
+					m.fail(n, now, out, err.Error())
+					return
+				}
+			}
+			m.ensureWorking(n, now, out)
+			m.sendOOB(n, a.Action, a.Args, nil, now, out)
+			return
+		case ActAwaitAgent:
+			if n.AgentToken != "" {
+				n.Op.Index++
+				continue
+			}
+			m.enterWait(n, now, out)
+			return
+		case ActPlanClean, ActPlanDeploy:
+			steps, err := m.planSteps(n, a)
+			if err != nil {
+				m.fail(n, now, out, err.Error())
+				return
+			}
+			i := n.Op.Index
+			plan := append([]Action{}, n.Op.Plan[:i]...)
+			plan = append(plan, steps...)
+			n.Op.Plan = append(plan, n.Op.Plan[i+1:]...)
+			continue
+		case ActStep:
+			s := *a.Step
+			s.Progress, s.Detail = 0, ""
+			if n.Op.Phase == "deploy" {
+				n.DeployStep = &s
+			} else if n.Op.Phase == "clean" {
+				n.CleanStep = &s
+			}
+			if s.InBand {
+				args := s.Args
+				if s.Step == "finalize_rescue" {
+					args = map[string]any{"rescue_password": n.Op.RescuePassword}
+				}
+				if s.Step == "write_image" {
+					args = imageArgs(n.InstanceInfo, s.Args)
+				}
+				// Ironic's root device hints live in the node's properties.
+				if rd, ok := n.Properties["root_device"]; ok && (s.Step == "write_image" || s.Step == "inspect_hardware") {
+					args = maps.Clone(args)
+					if args == nil {
+						args = map[string]any{}
+					}
+					if _, set := args["root_device"]; !set {
+						args["root_device"] = rd
+					}
+				}
+				m.sendInband(n, &s, args, now, out)
+				m.enterWait(n, now, out)
+				return
+			}
+			m.ensureWorking(n, now, out)
+			m.sendOOB(n, protocol.ActionOOBStep, nil, &s, now, out)
+			return
+		default:
+			m.fail(n, now, out, fmt.Sprintf("internal error: unknown plan action %q", a.Kind))
+			return
+		}
+	}
+}
+
+func imageArgs(ii map[string]any, extra map[string]any) map[string]any {
+	args := map[string]any{}
+	for _, k := range []string{"image_source", "image_checksum", "image_os_hash_algo", "image_os_hash_value", "image_disk_format", "root_device"} {
+		if v, ok := ii[k]; ok {
+			args[k] = v
+		}
+	}
+	maps.Copy(args, extra)
+	return args
+}
+
+func (m *Machine) newCommand(n *Node, topic string, msg *protocol.Message, now time.Time, out *Output) {
+	msg.V = protocol.Version
+	msg.Kind = protocol.KindCommand
+	msg.ID = m.cfg.NewID()
+	msg.Site = n.Site
+	msg.Node = n.UUID
+	msg.Sent = now
+	msg.Deadline = now.Add(m.cfg.CommandTimeout)
+	n.Pending = &Command{ID: msg.ID, Topic: topic, Msg: msg, LastSent: now, Attempts: 1}
+	out.Send = append(out.Send, Outgoing{Topic: topic, Msg: msg})
+}
+
+func (m *Machine) sendOOB(n *Node, action string, args map[string]any, step *StepRun, now time.Time, out *Output) {
+	msg := &protocol.Message{Action: action, Args: args, Driver: n.Driver, DriverInfo: n.DriverInfo}
+	if step != nil {
+		msg.Step = &protocol.Step{Interface: step.Interface, Step: step.Step, Args: step.Args, Priority: step.Priority, Abortable: step.Abortable}
+	}
+	if action == protocol.ActionPower {
+		// A power cycle ends the ramdisk's boot: its token dies with it.
+		withdrawToken(n)
+		s, _ := args["state"].(string)
+		// Ironic shows where the power goes: a reboot's target is "power on".
+		n.TargetPowerState = s
+		switch s {
+		case protocol.PowerReboot, protocol.PowerSoftReboot:
+			n.TargetPowerState = protocol.PowerOn
+		case protocol.PowerSoftOff:
+			n.TargetPowerState = protocol.PowerOff
+		}
+		if !protocol.PowerIsOff(s) {
+			// Every boot gets a credential of its own. Only its nonce is
+			// kept here; the engine derives the credential from it when it
+			// sends the command, so that no credential is ever stored.
+			n.BootNonce = m.cfg.NewToken()
+			msg.Args = maps.Clone(args)
+			msg.Args[protocol.ArgBootNonce] = n.BootNonce
+		}
+	}
+	n.Pending = nil
+	m.newCommand(n, protocol.BMCCmdTopic(n.Site), msg, now, out)
+	n.Deadline = now.Add(m.cfg.CommandTimeout)
+}
+
+func (m *Machine) sendInband(n *Node, step *StepRun, args map[string]any, now time.Time, out *Output) {
+	msg := &protocol.Message{Action: protocol.ActionInbandRun, Token: n.AgentToken,
+		Step: &protocol.Step{Interface: step.Interface, Step: step.Step, Args: args, Priority: step.Priority, Abortable: step.Abortable}}
+	n.Pending = nil
+	m.newCommand(n, protocol.NodeCmdTopic(n.Site, n.UUID), msg, now, out)
+	msg.Deadline = now.Add(m.cfg.WaitTimeout)
+	n.Pending.InBand = true
+}
+
+// standardPriorities gives the steps a ramdisk offered that the standard
+// ramdisk also has the standard ramdisk's priorities: the coordinator
+// decides what runs (with the operator's overrides on top), so a ramdisk
+// that offers erase_devices or write_image at priority 0 cannot make an
+// automated clean or a deploy skip them. Other steps keep their own.
+func standardPriorities(offered, standard []drivers.Step) []drivers.Step {
+	out := make([]drivers.Step, len(offered))
+	for i, s := range offered {
+		if std, ok := drivers.Find(standard, s.Interface, s.Step); ok {
+			s.Priority = std.Priority
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// requiredCleanSteps are the in-band steps automated cleaning must run.
+func (m *Machine) requiredCleanSteps() []string {
+	if m.cfg.RequiredCleanSteps != nil {
+		return m.cfg.RequiredCleanSteps
+	}
+	var out []string
+	for _, s := range drivers.InbandCleanSteps() {
+		p := s.Priority
+		if o, ok := m.cfg.PriorityOverrides[s.Name()]; ok {
+			p = o
+		}
+		if p > 0 {
+			out = append(out, s.Name())
+		}
+	}
+	return out
+}
+
+// planSteps computes the clean or deploy steps now that the ramdisk's
+// steps are cached on the node.
+func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
+	d, err := m.cfg.Drivers.Get(n.Driver)
+	if err != nil {
+		return nil, err
+	}
+	if a.Kind == ActPlanClean {
+		if n.Op.Manual {
+			list := AsObjects(a.Args["clean_steps"])
+			return m.resolveManual(n, d, list, true)
+		}
+		// Automated cleaning runs what the coordinator requires, not only
+		// what a ramdisk offers: a ramdisk (or an impostor) that offers no
+		// erase step must not turn cleaning into a no-op.
+		var missing []string
+		for _, name := range m.requiredCleanSteps() {
+			iface, step, _ := strings.Cut(name, ".")
+			if _, ok := drivers.Find(n.CachedCleanSteps, iface, step); !ok {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("Cleaning of node %s failed: its ramdisk does not offer the clean step(s) %s that automated cleaning requires (it offered %d); check the ramdisk image the node boots",
+				n.Ident(), strings.Join(missing, ", "), len(n.CachedCleanSteps))
+		}
+		var all []drivers.Step
+		for _, s := range append(append([]drivers.Step{}, d.CleanSteps...), standardPriorities(n.CachedCleanSteps, drivers.InbandCleanSteps())...) {
+			if p, ok := m.cfg.PriorityOverrides[s.Name()]; ok {
+				s.Priority = p
+			}
+			if s.Priority > 0 {
+				all = append(all, s)
+			}
+		}
+		drivers.Sort(all)
+		return stepActions(all, nil), nil
+	}
+	// Deploy: driver's deploy steps plus the ramdisk's, user overrides on top.
+	all := append(append([]drivers.Step{}, d.DeploySteps...), standardPriorities(n.CachedDeploySteps, drivers.InbandDeploySteps())...)
+	if _, ok := drivers.Find(all, "deploy", "write_image"); !ok {
+		return nil, fmt.Errorf("Deploy of node %s failed: the ramdisk does not offer deploy.write_image (it offered %d deploy steps)", n.Ident(), len(n.CachedDeploySteps))
+	}
+	args := map[string]map[string]any{}
+	user := AsObjects(a.Args["deploy_steps"])
+	for i, u := range user {
+		iface, _ := u["interface"].(string)
+		name, _ := u["step"].(string)
+		idx := -1
+		for j, s := range all {
+			if s.Interface == iface && s.Step == name {
+				idx = j
+			}
+		}
+		if idx < 0 {
+			// As Ironic: a user deploy step the node does not have is
+			// skipped (the API checked the shape of the list).
+			continue
+		}
+		if all[idx].Name() == CoreDeployStep {
+			return nil, fmt.Errorf("deploy step %d (%s) is the core deploy step: it can be neither re-prioritised nor disabled", i+1, CoreDeployStep)
+		}
+		if p, ok := stepPriority(u["priority"]); ok {
+			all[idx].Priority = p
+		}
+		if a, ok := u["args"].(map[string]any); ok {
+			if err := drivers.CheckArgs(all[idx], a); err != nil {
+				return nil, err
+			}
+			args[all[idx].Name()] = a
+		}
+	}
+	var run []drivers.Step
+	for _, s := range all {
+		if s.Priority > 0 {
+			run = append(run, s)
+		}
+	}
+	drivers.Sort(run)
+	return stepActions(run, args), nil
+}
+
+func stepActions(steps []drivers.Step, args map[string]map[string]any) []Action {
+	out := make([]Action, 0, len(steps))
+	for _, s := range steps {
+		out = append(out, Action{Kind: ActStep, Step: &StepRun{Interface: s.Interface, Step: s.Step, Priority: s.Priority,
+			Abortable: s.Abortable, InBand: s.RequiresRamdisk, Args: args[s.Name()]}})
+	}
+	return out
+}
+
+func toInt(v any) (int, bool) {
+	switch x := v.(type) {
+	case float64:
+		return int(x), x == float64(int(x))
+	case int:
+		return x, true
+	}
+	return 0, false
+}
+
+// resolveManual validates the operator's clean list against the driver's
+// steps and, when known (or when inbandKnown), the ramdisk's. It returns
+// the actions in the operator's order, or an error naming the step and
+// argument at fault.
+func (m *Machine) resolveManual(n *Node, d drivers.Declaration, list []map[string]any, inbandKnown bool) ([]Action, error) {
+	var out []Action
+	for i, raw := range list {
+		iface, ok1 := raw["interface"].(string)
+		name, ok2 := raw["step"].(string)
+		label := fmt.Sprintf("clean step %d", i+1)
+		if ok2 && name != "" {
+			label = fmt.Sprintf("clean step %d (%q)", i+1, name)
+		}
+		if !ok1 || iface == "" {
+			return nil, fmt.Errorf("Invalid %s: argument \"interface\" is required and must be one of %s", label, strings.Join(drivers.Interfaces(), ", "))
+		}
+		if drivers.InterfaceRank(iface) < 0 {
+			return nil, fmt.Errorf("Invalid %s: interface %q is unknown; it must be one of %s", label, iface, strings.Join(drivers.Interfaces(), ", "))
+		}
+		if !ok2 || name == "" {
+			return nil, fmt.Errorf("Invalid %s: argument \"step\" is required", label)
+		}
+		for k := range raw {
+			if k != "interface" && k != "step" && k != "args" && k != "abortable" && k != "priority" {
+				return nil, fmt.Errorf("Invalid clean step %s.%s: unknown field %q; a clean step has interface, step and args", iface, name, k)
+			}
+		}
+		args := map[string]any{}
+		if v, ok := raw["args"]; ok && v != nil {
+			a, ok := v.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("Invalid clean step %s.%s: argument \"args\" must be an object of name: value", iface, name)
+			}
+			args = a
+		}
+		decl, found := drivers.Find(d.CleanSteps, iface, name)
+		if !found {
+			decl, found = drivers.Find(n.CachedCleanSteps, iface, name)
+			if !found {
+				if !inbandKnown {
+					// Checked once the ramdisk has said which steps it has.
+					out = append(out, Action{Kind: ActStep, Step: &StepRun{Interface: iface, Step: name, InBand: true, Args: args}})
+					continue
+				}
+				return nil, fmt.Errorf("Invalid clean step %s.%s: driver %s and the node's ramdisk offer no such step", iface, name, n.Driver)
+			}
+		}
+		if err := drivers.CheckArgs(decl, args); err != nil {
+			return nil, fmt.Errorf("Invalid clean step: %v", err)
+		}
+		out = append(out, Action{Kind: ActStep, Step: &StepRun{Interface: iface, Step: name, Priority: decl.Priority,
+			Abortable: decl.Abortable, InBand: decl.RequiresRamdisk, Args: args}})
+	}
+	return out, nil
+}
+
+// finish ends the operation in its target state.
+func (m *Machine) finish(n *Node, now time.Time, out *Output) {
+	if IsWait(n.ProvisionState) {
+		m.fire(n, Resume, "", now, out)
+	}
+	op := n.Op
+	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
+	n.CleanStep, n.DeployStep = nil, nil
+	if op.Phase != "rescue" && op.Phase != "boot_device" {
+		// The operation is over, and so is its boot (a rescued node keeps
+		// its ramdisk until unrescue powers it off; setting the boot
+		// device ends no boot).
+		withdrawToken(n)
+	}
+	switch op.Phase {
+	case "power", "boot_device":
+		return
+	case "inspect":
+		t := now
+		n.InspectionFinishedAt = &t
+	case "delete":
+		n.InstanceInfo = nil
+		if m.cfg.AutomatedClean {
+			n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: "clean", Plan: m.autoCleanPlan(), StartedAt: now}
+			n.Reservation = m.cfg.Holder
+			m.fire(n, Clean, "", now, out)
+			n.TargetProvisionState = op.Target
+			m.advance(n, now, out)
+			return
+		}
+	}
+	m.fire(n, Done, op.Target, now, out)
+}
+
+// fail ends the operation in its failed state with last_error.
+func (m *Machine) fail(n *Node, now time.Time, out *Output, msg string) {
+	m.failWith(n, now, out, msg, Fail)
+}
+
+func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Event) {
+	op := n.Op
+	stepRunning := false
+	if a := m.current(n); a != nil && a.Kind == ActStep {
+		stepRunning = true
+	}
+	n.LastError = msg
+	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
+	if op == nil || op.Phase != "boot_device" {
+		withdrawToken(n)
+	}
+	out.History = append(out.History, HistoryEntry{Time: now, Severity: "ERROR", EventType: eventType(op), Event: msg})
+	out.Changed = true
+	// Whatever power action was under way is over too: a node at rest
+	// has no power target (Ironic clears it when the action ends).
+	n.TargetPowerState = ""
+	if op == nil || op.Phase == "power" || op.Phase == "boot_device" {
+		return
+	}
+	if op.Phase == "clean" && stepRunning && e == Fail {
+		n.Maintenance = true
+		n.MaintenanceReason = msg
+		n.Fault = "clean failure"
+	}
+	m.fire(n, e, "", now, out)
+	n.TargetProvisionState = ""
+	if KeepsTarget(n.ProvisionState) {
+		// Ironic's failed states show where the operation was going.
+		n.TargetProvisionState = op.Target
+	}
+}
+
+// SortedStepsView returns clean steps for the steps API: the driver's and
+// the cached in-band ones, with priority overrides, sorted, filtered by
+// minPriority. known is false when the ramdisk has not reported yet.
+func (m *Machine) SortedStepsView(n *Node, minPriority int) (steps []drivers.Step, known bool, err error) {
+	d, err := m.cfg.Drivers.Get(n.Driver)
+	if err != nil {
+		return nil, false, err
+	}
+	all := append(append([]drivers.Step{}, d.CleanSteps...), n.CachedCleanSteps...)
+	for i := range all {
+		if p, ok := m.cfg.PriorityOverrides[all[i].Name()]; ok {
+			all[i].Priority = p
+		}
+	}
+	var out []drivers.Step
+	for _, s := range all {
+		if s.Priority >= minPriority {
+			out = append(out, s)
+		}
+	}
+	drivers.Sort(out)
+	return out, !n.StepsCachedAt.IsZero(), nil
+}

@@ -1,0 +1,288 @@
+package fsm
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// This file holds the operator's verbs: the checks Ironic makes before a
+// verb starts, and the start of each operation with its plan.
+
+// VerbRequest is an operator's provision request.
+type VerbRequest struct {
+	Verb Event
+	// CleanSteps is the manual clean list, as decoded JSON objects.
+	CleanSteps []map[string]any
+	// DeploySteps are extra or overriding deploy steps.
+	DeploySteps    []map[string]any
+	RescuePassword string
+}
+
+// CheckVerb says whether verb may start on n now, without changing n.
+func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
+	if n.Locked() {
+		return refuse(409, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
+	}
+	if !IsVerb(req.Verb) {
+		return refuse(400, "%q is not a valid provision target; valid targets: %s", req.Verb, verbList(Verbs()))
+	}
+	if _, ok := Next(n.ProvisionState, req.Verb, ""); !ok {
+		return refuse(400, "The requested action %q can not be performed on node %q while it is in state %q. Allowed there: %s.",
+			req.Verb, n.Ident(), n.ProvisionState, verbList(Allowed(n.ProvisionState)))
+	}
+	// As Ironic (allow_provisioning_in_maintenance): manage, inspect,
+	// clean, provide, undeploy and abort start in maintenance, and the
+	// node pauses when it reaches a WAIT state; deploy, rebuild, rescue
+	// and unrescue are refused.
+	if op, refused := MaintenanceOp(req.Verb); refused && n.Maintenance {
+		return refuse(400, "The %s operation can't be performed on node %s because it's in maintenance mode. (maintenance reason: %q; unset maintenance first)", op, n.Ident(), n.MaintenanceReason)
+	}
+	if needsRamdisk(req.Verb, m.cfg.AutomatedClean) {
+		if d, err := m.cfg.Drivers.Get(n.Driver); err == nil && d.NoRamdiskBoot != "" {
+			return refuse(400, "Cannot %s node %s: it needs the ramdisk, and %s. Nodes of driver %s can be managed, powered and cleaned with out-of-band steps for now.",
+				req.Verb, n.Ident(), d.NoRamdiskBoot, n.Driver)
+		}
+	}
+	switch req.Verb {
+	case Provide:
+		if n.Retired {
+			return refuse(409, "cannot provide node %s: node is retired (reason %q); unset retired first", n.Ident(), n.RetiredReason)
+		}
+	case Clean:
+		if len(req.CleanSteps) == 0 {
+			return refuse(400, "clean_steps is required and must be a non-empty list for target \"clean\" on node %s", n.Ident())
+		}
+		if err := CheckCleanStepsSchema(req.CleanSteps); err != nil {
+			return refuse(400, "%v", err)
+		}
+	case Deploy, Rebuild:
+		if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
+			return refuse(400, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
+		}
+		if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
+			return refuse(400, "%v", err)
+		}
+	case RescueV:
+		if req.RescuePassword == "" {
+			return refuse(400, "A non-empty rescue_password is required to rescue node %s", n.Ident())
+		}
+	}
+	return nil
+}
+
+// Verb starts an operator verb on n. A refusal leaves n untouched.
+func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusal) {
+	var out Output
+	if r := m.CheckVerb(n, req); r != nil {
+		return out, r
+	}
+	out.Changed = true
+	retiredTarget := Available
+	if n.Retired {
+		retiredTarget = Manageable
+	}
+	switch req.Verb {
+	case Manage:
+		if n.ProvisionState == Enroll {
+			m.start(n, req.Verb, Manageable, "verify", []Action{{Kind: ActOOB, Action: protocol.ActionValidate}}, now, &out)
+			return out, nil
+		}
+		// A direct move: no operation starts, and last_error stays (as
+		// Ironic keeps it when a node leaves clean failed).
+		m.fire(n, Manage, "", now, &out)
+	case Inspect:
+		t := now
+		n.InspectionStartedAt, n.InspectionFinishedAt = &t, nil
+		plan := append(bootRamdisk(),
+			Action{Kind: ActStep, Step: &StepRun{Interface: "deploy", Step: "inspect_hardware", InBand: true, Abortable: true}},
+			powerAction(protocol.PowerOff))
+		m.start(n, req.Verb, Manageable, "inspect", plan, now, &out)
+	case Provide:
+		m.start(n, req.Verb, retiredTarget, "clean", m.autoCleanPlan(), now, &out)
+	case Clean:
+		m.startManualClean(n, req.CleanSteps, now, &out)
+	case Deploy, Rebuild:
+		plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps}})
+		m.start(n, req.Verb, Active, "deploy", plan, now, &out)
+	case RescueV:
+		plan := append(bootRamdisk(), Action{Kind: ActStep, Step: &StepRun{Interface: "rescue", Step: "finalize_rescue", InBand: true}})
+		m.start(n, req.Verb, Rescue, "rescue", plan, now, &out)
+		if n.Op != nil {
+			n.Op.RescuePassword = req.RescuePassword
+		}
+	case Unrescue:
+		plan := []Action{powerAction(protocol.PowerOff), bootDevAction(protocol.BootDisk), powerAction(protocol.PowerOn)}
+		m.start(n, req.Verb, Active, "unrescue", plan, now, &out)
+	case Undeploy:
+		m.start(n, req.Verb, retiredTarget, "delete", []Action{powerAction(protocol.PowerOff)}, now, &out)
+	case Abort:
+		m.abort(n, now, &out)
+	}
+	return out, nil
+}
+
+// needsRamdisk tells whether a verb always boots the ramdisk (a manual
+// clean does only when its list has an in-band step).
+func needsRamdisk(v Event, automatedClean bool) bool {
+	switch v {
+	case Inspect, Deploy, Rebuild, RescueV:
+		return true
+	case Provide:
+		return automatedClean
+	}
+	return false
+}
+
+// start enters the -ING state of verb and runs the plan as far as it goes.
+func (m *Machine) start(n *Node, verb Event, target State, phase string, plan []Action, now time.Time, out *Output) {
+	m.begin(n, verb, target, phase, plan, now, out)
+	m.advance(n, now, out)
+}
+
+// begin enters the -ING state of verb with an operation, running nothing.
+func (m *Machine) begin(n *Node, verb Event, target State, phase string, plan []Action, now time.Time, out *Output) {
+	n.LastError = ""
+	n.CleanStep, n.DeployStep = nil, nil
+	n.Op = &Operation{Verb: verb, Target: target, Phase: phase, Plan: plan, StartedAt: now}
+	n.Reservation = m.cfg.Holder
+	m.fire(n, verb, "", now, out)
+	n.TargetProvisionState = target
+}
+
+func (m *Machine) checkDriverInfo(n *Node) error {
+	d, err := m.cfg.Drivers.Get(n.Driver)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, k := range d.RequiredInfo {
+		if v, ok := n.DriverInfo[k]; !ok || v == "" {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("Failed to validate power driver interface for node %s: driver %s needs driver_info %s; set it with node set %s --driver-info KEY=VALUE",
+			n.Ident(), n.Driver, strings.Join(missing, ", "), n.Ident())
+	}
+	return nil
+}
+
+func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time, out *Output) {
+	d, err := m.cfg.Drivers.Get(n.Driver)
+	var actions []Action
+	if err == nil {
+		actions, err = m.resolveManual(n, d, list, len(n.CachedCleanSteps) > 0)
+	}
+	inband := false
+	for _, a := range actions {
+		inband = inband || a.Step.InBand
+	}
+	var plan []Action
+	if inband && err == nil && d.NoRamdiskBoot != "" {
+		err = fmt.Errorf("Cannot clean node %s with in-band steps: %s; only out-of-band steps can run on it for now", n.Ident(), d.NoRamdiskBoot)
+	}
+	if inband {
+		plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}}, powerAction(protocol.PowerOff))
+	} else {
+		plan = actions
+	}
+	// A bad list fails before any step is current: nothing ran, so no
+	// maintenance is set.
+	m.begin(n, Clean, Manageable, "clean", nil, now, out)
+	n.Op.Manual = true
+	if err != nil {
+		m.fail(n, now, out, err.Error())
+		return
+	}
+	n.Op.Plan = plan
+	m.advance(n, now, out)
+}
+
+func (m *Machine) abort(n *Node, now time.Time, out *Output) {
+	a := m.current(n)
+	if a == nil || a.Kind != ActStep || a.Step == nil {
+		m.failWith(n, now, out, fmt.Sprintf("aborted by request while waiting for the ramdisk of node %s to boot", n.Ident()), Abort)
+		return
+	}
+	if !a.Step.Abortable {
+		n.Op.AbortAfter = true
+		n.UpdatedAt = now
+		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(n.Op),
+			Event: fmt.Sprintf("abort requested during step %s, which cannot be aborted; the operation fails when it ends", a.Step.Name())})
+		return
+	}
+	if n.Pending != nil && n.Pending.InBand {
+		stop := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID,
+			Sent: now, Action: protocol.ActionAbort, Token: n.AgentToken, Deadline: now.Add(m.cfg.CommandTimeout),
+			Args: map[string]any{"command_id": n.Pending.ID}}
+		out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: stop})
+	}
+	m.failWith(n, now, out, fmt.Sprintf("aborted by request during step %s", a.Step.Name()), Abort)
+}
+
+// PowerRequest starts a power change outside any provision operation.
+func (m *Machine) PowerRequest(n *Node, target string, now time.Time) (Output, *Refusal) {
+	var out Output
+	if r := checkIdle(n, "changing power"); r != nil {
+		return out, r
+	}
+	state, ok := powerCommand(target)
+	if !ok {
+		return out, refuse(400, "Invalid power target %q for node %s; use one of: %s", target, n.Ident(), strings.Join(PowerTargets(), ", "))
+	}
+	n.Op = &Operation{Verb: "power", Phase: "power", Plan: []Action{powerAction(state)}, StartedAt: now}
+	n.Reservation = m.cfg.Holder
+	n.LastError = ""
+	out.Changed = true
+	m.advance(n, now, &out)
+	return out, nil
+}
+
+// InterfaceCheck is one interface's answer in a node's validation, in
+// Ironic's shape: Result nil means the interface is not supported.
+type InterfaceCheck struct {
+	Result *bool  `json:"result"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Validate answers GET /v1/nodes/{id}/validate from what the coordinator
+// knows without asking the BMC (as Ironic's validate does): the driver's
+// required driver_info, whether the edge can boot the node into the
+// ramdisk, the image to deploy, the driver's interfaces.
+func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
+	yes, no := true, false
+	ok := InterfaceCheck{Result: &yes}
+	fail := func(reason string) InterfaceCheck { return InterfaceCheck{Result: &no, Reason: reason} }
+	unsupported := InterfaceCheck{Reason: "not supported"}
+	out := map[string]InterfaceCheck{"console": unsupported, "raid": unsupported, "network": ok}
+	d, err := m.cfg.Drivers.Get(n.Driver)
+	if err != nil {
+		for _, k := range []string{"power", "management", "boot", "deploy", "inspect", "rescue", "bios"} {
+			out[k] = fail(err.Error())
+		}
+		return out
+	}
+	out["power"], out["management"] = ok, ok
+	if err := m.checkDriverInfo(n); err != nil {
+		out["power"], out["management"] = fail(err.Error()), fail(err.Error())
+	}
+	boot := ok
+	if d.NoRamdiskBoot != "" {
+		boot = fail(d.NoRamdiskBoot)
+	}
+	out["boot"], out["inspect"], out["rescue"] = boot, boot, boot
+	out["deploy"] = boot
+	if s, _ := n.InstanceInfo["image_source"].(string); s == "" && d.NoRamdiskBoot == "" {
+		out["deploy"] = fail(fmt.Sprintf("instance_info image_source of node %s is not set", n.Ident()))
+	}
+	out["bios"] = unsupported
+	for _, s := range d.CleanSteps {
+		if s.Interface == "bios" {
+			out["bios"] = ok
+		}
+	}
+	return out
+}

@@ -1,0 +1,773 @@
+package fsm
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// The scenario files under testdata/scenarios are lifecycle tests that read
+// like the seeds, in the manner of etcd raft's datadriven interaction
+// tests: each block is a command, a line "----" and what the machine did
+// (transitions, history, messages sent, refusals), ended by a blank line.
+// A command without "----" expects no output (expect prints nothing: it
+// fails the test when the node differs). go test -run TestScenarios
+// -rewrite writes the outputs anew from what the machine does now; expect
+// lines are never rewritten, so a rewrite cannot hide a broken rule.
+//
+// Commands (arguments are words, key=value or key~value; a value may be a
+// Go-quoted string or a JSON list or object):
+//
+//	config [clean=on|off] [priority=iface.step:N,...] [wait_timeout=D] [command_timeout=D]
+//	node create name=N [driver=fake] [site=site1]
+//	set instance_info.K=V | driver_info.K=V | properties.K=V | retired=true|false | retired_reason=R ...
+//	maintenance on [reason=R] | maintenance off
+//	verb VERB [steps=JSON] [deploy_steps=JSON] [password=P]   (CLI names: deploy, undeploy, ...)
+//	power on|off|reboot|soft-off|TARGET
+//	bmc ok | bmc fail [error=E]          answer the outstanding out-of-band command
+//	agent hello [boot=B] [clean=standard|none|JSON] [deploy=standard|none|JSON]
+//	agent result ok [data=JSON] | agent result fail [error=E] [token=T]
+//	agent heartbeat [progress=P] [token=T]
+//	tick +D [offline]                    advance the clock by D, then tick
+//	settle                               answer everything as a healthy site does
+//	recover                              the coordinator restarted
+//	expect KEY=VALUE | KEY~SUBSTRING ...
+//	history                              the node's whole history
+//	show                                 the node's main fields
+var rewrite = flag.Bool("rewrite", false, "rewrite the outputs of testdata/scenarios/*.txt from what the machine does now")
+
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/scenarios/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenario files under testdata/scenarios (%v)", err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScenarioFile(t, f) })
+	}
+}
+
+// block is one command of a scenario file with what precedes it
+// (comments, blank lines) and its expected output.
+type block struct {
+	pre  []string
+	line int
+	cmd  string
+	want string
+}
+
+func parseScenario(t *testing.T, path string) (blocks []block, tail []string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	var pre []string
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
+			pre = append(pre, l)
+			continue
+		}
+		if l == "----" {
+			t.Fatalf("%s:%d: ---- without a command", path, i+1)
+		}
+		bl := block{pre: pre, line: i + 1, cmd: l}
+		pre = nil
+		if i+1 < len(lines) && lines[i+1] == "----" {
+			i++
+			var out []string
+			for i+1 < len(lines) && strings.TrimSpace(lines[i+1]) != "" {
+				i++
+				out = append(out, lines[i])
+			}
+			i++ // the blank line that ends the output
+			bl.want = strings.Join(out, "\n")
+		}
+		blocks = append(blocks, bl)
+	}
+	return blocks, pre
+}
+
+func runScenarioFile(t *testing.T, path string) {
+	blocks, tail := parseScenario(t, path)
+	s := newScenario(t, path)
+	var rw strings.Builder
+	for _, bl := range blocks {
+		s.line = bl.line
+		got := strings.TrimRight(s.do(bl.cmd), "\n")
+		if *rewrite {
+			for _, p := range bl.pre {
+				rw.WriteString(p + "\n")
+			}
+			rw.WriteString(bl.cmd + "\n")
+			if got != "" {
+				rw.WriteString("----\n" + got + "\n\n")
+			}
+			continue
+		}
+		if got != bl.want {
+			t.Errorf("%s:%d: %s\nwant:\n%s\ngot:\n%s", path, bl.line, bl.cmd, indent(bl.want), indent(got))
+		}
+	}
+	if *rewrite {
+		for _, p := range tail {
+			rw.WriteString(p + "\n")
+		}
+		text := rw.String()
+		for strings.Contains(text, "\n\n\n") {
+			text = strings.ReplaceAll(text, "\n\n\n", "\n\n")
+		}
+		if err := os.WriteFile(path, []byte(strings.TrimRight(text, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func indent(s string) string {
+	if s == "" {
+		return "    (nothing)"
+	}
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}
+
+// scenario is one node, the machine and a clock; the site (edge agent and
+// ramdisk) is played by the commands.
+type scenario struct {
+	t     *testing.T
+	path  string
+	line  int
+	cfg   Config
+	m     *Machine
+	n     *Node
+	now   time.Time
+	ids   int
+	boots int
+	hist  []HistoryEntry
+}
+
+func newScenario(t *testing.T, path string) *scenario {
+	s := &scenario{t: t, path: path, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	reg, err := drivers.NewRegistry(drivers.Builtin()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cfg = Config{Drivers: reg, AutomatedClean: true,
+		NewID:    func() string { s.ids++; return fmt.Sprintf("c%d", s.ids) },
+		NewToken: func() string { s.ids++; return fmt.Sprintf("tok%d", s.ids) }}
+	s.m = New(s.cfg)
+	return s
+}
+
+func (s *scenario) fatalf(format string, a ...any) {
+	s.t.Helper()
+	s.t.Fatalf("%s:%d: %s", s.path, s.line, fmt.Sprintf(format, a...))
+}
+
+// arg is one word of a command: a bare word (key empty) or key=value,
+// key~value.
+type arg struct{ key, op, val string }
+
+func splitArgs(line string) ([]arg, error) {
+	var out []arg
+	i := 0
+	for i < len(line) {
+		if line[i] == ' ' || line[i] == '\t' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(line) && !strings.ContainsRune(" \t=~", rune(line[j])) {
+			j++
+		}
+		if j == len(line) || line[j] == ' ' || line[j] == '\t' {
+			out = append(out, arg{val: line[i:j]})
+			i = j
+			continue
+		}
+		a := arg{key: line[i:j], op: string(line[j])}
+		j++
+		switch {
+		case j < len(line) && line[j] == '"':
+			q, err := strconv.QuotedPrefix(line[j:])
+			if err != nil {
+				return nil, fmt.Errorf("bad quoted value of %s: %v", a.key, err)
+			}
+			a.val, _ = strconv.Unquote(q)
+			j += len(q)
+		case j < len(line) && (line[j] == '[' || line[j] == '{'):
+			end, err := jsonEnd(line[j:])
+			if err != nil {
+				return nil, fmt.Errorf("bad JSON value of %s: %v", a.key, err)
+			}
+			a.val = line[j : j+end]
+			j += end
+		default:
+			k := j
+			for k < len(line) && line[k] != ' ' && line[k] != '\t' {
+				k++
+			}
+			a.val = line[j:k]
+			j = k
+		}
+		out = append(out, a)
+		i = j
+	}
+	return out, nil
+}
+
+// jsonEnd returns the length of the JSON list or object s starts with.
+func jsonEnd(s string) (int, error) {
+	depth, inStr := 0, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inStr && c == '\\':
+			i++
+		case c == '"':
+			inStr = !inStr
+		case inStr:
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			depth--
+			if depth == 0 {
+				return i + 1, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("unbalanced %q", s)
+}
+
+// opts are a command's key=value arguments.
+type opts map[string]string
+
+func (o opts) get(k, def string) string {
+	if v, ok := o[k]; ok {
+		return v
+	}
+	return def
+}
+
+func (s *scenario) do(line string) string {
+	s.t.Helper()
+	args, err := splitArgs(line)
+	if err != nil {
+		s.fatalf("%v", err)
+	}
+	var words []string
+	o := opts{}
+	for _, a := range args {
+		if a.key == "" {
+			words = append(words, a.val)
+		} else if a.op == "=" {
+			o[a.key] = a.val
+		}
+	}
+	var b strings.Builder
+	if len(words) == 0 {
+		s.fatalf("no command in %q", line)
+	}
+	if words[0] != "config" && words[0] != "node" && s.n == nil {
+		s.fatalf("%s before node create", words[0])
+	}
+	switch words[0] {
+	case "config":
+		s.config(o, &b)
+	case "node":
+		if len(words) < 2 || words[1] != "create" {
+			s.fatalf("want node create")
+		}
+		name := o.get("name", "n1")
+		s.n = &Node{UUID: "uuid-" + name, Name: name, Driver: o.get("driver", "fake"), Site: o.get("site", "site1"),
+			ProvisionState: Enroll, CreatedAt: s.now, UpdatedAt: s.now}
+		fmt.Fprintf(&b, "%s: %s\n", name, s.n.ProvisionState)
+	case "set":
+		s.set(args, &b)
+	case "maintenance":
+		on := len(words) > 1 && words[1] == "on"
+		s.apply(s.m.SetMaintenance(s.n, on, o.get("reason", ""), s.now), &b)
+	case "verb":
+		if len(words) < 2 {
+			s.fatalf("verb needs a verb")
+		}
+		req := VerbRequest{Verb: cliVerb(words[1]), RescuePassword: o.get("password", "")}
+		if v, ok := o["steps"]; ok {
+			req.CleanSteps = s.objects(v)
+		}
+		if v, ok := o["deploy_steps"]; ok {
+			req.DeploySteps = s.objects(v)
+		}
+		out, r := s.m.Verb(s.n, req, s.now)
+		if r != nil {
+			fmt.Fprintf(&b, "refused %d: %s\n", r.Code, r.Msg)
+			break
+		}
+		s.apply(out, &b)
+	case "power":
+		target := strings.Join(words[1:], " ")
+		switch target {
+		case "on", "off":
+			target = "power " + target
+		case "reboot":
+			target = PowerTargetReboot
+		case "soft-off":
+			target = PowerTargetSoftOff
+		}
+		out, r := s.m.PowerRequest(s.n, target, s.now)
+		if r != nil {
+			fmt.Fprintf(&b, "refused %d: %s\n", r.Code, r.Msg)
+			break
+		}
+		s.apply(out, &b)
+	case "bmc":
+		s.bmc(len(words) > 1 && words[1] == "ok", o.get("error", "the BMC said no"), &b)
+	case "agent":
+		if len(words) < 2 {
+			s.fatalf("agent hello|result|heartbeat")
+		}
+		switch words[1] {
+		case "hello":
+			s.hello(o, &b)
+		case "result":
+			s.agentResult(len(words) > 2 && words[2] == "ok", o, &b)
+		case "heartbeat":
+			s.heartbeat(o, &b)
+		default:
+			s.fatalf("agent hello|result|heartbeat")
+		}
+	case "tick":
+		if len(words) < 2 || !strings.HasPrefix(words[1], "+") {
+			s.fatalf("tick +DURATION")
+		}
+		d, err := time.ParseDuration(words[1][1:])
+		if err != nil {
+			s.fatalf("%v", err)
+		}
+		s.now = s.now.Add(d)
+		online := !(len(words) > 2 && words[2] == "offline")
+		s.apply(s.m.Tick(s.n, s.now, online), &b)
+	case "settle":
+		s.settle(&b)
+	case "recover":
+		s.apply(s.m.Recover(s.n, s.now), &b)
+	case "expect":
+		s.expect(args)
+	case "history":
+		for _, h := range s.hist {
+			fmt.Fprintf(&b, "%s %s: %s\n", h.Severity, h.EventType, h.Event)
+		}
+	case "show":
+		s.show(&b)
+	default:
+		s.fatalf("unknown command %q", words[0])
+	}
+	return b.String()
+}
+
+func cliVerb(v string) Event {
+	switch v {
+	case "deploy":
+		return Deploy
+	case "undeploy":
+		return Undeploy
+	}
+	return Event(v)
+}
+
+func (s *scenario) objects(v string) []map[string]any {
+	var l []map[string]any
+	if err := json.Unmarshal([]byte(v), &l); err != nil {
+		s.fatalf("not a JSON list of objects: %v", err)
+	}
+	return l
+}
+
+func (s *scenario) config(o opts, b *strings.Builder) {
+	cfg := s.cfg
+	for k, v := range o {
+		switch k {
+		case "clean":
+			cfg.AutomatedClean = v == "on"
+		case "priority":
+			cfg.PriorityOverrides = map[string]int{}
+			for _, kv := range strings.Split(v, ",") {
+				name, p, _ := strings.Cut(kv, ":")
+				n, err := strconv.Atoi(p)
+				if err != nil {
+					s.fatalf("priority %s: want iface.step:N", kv)
+				}
+				cfg.PriorityOverrides[name] = n
+			}
+		case "wait_timeout":
+			cfg.WaitTimeout = s.duration(v)
+		case "command_timeout":
+			cfg.CommandTimeout = s.duration(v)
+		default:
+			s.fatalf("unknown config %s", k)
+		}
+	}
+	s.cfg = cfg
+	s.m = New(cfg)
+}
+
+func (s *scenario) duration(v string) time.Duration {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		s.fatalf("%v", err)
+	}
+	return d
+}
+
+func (s *scenario) set(args []arg, b *strings.Builder) {
+	upd := *s.n
+	upd.InstanceInfo, upd.DriverInfo, upd.Properties = maps.Clone(upd.InstanceInfo), maps.Clone(upd.DriverInfo), maps.Clone(upd.Properties)
+	put := func(m *map[string]any, k, v string) {
+		if *m == nil {
+			*m = map[string]any{}
+		}
+		(*m)[k] = v
+	}
+	for _, a := range args[1:] {
+		switch {
+		case strings.HasPrefix(a.key, "instance_info."):
+			put(&upd.InstanceInfo, strings.TrimPrefix(a.key, "instance_info."), a.val)
+		case strings.HasPrefix(a.key, "driver_info."):
+			put(&upd.DriverInfo, strings.TrimPrefix(a.key, "driver_info."), a.val)
+		case strings.HasPrefix(a.key, "properties."):
+			put(&upd.Properties, strings.TrimPrefix(a.key, "properties."), a.val)
+		case a.key == "retired":
+			upd.Retired = a.val == "true"
+		case a.key == "retired_reason":
+			upd.RetiredReason = a.val
+		default:
+			s.fatalf("set: unknown field %q", a.key)
+		}
+	}
+	if r := CheckUpdate(s.n, &upd); r != nil {
+		fmt.Fprintf(b, "refused %d: %s\n", r.Code, r.Msg)
+		return
+	}
+	*s.n = upd
+}
+
+// apply records an output and prints it: transitions, other history
+// lines, what was sent, a rejection.
+func (s *scenario) apply(out Output, b *strings.Builder) {
+	for _, h := range out.History {
+		s.hist = append(s.hist, h)
+		if h.To != "" {
+			fmt.Fprintf(b, "%s\n", h.Event)
+		} else {
+			fmt.Fprintf(b, "%s %s: %s\n", h.Severity, h.EventType, h.Event)
+		}
+	}
+	if out.Inventory != nil {
+		fmt.Fprintf(b, "inventory stored: %s\n", jsonText(out.Inventory))
+	}
+	for _, o := range out.Send {
+		fmt.Fprintf(b, "send %s\n", sentText(o.Msg))
+	}
+	if out.Reject != "" {
+		late := ""
+		if out.Late {
+			late = " (late)"
+		}
+		fmt.Fprintf(b, "rejected%s: %s\n", late, out.Reject)
+	}
+}
+
+func jsonText(v any) string {
+	j, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(j)
+}
+
+// sentText names a message the machine sent: to whom and what.
+func sentText(msg *protocol.Message) string {
+	switch {
+	case msg.Kind == protocol.KindWelcome:
+		return "ramdisk: welcome, boot " + msg.BootID
+	case msg.Action == protocol.ActionInbandRun || msg.Action == protocol.ActionOOBStep:
+		who := "ramdisk"
+		if msg.Action == protocol.ActionOOBStep {
+			who = "bmc"
+		}
+		t := fmt.Sprintf("%s: step %s.%s", who, msg.Step.Interface, msg.Step.Step)
+		if len(msg.Step.Args) > 0 {
+			t += " args " + jsonText(msg.Step.Args)
+		}
+		return t
+	case msg.Action == protocol.ActionAbort:
+		return "ramdisk: abort the running step"
+	case msg.Action == protocol.ActionPower:
+		return "bmc: " + describeOOB(msg)
+	case msg.Action == protocol.ActionBootDev:
+		return "bmc: " + describeOOB(msg)
+	}
+	return "bmc: " + msg.Action
+}
+
+func describeOOB(msg *protocol.Message) string {
+	n := &Node{}
+	return describe(n, &Action{Kind: ActOOB, Action: msg.Action, Args: msg.Args})
+}
+
+// pendingText names the outstanding command.
+func pendingText(n *Node) string {
+	if n.Pending == nil {
+		return "none"
+	}
+	return sentText(n.Pending.Msg)
+}
+
+func (s *scenario) bmc(ok bool, errText string, b *strings.Builder) {
+	p := s.n.Pending
+	if p == nil || p.InBand {
+		fmt.Fprintf(b, "error: no out-of-band command outstanding (outstanding: %s)\n", pendingText(s.n))
+		return
+	}
+	res := &protocol.Message{Kind: protocol.KindResult, CommandID: p.ID, OK: ok}
+	if !ok {
+		res.Error = errText
+	}
+	s.apply(s.m.Result(s.n, res, s.now), b)
+}
+
+func standardSteps(l []drivers.Step) []protocol.Step {
+	var out []protocol.Step
+	for _, d := range l {
+		if d.Step == "inspect_hardware" {
+			continue
+		}
+		out = append(out, protocol.Step{Interface: d.Interface, Step: d.Step, Priority: d.Priority, Abortable: d.Abortable})
+	}
+	return out
+}
+
+func (s *scenario) stepList(v string, standard []drivers.Step) []protocol.Step {
+	switch v {
+	case "standard":
+		return standardSteps(standard)
+	case "none":
+		return nil
+	}
+	var l []protocol.Step
+	if err := json.Unmarshal([]byte(v), &l); err != nil {
+		s.fatalf("not a JSON list of steps: %v", err)
+	}
+	return l
+}
+
+func (s *scenario) hello(o opts, b *strings.Builder) {
+	boot := o["boot"]
+	if boot == "" {
+		s.boots++
+		boot = fmt.Sprintf("boot-%d", s.boots)
+	}
+	msg := &protocol.Message{Kind: protocol.KindHello, BootID: boot,
+		CleanSteps:  s.stepList(o.get("clean", "standard"), drivers.InbandCleanSteps()),
+		DeploySteps: s.stepList(o.get("deploy", "standard"), drivers.InbandDeploySteps())}
+	s.apply(s.m.Hello(s.n, msg, s.now), b)
+}
+
+func (s *scenario) agentResult(ok bool, o opts, b *strings.Builder) {
+	p := s.n.Pending
+	if p == nil || !p.InBand {
+		fmt.Fprintf(b, "error: no in-band step outstanding (outstanding: %s)\n", pendingText(s.n))
+		return
+	}
+	res := &protocol.Message{Kind: protocol.KindResult, CommandID: p.ID, OK: ok, Token: o.get("token", s.n.AgentToken)}
+	if !ok {
+		res.Error = o.get("error", "the step failed")
+	}
+	if v, set := o["data"]; set {
+		if err := json.Unmarshal([]byte(v), &res.Data); err != nil {
+			s.fatalf("data: %v", err)
+		}
+	} else if p.Msg.Step != nil && p.Msg.Step.Step == "inspect_hardware" {
+		res.Data = map[string]any{"inventory": map[string]any{"cpu": map[string]any{"count": 4.0}},
+			"properties": map[string]any{"cpus": 4.0, "memory_mb": 1024.0}}
+	}
+	s.apply(s.m.Result(s.n, res, s.now), b)
+}
+
+func (s *scenario) heartbeat(o opts, b *strings.Builder) {
+	msg := &protocol.Message{Kind: protocol.KindHeartbeat, Token: o.get("token", s.n.AgentToken)}
+	if s.n.Pending != nil && s.n.Pending.InBand {
+		msg.Running = s.n.Pending.ID
+	}
+	if v, ok := o["progress"]; ok {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			s.fatalf("progress: %v", err)
+		}
+		msg.Progress = p
+	}
+	s.apply(s.m.Heartbeat(s.n, msg, s.now), b)
+}
+
+// settle plays a healthy site: it answers every outstanding command with
+// success and boots the ramdisk (hello with the standard steps) after
+// every reboot, until nothing is outstanding or the node is in
+// maintenance.
+func (s *scenario) settle(b *strings.Builder) {
+	for i := 0; ; i++ {
+		if i > 50 {
+			s.fatalf("settle: no end")
+		}
+		p := s.n.Pending
+		if p == nil || (s.n.Maintenance && IsWait(s.n.ProvisionState)) {
+			return
+		}
+		if p.InBand {
+			fmt.Fprintf(b, "> agent result ok (%s)\n", pendingText(s.n))
+			s.agentResult(true, opts{}, b)
+			continue
+		}
+		reboot := p.Msg.Action == protocol.ActionPower && !protocol.PowerIsOff(fmt.Sprint(p.Msg.Args["state"]))
+		fmt.Fprintf(b, "> bmc ok (%s)\n", pendingText(s.n))
+		s.bmc(true, "", b)
+		if reboot && s.n.Op != nil && s.m.expectsAgent(s.n) {
+			fmt.Fprintf(b, "> agent hello\n")
+			s.hello(opts{}, b)
+		}
+	}
+}
+
+func (s *scenario) show(b *strings.Builder) {
+	n := s.n
+	fmt.Fprintf(b, "provision_state: %s\n", n.ProvisionState)
+	fmt.Fprintf(b, "target_provision_state: %s\n", orNone(string(n.TargetProvisionState)))
+	fmt.Fprintf(b, "last_error: %s\n", orNone(n.LastError))
+	fmt.Fprintf(b, "maintenance: %v\n", n.Maintenance)
+	if n.MaintenanceReason != "" {
+		fmt.Fprintf(b, "maintenance_reason: %s\n", n.MaintenanceReason)
+	}
+	fmt.Fprintf(b, "power_state: %s\n", orNone(n.PowerState))
+	fmt.Fprintf(b, "clean_step: %s\n", stepName(n.CleanStep))
+	fmt.Fprintf(b, "deploy_step: %s\n", stepName(n.DeployStep))
+	fmt.Fprintf(b, "reservation: %s\n", orNone(n.Reservation))
+	fmt.Fprintf(b, "outstanding: %s\n", pendingText(n))
+	if len(n.Properties) > 0 {
+		fmt.Fprintf(b, "properties: %s\n", jsonText(n.Properties))
+	}
+	if len(n.InstanceInfo) > 0 {
+		fmt.Fprintf(b, "instance_info: %s\n", jsonText(n.InstanceInfo))
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func stepName(s *StepRun) string {
+	if s == nil {
+		return "none"
+	}
+	return s.Name()
+}
+
+// fields are what expect can check, each as text.
+func (s *scenario) fields() map[string]string {
+	n := s.n
+	f := map[string]string{
+		"state":              string(n.ProvisionState),
+		"target":             string(n.TargetProvisionState),
+		"last_error":         n.LastError,
+		"maintenance":        strconv.FormatBool(n.Maintenance),
+		"maintenance_reason": n.MaintenanceReason,
+		"fault":              n.Fault,
+		"power":              n.PowerState,
+		"target_power":       n.TargetPowerState,
+		"boot_device":        n.BootDevice,
+		"locked":             strconv.FormatBool(n.Locked()),
+		"retired":            strconv.FormatBool(n.Retired),
+		"clean_step":         stepName(n.CleanStep),
+		"deploy_step":        stepName(n.DeployStep),
+		"pending":            pendingText(n),
+		"token":              map[bool]string{true: "none", false: "set"}[n.AgentToken == ""],
+		"op":                 "none",
+		"steps":              "none",
+		"deadline":           "none",
+		"instance_info":      "none",
+	}
+	if n.Op != nil {
+		f["op"] = n.Op.Phase
+		var names []string
+		for _, a := range n.Op.Plan {
+			if a.Kind == ActStep {
+				names = append(names, a.Step.Name())
+			}
+		}
+		if len(names) > 0 {
+			f["steps"] = strings.Join(names, ",")
+		}
+	}
+	if !n.Deadline.IsZero() {
+		f["deadline"] = "+" + n.Deadline.Sub(s.now).String()
+	}
+	if len(n.InstanceInfo) > 0 {
+		keys := slicesSorted(n.InstanceInfo)
+		f["instance_info"] = strings.Join(keys, ",")
+	}
+	for k, v := range n.Properties {
+		f["properties."+k] = fmt.Sprint(v)
+	}
+	return f
+}
+
+func slicesSorted(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// expect checks fields of the node: key=value (exact; "none" or nothing
+// for an empty field) or key~part (contains). A mismatch fails the test
+// at the scenario's line; it prints nothing, so -rewrite leaves it be.
+func (s *scenario) expect(args []arg) {
+	s.t.Helper()
+	f := s.fields()
+	for _, a := range args[1:] {
+		if a.key == "" {
+			s.fatalf("expect: %q is not key=value", a.val)
+		}
+		got, ok := f[a.key]
+		if !ok && !strings.HasPrefix(a.key, "properties.") {
+			s.fatalf("expect: unknown field %q", a.key)
+		}
+		switch a.op {
+		case "=":
+			want := a.val
+			if want == "none" && got == "" {
+				want = ""
+			}
+			if got != want {
+				s.t.Errorf("%s:%d: %s = %q, want %q (state %q, last_error %q)", s.path, s.line, a.key, got, a.val, s.n.ProvisionState, s.n.LastError)
+			}
+		case "~":
+			if !strings.Contains(got, a.val) {
+				s.t.Errorf("%s:%d: %s = %q, want it to contain %q", s.path, s.line, a.key, got, a.val)
+			}
+		}
+	}
+}

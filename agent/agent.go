@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -132,6 +131,10 @@ type Config struct {
 	// SiteBroker is the site's own MQTT broker, which the ramdisks use;
 	// the agent relays between it and the coordinator (relay.go).
 	SiteBroker SiteBrokerOptions
+	// HeartbeatSummary is how often the latest heartbeats of the site's
+	// ramdisks go to the coordinator, as one message (default
+	// DefaultHeartbeatSummary).
+	HeartbeatSummary time.Duration
 	// Netboot serves network boot to nodes without virtual media.
 	Netboot NetbootOptions
 	// Cache is the site's image cache.
@@ -184,6 +187,12 @@ type Agent struct {
 	metricsAddr string
 	// ready is closed once link is set: callbacks may fire before Dial returns.
 	ready chan struct{}
+	// site is the site broker (nil without one); relay is the relay's
+	// bookkeeping (under mu); bootHash holds the SHA-256 of each node's
+	// current boot credential ([]byte), for the site broker.
+	site     *siteBroker
+	relay    relayState
+	bootHash sync.Map
 }
 
 // powerSeen is the last power reading reported for a node.
@@ -252,9 +261,13 @@ func New(cfg Config) *Agent {
 	if cfg.OutboxLimit <= 0 {
 		cfg.OutboxLimit = DefaultOutboxLimit
 	}
+	if cfg.HeartbeatSummary <= 0 {
+		cfg.HeartbeatSummary = DefaultHeartbeatSummary
+	}
 	a := &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
-		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{})}
+		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{}),
+		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}}}
 	a.metrics = newAgentMetrics(a)
 	return a
 }
@@ -286,6 +299,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.loadOutbox(store); err != nil {
 		return err
 	}
+	creds, err := store.loadCreds()
+	if err != nil {
+		return fmt.Errorf("read the boot credentials in the state folder: %w", err)
+	}
+	for node, h := range creds {
+		a.bootHash.Store(node, h)
+	}
 	if err := a.serveMetrics(ctx); err != nil {
 		return err
 	}
@@ -311,6 +331,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer m.close()
 		a.log.Info("media server up: BMCs fetch the ramdisk from "+m.ISOURL(), "listen", m.ln.Addr().String())
 	}
+	stopSite, err := a.startSiteBroker()
+	if err != nil {
+		return err
+	}
+	defer stopSite()
 	stopNetboot, err := a.startNetboot(ctx)
 	if err != nil {
 		return err
@@ -339,6 +364,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.link = link
 	close(a.ready)
 	go a.resendLoop(ctx)
+	go a.summaryLoop(ctx)
 	if a.cfg.PowerSyncInterval > 0 {
 		go a.powerSyncLoop(ctx)
 	}
@@ -548,26 +574,7 @@ func (a *Agent) handle(topic string, payload []byte) {
 	case "bmc/cmd":
 		switch m.Kind {
 		case protocol.KindAck:
-			now := time.Now()
-			a.mu.Lock()
-			for _, id := range m.AckIDs {
-				it, ok := a.outbox[id]
-				if !ok {
-					continue
-				}
-				delete(a.outbox, id)
-				if d, ok := a.done[it.cmd]; ok && it.cmd != "" && d.id == id {
-					// Kept as the command's done-record until its
-					// retention ends (trimDone).
-					d.acked = now
-					a.done[it.cmd] = d
-					a.store.later(it.seq, d.record(it.cmd))
-				} else {
-					a.store.later(it.seq, nil)
-				}
-			}
-			a.noteOutbox()
-			a.mu.Unlock()
+			a.ack(m.AckIDs)
 		case protocol.KindCommand:
 			if m.Action == protocol.ActionCacheImage {
 				go a.cacheImageCommand(m)
@@ -576,12 +583,7 @@ func (a *Agent) handle(topic string, payload []byte) {
 			go a.runBMC(m)
 		}
 	case "cmd":
-		a.mu.Lock()
-		r := a.sessions[node]
-		a.mu.Unlock()
-		if r != nil {
-			r.Deliver(m)
-		}
+		a.fromCoordinator(node, m)
 	}
 }
 
@@ -661,9 +663,10 @@ func (a *Agent) ramdiskCmdline(node string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.creds[node]
-	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, a.cfg.Site, a.cfg.QEMU.BrokerURL, c[0], c[1])
-	if a.caPin != "" && strings.HasPrefix(a.cfg.QEMU.BrokerURL, "mqtts://") {
-		line += " bm.ca=" + a.caPin
+	url, pin := a.ramdiskBroker(a.cfg.QEMU.BrokerURL)
+	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, a.cfg.Site, url, c[0], c[1])
+	if pin != "" {
+		line += " bm.ca=" + pin
 	}
 	if a.cfg.QEMU.Cmdline != "" {
 		line += " " + a.cfg.QEMU.Cmdline
@@ -785,6 +788,7 @@ func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) (err error) {
 		a.mu.Lock()
 		a.creds[m.Node] = [2]string{u, p}
 		a.mu.Unlock()
+		a.noteBootCredential(m.Node, p)
 		a.netbootNoteArgs(m.Node, m.Args)
 	}
 	switch m.Action {

@@ -40,6 +40,9 @@ const (
 	// recordPrefix + 8-byte big-endian sequence number: keys sort in the
 	// order the messages were produced.
 	recordPrefix = "r/"
+	// credPrefix + node UUID: the SHA-256 of the node's current boot
+	// credential, for the site broker (relay.go).
+	credPrefix = "c/"
 	// outboxGCInterval is how often value-log GC runs.
 	outboxGCInterval = 5 * time.Minute
 )
@@ -65,10 +68,13 @@ func recordKey(seq uint64) []byte {
 	return k
 }
 
-// storeOp is one write: a record (rec != nil) or a deletion.
+// storeOp is one write: a record (rec != nil) or a deletion, or, when
+// cred is set, a node's boot credential hash.
 type storeOp struct {
-	seq uint64
-	rec *record
+	seq  uint64
+	rec  *record
+	cred string
+	hash []byte
 }
 
 // outboxStore writes records with group commit: writes queue up while a
@@ -234,6 +240,43 @@ func (s *outboxStore) load() (seqs []uint64, recs []record, err error) {
 	return seqs, recs, err
 }
 
+// putCred writes a node's boot credential hash and waits until it is on
+// disk: the ramdisk it belongs to may connect to the site broker of a
+// restarted agent.
+func (s *outboxStore) putCred(node string, hash []byte) {
+	if s == nil {
+		return
+	}
+	ch := make(chan error, 1)
+	if !s.enqueue(storeOp{cred: node, hash: hash}, ch) {
+		return
+	}
+	if err := <-ch; err != nil {
+		s.log.Error("a boot credential could not be written to the state folder: after a restart the agent would not admit that ramdisk", "node", node, "err", err)
+	}
+}
+
+// loadCreds returns the boot credential hashes kept (node → hash).
+func (s *outboxStore) loadCreds() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(credPrefix), PrefetchValues: true, PrefetchSize: 100})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			node := string(it.Item().Key()[len(credPrefix):])
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if len(v) == 32 {
+				out[node] = v
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
 // put writes a record and waits until it is on disk.
 func (s *outboxStore) put(seq uint64, r *record) error {
 	if s == nil {
@@ -326,6 +369,9 @@ func (s *outboxStore) commit(ops []storeOp) error {
 }
 
 func (s *outboxStore) apply(txn *badger.Txn, op storeOp) error {
+	if op.cred != "" {
+		return txn.Set([]byte(credPrefix+op.cred), op.hash)
+	}
 	if op.rec == nil {
 		return txn.Delete(recordKey(op.seq))
 	}

@@ -1,4 +1,404 @@
 package agent
 
-// SiteBrokerOptions configure the site's MQTT broker. Not built yet.
-type SiteBrokerOptions struct{}
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
+	"github.com/bmedge/bmedge/protocol/mqttlink"
+)
+
+// The relay. The edge agent is its site's anchor: the ramdisks of the
+// site's nodes talk to an MQTT broker the agent runs on the site network
+// (the site broker), never across the WAN, and the agent carries their
+// messages over its one WAN connection to the coordinator:
+//
+//   - hello goes up at once (the ramdisk repeats it until welcomed);
+//   - a heartbeat goes up at once only when it names a step the agent has
+//     not seen the node run before (it tells the coordinator to stop
+//     resending the command); otherwise only the node's latest heartbeat
+//     is kept, and every HeartbeatSummary one summary message carries the
+//     latest heartbeat of every node that beat (protocol.KindBeats);
+//   - a result is written to the durable outbox, acknowledged to the
+//     ramdisk at once (the agent has it now), and sent up until the
+//     coordinator acknowledges it, again after a restart if need be;
+//   - commands and welcomes from the coordinator go down to the node's
+//     ramdisk (a write_image step through imageArgs, to the site's image
+//     cache); the coordinator's acks of relayed results stay with the
+//     agent.
+//
+// The simulated ramdisks (--simulate) go through the same relay, without
+// the broker in between.
+
+// SiteBrokerOptions configure the site's MQTT broker, which the site's
+// ramdisks use.
+type SiteBrokerOptions struct {
+	// Listen is the broker's address on the site network (host:port).
+	// Empty: no site broker; the ramdisks this agent boots are given
+	// Ramdisk.BrokerURL / QEMU.BrokerURL, which may be the coordinator's.
+	Listen string
+	// URL is the broker as the ramdisks reach it (default mqtt://Listen,
+	// or mqtts://Listen with TLS).
+	URL string
+	// TLSCert and TLSKey (PEM files), when set, make the broker speak
+	// MQTT over TLS only. The ramdisks get the pin of the CA in CAFile
+	// (bm.ca), which must have signed TLSCert.
+	TLSCert, TLSKey, CAFile string
+}
+
+// DefaultHeartbeatSummary is how often the heartbeats of the site's
+// ramdisks go up, as one message.
+const DefaultHeartbeatSummary = 10 * time.Second
+
+// maxBeatsPerSummary bounds one summary message (a site of 10,000
+// simulated nodes sends several); well under protocol.MaxBeats and the
+// message size limit.
+const maxBeatsPerSummary = 1000
+
+// relayState is the relay's bookkeeping, under Agent.mu.
+type relayState struct {
+	// beats holds each node's latest heartbeat since the last summary.
+	beats map[string]protocol.Message
+	// seen is the step each node's ramdisk was last seen running.
+	seen map[string]string
+	// summary are the outbox entries of the last summary (its beats
+	// too), replaced by the next one when still unacknowledged.
+	summary []summaryPart
+}
+
+type summaryPart struct {
+	id    string
+	seq   uint64
+	beats []protocol.Message
+}
+
+// siteBroker is the running site broker.
+type siteBroker struct {
+	b   *mqttbroker.Broker
+	url string
+	pin string
+}
+
+// startSiteBroker starts the site broker when configured.
+func (a *Agent) startSiteBroker() (stop func(), err error) {
+	o := a.cfg.SiteBroker
+	if o.Listen == "" {
+		return func() {}, nil
+	}
+	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
+		return nil, fmt.Errorf("--site-broker-listen %q: %w (want HOST:PORT on the site network)", o.Listen, err)
+	}
+	cfg := mqttbroker.Config{Addr: o.Listen}
+	scheme := "mqtt://"
+	var pin string
+	if o.TLSCert != "" || o.TLSKey != "" {
+		if o.TLSCert == "" || o.TLSKey == "" {
+			return nil, errors.New("the site broker's TLS needs both --site-broker-tls-cert and --site-broker-tls-key")
+		}
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("site broker certificate: %w", err)
+		}
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		scheme = "mqtts://"
+		ca := o.CAFile
+		if ca == "" {
+			ca = a.cfg.CAFile
+		}
+		if ca == "" {
+			return nil, errors.New("the site broker's TLS needs the CA that signed its certificate (--site-broker-ca, or --ca-file when the same CA signs both brokers), so that the ramdisks can verify it")
+		}
+		if pin, err = mqttlink.PinOfFile(ca); err != nil {
+			return nil, fmt.Errorf("site broker CA: %w", err)
+		}
+	}
+	site := a.cfg.Site
+	b, err := mqttbroker.Start(cfg, siteCreds{a}, a.log, map[string]mqttbroker.Handler{
+		protocol.TopicPrefix + "/site/" + site + "/node/+/evt": a.fromRamdisk,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("site broker: %w; pick another address with --site-broker-listen", err)
+	}
+	url := strings.TrimSuffix(o.URL, "/")
+	if url == "" {
+		url = scheme + b.Addr
+	}
+	a.site = &siteBroker{b: b, url: url, pin: pin}
+	a.log.Info("site broker up: the site's ramdisks connect to "+url, "listen", b.Addr)
+	return func() { _ = b.Close() }, nil
+}
+
+// SiteBrokerAddr is the site broker's bound address ("" without one).
+func (a *Agent) SiteBrokerAddr() string {
+	if a.site == nil {
+		return ""
+	}
+	return a.site.b.Addr
+}
+
+// ramdiskBroker is the broker URL and CA pin a booting ramdisk is given:
+// the site broker when there is one, else fallback (the broker the
+// operator named for the ramdisks) with the pin of Config.CAFile.
+func (a *Agent) ramdiskBroker(fallback string) (url, pin string) {
+	if a.site != nil {
+		return a.site.url, a.site.pin
+	}
+	if strings.HasPrefix(fallback, "mqtts://") {
+		pin = a.caPin
+	}
+	return fallback, pin
+}
+
+// siteCreds admits to the site broker only the ramdisks of the nodes this
+// agent is booting, each with its boot's credential (from the power
+// command that boots it), under its own client ID, to its own topics.
+type siteCreds struct{ a *Agent }
+
+func (c siteCreds) Authenticate(user, password, clientID string) error {
+	node, ok := strings.CutPrefix(user, "node:")
+	if !ok || node == "" {
+		return errors.New("only the ramdisks of this site's nodes (user node:UUID) use the site broker")
+	}
+	if clientID != "ramdisk-"+node {
+		return fmt.Errorf("client ID %q does not belong to node %s (use %q)", clientID, node, "ramdisk-"+node)
+	}
+	h, ok := c.a.bootHash.Load(node)
+	if !ok {
+		return errors.New("this edge agent is not booting that node (an earlier boot's credential, or an unknown node)")
+	}
+	sum := sha256.Sum256([]byte(password))
+	if subtle.ConstantTimeCompare(sum[:], h.([]byte)) != 1 {
+		return errors.New("not the credential of the node's current boot")
+	}
+	return nil
+}
+
+func (c siteCreds) Prefix(user string) (string, bool) {
+	node, ok := strings.CutPrefix(user, "node:")
+	if !ok || node == "" || strings.ContainsAny(node, "/+#") {
+		return "", false
+	}
+	return protocol.TopicPrefix + "/site/" + c.a.cfg.Site + "/node/" + node + "/", true
+}
+
+// noteBootCredential remembers a node's boot credential for the site
+// broker (its hash only, also in the state folder so that a restarted
+// agent still admits the ramdisk of a boot under way).
+func (a *Agent) noteBootCredential(node, password string) {
+	sum := sha256.Sum256([]byte(password))
+	if old, ok := a.bootHash.Load(node); ok && subtle.ConstantTimeCompare(old.([]byte), sum[:]) == 1 {
+		return
+	}
+	a.bootHash.Store(node, sum[:])
+	a.store.putCred(node, sum[:])
+}
+
+// fromRamdisk takes a message a ramdisk of the site published (on the
+// site broker, or a simulated one directly).
+func (a *Agent) fromRamdisk(topic string, payload []byte) {
+	site, node, leaf, err := protocol.ParseTopic(topic)
+	if err != nil || site != a.cfg.Site || leaf != "evt" {
+		a.log.Warn("ramdisk message rejected", "topic", topic, "reason", "not a node event topic of this site")
+		return
+	}
+	m, err := protocol.Decode(payload)
+	if err != nil {
+		a.log.Warn("ramdisk message rejected", "topic", topic, "reason", err)
+		return
+	}
+	if m.Node != node || (m.Site != "" && m.Site != site) {
+		a.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q of site %q but came on node %q's topic", m.Node, m.Site, node))
+		return
+	}
+	switch m.Kind {
+	case protocol.KindHello:
+		a.publish(topic, payload)
+	case protocol.KindHeartbeat:
+		a.mu.Lock()
+		a.relay.beats[node] = *m
+		fresh := m.Running != "" && a.relay.seen[node] != m.Running
+		if m.Running != "" {
+			a.relay.seen[node] = m.Running
+		}
+		a.mu.Unlock()
+		if fresh {
+			a.publish(topic, payload)
+		}
+	case protocol.KindResult:
+		if !a.keep(topic, m, payload) {
+			return
+		}
+		// The agent holds it now, on disk: the ramdisk may forget it.
+		a.toRamdisk(node, &protocol.Message{Kind: protocol.KindAck, Site: site, Node: node, Sent: time.Now(), AckIDs: []string{m.ID}})
+		a.publish(topic, payload)
+	default:
+		a.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q does not come from ramdisks", m.Kind))
+	}
+}
+
+// keep puts a relayed message into the durable outbox, unchanged, and
+// tells whether it is there (a copy already there counts).
+func (a *Agent) keep(topic string, m *protocol.Message, payload []byte) bool {
+	a.mu.Lock()
+	if _, ok := a.outbox[m.ID]; ok {
+		a.mu.Unlock()
+		return true
+	}
+	a.seq++
+	seq := a.seq
+	a.mu.Unlock()
+	rec := &record{ID: m.ID, Topic: topic, Payload: payload, At: time.Now()}
+	if err := a.store.put(seq, rec); errors.Is(err, errStoreClosed) {
+		// Not acknowledged to the ramdisk: it sends it again to the
+		// next agent.
+		return false
+	} else if err != nil {
+		a.log.Error("a relayed result could not be written to the state folder: it is kept in memory and sent, but a crash before the coordinator acknowledges it would lose it",
+			"node", m.Node, "command", m.CommandID, "err", err)
+	}
+	a.mu.Lock()
+	a.outbox[m.ID] = outItem{topic: topic, payload: payload, sent: time.Now(), seq: seq}
+	a.noteOutbox()
+	a.mu.Unlock()
+	return true
+}
+
+// toRamdisk hands a message to a node's ramdisk: its simulated session,
+// or the site broker.
+func (a *Agent) toRamdisk(node string, m *protocol.Message) {
+	a.mu.Lock()
+	r := a.sessions[node]
+	a.mu.Unlock()
+	if r != nil {
+		r.Deliver(m)
+		return
+	}
+	if a.site == nil {
+		return
+	}
+	b, err := protocol.Encode(m)
+	if err != nil {
+		a.log.Error("not relaying an invalid message", "node", node, "err", err)
+		return
+	}
+	if err := a.site.b.Publish(a.ctx, protocol.NodeCmdTopic(a.cfg.Site, node), b, false); err != nil {
+		a.log.Warn("site broker refused a message for a ramdisk", "node", node, "err", err)
+	}
+}
+
+// fromCoordinator takes what the coordinator sent on a node's cmd topic.
+func (a *Agent) fromCoordinator(node string, m *protocol.Message) {
+	if m.Kind == protocol.KindAck {
+		a.ack(m.AckIDs)
+		return
+	}
+	if m.Kind == protocol.KindCommand && m.Action == protocol.ActionInbandRun {
+		m = a.imageArgs(m)
+	}
+	a.toRamdisk(node, m)
+}
+
+// ack removes what the coordinator acknowledged from the outbox; a BMC
+// command's result stays as its done-record.
+func (a *Agent) ack(ids []string) {
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, id := range ids {
+		it, ok := a.outbox[id]
+		if !ok {
+			continue
+		}
+		delete(a.outbox, id)
+		if d, ok := a.done[it.cmd]; ok && it.cmd != "" && d.id == id {
+			// Kept as the command's done-record until its retention
+			// ends (trimDone).
+			d.acked = now
+			a.done[it.cmd] = d
+			a.store.later(it.seq, d.record(it.cmd))
+		} else {
+			a.store.later(it.seq, nil)
+		}
+	}
+	a.noteOutbox()
+}
+
+// summaryLoop sends the heartbeat summaries.
+func (a *Agent) summaryLoop(ctx context.Context) {
+	tk := time.NewTicker(a.cfg.HeartbeatSummary)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		a.summarize()
+	}
+}
+
+// summarize sends one summary of the heartbeats since the last one. A
+// previous summary still unacknowledged (the WAN is down) is withdrawn
+// and its nodes' beats carried into this one, so that the outbox holds
+// one summary at most, with each node's latest beat.
+func (a *Agent) summarize() {
+	a.mu.Lock()
+	cur := a.relay.beats
+	a.relay.beats = map[string]protocol.Message{}
+	for _, p := range a.relay.summary {
+		if _, ok := a.outbox[p.id]; !ok {
+			continue
+		}
+		delete(a.outbox, p.id)
+		a.store.later(p.seq, nil)
+		for _, b := range p.beats {
+			if _, ok := cur[b.Node]; !ok {
+				cur[b.Node] = b
+			}
+		}
+	}
+	a.relay.summary = nil
+	queued := len(a.outbox)
+	a.mu.Unlock()
+	if len(cur) == 0 {
+		return
+	}
+	all := make([]protocol.Message, 0, len(cur))
+	for _, b := range cur {
+		all = append(all, b)
+	}
+	topic := protocol.BMCEvtTopic(a.cfg.Site)
+	var parts []summaryPart
+	for len(all) > 0 {
+		n := min(len(all), maxBeatsPerSummary)
+		chunk := all[:n:n]
+		all = all[n:]
+		m := &protocol.Message{Kind: protocol.KindBeats, ID: newID(), Site: a.cfg.Site, Sent: time.Now(), Beats: chunk, Queued: queued}
+		b, err := protocol.Encode(m)
+		if err != nil {
+			a.log.Error("heartbeat summary not sent", "err", err)
+			continue
+		}
+		a.mu.Lock()
+		a.seq++
+		seq := a.seq
+		// Not written to disk: a summary is only worth its latest
+		// state, which the ramdisks' next heartbeats rebuild after a
+		// restart.
+		a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), seq: seq}
+		a.mu.Unlock()
+		parts = append(parts, summaryPart{id: m.ID, seq: seq, beats: chunk})
+		a.publish(topic, b)
+	}
+	a.mu.Lock()
+	a.relay.summary = parts
+	a.mu.Unlock()
+}

@@ -112,15 +112,14 @@ func (r *simRunner) inventory() map[string]any {
 	}
 }
 
-// agentTransport publishes a simulated node's messages over the edge
-// agent's connection, as a relay would.
+// agentTransport hands a simulated node's messages to the edge agent's
+// relay, as the site broker does a real ramdisk's (relay.go).
 type agentTransport struct{ a *Agent }
 
 func (t agentTransport) Publish(ctx context.Context, topic string, payload []byte) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.a.ready:
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	return t.a.link.Publish(ctx, topic, payload, false)
+	t.a.fromRamdisk(topic, payload)
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/drivers/ipmi"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/bootmedia"
 )
@@ -197,9 +198,10 @@ func (a *Agent) bootParams(node string) string {
 	defer a.mu.Unlock()
 	c := a.creds[node]
 	o := a.cfg.Ramdisk
-	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, a.cfg.Site, o.BrokerURL, c[0], c[1])
-	if a.caPin != "" && strings.HasPrefix(o.BrokerURL, "mqtts://") {
-		line += " bm.ca=" + a.caPin
+	url, pin := a.ramdiskBroker(o.BrokerURL)
+	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, a.cfg.Site, url, c[0], c[1])
+	if pin != "" {
+		line += " bm.ca=" + pin
 	}
 	if o.Params != "" {
 		line += " " + o.Params
@@ -219,8 +221,12 @@ func (a *Agent) setBootDevice(ctx context.Context, node string, b interface {
 }, device string) error {
 	mb, ok := b.(mediaBooter)
 	if !ok {
-		if err := a.netbootBootDevice(node, device); err != nil {
-			return err
+		// Network boot serves the real BMCs without virtual media (ipmi);
+		// simulated and qemu-dev nodes boot the ramdisk by themselves.
+		if _, real := b.(*ipmi.BMC); real {
+			if err := a.netbootBootDevice(node, device); err != nil {
+				return err
+			}
 		}
 		return b.SetBootDevice(ctx, device)
 	}
@@ -299,7 +305,7 @@ func (a *Agent) setPower(ctx context.Context, node string, b interface {
 	vm := ok && a.vmBoot[node] && a.media != nil
 	a.mu.Unlock()
 	if !vm {
-		if !ok {
+		if _, real := b.(*ipmi.BMC); real {
 			if err := a.netbootPower(node, state); err != nil {
 				return err
 			}

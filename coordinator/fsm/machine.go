@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -39,6 +40,78 @@ type Config struct {
 	// node's BMC in another power state than recorded, power it back to
 	// the recorded state. Without it the reading is recorded instead.
 	ForcePowerStateDuringSync bool
+}
+
+// Check is the start-time check of the configuration, for the coordinator
+// to call before it serves: a clean step priority override must be an
+// "interface.step" with a priority >= 0 (0 disables the step), and the
+// overrides must not give two clean steps of one interface the same
+// non-zero priority, among any driver's steps and the standard ramdisk's:
+// their order would be undefined, which the seeds make a load-time error,
+// as for the drivers' own declarations.
+func (c Config) Check() error {
+	names := slices.Sorted(maps.Keys(c.PriorityOverrides))
+	for _, name := range names {
+		iface, step, ok := strings.Cut(name, ".")
+		if p := c.PriorityOverrides[name]; !ok || iface == "" || step == "" || p < 0 {
+			return fmt.Errorf("clean step priority override %s=%d: want interface.step=N with N >= 0 (0 disables the step)", name, p)
+		}
+	}
+	decls := []drivers.Declaration{{}}
+	if c.Drivers != nil {
+		decls = nil
+		for _, name := range c.Drivers.Names() {
+			d, err := c.Drivers.Get(name)
+			if err != nil {
+				return err
+			}
+			decls = append(decls, d)
+		}
+	}
+	for _, d := range decls {
+		steps := slices.Concat(d.CleanSteps, drivers.InbandCleanSteps())
+		for i := range steps {
+			if p, ok := c.PriorityOverrides[steps[i].Name()]; ok {
+				steps[i].Priority = p
+			}
+		}
+		if a, b, clash := samePriority(steps); clash {
+			var set []string
+			for _, s := range []drivers.Step{a, b} {
+				if p, ok := c.PriorityOverrides[s.Name()]; ok {
+					set = append(set, fmt.Sprintf("%s=%d", s.Name(), p))
+				}
+			}
+			where := "the standard ramdisk's steps"
+			if d.Name != "" {
+				where = fmt.Sprintf("the clean steps of driver %s and the standard ramdisk", d.Name)
+			}
+			what := "clean step priority override " + strings.Join(set, "") + " gives"
+			if len(set) > 1 {
+				what = "clean step priority overrides " + strings.Join(set, " and ") + " give"
+			}
+			return fmt.Errorf("%s %s and %s, both of interface %s, the same priority %d (among %s): their order would be undefined; give them different priorities",
+				what, a.Name(), b.Name(), a.Interface, a.Priority, where)
+		}
+	}
+	return nil
+}
+
+// samePriority finds two steps of one interface with the same non-zero
+// priority, the first such pair in the order of steps.
+func samePriority(steps []drivers.Step) (a, b drivers.Step, clash bool) {
+	seen := map[string]drivers.Step{}
+	for _, s := range steps {
+		if s.Priority <= 0 {
+			continue
+		}
+		key := fmt.Sprintf("%s/%d", s.Interface, s.Priority)
+		if first, ok := seen[key]; ok {
+			return first, s, true
+		}
+		seen[key] = s
+	}
+	return a, b, false
 }
 
 // Machine applies events to nodes. It holds only configuration.

@@ -134,6 +134,26 @@ type Operation struct {
 	StartedAt      time.Time `json:"started_at"`
 }
 
+// StepList returns the clean or deploy steps of the operation's plan in
+// the order they run, and the index among them of the step that runs now
+// or, between steps, of the last one started (-1 before the first): what
+// Ironic shows as clean_steps or deploy_steps and clean_step_index or
+// deploy_step_index. Index counts every action of the plan (boot device,
+// power, the ramdisk's boot), so it is not a step index.
+func (o *Operation) StepList() (steps []*StepRun, index int) {
+	index = -1
+	for i, a := range o.Plan {
+		if a.Kind != ActStep {
+			continue
+		}
+		if i <= o.Index {
+			index = len(steps)
+		}
+		steps = append(steps, a.Step)
+	}
+	return steps, index
+}
+
 // Command is an outstanding command: the message and its delivery state.
 type Command struct {
 	ID       string            `json:"id"`

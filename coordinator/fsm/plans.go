@@ -262,6 +262,13 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 				all = append(all, s)
 			}
 		}
+		// The overrides were checked at start against the standard
+		// ramdisk; a ramdisk that offers other steps can still bring two
+		// of one interface to one priority, and their order is undefined.
+		if a, b, clash := samePriority(all); clash {
+			return nil, fmt.Errorf("Cleaning of node %s failed: clean steps %s and %s, both of interface %s, have the same priority %d, so their order is undefined; give one another priority with a clean step priority override, or fix the ramdisk's steps",
+				n.Ident(), a.Name(), b.Name(), a.Interface, a.Priority)
+		}
 		drivers.Sort(all)
 		return stepActions(all, nil), nil
 	}

@@ -29,7 +29,8 @@ import (
 // Commands (arguments are words, key=value or key~value; a value may be a
 // Go-quoted string or a JSON list or object):
 //
-//	config [clean=on|off] [priority=iface.step:N,...] [wait_timeout=D] [command_timeout=D]
+//	config [clean=on|off] [priority=iface.step:N,...|none] [wait_timeout=D] [command_timeout=D]
+//	                                     (checked as at the coordinator's start)
 //	node create name=N [driver=fake] [site=site1]
 //	set instance_info.K=V | driver_info.K=V | properties.K=V | retired=true|false | retired_reason=R ...
 //	maintenance on [reason=R] | maintenance off
@@ -400,6 +401,10 @@ func (s *scenario) config(o opts, b *strings.Builder) {
 		case "clean":
 			cfg.AutomatedClean = v == "on"
 		case "priority":
+			cfg.PriorityOverrides = nil
+			if v == "none" {
+				break
+			}
 			cfg.PriorityOverrides = map[string]int{}
 			for _, kv := range strings.Split(v, ",") {
 				name, p, _ := strings.Cut(kv, ":")
@@ -416,6 +421,12 @@ func (s *scenario) config(o opts, b *strings.Builder) {
 		default:
 			s.fatalf("unknown config %s", k)
 		}
+	}
+	// As the coordinator at start: a bad configuration is refused and the
+	// machine keeps the one it had.
+	if err := cfg.Check(); err != nil {
+		fmt.Fprintf(b, "error: %v\n", err)
+		return
 	}
 	s.cfg = cfg
 	s.m = New(cfg)
@@ -704,19 +715,27 @@ func (s *scenario) fields() map[string]string {
 		"token":              map[bool]string{true: "none", false: "set"}[n.AgentToken == ""],
 		"op":                 "none",
 		"steps":              "none",
+		"clean_step_index":   "none",
+		"deploy_step_index":  "none",
 		"deadline":           "none",
 		"instance_info":      "none",
 	}
 	if n.Op != nil {
 		f["op"] = n.Op.Phase
+		steps, index := n.Op.StepList()
 		var names []string
-		for _, a := range n.Op.Plan {
-			if a.Kind == ActStep {
-				names = append(names, a.Step.Name())
-			}
+		for _, st := range steps {
+			names = append(names, st.Name())
 		}
 		if len(names) > 0 {
 			f["steps"] = strings.Join(names, ",")
+		}
+		switch {
+		case index < 0:
+		case n.Op.Phase == "deploy":
+			f["deploy_step_index"] = strconv.Itoa(index)
+		case n.Op.Phase == "clean":
+			f["clean_step_index"] = strconv.Itoa(index)
 		}
 	}
 	if !n.Deadline.IsZero() {

@@ -7,9 +7,11 @@ require (
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/google/uuid v1.6.0
+	github.com/insomniacslk/dhcp v0.0.0-20231206064809-8c70d406f6d2
 	github.com/jaypipes/ghw v0.26.0
 	github.com/klauspost/compress v1.18.0
 	github.com/mochi-mqtt/server/v2 v2.7.9
+	github.com/pin/tftp/v3 v3.1.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
@@ -40,7 +42,6 @@ require (
 	github.com/google/flatbuffers v25.2.10+incompatible // indirect
 	github.com/gorilla/websocket v1.5.3 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/insomniacslk/dhcp v0.0.0-20231206064809-8c70d406f6d2 // indirect
 	github.com/jaypipes/pcidb v1.1.1 // indirect
 	github.com/josharian/native v1.1.0 // indirect
 	github.com/klauspost/pgzip v1.2.6 // indirect

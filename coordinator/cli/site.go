@@ -59,7 +59,17 @@ username, password and broker URL. The password is shown only there.`,
 	list := clientCmd(&cobra.Command{
 		Use:   "list",
 		Short: "List the sites, whether their edge agent is online, and their nodes",
-		Args:  args(),
+		Long: `Lists the sites: whether each edge agent is connected (online), when the site was
+last seen (heard from, or known connected), since when it is unreachable, how many
+results and reports wait in its edge agent for the coordinator's ack (queued, as of
+its last heartbeat summary), and its nodes.
+
+The nodes of an unreachable site do not time out for silence: their WAIT and command
+timeouts count only the time the site was reachable. A site that does not come back
+stays listed as offline, with its last-seen time, instead of failing its nodes. After
+a restart of the coordinator every site is unreachable since it was last seen, until
+its edge agent connects again. --column created_at adds when it was registered.`,
+		Args: args(),
 		RunE: func(*cobra.Command, []string) error {
 			cl, err := c.apiClient()
 			if err != nil {
@@ -71,7 +81,7 @@ username, password and broker URL. The password is shown only there.`,
 			if _, _, err := cl.do("GET", "/v1/sites", nil, &resp); err != nil {
 				return err
 			}
-			return c.table(resp.Sites, []string{"name", "online", "nodes", "created_at"})
+			return c.table(resp.Sites, []string{"name", "online", "last_seen", "offline_since", "queued", "nodes"})
 		},
 	}, true)
 	return c.groupCmd("site", "Register and list sites (one edge agent each)",

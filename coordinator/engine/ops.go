@@ -470,10 +470,21 @@ func (e *Engine) AddSite(name string) (user, password string, err error) {
 
 // SiteInfo is a site as the API shows it.
 type SiteInfo struct {
-	Name      string    `json:"name"`
-	Online    bool      `json:"online"`
-	Nodes     int       `json:"nodes"`
-	CreatedAt time.Time `json:"created_at"`
+	Name   string `json:"name"`
+	Online bool   `json:"online"`
+	// LastSeen is when the site was last heard from or known connected
+	// (null if never); OfflineSince is when it became unreachable (null
+	// while it is reachable). After a restart of the coordinator every
+	// site is unreachable since it was last seen, until it connects.
+	LastSeen     *time.Time `json:"last_seen"`
+	OfflineSince *time.Time `json:"offline_since"`
+	// Queued is the number of results and reports waiting in the site's
+	// edge agent for the coordinator's ack, as of its last heartbeat
+	// summary (QueuedAt; null if none came).
+	Queued    int        `json:"queued"`
+	QueuedAt  *time.Time `json:"queued_at"`
+	Nodes     int        `json:"nodes"`
+	CreatedAt time.Time  `json:"created_at"`
 }
 
 // Sites lists the registered sites.
@@ -486,7 +497,9 @@ func (e *Engine) Sites() []SiteInfo {
 	}
 	var out []SiteInfo
 	for _, s := range e.sites {
-		out = append(out, SiteInfo{Name: s.Name, Online: e.siteOnline[s.Name], Nodes: count[s.Name], CreatedAt: s.CreatedAt})
+		i := SiteInfo{Name: s.Name, Online: e.siteOnline[s.Name], Nodes: count[s.Name], CreatedAt: s.CreatedAt}
+		i.LastSeen, i.OfflineSince, i.Queued, i.QueuedAt = e.siteReachView(s.Name)
+		out = append(out, i)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

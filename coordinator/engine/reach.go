@@ -1,31 +1,253 @@
 package engine
 
 import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/protocol"
 )
 
+// Reachability of the sites.
+//
+// A site is reachable while its edge agent's presence says online (the
+// broker holds its connection). When the offline presence comes (the
+// agent's last will: the broker noticed the dead connection), the site
+// is unreachable since it was last heard (fsm.OutageStart); while it is,
+// fsm.Tick fails none of its nodes for silence. When it connects again,
+// fsm.SiteReturned moves each busy node's deadline by the outage, so that
+// a timeout counts only the time the site was reachable.
+//
+// What the coordinator knows of each site is stored (store.ReachPrefix):
+// when it was last seen (written on every change of presence, and every
+// reachSaveInterval while the site is connected, not on every message),
+// since when it is unreachable, and the depth of its edge agent's outbox
+// as the last heartbeat summary gave it. A restarted coordinator has
+// heard nobody: every site counts as unreachable since it was last seen,
+// until it connects again, so that the coordinator's own downtime is not
+// counted against the nodes either.
+
+// reachSaveInterval is how often a connected site's last-seen time is
+// written.
+var reachSaveInterval = 15 * time.Second
+
+// siteReach is what the coordinator knows of a site's reachability.
+type siteReach struct {
+	// LastSeen is when the site was last heard from, or last known
+	// connected (at most reachSaveInterval old while it is connected).
+	LastSeen time.Time `json:"last_seen,omitzero"`
+	// OfflineSince is when the site became unreachable; zero while it is
+	// reachable, or if it was never seen.
+	OfflineSince time.Time `json:"offline_since,omitzero"`
+	// Queued is its edge agent's outbox depth (results and reports the
+	// coordinator has not acknowledged) in the last heartbeat summary,
+	// at QueuedAt.
+	Queued   int       `json:"queued,omitempty"`
+	QueuedAt time.Time `json:"queued_at,omitzero"`
+
+	// heard is when a message of the site was last taken (not stored).
+	heard time.Time
+	// saved is when the record was last written.
+	saved time.Time
+}
+
+// reachBook holds an engine's siteReach records. It is changed only in
+// the engine's loop (which holds e.mu for writing) or while loading, and
+// read under e.mu.
+type reachBook struct {
+	sites map[string]*siteReach
+	// saveEvery is reachSaveInterval as the engine started.
+	saveEvery time.Duration
+}
+
+// reachBooks maps each engine to its book.
+// TODO(engine.go owner): a field of Engine instead; engine.go is being
+// changed by another engineer, so the book lives beside it for now.
+var reachBooks sync.Map // *Engine → *reachBook
+
+func (e *Engine) reach() *reachBook {
+	if v, ok := reachBooks.Load(e); ok {
+		return v.(*reachBook)
+	}
+	v, _ := reachBooks.LoadOrStore(e, &reachBook{sites: map[string]*siteReach{}})
+	return v.(*reachBook)
+}
+
+func (b *reachBook) site(name string) *siteReach {
+	r, ok := b.sites[name]
+	if !ok {
+		r = &siteReach{}
+		b.sites[name] = r
+	}
+	return r
+}
+
 // loadReach restores what the coordinator knew of its sites'
-// reachability. Runs at start, before the loop.
-func (e *Engine) loadReach() error { return nil }
+// reachability. Runs at start, before the loop: no site is online yet,
+// and each counts as unreachable since it was last seen.
+func (e *Engine) loadReach() error {
+	b := e.reach()
+	b.saveEvery = reachSaveInterval
+	err := e.st.Scan(store.ReachPrefix, func(k string, v []byte) error {
+		var r siteReach
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("corrupt site reachability record %s: %w", k, err)
+		}
+		if r.OfflineSince.IsZero() {
+			r.OfflineSince = r.LastSeen
+		}
+		r.saved = r.LastSeen
+		b.sites[k[len(store.ReachPrefix):]] = &r
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	go e.reachSaver(b.saveEvery)
+	return nil
+}
+
+// reachSaver writes the last-seen time of the connected sites every
+// interval, through the loop, until the engine stops.
+func (e *Engine) reachSaver(interval time.Duration) {
+	defer reachBooks.Delete(e)
+	tk := time.NewTicker(interval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-e.stopped:
+			return
+		case <-tk.C:
+		}
+		if !e.anySiteOnline() {
+			continue
+		}
+		_ = e.submit(func(t *tx) error {
+			b := e.reach()
+			for site, online := range e.siteOnline {
+				if online {
+					r := b.site(site)
+					r.LastSeen = t.now
+					e.saveReach(t, site, r)
+				}
+			}
+			return nil
+		}, false)
+	}
+}
+
+func (e *Engine) anySiteOnline() bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for _, online := range e.siteOnline {
+		if online {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Engine) saveReach(t *tx, site string, r *siteReach) {
+	v, err := json.Marshal(r)
+	if err != nil {
+		e.log.Error("site reachability not stored", "site", site, "err", err)
+		return
+	}
+	t.batch.Set(store.ReachPrefix+site, v)
+	r.saved = t.now
+}
+
+// noteSiteHeard records that a message of the site was taken: the site
+// is heard, and when it becomes unreachable its outage begins no earlier.
+// Cheap: nothing is written (the saver and presence changes write).
+// Runs in the engine's loop.
+func (e *Engine) noteSiteHeard(t *tx, site string) {
+	r := e.reach().site(site)
+	if t.now.After(r.heard) {
+		r.heard = t.now
+	}
+	if e.siteOnline[site] && t.now.After(r.LastSeen) {
+		r.LastSeen = t.now
+	}
+}
 
 // sitePresence takes a site's presence (its edge agent connected or
 // gone). Runs in the engine's loop.
 func (e *Engine) sitePresence(t *tx, site string, online bool) {
+	r := e.reach().site(site)
 	was := e.siteOnline[site]
 	e.siteOnline[site] = online
-	if online != was {
-		e.log.Info("site presence", "site", site, "online", online)
-	}
-	if online && !was {
+	switch {
+	case online && !was:
+		since := r.OfflineSince
+		busy := 0
 		for _, n := range e.nodes {
 			if n.Site == site && n.Op != nil {
-				t.run(n, func() fsm.Output { return e.m.SiteBack(n, t.now) })
+				busy++
+				t.run(n, func() fsm.Output { return e.m.SiteReturned(n, since, t.now) })
 			}
 		}
+		if since.IsZero() {
+			e.log.Info("site reachable", "site", site, "busy_nodes", busy)
+		} else {
+			e.log.Info("site reachable again: its busy nodes' deadlines move by the time it was unreachable", "site", site,
+				"unreachable_since", since.UTC().Format(time.RFC3339), "unreachable_for", t.now.Sub(since).Round(time.Second).String(), "busy_nodes", busy)
+		}
+		r.OfflineSince = time.Time{}
+		r.LastSeen, r.heard = t.now, t.now
+		e.saveReach(t, site, r)
+	case !online && was:
+		heard := r.heard
+		busy := 0
+		for _, n := range e.nodes {
+			if n.Site != site {
+				continue
+			}
+			if n.LastHeartbeat.After(heard) {
+				heard = n.LastHeartbeat
+			}
+			if n.Op != nil {
+				busy++
+			}
+		}
+		since := fsm.OutageStart(heard, t.now)
+		r.OfflineSince, r.LastSeen = since, since
+		e.log.Warn("site unreachable: its nodes do not time out until it returns", "site", site,
+			"last_heard", since.UTC().Format(time.RFC3339), "busy_nodes", busy, "queued_at_site", r.Queued)
+		e.saveReach(t, site, r)
+	case online:
+		e.noteSiteHeard(t, site)
 	}
 }
 
 // noteSiteSummary records what a site's heartbeat summary says of the
 // site itself (its outbox depth). Runs in the engine's loop.
-func (e *Engine) noteSiteSummary(t *tx, site string, msg *protocol.Message) {}
+func (e *Engine) noteSiteSummary(t *tx, site string, msg *protocol.Message) {
+	e.noteSiteHeard(t, site)
+	r := e.reach().site(site)
+	r.Queued, r.QueuedAt = msg.Queued, t.now
+	if t.now.Sub(r.saved) >= e.reach().saveEvery {
+		e.saveReach(t, site, r)
+	}
+}
+
+// siteReachView is a site's reachability for Sites; e.mu is held.
+func (e *Engine) siteReachView(site string) (lastSeen, offlineSince *time.Time, queued int, queuedAt *time.Time) {
+	r, ok := e.reach().sites[site]
+	if !ok {
+		return nil, nil, 0, nil
+	}
+	ptr := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	if !e.siteOnline[site] {
+		offlineSince = ptr(r.OfflineSince)
+	}
+	return ptr(r.LastSeen), offlineSince, r.Queued, ptr(r.QueuedAt)
+}

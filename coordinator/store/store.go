@@ -24,6 +24,9 @@ const (
 	PortPrefix      = "p/"
 	SitePrefix      = "s/"
 	MetaPrefix      = "m/"
+	// ReachPrefix holds each site's reachability: when it was last heard
+	// and since when it is unreachable.
+	ReachPrefix = "r/"
 )
 
 // Store is the Badger database.

@@ -46,6 +46,7 @@ import (
 //	expect KEY=VALUE | KEY~SUBSTRING ...
 //	history                              the node's whole history
 //	show                                 the node's main fields
+//	steps [min_priority=N]               the clean steps, as the steps API shows them
 var rewrite = flag.Bool("rewrite", false, "rewrite the outputs of testdata/scenarios/*.txt from what the machine does now")
 
 func TestScenarios(t *testing.T) {
@@ -370,6 +371,25 @@ func (s *scenario) do(line string) string {
 		}
 	case "show":
 		s.show(&b)
+	case "steps":
+		min, err := strconv.Atoi(o.get("min_priority", "0"))
+		if err != nil {
+			s.fatalf("min_priority: %v", err)
+		}
+		steps, known, err := s.m.SortedStepsView(s.n, min)
+		if err != nil {
+			s.fatalf("%v", err)
+		}
+		if !known {
+			b.WriteString("in-band steps not known yet\n")
+		}
+		for _, st := range steps {
+			where := "out of band"
+			if st.RequiresRamdisk {
+				where = "in band"
+			}
+			fmt.Fprintf(&b, "%s priority %d, %s\n", st.Name(), st.Priority, where)
+		}
 	default:
 		s.fatalf("unknown command %q", words[0])
 	}

@@ -86,6 +86,11 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 		}
 	}
 	n, err := rf.ReadFrom(f)
+	if err != nil && strings.Contains(err.Error(), "aborted") {
+		// UEFI PXE clients ask for the size first and abort.
+		s.log.Debug("network boot TFTP: the client read the size only", "remote", remote, "file", name)
+		return err
+	}
 	if err != nil {
 		s.log.Warn("network boot TFTP: transfer failed", "remote", remote, "file", name, "bytes", n, "err", err)
 		return err

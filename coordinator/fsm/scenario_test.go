@@ -160,7 +160,12 @@ type scenario struct {
 
 func newScenario(t *testing.T, path string) *scenario {
 	s := &scenario{t: t, path: path, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	reg, err := drivers.NewRegistry(drivers.Builtin()...)
+	// Besides the built-in drivers, one whose nodes cannot boot the
+	// ramdisk, for the rules about such nodes whatever the built-in
+	// drivers can do.
+	noboot := drivers.Declaration{Name: "noboot", NoRamdiskBoot: "the scenario's noboot driver cannot boot the ramdisk",
+		CleanSteps: []drivers.Step{{Interface: "management", Step: "reset_bmc"}}}
+	reg, err := drivers.NewRegistry(append(drivers.Builtin(), noboot)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -751,6 +751,7 @@ func (a *Agent) runBMC(m *protocol.Message) {
 	}
 	if err == nil {
 		a.commandDone(m)
+		a.bootEnded(m)
 	}
 	res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, OK: err == nil}
 	if err != nil {

@@ -240,9 +240,9 @@ func (s *outboxStore) load() (seqs []uint64, recs []record, err error) {
 	return seqs, recs, err
 }
 
-// putCred writes a node's boot credential hash and waits until it is on
-// disk: the ramdisk it belongs to may connect to the site broker of a
-// restarted agent.
+// putCred writes a node's boot credential hash (nil: removes it) and
+// waits until it is on disk: the ramdisk it belongs to may connect to
+// the site broker of a restarted agent.
 func (s *outboxStore) putCred(node string, hash []byte) {
 	if s == nil {
 		return
@@ -370,6 +370,9 @@ func (s *outboxStore) commit(ops []storeOp) error {
 
 func (s *outboxStore) apply(txn *badger.Txn, op storeOp) error {
 	if op.cred != "" {
+		if op.hash == nil {
+			return txn.Delete([]byte(credPrefix + op.cred))
+		}
 		return txn.Set([]byte(credPrefix+op.cred), op.hash)
 	}
 	if op.rec == nil {

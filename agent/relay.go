@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	neturl "net/url"
 	"strings"
 	"time"
 
@@ -127,13 +128,34 @@ func (a *Agent) startSiteBroker() (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("site broker: %w; pick another address with --site-broker-listen", err)
 	}
-	url := strings.TrimSuffix(o.URL, "/")
-	if url == "" {
-		url = scheme + b.Addr
+	url, err := siteBrokerURL(o.URL, scheme, b.Addr)
+	if err != nil {
+		_ = b.Close()
+		return nil, err
 	}
 	a.site = &siteBroker{b: b, url: url, pin: pin}
 	a.log.Info("site broker up: the site's ramdisks connect to "+url, "listen", b.Addr)
 	return func() { _ = b.Close() }, nil
+}
+
+// siteBrokerURL is the site broker's URL as the ramdisks reach it: given
+// (a URL without a port gets the bound one), or scheme + bound address.
+func siteBrokerURL(given, scheme, bound string) (string, error) {
+	if given == "" {
+		return scheme + bound, nil
+	}
+	u, err := neturl.Parse(given)
+	if err != nil || (u.Scheme != "mqtt" && u.Scheme != "mqtts") || u.Hostname() == "" || (u.Path != "" && u.Path != "/") {
+		return "", fmt.Errorf("--site-broker-url %q is not a broker URL like mqtt://10.1.0.1:1883 or mqtts://edge.site:8883", given)
+	}
+	if u.Scheme+"://" != scheme {
+		return "", fmt.Errorf("--site-broker-url %q says %s, but the site broker speaks %s (TLS comes with --site-broker-tls-cert)", given, u.Scheme, strings.TrimSuffix(scheme, "://"))
+	}
+	if u.Port() == "" {
+		_, port, _ := net.SplitHostPort(bound)
+		u.Host = net.JoinHostPort(u.Hostname(), port)
+	}
+	return u.Scheme + "://" + u.Host, nil
 }
 
 // SiteBrokerAddr is the site broker's bound address ("" without one).
@@ -199,6 +221,29 @@ func (a *Agent) noteBootCredential(node, password string) {
 	}
 	a.bootHash.Store(node, sum[:])
 	a.store.putCred(node, sum[:])
+}
+
+// bootEnded forgets a node's boot credential once a command that ends
+// the boot succeeded (power off, tear_down_agent): the site broker no
+// longer admits that ramdisk, nor lets a connected one publish.
+func (a *Agent) bootEnded(m *protocol.Message) {
+	off := false
+	switch m.Action {
+	case protocol.ActionPower:
+		s, _ := m.Args["state"].(string)
+		off = protocol.PowerIsOff(s)
+	case protocol.ActionOOBStep:
+		off = m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.tear_down_agent"
+	}
+	if !off {
+		return
+	}
+	if _, ok := a.bootHash.LoadAndDelete(m.Node); ok {
+		a.store.putCred(m.Node, nil)
+	}
+	a.mu.Lock()
+	delete(a.relay.seen, m.Node)
+	a.mu.Unlock()
 }
 
 // fromRamdisk takes a message a ramdisk of the site published (on the

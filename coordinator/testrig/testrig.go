@@ -270,6 +270,11 @@ func StartAgentConfig(t testing.TB, creds agent.Credentials, cfg agent.Config) *
 	if cfg.Sim.Heartbeat == 0 {
 		cfg.Sim.Heartbeat = 500 * time.Millisecond
 	}
+	if cfg.HeartbeatSummary == 0 {
+		// Tests use short WAIT timeouts: heartbeats go up as often as
+		// the simulated ramdisks beat.
+		cfg.HeartbeatSummary = cfg.Sim.Heartbeat
+	}
 	cfg.Site, cfg.BrokerURL, cfg.Username, cfg.Password = creds.Site, creds.BrokerURL, creds.Username, creds.Password
 	cfg.ResendInterval = 500 * time.Millisecond
 	if cfg.Log == nil {

@@ -21,6 +21,15 @@ func main() {
 with the site's credentials (from 'coordinator site add SITE --credentials-file FILE'),
 runs out-of-band commands on the site's BMCs and relays results with a resending outbox.
 
+It is the site's anchor. With --site-broker-listen ADDR it runs the site's own MQTT
+broker on the site network: the ramdisks of the nodes it boots connect there (each
+with its boot's own credential, to its own node's topics only) and never across
+the WAN; the agent relays between that broker and the coordinator over its one
+connection. Results of the ramdisks go into the agent's durable outbox and are
+acknowledged to them at once; heartbeats cross the WAN as one summary per
+--heartbeat-summary interval for the whole site (a heartbeat naming a new step goes
+at once). Simulated nodes (--simulate) go through the same relay.
+
 It drives the BMCs of the site's nodes of drivers ipmi (IPMI over LAN) and redfish.
 
 Redfish nodes boot the ramdisk from virtual media, without DHCP: with --ramdisk-iso
@@ -53,7 +62,8 @@ authentication, so ADDR must be a loopback address (127.0.0.1:9101) unless
 --metrics-listen-any is given too.
 
 Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-url URL] [--ca-file CA]
-             [--ramdisk-iso ISO --media-listen ADDR --ramdisk-broker-url URL]
+             [--site-broker-listen ADDR [--site-broker-url URL]]
+             [--ramdisk-iso ISO --media-listen ADDR]
              [--simulate N] [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL] [flags]
 
 `)
@@ -92,6 +102,7 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	siteBroker := siteBrokerFlags(fs)
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
+	sb, summary := siteBroker()
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
@@ -131,8 +142,12 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 		fmt.Fprintln(os.Stderr, "error: --metrics-listen-any goes with --metrics-listen ADDR")
 		os.Exit(2)
 	}
-	if *rISO != "" && (*rListen == "" || *rBroker == "") {
-		fmt.Fprintln(os.Stderr, "error: --ramdisk-iso needs --media-listen (where the BMCs fetch it) and --ramdisk-broker-url (the broker as the ramdisks reach it)")
+	if *rISO != "" && (*rListen == "" || (*rBroker == "" && sb.Listen == "")) {
+		fmt.Fprintln(os.Stderr, "error: --ramdisk-iso needs --media-listen (where the BMCs fetch it) and --site-broker-listen (the site broker the ramdisks use) or --ramdisk-broker-url (another broker they reach)")
+		os.Exit(2)
+	}
+	if *rBroker != "" && sb.Listen != "" {
+		fmt.Fprintln(os.Stderr, "error: --ramdisk-broker-url and --site-broker-listen both name the ramdisks' broker; with a site broker, --site-broker-url says how the ramdisks reach it")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -144,7 +159,7 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 		Ramdisk:    agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams},
 		Netboot:    netboot(),
 		Cache:      cache(),
-		SiteBroker: siteBroker(),
+		SiteBroker: sb, HeartbeatSummary: summary,
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
 			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot}})
 	log.Info("edge agent starting", "site", *site, "broker", *brokerURL, "simulated_nodes", *simulate, "state_dir", *stateDir)

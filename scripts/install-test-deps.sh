@@ -10,6 +10,13 @@
 #   ipmitool              an independent IPMI client, to check what the IPMI driver did
 #   xorriso               xorriso/osirrox, an independent ISO9660 reader, to check the boot
 #                         parameters medium (protocol/bootmedia)
+#   ipxe                  Debian's iPXE binaries (undionly.kpxe, snponly.efi) that the edge agent's
+#                         network boot serves by TFTP (agent/netboot, docs/netboot.md)
+#   ipxe-qemu ovmf qemu-system-x86
+#                         QEMU VMs that boot by PXE on the network boot tests' site network
+#                         (UEFI firmware, NIC ROMs); make ramdisk installs them too
+#   busybox               udhcpc, an independent DHCP client for the network boot tests
+#   iproute2 util-linux   ip (bridges, taps, veths) and nsenter for those tests' network namespaces
 #   prometheus            promtool, which checks the coordinator's and the edge agent's /metrics
 #                         output (coordinator/server/metrics_test.go); its server is not run
 # Idempotent and non-interactive; a quick no-op when everything is there.
@@ -19,7 +26,8 @@
 # so is the Prometheus server (port 9090), of which only promtool is used.
 set -euo pipefail
 
-PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus)
+PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus
+	ipxe ipxe-qemu ovmf qemu-system-x86 busybox iproute2 util-linux)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

@@ -266,7 +266,7 @@ func (s *Server) HTTPURL() string { return s.httpURL }
 // another node moves to this one.
 func (s *Server) Arm(b Boot) error {
 	if len(b.MACs) == 0 {
-		return fmt.Errorf("node %s has no PXE-enabled port: network boot answers only the MACs of a node's ports with pxe_enabled (create one: port create --node %s --address MAC)", b.Node, b.Node)
+		return fmt.Errorf("node %s has no PXE-enabled port: network boot answers only the MACs of a node's ports with pxe_enabled (create one: coordinator port create MAC --node %s)", b.Node, b.Node)
 	}
 	tb := make([]byte, 16)
 	if _, err := rand.Read(tb); err != nil {

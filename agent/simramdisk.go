@@ -57,8 +57,7 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 		if s == "" {
 			return nil, fmt.Errorf("write_image needs image_source")
 		}
-		sum, _ := step.Args["image_checksum"].(string)
-		if err := simFetchImage(ctx, s, sum); err != nil {
+		if err := simFetchImage(ctx, s, step.Args); err != nil {
 			return nil, err
 		}
 	}

@@ -84,3 +84,6 @@ func checkSum(algo, hexpart string) (Checksum, error) {
 	}
 	return Checksum{Algo: algo, Hex: hexpart}, nil
 }
+
+// NewHash returns a fresh hash of c's algorithm.
+func NewHash(c Checksum) hash.Hash { return c.hash() }

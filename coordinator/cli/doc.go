@@ -156,6 +156,7 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"      [--power-sync-interval 60s] [--bmc-concurrency 32]\n" +
 	"      [--ramdisk-iso ISO --media-listen ADDR --ramdisk-broker-url URL [--media-url URL] [--ramdisk-params P]]\n" +
 	"      [--metrics-listen ADDR [--metrics-listen-any]]\n" +
+	"      [--image-cache-dir DIR --image-cache-listen ADDR [--image-cache-url URL] [--image-cache-size 50GiB]]\n" +
 	"      [--simulate N [--step-duration 2s] [--boot-delay 1s] [--heartbeat 5s] [--fail-step STEP] [--die-step STEP] [--no-boot]]\n" +
 	"      [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL [--qemu-cmdline P]]\n" +
 	"```\n\n" +
@@ -166,6 +167,12 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"`--ramdisk-iso` (make ramdisk: build/ramdisk/bmramdisk.iso) lets it boot redfish nodes\n" +
 	"into the ramdisk from virtual media: it serves the ISO and each boot's parameters image on\n" +
 	"`--media-listen` (docs/drivers.md, Booting the ramdisk from virtual media).\n\n" +
+	"`--image-cache-dir` and `--image-cache-listen` keep a site image cache (docs/imagecache.md):\n" +
+	"write_image fetches its image through the agent, which downloads it once over the WAN while\n" +
+	"streaming it to every node waiting for it, verifies its checksum before it counts as cached\n" +
+	"(a partial or mismatching download is never served complete), and keeps it on disk under\n" +
+	"`--image-cache-size` (least recently used first out). `coordinator site cache` pre-seeds it;\n" +
+	"simulated nodes fetch through it too.\n\n" +
 	"`--power-sync-interval` (default 60s, 0 disables): how often the agent reads the power\n" +
 	"state of its site's real BMCs (ipmi, redfish, qemu-dev; not simulated ones), 8 at a\n" +
 	"time; it reports only changes and failures (docs/drivers.md, Power-state sync).\n\n" +

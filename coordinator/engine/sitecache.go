@@ -1,14 +1,189 @@
 package engine
 
-import "github.com/bmedge/bmedge/protocol"
+import (
+	"encoding/hex"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// CacheImageTimeout is the deadline of a pre-seed command: an image may
+// take hours over a slow link.
+const CacheImageTimeout = 12 * time.Hour
+
+// maxCacheRecords bounds the pre-seeds remembered per coordinator.
+const maxCacheRecords = 1000
+
+// CacheStatus is what the coordinator knows of one pre-seed of a site's
+// image cache (coordinator site cache). It lives in memory only: after a
+// restart of the coordinator, asking again answers from the site (the
+// agent says at once when the image is already cached).
+type CacheStatus struct {
+	Site      string `json:"site"`
+	URL       string `json:"url"`
+	Checksum  string `json:"checksum"`
+	CommandID string `json:"command_id"`
+	// State is "pending" (sent, no result yet), "cached" or "failed".
+	State         string     `json:"state"`
+	Error         string     `json:"error,omitempty"`
+	Size          int64      `json:"size,omitempty"`
+	AlreadyCached bool       `json:"already_cached,omitempty"`
+	Seconds       float64    `json:"seconds,omitempty"`
+	RequestedAt   time.Time  `json:"requested_at"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	deadline      time.Time
+}
+
+// cacheBook holds an engine's pre-seeds by command id.
+type cacheBook struct {
+	mu   sync.Mutex
+	byID map[string]*CacheStatus
+}
+
+// cacheBooks maps *Engine → *cacheBook.
+var cacheBooks sync.Map
+
+func (e *Engine) cacheBook() *cacheBook {
+	v, _ := cacheBooks.LoadOrStore(e, &cacheBook{byID: map[string]*CacheStatus{}})
+	return v.(*cacheBook)
+}
+
+// CacheImage asks a site's edge agent to download an image into its cache
+// ahead of deploys. With commandID, it asks about that earlier request
+// instead: the command is sent again while it is pending (the agent runs
+// it once and answers a duplicate with its result), and its outcome is
+// returned once known.
+func (e *Engine) CacheImage(site, imageURL, checksum, commandID string) (CacheStatus, error) {
+	e.mu.RLock()
+	_, ok := e.sites[site]
+	e.mu.RUnlock()
+	if !ok {
+		return CacheStatus{}, errorf(404, "site %s could not be found; 'coordinator site list' shows the sites", site)
+	}
+	book := e.cacheBook()
+	now := e.cfg.Now()
+	book.mu.Lock()
+	defer book.mu.Unlock()
+	if commandID != "" {
+		st, ok := book.byID[commandID]
+		if !ok || st.Site != site {
+			return CacheStatus{}, errorf(404, "pre-seed %s of site %s is not known to this coordinator (it remembers the last %d, in memory); ask again without command_id", commandID, site, maxCacheRecords)
+		}
+		if st.State == "pending" && now.Before(st.deadline) {
+			e.sendCacheImage(st)
+		}
+		if st.State == "pending" && !now.Before(st.deadline) {
+			st.State, st.Error = "failed", "no result from the site's edge agent before the command's deadline"
+			st.FinishedAt = &now
+		}
+		return *st, nil
+	}
+	if err := checkImageURL(imageURL); err != nil {
+		return CacheStatus{}, err
+	}
+	sum, err := normalChecksum(checksum)
+	if err != nil {
+		return CacheStatus{}, err
+	}
+	st := &CacheStatus{Site: site, URL: imageURL, Checksum: sum, CommandID: randomHex(), State: "pending",
+		RequestedAt: now, deadline: now.Add(CacheImageTimeout)}
+	if len(book.byID) >= maxCacheRecords {
+		var oldest *CacheStatus
+		for _, x := range book.byID {
+			if oldest == nil || x.RequestedAt.Before(oldest.RequestedAt) {
+				oldest = x
+			}
+		}
+		delete(book.byID, oldest.CommandID)
+	}
+	book.byID[st.CommandID] = st
+	e.log.Info("site cache pre-seed requested", "site", site, "url", redactURL(imageURL), "command", st.CommandID)
+	e.sendCacheImage(st)
+	return *st, nil
+}
+
+// sendCacheImage publishes a pre-seed's command; book.mu is held.
+func (e *Engine) sendCacheImage(st *CacheStatus) {
+	msg := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: st.CommandID, Site: st.Site, Sent: e.cfg.Now(),
+		Action: protocol.ActionCacheImage, Args: map[string]any{"url": st.URL, "checksum": st.Checksum}, Deadline: st.deadline}
+	e.enqueue(fsm.Outgoing{Topic: protocol.BMCCmdTopic(st.Site), Msg: msg}, true)
+}
 
 // handleSiteResult takes the result of a site-wide command (cache_image),
-// which names no node, and acknowledges it.
+// which names no node, records it and acknowledges it.
 func (e *Engine) handleSiteResult(site string, msg *protocol.Message) {
-	e.log.Info("site command result", "site", site, "command", msg.CommandID, "ok", msg.OK, "error", msg.Error)
+	book := e.cacheBook()
+	book.mu.Lock()
+	st := book.byID[msg.CommandID]
+	if st != nil && st.Site == site && st.State == "pending" {
+		now := e.cfg.Now()
+		st.FinishedAt = &now
+		if msg.OK {
+			st.State = "cached"
+			if v, ok := msg.Data["size"].(float64); ok {
+				st.Size = int64(v)
+			}
+			st.AlreadyCached, _ = msg.Data["already_cached"].(bool)
+			st.Seconds, _ = msg.Data["seconds"].(float64)
+		} else {
+			st.State, st.Error = "failed", msg.Error
+		}
+	}
+	book.mu.Unlock()
+	if msg.OK {
+		e.log.Info("site cache pre-seed done", "site", site, "command", msg.CommandID, "size", msg.Data["size"], "already_cached", msg.Data["already_cached"])
+	} else {
+		e.log.Warn("site cache pre-seed failed", "site", site, "command", msg.CommandID, "error", msg.Error)
+	}
 	_ = e.submit(func(t *tx) error {
 		ack := protocol.BMCCmdTopic(site)
 		t.acks[ack] = append(t.acks[ack], msg.ID)
 		return nil
 	}, false)
+}
+
+func checkImageURL(u string) error {
+	if u == "" {
+		return errorf(400, "the image URL is missing; give the http(s) URL the nodes would deploy (instance_info image_source)")
+	}
+	if len(u) > 8192 {
+		return errorf(400, "the image URL is %d bytes long; the limit is 8192", len(u))
+	}
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return errorf(400, "image URL %q is not an http:// or https:// URL; the site cache fetches HTTP(S) images only", redactURL(u))
+	}
+	return nil
+}
+
+// normalChecksum checks an image checksum as the site cache takes it
+// (ALGO:HEX, or HEX of md5, sha256 or sha512 by its length) and returns
+// it as ALGO:HEX.
+func normalChecksum(s string) (string, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "" {
+		return "", errorf(400, "the image checksum is missing: the site cache keeps only images it can verify; give --checksum sha256:HEX (the image's instance_info image_checksum)")
+	}
+	algo, hx, ok := strings.Cut(s, ":")
+	if !ok {
+		hx = s
+		algo = map[int]string{32: "md5", 64: "sha256", 128: "sha512"}[len(s)]
+	}
+	n := map[string]int{"md5": 32, "sha256": 64, "sha512": 128}[algo]
+	if _, err := hex.DecodeString(hx); n == 0 || err != nil || len(hx) != n {
+		return "", errorf(400, "image checksum %q is not a digest the site cache takes: give sha256:HEX (64 hex digits), sha512:HEX (128) or md5:HEX (32)", s)
+	}
+	return algo + ":" + hx, nil
+}
+
+// redactURL leaves out a URL's query string (often a signature).
+func redactURL(u string) string {
+	if base, _, ok := strings.Cut(u, "?"); ok {
+		return base + "?…"
+	}
+	return u
 }

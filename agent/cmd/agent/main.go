@@ -61,6 +61,16 @@ results resent, power-sync reads). Off by default. The metrics have no
 authentication, so ADDR must be a loopback address (127.0.0.1:9101) unless
 --metrics-listen-any is given too.
 
+With --image-cache-dir DIR and --image-cache-listen ADDR the agent keeps a site image
+cache: a deploy's write_image fetches its image from http://ADDR/images/TOKEN (a
+name the agent makes for each image its commands name) instead of the origin.
+The first request downloads the image once over the WAN while streaming it to
+every node waiting for it; later ones are served from disk. The checksum
+(image_checksum / os_hash) is verified before an image counts as cached: a
+partial or mismatching download is never served complete and every waiting node
+fails. --image-cache-size caps the folder (least recently used images go first).
+'coordinator site cache SITE URL' pre-seeds it. Simulated nodes fetch through it too.
+
 Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-url URL] [--ca-file CA]
              [--site-broker-listen ADDR [--site-broker-url URL]]
              [--ramdisk-iso ISO --media-listen ADDR]

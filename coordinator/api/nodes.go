@@ -33,111 +33,12 @@ func Mask(info map[string]any, decl drivers.Declaration) map[string]any {
 	return out
 }
 
-func stepView(s *fsm.StepRun) map[string]any {
-	if s == nil {
-		return map[string]any{}
-	}
-	args := s.Args
-	if args == nil {
-		args = map[string]any{}
-	}
-	v := map[string]any{"interface": s.Interface, "step": s.Step, "priority": s.Priority, "abortable": s.Abortable, "args": args,
-		"requires_ramdisk": s.InBand}
-	if s.Progress > 0 {
-		v["progress"] = s.Progress
-	}
-	return v
-}
-
 func nullable[T comparable](v T) any {
 	var zero T
 	if v == zero {
 		return nil
 	}
 	return v
-}
-
-// render shows a node in Ironic's shape; secrets are masked or left out.
-func (s *Server) render(r *http.Request, n *fsm.Node, online bool) map[string]any {
-	decl, _ := s.e.Machine().Config().Drivers.Get(n.Driver)
-	internal := map[string]any{}
-	if !n.LastHeartbeat.IsZero() {
-		internal["agent_last_heartbeat"] = n.LastHeartbeat
-	}
-	if len(n.CachedCleanSteps) > 0 {
-		internal["agent_cached_clean_steps"] = n.CachedCleanSteps
-		internal["agent_cached_deploy_steps"] = n.CachedDeploySteps
-	}
-	if n.Op != nil {
-		steps := []map[string]any{}
-		for _, a := range n.Op.Plan {
-			if a.Kind == fsm.ActStep {
-				steps = append(steps, stepView(a.Step))
-			}
-		}
-		key, idx := "clean_steps", "clean_step_index"
-		if n.Op.Phase == "deploy" {
-			key, idx = "deploy_steps", "deploy_step_index"
-		}
-		internal[key] = steps
-		internal[idx] = n.Op.Index
-		internal["operation"] = n.Op.Phase
-		if n.Op.AbortAfter {
-			internal["abort_after"] = true
-		}
-	}
-	if n.Pending != nil {
-		internal["outstanding_command"] = map[string]any{"id": n.Pending.ID, "attempts": n.Pending.Attempts, "accepted": n.Pending.Accepted}
-	}
-	if !n.Deadline.IsZero() {
-		internal["deadline"] = n.Deadline
-	}
-	ii := map[string]any{}
-	for k, v := range n.InstanceInfo {
-		if strings.Contains(k, "password") || k == "configdrive" {
-			v = "******"
-		}
-		ii[k] = v
-	}
-	var provUpdated any
-	if !n.ProvisionUpdatedAt.IsZero() {
-		provUpdated = n.ProvisionUpdatedAt
-	}
-	var insStart, insEnd any
-	if n.InspectionStartedAt != nil {
-		insStart = *n.InspectionStartedAt
-	}
-	if n.InspectionFinishedAt != nil {
-		insEnd = *n.InspectionFinishedAt
-	}
-	return map[string]any{
-		"uuid": n.UUID, "name": nullable(n.Name), "driver": n.Driver, "conductor_group": n.Site, "conductor": "coordinator",
-		"driver_info": Mask(n.DriverInfo, decl), "properties": orEmpty(n.Properties), "instance_info": ii,
-		"extra": orEmpty(n.Extra), "driver_internal_info": internal,
-		"provision_state": string(n.ProvisionState), "target_provision_state": nullable(string(n.TargetProvisionState)),
-		"power_state": nullable(n.PowerState), "target_power_state": nullable(n.TargetPowerState),
-		"maintenance": n.Maintenance, "maintenance_reason": nullable(n.MaintenanceReason), "fault": nullable(n.Fault),
-		"last_error": nullable(n.LastError), "reservation": nullable(n.Reservation),
-		"retired": retiredView(n), "retired_reason": nullable(n.RetiredReason), "shard": nil,
-		"clean_step": stepView(n.CleanStep), "deploy_step": stepView(n.DeployStep),
-		"created_at": n.CreatedAt, "updated_at": n.UpdatedAt, "provision_updated_at": provUpdated,
-		"inspection_started_at": insStart, "inspection_finished_at": insEnd,
-		"console_enabled": false, "protected": false, "automated_clean": nil, "resource_class": nil,
-		"instance_uuid": nil, "chassis_uuid": nil, "owner": nil, "lessee": nil, "description": nil, "allocation_uuid": nil,
-		"boot_mode": nil, "secure_boot": nil, "network_interface": "noop", "boot_interface": "pxe", "deploy_interface": "direct",
-		"power_interface": n.Driver, "management_interface": n.Driver, "inspect_interface": "agent",
-		"traits": []any{}, "site_online": online,
-		"links": link(r, "/v1/nodes/"+n.UUID), "ports": link(r, "/v1/nodes/"+n.UUID+"/ports"),
-		"states": link(r, "/v1/nodes/"+n.UUID+"/states"),
-	}
-}
-
-// retiredView is retired as Ironic shows it: null once removed.
-func retiredView(n *fsm.Node) any {
-	if n.RetiredUnset {
-		return nil
-	}
-	return n.Retired
 }
 
 // shortQuote quotes a client's string for a message, cut to a length
@@ -346,48 +247,66 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 	if len(all) > limit {
 		all = all[:limit]
 	}
-	out := make([]map[string]any, 0, len(all))
-	for _, e := range all {
-		_ = s.e.View(e.uuid, func(n *fsm.Node, online bool) error {
-			v := s.render(r, n, online)
-			switch {
-			case fields != nil:
-				v = pick(v, fields)
-			case !detail:
-				v = pick(v, listFields)
-			}
-			out = append(out, v)
-			return nil
-		})
-	}
-	resp := map[string]any{"nodes": out}
 	// As Ironic: a full page has a next link, even when it is the last.
+	next := ""
 	if len(all) > 0 && len(all) == limit {
 		nq := r.URL.Query()
 		nq.Set("marker", all[len(all)-1].uuid)
 		nq.Set("limit", strconv.Itoa(limit))
-		resp["next"] = baseURL(r) + r.URL.Path + "?" + nq.Encode()
+		next = baseURL(r) + r.URL.Path + "?" + nq.Encode()
+	}
+	ids := make([]string, len(all))
+	for i, e := range all {
+		ids[i] = e.uuid
+	}
+	base := baseURL(r)
+	if detail {
+		// Whole nodes: their JSON, kept by the engine until they change.
+		views := s.e.Views(ids, base, true, func(n *fsm.Node, online bool) any { return s.view(base, n, online) }, encodeView)
+		writeNodeList(w, next, views)
+		return
+	}
+	pickFields := fields
+	if pickFields == nil {
+		pickFields = listFields
+	}
+	views := s.e.Views(ids, base, false, func(n *fsm.Node, online bool) any { return s.view(base, n, online).fieldsOf(pickFields) }, nil)
+	out := make([]any, 0, len(views))
+	for _, v := range views {
+		if v != nil {
+			out = append(out, v)
+		}
+	}
+	resp := map[string]any{"nodes": out}
+	if next != "" {
+		resp["next"] = next
 	}
 	writeJSON(w, 200, resp)
 }
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	fields, ferr := checkFields(r.URL.Query().Get("fields"))
+	base := baseURL(r)
+	if ferr == nil && fields == nil {
+		v := s.e.Views([]string{id}, base, true, func(n *fsm.Node, online bool) any { return s.view(base, n, online) }, encodeView)[0]
+		if b, ok := v.([]byte); ok {
+			writeJSONBytes(w, 200, b)
+			return
+		}
+	}
 	var v map[string]any
-	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, online bool) error {
-		v = s.render(r, n, online)
+	err := s.e.View(id, func(n *fsm.Node, online bool) error {
+		v = s.view(base, n, online).fieldsOf(fields)
 		return nil
 	})
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	fields, err := checkFields(r.URL.Query().Get("fields"))
-	if err != nil {
-		writeErr(w, err)
+	if ferr != nil {
+		writeErr(w, ferr)
 		return
-	}
-	if fields != nil {
-		v = pick(v, fields)
 	}
 	writeJSON(w, 200, v)
 }

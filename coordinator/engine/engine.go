@@ -130,6 +130,8 @@ type Engine struct {
 	// hist is the bookkeeping of each node's history, to keep it under
 	// the cap; used in the loop only.
 	hist map[string]*histState
+	// views are the readers' kept views of the nodes (views.go).
+	views viewCache
 }
 
 type request struct {
@@ -366,8 +368,11 @@ func phaseOf(n *fsm.Node) string {
 	return n.Op.Phase
 }
 
-// apply records the machine's output for n in the batch.
+// apply records the machine's output for n in the batch. Every change to
+// a node goes through apply or t.dirty: both drop the readers' kept view
+// of the node.
 func (t *tx) apply(n *fsm.Node, out fsm.Output) {
+	t.forget(n.UUID)
 	switch {
 	case out.Reject != "" && out.Late:
 		t.e.log.Info("message ignored", "node", n.Ident(), "reason", out.Reject)
@@ -409,6 +414,7 @@ func (t *tx) run(n *fsm.Node, fn func() fsm.Output) {
 
 func (e *Engine) commit(t *tx) error {
 	for _, n := range t.dirty {
+		t.forget(n.UUID)
 		b, err := json.Marshal(n)
 		if err != nil {
 			return err

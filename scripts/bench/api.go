@@ -6,6 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"time"
@@ -56,6 +59,10 @@ func (b *bench) apiBench(ctx context.Context) (*apiResult, error) {
 		return nil, fmt.Errorf("detail list: %w", err)
 	}
 	r.listed = len(l.Nodes)
+	stopProfile, err := b.profileAPI("detail")
+	if err != nil {
+		return nil, err
+	}
 	if size, err := b.bodySize(ctx, api, detailPath); err == nil {
 		r.bytes = size
 	}
@@ -74,7 +81,7 @@ func (b *bench) apiBench(ctx context.Context) (*apiResult, error) {
 		mu.Unlock()
 	}
 	t0 := time.Now()
-	err := loadrig.ForEach(ctx, n, b.o.detailReqs, func(ctx context.Context, i int) error {
+	err = loadrig.ForEach(ctx, n, b.o.detailReqs, func(ctx context.Context, i int) error {
 		d, err := timed(ctx, api, "GET", detailPath, nil)
 		if err != nil {
 			return fmt.Errorf("detail list: %w", err)
@@ -86,6 +93,9 @@ func (b *bench) apiBench(ctx context.Context) (*apiResult, error) {
 		return nil, err
 	}
 	r.detailWall = time.Since(t0)
+	if err := stopProfile(); err != nil {
+		return nil, err
+	}
 	put := func(target string, to *[]time.Duration) error {
 		return loadrig.ForEach(ctx, n, len(b.nodes), func(ctx context.Context, i int) error {
 			d, err := timed(ctx, api, "PUT", "/v1/nodes/"+b.nodes[i].uuid+"/states/provision", map[string]any{"target": target})
@@ -97,14 +107,26 @@ func (b *bench) apiBench(ctx context.Context) (*apiResult, error) {
 		})
 	}
 	fmt.Fprintf(os.Stderr, "bench: API: manage and provide PUTs on %d nodes from %d clients…\n", len(b.nodes), n)
+	if stopProfile, err = b.profileAPI("manage"); err != nil {
+		return nil, err
+	}
 	if err := put("manage", &r.manage); err != nil {
+		return nil, err
+	}
+	if err := stopProfile(); err != nil {
 		return nil, err
 	}
 	if err := b.await(ctx, &phaseResult{}, fsm.Manageable, []fsm.State{fsm.Available}); err != nil {
 		return nil, fmt.Errorf("manage: %w", err)
 	}
 	start := time.Now()
+	if stopProfile, err = b.profileAPI("provide"); err != nil {
+		return nil, err
+	}
 	if err := put("provide", &r.provide); err != nil {
+		return nil, err
+	}
+	if err := stopProfile(); err != nil {
 		return nil, err
 	}
 	if err := b.await(ctx, &phaseResult{}, fsm.Available, []fsm.State{fsm.Manageable, fsm.Cleaning, fsm.CleanWait}); err != nil {
@@ -115,6 +137,48 @@ func (b *bench) apiBench(ctx context.Context) (*apiResult, error) {
 		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 	}
 	return r, nil
+}
+
+// profileAPI starts, with -api-profile, CPU, mutex and block profiles of
+// one API measurement (the coordinator runs in this process); the
+// function it returns stops them and writes NAME.cpu.pprof,
+// NAME.mutex.pprof and NAME.block.pprof.
+func (b *bench) profileAPI(name string) (stop func() error, err error) {
+	dir := b.o.apiProfile
+	if dir == "" {
+		return func() error { return nil }, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	runtime.SetMutexProfileFraction(5)
+	runtime.SetBlockProfileRate(int(100 * time.Microsecond))
+	return func() error {
+		pprof.StopCPUProfile()
+		f.Close()
+		for _, p := range []string{"mutex", "block"} {
+			out, err := os.Create(filepath.Join(dir, name+"."+p+".pprof"))
+			if err != nil {
+				return err
+			}
+			err = pprof.Lookup(p).WriteTo(out, 0)
+			out.Close()
+			if err != nil {
+				return err
+			}
+		}
+		runtime.SetMutexProfileFraction(0)
+		runtime.SetBlockProfileRate(0)
+		return nil
+	}, nil
 }
 
 // bodySize returns the size of one answer to GET path.

@@ -57,6 +57,7 @@ type options struct {
 	verbose     bool
 	apiClients  int
 	detailReqs  int
+	apiProfile  string
 }
 
 func main() {
@@ -76,7 +77,12 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "log the edge agent's warnings to stderr and list the commands seen by action")
 	flag.IntVar(&o.apiClients, "api-clients", 32, "concurrent HTTP clients of the API measurements after the cycle (GET /v1/nodes/detail?limit=1000, provision PUTs); 0 skips them")
 	flag.IntVar(&o.detailReqs, "detail-requests", 50, "GET /v1/nodes/detail?limit=1000 requests measured with -api-clients clients")
+	flag.StringVar(&o.apiProfile, "api-profile", "", "with -inprocess: write CPU, mutex and block profiles of the API measurements only (the detail lists and the PUTs) to this folder")
 	flag.Parse()
+	if o.apiProfile != "" && (!o.inprocess || o.cpuprofile != "") {
+		fmt.Fprintln(os.Stderr, "bench: -api-profile needs -inprocess (the coordinator must run in the benchmark process) and no -cpuprofile")
+		os.Exit(2)
+	}
 	if o.nodes < 1 || o.concurrency < 1 || o.apiClients < 0 || o.detailReqs < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -nodes and -concurrency must be at least 1")
 		os.Exit(2)

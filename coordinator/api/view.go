@@ -1,0 +1,333 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bmedge/bmedge/coordinator/fsm"
+)
+
+// nodeView is a node as the API shows it, in Ironic's shape. Its fields
+// are in the byte order of their JSON names, the order in which
+// encoding/json writes a map's keys: a node encodes exactly as the
+// map-based view of earlier versions did (view_test.go checks it), and
+// clients that compare answers see no change. A nil `any` field is
+// Ironic's null for a field this API does not have.
+type nodeView struct {
+	AllocationUUID       any            `json:"allocation_uuid"`
+	AutomatedClean       any            `json:"automated_clean"`
+	BootInterface        string         `json:"boot_interface"`
+	BootMode             any            `json:"boot_mode"`
+	ChassisUUID          any            `json:"chassis_uuid"`
+	CleanStep            any            `json:"clean_step"`
+	Conductor            string         `json:"conductor"`
+	ConductorGroup       string         `json:"conductor_group"`
+	ConsoleEnabled       bool           `json:"console_enabled"`
+	CreatedAt            time.Time      `json:"created_at"`
+	DeployInterface      string         `json:"deploy_interface"`
+	DeployStep           any            `json:"deploy_step"`
+	Description          any            `json:"description"`
+	Driver               string         `json:"driver"`
+	DriverInfo           map[string]any `json:"driver_info"`
+	DriverInternalInfo   *internalView  `json:"driver_internal_info"`
+	Extra                map[string]any `json:"extra"`
+	Fault                *string        `json:"fault"`
+	InspectInterface     string         `json:"inspect_interface"`
+	InspectionFinishedAt *time.Time     `json:"inspection_finished_at"`
+	InspectionStartedAt  *time.Time     `json:"inspection_started_at"`
+	InstanceInfo         map[string]any `json:"instance_info"`
+	InstanceUUID         any            `json:"instance_uuid"`
+	LastError            *string        `json:"last_error"`
+	Lessee               any            `json:"lessee"`
+	Links                []linkView     `json:"links"`
+	Maintenance          bool           `json:"maintenance"`
+	MaintenanceReason    *string        `json:"maintenance_reason"`
+	ManagementInterface  string         `json:"management_interface"`
+	Name                 *string        `json:"name"`
+	NetworkInterface     string         `json:"network_interface"`
+	Owner                any            `json:"owner"`
+	Ports                []linkView     `json:"ports"`
+	PowerInterface       string         `json:"power_interface"`
+	PowerState           *string        `json:"power_state"`
+	Properties           map[string]any `json:"properties"`
+	Protected            bool           `json:"protected"`
+	ProvisionState       string         `json:"provision_state"`
+	ProvisionUpdatedAt   *time.Time     `json:"provision_updated_at"`
+	Reservation          *string        `json:"reservation"`
+	ResourceClass        any            `json:"resource_class"`
+	Retired              *bool          `json:"retired"`
+	RetiredReason        *string        `json:"retired_reason"`
+	SecureBoot           any            `json:"secure_boot"`
+	Shard                any            `json:"shard"`
+	SiteOnline           bool           `json:"site_online"`
+	States               []linkView     `json:"states"`
+	TargetPowerState     *string        `json:"target_power_state"`
+	TargetProvisionState *string        `json:"target_provision_state"`
+	Traits               []string       `json:"traits"`
+	UpdatedAt            time.Time      `json:"updated_at"`
+	UUID                 string         `json:"uuid"`
+}
+
+// internalView is driver_internal_info; a nil field is left out.
+type internalView struct {
+	AbortAfter             bool         `json:"abort_after,omitempty"`
+	AgentCachedCleanSteps  any          `json:"agent_cached_clean_steps,omitempty"`
+	AgentCachedDeploySteps any          `json:"agent_cached_deploy_steps,omitempty"`
+	AgentLastHeartbeat     *time.Time   `json:"agent_last_heartbeat,omitempty"`
+	CleanStepIndex         any          `json:"clean_step_index,omitempty"`
+	CleanSteps             any          `json:"clean_steps,omitempty"`
+	Deadline               *time.Time   `json:"deadline,omitempty"`
+	DeployStepIndex        any          `json:"deploy_step_index,omitempty"`
+	DeploySteps            any          `json:"deploy_steps,omitempty"`
+	Operation              any          `json:"operation,omitempty"`
+	OutstandingCommand     *commandView `json:"outstanding_command,omitempty"`
+}
+
+type commandView struct {
+	Accepted bool   `json:"accepted"`
+	Attempts int    `json:"attempts"`
+	ID       string `json:"id"`
+}
+
+// stepJSON is a step as clean_step, deploy_step and the step lists show
+// it; a node without a step shows {} (noStep).
+type stepJSON struct {
+	Abortable       bool           `json:"abortable"`
+	Args            map[string]any `json:"args"`
+	Interface       string         `json:"interface"`
+	Priority        int            `json:"priority"`
+	Progress        float64        `json:"progress,omitempty"`
+	RequiresRamdisk bool           `json:"requires_ramdisk"`
+	Step            string         `json:"step"`
+}
+
+type linkView struct {
+	Href string `json:"href"`
+	Rel  string `json:"rel"`
+}
+
+var noStep = struct{}{}
+
+func stepOf(s *fsm.StepRun) any {
+	if s == nil {
+		return noStep
+	}
+	v := stepJSON{Interface: s.Interface, Step: s.Step, Priority: s.Priority, Abortable: s.Abortable, Args: s.Args, RequiresRamdisk: s.InBand}
+	if v.Args == nil {
+		v.Args = map[string]any{}
+	}
+	if s.Progress > 0 {
+		v.Progress = s.Progress
+	}
+	return v
+}
+
+// nstr is a string field that Ironic shows as null when empty.
+func nstr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func links(base, path string) []linkView {
+	return []linkView{{Href: base + path, Rel: "self"}, {Href: base + path, Rel: "bookmark"}}
+}
+
+// view builds the view of n; base is the API's URL as the client reached
+// it (baseURL), for the links. Secrets are masked or left out. It runs
+// under the engine's read lock: the view shares n's maps and slices that
+// it shows unchanged (the engine replaces those, never changes them in
+// place), and copies the rest.
+func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
+	decl, _ := s.e.Machine().Config().Drivers.Get(n.Driver)
+	internal := &internalView{}
+	if !n.LastHeartbeat.IsZero() {
+		t := n.LastHeartbeat
+		internal.AgentLastHeartbeat = &t
+	}
+	if len(n.CachedCleanSteps) > 0 {
+		internal.AgentCachedCleanSteps = n.CachedCleanSteps
+		internal.AgentCachedDeploySteps = n.CachedDeploySteps
+	}
+	if n.Op != nil {
+		steps := []any{}
+		for _, a := range n.Op.Plan {
+			if a.Kind == fsm.ActStep {
+				steps = append(steps, stepOf(a.Step))
+			}
+		}
+		if n.Op.Phase == "deploy" {
+			internal.DeploySteps, internal.DeployStepIndex = steps, n.Op.Index
+		} else {
+			internal.CleanSteps, internal.CleanStepIndex = steps, n.Op.Index
+		}
+		internal.Operation = n.Op.Phase
+		internal.AbortAfter = n.Op.AbortAfter
+	}
+	if n.Pending != nil {
+		internal.OutstandingCommand = &commandView{ID: n.Pending.ID, Attempts: n.Pending.Attempts, Accepted: n.Pending.Accepted}
+	}
+	if !n.Deadline.IsZero() {
+		t := n.Deadline
+		internal.Deadline = &t
+	}
+	ii := make(map[string]any, len(n.InstanceInfo))
+	for k, v := range n.InstanceInfo {
+		if strings.Contains(k, "password") || k == "configdrive" {
+			v = "******"
+		}
+		ii[k] = v
+	}
+	v := &nodeView{
+		UUID: n.UUID, Name: nstr(n.Name), Driver: n.Driver, ConductorGroup: n.Site, Conductor: "coordinator",
+		DriverInfo: Mask(n.DriverInfo, decl), Properties: orEmpty(n.Properties), InstanceInfo: ii,
+		Extra: orEmpty(n.Extra), DriverInternalInfo: internal,
+		ProvisionState: string(n.ProvisionState), TargetProvisionState: nstr(string(n.TargetProvisionState)),
+		PowerState: nstr(n.PowerState), TargetPowerState: nstr(n.TargetPowerState),
+		Maintenance: n.Maintenance, MaintenanceReason: nstr(n.MaintenanceReason), Fault: nstr(n.Fault),
+		LastError: nstr(n.LastError), Reservation: nstr(n.Reservation), RetiredReason: nstr(n.RetiredReason),
+		CleanStep: stepOf(n.CleanStep), DeployStep: stepOf(n.DeployStep),
+		CreatedAt: n.CreatedAt, UpdatedAt: n.UpdatedAt,
+		NetworkInterface: "noop", BootInterface: "pxe", DeployInterface: "direct",
+		PowerInterface: n.Driver, ManagementInterface: n.Driver, InspectInterface: "agent",
+		Traits: []string{}, SiteOnline: online,
+		Links: links(base, "/v1/nodes/"+n.UUID), Ports: links(base, "/v1/nodes/"+n.UUID+"/ports"),
+		States: links(base, "/v1/nodes/"+n.UUID+"/states"),
+	}
+	// Retired as Ironic shows it: null once removed.
+	if !n.RetiredUnset {
+		r := n.Retired
+		v.Retired = &r
+	}
+	if !n.ProvisionUpdatedAt.IsZero() {
+		t := n.ProvisionUpdatedAt
+		v.ProvisionUpdatedAt = &t
+	}
+	if n.InspectionStartedAt != nil {
+		t := *n.InspectionStartedAt
+		v.InspectionStartedAt = &t
+	}
+	if n.InspectionFinishedAt != nil {
+		t := *n.InspectionFinishedAt
+		v.InspectionFinishedAt = &t
+	}
+	return v
+}
+
+// viewFields maps each JSON name of nodeView to its field.
+var viewFields = func() map[string]int {
+	m := map[string]int{}
+	t := reflect.TypeFor[nodeView]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		m[name] = i
+	}
+	return m
+}()
+
+// fieldsOf is a map of the view's fields named in fields, and links,
+// which Ironic always keeps (all of them when fields is nil). It encodes
+// as the view does, field for field.
+func (v *nodeView) fieldsOf(fields []string) map[string]any {
+	rv := reflect.ValueOf(v).Elem()
+	if fields == nil {
+		out := make(map[string]any, len(viewFields))
+		for name, i := range viewFields {
+			out[name] = rv.Field(i).Interface()
+		}
+		return out
+	}
+	out := make(map[string]any, len(fields)+1)
+	for _, f := range fields {
+		if i, ok := viewFields[f]; ok {
+			out[f] = rv.Field(i).Interface()
+		}
+	}
+	out["links"] = v.Links
+	return out
+}
+
+// render is the node's view as a map (for answers that add or pick
+// fields).
+func (s *Server) render(r *http.Request, n *fsm.Node, online bool) map[string]any {
+	return s.view(baseURL(r), n, online).fieldsOf(nil)
+}
+
+// encodeView is the JSON of a view, as writeJSON writes it inside an
+// answer (HTML characters escaped, no newline).
+func encodeView(v any) any {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	if err := enc.Encode(v); err != nil {
+		// Only a value that JSON cannot hold (a NaN in a client's
+		// map) gets here; Marshal says the same for the whole answer.
+		return err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// listBufs are the buffers of node lists' answers (a detail list of 1000
+// nodes is ~2 MiB).
+var listBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// writeNodeList writes {"next": next, "nodes": [...]} from the nodes'
+// JSON as writeJSON would write it (next is left out when empty; nil
+// views, of nodes deleted meanwhile, are skipped), in one write.
+func writeNodeList(w http.ResponseWriter, next string, views []any) {
+	size := 64 + len(next)
+	for _, v := range views {
+		switch v := v.(type) {
+		case []byte:
+			size += len(v) + 1
+		case error:
+			writeError(w, 500, "cannot encode a node: "+v.Error())
+			return
+		}
+	}
+	buf := listBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	buf.Grow(size)
+	buf.WriteByte('{')
+	if next != "" {
+		nb, _ := json.Marshal(next)
+		buf.WriteString(`"next":`)
+		buf.Write(nb)
+		buf.WriteByte(',')
+	}
+	buf.WriteString(`"nodes":[`)
+	first := true
+	for _, v := range views {
+		if b, ok := v.([]byte); ok {
+			if !first {
+				buf.WriteByte(',')
+			}
+			first = false
+			buf.Write(b)
+		}
+	}
+	buf.WriteString("]}\n")
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(200)
+	_, _ = w.Write(buf.Bytes())
+	if buf.Cap() <= 64<<20 {
+		listBufs.Put(buf)
+	}
+}
+
+// writeJSONBytes writes one value's JSON (from encodeView) as writeJSON
+// would.
+func writeJSONBytes(w http.ResponseWriter, code int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+	_, _ = w.Write([]byte("\n"))
+}

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// TestNetbootHooks: a node's network boot is armed only by a power-on
+// that carries a new boot credential (and boot_macs) while its boot
+// device is pxe, and disarmed by a power-off, boot device disk, or a
+// power-on without a new boot; an agent without network boot fails boot
+// device pxe naming the flags.
+func TestNetbootHooks(t *testing.T) {
+	if _, err := os.Stat("/usr/lib/ipxe/undionly.kpxe"); err != nil && os.Getenv("BM_REQUIRE_ALL") != "1" {
+		t.Skip("Debian's ipxe package is not installed")
+	}
+	off := New(Config{Site: "s1"})
+	if err := off.netbootBootDevice("n1", protocol.BootPXE); err == nil || !strings.Contains(err.Error(), "--netboot-interface") {
+		t.Fatalf("boot device pxe without network boot: %v, want an error naming --netboot-interface", err)
+	}
+	if err := off.netbootBootDevice("n1", protocol.BootDisk); err != nil {
+		t.Fatalf("boot device disk without network boot: %v", err)
+	}
+
+	dir := t.TempDir()
+	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd")
+	os.WriteFile(kernel, []byte("k"), 0o600)
+	os.WriteFile(initrd, []byte("i"), 0o600)
+	a := New(Config{Site: "s1", Ramdisk: RamdiskOptions{BrokerURL: "mqtt://10.1.0.1:1883"},
+		Netboot: NetbootOptions{Interface: "lo", Address: "127.0.0.1", Mode: "proxy", HTTPPort: -1, TFTPPort: -1, DHCPPort: -1, Kernel: kernel, Initrd: initrd}})
+	stop, err := a.startNetboot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	srv := a.netbootState().srv
+	boot := func(macs ...any) {
+		t.Helper()
+		a.mu.Lock()
+		a.creds["n1"] = [2]string{"node:n1", "pw"}
+		a.mu.Unlock()
+		a.netbootNoteArgs("n1", map[string]any{protocol.ArgAgentUsername: "node:n1", protocol.ArgBootMACs: macs})
+	}
+	if err := a.netbootBootDevice("n1", protocol.BootPXE); err != nil {
+		t.Fatal(err)
+	}
+	// A power-on without a new boot credential (say the power verb of the
+	// API) boots nothing.
+	if err := a.netbootPower("n1", protocol.PowerOn); err != nil || srv.Armed("n1") {
+		t.Fatalf("power on without a boot: %v, armed %v", err, srv.Armed("n1"))
+	}
+	boot("52:54:00:00:00:01")
+	if err := a.netbootPower("n1", protocol.PowerReboot); err != nil || !srv.Armed("n1") {
+		t.Fatalf("reboot with a boot: %v, armed %v", err, srv.Armed("n1"))
+	}
+	if err := a.netbootPower("n1", protocol.PowerOff); err != nil || srv.Armed("n1") {
+		t.Fatalf("power off: %v, armed %v", err, srv.Armed("n1"))
+	}
+	boot("52:54:00:00:00:01")
+	a.netbootPower("n1", protocol.PowerOn)
+	if err := a.netbootBootDevice("n1", protocol.BootDisk); err != nil || srv.Armed("n1") {
+		t.Fatalf("boot device disk: %v, armed %v", err, srv.Armed("n1"))
+	}
+	// Boot device disk: a new boot's power-on arms nothing.
+	boot("52:54:00:00:00:01")
+	if a.netbootPower("n1", protocol.PowerOn); srv.Armed("n1") {
+		t.Fatal("armed with boot device disk")
+	}
+	// A node without PXE-enabled ports cannot boot: the command fails.
+	a.netbootBootDevice("n1", protocol.BootPXE)
+	boot()
+	if err := a.netbootPower("n1", protocol.PowerReboot); err == nil || !strings.Contains(err.Error(), "port create") {
+		t.Fatalf("a boot without MACs: %v, want an error naming port create", err)
+	}
+}

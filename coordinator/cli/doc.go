@@ -156,6 +156,7 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"      [--power-sync-interval 60s] [--bmc-concurrency 32]\n" +
 	"      [--ramdisk-iso ISO --media-listen ADDR --ramdisk-broker-url URL [--media-url URL] [--ramdisk-params P]]\n" +
 	"      [--metrics-listen ADDR [--metrics-listen-any]]\n" +
+	"      [--netboot-interface IFACE --netboot-kernel K --netboot-initrd I (--netboot-dhcp-range FIRST-LAST | --netboot-dhcp-mode proxy)]\n" +
 	"      [--image-cache-dir DIR --image-cache-listen ADDR [--image-cache-url URL] [--image-cache-size 50GiB]]\n" +
 	"      [--simulate N [--step-duration 2s] [--boot-delay 1s] [--heartbeat 5s] [--fail-step STEP] [--die-step STEP] [--no-boot]]\n" +
 	"      [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL [--qemu-cmdline P]]\n" +
@@ -167,6 +168,12 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"`--ramdisk-iso` (make ramdisk: build/ramdisk/bmramdisk.iso) lets it boot redfish nodes\n" +
 	"into the ramdisk from virtual media: it serves the ISO and each boot's parameters image on\n" +
 	"`--media-listen` (docs/drivers.md, Booting the ramdisk from virtual media).\n\n" +
+	"`--netboot-interface` (the site network), `--netboot-kernel` and `--netboot-initrd` (make\n" +
+	"ramdisk: build/ramdisk/vmlinuz and initramfs.cpio.xz) let it boot ipmi nodes into the\n" +
+	"ramdisk by network boot: DHCP leasing `--netboot-dhcp-range` (or `--netboot-dhcp-mode proxy`\n" +
+	"beside the site's own DHCP server), TFTP of Debian's iPXE binaries, HTTP of each boot's\n" +
+	"iPXE script, kernel and initramfs on `--netboot-http-port` (8082), answering only the MACs\n" +
+	"of the nodes it is booting (docs/netboot.md).\n\n" +
 	"`--image-cache-dir` and `--image-cache-listen` keep a site image cache (docs/imagecache.md):\n" +
 	"write_image fetches its image through the agent, which downloads it once over the WAN while\n" +
 	"streaming it to every node waiting for it, verifies its checksum before it counts as cached\n" +

@@ -38,8 +38,12 @@ on --media-listen, and for each boot a small image of that boot's parameters (no
 broker, a credential for this boot only, CA pin, driver_info kernel_append_params)
 under a random name that is served only until the boot ends. The BMC gets both
 (virtual CD and virtual USB stick), a one-time boot from the CD, and a power-on.
-IPMI nodes need network boot to reach the ramdisk, which this agent does not serve
-yet: they can be managed, powered and run out-of-band steps, not inspected or cleaned.
+IPMI nodes boot the ramdisk by network boot: with --netboot-interface IFACE (the site
+network), --netboot-kernel and --netboot-initrd (make ramdisk builds build/ramdisk/vmlinuz
+and initramfs.cpio.xz) the agent serves DHCP there (leasing --netboot-dhcp-range, or
+--netboot-dhcp-mode proxy beside the site's own DHCP server), TFTP of Debian's iPXE
+binaries and HTTP of each boot's iPXE script, kernel and initramfs, answering only the
+MACs of the nodes it is booting (docs/netboot.md).
 
 With --simulate N it also serves N simulated nodes (driver fake): fake BMCs and
 simulated ramdisk agents that speak the real protocol. With --qemu-kernel and

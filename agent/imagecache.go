@@ -43,6 +43,24 @@ type siteCache struct {
 	c    *imagecache.Cache
 	base string // URL prefix of the images as the nodes reach them
 	addr string // address bound
+	// passed holds the image URLs already logged as not taken through
+	// the cache (a resent command or ten thousand nodes log it once).
+	mu     sync.Mutex
+	passed map[string]bool
+}
+
+// firstPass tells whether src is logged as not cached for the first time.
+func (sc *siteCache) firstPass(src string) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.passed[src] {
+		return false
+	}
+	if len(sc.passed) >= 1000 {
+		clear(sc.passed)
+	}
+	sc.passed[src] = true
+	return true
 }
 
 // caches holds the running image cache of each agent of this process
@@ -100,7 +118,7 @@ func (a *Agent) startImageCache(ctx context.Context) (stop func(), err error) {
 			a.log.Error("image cache listener stopped", "err", err)
 		}
 	}()
-	sc := &siteCache{c: c, base: base + imagecache.PathPrefix, addr: ln.Addr().String()}
+	sc := &siteCache{c: c, base: base + imagecache.PathPrefix, addr: ln.Addr().String(), passed: map[string]bool{}}
 	caches.Store(a, sc)
 	st := c.Stats()
 	a.log.Info("image cache up: nodes fetch their images from "+sc.base+"…", "listen", sc.addr, "dir", o.Dir,
@@ -135,7 +153,9 @@ func (a *Agent) imageArgs(m *protocol.Message) *protocol.Message {
 		token, err = sc.c.Register(src, sum)
 	}
 	if err != nil {
-		a.log.Warn("image not taken through the site cache; the node fetches it from its origin", "node", m.Node, "url", imagecache.Redact(src), "reason", err)
+		if sc.firstPass(src) {
+			a.log.Warn("image not taken through the site cache; the nodes fetch it from its origin (logged once per image)", "node", m.Node, "url", imagecache.Redact(src), "reason", err)
+		}
 		return m
 	}
 	c := *m

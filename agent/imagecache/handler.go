@@ -59,8 +59,7 @@ func (c *Cache) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	buf := make([]byte, 256<<10)
-	if _, err := io.CopyBuffer(w, rd, buf); err != nil {
+	if _, err := io.Copy(w, rd); err != nil {
 		if r.Context().Err() == nil {
 			c.log.Warn("image cache: a node's transfer was cut because the download failed", "client", r.RemoteAddr, "err", err)
 		}

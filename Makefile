@@ -79,3 +79,11 @@ ramdisk:
 
 clean:
 	rm -rf bin build
+
+# WAN_NODES simulated nodes through a full cycle over a clean WAN and an
+# impaired one (500 ms RTT, 5 % loss): wall times and WAN bytes per node
+# (root; not part of make test): make bench-wan
+.PHONY: bench-wan
+WAN_NODES ?= 50
+bench-wan:
+	WAN_NODES=$(WAN_NODES) GO=$(GO) scripts/bench-wan/run.sh

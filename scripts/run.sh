@@ -29,7 +29,8 @@ done
 if [ ! -s "$RUN/site1.json" ]; then
   bin/coordinator site add site1 --credentials-file "$RUN/site1.json"
 fi
-bin/agent --credentials-file "$RUN/site1.json" --simulate 8 --step-duration 3s --boot-delay 1s >"$RUN/agent.log" 2>&1 &
+bin/agent --credentials-file "$RUN/site1.json" --simulate 8 --step-duration 3s --boot-delay 1s \
+  --image-cache-dir "$RUN/image-cache" --image-cache-listen "${IMAGE_CACHE:-127.0.0.1:6390}" >"$RUN/agent.log" 2>&1 &
 pids+=($!)
 sleep 1
 cat <<MSG

@@ -318,9 +318,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	stopSite, err := a.startSiteBroker()
+	if err != nil {
+		return err
+	}
+	defer stopSite()
 	if a.cfg.Ramdisk.ISO != "" {
-		if a.cfg.Ramdisk.BrokerURL == "" {
-			return errors.New("--ramdisk-iso needs --ramdisk-broker-url: the broker as the nodes' ramdisks reach it")
+		if a.cfg.Ramdisk.BrokerURL == "" && a.site == nil {
+			return errors.New("--ramdisk-iso needs a broker for the ramdisks: --site-broker-listen (the site broker this agent runs) or --ramdisk-broker-url")
 		}
 		m, err := newMediaServer(a.cfg.Ramdisk, a.log)
 		if err != nil {
@@ -331,11 +336,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer m.close()
 		a.log.Info("media server up: BMCs fetch the ramdisk from "+m.ISOURL(), "listen", m.ln.Addr().String())
 	}
-	stopSite, err := a.startSiteBroker()
-	if err != nil {
-		return err
-	}
-	defer stopSite()
 	stopNetboot, err := a.startNetboot(ctx)
 	if err != nil {
 		return err

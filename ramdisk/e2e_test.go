@@ -399,9 +399,14 @@ func qemuLab(t *testing.T, kernel, initrd string, useTLS bool) *testrig.Client {
 			t.Fatalf("broker URL %s with TLS on", c.BrokerURL)
 		}
 	}
-	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
-	testrig.StartAgentConfig(t, creds, agent.Config{CAFile: caFile, QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd,
-		BrokerURL: scheme + "10.0.2.2:" + mqttPort}})
+	// The ramdisks talk to the site broker the edge agent runs (on
+	// loopback, which the VMs reach at 10.0.2.2), never to the
+	// coordinator's: the agent relays.
+	sb := agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: scheme + "10.0.2.2"}
+	if useTLS {
+		sb.TLSCert, sb.TLSKey, sb.CAFile = o.TLSCert, o.TLSKey, caFile
+	}
+	testrig.StartAgentConfig(t, creds, agent.Config{CAFile: caFile, SiteBroker: sb, QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd}})
 	return cl
 }
 

@@ -135,9 +135,10 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
 		t.Fatalf("site: %d", code)
 	}
-	mqttPort := c.BrokerURL[strings.LastIndex(c.BrokerURL, ":")+1:]
-	testrig.StartAgentConfig(t, creds, agent.Config{CAFile: caFile, Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0",
-		BrokerURL: "mqtts://10.0.2.2:" + mqttPort}})
+	// The ramdisk reaches the site broker of the edge agent (over TLS, at
+	// 10.0.2.2 from inside the VM), not the coordinator's.
+	testrig.StartAgentConfig(t, creds, agent.Config{CAFile: caFile, Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0"},
+		SiteBroker: agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: "mqtts://10.0.2.2", TLSCert: certFile, TLSKey: keyFile, CAFile: caFile}})
 
 	info := map[string]any{"redfish_address": bmcSrv.URL, "redfish_system_id": sysID, "redfish_username": "admin",
 		"redfish_password": "wrong", "redfish_verify_ca": caFile}

@@ -240,8 +240,12 @@ func (c *Cache) token(key string) string {
 }
 
 // Redact names an image URL for messages: its query string (often a
-// signature, as in Swift temporary URLs) is left out.
+// signature, as in Swift temporary URLs) and any password are left out.
 func Redact(u string) string {
+	if p, err := url.Parse(u); err == nil && p.User != nil {
+		p.User = url.User("…")
+		u = p.String()
+	}
 	if base, _, ok := strings.Cut(u, "?"); ok {
 		return base + "?…"
 	}
@@ -552,7 +556,7 @@ func (c *Cache) fetch(fl *flight) (n int64, err error) {
 	buf := make([]byte, 1<<20)
 	const grow = 64 << 20
 	for {
-		m, rerr := io.ReadFull(body, buf)
+		m, rerr := fill(body, buf)
 		if m > 0 {
 			if total >= 0 && n+int64(m) > total {
 				return n, fmt.Errorf("origin sent more than the %d bytes of image %s it announced", total, Redact(img.url))
@@ -569,7 +573,7 @@ func (c *Cache) fetch(fl *flight) (n int64, err error) {
 			n += int64(m)
 			fl.progress(n)
 		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
@@ -594,6 +598,22 @@ func (c *Cache) fetch(fl *flight) (n int64, err error) {
 	if d, err := os.Open(c.opts.Dir); err == nil {
 		_ = d.Sync()
 		d.Close()
+	}
+	return n, nil
+}
+
+// fill reads into b until it is full or the reader fails; unlike
+// io.ReadFull it passes the reader's error on as it is, so that a
+// transfer cut short (io.ErrUnexpectedEOF from the HTTP client) is not
+// taken for the end of the image.
+func fill(r io.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k, err := r.Read(b[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
 	}
 	return n, nil
 }

@@ -55,8 +55,23 @@ func (c *Cache) serve(w http.ResponseWriter, r *http.Request) {
 	if rd.Size() >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(rd.Size(), 10))
 	}
-	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	// The first bytes before the answer: a download that fails now is
+	// answered with its reason, not with a 200 cut short.
+	first := make([]byte, 32<<10)
+	n, err := rd.Read(first)
+	if err != nil && err != io.EOF {
+		if r.Context().Err() == nil {
+			w.Header().Del("Content-Length")
+			http.Error(w, "site image cache: "+err.Error(), http.StatusBadGateway)
+		}
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	if _, werr := w.Write(first[:n]); werr != nil {
 		return
 	}
 	if _, err := io.Copy(w, rd); err != nil {

@@ -180,8 +180,12 @@ func normalChecksum(s string) (string, error) {
 	return algo + ":" + hx, nil
 }
 
-// redactURL leaves out a URL's query string (often a signature).
+// redactURL leaves out a URL's query string (often a signature) and password.
 func redactURL(u string) string {
+	if p, err := url.Parse(u); err == nil && p.User != nil {
+		p.User = url.User("…")
+		u = p.String()
+	}
 	if base, _, ok := strings.Cut(u, "?"); ok {
 		return base + "?…"
 	}

@@ -240,3 +240,120 @@ func TestEdgeOutboxSurvivesKill9(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeRelayedResultsSurviveKill9: the results of the site's ramdisks
+// (here simulated ones, which go through the same relay as real ones)
+// that the edge agent took over — written to its durable outbox and
+// acknowledged to the ramdisks, which forget them — survive a SIGKILL of
+// the agent while the coordinator is down: after both restart, every
+// inspection completes from the stored result, applied once.
+func TestEdgeRelayedResultsSurviveKill9(t *testing.T) {
+	bin := buildAgent(t)
+	dir := t.TempDir()
+	dataDir := filepath.Join(dir, "data")
+	api, mqtt := testrig.FreeAddr(t), testrig.FreeAddr(t)
+	coord := startCoordinatorProcess(t, dataDir, api, mqtt)
+	cl := &testrig.Client{Base: "http://" + api, T: t}
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, &creds); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	credFile := filepath.Join(dir, "site1.json")
+	b, _ := json.Marshal(creds)
+	if err := os.WriteFile(credFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agentLog := filepath.Join(dir, "agent.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, f := range []string{agentLog, filepath.Join(dir, "coordinator.log")} {
+				b, _ := os.ReadFile(f)
+				t.Logf("%s:\n%s", filepath.Base(f), b)
+			}
+		}
+	})
+	agentArgs := func(metrics string) []string {
+		return []string{"--credentials-file", credFile, "--simulate", "4", "--bmc-delay", "50ms",
+			"--resend-interval", "300ms", "--step-duration", "3s", "--boot-delay", "100ms", "--heartbeat", "500ms",
+			"--heartbeat-summary", "500ms", "--power-sync-interval", "0", "--metrics-listen", metrics}
+	}
+	metrics1 := testrig.FreeAddr(t)
+	ag := startAgentProcess(t, bin, agentLog, agentArgs(metrics1)...)
+	waitFor(t, 20*time.Second, "the agent connects", func() (bool, string) {
+		b, _ := os.ReadFile(agentLog)
+		return strings.Contains(string(b), "edge agent connected"), "no 'edge agent connected' in its log"
+	})
+	const nodes = 4
+	var ids []string
+	for i := range nodes {
+		id := cl.CreateNode(fmt.Sprintf("n%d", i), "site1", nil)
+		ids = append(ids, id)
+		cl.MustVerb(id, "manage", nil)
+	}
+	for _, id := range ids {
+		cl.WaitRest(id, 20*time.Second)
+		cl.MustVerb(id, "inspect", nil)
+	}
+	// The ramdisks are running inspect_hardware (3 s): the coordinator
+	// dies before their results arrive.
+	waitFor(t, 20*time.Second, "every node's ramdisk runs its inspection", func() (bool, string) {
+		running := 0
+		for _, id := range ids {
+			n := cl.Get(id)
+			if n.State == "inspect wait" && n.Properties["cpus"] == nil {
+				running++
+			}
+		}
+		return running == nodes, fmt.Sprintf("%d of %d in inspect wait", running, nodes)
+	})
+	time.Sleep(time.Second)
+	coord.kill()
+	// The results go into the agent's outbox, acknowledged to the
+	// ramdisks (the summary of their heartbeats may wait there too).
+	waitFor(t, 20*time.Second, "the agent holds the 4 relayed results", func() (bool, string) {
+		v, err := agentMetric(t, metrics1, "bmedge_agent_outbox_depth")
+		return err == nil && v >= nodes, fmt.Sprintf("outbox depth %v, %v", v, err)
+	})
+	// Every step (3 s) has ended by now.
+	time.Sleep(3500 * time.Millisecond)
+	ag.kill()
+	t.Log("killed the coordinator, then (with the 4 relayed results unacknowledged) the agent, with SIGKILL")
+
+	startCoordinatorProcess(t, dataDir, api, mqtt)
+	startAgentProcess(t, bin, agentLog, agentArgs(testrig.FreeAddr(t))...)
+	for _, id := range ids {
+		n := cl.WaitRest(id, 60*time.Second)
+		if n.State != "manageable" || n.Properties["cpus"] == nil {
+			t.Fatalf("node %s ended in %q (last_error %q, properties %v), want manageable with the inventory's properties", id, n.State, n.LastError, n.Properties)
+		}
+	}
+	log, _ := os.ReadFile(agentLog)
+	// Only results are kept on disk (not heartbeat summaries): the four.
+	if !strings.Contains(string(log), "outbox loaded from the state folder") || !strings.Contains(string(log), "unacknowledged=4") {
+		t.Fatalf("the restarted agent did not load the 4 relayed results:\n%s", log)
+	}
+	for _, id := range ids {
+		var h struct {
+			History []struct {
+				Event    string `json:"event"`
+				Severity string `json:"severity"`
+			} `json:"history"`
+		}
+		if code := cl.Do("GET", "/v1/nodes/"+id+"/history", nil, &h); code != 200 {
+			t.Fatalf("history of %s: %d", id, code)
+		}
+		done, events := 0, []string{}
+		for _, e := range h.History {
+			events = append(events, e.Severity+" "+e.Event)
+			if strings.HasSuffix(e.Event, "-> manageable") && strings.Contains(e.Event, "inspect") {
+				done++
+			}
+			if e.Severity == "ERROR" {
+				t.Errorf("node %s: error in its history: %s", id, e.Event)
+			}
+		}
+		if done != 1 {
+			t.Errorf("node %s: the inspection ended %d times, want once; history:\n%s", id, done, strings.Join(events, "\n"))
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -154,6 +155,19 @@ func preseed(t *testing.T, cl *testrig.Client, site, url, checksum string) map[s
 	return st
 }
 
+// getNode reads a node without failing the test (for a goroutine).
+func getNode(c *server.Coordinator, id string) (testrig.Node, bool) {
+	var n testrig.Node
+	req, _ := http.NewRequest("GET", "http://"+c.APIAddr+"/v1/nodes/"+id, nil)
+	req.Header.Set("X-OpenStack-Ironic-API-Version", "latest")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return n, false
+	}
+	defer resp.Body.Close()
+	return n, resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&n) == nil
+}
+
 // cacheFiles lists the images in a cache folder (its key file aside).
 func cacheFiles(t *testing.T, dir string) []string {
 	t.Helper()
@@ -201,30 +215,41 @@ func TestImageCache(t *testing.T) {
 	}
 	// The origin holds the second half until every node runs write_image
 	// (its simulated ramdisk is fetching from the cache by then), or 60 s.
+	stop := make(chan struct{})
+	var joined atomic.Int64 // nodes in write_image when the origin went on
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
+		defer o.open()
 		deadline := time.Now().Add(60 * time.Second)
 		for time.Now().Before(deadline) {
 			waiting := 0
 			for _, id := range ids {
-				var n testrig.Node
-				if cl.Do("GET", "/v1/nodes/"+id, nil, &n) == 200 && n.DeployStep["step"] == "write_image" && n.State == "wait call-back" {
+				if n, ok := getNode(c, id); ok && n.DeployStep["step"] == "write_image" && n.State == "wait call-back" {
 					waiting++
 				}
 			}
+			joined.Store(int64(waiting))
 			if waiting == nodes {
 				time.Sleep(300 * time.Millisecond)
-				break
+				return
 			}
-			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
-		o.open()
 	}()
+	t.Cleanup(func() { close(stop); wg.Wait() })
 	for _, id := range ids {
 		if n := cl.WaitRest(id, 3*time.Minute); n.State != "active" {
 			t.Fatalf("deploy of %s: %q, last_error %q", id, n.State, n.LastError)
 		}
 	}
-	t.Logf("%d nodes deployed a %d MiB image through the cache in %s", nodes, size>>20, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d nodes deployed a %d MiB image through the cache in %s (%d were in write_image when the origin, holding half the image, went on)",
+		nodes, size>>20, time.Since(start).Round(time.Millisecond), joined.Load())
 	if r, b := o.requests.Load(), o.bytes.Load(); r != 1 || b != size {
 		t.Fatalf("origin served %d requests, %d bytes; want 1 request, %d bytes (the image once)", r, b, size)
 	}

@@ -1,13 +1,21 @@
 package server_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
+	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/mqttlink"
 )
 
 // TestWANBench is make bench-wan (scripts/bench-wan/run.sh): the full
@@ -16,7 +24,13 @@ import (
 // round trip, 5 % loss each way), with the wall time of each and the
 // bytes that crossed the link per node (IP packets both ways, as the
 // host's end of the link counts them; the simulated nodes fetch no
-// image). Not part of make test: it runs only with BM_BENCH_WAN=1.
+// image). Both links are of the same kind (veth, with tc netem for the
+// impaired one, or the TUN wire where the kernel has no netem), so that
+// their byte counts compare. The MQTT payloads of the site's topics are
+// summed by kind too, from a second client of the site on the host (its
+// traffic does not cross the link). BM_BENCH_WAN_STEP (2s) and
+// BM_BENCH_WAN_BOOT (1s) are the simulated in-band step and ramdisk boot
+// durations. Not part of make test: it runs only with BM_BENCH_WAN=1.
 func TestWANBench(t *testing.T) {
 	if os.Getenv("BM_BENCH_WAN") != "1" {
 		t.Skip("the WAN benchmark runs with BM_BENCH_WAN=1 (make bench-wan)")
@@ -25,28 +39,87 @@ func TestWANBench(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("BM_BENCH_WAN_NODES")); err == nil && v > 0 {
 		nodes = v
 	}
+	step, boot := "2s", "1s"
+	if v := os.Getenv("BM_BENCH_WAN_STEP"); v != "" {
+		step = v
+	}
+	if v := os.Getenv("BM_BENCH_WAN_BOOT"); v != "" {
+		boot = v
+	}
+	needWAN(t)
+	netem := netemWorks(t)
 	type result struct {
 		wall  time.Duration
 		bytes int64
 		how   string
+		kinds map[string]*[2]int64 // kind → messages, payload bytes
 	}
 	cycle := func(t *testing.T, w *wanNet) result {
-		s := startWANSite(t, w, fsm.Config{WaitTimeout: 5 * time.Minute, CommandTimeout: 5 * time.Minute, ResendInterval: 5 * time.Second},
-			"--simulate", fmt.Sprint(nodes), "--step-duration", "2s", "--heartbeat", "5s", "--boot-delay", "1s",
+		s := startWANSite(t, w, fsm.Config{WaitTimeout: 10 * time.Minute, CommandTimeout: 10 * time.Minute, ResendInterval: 5 * time.Second},
+			"--simulate", fmt.Sprint(nodes), "--step-duration", step, "--heartbeat", "5s", "--boot-delay", boot,
 			"--bmc-delay", "50ms", "--resend-interval", "5s")
 		ids := createNodes(t, s.cl, nodes)
 		for _, id := range ids {
 			s.cl.Do("PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": "http://127.0.0.1:1/img"}}, nil)
 		}
+		r := result{how: "veth", kinds: map[string]*[2]int64{}}
+		var mu sync.Mutex
+		counting := false
+		obs, err := mqttlink.Dial(context.Background(), mqttlink.Config{URL: s.creds.BrokerURL, ClientID: "edge-site1.wanbench",
+			Username: s.creds.Username, Password: s.creds.Password, CleanStart: true,
+			Subscriptions: []string{protocol.TopicPrefix + "/site/site1/#"}, Logger: slog.New(slog.DiscardHandler),
+			Handler: func(topic string, payload []byte) {
+				var m struct {
+					Kind   string `json:"kind"`
+					Action string `json:"action"`
+				}
+				_ = json.Unmarshal(payload, &m)
+				key := m.Kind
+				if m.Action != "" {
+					key += " " + m.Action
+				}
+				if strings.HasSuffix(topic, "/cmd") {
+					key = "to site: " + key
+				} else {
+					key = "from site: " + key
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if !counting {
+					return
+				}
+				k := r.kinds[key]
+				if k == nil {
+					k = &[2]int64{}
+					r.kinds[key] = k
+				}
+				k[0]++
+				k[1] += int64(len(payload))
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer obs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := obs.AwaitUp(ctx); err != nil {
+			t.Fatal(err)
+		}
 		// Let the connection settle (presence, subscriptions) before
 		// counting.
 		time.Sleep(2 * time.Second)
+		mu.Lock()
+		counting = true
+		mu.Unlock()
 		b0, start := w.Bytes(), time.Now()
-		s.verbAll(t, ids, "manage", "manageable", nil, 10*time.Minute)
-		s.verbAll(t, ids, "provide", "available", nil, 10*time.Minute)
-		s.verbAll(t, ids, "active", "active", nil, 10*time.Minute)
-		s.verbAll(t, ids, "deleted", "available", nil, 10*time.Minute)
-		r := result{wall: time.Since(start), bytes: w.Bytes() - b0, how: "veth"}
+		s.verbAll(t, ids, "manage", "manageable", nil, 15*time.Minute)
+		s.verbAll(t, ids, "provide", "available", nil, 15*time.Minute)
+		s.verbAll(t, ids, "active", "active", nil, 15*time.Minute)
+		s.verbAll(t, ids, "deleted", "available", nil, 15*time.Minute)
+		r.wall, r.bytes = time.Since(start), w.Bytes()-b0
+		mu.Lock()
+		counting = false
+		mu.Unlock()
 		if w.wire != nil {
 			r.how = "TUN wire"
 		} else if w.netem {
@@ -55,15 +128,35 @@ func TestWANBench(t *testing.T) {
 		return r
 	}
 	var clean, impaired result
-	t.Run("clean", func(t *testing.T) { clean = cycle(t, newWAN(t, wanVeth)) })
+	t.Run("clean", func(t *testing.T) {
+		kind := wanWire
+		if netem {
+			kind = wanVeth
+		}
+		clean = cycle(t, newWAN(t, kind))
+	})
 	t.Run("impaired", func(t *testing.T) { impaired = cycle(t, newImpairedWAN(t, 250*time.Millisecond, 0.05)) })
 	if t.Failed() {
 		return
 	}
-	per := func(r result) float64 { return float64(r.bytes) / float64(nodes) / 1024 }
-	fmt.Printf("bench-wan: %d nodes, full cycle (manage, provide, deploy, undeploy)\n", nodes)
-	fmt.Printf("  clean link (%s):                 %6.1f s, %7.1f KiB over the link, %5.1f KiB per node\n", clean.how, clean.wall.Seconds(), float64(clean.bytes)/1024, per(clean))
-	fmt.Printf("  impaired (%s, 500 ms RTT, 5 %% loss): %6.1f s, %7.1f KiB over the link, %5.1f KiB per node\n", impaired.how, impaired.wall.Seconds(), float64(impaired.bytes)/1024, per(impaired))
+	kib := func(b int64) float64 { return float64(b) / 1024 }
+	per := func(r result) float64 { return kib(r.bytes) / float64(nodes) }
+	fmt.Printf("bench-wan: %d nodes, full cycle (manage, provide, deploy, undeploy), in-band steps %s, ramdisk boot %s\n", nodes, step, boot)
+	fmt.Printf("  clean link (%s): %6.1f s, %7.1f KiB over the link, %5.1f KiB per node\n", clean.how, clean.wall.Seconds(), kib(clean.bytes), per(clean))
+	fmt.Printf("  impaired (%s, 500 ms RTT, 5 %% loss each way): %6.1f s, %7.1f KiB over the link, %5.1f KiB per node\n", impaired.how, impaired.wall.Seconds(), kib(impaired.bytes), per(impaired))
 	fmt.Printf("  impaired / clean time: %.2f× (target ≤ 1.1×); WAN per node per cycle: %.1f / %.1f KiB (target ≤ 10 KiB)\n",
 		impaired.wall.Seconds()/clean.wall.Seconds(), per(clean), per(impaired))
+	fmt.Printf("  MQTT payloads per node per cycle on the clean link, by kind (messages, bytes; MQTT, TCP and IP headers not included):\n")
+	keys := make([]string, 0, len(clean.kinds))
+	var total int64
+	for k, v := range clean.kinds {
+		keys = append(keys, k)
+		total += v[1]
+	}
+	sort.Slice(keys, func(i, j int) bool { return clean.kinds[keys[i]][1] > clean.kinds[keys[j]][1] })
+	for _, k := range keys {
+		v := clean.kinds[k]
+		fmt.Printf("    %-40s %6.1f %8.0f B\n", k, float64(v[0])/float64(nodes), float64(v[1])/float64(nodes))
+	}
+	fmt.Printf("    %-40s %6s %8.0f B (%.1f KiB)\n", "total", "", float64(total)/float64(nodes), kib(total)/float64(nodes))
 }

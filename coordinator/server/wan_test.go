@@ -20,6 +20,7 @@ import (
 type wanSite struct {
 	w        *wanNet
 	cl       *testrig.Client
+	creds    agent.Credentials
 	agentLog string
 }
 
@@ -44,7 +45,7 @@ func startWANSite(t *testing.T, w *wanNet, m fsm.Config, agentArgs ...string) *w
 	if err := os.WriteFile(credFile, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &wanSite{w: w, cl: cl, agentLog: filepath.Join(dir, "agent.log")}
+	s := &wanSite{w: w, cl: cl, creds: creds, agentLog: filepath.Join(dir, "agent.log")}
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(s.agentLog)
@@ -235,7 +236,7 @@ func TestWANCut(t *testing.T) {
 		}
 		if si := s.site(t); !si.Online && offline.IsZero() {
 			offline = time.Now()
-			if si.OfflineSince == nil || si.OfflineSince.Before(cut.Add(-5*time.Second)) || si.OfflineSince.After(cut.Add(time.Second)) {
+			if si.OfflineSince == nil || si.OfflineSince.Before(cut.Add(-15*time.Second)) || si.OfflineSince.After(cut.Add(time.Second)) {
 				t.Fatalf("site list: offline since %v, want about the cut (%s)", si.OfflineSince, cut.Format(time.TimeOnly))
 			}
 			if si.LastSeen == nil || !si.LastSeen.Equal(*si.OfflineSince) {

@@ -76,15 +76,7 @@ func TestQEMUFirmwareChain(t *testing.T) {
 	if !labnet.Isolate(t) {
 		return
 	}
-	labnet.Need(t, "qemu-system-x86_64")
-	kernel, _ := filepath.Abs("../../build/ramdisk/vmlinuz")
-	initrd, _ := filepath.Abs("../../build/ramdisk/initramfs.cpio.xz")
-	if _, err := os.Stat(initrd); err != nil {
-		if os.Getenv("BM_REQUIRE_ALL") == "1" {
-			t.Fatal("the ramdisk is missing (make ramdisk)")
-		}
-		t.Skip("the ramdisk is missing; run make ramdisk")
-	}
+	kernel, initrd := ramdiskFiles(t)
 	site := labnet.New(t)
 	rec := &recorder{next: slog.NewTextHandler(os.Stderr, nil)}
 	s, err := New(Config{Interface: site.Bridge, Mode: ModeDHCP, RangeStart: site.IP(100), RangeEnd: site.IP(110),
@@ -93,20 +85,83 @@ func TestQEMUFirmwareChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	for _, fw := range []struct {
-		name, mac string
-		args      []string
-		want      []string
-	}{
+	runChain(t, site, s, rec, []firmware{
 		{"uefi", "52:54:00:12:34:51", []string{"-bios", "/usr/share/ovmf/OVMF.fd", "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:51,romfile=,bootindex=1"},
 			[]string{"TFTP: sent remote=10.77.0.100", "file=" + UEFIBinary, "script served", "vmlinuz served", "initrd served"}},
 		{"bios", "52:54:00:12:34:52", []string{"-device", "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:52,bootindex=1"},
 			[]string{"ipxe=true", "script served", "vmlinuz served", "initrd served"}},
-	} {
+	})
+}
+
+// TestQEMUProxyDHCP: the same chains in proxy mode, beside the site's own
+// DHCP server (busybox udhcpd on another machine of the site network),
+// which gives the addresses; the agent gives only the boot files.
+func TestQEMUProxyDHCP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU twice")
+	}
+	if !labnet.Isolate(t) {
+		return
+	}
+	labnet.Need(t, "qemu-system-x86_64", "busybox", "nsenter")
+	kernel, initrd := ramdiskFiles(t)
+	site := labnet.New(t)
+	dhcpd := site.Host("52:54:00:12:34:02", "10.77.0.2/24")
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "udhcpd.conf")
+	os.WriteFile(conf, []byte("start 10.77.0.150\nend 10.77.0.160\ninterface eth0\nlease_file "+filepath.Join(dir, "leases")+
+		"\npidfile "+filepath.Join(dir, "pid")+"\noption subnet 255.255.255.0\noption router 10.77.0.1\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "leases"), nil, 0o644)
+	udhcpd := dhcpd.Command("busybox", "udhcpd", "-f", conf)
+	if err := udhcpd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = udhcpd.Process.Kill(); _ = udhcpd.Wait() }()
+	rec := &recorder{next: slog.NewTextHandler(os.Stderr, nil)}
+	s, err := New(Config{Interface: site.Bridge, Mode: ModeProxy, Kernel: kernel, Initrd: initrd, Log: slog.New(rec)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runChain(t, site, s, rec, []firmware{
+		{"uefi", "52:54:00:12:34:61", []string{"-bios", "/usr/share/ovmf/OVMF.fd", "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:61,romfile=,bootindex=1"},
+			[]string{"proxy-DHCP: OFFER node=uefi", "TFTP: sent remote=10.77.0.1", "file=" + UEFIBinary, "script served", "vmlinuz served", "initrd served"}},
+		{"bios", "52:54:00:12:34:62", []string{"-device", "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:62,bootindex=1"},
+			[]string{"proxy-DHCP: OFFER node=bios", "ipxe=true", "script served", "vmlinuz served", "initrd served"}},
+	})
+}
+
+type firmware struct {
+	name, mac string
+	args      []string
+	want      []string
+}
+
+func ramdiskFiles(t *testing.T) (kernel, initrd string) {
+	t.Helper()
+	labnet.Need(t, "qemu-system-x86_64")
+	kernel, _ = filepath.Abs("../../build/ramdisk/vmlinuz")
+	initrd, _ = filepath.Abs("../../build/ramdisk/initramfs.cpio.xz")
+	if _, err := os.Stat(initrd); err != nil {
+		if os.Getenv("BM_REQUIRE_ALL") == "1" {
+			t.Fatal("the ramdisk is missing (make ramdisk)")
+		}
+		t.Skip("the ramdisk is missing; run make ramdisk")
+	}
+	if _, err := os.Stat("/usr/share/ovmf/OVMF.fd"); err != nil {
+		if os.Getenv("BM_REQUIRE_ALL") == "1" {
+			t.Fatal("OVMF is missing (Debian package ovmf)")
+		}
+		t.Skip("OVMF is missing (Debian package ovmf)")
+	}
+	return kernel, initrd
+}
+
+// runChain boots each firmware's VM on the site network and waits until
+// the services said every one of its wants.
+func runChain(t *testing.T, site *labnet.Net, s *Server, rec *recorder, fws []firmware) {
+	for _, fw := range fws {
 		t.Run(fw.name, func(t *testing.T) {
-			if _, err := os.Stat("/usr/share/ovmf/OVMF.fd"); err != nil && fw.name == "uefi" {
-				t.Skip("no OVMF")
-			}
 			rec.reset()
 			tap := site.Tap()
 			console := filepath.Join(t.TempDir(), "console.log")

@@ -113,13 +113,16 @@ func FakeDeclaration() Declaration {
 	}
 }
 
-// IPMIDeclaration is the IPMI driver (go-ipmi on the edge agent).
+// IPMIDeclaration is the IPMI driver (go-ipmi on the edge agent). Its
+// nodes boot the ramdisk by network boot (PXE, then iPXE over HTTP),
+// which the site's edge agent serves when started with --netboot-*
+// (docs/netboot.md); an agent without it fails such a boot at once,
+// saying which flags it needs.
 func IPMIDeclaration() Declaration {
 	return Declaration{
-		Name:          "ipmi",
-		NoRamdiskBoot: "the edge agent does not serve network boot (PXE) yet, which ipmi nodes need to boot the ramdisk",
-		RequiredInfo:  []string{"ipmi_address"},
-		SecretInfo:    []string{"ipmi_password"},
+		Name:         "ipmi",
+		RequiredInfo: []string{"ipmi_address"},
+		SecretInfo:   []string{"ipmi_password"},
 		CleanSteps: []Step{
 			{Interface: "management", Step: "reset_bmc", Priority: 0},
 		},

@@ -88,6 +88,9 @@ func newNetbootState() *netbootState {
 func (a *Agent) startNetboot(ctx context.Context) (stop func(), err error) {
 	o := a.cfg.Netboot
 	if o.Interface == "" {
+		if o.Kernel != "" || o.Initrd != "" || o.Range != "" || o.Address != "" || o.Router != "" || o.DNS != "" {
+			return nil, fmt.Errorf("--netboot-kernel, --netboot-initrd, --netboot-dhcp-range, --netboot-address, --netboot-router and --netboot-dns go with --netboot-interface (the site network's interface, where the agent serves network boot)")
+		}
 		return func() {}, nil
 	}
 	st := newNetbootState()

@@ -27,6 +27,10 @@ func TestNetbootHooks(t *testing.T) {
 		t.Fatalf("boot device disk without network boot: %v", err)
 	}
 
+	if _, err := New(Config{Netboot: NetbootOptions{Kernel: "vmlinuz"}}).startNetboot(context.Background()); err == nil || !strings.Contains(err.Error(), "go with --netboot-interface") {
+		t.Fatalf("network boot flags without the interface: %v", err)
+	}
+
 	dir := t.TempDir()
 	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd")
 	os.WriteFile(kernel, []byte("k"), 0o600)

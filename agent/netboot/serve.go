@@ -133,7 +133,9 @@ func (s *Server) script(a *armed) []byte {
 	fmt.Fprintf(&b, "kernel %s/vmlinuz initrd=initrd %s || goto failed\n", base, a.Cmdline)
 	fmt.Fprintf(&b, "initrd --name initrd %s/initrd || goto failed\n", base)
 	fmt.Fprintf(&b, "boot || goto failed\n")
-	fmt.Fprintf(&b, ":failed\necho bmedge: the ramdisk did not boot; retrying in 10 seconds\nsleep 10\nreboot\n")
+	// "exit" is in every iPXE build (sleep and reboot are build options):
+	// the firmware goes on to its next boot device or tries again.
+	fmt.Fprintf(&b, ":failed\necho bmedge: the ramdisk did not boot; back to the firmware\nexit 1\n")
 	return b.Bytes()
 }
 

@@ -39,10 +39,12 @@ FUZZTIME ?= 1m
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz.sh
 
-# Many simulated nodes through a full cycle: NODES=10000 make bench
+# Many simulated nodes through a full cycle: NODES=10000 make bench;
+# over many sites, each with its own edge agent: NODES=10000 SITES=1000 make bench
 NODES ?= 1000
+SITES ?= 1
 bench: build
-	$(GO) run ./scripts/bench -nodes $(NODES)
+	$(GO) run ./scripts/bench -nodes $(NODES) -sites $(SITES)
 
 # 200 virtual Redfish BMCs (one process, each on its own 127.0.0.1 port), the
 # coordinator and a real-mode edge agent: manage, power on, power off, and the

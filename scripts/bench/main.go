@@ -39,7 +39,17 @@ import (
 	"github.com/bmedge/bmedge/scripts/internal/loadrig"
 )
 
+// site is the bench's site when it has one; with -sites S > 1 the sites
+// are bench-0000 … and node i belongs to siteOf(i).
 const site = "bench"
+
+// siteName is the name of the bench's i-th site.
+func (o options) siteName(i int) string {
+	if o.sites == 1 {
+		return site
+	}
+	return fmt.Sprintf("bench-%04d", i)
+}
 
 type options struct {
 	nodes       int
@@ -58,6 +68,7 @@ type options struct {
 	apiClients  int
 	detailReqs  int
 	apiProfile  string
+	sites       int
 }
 
 func main() {
@@ -78,6 +89,7 @@ func main() {
 	flag.IntVar(&o.apiClients, "api-clients", 32, "concurrent HTTP clients of the API measurements after the cycle (GET /v1/nodes/detail?limit=1000, provision PUTs); 0 skips them")
 	flag.IntVar(&o.detailReqs, "detail-requests", 50, "GET /v1/nodes/detail?limit=1000 requests measured with -api-clients clients")
 	flag.StringVar(&o.apiProfile, "api-profile", "", "with -inprocess: write CPU, mutex and block profiles of the API measurements only (the detail lists and the PUTs) to this folder")
+	flag.IntVar(&o.sites, "sites", 1, "spread the nodes over this many sites, each with its own edge agent and MQTT connection (node i at site i mod S); with more than one, no verb → command latency is observed")
 	flag.Parse()
 	if o.apiProfile != "" && (!o.inprocess || o.cpuprofile != "") {
 		fmt.Fprintln(os.Stderr, "bench: -api-profile needs -inprocess (the coordinator must run in the benchmark process) and no -cpuprofile")
@@ -86,6 +98,13 @@ func main() {
 	if o.nodes < 1 || o.concurrency < 1 || o.apiClients < 0 || o.detailReqs < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -nodes and -concurrency must be at least 1")
 		os.Exit(2)
+	}
+	if o.sites < 1 || o.sites > o.nodes {
+		fmt.Fprintf(os.Stderr, "bench: -sites %d: want 1 to -nodes (%d)\n", o.sites, o.nodes)
+		os.Exit(2)
+	}
+	if o.sites > 1 {
+		o.observe = false
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, o)
@@ -253,21 +272,24 @@ func run(ctx context.Context, o options) (err error) {
 	b := &bench{o: o, co: co, api: loadrig.NewAPI(co.APIURL, o.concurrency),
 		ob: &observer{byID: map[string]*nodeRec{}, byAct: map[string]int{}}}
 
-	var creds agent.Credentials
-	if err := b.api.Do(ctx, "POST", "/v1/sites", map[string]string{"name": site}, &creds); err != nil {
-		return fmt.Errorf("register site: %w", err)
-	}
-
-	// The observer, then the edge agent with N simulated nodes.
+	// The sites, the observer, then each site's edge agent with its
+	// share of the simulated nodes.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	agentLog := quiet
 	if o.verbose {
 		agentLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	creds := make([]agent.Credentials, o.sites)
+	for i := range o.sites {
+		if err := b.api.Do(ctx, "POST", "/v1/sites", map[string]string{"name": o.siteName(i)}, &creds[i]); err != nil {
+			return fmt.Errorf("register site %s: %w", o.siteName(i), err)
+		}
+	}
 	var obs *mqttlink.Link
 	if o.observe {
-		obs, err = mqttlink.Dial(ctx, mqttlink.Config{URL: creds.BrokerURL, ClientID: "edge-" + creds.Site + ".bench-observer", Username: creds.Username,
-			Password: creds.Password, Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
+		c := creds[0]
+		obs, err = mqttlink.Dial(ctx, mqttlink.Config{URL: c.BrokerURL, ClientID: "edge-" + c.Site + ".bench-observer", Username: c.Username,
+			Password: c.Password, Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
 			Handler: b.ob.handle, Logger: quiet})
 		if err != nil {
 			return err
@@ -275,31 +297,56 @@ func run(ctx context.Context, o options) (err error) {
 		defer obs.Close()
 	}
 	actx, acancel := context.WithCancel(context.Background())
-	ag := agent.New(agent.Config{Site: creds.Site, BrokerURL: creds.BrokerURL, Username: creds.Username, Password: creds.Password,
-		// The edge outbox on disk, as the agent program always has it.
-		StateDir: filepath.Join(tmp, "agent-state"),
-		Sim:      agent.SimOptions{Nodes: o.nodes, StepDuration: 0, BootDelay: 0, BMCDelay: 0, Heartbeat: 30 * time.Second}, Log: agentLog})
-	agentErr := make(chan error, 1)
-	go func() { agentErr <- ag.Run(actx) }()
+	agentErr := make(chan error, o.sites)
+	agents := make([]*agent.Agent, o.sites)
+	for i, c := range creds {
+		per := o.nodes / o.sites
+		if i < o.nodes%o.sites {
+			per++
+		}
+		// The edge outbox on disk, as the agent program always has it;
+		// with many sites in memory: a thousand agents on this one disk
+		// would measure its syncs, which at real sites are a thousand
+		// machines' own.
+		stateDir := filepath.Join(tmp, "agent-state", c.Site)
+		if o.sites > 1 {
+			stateDir = ""
+		}
+		agents[i] = agent.New(agent.Config{Site: c.Site, BrokerURL: c.BrokerURL, Username: c.Username, Password: c.Password,
+			StateDir: stateDir,
+			Sim:      agent.SimOptions{Nodes: per, StepDuration: 0, BootDelay: 0, BMCDelay: 0, Heartbeat: 30 * time.Second}, Log: agentLog})
+		go func(a *agent.Agent) { agentErr <- a.Run(actx) }(agents[i])
+	}
 	defer func() {
 		acancel()
-		select {
-		case <-agentErr:
-		case <-time.After(5 * time.Second):
+		deadline := time.After(10 * time.Second)
+		for range agents {
+			select {
+			case <-agentErr:
+			case <-deadline:
+				return
+			}
 		}
 	}()
-	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
-	err = ag.AwaitUp(wctx)
+	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second+time.Duration(o.sites)*20*time.Millisecond)
+	for _, a := range agents {
+		if err = a.AwaitUp(wctx); err != nil {
+			break
+		}
+	}
 	if err == nil && obs != nil {
 		err = obs.AwaitUp(wctx)
 	}
 	wcancel()
 	if err != nil {
-		return fmt.Errorf("MQTT link of the edge agent or observer: %w", err)
+		return fmt.Errorf("MQTT link of an edge agent or the observer: %w", err)
 	}
 
-	fmt.Printf("bench: %d nodes, %d HTTP clients, coordinator pid %d (%s), GOMAXPROCS %d, nproc %d\n",
-		o.nodes, o.concurrency, co.PID, map[bool]string{true: "in this process", false: "separate process"}[o.inprocess],
+	if o.sites > 1 {
+		fmt.Println("bench: the edge agents' outboxes are in memory (with one site: on disk)")
+	}
+	fmt.Printf("bench: %d nodes at %d site(s), %d HTTP clients, coordinator pid %d (%s), GOMAXPROCS %d, nproc %d\n",
+		o.nodes, o.sites, o.concurrency, co.PID, map[bool]string{true: "in this process", false: "separate process"}[o.inprocess],
 		runtime.GOMAXPROCS(0), runtime.NumCPU())
 
 	// Peak anonymous and file-backed RSS (Badger mmaps its files), sampled.
@@ -410,7 +457,7 @@ func (b *bench) create(ctx context.Context) (*phaseResult, error) {
 		var n struct {
 			UUID string `json:"uuid"`
 		}
-		body := map[string]any{"name": fmt.Sprintf("bench-%06d", i), "driver": "fake", "conductor_group": site}
+		body := map[string]any{"name": fmt.Sprintf("bench-%06d", i), "driver": "fake", "conductor_group": b.o.siteName(i % b.o.sites)}
 		if i == 0 && b.o.failStep != "" {
 			body["driver_info"] = map[string]any{"fake_fail_step": b.o.failStep}
 		}
@@ -505,6 +552,28 @@ func (b *bench) verb(ctx context.Context, name, target string, want fsm.State, v
 	return r, nil
 }
 
+// list lists the nodes matching query, page by page (the API answers
+// at most 1000 a page, as Ironic's max_limit).
+func (b *bench) list(ctx context.Context, query string) (listed, error) {
+	var all listed
+	marker := ""
+	for {
+		var l listed
+		q := "/v1/nodes?" + query + "&limit=1000"
+		if marker != "" {
+			q += "&marker=" + marker
+		}
+		if err := b.api.Do(ctx, "GET", q, nil, &l); err != nil {
+			return all, err
+		}
+		all.Nodes = append(all.Nodes, l.Nodes...)
+		if len(l.Nodes) < 1000 {
+			return all, nil
+		}
+		marker = l.Nodes[len(l.Nodes)-1].UUID
+	}
+}
+
 type listed struct {
 	Nodes []struct {
 		UUID      string  `json:"uuid"`
@@ -521,9 +590,8 @@ func failedState(s string) bool {
 
 // histogram lists every node's state and fails on nodes that failed.
 func (b *bench) histogram(ctx context.Context, want string) (map[string]int, error) {
-	var l listed
-	q := fmt.Sprintf("/v1/nodes?conductor_group=%s&fields=uuid,provision_state,target_provision_state,last_error&limit=%d", site, b.o.nodes+1)
-	if err := b.api.Do(ctx, "GET", q, nil, &l); err != nil {
+	l, err := b.list(ctx, b.siteFilter()+"fields=uuid,provision_state,target_provision_state,last_error")
+	if err != nil {
 		return nil, err
 	}
 	h := map[string]int{}
@@ -563,11 +631,19 @@ func fmtHist(h map[string]int) string {
 // failedStates are where a node stops by itself when something went wrong.
 var failedStates = []fsm.State{fsm.CleanFailed, fsm.DeployFailed, fsm.Error, fsm.InspectFailed, fsm.RescueFailed, fsm.UnrescueFailed}
 
+// siteFilter is the query filter for the bench's nodes: its site, or
+// none with several sites (the bench's coordinator has no other nodes).
+func (b *bench) siteFilter() string {
+	if b.o.sites > 1 {
+		return ""
+	}
+	return "conductor_group=" + site + "&"
+}
+
 // count returns how many nodes of the site are in state.
 func (b *bench) count(ctx context.Context, state fsm.State) (int, error) {
-	var l listed
-	q := fmt.Sprintf("/v1/nodes?conductor_group=%s&provision_state=%s&fields=uuid&limit=%d", site, url.QueryEscape(string(state)), b.o.nodes+1)
-	if err := b.api.Do(ctx, "GET", q, nil, &l); err != nil {
+	l, err := b.list(ctx, b.siteFilter()+"provision_state="+url.QueryEscape(string(state))+"&fields=uuid")
+	if err != nil {
 		return 0, err
 	}
 	return len(l.Nodes), nil
@@ -700,7 +776,7 @@ func (b *bench) report(rs []*phaseResult, hwmKB, selfKB int64) {
 	fmt.Printf("  of which (peaks sampled every 250 ms): anonymous %.1f MiB, file-backed (Badger mmap) %.1f MiB\n",
 		float64(b.peakAnon)/1024, float64(b.peakFile)/1024)
 	if !b.o.inprocess {
-		fmt.Printf("bench process peak RSS (agent, %d sims): %.1f MiB\n", b.o.nodes, float64(selfKB)/1024)
+		fmt.Printf("bench process peak RSS (%d agent(s), %d sims): %.1f MiB\n", b.o.sites, b.o.nodes, float64(selfKB)/1024)
 	}
 	fmt.Printf("coordinator CPU over the run:           %.1f s\n", coordCPU.Seconds())
 	if b.o.observe {

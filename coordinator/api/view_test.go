@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -300,5 +301,38 @@ func TestDetailListKeptViews(t *testing.T) {
 	if w.Code != 404 {
 		t.Fatalf("GET of an unknown node: %d %s", w.Code, w.Body)
 	}
-	_ = http.StatusOK
+	// Lists while nodes change and one is deleted (for -race), then a
+	// list shows the last state of each.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 60; i++ {
+			if err := e.SetMaintenance(ids[i%6], i%2 == 0, fmt.Sprint("r", i)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if err := e.DeleteNode(ids[149]); err != nil {
+			t.Error(err)
+		}
+	}()
+	for busy := true; busy; {
+		select {
+		case <-done:
+			busy = false
+		default:
+			list("a:1")
+		}
+	}
+	nodes := list("a:1")
+	if len(nodes) != 149 {
+		t.Fatalf("listed %d nodes after a delete, want 149", len(nodes))
+	}
+	for i := 0; i < 6; i++ {
+		n := find(nodes, ids[i])
+		last := 54 + i
+		if n["maintenance"] != (last%2 == 0) || (last%2 == 0 && n["maintenance_reason"] != fmt.Sprint("r", last)) {
+			t.Fatalf("node %d after the changes: maintenance %v reason %v, want the change %d's", i, n["maintenance"], n["maintenance_reason"], last)
+		}
+	}
 }

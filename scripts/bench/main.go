@@ -6,7 +6,9 @@
 // (p50/p99), and the coordinator's peak RSS. Then, every node available,
 // it times the API from -api-clients (32) concurrent clients: GET
 // /v1/nodes/detail?limit=1000 (-detail-requests times, also from one
-// client) and a provision PUT (manage, then provide) on every node.
+// client) and a provision PUT (manage, then provide) on every node, with
+// the PUTs' time in the engine and the group commits meanwhile (from the
+// coordinator's /metrics) and the machine's load average.
 //
 //	go run ./scripts/bench -nodes 1000
 //	NODES=10000 make bench
@@ -88,7 +90,7 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "log the edge agent's warnings to stderr and list the commands seen by action")
 	flag.IntVar(&o.apiClients, "api-clients", 32, "concurrent HTTP clients of the API measurements after the cycle (GET /v1/nodes/detail?limit=1000, provision PUTs); 0 skips them")
 	flag.IntVar(&o.detailReqs, "detail-requests", 50, "GET /v1/nodes/detail?limit=1000 requests measured with -api-clients clients")
-	flag.StringVar(&o.apiProfile, "api-profile", "", "with -inprocess: write CPU, mutex and block profiles of the API measurements only (the detail lists and the PUTs) to this folder")
+	flag.StringVar(&o.apiProfile, "api-profile", "", "with -inprocess: write CPU, mutex and block profiles of the API measurements to this folder: detail.*, manage.*, provide.* (mutex and block profiles add up from the first: compare with go tool pprof -base)")
 	flag.IntVar(&o.sites, "sites", 1, "spread the nodes over this many sites, each with its own edge agent and MQTT connection (node i at site i mod S); with more than one, no verb → command latency is observed")
 	flag.Parse()
 	if o.apiProfile != "" && (!o.inprocess || o.cpuprofile != "") {

@@ -101,9 +101,11 @@ func newWAN(t testing.TB, kind wanKind) *wanNet {
 	sub := (pid*4 + seq) % 16384
 	w.HostIP = fmt.Sprintf("10.213.%d.%d", sub/64, sub%64*4+1)
 	w.SiteIP = fmt.Sprintf("10.213.%d.%d", sub/64, sub%64*4+2)
-	// Leftovers of a killed run of the same process id.
+	// Leftovers of a killed run of the same process id, and of test
+	// processes that died before their cleanup.
 	_, _ = run("ip", "link", "del", w.HostIf)
 	_, _ = run("ip", "netns", "del", w.NS)
+	sweepWANs()
 	if _, err := run("ip", "netns", "add", w.NS); err != nil {
 		wanSkip(t, "cannot make a network namespace here: %v", err)
 	}
@@ -147,6 +149,37 @@ func newWAN(t testing.TB, kind wanKind) *wanNet {
 	must("ip", "netns", "exec", w.NS, "ip", "link", "set", w.SiteIf, "up")
 	must("ip", "netns", "exec", w.NS, "ip", "link", "set", "lo", "up")
 	return w
+}
+
+// sweepWANs removes the namespaces of WAN tests whose process is gone
+// (killed before its cleanup ran): deleting the namespace deletes the
+// veth pair in it; a TUN device dies with its process.
+func sweepWANs() {
+	out, err := run("ip", "netns", "list")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		name := f[0]
+		rest, ok := strings.CutPrefix(name, "bmwanprobe")
+		if !ok {
+			if rest, ok = strings.CutPrefix(name, "bmwan"); !ok {
+				continue
+			}
+			rest, _, _ = strings.Cut(rest, "-")
+		}
+		pid, err := strconv.Atoi(rest)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			_, _ = run("ip", "netns", "del", name)
+		}
+	}
 }
 
 // Cut takes the link down (the host's end), Restore brings it back.

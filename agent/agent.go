@@ -698,17 +698,29 @@ func closeBMC(b drivers.BMC) {
 	}
 }
 
+// redoLocked puts the stored result of a command that already ran back
+// into the outbox (unacknowledged again, on disk too) and returns it, to
+// answer a duplicate of the command without running it again; a.mu is
+// held.
+func (a *Agent) redoLocked(cmd string) (doneItem, bool) {
+	d, ok := a.done[cmd]
+	if !ok {
+		return d, false
+	}
+	a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now(), cmd: cmd, seq: d.seq}
+	if !d.acked.IsZero() {
+		unacked := d
+		unacked.acked = time.Time{}
+		a.store.later(d.seq, unacked.record(cmd))
+	}
+	a.noteOutbox()
+	return d, true
+}
+
 func (a *Agent) runBMC(m *protocol.Message) {
 	a.mu.Lock()
-	if d, ok := a.done[m.ID]; ok {
+	if d, ok := a.redoLocked(m.ID); ok {
 		// A command we already ran: its result was lost or not yet acked.
-		a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now(), cmd: m.ID, seq: d.seq}
-		if !d.acked.IsZero() {
-			unacked := d
-			unacked.acked = time.Time{}
-			a.store.later(d.seq, unacked.record(m.ID))
-		}
-		a.noteOutbox()
 		a.mu.Unlock()
 		a.publish(d.topic, d.payload)
 		return

@@ -170,15 +170,8 @@ func (a *Agent) imageArgs(m *protocol.Message) *protocol.Message {
 // and sends its result.
 func (a *Agent) cacheImageCommand(m *protocol.Message) {
 	a.mu.Lock()
-	if d, ok := a.done[m.ID]; ok {
+	if d, ok := a.redoLocked(m.ID); ok {
 		// Ran already: its result was lost or is not acked yet.
-		a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now(), cmd: m.ID, seq: d.seq}
-		if !d.acked.IsZero() {
-			unacked := d
-			unacked.acked = time.Time{}
-			a.store.later(d.seq, unacked.record(m.ID))
-		}
-		a.noteOutbox()
 		a.mu.Unlock()
 		a.publish(d.topic, d.payload)
 		return

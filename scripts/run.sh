@@ -16,16 +16,35 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-bin/coordinator serve --data-dir "$RUN/data" --api-listen "$API" --mqtt-listen "$MQTT" >"$RUN/coordinator.log" 2>&1 &
-pids+=($!)
 export COORDINATOR_URL="http://$API"
+# Another make run (or any coordinator) already answering here would take
+# this one's requests, and a second edge agent of site1 would take over the
+# first one's session: stop before touching anything of the running one.
+if bin/coordinator site list >/dev/null 2>&1; then
+  echo "error: a coordinator already answers at $COORDINATOR_URL (another make run?)." >&2
+  echo "Stop it first, or run this one beside it: API=127.0.0.1:7385 MQTT=127.0.0.1:2883 make run (with its own build/run: copy the folder)." >&2
+  trap - EXIT INT TERM
+  exit 1
+fi
+# The new coordinator logs to a file of its own until it is up, so that a
+# failed start (the data folder in use, a port taken) shows its own error
+# and leaves the running one's log alone.
+starting="$RUN/coordinator.log.starting"
+bin/coordinator serve --data-dir "$RUN/data" --api-listen "$API" --mqtt-listen "$MQTT" >"$starting" 2>&1 &
+pids+=($!)
+up=
 for i in $(seq 1 100); do
-  bin/coordinator site list >/dev/null 2>&1 && break
   if ! kill -0 "${pids[0]}" 2>/dev/null; then
-    echo "the coordinator did not start:"; cat "$RUN/coordinator.log"; exit 1
+    echo "error: the coordinator did not start:" >&2; cat "$starting" >&2; rm -f "$starting"
+    pids=(); trap - EXIT INT TERM; exit 1
   fi
+  if bin/coordinator site list >/dev/null 2>&1; then up=1; break; fi
   sleep 0.1
 done
+if [ -z "$up" ]; then
+  echo "error: the coordinator did not answer at $COORDINATOR_URL within 10 s:" >&2; cat "$starting" >&2; exit 1
+fi
+mv "$starting" "$RUN/coordinator.log"
 if [ ! -s "$RUN/site1.json" ]; then
   bin/coordinator site add site1 --credentials-file "$RUN/site1.json"
 fi

@@ -576,8 +576,12 @@ func (a *Agent) handle(topic string, payload []byte) {
 		case protocol.KindAck:
 			a.ack(m.AckIDs)
 		case protocol.KindCommand:
-			if m.Action == protocol.ActionCacheImage {
+			switch m.Action {
+			case protocol.ActionCacheImage:
 				go a.cacheImageCommand(m)
+				return
+			case protocol.ActionForget:
+				a.forget(m.Node)
 				return
 			}
 			go a.runBMC(m)
@@ -677,6 +681,38 @@ func (a *Agent) ramdiskCmdline(node string) string {
 		line += " " + extra
 	}
 	return line
+}
+
+// forget drops everything the agent holds for a deleted node: its BMC
+// (closed), power polling, boot credential, virtual media, network boot,
+// simulated ramdisk, and so a simulated node's slot.
+func (a *Agent) forget(node string) {
+	a.mu.Lock()
+	b := a.bmcs[node]
+	s := a.sessions[node]
+	delete(a.bmcs, node)
+	delete(a.creds, node)
+	delete(a.info, node)
+	delete(a.synced, node)
+	delete(a.vmBoot, node)
+	delete(a.sessions, node)
+	delete(a.relay.beats, node)
+	delete(a.relay.seen, node)
+	a.mu.Unlock()
+	if s != nil {
+		s.Stop()
+	}
+	if b != nil {
+		go closeBMC(b)
+	}
+	if _, ok := a.bootHash.LoadAndDelete(node); ok {
+		a.store.putCred(node, nil)
+	}
+	if a.media != nil {
+		a.media.dropParams(node)
+	}
+	_ = a.netbootBootDevice(node, protocol.BootDisk)
+	a.log.Info("node deleted at the coordinator: forgotten", "node", node)
 }
 
 // Close powers off every VM this agent started.

@@ -66,6 +66,10 @@ const (
 	// its image cache (args.url, args.checksum), ahead of deploys; it has
 	// no node, and its result has none either.
 	ActionCacheImage = "cache_image"
+	// ActionForget tells the edge agent that the node was deleted: it
+	// drops the node's BMC session, power polling, boot credential and
+	// simulated slot. No result answers it.
+	ActionForget = "forget"
 )
 
 // Arguments of a power command that boots a node: the MQTT credential of
@@ -290,7 +294,7 @@ func (m *Message) Validate() error {
 			return err
 		}
 		switch m.Action {
-		case ActionValidate, ActionAbort:
+		case ActionValidate, ActionAbort, ActionForget:
 		case ActionPower:
 			s, _ := m.Args["state"].(string)
 			if s != PowerOn && s != PowerOff && s != PowerReboot && s != PowerSoftOff && s != PowerSoftReboot {

@@ -217,6 +217,7 @@ func (e *Engine) DeleteNode(ident string) error {
 			return &Error{Code: r.Code, Msg: r.Msg}
 		}
 		id = n.UUID
+		t.sends = append(t.sends, e.m.Deleted(n, t.now).Send...)
 		e.forgetAuth(n.UUID)
 		delete(e.nodes, n.UUID)
 		delete(e.names, n.Name)

@@ -195,15 +195,19 @@ func createNodes(t *testing.T, cl *testrig.Client, n int) []string {
 // TestWANCut: the nodes of a site are cleaning (in-band steps of 15 s)
 // when the link between the site's edge agent and the coordinator is cut
 // (a veth pair into the site's network namespace, set down) for longer
-// than the WAIT and command timeouts (40 s: the broker notices a dead
-// connection within 30 s, the agent's MQTT keepalive and a half). The
+// than the WAIT and command timeouts. Those are 50 s: the broker notices a
+// dead connection 30 s (the agent's MQTT keepalive and a half) after the
+// agent's last packet, and a node's deadline is its last heartbeat plus
+// the timeout, where heartbeats may come up to 10 s apart (the edge
+// agent's heartbeat summaries); the coordinator cannot tell a cut link
+// from a silent node sooner than its broker notices. The
 // coordinator sees the site unreachable and fails nobody; after the link
 // returns every node completes its cleaning, each step's result recorded
 // exactly once and no node timed out.
 func TestWANCut(t *testing.T) {
 	w := newWAN(t, wanVeth)
 	const nodes = 6
-	const timeout = 40 * time.Second
+	const timeout = 50 * time.Second
 	s := startWANSite(t, w, fsm.Config{WaitTimeout: timeout, CommandTimeout: timeout, ResendInterval: time.Second},
 		"--simulate", fmt.Sprint(nodes), "--step-duration", "15s", "--heartbeat", "1s", "--boot-delay", "500ms",
 		"--bmc-delay", "100ms", "--resend-interval", "1s")

@@ -494,18 +494,30 @@ func (e *Engine) publisher(q sendQueue) {
 	}
 }
 
+// maxBatch is the most requests one batch takes; callerBatchOthers is
+// the most requests without a waiting caller (agent messages, ticks) that
+// a batch with waiting callers takes.
+const (
+	maxBatch          = 1024
+	callerBatchOthers = 64
+)
+
 func (e *Engine) loop() {
 	defer e.wg.Done()
+	var held []*request
 	for {
-		var first *request
-		select {
-		case <-e.stopped:
-			return
-		case first = <-e.reqs:
+		batch := held
+		held = nil
+		if len(batch) == 0 {
+			select {
+			case <-e.stopped:
+				return
+			case r := <-e.reqs:
+				batch = append(batch, r)
+			}
 		}
-		batch := []*request{first}
 	more:
-		for len(batch) < 1024 {
+		for len(batch) < maxBatch {
 			select {
 			case r := <-e.reqs:
 				batch = append(batch, r)
@@ -513,6 +525,7 @@ func (e *Engine) loop() {
 				break more
 			}
 		}
+		batch, held = callersFirst(batch)
 		e.mu.Lock()
 		t := e.newTx()
 		errs := make([]error, len(batch))
@@ -532,6 +545,43 @@ func (e *Engine) loop() {
 			}
 		}
 	}
+}
+
+// callersFirst splits a batch that holds waiting callers (API requests)
+// and more than callerBatchOthers other requests: the callers and the
+// first callerBatchOthers others go now, the other others (in their
+// order) first in the next batch. A batch's synced commit takes longer
+// the more it writes (while nodes clean, a batch of agent messages
+// rewrites a hundred node records), and a caller waits for the commit in
+// flight and then for its own: its own is now a small one. Callers keep
+// their order, and so do the others; a caller's request may go ahead of
+// agent messages queued before it, as if it had come first (agent
+// messages are handled asynchronously: nobody waits on their order with
+// a caller's).
+func callersFirst(batch []*request) (now, later []*request) {
+	callers := 0
+	for _, r := range batch {
+		if r.done != nil {
+			callers++
+		}
+	}
+	if callers == 0 || len(batch)-callers <= callerBatchOthers {
+		return batch, nil
+	}
+	now = make([]*request, 0, callers+callerBatchOthers)
+	others := 0
+	for _, r := range batch {
+		switch {
+		case r.done != nil:
+			now = append(now, r)
+		case others < callerBatchOthers:
+			now = append(now, r)
+			others++
+		default:
+			later = append(later, r)
+		}
+	}
+	return now, later
 }
 
 func (e *Engine) ticker() {

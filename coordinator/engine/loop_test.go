@@ -103,3 +103,59 @@ func newBenchEngine(b *testing.B) (*Engine, *recorder) {
 	}
 	return e, rec
 }
+
+// TestCallersFirst checks how a batch with waiting callers is split: the
+// callers and the first callerBatchOthers others now, the rest later,
+// each kind in its order.
+func TestCallersFirst(t *testing.T) {
+	mk := func(id int, caller bool) *request {
+		r := &request{fn: func(*tx) error { return fmt.Errorf("%d", id) }}
+		if caller {
+			r.done = make(chan error, 1)
+		}
+		return r
+	}
+	id := func(r *request) int {
+		var n int
+		fmt.Sscan(r.fn(nil).Error(), &n)
+		return n
+	}
+	var batch []*request
+	for i := 0; i < 200; i++ {
+		batch = append(batch, mk(i, i%50 == 49))
+	}
+	now, later := callersFirst(batch)
+	var ids []int
+	for _, r := range now {
+		ids = append(ids, id(r))
+	}
+	// Others 0..64 but 49, which is a caller like 99, 149 and 199.
+	want := []int{}
+	others := 0
+	for i := 0; i < 200; i++ {
+		if i%50 == 49 || others < callerBatchOthers {
+			want = append(want, i)
+			if i%50 != 49 {
+				others++
+			}
+		}
+	}
+	if fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("now: %v\nwant %v", ids, want)
+	}
+	if len(want) != callerBatchOthers+4 || len(later) != 200-len(want) || id(later[0]) != 65 {
+		t.Fatalf("later: %d requests from %d", len(later), id(later[0]))
+	}
+	for i := 1; i < len(later); i++ {
+		if id(later[i]) <= id(later[i-1]) || later[i].done != nil {
+			t.Fatalf("later is out of order or holds a caller at %d", i)
+		}
+	}
+	// Without callers, or with few others, a batch is left whole.
+	if now, later := callersFirst(batch[:48]); len(now) != 48 || later != nil {
+		t.Fatal("a batch without callers was split")
+	}
+	if now, later := callersFirst(batch[:50]); len(now) != 50 || later != nil {
+		t.Fatal("a batch with 49 others was split")
+	}
+}

@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
 
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
@@ -60,9 +61,11 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 			if *m == nil {
 				*m = map[string]any{}
 			}
-			if err := patchPointer(*m, pointerTokens(parts[1]), op.Op, val); err != nil {
+			out, err := patchBelow(*m, field, op.Op, parts[1], op.Value)
+			if err != nil {
 				return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d (%s %s): %v", i+1, op.Op, op.Path, err)}
 			}
+			*m = out
 			continue
 		}
 		if !scalarFields[field] || len(parts) > 1 {
@@ -82,93 +85,50 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 	return nil
 }
 
-// pointerTokens splits the part of a JSON Pointer (RFC 6901) below a
-// node field into its reference tokens, unescaped.
-func pointerTokens(p string) []string {
-	toks := strings.Split(p, "/")
-	for i, t := range toks {
-		toks[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
-	}
-	return toks
-}
-
-// patchPointer applies one operation at the path toks inside the object
-// m, as RFC 6902 does: every container on the way must exist; add sets a
-// member (or inserts into an array, "-" appends), replace and remove need
-// the target to exist. One exception is kept for the clients of this
-// API: replace of a missing member directly under the field sets it, as
-// add does.
-func patchPointer(m map[string]any, toks []string, op string, val any) error {
-	var parent any = m
-	for depth, tok := range toks[:len(toks)-1] {
-		var next any
-		switch c := parent.(type) {
-		case map[string]any:
-			v, ok := c[tok]
-			if !ok {
-				return fmt.Errorf("member '%s' does not exist", strings.Join(toks[:depth+1], "/"))
-			}
-			next = v
-		case []any:
-			i, err := arrayIndex(tok, len(c), false)
-			if err != nil {
-				return err
-			}
-			next = c[i]
-		default:
-			return fmt.Errorf("'%s' is neither an object nor an array", strings.Join(toks[:depth], "/"))
+// patchBelow applies one operation at sub, a JSON Pointer below the map
+// field, with the JSON Patch library (RFC 6902 as evanphx/json-patch
+// implements it: every container on the way must exist, add sets a
+// member or inserts into an array ("-" appends), replace and remove need
+// their target). One exception is kept for the clients of this API:
+// replace of a missing member directly under the field sets it, as add
+// does. m is not changed; the patched map is returned.
+func patchBelow(m map[string]any, field, op, sub string, value json.RawMessage) (map[string]any, error) {
+	if op == "replace" && !strings.Contains(sub, "/") {
+		if _, ok := m[strings.ReplaceAll(strings.ReplaceAll(sub, "~1", "/"), "~0", "~")]; !ok {
+			op = "add"
 		}
-		parent = next
 	}
-	last := toks[len(toks)-1]
-	switch c := parent.(type) {
-	case map[string]any:
-		_, exists := c[last]
-		switch {
-		case op == "remove" && !exists:
-			return fmt.Errorf("can't remove non-existent object '%s'", last)
-		case op == "replace" && !exists && len(toks) > 1:
-			return fmt.Errorf("can't replace non-existent object '%s'", last)
-		case op == "remove":
-			delete(c, last)
-		default:
-			c[last] = val
-		}
-		return nil
-	case []any:
-		// An array changes length: it is replaced in its container.
-		i, err := arrayIndex(last, len(c), op == "add")
-		if err != nil {
-			return err
-		}
-		var out []any
-		switch op {
-		case "add":
-			out = append(append(append([]any{}, c[:i]...), val), c[i:]...)
-		case "replace":
-			out = append([]any{}, c...)
-			out[i] = val
-		default:
-			out = append(append([]any{}, c[:i]...), c[i+1:]...)
-		}
-		return patchPointer(m, toks[:len(toks)-1], "replace", out)
+	one := map[string]any{"op": op, "path": "/" + field + "/" + sub}
+	if op != "remove" {
+		one["value"] = value
 	}
-	return fmt.Errorf("'%s' is neither an object nor an array", strings.Join(toks[:len(toks)-1], "/"))
-}
-
-// arrayIndex reads an array index token; "-" (and n for add) is the end.
-func arrayIndex(tok string, n int, add bool) (int, error) {
-	if add && tok == "-" {
-		return n, nil
+	pb, err := json.Marshal([]any{one})
+	if err != nil {
+		return nil, err
 	}
-	i, err := strconv.Atoi(tok)
-	if err != nil || i < 0 || (tok != "0" && strings.HasPrefix(tok, "0")) {
-		return 0, fmt.Errorf("'%s' is not an array index", tok)
+	p, err := jsonpatch.DecodePatch(pb)
+	if err != nil {
+		return nil, err
 	}
-	if i > n || (i == n && !add) {
-		return 0, fmt.Errorf("array index %d is out of range (%d elements)", i, n)
+	doc, err := json.Marshal(map[string]any{field: m})
+	if err != nil {
+		return nil, err
 	}
-	return i, nil
+	opts := jsonpatch.NewApplyOptions()
+	opts.SupportNegativeIndices = false
+	opts.EscapeHTML = false
+	out, err := p.ApplyWithOptions(doc, opts)
+	if err != nil {
+		return nil, err
+	}
+	var res map[string]map[string]any
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, err
+	}
+	if res[field] == nil {
+		return map[string]any{}, nil
+	}
+	return res[field], nil
 }
 
 func fieldMap(n *fsm.Node, f string) *map[string]any {

@@ -15,12 +15,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/signal"
@@ -236,6 +241,9 @@ type bench struct {
 	nodes []*nodeRec
 	// sampled peaks of the coordinator's RSS, kB
 	peakAnon, peakFile int64
+	// the deploys' image, its checksum, and the bytes its origin served
+	imageURL, imageSum string
+	originBytes        *atomic.Int64
 }
 
 func run(ctx context.Context, o options) (err error) {
@@ -273,6 +281,21 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	b := &bench{o: o, co: co, api: loadrig.NewAPI(co.APIURL, o.concurrency),
 		ob: &observer{byID: map[string]*nodeRec{}, byAct: map[string]int{}}}
+
+	// The image the deploys write: 64 KiB from an origin on loopback,
+	// which counts what it serves.
+	img := make([]byte, 64<<10)
+	for i := range img {
+		img[i] = byte(i * 7)
+	}
+	sum := sha256.Sum256(img)
+	var served atomic.Int64
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(int64(len(img)))
+		http.ServeContent(w, r, "bench.img", time.Time{}, bytes.NewReader(img))
+	}))
+	defer origin.Close()
+	b.imageURL, b.imageSum, b.originBytes = origin.URL+"/bench.img", "sha256:"+hex.EncodeToString(sum[:]), &served
 
 	// The sites, the observer, then each site's edge agent with its
 	// share of the simulated nodes.
@@ -316,7 +339,10 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		agents[i] = agent.New(agent.Config{Site: c.Site, BrokerURL: c.BrokerURL, Username: c.Username, Password: c.Password,
 			StateDir: stateDir,
-			Sim:      agent.SimOptions{Nodes: per, StepDuration: 0, BootDelay: 0, BMCDelay: 0, Heartbeat: 30 * time.Second}, Log: agentLog})
+			// Each site's image cache: the simulated ramdisks' write_image
+			// fetches the bench's image through it (one download a site).
+			Cache: agent.ImageCacheOptions{Dir: filepath.Join(tmp, "image-cache", c.Site), Listen: "127.0.0.1:0"},
+			Sim:   agent.SimOptions{Nodes: per, StepDuration: 0, BootDelay: 0, BMCDelay: 0, Heartbeat: 30 * time.Second}, Log: agentLog})
 		go func(a *agent.Agent) { agentErr <- a.Run(actx) }(agents[i])
 	}
 	defer func() {
@@ -484,7 +510,8 @@ func (b *bench) create(ctx context.Context) (*phaseResult, error) {
 func (b *bench) setImage(ctx context.Context) (*phaseResult, error) {
 	r := &phaseResult{name: "set image", nodes: b.o.nodes}
 	c0, start := b.cpu(), time.Now()
-	patch := []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": "http://127.0.0.1:1/bench.img"}}
+	patch := []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": b.imageURL},
+		{"op": "add", "path": "/instance_info/image_checksum", "value": b.imageSum}}
 	err := loadrig.ForEach(ctx, b.o.concurrency, b.o.nodes, func(ctx context.Context, i int) error {
 		return loadrig.Retrying(ctx, func() error { return b.api.Do(ctx, "PATCH", "/v1/nodes/"+b.nodes[i].uuid, patch, nil) })
 	})
@@ -779,6 +806,9 @@ func (b *bench) report(rs []*phaseResult, hwmKB, selfKB int64) {
 		float64(b.peakAnon)/1024, float64(b.peakFile)/1024)
 	if !b.o.inprocess {
 		fmt.Printf("bench process peak RSS (%d agent(s), %d sims): %.1f MiB\n", b.o.sites, b.o.nodes, float64(selfKB)/1024)
+	}
+	if b.originBytes != nil {
+		fmt.Printf("image origin served:                    %.1f KiB (%d site cache(s), each fetching the 64 KiB image once)\n", float64(b.originBytes.Load())/1024, b.o.sites)
 	}
 	fmt.Printf("coordinator CPU over the run:           %.1f s\n", coordCPU.Seconds())
 	if b.o.observe {

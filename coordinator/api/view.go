@@ -157,16 +157,22 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		internal.AgentCachedDeploySteps = n.CachedDeploySteps
 	}
 	if n.Op != nil {
-		steps := []any{}
-		for _, a := range n.Op.Plan {
-			if a.Kind == fsm.ActStep {
-				steps = append(steps, stepOf(a.Step))
-			}
+		// The index is into the step list (as Ironic's), not the plan,
+		// which has BMC actions between the steps; none before the
+		// first step.
+		list, at := n.Op.StepList()
+		steps := make([]any, 0, len(list))
+		for _, st := range list {
+			steps = append(steps, stepOf(st))
+		}
+		var index any
+		if at >= 0 {
+			index = at
 		}
 		if n.Op.Phase == "deploy" {
-			internal.DeploySteps, internal.DeployStepIndex = steps, n.Op.Index
+			internal.DeploySteps, internal.DeployStepIndex = steps, index
 		} else {
-			internal.CleanSteps, internal.CleanStepIndex = steps, n.Op.Index
+			internal.CleanSteps, internal.CleanStepIndex = steps, index
 		}
 		internal.Operation = n.Op.Phase
 		internal.AbortAfter = n.Op.AbortAfter

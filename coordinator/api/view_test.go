@@ -61,7 +61,9 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 			key, idx = "deploy_steps", "deploy_step_index"
 		}
 		internal[key] = steps
-		internal[idx] = n.Op.Index
+		if _, at := n.Op.StepList(); at >= 0 {
+			internal[idx] = at
+		}
 		internal["operation"] = n.Op.Phase
 		if n.Op.AbortAfter {
 			internal["abort_after"] = true
@@ -173,6 +175,45 @@ func viewNodes() []*fsm.Node {
 // exactly as the map-based view did, byte for byte, for nodes in varied
 // states: as a whole node, as a map (render, for answers that pick
 // fields), and with ?fields= picked.
+// TestStepIndexCountsSteps: driver_internal_info's deploy_step_index is
+// the running step's place in deploy_steps (Ironic's), not its place in
+// the plan, whose BMC actions come between the steps; before the first
+// step there is none.
+func TestStepIndexCountsSteps(t *testing.T) {
+	e, err := engine.New(engine.Config{DataDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	s := New(e, slog.New(slog.NewTextHandler(io.Discard, nil)), "")
+	write := &fsm.StepRun{Interface: "deploy", Step: "write_image", Priority: 80}
+	boot := &fsm.StepRun{Interface: "deploy", Step: "boot_instance", Priority: 20}
+	plan := []fsm.Action{{Kind: fsm.ActOOB, Action: "power"}, {Kind: fsm.ActOOB, Action: "boot_device"}, {Kind: fsm.ActStep, Step: write},
+		{Kind: fsm.ActOOB, Action: "power"}, {Kind: fsm.ActStep, Step: boot}}
+	for _, c := range []struct {
+		at   int
+		want any
+	}{{0, nil}, {1, nil}, {2, float64(0)}, {3, float64(0)}, {4, float64(1)}} {
+		n := &fsm.Node{UUID: "u1", ProvisionState: fsm.Deploying, Op: &fsm.Operation{Phase: "deploy", Plan: plan, Index: c.at}}
+		b, err := json.Marshal(s.view("http://x", n, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			Internal map[string]any `json:"driver_internal_info"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		if got := v.Internal["deploy_step_index"]; got != c.want {
+			t.Errorf("plan action %d running: deploy_step_index %v, want %v", c.at, got, c.want)
+		}
+		if l, _ := v.Internal["deploy_steps"].([]any); len(l) != 2 {
+			t.Errorf("deploy_steps: %v, want the two steps", v.Internal["deploy_steps"])
+		}
+	}
+}
+
 func TestViewEncodesAsMapView(t *testing.T) {
 	e, err := engine.New(engine.Config{DataDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

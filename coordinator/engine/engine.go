@@ -197,6 +197,11 @@ func New(cfg Config) (*Engine, error) {
 		}
 		cfg.Machine.Drivers = reg
 	}
+	// Clean step priority overrides that clash are refused at start, as
+	// the cleaning seed says, not when a cleaning starts.
+	if err := cfg.Machine.Check(); err != nil {
+		return nil, err
+	}
 	if cfg.Machine.NewID == nil {
 		cfg.Machine.NewID = func() string { return uuid.NewString() }
 	}

@@ -182,7 +182,9 @@ func checkNodeLimits(n *fsm.Node) error {
 		name, s string
 		max     int
 	}{{"conductor_group", n.Site, MaxNameLen}, {"driver", n.Driver, MaxNameLen},
-		{"maintenance_reason", n.MaintenanceReason, MaxTextLen}, {"retired_reason", n.RetiredReason, MaxTextLen}} {
+		{"maintenance_reason", n.MaintenanceReason, MaxTextLen}, {"retired_reason", n.RetiredReason, MaxTextLen},
+		// Ironic's column sizes.
+		{"resource_class", n.ResourceClass, 80}, {"description", n.Description, 4096}, {"owner", n.Owner, 255}} {
 		if err := checkText(f.name, f.s, f.max); err != nil {
 			return err
 		}

@@ -345,7 +345,8 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := checkNodeLimits(&fsm.Node{Site: spec.Site, Driver: spec.Driver, DriverInfo: spec.DriverInfo,
-		Properties: spec.Properties, InstanceInfo: spec.InstanceInfo, Extra: spec.Extra}); err != nil {
+		Properties: spec.Properties, InstanceInfo: spec.InstanceInfo, Extra: spec.Extra,
+		ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner}); err != nil {
 		writeErr(w, err)
 		return
 	}

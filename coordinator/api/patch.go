@@ -186,8 +186,12 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 		n.Maintenance, err = boolean()
 	case "maintenance_reason":
 		n.MaintenanceReason, err = str()
-	default:
-		// Accepted for client compatibility, not kept.
+	case "resource_class":
+		n.ResourceClass, err = str()
+	case "description":
+		n.Description, err = str()
+	case "owner":
+		n.Owner, err = str()
 	}
 	return err
 }

@@ -199,6 +199,7 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		PowerState: nstr(n.PowerState), TargetPowerState: nstr(n.TargetPowerState),
 		Maintenance: n.Maintenance, MaintenanceReason: nstr(n.MaintenanceReason), Fault: nstr(n.Fault),
 		LastError: nstr(n.LastError), Reservation: nstr(n.Reservation), RetiredReason: nstr(n.RetiredReason),
+		ResourceClass: nullable(n.ResourceClass), Description: nullable(n.Description), Owner: nullable(n.Owner),
 		CleanStep: stepOf(n.CleanStep), DeployStep: stepOf(n.DeployStep),
 		CreatedAt: n.CreatedAt, UpdatedAt: n.UpdatedAt,
 		NetworkInterface: "noop", BootInterface: "pxe", DeployInterface: "direct",

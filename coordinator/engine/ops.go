@@ -27,6 +27,10 @@ type NodeSpec struct {
 	Properties   map[string]any `json:"properties"`
 	InstanceInfo map[string]any `json:"instance_info"`
 	Extra        map[string]any `json:"extra"`
+	// Kept and shown as given.
+	ResourceClass string `json:"resource_class"`
+	Description   string `json:"description"`
+	Owner         string `json:"owner"`
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,254}$`)
@@ -63,6 +67,7 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: d.Name, Site: site,
 			DriverInfo: orEmpty(spec.DriverInfo), Properties: orEmpty(spec.Properties),
 			InstanceInfo: orEmpty(spec.InstanceInfo), Extra: orEmpty(spec.Extra),
+			ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner,
 			ProvisionState: fsm.Enroll, PowerState: "", CreatedAt: t.now, UpdatedAt: t.now, ProvisionUpdatedAt: t.now}
 		e.nodes[id] = n
 		if n.Name != "" {

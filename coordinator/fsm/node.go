@@ -33,6 +33,11 @@ type Node struct {
 	// list the node. Retired is false then.
 	RetiredUnset  bool   `json:"retired_unset,omitempty"`
 	RetiredReason string `json:"retired_reason,omitempty"`
+	// ResourceClass, Description and Owner are the operator's, kept and
+	// shown as given (Ironic's fields; nothing here reads them).
+	ResourceClass string `json:"resource_class,omitempty"`
+	Description   string `json:"description,omitempty"`
+	Owner         string `json:"owner,omitempty"`
 	// BootDevice is the boot device the BMC was last told to use
 	// (protocol.BootPXE or BootDisk), empty until one was set.
 	BootDevice string `json:"boot_device,omitempty"`

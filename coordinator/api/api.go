@@ -203,10 +203,26 @@ func notAcceptable(w http.ResponseWriter, msg string) {
 func writeErr(w http.ResponseWriter, err error) {
 	var ee *engine.Error
 	if errors.As(err, &ee) {
-		writeError(w, ee.Code, ee.Msg)
+		writeError(w, status(ee.Kind), ee.Msg)
 		return
 	}
 	writeError(w, 500, err.Error())
+}
+
+// status is the HTTP status Ironic answers for an error of kind k: the
+// one place where the coordinator's refusals become HTTP.
+func status(k engine.Kind) int {
+	switch k {
+	case engine.Invalid:
+		return http.StatusBadRequest
+	case engine.NotFound:
+		return http.StatusNotFound
+	case engine.Conflict:
+		return http.StatusConflict
+	case engine.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -66,7 +66,7 @@ func FuzzApplyPatch(f *testing.F) {
 		err := applyPatch(n, ops)
 		if err != nil {
 			var ee *engine.Error
-			if !errors.As(err, &ee) || ee.Code != 400 || ee.Msg == "" {
+			if !errors.As(err, &ee) || ee.Kind != engine.Invalid || ee.Msg == "" {
 				t.Fatalf("applyPatch(%s): %v, want a 400", body, err)
 			}
 		}

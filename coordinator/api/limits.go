@@ -141,7 +141,7 @@ func nodeNameProblem(name string) string {
 
 // limitError is a 400 naming the field that was too big.
 func limitError(field string, size, max int, unit string) error {
-	return &engine.Error{Code: 400, Msg: fmt.Sprintf("%s is too large: %d %s, at most %d are accepted", field, size, unit, max)}
+	return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("%s is too large: %d %s, at most %d are accepted", field, size, unit, max)}
 }
 
 // checkMapSize bounds one of the free-form objects of a node or port.
@@ -151,7 +151,7 @@ func checkMapSize(field string, m map[string]any) error {
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return &engine.Error{Code: 400, Msg: fmt.Sprintf("%s cannot be stored: %v", field, err)}
+		return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("%s cannot be stored: %v", field, err)}
 	}
 	if len(b) > MaxFieldBytes {
 		return limitError(field, len(b), MaxFieldBytes, "bytes of JSON")

@@ -87,7 +87,7 @@ func checkFields(f string) ([]string, error) {
 	fields := strings.Split(f, ",")
 	for _, x := range fields {
 		if !nodeFields[x] {
-			return nil, &engine.Error{Code: 400, Msg: fmt.Sprintf("Field %s is not a valid field.", x)}
+			return nil, &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("Field %s is not a valid field.", x)}
 		}
 	}
 	return fields, nil

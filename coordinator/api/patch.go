@@ -28,19 +28,19 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 	for i, op := range ops {
 		parts := strings.SplitN(strings.TrimPrefix(op.Path, "/"), "/", 2)
 		if !strings.HasPrefix(op.Path, "/") || parts[0] == "" {
-			return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: path %q must start with '/'", i+1, op.Path)}
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: path %q must start with '/'", i+1, op.Path)}
 		}
 		field := parts[0]
 		if op.Op != "add" && op.Op != "replace" && op.Op != "remove" {
-			return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: op %q is not supported; use add, replace or remove", i+1, op.Op)}
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: op %q is not supported; use add, replace or remove", i+1, op.Op)}
 		}
 		var val any
 		if op.Op != "remove" {
 			if len(op.Value) == 0 {
-				return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d (%s %s) needs a value", i+1, op.Op, op.Path)}
+				return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d (%s %s) needs a value", i+1, op.Op, op.Path)}
 			}
 			if err := json.Unmarshal(op.Value, &val); err != nil {
-				return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: value is not JSON: %v", i+1, err)}
+				return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: value is not JSON: %v", i+1, err)}
 			}
 		}
 		if mapFields[field] {
@@ -52,7 +52,7 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 				default:
 					obj, ok := val.(map[string]any)
 					if !ok {
-						return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: /%s must be an object", i+1, field)}
+						return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: /%s must be an object", i+1, field)}
 					}
 					*m = obj
 				}
@@ -63,23 +63,23 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 			}
 			out, err := patchBelow(*m, field, op.Op, parts[1], op.Value)
 			if err != nil {
-				return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d (%s %s): %v", i+1, op.Op, op.Path, err)}
+				return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d (%s %s): %v", i+1, op.Op, op.Path, err)}
 			}
 			*m = out
 			continue
 		}
 		if !scalarFields[field] || len(parts) > 1 {
-			return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: /%s cannot be patched", i+1, op.Path[1:])}
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: /%s cannot be patched", i+1, op.Path[1:])}
 		}
 		// A new name follows the same rules as at create; remove (or
 		// null) leaves the node without a name.
 		if name, ok := val.(string); ok && field == "name" && op.Op != "remove" {
 			if p := nodeNameProblem(name); p != "" {
-				return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: cannot change the name to %s: %s", i+1, shortQuote(name), p)}
+				return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: cannot change the name to %s: %s", i+1, shortQuote(name), p)}
 			}
 		}
 		if err := setScalar(n, field, op.Op, val); err != nil {
-			return &engine.Error{Code: 400, Msg: fmt.Sprintf("patch operation %d: %v", i+1, err)}
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: %v", i+1, err)}
 		}
 	}
 	return nil

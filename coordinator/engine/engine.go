@@ -63,16 +63,60 @@ type Config struct {
 	Metrics *metrics.Metrics
 }
 
-// Error is an error with the HTTP status the API answers.
+// Kind says what went wrong with a request; the API maps it to an HTTP
+// status (coordinator/api), nothing else does.
+type Kind int
+
+const (
+	// Invalid: the request is wrong, or cannot apply to the node as it
+	// is.
+	Invalid Kind = iota + 1
+	// NotFound: what it names does not exist.
+	NotFound
+	// Conflict: it conflicts with what exists (a name taken, a node
+	// busy or retired).
+	Conflict
+	// Unavailable: the coordinator cannot take it now (shutting down).
+	Unavailable
+	// Internal: the coordinator failed (the database).
+	Internal
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Invalid:
+		return "invalid"
+	case NotFound:
+		return "not_found"
+	case Conflict:
+		return "conflict"
+	case Unavailable:
+		return "unavailable"
+	case Internal:
+		return "internal"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Error is a request's failure: its kind and a message for the caller.
 type Error struct {
-	Code int
+	Kind Kind
 	Msg  string
 }
 
 func (e *Error) Error() string { return e.Msg }
 
-func errorf(code int, f string, a ...any) *Error {
-	return &Error{Code: code, Msg: fmt.Sprintf(f, a...)}
+func errorf(kind Kind, f string, a ...any) *Error {
+	return &Error{Kind: kind, Msg: fmt.Sprintf(f, a...)}
+}
+
+// refused is the engine's error for a state machine's refusal.
+func refused(r *fsm.Refusal) *Error {
+	k := Invalid
+	if r.Reason == fsm.Conflict {
+		k = Conflict
+	}
+	return &Error{Kind: k, Msg: r.Msg}
 }
 
 // Port is a network port of a node (Ironic's port).
@@ -544,7 +588,7 @@ func (e *Engine) loop() {
 				continue
 			}
 			if err != nil {
-				r.done <- errorf(503, "the coordinator could not store the change: %v", err)
+				r.done <- errorf(Unavailable, "the coordinator could not store the change: %v", err)
 			} else {
 				r.done <- errs[i]
 			}
@@ -622,7 +666,7 @@ func (e *Engine) submit(fn func(t *tx) error, wait bool) error {
 	select {
 	case e.reqs <- r:
 	case <-e.stopped:
-		return errorf(503, "the coordinator is shutting down")
+		return errorf(Unavailable, "the coordinator is shutting down")
 	}
 	if !wait {
 		return nil
@@ -631,7 +675,7 @@ func (e *Engine) submit(fn func(t *tx) error, wait bool) error {
 	case err := <-r.done:
 		return err
 	case <-e.stopped:
-		return errorf(503, "the coordinator is shutting down")
+		return errorf(Unavailable, "the coordinator is shutting down")
 	}
 }
 
@@ -646,7 +690,7 @@ func (e *Engine) lookup(ident string) (*fsm.Node, error) {
 	if id, ok := e.names[ident]; ok {
 		return e.nodes[id], nil
 	}
-	return nil, errorf(404, "Node %s could not be found.", ident)
+	return nil, errorf(NotFound, "Node %s could not be found.", ident)
 }
 
 // NodeCredentials returns the MQTT credential of the node's current

@@ -216,5 +216,5 @@ func prepareCleanWait(t *testing.T, e *engine.Engine, online func()) {
 
 func isNotFound(err error) bool {
 	var ee *engine.Error
-	return errors.As(err, &ee) && ee.Code == 404
+	return errors.As(err, &ee) && ee.Kind == engine.NotFound
 }

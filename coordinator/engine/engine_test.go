@@ -126,7 +126,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "concurrent action limit for cleaning has been reached") {
 		t.Fatalf("manual clean over the cap: %v", err)
 	}
-	if ok := asError(err, &ee); !ok || ee.Code != 500 {
+	if ok := asError(err, &ee); !ok || ee.Kind != Internal {
 		t.Fatalf("code: %v", err)
 	}
 	if state(t, e, b.UUID) != fsm.Manageable {

@@ -13,13 +13,13 @@ func (e *Engine) verbDone(verb fsm.Event, start time.Time, err *error) {
 	if e.cfg.Metrics == nil {
 		return
 	}
-	code := 202
+	outcome := "accepted"
 	var ee *Error
 	switch {
 	case errors.As(*err, &ee):
-		code = ee.Code
+		outcome = ee.Kind.String()
 	case *err != nil:
-		code = 500
+		outcome = Internal.String()
 	}
-	e.cfg.Metrics.Verb(string(verb), code, time.Since(start))
+	e.cfg.Metrics.Verb(string(verb), outcome, time.Since(start))
 }

@@ -41,14 +41,14 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 	err := e.do(func(t *tx) error {
 		d, err := e.cfg.Machine.Drivers.Get(spec.Driver)
 		if err != nil {
-			return errorf(400, "%v", err)
+			return errorf(Invalid, "%v", err)
 		}
 		if spec.Name != "" {
 			if !nameRE.MatchString(spec.Name) || uuid.Validate(spec.Name) == nil {
-				return errorf(400, "Node name %q is not valid: use letters, digits, '.', '_', '~' or '-', not a UUID", spec.Name)
+				return errorf(Invalid, "Node name %q is not valid: use letters, digits, '.', '_', '~' or '-', not a UUID", spec.Name)
 			}
 			if _, ok := e.names[spec.Name]; ok {
-				return errorf(409, "A node with name %s already exists.", spec.Name)
+				return errorf(Conflict, "A node with name %s already exists.", spec.Name)
 			}
 		}
 		site, err := e.pickSite(spec.Site)
@@ -59,10 +59,10 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 		if id == "" {
 			id = uuid.NewString()
 		} else if uuid.Validate(id) != nil {
-			return errorf(400, "uuid %q is not a valid UUID", id)
+			return errorf(Invalid, "uuid %q is not a valid UUID", id)
 		}
 		if _, ok := e.nodes[id]; ok {
-			return errorf(409, "A node with UUID %s already exists.", id)
+			return errorf(Conflict, "A node with UUID %s already exists.", id)
 		}
 		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: d.Name, Site: site,
 			DriverInfo: orEmpty(spec.DriverInfo), Properties: orEmpty(spec.Properties),
@@ -92,7 +92,7 @@ func orEmpty(m map[string]any) map[string]any {
 func (e *Engine) pickSite(site string) (string, error) {
 	if site != "" {
 		if _, ok := e.sites[site]; !ok {
-			return "", errorf(400, "site (conductor_group) %q is not registered; register it with 'coordinator site add %s --credentials-file FILE'", site, site)
+			return "", errorf(Invalid, "site (conductor_group) %q is not registered; register it with 'coordinator site add %s --credentials-file FILE'", site, site)
 		}
 		return site, nil
 	}
@@ -107,9 +107,9 @@ func (e *Engine) pickSite(site string) (string, error) {
 	}
 	sort.Strings(names)
 	if len(names) == 0 {
-		return "", errorf(400, "no site is registered; register one with 'coordinator site add NAME --credentials-file FILE' first")
+		return "", errorf(Invalid, "no site is registered; register one with 'coordinator site add NAME --credentials-file FILE' first")
 	}
-	return "", errorf(400, "the node's site (conductor_group) is required: one of %s", strings.Join(names, ", "))
+	return "", errorf(Invalid, "the node's site (conductor_group) is required: one of %s", strings.Join(names, ", "))
 }
 
 // View runs fn on the node under the read lock. fn must not keep n.
@@ -160,37 +160,37 @@ func (e *Engine) UpdateNode(ident string, fn func(n *fsm.Node) error) error {
 			return err
 		}
 		if n.Locked() {
-			return errorf(409, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
+			return errorf(Conflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
 		}
 		c := clone(n)
 		if err := fn(c); err != nil {
 			return err
 		}
 		if c.UUID != n.UUID || c.ProvisionState != n.ProvisionState {
-			return errorf(400, "uuid and provision_state cannot be changed by PATCH; use the provision verbs")
+			return errorf(Invalid, "uuid and provision_state cannot be changed by PATCH; use the provision verbs")
 		}
 		if c.Name != n.Name {
 			if c.Name != "" && (!nameRE.MatchString(c.Name) || uuid.Validate(c.Name) == nil) {
-				return errorf(400, "Node name %q is not valid", c.Name)
+				return errorf(Invalid, "Node name %q is not valid", c.Name)
 			}
 			if _, ok := e.names[c.Name]; ok && c.Name != "" {
-				return errorf(409, "A node with name %s already exists.", c.Name)
+				return errorf(Conflict, "A node with name %s already exists.", c.Name)
 			}
 		}
 		if c.Driver != n.Driver {
 			d, err := e.cfg.Machine.Drivers.Get(c.Driver)
 			if err != nil {
-				return errorf(400, "%v", err)
+				return errorf(Invalid, "%v", err)
 			}
 			c.Driver = d.Name
 		}
 		if c.Site != n.Site {
 			if _, ok := e.sites[c.Site]; !ok {
-				return errorf(400, "site (conductor_group) %q is not registered", c.Site)
+				return errorf(Invalid, "site (conductor_group) %q is not registered", c.Site)
 			}
 		}
 		if r := fsm.CheckUpdate(n, c); r != nil {
-			return &Error{Code: r.Code, Msg: r.Msg}
+			return refused(r)
 		}
 		if c.Maintenance != n.Maintenance {
 			on, reason := c.Maintenance, c.MaintenanceReason
@@ -219,7 +219,7 @@ func (e *Engine) DeleteNode(ident string) error {
 			return err
 		}
 		if r := fsm.CheckDelete(n); r != nil {
-			return &Error{Code: r.Code, Msg: r.Msg}
+			return refused(r)
 		}
 		id = n.UUID
 		t.sends = append(t.sends, e.m.Deleted(n, t.now).Send...)
@@ -257,7 +257,7 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 			return err
 		}
 		if r := e.m.CheckVerb(n, req); r != nil {
-			return &Error{Code: r.Code, Msg: r.Msg}
+			return refused(r)
 		}
 		// Ironic's concurrent action limits: a 500 (not a 503, which
 		// its clients retry), and provide is not limited.
@@ -265,11 +265,11 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 		case fsm.Clean, fsm.Undeploy:
 			if e.phaseCount["clean"]+e.phaseCount["delete"] >= e.cfg.MaxConcurrentClean {
 				what := map[fsm.Event]string{fsm.Clean: "cleaning", fsm.Undeploy: "unprovisioning"}[req.Verb]
-				return errorf(500, "Unable to process request at this time. The concurrent action limit for %s has been reached. Please contact your administrator and try again later. (%d nodes are cleaning: max_concurrent_clean)", what, e.cfg.MaxConcurrentClean)
+				return errorf(Internal, "Unable to process request at this time. The concurrent action limit for %s has been reached. Please contact your administrator and try again later. (%d nodes are cleaning: max_concurrent_clean)", what, e.cfg.MaxConcurrentClean)
 			}
 		case fsm.Deploy, fsm.Rebuild:
 			if e.phaseCount["deploy"] >= e.cfg.MaxConcurrentDeploy {
-				return errorf(500, "Unable to process request at this time. The concurrent action limit for provisioning has been reached. Please contact your administrator and try again later. (%d nodes are deploying: max_concurrent_deploy)", e.cfg.MaxConcurrentDeploy)
+				return errorf(Internal, "Unable to process request at this time. The concurrent action limit for provisioning has been reached. Please contact your administrator and try again later. (%d nodes are deploying: max_concurrent_deploy)", e.cfg.MaxConcurrentDeploy)
 			}
 		}
 		var refusal *fsm.Refusal
@@ -280,7 +280,7 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 			return out
 		})
 		if refusal != nil {
-			return &Error{Code: refusal.Code, Msg: refusal.Msg}
+			return refused(refusal)
 		}
 		if idle {
 			// Nothing of this node's can be waiting in the queues but
@@ -321,7 +321,7 @@ func (e *Engine) request(ident string, req func(n *fsm.Node, now time.Time) (fsm
 			return out
 		})
 		if refusal != nil {
-			return &Error{Code: refusal.Code, Msg: refusal.Msg}
+			return refused(refusal)
 		}
 		return nil
 	})
@@ -369,7 +369,7 @@ func (e *Engine) Inventory(ident string) (map[string]any, error) {
 		return nil, err
 	}
 	if !found {
-		return nil, errorf(404, "Node %s has no inventory yet; run 'node inspect %s'", ident, ident)
+		return nil, errorf(NotFound, "Node %s has no inventory yet; run 'node inspect %s'", ident, ident)
 	}
 	var inv map[string]any
 	err = json.Unmarshal(b, &inv)
@@ -382,15 +382,15 @@ func (e *Engine) CreatePort(address, nodeIdent string, extra map[string]any, pxe
 	err := e.do(func(t *tx) error {
 		mac, err := net.ParseMAC(address)
 		if err != nil || len(mac) != 6 {
-			return errorf(400, "Expected a MAC address but received %s.", address)
+			return errorf(Invalid, "Expected a MAC address but received %s.", address)
 		}
 		n, err := e.lookup(nodeIdent)
 		if err != nil {
-			return errorf(400, "%v", err)
+			return errorf(Invalid, "%v", err)
 		}
 		addr := mac.String()
 		if _, ok := e.macs[addr]; ok {
-			return errorf(409, "A port with MAC address %s already exists.", addr)
+			return errorf(Conflict, "A port with MAC address %s already exists.", addr)
 		}
 		p = &Port{UUID: uuid.NewString(), Address: addr, NodeUUID: n.UUID, Extra: orEmpty(extra), PXE: pxe, CreatedAt: t.now}
 		b, _ := json.Marshal(p)
@@ -435,7 +435,7 @@ func (e *Engine) Port(ident string) (Port, error) {
 	if id, ok := e.macs[strings.ToLower(ident)]; ok {
 		return *e.ports[id], nil
 	}
-	return Port{}, errorf(404, "Port %s could not be found.", ident)
+	return Port{}, errorf(NotFound, "Port %s could not be found.", ident)
 }
 
 // DeletePort removes a port.
@@ -443,7 +443,7 @@ func (e *Engine) DeletePort(ident string) error {
 	return e.do(func(t *tx) error {
 		p, ok := e.ports[ident]
 		if !ok {
-			return errorf(404, "Port %s could not be found.", ident)
+			return errorf(NotFound, "Port %s could not be found.", ident)
 		}
 		delete(e.ports, p.UUID)
 		delete(e.macs, p.Address)
@@ -457,12 +457,12 @@ func (e *Engine) DeletePort(ident string) error {
 // The password is shown once; only its hash is kept.
 func (e *Engine) AddSite(name string) (user, password string, err error) {
 	if !regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`).MatchString(name) {
-		return "", "", errorf(400, "site name %q is not valid: use 1-63 lowercase letters, digits and '-'", name)
+		return "", "", errorf(Invalid, "site name %q is not valid: use 1-63 lowercase letters, digits and '-'", name)
 	}
 	password = randomHex()
 	err = e.do(func(t *tx) error {
 		if _, ok := e.sites[name]; ok {
-			return errorf(409, "site %s already exists", name)
+			return errorf(Conflict, "site %s already exists", name)
 		}
 		s := &Site{Name: name, PasswordHash: hashPassword(password), CreatedAt: t.now}
 		b, _ := json.Marshal(s)

@@ -62,7 +62,7 @@ func (e *Engine) CacheImage(site, imageURL, checksum, commandID string) (CacheSt
 	_, ok := e.sites[site]
 	e.mu.RUnlock()
 	if !ok {
-		return CacheStatus{}, errorf(404, "site %s could not be found; 'coordinator site list' shows the sites", site)
+		return CacheStatus{}, errorf(NotFound, "site %s could not be found; 'coordinator site list' shows the sites", site)
 	}
 	book := e.cacheBook()
 	now := e.cfg.Now()
@@ -71,7 +71,7 @@ func (e *Engine) CacheImage(site, imageURL, checksum, commandID string) (CacheSt
 	if commandID != "" {
 		st, ok := book.byID[commandID]
 		if !ok || st.Site != site {
-			return CacheStatus{}, errorf(404, "pre-seed %s of site %s is not known to this coordinator (it remembers the last %d, in memory); ask again without command_id", commandID, site, maxCacheRecords)
+			return CacheStatus{}, errorf(NotFound, "pre-seed %s of site %s is not known to this coordinator (it remembers the last %d, in memory); ask again without command_id", commandID, site, maxCacheRecords)
 		}
 		if st.State == "pending" && now.Before(st.deadline) {
 			e.sendCacheImage(st)
@@ -148,14 +148,14 @@ func (e *Engine) handleSiteResult(site string, msg *protocol.Message) {
 
 func checkImageURL(u string) error {
 	if u == "" {
-		return errorf(400, "the image URL is missing; give the http(s) URL the nodes would deploy (instance_info image_source)")
+		return errorf(Invalid, "the image URL is missing; give the http(s) URL the nodes would deploy (instance_info image_source)")
 	}
 	if len(u) > 8192 {
-		return errorf(400, "the image URL is %d bytes long; the limit is 8192", len(u))
+		return errorf(Invalid, "the image URL is %d bytes long; the limit is 8192", len(u))
 	}
 	p, err := url.Parse(u)
 	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-		return errorf(400, "image URL %q is not an http:// or https:// URL; the site cache fetches HTTP(S) images only", redactURL(u))
+		return errorf(Invalid, "image URL %q is not an http:// or https:// URL; the site cache fetches HTTP(S) images only", redactURL(u))
 	}
 	return nil
 }
@@ -166,7 +166,7 @@ func checkImageURL(u string) error {
 func normalChecksum(s string) (string, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	if s == "" {
-		return "", errorf(400, "the image checksum is missing: the site cache keeps only images it can verify; give --checksum sha256:HEX (the image's instance_info image_checksum)")
+		return "", errorf(Invalid, "the image checksum is missing: the site cache keeps only images it can verify; give --checksum sha256:HEX (the image's instance_info image_checksum)")
 	}
 	algo, hx, ok := strings.Cut(s, ":")
 	if !ok {
@@ -175,7 +175,7 @@ func normalChecksum(s string) (string, error) {
 	}
 	n := map[string]int{"md5": 32, "sha256": 64, "sha512": 128}[algo]
 	if _, err := hex.DecodeString(hx); n == 0 || err != nil || len(hx) != n {
-		return "", errorf(400, "image checksum %q is not a digest the site cache takes: give sha256:HEX (64 hex digits), sha512:HEX (128) or md5:HEX (32)", s)
+		return "", errorf(Invalid, "image checksum %q is not a digest the site cache takes: give sha256:HEX (64 hex digits), sha512:HEX (128) or md5:HEX (32)", s)
 	}
 	return algo + ":" + hx, nil
 }

@@ -43,8 +43,8 @@ func (c compatCase) run(t *testing.T) {
 		r := c.do(w)
 		switch {
 		case c.code == 0 && r != nil:
-			t.Fatalf("refused %d %q, want accepted (cites %s)", r.Code, r.Msg, c.cites)
-		case c.code != 0 && (r == nil || r.Code != c.code):
+			t.Fatalf("refused %d %q, want accepted (cites %s)", r.httpCode(), r.Msg, c.cites)
+		case c.code != 0 && (r == nil || r.httpCode() != c.code):
 			t.Fatalf("got %+v, want refusal %d (cites %s)", r, c.code, c.cites)
 		case c.code != 0 && (w.n.ProvisionState != before.ProvisionState || w.n.LastError != before.LastError):
 			t.Fatalf("a refusal changed the node: %q → %q, last_error %q", before.ProvisionState, w.n.ProvisionState, w.n.LastError)
@@ -287,8 +287,8 @@ func TestCompatUpdate(t *testing.T) {
 			r := CheckUpdate(old, &upd)
 			switch {
 			case c.code == 0 && r != nil:
-				t.Fatalf("refused %d %q (cites %s)", r.Code, r.Msg, c.cites)
-			case c.code != 0 && (r == nil || r.Code != c.code):
+				t.Fatalf("refused %d %q (cites %s)", r.httpCode(), r.Msg, c.cites)
+			case c.code != 0 && (r == nil || r.httpCode() != c.code):
 				t.Fatalf("got %+v, want %d (cites %s)", r, c.code, c.cites)
 			case c.code == 0 && upd.RetiredReason != c.reason:
 				t.Fatalf("retired_reason %q, want %q", upd.RetiredReason, c.reason)
@@ -309,11 +309,11 @@ func TestCompatDelete(t *testing.T) {
 				want = 409
 			}
 			r := CheckDelete(n)
-			if (want == 0) != (r == nil) || (r != nil && r.Code != want) {
+			if (want == 0) != (r == nil) || (r != nil && r.httpCode() != want) {
 				t.Errorf("delete in %q (maintenance %v): %+v, want %d (cites %s)", s, maint, r, want, row)
 			}
 			n.Reservation = "coordinator"
-			if r := CheckDelete(n); r == nil || r.Code != 409 || !strings.Contains(r.Msg, "locked") {
+			if r := CheckDelete(n); r == nil || r.httpCode() != 409 || !strings.Contains(r.Msg, "locked") {
 				t.Errorf("delete of a locked node in %q: %+v, want 409 locked", s, r)
 			}
 		}
@@ -340,7 +340,7 @@ func TestCompatPowerTargets(t *testing.T) {
 		n := &Node{UUID: "u", Name: "n", Driver: "fake", Site: "s", ProvisionState: Manageable}
 		out, r := m.PowerRequest(n, c.target, time.Unix(0, 0))
 		if c.code != 0 {
-			if r == nil || r.Code != c.code {
+			if r == nil || r.httpCode() != c.code {
 				t.Errorf("power %q: %+v, want %d (cites %s)", c.target, r, c.code, row)
 			}
 			continue
@@ -365,11 +365,11 @@ func TestCompatBootDevice(t *testing.T) {
 	if w.n.BootDevice != "disk" || w.n.Locked() || w.n.ProvisionState != Active || !slices.Equal(w.log, []string{"boot disk"}) {
 		t.Fatalf("after the BMC answered: device %q, locked %v, state %q, log %v", w.n.BootDevice, w.n.Locked(), w.n.ProvisionState, w.log)
 	}
-	if _, r := w.m.BootDeviceRequest(w.n, "cdrom", w.now); r == nil || r.Code != 400 {
+	if _, r := w.m.BootDeviceRequest(w.n, "cdrom", w.now); r == nil || r.httpCode() != 400 {
 		t.Errorf("boot device cdrom: %+v, want 400", r)
 	}
 	w.n.Reservation = "coordinator"
-	if _, r := w.m.BootDeviceRequest(w.n, "pxe", w.now); r == nil || r.Code != 409 {
+	if _, r := w.m.BootDeviceRequest(w.n, "pxe", w.now); r == nil || r.httpCode() != 409 {
 		t.Errorf("boot device on a locked node: %+v, want 409", r)
 	}
 }

@@ -157,16 +157,40 @@ type Output struct {
 	Late bool
 }
 
-// Refusal is a verb refused, with the HTTP status Ironic answers.
+// Reason says why a request is refused. The API maps it to the HTTP
+// status Ironic answers (coordinator/api); nothing else does.
+type Reason int
+
+const (
+	// Invalid: the request cannot apply to the node as it is (a verb
+	// its state does not take, a malformed step list): Ironic's 400.
+	Invalid Reason = iota + 1
+	// Conflict: the node is busy with an operation, or the request
+	// conflicts with what it is (retired, say): Ironic's 409.
+	Conflict
+)
+
+func (r Reason) String() string {
+	switch r {
+	case Invalid:
+		return "invalid"
+	case Conflict:
+		return "conflict"
+	}
+	return fmt.Sprintf("reason(%d)", int(r))
+}
+
+// Refusal is a request refused, with its reason and a message for the
+// operator.
 type Refusal struct {
-	Code int
-	Msg  string
+	Reason Reason
+	Msg    string
 }
 
 func (r *Refusal) Error() string { return r.Msg }
 
-func refuse(code int, format string, a ...any) *Refusal {
-	return &Refusal{Code: code, Msg: fmt.Sprintf(format, a...)}
+func refuse(reason Reason, format string, a ...any) *Refusal {
+	return &Refusal{Reason: reason, Msg: fmt.Sprintf(format, a...)}
 }
 
 // Ident names a node in messages: its name when it has one.

@@ -233,7 +233,7 @@ func TestRefusals(t *testing.T) {
 				t.Errorf("%s from %q refused: %s", v, s, r.Msg)
 			}
 			if !allowed {
-				if r == nil || r.Code != 400 {
+				if r == nil || r.httpCode() != 400 {
 					t.Errorf("%s from %q: got %v, want 400", v, s, r)
 					continue
 				}
@@ -250,11 +250,11 @@ func TestRefusals(t *testing.T) {
 func TestLockedAndRetired(t *testing.T) {
 	m := testMachine(t)
 	n := &Node{UUID: "u", Name: "n", Driver: "fake", ProvisionState: Cleaning, Reservation: "coordinator"}
-	if _, r := m.Verb(n, VerbRequest{Verb: Abort}, time.Now()); r == nil || r.Code != 409 || !strings.Contains(r.Msg, "locked") {
+	if _, r := m.Verb(n, VerbRequest{Verb: Abort}, time.Now()); r == nil || r.httpCode() != 409 || !strings.Contains(r.Msg, "locked") {
 		t.Fatalf("locked node: %v", r)
 	}
 	n = &Node{UUID: "u", Name: "n", Driver: "fake", ProvisionState: Manageable, Retired: true, RetiredReason: "old"}
-	if _, r := m.Verb(n, VerbRequest{Verb: Provide}, time.Now()); r == nil || r.Code != 409 || !strings.Contains(r.Msg, "retired") {
+	if _, r := m.Verb(n, VerbRequest{Verb: Provide}, time.Now()); r == nil || r.httpCode() != 409 || !strings.Contains(r.Msg, "retired") {
 		t.Fatalf("retired provide: %v", r)
 	}
 }

@@ -188,19 +188,19 @@ func (m *Machine) checkDeploySteps(n *Node, list []map[string]any) error {
 // updated.RetiredReason (unretiring a node drops its reason).
 func CheckUpdate(old, updated *Node) *Refusal {
 	if !UpdateAllowed(old.ProvisionState) {
-		return refuse(409, "Node %s can not be updated while a state transition is in progress.", old.Ident())
+		return refuse(Conflict, "Node %s can not be updated while a state transition is in progress.", old.Ident())
 	}
 	if updated.Retired != old.Retired || updated.RetiredUnset != old.RetiredUnset {
 		switch {
 		case !updated.Retired:
 			updated.RetiredReason = ""
 		case old.ProvisionState == Available:
-			return refuse(409, "Node %s can not have 'retired' set in provision state 'available', the current state is '%s'; move it to manageable first ('node manage %s')",
+			return refuse(Conflict, "Node %s can not have 'retired' set in provision state 'available', the current state is '%s'; move it to manageable first ('node manage %s')",
 				old.Ident(), old.ProvisionState, old.Ident())
 		}
 	}
 	if updated.RetiredReason != old.RetiredReason && updated.RetiredReason != "" && !updated.Retired {
-		return refuse(400, "The retired_reason field can only be set when retired is True")
+		return refuse(Invalid, "The retired_reason field can only be set when retired is True")
 	}
 	return nil
 }
@@ -210,7 +210,7 @@ func CheckUpdate(old, updated *Node) *Refusal {
 // enroll, manageable or available (409), as Ironic.
 func CheckDelete(n *Node) *Refusal {
 	if n.Locked() {
-		return refuse(409, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
+		return refuse(Conflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
 	}
 	if !n.Maintenance && !DeleteAllowed(n.ProvisionState) {
 		var valid []string
@@ -219,7 +219,7 @@ func CheckDelete(n *Node) *Refusal {
 				valid = append(valid, string(s))
 			}
 		}
-		return refuse(409, "Can not delete node \"%s\" while it is in provision state \"%s\". Valid provision states to perform deletion are: \"%s\", or set the node into maintenance mode",
+		return refuse(Conflict, "Can not delete node \"%s\" while it is in provision state \"%s\". Valid provision states to perform deletion are: \"%s\", or set the node into maintenance mode",
 			n.Ident(), n.ProvisionState, strings.Join(valid, "\", \""))
 	}
 	return nil
@@ -263,10 +263,10 @@ func BootDevices() []string { return []string{protocol.BootPXE, protocol.BootDis
 // node that the coordinator works on, or that waits in an operation.
 func checkIdle(n *Node, what string) *Refusal {
 	if n.Locked() {
-		return refuse(409, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
+		return refuse(Conflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
 	}
 	if n.Op != nil {
-		return refuse(409, "Node %s is in state %q with an operation in progress; abort it or wait before %s", n.Ident(), n.ProvisionState, what)
+		return refuse(Conflict, "Node %s is in state %q with an operation in progress; abort it or wait before %s", n.Ident(), n.ProvisionState, what)
 	}
 	return nil
 }
@@ -281,7 +281,7 @@ func (m *Machine) BootDeviceRequest(n *Node, device string, now time.Time) (Outp
 		return out, r
 	}
 	if !slices.Contains(BootDevices(), device) {
-		return out, refuse(400, "Invalid boot device %q for node %s; the supported boot devices are: %s", device, n.Ident(), strings.Join(BootDevices(), ", "))
+		return out, refuse(Invalid, "Invalid boot device %q for node %s; the supported boot devices are: %s", device, n.Ident(), strings.Join(BootDevices(), ", "))
 	}
 	n.Op = &Operation{Verb: "boot_device", Phase: "boot_device", Plan: []Action{bootDevAction(device)}, StartedAt: now}
 	n.Reservation = m.cfg.Holder

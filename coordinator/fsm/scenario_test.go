@@ -317,7 +317,7 @@ func (s *scenario) do(line string) string {
 		}
 		out, r := s.m.Verb(s.n, req, s.now)
 		if r != nil {
-			fmt.Fprintf(&b, "refused %d: %s\n", r.Code, r.Msg)
+			fmt.Fprintf(&b, "refused %d: %s\n", r.httpCode(), r.Msg)
 			break
 		}
 		s.apply(out, &b)
@@ -333,7 +333,7 @@ func (s *scenario) do(line string) string {
 		}
 		out, r := s.m.PowerRequest(s.n, target, s.now)
 		if r != nil {
-			fmt.Fprintf(&b, "refused %d: %s\n", r.Code, r.Msg)
+			fmt.Fprintf(&b, "refused %d: %s\n", r.httpCode(), r.Msg)
 			break
 		}
 		s.apply(out, &b)
@@ -491,7 +491,7 @@ func (s *scenario) set(args []arg, b *strings.Builder) {
 		}
 	}
 	if r := CheckUpdate(s.n, &upd); r != nil {
-		fmt.Fprintf(b, "refused %d: %s\n", r.Code, r.Msg)
+		fmt.Fprintf(b, "refused %d: %s\n", r.httpCode(), r.Msg)
 		return
 	}
 	*s.n = upd

@@ -186,8 +186,8 @@ func FuzzManualCleanSteps(f *testing.F) {
 			// An empty list, or one of the wrong shape, is refused at
 			// once (Ironic's 400), the node untouched.
 			malformed := len(list) == 0 || CheckCleanStepsSchema(list) != nil
-			if !malformed || r.Code != 400 || n.ProvisionState != Manageable {
-				t.Fatalf("clean refused (%d %s) for a list of %d steps; state %q", r.Code, r.Msg, len(list), n.ProvisionState)
+			if !malformed || r.httpCode() != 400 || n.ProvisionState != Manageable {
+				t.Fatalf("clean refused (%d %s) for a list of %d steps; state %q", r.httpCode(), r.Msg, len(list), n.ProvisionState)
 			}
 			return
 		}
@@ -251,8 +251,8 @@ func FuzzDeploySteps(f *testing.F) {
 			// A list of the wrong shape, or one that touches the core
 			// step or gives a known step wrong arguments, is refused at
 			// once (Ironic's 400), the node untouched.
-			if r.Code != 400 || n.ProvisionState != Available || len(list) == 0 {
-				t.Fatalf("deploy refused: %d %s (state %q)", r.Code, r.Msg, n.ProvisionState)
+			if r.httpCode() != 400 || n.ProvisionState != Available || len(list) == 0 {
+				t.Fatalf("deploy refused: %d %s (state %q)", r.httpCode(), r.Msg, n.ProvisionState)
 			}
 			return
 		}

@@ -24,13 +24,13 @@ type VerbRequest struct {
 // CheckVerb says whether verb may start on n now, without changing n.
 func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 	if n.Locked() {
-		return refuse(409, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
+		return refuse(Conflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
 	}
 	if !IsVerb(req.Verb) {
-		return refuse(400, "%q is not a valid provision target; valid targets: %s", req.Verb, verbList(Verbs()))
+		return refuse(Invalid, "%q is not a valid provision target; valid targets: %s", req.Verb, verbList(Verbs()))
 	}
 	if _, ok := Next(n.ProvisionState, req.Verb, ""); !ok {
-		return refuse(400, "The requested action %q can not be performed on node %q while it is in state %q. Allowed there: %s.",
+		return refuse(Invalid, "The requested action %q can not be performed on node %q while it is in state %q. Allowed there: %s.",
 			req.Verb, n.Ident(), n.ProvisionState, verbList(Allowed(n.ProvisionState)))
 	}
 	// As Ironic (allow_provisioning_in_maintenance): manage, inspect,
@@ -38,36 +38,36 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 	// node pauses when it reaches a WAIT state; deploy, rebuild, rescue
 	// and unrescue are refused.
 	if op, refused := MaintenanceOp(req.Verb); refused && n.Maintenance {
-		return refuse(400, "The %s operation can't be performed on node %s because it's in maintenance mode. (maintenance reason: %q; unset maintenance first)", op, n.Ident(), n.MaintenanceReason)
+		return refuse(Invalid, "The %s operation can't be performed on node %s because it's in maintenance mode. (maintenance reason: %q; unset maintenance first)", op, n.Ident(), n.MaintenanceReason)
 	}
 	if needsRamdisk(req.Verb, m.cfg.AutomatedClean) {
 		if d, err := m.cfg.Drivers.Get(n.Driver); err == nil && d.NoRamdiskBoot != "" {
-			return refuse(400, "Cannot %s node %s: it needs the ramdisk, and %s. Nodes of driver %s can be managed, powered and cleaned with out-of-band steps for now.",
+			return refuse(Invalid, "Cannot %s node %s: it needs the ramdisk, and %s. Nodes of driver %s can be managed, powered and cleaned with out-of-band steps for now.",
 				req.Verb, n.Ident(), d.NoRamdiskBoot, n.Driver)
 		}
 	}
 	switch req.Verb {
 	case Provide:
 		if n.Retired {
-			return refuse(409, "cannot provide node %s: node is retired (reason %q); unset retired first", n.Ident(), n.RetiredReason)
+			return refuse(Conflict, "cannot provide node %s: node is retired (reason %q); unset retired first", n.Ident(), n.RetiredReason)
 		}
 	case Clean:
 		if len(req.CleanSteps) == 0 {
-			return refuse(400, "clean_steps is required and must be a non-empty list for target \"clean\" on node %s", n.Ident())
+			return refuse(Invalid, "clean_steps is required and must be a non-empty list for target \"clean\" on node %s", n.Ident())
 		}
 		if err := CheckCleanStepsSchema(req.CleanSteps); err != nil {
-			return refuse(400, "%v", err)
+			return refuse(Invalid, "%v", err)
 		}
 	case Deploy, Rebuild:
 		if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
-			return refuse(400, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
+			return refuse(Invalid, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
 		}
 		if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
-			return refuse(400, "%v", err)
+			return refuse(Invalid, "%v", err)
 		}
 	case RescueV:
 		if req.RescuePassword == "" {
-			return refuse(400, "A non-empty rescue_password is required to rescue node %s", n.Ident())
+			return refuse(Invalid, "A non-empty rescue_password is required to rescue node %s", n.Ident())
 		}
 	}
 	return nil
@@ -231,7 +231,7 @@ func (m *Machine) PowerRequest(n *Node, target string, now time.Time) (Output, *
 	}
 	state, ok := powerCommand(target)
 	if !ok {
-		return out, refuse(400, "Invalid power target %q for node %s; use one of: %s", target, n.Ident(), strings.Join(PowerTargets(), ", "))
+		return out, refuse(Invalid, "Invalid power target %q for node %s; use one of: %s", target, n.Ident(), strings.Join(PowerTargets(), ", "))
 	}
 	n.Op = &Operation{Verb: "power", Phase: "power", Plan: []Action{powerAction(state)}, StartedAt: now}
 	n.Reservation = m.cfg.Holder

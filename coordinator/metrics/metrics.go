@@ -5,12 +5,11 @@
 // are now is read from the engine when Prometheus scrapes, through the
 // functions given to Census, so that no per-node series exists. It must
 // never label a series with a node: label values are states, sites,
-// verbs, step names and HTTP codes, all bounded.
+// verbs, outcomes and step names, all bounded.
 package metrics
 
 import (
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -71,8 +70,8 @@ func New() *Metrics {
 	m.transitions = prometheus.NewCounterVec(prometheus.CounterOpts(f("transitions_total",
 		"Provision state transitions made by nodes, by the state left and the state entered.")), []string{"from", "to"})
 	m.verbs = prometheus.NewCounterVec(prometheus.CounterOpts(f("verb_requests_total",
-		"Provision verbs asked of the engine (PUT /v1/nodes/{node}/states/provision), by verb and outcome: accepted (202), refused (4xx), unavailable (503, e.g. a concurrency cap) or error; code is the HTTP status.")),
-		[]string{"verb", "outcome", "code"})
+		"Provision verbs asked of the engine (PUT /v1/nodes/{node}/states/provision), by verb and outcome: accepted, or why not: invalid (the API answers 400), not_found (404), conflict (409), unavailable (503) or internal (500).")),
+		[]string{"verb", "outcome"})
 	m.verbSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "verb_duration_seconds",
 		Help:    "Time from a provision verb reaching the engine to its answer, the change durably committed, by verb.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"verb"})
@@ -178,25 +177,17 @@ func (m *Metrics) History(h fsm.HistoryEntry) {
 	m.transitions.WithLabelValues(string(h.From), string(h.To)).Inc()
 }
 
-// Verb records a provision verb's answer: code is its HTTP status (202
-// when accepted).
-func (m *Metrics) Verb(verb string, code int, took time.Duration) {
+// Verb records a provision verb's answer: its outcome is "accepted" or
+// why it was not (the engine's error kinds: invalid, not_found,
+// conflict, unavailable, internal).
+func (m *Metrics) Verb(verb, outcome string, took time.Duration) {
 	if m == nil {
 		return
 	}
 	if !fsm.IsVerb(fsm.Event(verb)) {
 		verb = "other" // refused as unknown; the label stays bounded
 	}
-	outcome := "error"
-	switch {
-	case code >= 200 && code < 300:
-		outcome = "accepted"
-	case code >= 400 && code < 500:
-		outcome = "refused"
-	case code == http.StatusServiceUnavailable:
-		outcome = "unavailable"
-	}
-	m.verbs.WithLabelValues(verb, outcome, strconv.Itoa(code)).Inc()
+	m.verbs.WithLabelValues(verb, outcome).Inc()
 	m.verbSeconds.WithLabelValues(verb).Observe(took.Seconds())
 }
 

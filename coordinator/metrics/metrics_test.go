@@ -64,10 +64,10 @@ func TestStepDurations(t *testing.T) {
 
 func TestVerbsAndCounters(t *testing.T) {
 	m := New()
-	m.Verb("manage", 202, time.Millisecond)
-	m.Verb("provide", 409, time.Millisecond)
-	m.Verb("provide", 503, time.Millisecond)
-	m.Verb("nonsense-"+strings.Repeat("x", 10), 400, time.Millisecond)
+	m.Verb("manage", "accepted", time.Millisecond)
+	m.Verb("provide", "conflict", time.Millisecond)
+	m.Verb("provide", "unavailable", time.Millisecond)
+	m.Verb("nonsense-"+strings.Repeat("x", 10), "invalid", time.Millisecond)
 	m.History(fsm.HistoryEntry{From: fsm.Enroll, To: fsm.Verifying})
 	m.History(fsm.HistoryEntry{Event: "an error, no transition"})
 	m.Published(&protocol.Message{Kind: protocol.KindCommand}, nil)
@@ -82,10 +82,10 @@ func TestVerbsAndCounters(t *testing.T) {
 	}, func() map[string]bool { return map[string]bool{"s1": true, "s2": false} })
 	out := text(t, m)
 	for _, want := range []string{
-		`bmedge_verb_requests_total{code="202",outcome="accepted",verb="manage"} 1`,
-		`bmedge_verb_requests_total{code="409",outcome="refused",verb="provide"} 1`,
-		`bmedge_verb_requests_total{code="503",outcome="unavailable",verb="provide"} 1`,
-		`bmedge_verb_requests_total{code="400",outcome="refused",verb="other"} 1`,
+		`bmedge_verb_requests_total{outcome="accepted",verb="manage"} 1`,
+		`bmedge_verb_requests_total{outcome="conflict",verb="provide"} 1`,
+		`bmedge_verb_requests_total{outcome="unavailable",verb="provide"} 1`,
+		`bmedge_verb_requests_total{outcome="invalid",verb="other"} 1`,
 		`bmedge_transitions_total{from="enroll",to="verifying"} 1`,
 		"bmedge_commands_sent_total 1",
 		"bmedge_commands_resent_total 2",
@@ -108,7 +108,7 @@ func TestVerbsAndCounters(t *testing.T) {
 // The engine calls the hooks on a nil *Metrics when it has none.
 func TestNilMetrics(t *testing.T) {
 	var m *Metrics
-	m.Verb("manage", 202, 0)
+	m.Verb("manage", "accepted", 0)
 	m.History(fsm.HistoryEntry{From: fsm.Enroll, To: fsm.Verifying})
 	m.Published(&protocol.Message{Kind: protocol.KindCommand}, nil)
 	m.Resent(1)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,10 +218,18 @@ func TestHTTPScriptOnlyToTheNode(t *testing.T) {
 	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd")
 	os.WriteFile(kernel, bytes.Repeat([]byte("K"), 5000), 0o600)
 	os.WriteFile(initrd, bytes.Repeat([]byte("I"), 7000), 0o600)
-	var peer net.HardwareAddr
+	// The MAC the handler sees for the request's address; set between
+	// requests (curl, another process: the race detector sees no order).
+	var peerMu sync.Mutex
+	var peerMAC net.HardwareAddr
+	setPeer := func(m net.HardwareAddr) { peerMu.Lock(); peerMAC = m; peerMu.Unlock() }
 	s, err := New(Config{Interface: "lo", Address: net.IPv4(127, 0, 0, 1), Mode: ModeProxy, HTTPPort: -1, TFTPPort: -1, DHCPPort: -1,
 		Kernel: kernel, Initrd: initrd, Log: discardLog(),
-		macOf: func(ip net.IP) (net.HardwareAddr, bool) { return peer, peer != nil }})
+		macOf: func(ip net.IP) (net.HardwareAddr, bool) {
+			peerMu.Lock()
+			defer peerMu.Unlock()
+			return peerMAC, peerMAC != nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +249,7 @@ func TestHTTPScriptOnlyToTheNode(t *testing.T) {
 		code := out[len(out)-3:]
 		return atoi(code), out[:len(out)-3]
 	}
-	peer = node
+	setPeer(node)
 	code, body := curl(script)
 	if code != 200 || !strings.Contains(body, "kernel "+base+"/vmlinuz initrd=initrd console=ttyS0 bm.node=n1 bm.password=secret") ||
 		!strings.Contains(body, "initrd --name initrd "+base+"/initrd") || !strings.HasPrefix(body, "#!ipxe") {
@@ -255,15 +264,15 @@ func TestHTTPScriptOnlyToTheNode(t *testing.T) {
 	if code, _ := curl(s.httpURL + "/boot/" + strings.Repeat("0", 32) + "/boot.ipxe"); code != 404 {
 		t.Fatalf("unknown path: %d", code)
 	}
-	peer = mac("52:54:00:00:00:02")
+	setPeer(mac("52:54:00:00:00:02"))
 	if code, _ := curl(script); code != 404 {
 		t.Fatalf("script to another MAC: %d", code)
 	}
-	peer = nil
+	setPeer(nil)
 	if code, _ := curl(script); code != 404 {
 		t.Fatalf("script to an address with no neighbour entry: %d", code)
 	}
-	peer = node
+	setPeer(node)
 	tftpURL := "tftp://127.0.0.1:" + itoa(s.cfg.TFTPPort) + "/"
 	want, _ := os.ReadFile("/usr/lib/ipxe/" + BIOSBinary)
 	if out, err := runCurlRaw(tftpURL + BIOSBinary); err != nil || out != string(want) {

@@ -225,7 +225,21 @@ func (e *Engine) sitePresence(t *tx, site string, online bool) {
 
 // noteSiteSummary records what a site's heartbeat summary says of the
 // site itself (its outbox depth). Runs in the engine's loop.
+//
+// A summary comes only over a live connection of the site's edge agent,
+// after any last will of an earlier connection (a broker publishes a
+// connection's will after everything it read from it). So a summary while
+// the site counts as offline means the agent is connected again, and the
+// site is taken as reachable: its online presence may have come before
+// the old connection's will (an agent that reconnects before the broker
+// noticed the dead connection takes its session over, and the broker
+// then sends the old connection's will), which would otherwise leave a
+// connected site offline, its commands never resent.
 func (e *Engine) noteSiteSummary(t *tx, site string, msg *protocol.Message) {
+	if _, known := e.sites[site]; known && !e.siteOnline[site] {
+		e.log.Info("heartbeat summary from a site counted offline: its edge agent is connected again", "site", site)
+		e.sitePresence(t, site, true)
+	}
 	e.noteSiteHeard(t, site)
 	r := e.reach().site(site)
 	r.Queued, r.QueuedAt = msg.Queued, t.now

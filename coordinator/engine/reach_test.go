@@ -188,6 +188,64 @@ func TestSiteReachRestartWhileOnline(t *testing.T) {
 	}
 }
 
+// TestSiteSummaryAfterWill: the agent reconnected before the broker
+// noticed its dead connection, so the old connection's last will
+// (offline) came after the new one's online presence. The next heartbeat
+// summary, which only a connected agent sends, makes the site reachable
+// again, its nodes' deadlines moved as for any return.
+func TestSiteSummaryAfterWill(t *testing.T) {
+	clk := &clock{}
+	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	clk.set(t0)
+	e := openEngine(t, t.TempDir(), clk)
+	if _, _, err := e.AddSite("s1"); err != nil {
+		t.Fatal(err)
+	}
+	e.HandleMessage(protocol.SitePresenceTopic("s1"), presenceMsg("s1", true))
+	n, err := e.CreateNode(NodeSpec{Name: "n1", Driver: "fake", Site: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := n.UUID
+	err = e.do(func(t *tx) error {
+		n := e.nodes[id]
+		n.ProvisionState, n.TargetProvisionState = fsm.CleanWait, fsm.Available
+		n.Op = &fsm.Operation{Verb: fsm.Provide, Target: fsm.Available, Phase: "clean", StartedAt: t.now}
+		n.Reservation = "coordinator"
+		n.Deadline = t.now.Add(10 * time.Minute)
+		t.dirty[id] = n
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.add(20 * time.Second)
+	e.HandleMessage(protocol.BMCEvtTopic("s1"), mustJSON(&protocol.Message{Kind: protocol.KindBeats, ID: "sum1", Site: "s1", Queued: 1}))
+	settle(t, e)
+	clk.add(40 * time.Second)
+	e.HandleMessage(protocol.SitePresenceTopic("s1"), presenceMsg("s1", false))
+	settle(t, e)
+	if e.SiteOnline("s1") {
+		t.Fatal("site online after its will")
+	}
+	clk.add(2 * time.Minute)
+	back := clk.now()
+	e.HandleMessage(protocol.BMCEvtTopic("s1"), mustJSON(&protocol.Message{Kind: protocol.KindBeats, ID: "sum2", Site: "s1", Queued: 0}))
+	settle(t, e)
+	if !e.SiteOnline("s1") {
+		t.Fatal("a heartbeat summary did not make the site reachable again")
+	}
+	var deadline time.Time
+	_ = e.View(id, func(n *fsm.Node, _ bool) error { deadline = n.Deadline; return nil })
+	// Heard at t0+20s, unreachable until back: 20 s of 10 min spent.
+	if want := back.Add(9*time.Minute + 40*time.Second); !deadline.Equal(want) {
+		t.Fatalf("deadline %v after the return, want 9m40s", deadline.Sub(back))
+	}
+	if s := siteInfo(t, e, "s1"); !s.Online || s.OfflineSince != nil || s.Queued != 0 {
+		t.Fatalf("after the summary: %+v", s)
+	}
+}
+
 // quietLog logs warnings and errors into the test's log.
 func quietLog(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -24,7 +24,7 @@ test: deps ramdisk
 	if [ -n "$$unformatted" ]; then echo "gofmt -w these files: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	# The engine, the broker, the MQTT link, the ramdisk session and the wired coordinator with its agents under the race detector.
-	$(GO) test -race -count=1 ./coordinator/engine/ ./protocol/mqttbroker/ ./coordinator/server/ ./protocol/mqttlink/ ./protocol/session/
+	$(GO) test -race -count=1 -timeout 25m ./coordinator/engine/ ./protocol/mqttbroker/ ./coordinator/server/ ./protocol/mqttlink/ ./protocol/session/
 	BM_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 30m ./...
 
 test-unit:

@@ -174,6 +174,9 @@ type Engine struct {
 	// hist is the bookkeeping of each node's history, to keep it under
 	// the cap; used in the loop only.
 	hist map[string]*histState
+	// reachBk is what the engine knows of its sites' reachability
+	// (reach.go).
+	reachBk *reachBook
 	// views are the readers' kept views of the nodes (views.go).
 	views viewCache
 }
@@ -276,7 +279,8 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{cfg: cfg, log: cfg.Log, st: st, secret: secret,
 		nodes: map[string]*fsm.Node{}, names: map[string]string{}, ports: map[string]*Port{}, macs: map[string]string{},
 		sites: map[string]*Site{}, siteOnline: map[string]bool{}, phaseCount: map[string]int{},
-		reqs: make(chan *request, 8192), stopped: make(chan struct{}), hist: map[string]*histState{}}
+		reqs: make(chan *request, 8192), stopped: make(chan struct{}), hist: map[string]*histState{},
+		reachBk: &reachBook{sites: map[string]*siteReach{}, saveEvery: reachSaveInterval}}
 	e.m = fsm.New(cfg.Machine)
 	if err := e.load(); err != nil {
 		st.Close()
@@ -387,10 +391,11 @@ func (e *Engine) Start(pub Publisher) error {
 	if recovered > 0 {
 		e.log.Info("recovered busy nodes after start", "nodes", recovered)
 	}
-	e.wg.Add(3)
+	e.wg.Add(4)
 	go e.loop()
 	go e.ticker()
 	go e.collector()
+	go e.reachSaver(e.reachBk.saveEvery)
 	return nil
 }
 

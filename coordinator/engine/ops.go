@@ -559,6 +559,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		return
 	}
 	_ = e.submit(func(t *tx) error {
+		e.noteSiteHeard(t, site)
 		n, ok := e.nodes[msg.Node]
 		if !ok || n.Site != site {
 			e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("node %q is not a node of site %q", msg.Node, site))

@@ -3,7 +3,6 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
@@ -63,18 +62,7 @@ type reachBook struct {
 	saveEvery time.Duration
 }
 
-// reachBooks maps each engine to its book.
-// TODO(engine.go owner): a field of Engine instead; engine.go is being
-// changed by another engineer, so the book lives beside it for now.
-var reachBooks sync.Map // *Engine → *reachBook
-
-func (e *Engine) reach() *reachBook {
-	if v, ok := reachBooks.Load(e); ok {
-		return v.(*reachBook)
-	}
-	v, _ := reachBooks.LoadOrStore(e, &reachBook{sites: map[string]*siteReach{}})
-	return v.(*reachBook)
-}
+func (e *Engine) reach() *reachBook { return e.reachBk }
 
 func (b *reachBook) site(name string) *siteReach {
 	r, ok := b.sites[name]
@@ -90,7 +78,6 @@ func (b *reachBook) site(name string) *siteReach {
 // and each counts as unreachable since it was last seen.
 func (e *Engine) loadReach() error {
 	b := e.reach()
-	b.saveEvery = reachSaveInterval
 	err := e.st.Scan(store.ReachPrefix, func(k string, v []byte) error {
 		var r siteReach
 		if err := json.Unmarshal(v, &r); err != nil {
@@ -103,17 +90,13 @@ func (e *Engine) loadReach() error {
 		b.sites[k[len(store.ReachPrefix):]] = &r
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	go e.reachSaver(b.saveEvery)
-	return nil
+	return err
 }
 
 // reachSaver writes the last-seen time of the connected sites every
-// interval, through the loop, until the engine stops.
+// interval, through the loop, until the engine stops (started by Start).
 func (e *Engine) reachSaver(interval time.Duration) {
-	defer reachBooks.Delete(e)
+	defer e.wg.Done()
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
 	for {

@@ -140,6 +140,7 @@ func (e *Engine) handleSiteResult(site string, msg *protocol.Message) {
 		e.log.Warn("site cache pre-seed failed", "site", site, "command", msg.CommandID, "error", msg.Error)
 	}
 	_ = e.submit(func(t *tx) error {
+		e.noteSiteHeard(t, site)
 		ack := protocol.BMCCmdTopic(site)
 		t.acks[ack] = append(t.acks[ack], msg.ID)
 		return nil

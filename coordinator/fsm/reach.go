@@ -16,7 +16,7 @@ import "time"
 //
 // A since of zero (the outage's start is not known: a site never seen,
 // a database from before reachability was recorded) gives every node a
-// whole timeout from now, as SiteBack does.
+// whole timeout from now.
 //
 // An outstanding command that the receiver has not taken yet is sent
 // again at once, and its message's deadline moves with the node's: the

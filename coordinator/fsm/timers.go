@@ -41,27 +41,6 @@ func (m *Machine) Tick(n *Node, now time.Time, siteOnline bool) Output {
 	return out
 }
 
-// SiteBack extends the deadlines of a site's node when the site returns,
-// so that silence during the outage does not fail them.
-func (m *Machine) SiteBack(n *Node, now time.Time) Output {
-	var out Output
-	if n.Deadline.IsZero() {
-		return out
-	}
-	min := now.Add(m.cfg.CommandTimeout)
-	if IsWait(n.ProvisionState) {
-		min = now.Add(m.cfg.WaitTimeout)
-	}
-	if n.Deadline.Before(min) {
-		n.Deadline = min
-		out.Changed = true
-	}
-	if n.Pending != nil {
-		n.Pending.LastSent = time.Time{}
-	}
-	return out
-}
-
 // SetMaintenance pauses or resumes a node.
 func (m *Machine) SetMaintenance(n *Node, on bool, reason string, now time.Time) Output {
 	var out Output

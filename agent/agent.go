@@ -193,6 +193,11 @@ type Agent struct {
 	site     *siteBroker
 	relay    relayState
 	bootHash sync.Map
+	// nb is the network boot state (a server only when configured) and
+	// cache the site image cache (nil without one); both set by Run
+	// before the agent connects, never changed after.
+	nb    *netbootState
+	cache *siteCache
 }
 
 // powerSeen is the last power reading reported for a node.
@@ -267,7 +272,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
 		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{}),
-		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}}}
+		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}}, nb: newNetbootState()}
 	a.metrics = newAgentMetrics(a)
 	return a
 }
@@ -903,7 +908,7 @@ func (a *Agent) onPower(node, state, boot string) {
 		return
 	}
 	s := session.New(session.Config{Site: a.cfg.Site, Node: node, Heartbeat: opts.Heartbeat, ResendInterval: a.cfg.ResendInterval,
-		Runner: &simRunner{node: node, opts: opts, reboot: func() {
+		Runner: &simRunner{a: a, node: node, opts: opts, reboot: func() {
 			// As a crash-only agent does: the node reboots into a new
 			// ramdisk boot that the coordinator did not ask for.
 			go a.onPower(node, protocol.PowerOn, protocol.BootPXE)

@@ -65,14 +65,7 @@ func (sc *siteCache) firstPass(src string) bool {
 
 // caches holds the running image cache of each agent of this process
 // (*Agent → *siteCache); simFetchImage looks there to tell a cache URL.
-var caches sync.Map
-
-func (a *Agent) imageCache() *siteCache {
-	if v, ok := caches.Load(a); ok {
-		return v.(*siteCache)
-	}
-	return nil
-}
+func (a *Agent) imageCache() *siteCache { return a.cache }
 
 // ImageCacheAddr is the address the image cache listens on ("" without one).
 func (a *Agent) ImageCacheAddr() string {
@@ -119,12 +112,11 @@ func (a *Agent) startImageCache(ctx context.Context) (stop func(), err error) {
 		}
 	}()
 	sc := &siteCache{c: c, base: base + imagecache.PathPrefix, addr: ln.Addr().String(), passed: map[string]bool{}}
-	caches.Store(a, sc)
+	a.cache = sc
 	st := c.Stats()
 	a.log.Info("image cache up: nodes fetch their images from "+sc.base+"…", "listen", sc.addr, "dir", o.Dir,
 		"max_bytes", o.MaxBytes, "images", st.Images, "bytes", st.Bytes)
 	return func() {
-		caches.Delete(a)
 		_ = srv.Close()
 		c.Close()
 	}, nil
@@ -230,13 +222,8 @@ func (a *Agent) preseed(m *protocol.Message) (imagecache.Result, error) {
 // exercise the cache. Any other URL is not fetched: a simulated node has
 // no network of its own, and the benchmark's thousands of simulated
 // nodes deploy an image URL that points nowhere.
-func simFetchImage(ctx context.Context, url string, args map[string]any) error {
-	cached := false
-	caches.Range(func(_, v any) bool {
-		cached = strings.HasPrefix(url, v.(*siteCache).base)
-		return !cached
-	})
-	if !cached {
+func (a *Agent) simFetchImage(ctx context.Context, url string, args map[string]any) error {
+	if a.cache == nil || !strings.HasPrefix(url, a.cache.base) {
 		return nil
 	}
 	str := func(k string) string { v, _ := args[k].(string); return v }

@@ -47,7 +47,7 @@ func TestImageArgs(t *testing.T) {
 	if again := a.imageArgs(out); again.Step.Args["image_source"] != src {
 		t.Errorf("a cache URL was rewritten again: %v", again.Step.Args)
 	}
-	if err := simFetchImage(context.Background(), src, out.Step.Args); err != nil {
+	if err := a.simFetchImage(context.Background(), src, out.Step.Args); err != nil {
 		t.Fatalf("simulated ramdisk through the cache: %v", err)
 	}
 	// os_hash wins over image_checksum, as in the ramdisk.
@@ -58,7 +58,7 @@ func TestImageArgs(t *testing.T) {
 	if !strings.HasPrefix(src2, base) {
 		t.Fatalf("os_hash image not cached: %v", out2.Step.Args)
 	}
-	if err := simFetchImage(context.Background(), src2, out2.Step.Args); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+	if err := a.simFetchImage(context.Background(), src2, out2.Step.Args); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
 		t.Errorf("simulated ramdisk, wrong checksum: %v", err)
 	}
 
@@ -74,7 +74,7 @@ func TestImageArgs(t *testing.T) {
 		}
 	}
 	// A simulated ramdisk without a cache in between fetches nothing.
-	if err := simFetchImage(context.Background(), "http://127.0.0.1:1/bench.img", nil); err != nil {
+	if err := a.simFetchImage(context.Background(), "http://127.0.0.1:1/bench.img", nil); err != nil {
 		t.Errorf("plain origin URL: %v", err)
 	}
 }

@@ -68,16 +68,9 @@ type netbootState struct {
 }
 
 // netboots holds each running agent's network boot state.
-var netboots sync.Map // *Agent → *netbootState
-
-// netbootState returns the agent's network boot state; a state with no
-// server when network boot is not configured (or the agent has stopped).
-func (a *Agent) netbootState() *netbootState {
-	if v, ok := netboots.Load(a); ok {
-		return v.(*netbootState)
-	}
-	return newNetbootState()
-}
+// netbootState returns the agent's network boot state: one with no
+// server when network boot is not configured.
+func (a *Agent) netbootState() *netbootState { return a.nb }
 
 func newNetbootState() *netbootState {
 	return &netbootState{macs: map[string][]net.HardwareAddr{}, fresh: map[string]bool{}, pxe: map[string]bool{}}
@@ -139,8 +132,8 @@ func (a *Agent) startNetboot(ctx context.Context) (stop func(), err error) {
 		return nil, err
 	}
 	st.srv = srv
-	netboots.Store(a, st)
-	return func() { netboots.Delete(a); srv.Close() }, nil
+	a.nb = st
+	return func() { srv.Close() }, nil
 }
 
 // netbootNoteArgs takes what a BMC command tells about a node's boot

@@ -15,6 +15,7 @@ import (
 // reports a plausible inventory. The protocol around it is the real
 // ramdisk's (protocol/session).
 type simRunner struct {
+	a    *Agent
 	node string
 	opts SimOptions
 	// reboot restarts the node's simulated ramdisk as a new boot.
@@ -57,7 +58,7 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 		if s == "" {
 			return nil, fmt.Errorf("write_image needs image_source")
 		}
-		if err := simFetchImage(ctx, s, step.Args); err != nil {
+		if err := r.a.simFetchImage(ctx, s, step.Args); err != nil {
 			return nil, err
 		}
 	}

@@ -175,8 +175,9 @@ type Engine struct {
 	// the cap; used in the loop only.
 	hist map[string]*histState
 	// reachBk is what the engine knows of its sites' reachability
-	// (reach.go).
+	// (reach.go); cacheBk the sites' image pre-seeds (sitecache.go).
 	reachBk *reachBook
+	cacheBk *cacheBook
 	// views are the readers' kept views of the nodes (views.go).
 	views viewCache
 }
@@ -280,7 +281,7 @@ func New(cfg Config) (*Engine, error) {
 		nodes: map[string]*fsm.Node{}, names: map[string]string{}, ports: map[string]*Port{}, macs: map[string]string{},
 		sites: map[string]*Site{}, siteOnline: map[string]bool{}, phaseCount: map[string]int{},
 		reqs: make(chan *request, 8192), stopped: make(chan struct{}), hist: map[string]*histState{},
-		reachBk: &reachBook{sites: map[string]*siteReach{}, saveEvery: reachSaveInterval}}
+		reachBk: &reachBook{sites: map[string]*siteReach{}, saveEvery: reachSaveInterval}, cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
 	e.m = fsm.New(cfg.Machine)
 	if err := e.load(); err != nil {
 		st.Close()

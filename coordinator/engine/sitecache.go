@@ -44,13 +44,7 @@ type cacheBook struct {
 	byID map[string]*CacheStatus
 }
 
-// cacheBooks maps *Engine → *cacheBook.
-var cacheBooks sync.Map
-
-func (e *Engine) cacheBook() *cacheBook {
-	v, _ := cacheBooks.LoadOrStore(e, &cacheBook{byID: map[string]*CacheStatus{}})
-	return v.(*cacheBook)
-}
+func (e *Engine) cacheBook() *cacheBook { return e.cacheBk }
 
 // CacheImage asks a site's edge agent to download an image into its cache
 // ahead of deploys. With commandID, it asks about that earlier request

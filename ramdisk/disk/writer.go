@@ -91,6 +91,31 @@ func (w *Writer) WriteAt(p []byte, off uint64) error {
 	return nil
 }
 
+// CanWriteParallel reports whether WriteParallelAt may be used: the
+// handle is settled, that is buffered from the start or O_DIRECT with one
+// direct write done, so that no fallback will change it any more.
+func (w *Writer) CanWriteParallel() bool { return !w.direct || w.wrote }
+
+// WriteParallelAt writes all of p at off through the main handle, with no
+// fallback: with O_DIRECT, p's address and length and off must be
+// multiples of DirectAlign, and CanWriteParallel must be true, or it fails
+// without writing. Unlike WriteAt, several WriteParallelAt calls may run
+// at once (a device with several writes in flight stays busy); none may
+// overlap a WriteAt, Sync or Close. A short write is an error, as for
+// WriteAt.
+func (w *Writer) WriteParallelAt(p []byte, off uint64) error {
+	if !w.CanWriteParallel() {
+		return fmt.Errorf("parallel write to %s before an O_DIRECT write succeeded", w.path)
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	if w.direct && (off%directAlign != 0 || len(p)%directAlign != 0 || uintptr(unsafe.Pointer(&p[0]))%directAlign != 0) {
+		return fmt.Errorf("parallel write to %s at offset %d of %d bytes is not aligned to %d bytes", w.path, off, len(p), directAlign)
+	}
+	return writeFull(w.t, p, off, w.path)
+}
+
 func (w *Writer) writeBuffered(p []byte, off uint64) error {
 	if w.buffered == nil {
 		t, _, err := openTarget(w.open, w.path, true, false)

@@ -147,3 +147,58 @@ func TestWriterOpenFailure(t *testing.T) {
 		t.Fatalf("err = %v, want cannot open", err)
 	}
 }
+
+// WriteParallelAt: refused before the first direct write settles the
+// handle and for unaligned pieces; then writes from several goroutines at
+// once land at their offsets.
+func TestWriterParallel(t *testing.T) {
+	const piece = 64 << 10
+	for _, direct := range []bool{true, false} {
+		p := junkFile(t, 16*piece)
+		data := randomBytes(16*piece, 13)
+		w, err := NewWriter(nil, p, direct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := make([][]byte, 16)
+		for i := range bufs {
+			bufs[i] = AlignedBuffer(piece)
+			copy(bufs[i], data[i*piece:])
+		}
+		if w.Direct() {
+			if w.CanWriteParallel() {
+				t.Fatal("CanWriteParallel before any direct write")
+			}
+			if err := w.WriteParallelAt(bufs[1], piece); err == nil {
+				t.Fatal("WriteParallelAt before the first direct write succeeded")
+			}
+		}
+		if err := w.WriteAt(bufs[0], 0); err != nil {
+			t.Fatal(err)
+		}
+		if !w.CanWriteParallel() {
+			t.Fatalf("CanWriteParallel false after a write (direct %v)", w.Direct())
+		}
+		if w.Direct() {
+			if err := w.WriteParallelAt(bufs[1][:piece-1], piece); err == nil || !strings.Contains(err.Error(), "not aligned") {
+				t.Fatalf("unaligned length: err = %v", err)
+			}
+		}
+		errs := make(chan error, 15)
+		for i := 1; i < 16; i++ {
+			go func() { errs <- w.WriteParallelAt(bufs[i], uint64(i*piece)) }()
+		}
+		for range 15 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if got, _ := os.ReadFile(p); !bytes.Equal(got, data) {
+			t.Fatalf("content differs (direct %v)", w.Direct())
+		}
+	}
+}

@@ -33,7 +33,8 @@ import (
 // Defaults for Options.
 const (
 	DefaultBufferBytes  = 4 << 20
-	DefaultBuffers      = 4
+	DefaultBuffers      = 6
+	DefaultWriteDepth   = 2
 	DefaultStallTimeout = 60 * time.Second
 )
 
@@ -112,10 +113,14 @@ type Options struct {
 	// BufferBytes is the write size; 0 means DefaultBufferBytes. It is
 	// rounded up to a multiple of disk.DirectAlign.
 	BufferBytes int
-	// Buffers is how many buffers of BufferBytes the pipeline uses
-	// (download, checksum and device write each work on one); 0 means
-	// DefaultBuffers, fewer than 2 means 2.
+	// Buffers is how many buffers of BufferBytes the pipeline uses (the
+	// download fills one while the checksum and the device writes work on
+	// others); 0 means DefaultBuffers, fewer than 2 means 2.
 	Buffers int
+	// WriteDepth is how many device writes may be in flight at once (after
+	// the first, which settles O_DIRECT); 0 means DefaultWriteDepth, 1
+	// writes one buffer at a time.
+	WriteDepth int
 	// NoDirect disables O_DIRECT on the target.
 	NoDirect bool
 	// Open opens the target device; nil means disk.OpenFile.
@@ -146,9 +151,9 @@ type Result struct {
 // is computed over the bytes as downloaded while they stream. Nothing is
 // staged on disk or in memory beyond Buffers buffers. The work runs as a
 // pipeline so that the network, the checksum and the device overlap: one
-// goroutine downloads (and decompresses) into a buffer, one hashes it (raw
-// images; a compressed image is hashed as it downloads), and the caller's
-// goroutine writes it with O_DIRECT (disk.Writer). After the stream ends
+// goroutine downloads (and decompresses) into a buffer, and while the
+// caller's goroutine writes it with O_DIRECT (disk.Writer) another one
+// hashes it (raw images; a compressed image is hashed as it downloads). After the stream ends
 // the device is fsynced and only then is the digest compared; on
 // mismatch the device holds the unverified image and the error says so.
 // Raw images only: qcow2 and xz are refused with a message saying what to
@@ -296,21 +301,37 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 	return res, nil
 }
 
+// slot is one of the pipeline's buffers. refs counts the stages (device
+// write, and hash for a raw image) still using the bytes of its current
+// chunk; the last one to finish hands the buffer back to the reader.
+type slot struct {
+	buf  []byte
+	refs atomic.Int32
+}
+
 // chunk is one buffer on its way through the pipeline: n bytes of the
 // decompressed stream, then err (io.EOF after the last bytes).
 type chunk struct {
-	buf []byte
+	s   *slot
 	n   int
 	err error
 }
 
 // copyToDevice writes the decompressed stream to w in BufferBytes pieces.
-// A reader goroutine fills buffers from stream; if bufHash is set, a
-// second goroutine hashes each buffer before it is written; this goroutine
-// writes them in order and hands them back to the reader. On any failure
-// it cancels the download (cancel) and waits for both goroutines, so no
-// buffer or reader is in use when it returns.
-func copyToDevice(ctx context.Context, cancel context.CancelCauseFunc, stream io.Reader, w *disk.Writer, bufHash hash.Hash, dev disk.Device, src Source, opts Options, cr *countingReader, total uint64) (off uint64, err error) {
+// A reader goroutine fills buffers from stream and hands each one both to
+// this goroutine, which writes them to the device in order, and, if
+// bufHash is set, to a hasher goroutine, which hashes them in order: the
+// device write and the checksum of a buffer run at the same time, so that
+// the slower of the two (not their sum) sets the pace. A buffer goes back
+// to the reader once both are done with it; neither changes it. Only after
+// the last byte is written and hashed does copyToDevice return success;
+// the digest is compared by the caller after the fsync, as before (writing
+// a buffer before its hash is known changes nothing: the verdict is on the
+// whole image, at the end). On any failure it cancels the download
+// (cancel) and waits for both goroutines, so no buffer or reader is in use
+// when it returns, and it reports the first failure: the device's, or the
+// download's as the writer reaches it in stream order.
+func copyToDevice(ctx context.Context, cancel context.CancelCauseFunc, stream io.Reader, w *disk.Writer, bufHash hash.Hash, dev disk.Device, src Source, opts Options, cr *countingReader, total uint64) (written uint64, err error) {
 	size := opts.BufferBytes
 	if size <= 0 {
 		size = DefaultBufferBytes
@@ -322,9 +343,17 @@ func copyToDevice(ctx context.Context, cancel context.CancelCauseFunc, stream io
 	}
 	nbuf = max(nbuf, 2)
 
-	free := make(chan []byte, nbuf)
+	// Every channel holds up to nbuf chunks, one per buffer: sends on
+	// them never wait for long, only the reader's wait for a free buffer
+	// paces the pipeline.
+	free := make(chan *slot, nbuf)
 	for range nbuf {
-		free <- disk.AlignedBuffer(size)
+		free <- &slot{buf: disk.AlignedBuffer(size)}
+	}
+	release := func(s *slot) {
+		if s.refs.Add(-1) == 0 {
+			free <- s
+		}
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -337,21 +366,57 @@ func copyToDevice(ctx context.Context, cancel context.CancelCauseFunc, stream io
 		wg.Wait()
 	}()
 
-	filled := make(chan chunk, nbuf)
+	toWrite := make(chan chunk, nbuf)
+	var toHash chan chunk
+	hashed := make(chan struct{})
+	if bufHash != nil {
+		toHash = make(chan chunk, nbuf)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(hashed)
+			for c := range toHash {
+				select {
+				case <-stop:
+					// The write failed: the digest no longer matters.
+					return
+				default:
+				}
+				bufHash.Write(c.s.buf[:c.n])
+				release(c.s)
+			}
+		}()
+	} else {
+		close(hashed)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer close(filled)
+		defer close(toWrite)
+		if toHash != nil {
+			defer close(toHash)
+		}
 		for {
-			var buf []byte
+			var s *slot
 			select {
-			case buf = <-free:
+			case s = <-free:
 			case <-stop:
 				return
 			}
-			n, rerr := fill(stream, buf)
+			n, rerr := fill(stream, s.buf)
+			c := chunk{s: s, n: n, err: rerr}
+			if toHash != nil {
+				s.refs.Store(2)
+				select {
+				case toHash <- c:
+				case <-stop:
+					return
+				}
+			} else {
+				s.refs.Store(1)
+			}
 			select {
-			case filled <- chunk{buf: buf, n: n, err: rerr}:
+			case toWrite <- c:
 			case <-stop:
 				return
 			}
@@ -360,63 +425,142 @@ func copyToDevice(ctx context.Context, cancel context.CancelCauseFunc, stream io
 			}
 		}
 	}()
-	in := filled
-	if bufHash != nil {
-		hashed := make(chan chunk, nbuf)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer close(hashed)
-			for c := range filled {
-				bufHash.Write(c.buf[:c.n])
-				select {
-				case hashed <- c:
-				case <-stop:
-					return
-				}
+
+	// Device writes: up to depth in flight once the Writer is settled
+	// (disk.Writer.CanWriteParallel), each on a goroutine of its own, in
+	// stream order; they complete (progress, buffer release, errors) in
+	// that order too. next is where the next buffer goes; written counts
+	// the bytes written so far, all before next.
+	depth := opts.WriteDepth
+	if depth <= 0 {
+		depth = DefaultWriteDepth
+	}
+	type pendingWrite struct {
+		s    *slot
+		n    int
+		done chan error
+	}
+	var inflight []pendingWrite
+	defer func() {
+		// A failed write returns at once: wait for the others, whose
+		// buffers must not be reused or freed under them.
+		for _, p := range inflight {
+			<-p.done
+		}
+	}()
+	var next uint64
+	wrote := func(s *slot, n int) {
+		written += uint64(n)
+		if opts.Progress != nil {
+			opts.Progress(Progress{Downloaded: cr.count(), DownloadTotal: total, Written: written})
+		}
+		release(s)
+	}
+	// finishOldest takes the result of the oldest write in flight.
+	finishOldest := func(err error) error {
+		p := inflight[0]
+		inflight = inflight[1:]
+		if err != nil {
+			return err
+		}
+		wrote(p.s, p.n)
+		return nil
+	}
+	completeOldest := func() error { return finishOldest(<-inflight[0].done) }
+	drain := func() error {
+		for len(inflight) > 0 {
+			if err := completeOldest(); err != nil {
+				return err
 			}
-		}()
-		in = hashed
+		}
+		return nil
+	}
+	stopped := func(cause error) error {
+		return fmt.Errorf("writing %s to %s stopped after %d bytes: %w; the device holds a partial image, write again", src, dev.Path, written, readErr(ctx, cause))
 	}
 
 	for {
 		if err := ctx.Err(); err != nil {
-			return off, fmt.Errorf("writing %s to %s stopped after %d bytes: %w; the device holds a partial image, write again", src, dev.Path, off, readErr(ctx, err))
+			return written, stopped(err)
+		}
+		// Writes are completed as they finish, not only when the next
+		// buffer arrives: the reader may be waiting for their buffers.
+		var oldest chan error
+		if len(inflight) > 0 {
+			oldest = inflight[0].done
 		}
 		var c chunk
 		var ok bool
 		select {
-		case c, ok = <-in:
+		case c, ok = <-toWrite:
+		case err := <-oldest:
+			if err := finishOldest(err); err != nil {
+				return written, err
+			}
+			continue
 		case <-ctx.Done():
 		}
 		if !ok {
 			// Only a cancelled context ends the pipeline early.
-			return off, fmt.Errorf("writing %s to %s stopped after %d bytes: %w; the device holds a partial image, write again", src, dev.Path, off, readErr(ctx, context.Cause(ctx)))
+			return written, stopped(context.Cause(ctx))
 		}
 		if c.n > 0 {
-			if off == 0 && bytes.HasPrefix(c.buf[:c.n], []byte("QFI\xfb")) {
-				return off, fmt.Errorf("image %s is qcow2, which cannot be streamed to a disk; convert it with 'qemu-img convert -O raw' (then optionally gzip or zstd it)", src)
+			b := c.s.buf[:c.n]
+			if next == 0 && bytes.HasPrefix(b, []byte("QFI\xfb")) {
+				return written, fmt.Errorf("image %s is qcow2, which cannot be streamed to a disk; convert it with 'qemu-img convert -O raw' (then optionally gzip or zstd it)", src)
 			}
-			if off+uint64(c.n) > dev.SizeBytes {
-				return off, fmt.Errorf("image %s is larger than %s (%d bytes): it needs at least %d bytes; choose a larger root device or a smaller image", src, dev.Path, dev.SizeBytes, off+uint64(c.n))
+			if next+uint64(c.n) > dev.SizeBytes {
+				if err := drain(); err != nil {
+					return written, err
+				}
+				return written, fmt.Errorf("image %s is larger than %s (%d bytes): it needs at least %d bytes; choose a larger root device or a smaller image", src, dev.Path, dev.SizeBytes, next+uint64(c.n))
 			}
-			if err := w.WriteAt(c.buf[:c.n], off); err != nil {
-				return off, err
+			if depth > 1 && w.CanWriteParallel() && next%disk.DirectAlign == 0 && c.n%disk.DirectAlign == 0 {
+				if len(inflight) == depth {
+					if err := completeOldest(); err != nil {
+						return written, err
+					}
+				}
+				done := make(chan error, 1)
+				go func(at uint64) { done <- w.WriteParallelAt(b, at) }(next)
+				inflight = append(inflight, pendingWrite{s: c.s, n: c.n, done: done})
+			} else {
+				// The first write (it settles O_DIRECT), an unaligned
+				// tail, or a single write in flight: in order, alone.
+				if err := drain(); err != nil {
+					return written, err
+				}
+				if err := w.WriteAt(b, next); err != nil {
+					return written, err
+				}
+				wrote(c.s, c.n)
 			}
-			off += uint64(c.n)
-			if opts.Progress != nil {
-				opts.Progress(Progress{Downloaded: cr.count(), DownloadTotal: total, Written: off})
-			}
+			next += uint64(c.n)
+		} else {
+			release(c.s)
 		}
-		free <- c.buf
 		if c.err == io.EOF {
-			if off == 0 {
+			if err := drain(); err != nil {
+				return written, err
+			}
+			if written == 0 {
 				return 0, fmt.Errorf("image %s is empty; check the image", src)
 			}
-			return off, nil
+			// Success only once the hasher has taken every byte.
+			select {
+			case <-hashed:
+			case <-ctx.Done():
+				return written, stopped(context.Cause(ctx))
+			}
+			return written, nil
 		}
 		if c.err != nil {
-			return off, fmt.Errorf("reading image %s failed after %d bytes were written: %w; the device holds a partial image, write again", src, off, readErr(ctx, c.err))
+			// The writes before the failed read come first: a device
+			// error among them is the first error.
+			if err := drain(); err != nil {
+				return written, err
+			}
+			return written, fmt.Errorf("reading image %s failed after %d bytes were written: %w; the device holds a partial image, write again", src, written, readErr(ctx, c.err))
 		}
 	}
 }

@@ -138,17 +138,19 @@ func diskBench(ctx context.Context, cfg config, tmp string, cleanups *[]func()) 
 	fmt.Printf("device: %s (%d MiB, logical block %d, direct I/O %s, backing file on the same filesystem as the temporary folder)\n\n",
 		l.path, dev.SizeBytes>>20, dev.LogicalBlockSize, l.dio())
 
-	r, err := overwriteBench(ctx, cfg, l)
-	rows = append(rows, r...)
-	if err != nil {
-		return rows, err
+	if !cfg.onlyImage {
+		r, err := overwriteBench(ctx, cfg, l)
+		rows = append(rows, r...)
+		if err != nil {
+			return rows, err
+		}
+		r, err = metadataBench(ctx, cfg, l)
+		rows = append(rows, r...)
+		if err != nil {
+			return rows, err
+		}
 	}
-	r, err = metadataBench(ctx, cfg, l)
-	rows = append(rows, r...)
-	if err != nil {
-		return rows, err
-	}
-	r, err = imageBench(ctx, cfg, tmp, l, cleanups)
+	r, err := imageBench(ctx, cfg, tmp, l, cleanups)
 	rows = append(rows, r...)
 	return rows, err
 }

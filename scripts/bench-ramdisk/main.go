@@ -64,6 +64,12 @@ type config struct {
 	keepLogs   bool
 	dhcp       bool
 	profileDir string
+	traceDir   string
+	// onlyImage skips the erase and metadata measurements.
+	onlyImage bool
+	// compareWriter is another build of this bench whose writer child
+	// runs in every write_image repetition too (A/B under the same load).
+	compareWriter string
 	// Image writer tuning, for experiments (0: the production default).
 	bufferBytes, buffers int
 	// deviceMBps lists device speeds (MB/s) at which write_image is also
@@ -88,6 +94,9 @@ func main() {
 	flag.BoolVar(&cfg.skipBoot, "skip-boot", false, "skip the QEMU boot measurement")
 	flag.BoolVar(&cfg.dhcp, "dhcp", false, "the guest takes its address by DHCP (QEMU's user network) instead of the static bm.ip=10.0.2.15/24")
 	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "write CPU profiles of the image writer children into this folder")
+	flag.StringVar(&cfg.traceDir, "trace", "", "write execution traces (runtime/trace) of the image writer children into this folder")
+	flag.BoolVar(&cfg.onlyImage, "only-image", false, "of the loop-device measurements, run only write_image (skip erase overwrite and metadata erase)")
+	flag.StringVar(&cfg.compareWriter, "compare-writer", "", "experiment: another build of this bench (e.g. of an earlier commit) whose writer also runs in every write_image repetition, in turn with the others, to compare two writers under the same load")
 	flag.IntVar(&cfg.bufferBytes, "image-buffer-bytes", 0, "experiment: image.Options.BufferBytes for the writer (0: the production default)")
 	flag.IntVar(&cfg.buffers, "image-buffers", 0, "experiment: image.Options.Buffers for the writer (0: the production default)")
 	rates := flag.String("device-mbps", "500,1000,1500", "also compare write_image with dd on the loop device throttled to these speeds in MB/s (SATA SSD to NVMe class); '' for none")

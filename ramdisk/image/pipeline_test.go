@@ -72,8 +72,8 @@ func slowOpener(delay time.Duration, inner disk.Opener) disk.Opener {
 
 // runPipeline runs copyToDevice of stream onto a fresh 8 MiB file with
 // 64 KiB buffers, as Write would (O_DIRECT where the file system takes it:
-// the first write alone, then up to DefaultWriteDepth in flight). Two
-// buffers with two writes in flight once hung: the writer held both.
+// the first write alone, then up to two in flight). Two buffers with two
+// writes in flight once hung: the writer held both.
 func runPipeline(t *testing.T, stream io.Reader, h hash.Hash, open disk.Opener, buffers int) (uint64, error, disk.Device) {
 	t.Helper()
 	dev := targetFile(t, 8<<20)
@@ -89,7 +89,7 @@ func runPipeline(t *testing.T, stream io.Reader, h hash.Hash, open disk.Opener, 
 	defer cancel(nil)
 	cr := &countingReader{r: stream, onRead: func() {}}
 	var last uint64
-	opts := Options{BufferBytes: 64 << 10, Buffers: buffers, Progress: func(p Progress) {
+	opts := Options{BufferBytes: 64 << 10, Buffers: buffers, WriteDepth: 2, Progress: func(p Progress) {
 		if p.Written <= last {
 			t.Errorf("progress went from %d to %d bytes written", last, p.Written)
 		}

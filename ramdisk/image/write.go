@@ -33,8 +33,8 @@ import (
 // Defaults for Options.
 const (
 	DefaultBufferBytes  = 4 << 20
-	DefaultBuffers      = 6
-	DefaultWriteDepth   = 2
+	DefaultBuffers      = 4
+	DefaultWriteDepth   = 1
 	DefaultStallTimeout = 60 * time.Second
 )
 
@@ -118,8 +118,10 @@ type Options struct {
 	// others); 0 means DefaultBuffers, fewer than 2 means 2.
 	Buffers int
 	// WriteDepth is how many device writes may be in flight at once (after
-	// the first, which settles O_DIRECT); 0 means DefaultWriteDepth, 1
-	// writes one buffer at a time.
+	// the first, which settles O_DIRECT); 0 means DefaultWriteDepth (1:
+	// one buffer at a time). On the benchmark's loop device two in flight
+	// cost the writer more CPU than they saved (docs/benchmarks-ramdisk.md);
+	// a device that needs a queue to reach its speed may gain from more.
 	WriteDepth int
 	// NoDirect disables O_DIRECT on the target.
 	NoDirect bool

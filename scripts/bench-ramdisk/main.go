@@ -71,7 +71,7 @@ type config struct {
 	// runs in every write_image repetition too (A/B under the same load).
 	compareWriter string
 	// Image writer tuning, for experiments (0: the production default).
-	bufferBytes, buffers int
+	bufferBytes, buffers, writeDepth int
 	// deviceMBps lists device speeds (MB/s) at which write_image is also
 	// compared with dd, the loop device being throttled to each.
 	deviceMBps []int64
@@ -99,6 +99,7 @@ func main() {
 	flag.StringVar(&cfg.compareWriter, "compare-writer", "", "experiment: another build of this bench (e.g. of an earlier commit) whose writer also runs in every write_image repetition, in turn with the others, to compare two writers under the same load")
 	flag.IntVar(&cfg.bufferBytes, "image-buffer-bytes", 0, "experiment: image.Options.BufferBytes for the writer (0: the production default)")
 	flag.IntVar(&cfg.buffers, "image-buffers", 0, "experiment: image.Options.Buffers for the writer (0: the production default)")
+	flag.IntVar(&cfg.writeDepth, "image-write-depth", 0, "experiment: image.Options.WriteDepth for the writer (0: the production default)")
 	rates := flag.String("device-mbps", "500,1000,1500", "also compare write_image with dd on the loop device throttled to these speeds in MB/s (SATA SSD to NVMe class); '' for none")
 	flag.BoolVar(&cfg.keepLogs, "v", false, "print the coordinator's and edge agent's warnings to stderr")
 	flag.Usage = func() {

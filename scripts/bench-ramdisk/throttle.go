@@ -86,7 +86,7 @@ func throttledBench(ctx context.Context, cfg config, l *loopDev, raw, url, sum s
 			return nil, err
 		}
 		ddArgs := []string{"if=" + raw, "of=" + l.path, "bs=4M", "oflag=direct", "conv=fsync", "status=none"}
-		var dds, ours []time.Duration
+		var dds, ours, others []time.Duration
 		for i := range cfg.reps {
 			var dd, our time.Duration
 			runDD := func() error {
@@ -109,16 +109,39 @@ func throttledBench(ctx context.Context, cfg config, l *loopDev, raw, url, sum s
 				our = time.Duration(r.Seconds * float64(time.Second))
 				return checkImage(l.path, size, sum, r)
 			}
-			if err := alternate(i, runDD, runOurs); err != nil {
+			steps := []func() error{runDD, runOurs}
+			var other time.Duration
+			if cfg.compareWriter != "" {
+				steps = append(steps, func() error {
+					if err := freshDevice(l.path, cfg.size); err != nil {
+						return err
+					}
+					r, err := runBinary(ctx, cfg.compareWriter, []string{cgroupEnv + "=" + t.dir}, "-url", url, "-dev", l.path, "-checksum", sum)
+					if err != nil {
+						return fmt.Errorf("-compare-writer: %w", err)
+					}
+					other = time.Duration(r.Seconds * float64(time.Second))
+					return checkImage(l.path, size, sum, r)
+				})
+			}
+			if err := rotate(i, steps...); err != nil {
 				return nil, err
 			}
 			dds, ours = append(dds, dd), append(ours, our)
-			fmt.Printf("  %d MB/s rep %d: dd %s (%.0f MB/s) | project raw+sha256 %s (%.0f MB/s, %.1f%% of dd); device read back matches\n",
-				rate, i+1, secs(dd), mbps(size, dd), secs(our), mbps(size, our), 100*dd.Seconds()/our.Seconds())
+			note := ""
+			if cfg.compareWriter != "" {
+				others = append(others, other)
+				note = fmt.Sprintf(" | -compare-writer %s (%.0f MB/s, %.1f%% of dd)", secs(other), mbps(size, other), 100*dd.Seconds()/other.Seconds())
+			}
+			fmt.Printf("  %d MB/s rep %d: dd %s (%.0f MB/s) | project raw+sha256 %s (%.0f MB/s, %.1f%% of dd)%s; device read back matches\n",
+				rate, i+1, secs(dd), mbps(size, dd), secs(our), mbps(size, our), 100*dd.Seconds()/our.Seconds(), note)
 		}
 		dd, our := median(dds), median(ours)
 		ratio := dd.Seconds() / our.Seconds()
 		fmt.Printf("  %d MB/s median: dd %.0f MB/s, project %.0f MB/s: %.1f%% of dd\n", rate, mbps(size, dd), mbps(size, our), 100*ratio)
+		if len(others) > 0 {
+			fmt.Printf("  %d MB/s -compare-writer median %.0f MB/s: %.1f%% of dd\n", rate, mbps(size, median(others)), 100*dd.Seconds()/median(others).Seconds())
+		}
 		rows = append(rows, row{fmt.Sprintf("write_image raw + sha256 / dd, device limited to %d MB/s", rate),
 			fmt.Sprintf("%.1f%% (%.0f vs %.0f MB/s)", 100*ratio, mbps(size, our), mbps(size, dd)), "≥ 90%", metOrMissed(ratio >= targetImageRatio)})
 	}

@@ -104,6 +104,40 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
+// kill9Rig starts the coordinator as a process of its own, registers
+// site1 and writes its credentials file; the coordinator's and agent's
+// logs are shown when the test fails. It returns the agent binary, what
+// restarts the coordinator needs, the API client, the credentials file
+// and the agent log's path.
+func kill9Rig(t *testing.T) (bin, dataDir, api, mqtt string, coord *proc, cl *testrig.Client, credFile, agentLog string) {
+	t.Helper()
+	bin = buildAgent(t)
+	dir := t.TempDir()
+	dataDir = filepath.Join(dir, "data")
+	api, mqtt = testrig.FreeAddr(t), testrig.FreeAddr(t)
+	coord = startCoordinatorProcess(t, dataDir, api, mqtt)
+	cl = &testrig.Client{Base: "http://" + api, T: t}
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, &creds); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	credFile = filepath.Join(dir, "site1.json")
+	b, _ := json.Marshal(creds)
+	if err := os.WriteFile(credFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agentLog = filepath.Join(dir, "agent.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, f := range []string{agentLog, filepath.Join(dir, "coordinator.log")} {
+				b, _ := os.ReadFile(f)
+				t.Logf("%s:\n%s", filepath.Base(f), b)
+			}
+		}
+	})
+	return
+}
+
 // TestEdgeOutboxSurvivesKill9: the edge agent (the real binary, a
 // separate process) holds results the coordinator has not acknowledged
 // (the coordinator was killed while the BMC commands ran) and is killed
@@ -113,30 +147,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 // (the coordinator's re-sent commands are answered from the stored
 // done-records).
 func TestEdgeOutboxSurvivesKill9(t *testing.T) {
-	bin := buildAgent(t)
-	dir := t.TempDir()
-	dataDir := filepath.Join(dir, "data")
-	api, mqtt := testrig.FreeAddr(t), testrig.FreeAddr(t)
-	coord := startCoordinatorProcess(t, dataDir, api, mqtt)
-	cl := &testrig.Client{Base: "http://" + api, T: t}
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, &creds); code != 201 {
-		t.Fatalf("site add: %d", code)
-	}
-	credFile := filepath.Join(dir, "site1.json")
-	b, _ := json.Marshal(creds)
-	if err := os.WriteFile(credFile, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	agentLog := filepath.Join(dir, "agent.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, f := range []string{agentLog, filepath.Join(dir, "coordinator.log")} {
-				b, _ := os.ReadFile(f)
-				t.Logf("%s:\n%s", filepath.Base(f), b)
-			}
-		}
-	})
+	bin, dataDir, api, mqtt, coord, cl, credFile, agentLog := kill9Rig(t)
 	// No --state-dir: the default, next to the credentials file.
 	agentArgs := func(metrics, bmcDelay string) []string {
 		return []string{"--credentials-file", credFile, "--simulate", "4", "--bmc-delay", bmcDelay,
@@ -248,30 +259,7 @@ func TestEdgeOutboxSurvivesKill9(t *testing.T) {
 // the agent while the coordinator is down: after both restart, every
 // inspection completes from the stored result, applied once.
 func TestEdgeRelayedResultsSurviveKill9(t *testing.T) {
-	bin := buildAgent(t)
-	dir := t.TempDir()
-	dataDir := filepath.Join(dir, "data")
-	api, mqtt := testrig.FreeAddr(t), testrig.FreeAddr(t)
-	coord := startCoordinatorProcess(t, dataDir, api, mqtt)
-	cl := &testrig.Client{Base: "http://" + api, T: t}
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, &creds); code != 201 {
-		t.Fatalf("site add: %d", code)
-	}
-	credFile := filepath.Join(dir, "site1.json")
-	b, _ := json.Marshal(creds)
-	if err := os.WriteFile(credFile, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	agentLog := filepath.Join(dir, "agent.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, f := range []string{agentLog, filepath.Join(dir, "coordinator.log")} {
-				b, _ := os.ReadFile(f)
-				t.Logf("%s:\n%s", filepath.Base(f), b)
-			}
-		}
-	})
+	bin, dataDir, api, mqtt, coord, cl, credFile, agentLog := kill9Rig(t)
 	agentArgs := func(metrics string) []string {
 		return []string{"--credentials-file", credFile, "--simulate", "4", "--bmc-delay", "50ms",
 			"--resend-interval", "300ms", "--step-duration", "3s", "--boot-delay", "100ms", "--heartbeat", "500ms",

@@ -154,7 +154,8 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"```\n" +
 	"agent --credentials-file FILE [--state-dir DIR] [--outbox-limit 100000] [--ca-file CA]\n" +
 	"      [--power-sync-interval 60s] [--bmc-concurrency 32]\n" +
-	"      [--ramdisk-iso ISO --media-listen ADDR --ramdisk-broker-url URL [--media-url URL] [--ramdisk-params P]]\n" +
+	"      [--site-broker-listen ADDR [--site-broker-url URL] [--site-broker-tls-cert C --site-broker-tls-key K]] [--heartbeat-summary 10s]\n" +
+	"      [--ramdisk-iso ISO --media-listen ADDR [--media-url URL] [--ramdisk-params P]]\n" +
 	"      [--metrics-listen ADDR [--metrics-listen-any]]\n" +
 	"      [--netboot-interface IFACE --netboot-kernel K --netboot-initrd I (--netboot-dhcp-range FIRST-LAST | --netboot-dhcp-mode proxy)]\n" +
 	"      [--image-cache-dir DIR --image-cache-listen ADDR [--image-cache-url URL] [--image-cache-size 50GiB]]\n" +
@@ -164,7 +165,12 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"`agent --help` explains every flag. Results wait in a durable outbox (Badger, encrypted,\n" +
 	"under `--state-dir`, default `<credentials-file>.state`) until the coordinator acknowledges\n" +
 	"them, so a kill -9 loses none. Without `--simulate` it drives the site's real BMCs\n" +
-	"(drivers ipmi and redfish), at most `--bmc-concurrency` commands at once.\n" +
+	"(drivers ipmi and redfish), at most `--bmc-concurrency` commands at once.\n\n" +
+	"`--site-broker-listen` runs the site's own MQTT broker for the ramdisks (docs/edge.md): the\n" +
+	"ramdisks it boots connect there, each with its boot's credential, never across the WAN; the\n" +
+	"agent relays over its one connection, keeps their results in its outbox and sends their\n" +
+	"heartbeats as one summary per `--heartbeat-summary`. Without it, `--ramdisk-broker-url`\n" +
+	"names the broker the ramdisks use.\n" +
 	"`--ramdisk-iso` (make ramdisk: build/ramdisk/bmramdisk.iso) lets it boot redfish nodes\n" +
 	"into the ramdisk from virtual media: it serves the ISO and each boot's parameters image on\n" +
 	"`--media-listen` (docs/drivers.md, Booting the ramdisk from virtual media).\n\n" +

@@ -213,6 +213,9 @@ type outItem struct {
 	sent    time.Time
 	cmd     string // the command a result answers ("" for other messages)
 	seq     uint64 // its record in the store
+	// memOnly marks what is never written to the store (heartbeat
+	// summaries): acking it writes nothing either.
+	memOnly bool
 }
 
 // record is a done-record as the store keeps it.

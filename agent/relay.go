@@ -77,7 +77,6 @@ type relayState struct {
 
 type summaryPart struct {
 	id    string
-	seq   uint64
 	beats []protocol.Message
 }
 
@@ -363,6 +362,9 @@ func (a *Agent) ack(ids []string) {
 			continue
 		}
 		delete(a.outbox, id)
+		if it.memOnly {
+			continue
+		}
 		if d, ok := a.done[it.cmd]; ok && it.cmd != "" && d.id == id {
 			// Kept as the command's done-record until its retention
 			// ends (trimDone).
@@ -403,7 +405,6 @@ func (a *Agent) summarize() {
 			continue
 		}
 		delete(a.outbox, p.id)
-		a.store.later(p.seq, nil)
 		for _, b := range p.beats {
 			if _, ok := cur[b.Node]; !ok {
 				cur[b.Node] = b
@@ -438,9 +439,9 @@ func (a *Agent) summarize() {
 		// Not written to disk: a summary is only worth its latest
 		// state, which the ramdisks' next heartbeats rebuild after a
 		// restart.
-		a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), seq: seq}
+		a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), seq: seq, memOnly: true}
 		a.mu.Unlock()
-		parts = append(parts, summaryPart{id: m.ID, seq: seq, beats: chunk})
+		parts = append(parts, summaryPart{id: m.ID, beats: chunk})
 		a.publish(topic, b)
 	}
 	a.mu.Lock()

@@ -138,6 +138,36 @@ func kill9Rig(t *testing.T) (bin, dataDir, api, mqtt string, coord *proc, cl *te
 	return
 }
 
+// onceInHistory checks that each node's history has exactly one event
+// that match accepts (what it means: what) and no error.
+func onceInHistory(t *testing.T, cl *testrig.Client, ids []string, what string, match func(event string) bool) {
+	t.Helper()
+	for _, id := range ids {
+		var h struct {
+			History []struct {
+				Event    string `json:"event"`
+				Severity string `json:"severity"`
+			} `json:"history"`
+		}
+		if code := cl.Do("GET", "/v1/nodes/"+id+"/history", nil, &h); code != 200 {
+			t.Fatalf("history of %s: %d", id, code)
+		}
+		done, events := 0, []string{}
+		for _, e := range h.History {
+			events = append(events, e.Severity+" "+e.Event)
+			if match(e.Event) {
+				done++
+			}
+			if e.Severity == "ERROR" {
+				t.Errorf("node %s: error in its history: %s", id, e.Event)
+			}
+		}
+		if done != 1 {
+			t.Errorf("node %s: %s %d times, want once; history:\n%s", id, what, done, strings.Join(events, "\n"))
+		}
+	}
+}
+
 // TestEdgeOutboxSurvivesKill9: the edge agent (the real binary, a
 // separate process) holds results the coordinator has not acknowledged
 // (the coordinator was killed while the BMC commands ran) and is killed
@@ -203,30 +233,7 @@ func TestEdgeOutboxSurvivesKill9(t *testing.T) {
 	if v, err := agentMetric(t, metrics2, "bmedge_agent_results_resent_total"); err != nil || v < nodes {
 		t.Fatalf("the restarted agent resent %v results (%v), want at least %d", v, err, nodes)
 	}
-	for _, id := range ids {
-		var h struct {
-			History []struct {
-				Event    string `json:"event"`
-				Severity string `json:"severity"`
-			} `json:"history"`
-		}
-		if code := cl.Do("GET", "/v1/nodes/"+id+"/history", nil, &h); code != 200 {
-			t.Fatalf("history of %s: %d", id, code)
-		}
-		done, events := 0, []string{}
-		for _, e := range h.History {
-			events = append(events, e.Severity+" "+e.Event)
-			if strings.HasSuffix(e.Event, "verifying -> manageable") {
-				done++
-			}
-			if e.Severity == "ERROR" {
-				t.Errorf("node %s: error in its history: %s", id, e.Event)
-			}
-		}
-		if done != 1 {
-			t.Errorf("node %s: the validate result was applied %d times, want once; history:\n%s", id, done, strings.Join(events, "\n"))
-		}
-	}
+	onceInHistory(t, cl, ids, "the validate result was applied", func(ev string) bool { return strings.HasSuffix(ev, "verifying -> manageable") })
 	// The state folder is the default, next to the credentials file, and
 	// private.
 	stateDir := credFile + ".state"
@@ -320,28 +327,7 @@ func TestEdgeRelayedResultsSurviveKill9(t *testing.T) {
 	if !strings.Contains(string(log), "outbox loaded from the state folder") || !strings.Contains(string(log), "unacknowledged=4") {
 		t.Fatalf("the restarted agent did not load the 4 relayed results:\n%s", log)
 	}
-	for _, id := range ids {
-		var h struct {
-			History []struct {
-				Event    string `json:"event"`
-				Severity string `json:"severity"`
-			} `json:"history"`
-		}
-		if code := cl.Do("GET", "/v1/nodes/"+id+"/history", nil, &h); code != 200 {
-			t.Fatalf("history of %s: %d", id, code)
-		}
-		done, events := 0, []string{}
-		for _, e := range h.History {
-			events = append(events, e.Severity+" "+e.Event)
-			if strings.HasSuffix(e.Event, "-> manageable") && strings.Contains(e.Event, "inspect") {
-				done++
-			}
-			if e.Severity == "ERROR" {
-				t.Errorf("node %s: error in its history: %s", id, e.Event)
-			}
-		}
-		if done != 1 {
-			t.Errorf("node %s: the inspection ended %d times, want once; history:\n%s", id, done, strings.Join(events, "\n"))
-		}
-	}
+	onceInHistory(t, cl, ids, "the inspection ended", func(ev string) bool {
+		return strings.HasSuffix(ev, "-> manageable") && strings.Contains(ev, "inspect")
+	})
 }

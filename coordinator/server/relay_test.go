@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -157,10 +158,18 @@ func TestSiteBrokerRelay(t *testing.T) {
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "edge1"}, &creds); code != 201 {
 		t.Fatalf("site add: %d", code)
 	}
+	// The agent's log, kept to check that no credential reaches it.
+	agentLog := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent log:\n%s", agentLog.String())
+		}
+	})
 	a := testrig.StartAgentConfig(t, creds, agent.Config{
 		Sim:              agent.SimOptions{Nodes: 2, NoBoot: true},
 		SiteBroker:       agent.SiteBrokerOptions{Listen: "127.0.0.1:0"},
 		HeartbeatSummary: time.Second,
+		Log:              slog.New(slog.NewTextHandler(agentLog, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err := a.AwaitUp(context.Background()); err != nil {
 		t.Fatal(err)
@@ -195,6 +204,28 @@ func TestSiteBrokerRelay(t *testing.T) {
 		t.Errorf("a hello for r2 sent with r1's credential crossed the WAN (%d hellos; mosquitto_pub said %q)", n, out)
 	}
 	_ = user2
+	// Malformed messages on the node's own topic, with its credential,
+	// are dropped by the relay with a reason; none crosses the WAN.
+	time.Sleep(500 * time.Millisecond)
+	before := wan.count(protocol.KindResult) + wan.count(protocol.KindCommand)
+	for _, bad := range []string{"not json", `{"v":1,"kind":"result","id":"x","node":"` + id + `"}`, `{"v":1,"kind":"command","id":"x","node":"` + id + `"}`} {
+		if out, err := mosquitto(t, site, pub, user, pass, "ramdisk-"+id, "-q", "1", "-t", evt, "-m", bad); err != nil {
+			t.Fatalf("mosquitto_pub of a malformed message: %v %q", err, out)
+		}
+	}
+	// A PUBLISH announcing 250 MB, from the node's own authenticated
+	// session: the site broker closes the connection before reading it.
+	const huge = 250 << 20
+	if n := sendHuge(t, a.SiteBrokerAddr(), connectPacket("ramdisk-"+id, user, pass), 0x32, huge); n >= huge {
+		t.Error("the site broker read a whole 250 MB PUBLISH")
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := wan.count(protocol.KindResult) + wan.count(protocol.KindCommand) - before; n != 0 {
+		t.Errorf("%d malformed messages crossed the WAN", n)
+	}
+	if got := strings.Count(agentLog.String(), "ramdisk message rejected"); got < 3 {
+		t.Errorf("the agent logged %d rejected ramdisk messages, want the 3 malformed ones (and the forged hello is refused by the broker's ACL)", got)
+	}
 
 	ramdiskOn(t, site, "edge1", id, user, pass)
 	n := cl.WaitRest(id, 60*time.Second)
@@ -221,6 +252,12 @@ func TestSiteBrokerRelay(t *testing.T) {
 	// Once the boot ended (the node powered off after inspection), its
 	// credential is dead at the site broker too.
 	refused("r1's credential after its boot ended", user, pass, "ramdisk-"+id, evt)
+	// No boot credential reaches the agent's log.
+	for _, p := range []string{pass, pass2} {
+		if strings.Contains(agentLog.String(), p) {
+			t.Error("a boot credential appears in the edge agent's log")
+		}
+	}
 	if !strings.HasPrefix(site, "mqtt://127.0.0.1:") {
 		t.Fatalf("site broker at %s; tests bind to 127.0.0.1 only", site)
 	}

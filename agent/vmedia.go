@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bmedge/bmedge/drivers/ipmi"
+	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/bootmedia"
 )
@@ -221,9 +221,9 @@ func (a *Agent) setBootDevice(ctx context.Context, node string, b interface {
 }, device string) error {
 	mb, ok := b.(mediaBooter)
 	if !ok {
-		// Network boot serves the real BMCs without virtual media (ipmi);
+		// Network boot serves the BMCs without virtual media (ipmi);
 		// simulated and qemu-dev nodes boot the ramdisk by themselves.
-		if _, real := b.(*ipmi.BMC); real {
+		if _, self := b.(drivers.SelfBooter); !self {
 			if err := a.netbootBootDevice(node, device); err != nil {
 				return err
 			}
@@ -305,7 +305,9 @@ func (a *Agent) setPower(ctx context.Context, node string, b interface {
 	vm := ok && a.vmBoot[node] && a.media != nil
 	a.mu.Unlock()
 	if !vm {
-		if _, real := b.(*ipmi.BMC); real {
+		// Network boot: BMCs without virtual media that do not boot the
+		// ramdisk by themselves (ipmi).
+		if _, self := b.(drivers.SelfBooter); !ok && !self {
 			if err := a.netbootPower(node, state); err != nil {
 				return err
 			}

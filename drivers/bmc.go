@@ -16,3 +16,11 @@ type BMC interface {
 	// RunStep runs an out-of-band step of this driver.
 	RunStep(ctx context.Context, iface, step string, args map[string]any) error
 }
+
+// SelfBooter is a BMC whose node boots the ramdisk by itself when told
+// to boot from the network: a simulated node, or a development VM given
+// the ramdisk on its command line. The edge agent serves virtual media or
+// network boot only to the BMCs that are not.
+type SelfBooter interface {
+	BootsRamdiskItself()
+}

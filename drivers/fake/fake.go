@@ -33,6 +33,9 @@ type BMC struct {
 }
 
 // New returns a powered-off fake BMC booting from disk.
+// BootsRamdiskItself implements drivers.SelfBooter: the simulated node starts its simulated ramdisk at power-on.
+func (b *BMC) BootsRamdiskItself() {}
+
 func New(opts Options) *BMC {
 	return &BMC{opts: opts, power: protocol.PowerOff, boot: protocol.BootDisk}
 }

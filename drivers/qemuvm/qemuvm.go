@@ -50,6 +50,9 @@ type BMC struct {
 }
 
 // New returns a powered-off VM that boots from its disk.
+// BootsRamdiskItself implements drivers.SelfBooter: the VM is started with the ramdisk on its command line.
+func (b *BMC) BootsRamdiskItself() {}
+
 func New(cfg Config) *BMC {
 	if cfg.QEMU == "" {
 		cfg.QEMU = "qemu-system-x86_64"

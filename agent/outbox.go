@@ -93,6 +93,10 @@ type outboxStore struct {
 	finished sync.WaitGroup
 	// commits counts the transactions written (for tests).
 	commits atomic.Int64
+	// gcMu keeps value-log GC and commits apart: Badger v4.9.6's GC
+	// reads the memtable's max version without its lock, racing with a
+	// concurrent write (see coordinator/store's valueLogGC).
+	gcMu sync.Mutex
 }
 
 var errStoreClosed = errors.New("the outbox store is closed")
@@ -348,6 +352,8 @@ func (s *outboxStore) flush() {
 }
 
 func (s *outboxStore) commit(ops []storeOp) error {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
 	txn := s.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	s.commits.Add(1)
@@ -397,7 +403,10 @@ func (s *outboxStore) gcLoop() {
 		case <-tk.C:
 		}
 		for range 16 {
-			if err := s.db.RunValueLogGC(0.5); err != nil {
+			s.gcMu.Lock()
+			err := s.db.RunValueLogGC(0.5)
+			s.gcMu.Unlock()
+			if err != nil {
 				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
 					s.log.Warn("outbox value-log GC failed", "err", err)
 				}

@@ -39,6 +39,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bmedge/bmedge/protocol/imagechecksum"
 )
 
 // Defaults.
@@ -240,17 +242,9 @@ func (c *Cache) token(key string) string {
 }
 
 // Redact names an image URL for messages: its query string (often a
-// signature, as in Swift temporary URLs) and any password are left out.
-func Redact(u string) string {
-	if p, err := url.Parse(u); err == nil && p.User != nil {
-		p.User = url.User("…")
-		u = p.String()
-	}
-	if base, _, ok := strings.Cut(u, "?"); ok {
-		return base + "?…"
-	}
-	return u
-}
+// signature, as in Swift temporary URLs) and any user information are
+// left out.
+func Redact(u string) string { return imagechecksum.RedactURL(u) }
 
 // CheckURL says whether the cache can fetch u: an http(s) URL of bounded length.
 func CheckURL(u string) error {
@@ -281,7 +275,8 @@ func (c *Cache) register(u string, sum Checksum) (*image, error) {
 	if err := CheckURL(u); err != nil {
 		return nil, err
 	}
-	if _, err := checkSum(sum.Algo, sum.Hex); err != nil {
+	sum, err := checkSum(sum.Algo, sum.Hex)
+	if err != nil {
 		return nil, err
 	}
 	key := keyOf(u, sum)
@@ -394,6 +389,9 @@ func (c *Cache) Stats() Stats {
 
 // Cached tells whether the image is complete on disk.
 func (c *Cache) Cached(u string, sum Checksum) bool {
+	if s, err := checkSum(sum.Algo, sum.Hex); err == nil {
+		sum = s
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[keyOf(u, sum)]
@@ -502,18 +500,32 @@ func (c *Cache) fetch(fl *flight) (n int64, err error) {
 	defer cancel(nil)
 	timer := time.AfterFunc(c.opts.StallTimeout, func() { cancel(errStalled) })
 	defer timer.Stop()
-	fail := func(err error) error {
+	name := nodeURL(img.url)
+	// fail is the failure of a transfer that did not go on: a stall or
+	// the agent stopping explain it better than the error the
+	// cancellation caused.
+	fail := func(err *Failure) error {
 		if errors.Is(context.Cause(ctx), errStalled) {
-			return fmt.Errorf("download of image %s stalled: no byte for %s", Redact(img.url), c.opts.StallTimeout)
+			return failed(http.StatusGatewayTimeout,
+				fmt.Sprintf("the origin of image %s sent nothing for %s; the image was not cached: check the origin and the site's WAN link, then retry", name, c.opts.StallTimeout),
+				fmt.Errorf("download of image %s stalled: no byte for %s", Redact(img.url), c.opts.StallTimeout))
 		}
 		if c.ctx.Err() != nil {
-			return fmt.Errorf("download of image %s interrupted: the edge agent is stopping", Redact(img.url))
+			return failed(http.StatusServiceUnavailable, "the edge agent is stopping; retry once it is back",
+				fmt.Errorf("download of image %s interrupted: the edge agent is stopping", Redact(img.url)))
 		}
 		return err
 	}
+	// disk is a failure of the agent's own disk: its text (paths) stays
+	// in the agent's log.
+	disk := func(err error) error {
+		return failed(http.StatusInternalServerError,
+			fmt.Sprintf("the site cache cannot store image %s (a disk error, see the edge agent's log)", name), err)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, img.url, nil)
 	if err != nil {
-		return 0, fmt.Errorf("image URL %s: %w", Redact(img.url), err)
+		return 0, failed(http.StatusBadGateway, fmt.Sprintf("the URL of image %s cannot be requested; fix instance_info image_source", name),
+			fmt.Errorf("image URL %s: %w", Redact(img.url), err))
 	}
 	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := c.opts.Client.Do(req)
@@ -522,21 +534,26 @@ func (c *Cache) fetch(fl *flight) (n int64, err error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return 0, fail(fmt.Errorf("cannot download image %s from its origin: %w", Redact(img.url), err))
+		return 0, fail(failed(http.StatusBadGateway,
+			fmt.Sprintf("cannot reach the origin of image %s: %v; check the URL, the origin and the site's WAN link, then retry", name, err),
+			fmt.Errorf("cannot download image %s from its origin: %w", Redact(img.url), err)))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("cannot download image %s: its origin answered %s, want 200 OK", Redact(img.url), resp.Status)
+		return 0, failed(http.StatusBadGateway,
+			fmt.Sprintf("the origin of image %s answered %s, want 200 OK; check instance_info image_source and the origin", name, resp.Status),
+			fmt.Errorf("cannot download image %s: its origin answered %s, want 200 OK", Redact(img.url), resp.Status))
 	}
 	total := resp.ContentLength
 	if total >= 0 {
 		if err := c.reserve(fl, total); err != nil {
-			return 0, fmt.Errorf("cannot cache image %s: %w", Redact(img.url), err)
+			return 0, failed(http.StatusInsufficientStorage, fmt.Sprintf("no room for image %s: %v", name, err),
+				fmt.Errorf("cannot cache image %s: %w", Redact(img.url), err))
 		}
 	}
 	f, err := os.CreateTemp(c.opts.Dir, img.key+".*.part")
 	if err != nil {
-		return 0, fmt.Errorf("image cache: create a file: %w", err)
+		return 0, disk(fmt.Errorf("image cache: create a file: %w", err))
 	}
 	tmp := f.Name()
 	fl.mu.Lock()
@@ -559,15 +576,18 @@ func (c *Cache) fetch(fl *flight) (n int64, err error) {
 		m, rerr := fill(body, buf)
 		if m > 0 {
 			if total >= 0 && n+int64(m) > total {
-				return n, fmt.Errorf("origin sent more than the %d bytes of image %s it announced", total, Redact(img.url))
+				return n, failed(http.StatusBadGateway,
+					fmt.Sprintf("the origin sent more than the %d bytes of image %s it announced; the image was not cached: check the origin", total, name),
+					fmt.Errorf("origin sent more than the %d bytes of image %s it announced", total, Redact(img.url)))
 			}
 			if total < 0 && n+int64(m) > fl.reserved {
 				if err := c.reserve(fl, max(grow, int64(m))); err != nil {
-					return n, fmt.Errorf("cannot cache image %s (%d bytes so far): %w", Redact(img.url), n, err)
+					return n, failed(http.StatusInsufficientStorage, fmt.Sprintf("no room for image %s (%d bytes so far): %v", name, n, err),
+						fmt.Errorf("cannot cache image %s (%d bytes so far): %w", Redact(img.url), n, err))
 				}
 			}
 			if _, werr := f.WriteAt(buf[:m], n); werr != nil {
-				return n, fmt.Errorf("image cache: write: %w", werr)
+				return n, disk(fmt.Errorf("image cache: write: %w", werr))
 			}
 			h.Write(buf[:m])
 			n += int64(m)
@@ -577,22 +597,28 @@ func (c *Cache) fetch(fl *flight) (n int64, err error) {
 			break
 		}
 		if rerr != nil {
-			return n, fail(fmt.Errorf("download of image %s failed after %d bytes: %w", Redact(img.url), n, rerr))
+			return n, fail(failed(http.StatusBadGateway,
+				fmt.Sprintf("the origin's transfer of image %s broke after %d bytes (%v); the image was not cached: retry, and check the origin and the site's WAN link if it fails again", name, n, rerr),
+				fmt.Errorf("download of image %s failed after %d bytes: %w", Redact(img.url), n, rerr)))
 		}
 	}
 	if total >= 0 && n != total {
-		return n, fmt.Errorf("origin sent %d of the %d bytes of image %s", n, total, Redact(img.url))
+		return n, failed(http.StatusBadGateway,
+			fmt.Sprintf("the origin sent %d of the %d bytes of image %s; the image was not cached: retry, and check the origin if it fails again", n, total, name),
+			fmt.Errorf("origin sent %d of the %d bytes of image %s", n, total, Redact(img.url)))
 	}
 	got := hex.EncodeToString(h.Sum(nil))
 	if got != img.sum.Hex {
-		return n, fmt.Errorf("checksum mismatch for image %s: its %s is %s, expected %s; the image was not cached and no node got it",
-			Redact(img.url), img.sum.Algo, got, img.sum.Hex)
+		return n, failed(http.StatusBadGateway,
+			fmt.Sprintf("checksum mismatch for image %s: its %s is %s, expected %s; the image was not cached: fix the image at its origin or the checksum in instance_info", name, img.sum.Algo, got, img.sum.Hex),
+			fmt.Errorf("checksum mismatch for image %s: its %s is %s, expected %s; the image was not cached and no node got it",
+				Redact(img.url), img.sum.Algo, got, img.sum.Hex))
 	}
 	if err := f.Sync(); err != nil {
-		return n, fmt.Errorf("image cache: sync: %w", err)
+		return n, disk(fmt.Errorf("image cache: sync: %w", err))
 	}
 	if err := os.Rename(tmp, c.path(img.key)); err != nil {
-		return n, fmt.Errorf("image cache: %w", err)
+		return n, disk(fmt.Errorf("image cache: %w", err))
 	}
 	ok = true
 	if d, err := os.Open(c.opts.Dir); err == nil {

@@ -4,15 +4,16 @@ import (
 	"crypto/md5"
 	"crypto/sha256"
 	"crypto/sha512"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
-	"strings"
+
+	"github.com/bmedge/bmedge/protocol/imagechecksum"
 )
 
-// Checksum is the digest an image must have: Ironic's image_checksum
-// ("HEX" or "ALGO:HEX") or its os_hash_algo / os_hash_value pair.
+// Checksum is the digest an image must have. It is read by
+// protocol/imagechecksum; which algorithms the cache takes is decided
+// here (see acceptAlgo).
 type Checksum struct {
 	Algo string // md5, sha256 or sha512
 	Hex  string // lower-case hex digest
@@ -23,9 +24,9 @@ func (c Checksum) String() string { return c.Algo + ":" + c.Hex }
 
 func (c Checksum) hash() hash.Hash {
 	switch c.Algo {
-	case "md5":
+	case imagechecksum.MD5:
 		return md5.New()
-	case "sha256":
+	case imagechecksum.SHA256:
 		return sha256.New()
 	default:
 		return sha512.New()
@@ -38,51 +39,45 @@ var ErrNoChecksum = errors.New("no image checksum: the site cache keeps only ima
 
 // ParseChecksum reads the checksum of an image as Ironic gives it; as the
 // ramdisk does, os_hash_value (with os_hash_algo) wins over
-// image_checksum.
+// image_checksum. The cache takes a digest of md5, sha256 or sha512.
+// md5 is taken although the standard ramdisk refuses it: the cache's
+// check only keeps a corrupt download from being served, the node
+// verifies the image again under its own rule. A checksum file URL is
+// refused: the cache does not fetch checksum files, so such an image is
+// left to the ramdisk.
 func ParseChecksum(checksum, osHashAlgo, osHashValue string) (Checksum, error) {
-	if v := strings.TrimSpace(osHashValue); v != "" {
-		algo := strings.ToLower(strings.TrimSpace(osHashAlgo))
-		if algo == "" {
-			return parseSum(v)
-		}
-		return checkSum(algo, v)
-	}
-	return parseSum(checksum)
-}
-
-func parseSum(s string) (Checksum, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
+	c, err := imagechecksum.Parse(checksum, osHashAlgo, osHashValue)
+	if errors.Is(err, imagechecksum.ErrNoChecksum) {
 		return Checksum{}, ErrNoChecksum
 	}
-	if strings.Contains(s, "://") {
-		return Checksum{}, fmt.Errorf("image checksum %q is a URL (a checksum file); the site cache needs the digest itself (ALGO:HEX)", s)
+	if err != nil {
+		return Checksum{}, err
 	}
-	if algo, hexpart, ok := strings.Cut(s, ":"); ok {
-		return checkSum(strings.ToLower(algo), hexpart)
+	if c.IsURL() {
+		return Checksum{}, fmt.Errorf("image checksum %s is a URL of a checksum file; the site cache does not fetch checksum files and needs the digest itself: give image_checksum as ALGO:HEX (or image_os_hash_algo and image_os_hash_value) to have the image cached", c)
 	}
-	switch len(s) {
-	case 32:
-		return checkSum("md5", s)
-	case 64:
-		return checkSum("sha256", s)
-	case 128:
-		return checkSum("sha512", s)
-	}
-	return Checksum{}, fmt.Errorf("image checksum %q has %d hex digits; want 32 (md5), 64 (sha256) or 128 (sha512), or ALGO:HEX", s, len(s))
+	return acceptAlgo(c)
 }
 
+// acceptAlgo is the cache's rule on algorithms.
+func acceptAlgo(c imagechecksum.Checksum) (Checksum, error) {
+	switch c.Algo {
+	case imagechecksum.MD5, imagechecksum.SHA256, imagechecksum.SHA512:
+		return Checksum{Algo: c.Algo, Hex: c.Hex}, nil
+	}
+	return Checksum{}, fmt.Errorf("the site cache does not verify %s checksums; give the image's sha256 or sha512 digest (md5 is also taken)", c.Algo)
+}
+
+// checkSum validates a Checksum given as a value (Register, Fetch).
 func checkSum(algo, hexpart string) (Checksum, error) {
-	hexpart = strings.ToLower(strings.TrimSpace(hexpart))
-	want := map[string]int{"md5": 32, "sha256": 64, "sha512": 128}
-	n, ok := want[algo]
-	if !ok {
-		return Checksum{}, fmt.Errorf("checksum algorithm %q is not supported; use sha256, sha512 or md5", algo)
+	if algo == "" {
+		return Checksum{}, errors.New("the checksum has no algorithm; give ALGO:HEX with sha256, sha512 or md5")
 	}
-	if _, err := hex.DecodeString(hexpart); err != nil || len(hexpart) != n {
-		return Checksum{}, fmt.Errorf("image checksum %q is not a %s digest (%d hex digits)", hexpart, algo, n)
+	c, err := imagechecksum.ParseDigest(hexpart, algo)
+	if err != nil {
+		return Checksum{}, err
 	}
-	return Checksum{Algo: algo, Hex: hexpart}, nil
+	return acceptAlgo(c)
 }
 
 // NewHash returns a fresh hash of c's algorithm.

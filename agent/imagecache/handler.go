@@ -1,7 +1,6 @@
 package imagecache
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -34,15 +33,10 @@ func (c *Cache) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rd, err := c.OpenToken(r.Context(), token)
-	if errors.Is(err, ErrUnknownImage) {
-		http.Error(w, "no such image in the site cache", http.StatusNotFound)
-		return
-	}
 	if err != nil {
-		if r.Context().Err() != nil {
-			return
+		if r.Context().Err() == nil {
+			c.refuse(w, err)
 		}
-		http.Error(w, "site image cache: "+err.Error(), http.StatusBadGateway)
 		return
 	}
 	defer rd.Close()
@@ -66,7 +60,7 @@ func (c *Cache) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil && err != io.EOF {
 		if r.Context().Err() == nil {
 			w.Header().Del("Content-Length")
-			http.Error(w, "site image cache: "+err.Error(), http.StatusBadGateway)
+			c.refuse(w, err)
 		}
 		return
 	}
@@ -78,7 +72,26 @@ func (c *Cache) serve(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() == nil {
 			c.log.Warn("image cache: a node's transfer was cut because the download failed", "client", r.RemoteAddr, "err", err)
 		}
-		// No clean end: the client must not take this for the image.
+		// No clean end: the client must not take this for the image. The
+		// reason cannot follow the bytes already sent (a trailer would
+		// need a clean end, which a client ignoring trailers would take
+		// for the image); a node that asks again within FailureMemory
+		// gets it in the body of an error answer.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// refuse answers a request that gets no image with the reason, as one
+// line of plain text: a node's last_error can then say why (checksum
+// mismatch, origin refused or unreachable, no room) instead of just the
+// status.
+func (c *Cache) refuse(w http.ResponseWriter, err error) {
+	status, reason := answer(err)
+	h := w.Header()
+	h.Del("Content-Length")
+	h.Set("Cache-Control", "no-store")
+	if status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", "30")
+	}
+	http.Error(w, reason, status)
 }

@@ -349,8 +349,12 @@ func copyToDevice(ctx context.Context, cancel context.CancelCauseFunc, stream io
 	// them never wait for long, only the reader's wait for a free buffer
 	// paces the pipeline.
 	free := make(chan *slot, nbuf)
-	for range nbuf {
-		free <- &slot{buf: disk.AlignedBuffer(size)}
+	bufs, unmap := pipelineBuffers(nbuf, size)
+	// Registered first, so it runs last: after the goroutines and the
+	// writes in flight are done with the buffers.
+	defer unmap()
+	for _, b := range bufs {
+		free <- &slot{buf: b}
 	}
 	release := func(s *slot) {
 		if s.refs.Add(-1) == 0 {

@@ -187,6 +187,8 @@ type Agent struct {
 	metricsAddr string
 	// ready is closed once link is set: callbacks may fire before Dial returns.
 	ready chan struct{}
+	// up queues what goes to the coordinator, for uplink.
+	up chan upItem
 	// site is the site broker (nil without one); relay is the relay's
 	// bookkeeping (under mu); bootHash holds the SHA-256 of each node's
 	// current boot credential ([]byte), for the site broker.
@@ -274,7 +276,7 @@ func New(cfg Config) *Agent {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
-		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{}),
+		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{}), up: make(chan upItem, 1024),
 		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}}, nb: newNetbootState()}
 	a.metrics = newAgentMetrics(a)
 	return a
@@ -286,8 +288,11 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-func presence(site string, online bool) []byte {
-	b, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: online, Sent: time.Now()})
+// presence is the site's retained presence. Online, it says whether the
+// agent relays every ramdisk of the site (relays), so that the
+// coordinator may bundle everything for the site.
+func presence(site string, online, relay bool) []byte {
+	b, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: online, Relay: online && relay, Sent: time.Now()})
 	return b
 }
 
@@ -358,8 +363,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		URL: a.cfg.BrokerURL, ClientID: a.cfg.ClientID, Username: a.cfg.Username, Password: a.cfg.Password, TLS: tc,
 		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
 		Handler:       a.handle,
-		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, false),
-		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, true),
+		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, false, false),
+		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, true, a.relays()),
 		Logger: a.log,
 		OnUp: func() {
 			a.log.Info("edge agent connected", "site", site, "broker", a.cfg.BrokerURL)
@@ -371,6 +376,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.link = link
 	close(a.ready)
+	go a.uplink(ctx)
 	go a.resendLoop(ctx)
 	go a.summaryLoop(ctx)
 	if a.cfg.PowerSyncInterval > 0 {
@@ -385,7 +391,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.closeBMCs()
 	// A clean stop: say offline ourselves (the will is for crashes).
 	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = link.Publish(pctx, protocol.SitePresenceTopic(site), presence(site, false), true)
+	_ = link.Publish(pctx, protocol.SitePresenceTopic(site), presence(site, false, false), true)
 	cancel()
 	link.Close()
 	return nil
@@ -401,16 +407,17 @@ func (a *Agent) AwaitUp(ctx context.Context) error {
 	return a.link.AwaitUp(ctx)
 }
 
+// publish queues a message for the coordinator; uplink sends it, in
+// order, bundled with what is queued about the same time. It waits while
+// the queue is full (at most 10 s: what is in the outbox is sent again
+// later, and ramdisks repeat their hellos and heartbeats).
 func (a *Agent) publish(topic string, payload []byte) {
 	ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
 	defer cancel()
 	select {
+	case a.up <- upItem{topic: topic, payload: payload}:
 	case <-ctx.Done():
-		return
-	case <-a.ready:
-	}
-	if err := a.link.Publish(ctx, topic, payload, false); err != nil {
-		a.log.Debug("publish failed; will resend", "topic", topic, "err", err)
+		a.log.Debug("publish queue full; will resend", "topic", topic)
 	}
 }
 
@@ -573,11 +580,19 @@ func (a *Agent) handle(topic string, payload []byte) {
 		a.log.Warn("message rejected", "topic", topic, "reason", "not a topic of this site")
 		return
 	}
+	if leaf == "bmc/cmd" && protocol.IsBundle(payload) {
+		a.handleBundle(payload)
+		return
+	}
 	m, err := protocol.Decode(payload)
 	if err != nil {
 		a.log.Warn("message rejected", "topic", topic, "reason", err)
 		return
 	}
+	a.handleOne(leaf, node, m)
+}
+
+func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
 	switch leaf {
 	case "bmc/cmd":
 		switch m.Kind {
@@ -852,6 +867,11 @@ func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) (err error) {
 	case protocol.ActionValidate:
 		return b.Validate(ctx)
 	case protocol.ActionPower:
+		if d, _ := m.Args[protocol.ArgBootDevice].(string); d != "" {
+			if err := a.setBootDevice(ctx, m.Node, b, d); err != nil {
+				return fmt.Errorf("setting boot device %s: %w", d, err)
+			}
+		}
 		s, _ := m.Args["state"].(string)
 		return a.setPower(ctx, m.Node, b, s)
 	case protocol.ActionBootDev:

@@ -85,6 +85,10 @@ const (
 	// network boot requests (DHCP, TFTP, HTTP) from these MACs only, and
 	// only while it is booting the node.
 	ArgBootMACs = "boot_macs"
+	// ArgBootDevice, on a power command, is the boot device ("pxe" or
+	// "disk") the edge agent sets before it changes the power: booting
+	// the ramdisk takes one command, not two.
+	ArgBootDevice = "boot_device"
 )
 
 // Power states, with Ironic's spelling.
@@ -226,8 +230,12 @@ type Message struct {
 	Progress float64 `json:"progress,omitempty"`
 	Detail   string  `json:"detail,omitempty"`
 
-	// Presence.
+	// Presence. Relay, in an edge agent's online presence, says that the
+	// agent relays every ramdisk of its site (site broker, or simulated
+	// ramdisks): the coordinator may then send everything for the site
+	// in bundles on its bmc/cmd topic (see EncodeBundle).
 	Online bool `json:"online,omitempty"`
+	Relay  bool `json:"relay,omitempty"`
 
 	// Power report: the BMC's reading ("power on" or "power off"); a
 	// failed reading has Error instead. Sent is when it was read, which
@@ -299,6 +307,9 @@ func (m *Message) Validate() error {
 			s, _ := m.Args["state"].(string)
 			if s != PowerOn && s != PowerOff && s != PowerReboot && s != PowerSoftOff && s != PowerSoftReboot {
 				return fmt.Errorf("power command %q has state %q; want %q, %q, %q, %q or %q", m.ID, s, PowerOn, PowerOff, PowerReboot, PowerSoftOff, PowerSoftReboot)
+			}
+			if d, set := m.Args[ArgBootDevice]; set && d != BootPXE && d != BootDisk {
+				return fmt.Errorf("power command %q has boot_device %v; want %q or %q", m.ID, d, BootPXE, BootDisk)
 			}
 		case ActionBootDev:
 			d, _ := m.Args["device"].(string)

@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -152,6 +151,9 @@ type Engine struct {
 	macs       map[string]string
 	sites      map[string]*Site
 	siteOnline map[string]bool
+	// relaying holds the sites (name → true) whose edge agent said in
+	// its presence that it relays its ramdisks: their messages go bundled.
+	relaying   sync.Map
 	phaseCount map[string]int
 
 	secret []byte
@@ -495,58 +497,6 @@ func (e *Engine) commit(t *tx) error {
 		e.enqueue(fsm.Outgoing{Topic: topic, Msg: &protocol.Message{V: protocol.Version, Kind: protocol.KindAck, ID: "ack", Sent: t.now, AckIDs: ids}}, false)
 	}
 	return nil
-}
-
-func (e *Engine) enqueue(o fsm.Outgoing, urgent bool) {
-	// One queue per node keeps a node's messages in order. Acks name no
-	// node; their topic spreads them instead.
-	key := o.Msg.Node
-	if key == "" {
-		key = o.Topic
-	}
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	sq := e.sendq[int(h.Sum32())%len(e.sendq)]
-	q := sq.normal
-	if urgent {
-		q = sq.urgent
-	}
-	select {
-	case q <- o:
-	default:
-		// A full queue means the broker is far behind; the resend loop
-		// delivers the command later, so dropping here loses nothing.
-		e.log.Warn("send queue full; message left to the resend loop", "topic", o.Topic)
-	}
-}
-
-func (e *Engine) publisher(q sendQueue) {
-	defer e.wg.Done()
-	for {
-		var o fsm.Outgoing
-		select {
-		case o = <-q.urgent:
-		default:
-			select {
-			case <-e.stopped:
-				return
-			case o = <-q.urgent:
-			case o = <-q.normal:
-			}
-		}
-		b, err := protocol.Encode(e.withCredential(o.Msg))
-		if err != nil {
-			e.log.Error("not sending invalid message", "topic", o.Topic, "err", err)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
-		err = e.pub.Publish(ctx, o.Topic, b, false)
-		if err != nil {
-			e.log.Debug("publish failed; the resend loop will retry", "topic", o.Topic, "err", err)
-		}
-		e.cfg.Metrics.Published(o.Msg, err)
-		cancel()
-	}
 }
 
 // maxBatch is the most requests one batch takes; callerBatchOthers is

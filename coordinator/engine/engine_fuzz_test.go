@@ -194,7 +194,6 @@ func prepareCleanWait(t *testing.T, e *engine.Engine, online func()) {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	answer(protocol.ActionBootDev)
 	answer(protocol.ActionPower)
 	hello, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindHello, ID: "hello-1", Site: "s1", Node: fuzzNode, Sent: time.Now(), BootID: "boot-1",
 		CleanSteps: []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true},

@@ -531,6 +531,10 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 	if leaf == "cmd" || leaf == "bmc/cmd" {
 		return
 	}
+	if leaf == "bmc/evt" && protocol.IsBundle(payload) {
+		e.handleBundle(site, payload)
+		return
+	}
 	msg, err := protocol.Decode(payload)
 	if err != nil {
 		e.log.Warn("message rejected", "topic", topic, "reason", err)
@@ -540,6 +544,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		if nodeID != "" {
 			return
 		}
+		e.noteRelay(site, msg.Online, msg.Relay)
 		_ = e.submit(func(t *tx) error {
 			e.sitePresence(t, site, msg.Online)
 			return nil

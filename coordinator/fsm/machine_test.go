@@ -70,6 +70,9 @@ func (w *world) run(out Output) {
 		var next Output
 		switch {
 		case msg.Kind == protocol.KindCommand && msg.Action == protocol.ActionPower:
+			if d, _ := msg.Args[protocol.ArgBootDevice].(string); d != "" {
+				w.log = append(w.log, "boot "+d)
+			}
 			w.log = append(w.log, "power "+msg.Args["state"].(string))
 			next = w.m.Result(w.n, &protocol.Message{Kind: protocol.KindResult, CommandID: msg.ID, OK: true}, w.now)
 			if st := msg.Args["state"]; st == protocol.PowerReboot && !w.noAgent {

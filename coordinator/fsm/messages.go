@@ -165,6 +165,9 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 		n.BootDevice, _ = cmd.Msg.Args["device"].(string)
 	}
 	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionPower {
+		if d, _ := cmd.Msg.Args[protocol.ArgBootDevice].(string); d != "" {
+			n.BootDevice = d
+		}
 		if s, _ := cmd.Msg.Args["state"].(string); protocol.PowerIsOff(s) {
 			n.PowerState = protocol.PowerOff
 		} else {

@@ -14,8 +14,13 @@ import (
 // commands, in-band steps, the clean and deploy step plans, and the end of
 // an operation in its target or its failed state.
 
+// bootRamdisk reboots the node into the ramdisk: one command sets the
+// boot device and reboots, so that a slow WAN carries one round trip,
+// not two.
 func bootRamdisk() []Action {
-	return []Action{bootDevAction(protocol.BootPXE), powerAction(protocol.PowerReboot), {Kind: ActAwaitAgent}}
+	boot := powerAction(protocol.PowerReboot)
+	boot.Args[protocol.ArgBootDevice] = protocol.BootPXE
+	return []Action{boot, {Kind: ActAwaitAgent}}
 }
 
 func powerAction(state string) Action {

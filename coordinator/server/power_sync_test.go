@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
+	"github.com/bmedge/bmedge/protocol"
 )
 
 // TestPowerSyncIPMI: power-state sync with a real edge agent polling an
@@ -83,14 +85,27 @@ func TestPowerSyncIPMI(t *testing.T) {
 	observe := func(d time.Duration) (chan int, func()) {
 		ctx, cancel := context.WithTimeout(context.Background(), d+10*time.Second)
 		cmd := exec.CommandContext(ctx, sub, "-V", "mqttv5", "-h", host, "-p", port, "-u", creds.Username, "-P", creds.Password,
-			"-i", "edge-rack1.observer", "-t", "bm/v1/site/rack1/bmc/evt", "-W", fmt.Sprint(int(d.Seconds())))
+			"-i", "edge-rack1.observer", "-t", "bm/v1/site/rack1/bmc/evt", "-W", fmt.Sprint(int(d.Seconds())), "-F", "%x")
 		count := make(chan int, 1)
 		go func() {
 			out, err := cmd.CombinedOutput()
 			if strings.Contains(strings.ToLower(string(out)), "not authori") {
 				t.Errorf("observer refused: %v %s", err, out)
 			}
-			count <- strings.Count(string(out), `"kind":"power"`)
+			// One payload per line, in hex: the agent's bundles, unpacked.
+			n := 0
+			for _, line := range strings.Fields(string(out)) {
+				b, err := hex.DecodeString(line)
+				if err != nil {
+					continue
+				}
+				for _, m := range siteMessages(t, "rack1", b) {
+					if m.Kind == protocol.KindPower {
+						n++
+					}
+				}
+			}
+			count <- n
 		}()
 		return count, cancel
 	}

@@ -39,19 +39,17 @@ func tapWAN(t *testing.T, brokerURL, user, pass, site string) *wanTap {
 	l, err := mqttlink.Dial(ctx, mqttlink.Config{URL: brokerURL, ClientID: "coordinator.tap", Username: user, Password: pass, CleanStart: true,
 		Subscriptions: []string{protocol.TopicPrefix + "/site/" + site + "/node/+/evt", protocol.BMCEvtTopic(site)},
 		Handler: func(topic string, payload []byte) {
-			m, err := protocol.Decode(payload)
-			if err != nil {
-				return
-			}
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			w.kinds[m.Kind]++
-			switch m.Kind {
-			case protocol.KindHeartbeat:
-				note(m.Node, "direct")
-			case protocol.KindBeats:
-				for _, b := range m.Beats {
-					note(b.Node, "summary")
+			for _, m := range siteMessages(t, site, payload) {
+				w.kinds[m.Kind]++
+				switch m.Kind {
+				case protocol.KindHeartbeat:
+					note(m.Node, "direct")
+				case protocol.KindBeats:
+					for _, b := range m.Beats {
+						note(b.Node, "summary")
+					}
 				}
 			}
 		}, Logger: testrig.Logger(t)})
@@ -261,4 +259,24 @@ func TestSiteBrokerRelay(t *testing.T) {
 	if !strings.HasPrefix(site, "mqtt://127.0.0.1:") {
 		t.Fatalf("site broker at %s; tests bind to 127.0.0.1 only", site)
 	}
+}
+
+// siteMessages decodes what a site's agent published: a message, or a
+// bundle of them (each checked as the coordinator checks it).
+func siteMessages(t *testing.T, site string, payload []byte) []*protocol.Message {
+	recs := []protocol.BundleRecord{{Payload: payload}}
+	if protocol.IsBundle(payload) {
+		var err error
+		if recs, err = protocol.DecodeBundle(site, payload); err != nil {
+			t.Errorf("the agent sent a bundle that does not decode: %v", err)
+			return nil
+		}
+	}
+	var out []*protocol.Message
+	for _, r := range recs {
+		if m, err := protocol.Decode(r.Payload); err == nil {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -52,7 +52,8 @@ func TestWANBench(t *testing.T) {
 		wall  time.Duration
 		bytes int64
 		how   string
-		kinds map[string]*[2]int64 // kind → messages, payload bytes
+		kinds map[string]*[2]int64 // kind → messages, bytes (as JSON)
+		wire  map[string]*[2]int64 // "bundle" or "message" → publishes, payload bytes
 	}
 	cycle := func(t *testing.T, w *wanNet) result {
 		s := startWANSite(t, w, fsm.Config{WaitTimeout: 10 * time.Minute, CommandTimeout: 10 * time.Minute, ResendInterval: 5 * time.Second},
@@ -62,39 +63,54 @@ func TestWANBench(t *testing.T) {
 		for _, id := range ids {
 			s.cl.Do("PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": "http://127.0.0.1:1/img"}}, nil)
 		}
-		r := result{how: "veth", kinds: map[string]*[2]int64{}}
+		r := result{how: "veth", kinds: map[string]*[2]int64{}, wire: map[string]*[2]int64{}}
 		var mu sync.Mutex
 		counting := false
 		obs, err := mqttlink.Dial(context.Background(), mqttlink.Config{URL: s.creds.BrokerURL, ClientID: "edge-site1.wanbench",
 			Username: s.creds.Username, Password: s.creds.Password, CleanStart: true,
 			Subscriptions: []string{protocol.TopicPrefix + "/site/site1/#"}, Logger: slog.New(slog.DiscardHandler),
 			Handler: func(topic string, payload []byte) {
-				var m struct {
-					Kind   string `json:"kind"`
-					Action string `json:"action"`
-				}
-				_ = json.Unmarshal(payload, &m)
-				key := m.Kind
-				if m.Action != "" {
-					key += " " + m.Action
-				}
+				dir := "from site: "
 				if strings.HasSuffix(topic, "/cmd") {
-					key = "to site: " + key
-				} else {
-					key = "from site: " + key
+					dir = "to site: "
+				}
+				count := func(m map[string]*[2]int64, key string, n int) {
+					k := m[key]
+					if k == nil {
+						k = &[2]int64{}
+						m[key] = k
+					}
+					k[0]++
+					k[1] += int64(n)
+				}
+				recs := []protocol.BundleRecord{{Topic: topic, Payload: payload}}
+				wire := "message"
+				if protocol.IsBundle(payload) {
+					var err error
+					if recs, err = protocol.DecodeBundle("site1", payload); err != nil {
+						t.Errorf("a bundle on %s does not decode: %v", topic, err)
+						return
+					}
+					wire = "bundle"
 				}
 				mu.Lock()
 				defer mu.Unlock()
 				if !counting {
 					return
 				}
-				k := r.kinds[key]
-				if k == nil {
-					k = &[2]int64{}
-					r.kinds[key] = k
+				count(r.wire, dir+wire, len(payload))
+				for _, rec := range recs {
+					var m struct {
+						Kind   string `json:"kind"`
+						Action string `json:"action"`
+					}
+					_ = json.Unmarshal(rec.Payload, &m)
+					key := m.Kind
+					if m.Action != "" {
+						key += " " + m.Action
+					}
+					count(r.kinds, dir+key, len(rec.Payload))
 				}
-				k[0]++
-				k[1] += int64(len(payload))
 			}})
 		if err != nil {
 			t.Fatal(err)
@@ -146,17 +162,22 @@ func TestWANBench(t *testing.T) {
 	fmt.Printf("  impaired (%s, 500 ms RTT, 5 %% loss each way): %6.1f s, %7.1f KiB over the link, %5.1f KiB per node\n", impaired.how, impaired.wall.Seconds(), kib(impaired.bytes), per(impaired))
 	fmt.Printf("  impaired / clean time: %.2f× (target ≤ 1.1×); WAN per node per cycle: %.1f / %.1f KiB (target ≤ 10 KiB)\n",
 		impaired.wall.Seconds()/clean.wall.Seconds(), per(clean), per(impaired))
-	fmt.Printf("  MQTT payloads per node per cycle on the clean link, by kind (messages, bytes; MQTT, TCP and IP headers not included):\n")
-	keys := make([]string, 0, len(clean.kinds))
-	var total int64
-	for k, v := range clean.kinds {
-		keys = append(keys, k)
-		total += v[1]
+	table := func(m map[string]*[2]int64) {
+		keys := make([]string, 0, len(m))
+		var total int64
+		for k, v := range m {
+			keys = append(keys, k)
+			total += v[1]
+		}
+		sort.Slice(keys, func(i, j int) bool { return m[keys[i]][1] > m[keys[j]][1] })
+		for _, k := range keys {
+			v := m[k]
+			fmt.Printf("    %-40s %6.1f %8.0f B\n", k, float64(v[0])/float64(nodes), float64(v[1])/float64(nodes))
+		}
+		fmt.Printf("    %-40s %6s %8.0f B (%.1f KiB)\n", "total", "", float64(total)/float64(nodes), kib(total)/float64(nodes))
 	}
-	sort.Slice(keys, func(i, j int) bool { return clean.kinds[keys[i]][1] > clean.kinds[keys[j]][1] })
-	for _, k := range keys {
-		v := clean.kinds[k]
-		fmt.Printf("    %-40s %6.1f %8.0f B\n", k, float64(v[0])/float64(nodes), float64(v[1])/float64(nodes))
-	}
-	fmt.Printf("    %-40s %6s %8.0f B (%.1f KiB)\n", "total", "", float64(total)/float64(nodes), kib(total)/float64(nodes))
+	fmt.Printf("  MQTT publishes per node per cycle on the clean link (publishes, payload bytes; MQTT, TCP and IP headers not included):\n")
+	table(clean.wire)
+	fmt.Printf("  the messages in them, by kind (messages, bytes as JSON before bundling and compression):\n")
+	table(clean.kinds)
 }

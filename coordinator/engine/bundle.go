@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"compress/flate"
+	"context"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// This file holds the way out: the send queues, and the publishers that
+// bundle a site's messages (protocol.EncodeBundle) when its edge agent
+// relays its ramdisks.
+
+func (e *Engine) enqueue(o fsm.Outgoing, urgent bool) {
+	// One queue per site keeps a node's messages in order, and puts a
+	// site's messages of one batch together, to be bundled.
+	h := fnv.New32a()
+	h.Write([]byte(topicSite(o.Topic)))
+	sq := e.sendq[int(h.Sum32())%len(e.sendq)]
+	q := sq.normal
+	if urgent {
+		q = sq.urgent
+	}
+	select {
+	case q <- o:
+	default:
+		// A full queue means the broker is far behind; the resend loop
+		// delivers the command later, so dropping here loses nothing.
+		e.log.Warn("send queue full; message left to the resend loop", "topic", o.Topic)
+	}
+}
+
+// topicSite is the site a topic of this protocol belongs to ("" if none).
+func topicSite(topic string) string {
+	rest, ok := strings.CutPrefix(topic, protocol.TopicPrefix+"/site/")
+	if !ok {
+		return ""
+	}
+	site, _, _ := strings.Cut(rest, "/")
+	return site
+}
+
+// noteRelay records what a site's presence says of its ramdisks.
+func (e *Engine) noteRelay(site string, online, relay bool) {
+	if online && relay {
+		e.relaying.Store(site, true)
+	} else if online {
+		e.relaying.Delete(site)
+	}
+	// Offline keeps what the agent said: its messages wait in the broker
+	// for its return, and a restarted agent says again.
+}
+
+// maxOut is the most queued messages a publisher takes at once.
+const maxOut = 1024
+
+// publisher sends what the batches queued, in order. What is queued at
+// once for a site whose edge agent relays its ramdisks goes as bundles
+// on the site's bmc/cmd topic; everything else goes on its own topic.
+func (e *Engine) publisher(q sendQueue) {
+	defer e.wg.Done()
+	var batch []fsm.Outgoing
+	for {
+		batch = batch[:0]
+		select {
+		case o := <-q.urgent:
+			batch = append(batch, o)
+		default:
+			select {
+			case <-e.stopped:
+				return
+			case o := <-q.urgent:
+				batch = append(batch, o)
+			case o := <-q.normal:
+				batch = append(batch, o)
+			}
+		}
+	drain:
+		for len(batch) < maxOut {
+			select {
+			case o := <-q.urgent:
+				batch = append(batch, o)
+			default:
+				select {
+				case o := <-q.normal:
+					batch = append(batch, o)
+				default:
+					break drain
+				}
+			}
+		}
+		e.publishBatch(batch)
+	}
+}
+
+// pendingBundle is what is gathered for one site's next bundle.
+type pendingBundle struct {
+	recs  []protocol.BundleRecord
+	msgs  []*protocol.Message
+	bytes int
+}
+
+func (e *Engine) publishBatch(batch []fsm.Outgoing) {
+	pending := map[string]*pendingBundle{}
+	var order []string
+	for _, o := range batch {
+		b, err := protocol.Encode(e.withCredential(o.Msg))
+		if err != nil {
+			e.log.Error("not sending invalid message", "topic", o.Topic, "err", err)
+			continue
+		}
+		site := topicSite(o.Topic)
+		rec := protocol.BundleRecord{Topic: o.Topic, Payload: b}
+		size := protocol.BundleSize(site, rec)
+		if v, _ := e.relaying.Load(site); v != true || size > protocol.MaxBundleBytes/2 {
+			// In order: what is gathered for the site goes first.
+			if p := pending[site]; p != nil {
+				e.publishBundle(site, p)
+			}
+			e.publishOne(o.Topic, b, o.Msg)
+			continue
+		}
+		p := pending[site]
+		if p == nil {
+			p = &pendingBundle{}
+			pending[site] = p
+			order = append(order, site)
+		} else if p.bytes+size > protocol.MaxBundleBytes || len(p.recs) == protocol.MaxBundleRecords {
+			e.publishBundle(site, p)
+		}
+		p.recs = append(p.recs, rec)
+		p.msgs = append(p.msgs, o.Msg)
+		p.bytes += size
+	}
+	for _, site := range order {
+		e.publishBundle(site, pending[site])
+	}
+}
+
+func (e *Engine) publishOne(topic string, b []byte, m *protocol.Message) {
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	err := e.pub.Publish(ctx, topic, b, false)
+	if err != nil {
+		e.log.Debug("publish failed; the resend loop will retry", "topic", topic, "err", err)
+	}
+	e.cfg.Metrics.Published(m, err)
+}
+
+// publishBundle sends what p gathered, and empties it.
+func (e *Engine) publishBundle(site string, p *pendingBundle) {
+	if len(p.recs) == 0 {
+		return
+	}
+	defer func() { p.recs, p.msgs, p.bytes = p.recs[:0], p.msgs[:0], 0 }()
+	b, err := protocol.EncodeBundle(site, p.recs, flate.BestSpeed)
+	if err != nil {
+		// Not for what publishBatch gathers; sent one by one all the same.
+		e.log.Error("bundle not made; sending its messages one by one", "site", site, "err", err)
+		for i, r := range p.recs {
+			e.publishOne(r.Topic, r.Payload, p.msgs[i])
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	topic := protocol.BMCCmdTopic(site)
+	err = e.pub.Publish(ctx, topic, b, false)
+	if err != nil {
+		e.log.Debug("publish failed; the resend loop will retry", "topic", topic, "messages", len(p.recs), "err", err)
+	}
+	for _, m := range p.msgs {
+		e.cfg.Metrics.Published(m, err)
+	}
+}
+
+// handleBundle takes a bundle an edge agent sent on its site's bmc/evt
+// topic: each message is handled as if it had come on its own topic.
+// Only event topics may be in it (a presence is retained, so it comes
+// on its own).
+func (e *Engine) handleBundle(site string, payload []byte) {
+	recs, err := protocol.DecodeBundle(site, payload)
+	if err != nil {
+		e.log.Warn("bundle rejected", "site", site, "reason", err)
+		return
+	}
+	for _, r := range recs {
+		if !strings.HasSuffix(r.Topic, "/evt") {
+			e.log.Warn("message rejected", "topic", r.Topic, "reason", "only event topics may be in an edge agent's bundle")
+			continue
+		}
+		e.HandleMessage(r.Topic, r.Payload)
+	}
+}

@@ -277,7 +277,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
 		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{}), up: make(chan upItem, 1024),
-		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}}, nb: newNetbootState()}
+		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}, sent: map[string]sentBeat{}, held: map[string]protocol.Message{}}, nb: newNetbootState()}
 	a.metrics = newAgentMetrics(a)
 	return a
 }
@@ -721,6 +721,8 @@ func (a *Agent) forget(node string) {
 	delete(a.sessions, node)
 	delete(a.relay.beats, node)
 	delete(a.relay.seen, node)
+	delete(a.relay.sent, node)
+	delete(a.relay.held, node)
 	a.mu.Unlock()
 	if s != nil {
 		s.Stop()
@@ -820,13 +822,23 @@ func (a *Agent) runBMC(m *protocol.Message) {
 		a.log.Info("edge agent stopping: BMC command interrupted, no result kept", "node", m.Node, "command", m.ID, "action", m.Action)
 		return
 	}
+	done := len(m.OOBSteps())
+	var se *stepsError
+	if errors.As(err, &se) {
+		done = se.done
+	}
 	if err == nil {
 		a.commandDone(m)
-		a.bootEnded(m)
+	}
+	if err == nil || done > 0 {
+		a.bootEnded(m, done)
 	}
 	res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, OK: err == nil}
 	if err != nil {
 		res.Error = err.Error()
+	}
+	if se != nil {
+		res.Data = map[string]any{protocol.StepsDone: se.done}
 	}
 	a.send(protocol.BMCEvtTopic(a.cfg.Site), res, m.Deadline)
 }
@@ -878,10 +890,29 @@ func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) (err error) {
 		d, _ := m.Args["device"].(string)
 		return a.setBootDevice(ctx, m.Node, b, d)
 	case protocol.ActionOOBStep:
-		return a.runOOBStep(ctx, m.Node, b, m.Step)
+		steps := m.OOBSteps()
+		for i := range steps {
+			if err := a.runOOBStep(ctx, m.Node, b, &steps[i]); err != nil {
+				if len(steps) == 1 {
+					return err
+				}
+				return &stepsError{done: i, err: fmt.Errorf("step %s.%s: %w", steps[i].Interface, steps[i].Step, err)}
+			}
+		}
+		return nil
 	}
 	return fmt.Errorf("edge agent cannot run action %q", m.Action)
 }
+
+// stepsError is the failure of one step of a run of several: done steps
+// succeeded before it.
+type stepsError struct {
+	done int
+	err  error
+}
+
+func (e *stepsError) Error() string { return e.err.Error() }
+func (e *stepsError) Unwrap() error { return e.err }
 
 // runOOBStep runs the deploy steps every driver shares on the BMC
 // interface, and hands the rest to the driver.

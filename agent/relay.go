@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	neturl "net/url"
 	"strings"
@@ -73,6 +74,36 @@ type relayState struct {
 	// summary are the outbox entries of the last summary (its beats
 	// too), replaced by the next one when still unacknowledged.
 	summary []summaryPart
+	// sent is what the summaries last carried for each node; held are
+	// beats left out of a summary as no news (see newsBeat), carried to
+	// the next.
+	sent map[string]sentBeat
+	held map[string]protocol.Message
+}
+
+// sentBeat is what a summary last carried for a node, and when.
+type sentBeat struct {
+	token, running, detail string
+	progress               float64
+	at                     time.Time
+}
+
+// beatRefresh is how often a node whose heartbeats bring no news is in a
+// summary all the same (its agent_last_heartbeat, and the touch that
+// keeps its WAIT state alive, as Ironic's heartbeat does); progressStep
+// is the change in progress that is news.
+const (
+	beatRefresh  = time.Minute
+	progressStep = 0.1
+)
+
+// newsBeat tells whether b is news against what the summaries last
+// carried for its node: a new boot or step, a new detail, progress moved
+// by progressStep or reached 1, or beatRefresh passed.
+func newsBeat(last sentBeat, ok bool, b *protocol.Message, now time.Time) bool {
+	return !ok || b.Token != last.token || b.Running != last.running || b.Detail != last.detail ||
+		math.Abs(b.Progress-last.progress) >= progressStep || (b.Progress == 1 && last.progress != 1) ||
+		now.Sub(last.at) >= beatRefresh
 }
 
 type summaryPart struct {
@@ -224,15 +255,19 @@ func (a *Agent) noteBootCredential(node, password string) {
 
 // bootEnded forgets a node's boot credential once a command that ends
 // the boot succeeded (power off, tear_down_agent): the site broker no
-// longer admits that ramdisk, nor lets a connected one publish.
-func (a *Agent) bootEnded(m *protocol.Message) {
+// longer admits that ramdisk, nor lets a connected one publish. done is
+// how many of an oob_step command's steps succeeded.
+func (a *Agent) bootEnded(m *protocol.Message, done int) {
 	off := false
 	switch m.Action {
 	case protocol.ActionPower:
 		s, _ := m.Args["state"].(string)
 		off = protocol.PowerIsOff(s)
 	case protocol.ActionOOBStep:
-		off = m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.tear_down_agent"
+		steps := m.OOBSteps()
+		for _, s := range steps[:min(done, len(steps))] {
+			off = off || s.Interface+"."+s.Step == "deploy.tear_down_agent"
+		}
 	}
 	if !off {
 		return
@@ -242,6 +277,8 @@ func (a *Agent) bootEnded(m *protocol.Message) {
 	}
 	a.mu.Lock()
 	delete(a.relay.seen, m.Node)
+	delete(a.relay.sent, m.Node)
+	delete(a.relay.held, m.Node)
 	a.mu.Unlock()
 }
 
@@ -397,21 +434,40 @@ func (a *Agent) summaryLoop(ctx context.Context) {
 // and its nodes' beats carried into this one, so that the outbox holds
 // one summary at most, with each node's latest beat.
 func (a *Agent) summarize() {
+	now := time.Now()
 	a.mu.Lock()
 	cur := a.relay.beats
 	a.relay.beats = map[string]protocol.Message{}
+	for node, b := range a.relay.held {
+		if _, ok := cur[node]; !ok {
+			cur[node] = b
+		}
+	}
+	a.relay.held = map[string]protocol.Message{}
 	for _, p := range a.relay.summary {
 		if _, ok := a.outbox[p.id]; !ok {
 			continue
 		}
 		delete(a.outbox, p.id)
 		for _, b := range p.beats {
+			// Never delivered: it is news again.
+			delete(a.relay.sent, b.Node)
 			if _, ok := cur[b.Node]; !ok {
 				cur[b.Node] = b
 			}
 		}
 	}
 	a.relay.summary = nil
+	// Only news crosses the WAN; the rest waits for the next summary.
+	for node, b := range cur {
+		last, ok := a.relay.sent[node]
+		if !newsBeat(last, ok, &b, now) {
+			a.relay.held[node] = b
+			delete(cur, node)
+			continue
+		}
+		a.relay.sent[node] = sentBeat{token: b.Token, running: b.Running, detail: b.Detail, progress: b.Progress, at: now}
+	}
 	queued := len(a.outbox)
 	a.mu.Unlock()
 	if len(cur) == 0 {

@@ -51,6 +51,24 @@ const (
 	KindBeats = "heartbeats"
 )
 
+// MaxOOBSteps bounds the steps of one oob_step command.
+const MaxOOBSteps = 8
+
+// OOBSteps are the out-of-band steps an oob_step command runs, in order.
+func (m *Message) OOBSteps() []Step {
+	if len(m.Steps) > 0 {
+		return m.Steps
+	}
+	if m.Step != nil {
+		return []Step{*m.Step}
+	}
+	return nil
+}
+
+// StepsDone is the result data key of a failed run of several
+// out-of-band steps: how many succeeded before the one that failed.
+const StepsDone = "steps_done"
+
 // MaxBeats bounds the heartbeats in one summary.
 const MaxBeats = 4096
 
@@ -205,6 +223,13 @@ type Message struct {
 	Deadline time.Time      `json:"deadline,omitzero"`
 	Args     map[string]any `json:"args,omitempty"`
 	Step     *Step          `json:"step,omitempty"`
+	// Steps, in an oob_step command, are consecutive out-of-band steps
+	// the edge agent runs in order, stopping at the first failure (Step
+	// is the first of them): a deploy's prepare_instance_boot,
+	// tear_down_agent and boot_instance cost one WAN round trip, not
+	// three. A failed run's result says in data.steps_done how many
+	// steps succeeded before the one that failed.
+	Steps []Step `json:"steps,omitempty"`
 	// Driver and DriverInfo let the edge agent reach the BMC. DriverInfo
 	// may hold a password: commands are never retained and never logged.
 	Driver     string         `json:"driver,omitempty"`
@@ -319,6 +344,20 @@ func (m *Message) Validate() error {
 		case ActionOOBStep, ActionInbandRun:
 			if m.Step == nil || m.Step.Step == "" || m.Step.Interface == "" {
 				return fmt.Errorf("%s command %q lacks a step with interface and name", m.Action, m.ID)
+			}
+			if len(m.Steps) > 0 && m.Action != ActionOOBStep {
+				return fmt.Errorf("%s command %q has steps; only oob_step runs several", m.Action, m.ID)
+			}
+			if len(m.Steps) > MaxOOBSteps {
+				return fmt.Errorf("oob_step command %q has %d steps; at most %d", m.ID, len(m.Steps), MaxOOBSteps)
+			}
+			for i, s := range m.Steps {
+				if s.Step == "" || s.Interface == "" {
+					return fmt.Errorf("oob_step command %q: step %d lacks interface or name", m.ID, i+1)
+				}
+			}
+			if len(m.Steps) > 0 && (m.Steps[0].Interface != m.Step.Interface || m.Steps[0].Step != m.Step.Step) {
+				return fmt.Errorf("oob_step command %q: its first step is not its step", m.ID)
 			}
 		case ActionCacheImage:
 			u, _ := m.Args["url"].(string)

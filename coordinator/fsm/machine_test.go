@@ -88,14 +88,20 @@ func (w *world) run(out Output) {
 			w.log = append(w.log, "boot "+msg.Args["device"].(string))
 			next = w.m.Result(w.n, &protocol.Message{CommandID: msg.ID, OK: true}, w.now)
 		case msg.Kind == protocol.KindCommand && (msg.Action == protocol.ActionOOBStep || msg.Action == protocol.ActionInbandRun || msg.Action == protocol.ActionValidate):
-			name := msg.Action
-			if msg.Step != nil {
-				name = msg.Step.Interface + "." + msg.Step.Step
-			}
-			w.log = append(w.log, name)
 			res := &protocol.Message{CommandID: msg.ID, OK: true, Token: msg.Token}
-			if msg.Step != nil && msg.Step.Step == w.failOn {
-				res.OK, res.Error = false, "disk on fire"
+			if msg.Step == nil {
+				w.log = append(w.log, msg.Action)
+			}
+			// A run of out-of-band steps stops at the first that fails.
+			for i, s := range msg.OOBSteps() {
+				w.log = append(w.log, s.Interface+"."+s.Step)
+				if s.Step == w.failOn {
+					res.OK, res.Error = false, "disk on fire"
+					if len(msg.Steps) > 1 {
+						res.Data = map[string]any{protocol.StepsDone: float64(i)}
+					}
+					break
+				}
 			}
 			if msg.Step != nil && msg.Step.Step == "inspect_hardware" {
 				res.Data = map[string]any{"inventory": map[string]any{"cpu": 4}, "properties": map[string]any{"cpus": 4.0, "memory_mb": 1024.0}}

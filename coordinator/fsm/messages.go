@@ -156,6 +156,10 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 	if a == nil {
 		return
 	}
+	if cmd.Msg != nil && len(cmd.Msg.Steps) > 1 && a.Kind == ActStep && !a.Step.InBand {
+		m.applyStepsResult(n, len(cmd.Msg.Steps), msg, now, out)
+		return
+	}
 	what := describe(n, a)
 	if !msg.OK {
 		m.fail(n, now, out, fmt.Sprintf("%s failed on node %s: %s", what, n.Ident(), msg.Error))
@@ -175,6 +179,51 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 		}
 		n.TargetPowerState = ""
 	}
+	m.stepDone(n, a, msg, what, now, out)
+	if n.Op.AbortAfter {
+		m.failWith(n, now, out, fmt.Sprintf("aborted by request after step %s finished", a.Step.Name()), Abort)
+		return
+	}
+	m.advance(n, now, out)
+}
+
+// applyStepsResult applies the result of a run of k out-of-band steps
+// sent as one command: the steps that succeeded are done, each in the
+// history as if sent alone, and the one that failed fails the operation.
+func (m *Machine) applyStepsResult(n *Node, k int, msg *protocol.Message, now time.Time, out *Output) {
+	done := k
+	if !msg.OK {
+		done = 0
+		if d, ok := msg.Data[protocol.StepsDone].(float64); ok && d >= 0 && d < float64(k) {
+			done = int(d)
+		}
+	}
+	for range done {
+		a := m.current(n)
+		if a == nil || a.Kind != ActStep || a.Step.InBand {
+			break
+		}
+		m.stepDone(n, a, msg, describe(n, a), now, out)
+	}
+	a := m.current(n)
+	if !msg.OK && a != nil {
+		if a.Kind == ActStep {
+			s := *a.Step
+			if n.Op.Phase == "deploy" {
+				n.DeployStep = &s
+			} else if n.Op.Phase == "clean" {
+				n.CleanStep = &s
+			}
+		}
+		m.fail(n, now, out, fmt.Sprintf("%s failed on node %s: %s", describe(n, a), n.Ident(), msg.Error))
+		return
+	}
+	m.advance(n, now, out)
+}
+
+// stepDone records that the plan's current action a succeeded, with the
+// result msg, and moves the plan past it.
+func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what string, now time.Time, out *Output) {
 	if a.Kind == ActStep && a.Step.Step == "inspect_hardware" {
 		if inv, ok := msg.Data["inventory"].(map[string]any); ok {
 			out.Inventory = inv
@@ -200,6 +249,10 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(n.Op),
 			Event: fmt.Sprintf("%s done (out of band)", what)})
 	}
+	if a.Kind == ActStep && (a.Step.Step == "prepare_instance_boot") {
+		// The edge agent set the boot device to disk.
+		n.BootDevice = protocol.BootDisk
+	}
 	if a.Kind == ActStep && (a.Step.Step == "tear_down_agent") {
 		n.PowerState = protocol.PowerOff
 	}
@@ -207,11 +260,6 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 		n.PowerState = protocol.PowerOn
 	}
 	n.Op.Index++
-	if n.Op.AbortAfter {
-		m.failWith(n, now, out, fmt.Sprintf("aborted by request after step %s finished", a.Step.Name()), Abort)
-		return
-	}
-	m.advance(n, now, out)
 }
 
 // resultSummary is the one-line account a step's result may carry in

@@ -127,12 +127,30 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 			}
 			m.ensureWorking(n, now, out)
 			m.sendOOB(n, protocol.ActionOOBStep, nil, &s, now, out)
+			if run := m.oobRun(n); len(run) > 1 {
+				n.Pending.Msg.Steps = run
+			}
 			return
 		default:
 			m.fail(n, now, out, fmt.Sprintf("internal error: unknown plan action %q", a.Kind))
 			return
 		}
 	}
+}
+
+// oobRun is the run of consecutive out-of-band steps from the plan's
+// current action (at most protocol.MaxOOBSteps): sent as one command,
+// they cost one round trip to the site.
+func (m *Machine) oobRun(n *Node) []protocol.Step {
+	var run []protocol.Step
+	for _, a := range n.Op.Plan[n.Op.Index:] {
+		if a.Kind != ActStep || a.Step.InBand || len(run) == protocol.MaxOOBSteps {
+			break
+		}
+		s := a.Step
+		run = append(run, protocol.Step{Interface: s.Interface, Step: s.Step, Args: s.Args, Priority: s.Priority, Abortable: s.Abortable})
+	}
+	return run
 }
 
 func imageArgs(ii map[string]any, extra map[string]any) map[string]any {

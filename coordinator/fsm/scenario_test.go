@@ -338,7 +338,7 @@ func (s *scenario) do(line string) string {
 		}
 		s.apply(out, &b)
 	case "bmc":
-		s.bmc(len(words) > 1 && words[1] == "ok", o.get("error", "the BMC said no"), &b)
+		s.bmc(len(words) > 1 && words[1] == "ok", o.get("error", "the BMC said no"), o.get("done", ""), &b)
 	case "agent":
 		if len(words) < 2 {
 			s.fatalf("agent hello|result|heartbeat")
@@ -545,6 +545,12 @@ func sentText(msg *protocol.Message) string {
 		if len(msg.Step.Args) > 0 {
 			t += " args " + jsonText(msg.Step.Args)
 		}
+		for _, s := range msg.Steps[min(1, len(msg.Steps)):] {
+			t += fmt.Sprintf(", then %s.%s", s.Interface, s.Step)
+			if len(s.Args) > 0 {
+				t += " args " + jsonText(s.Args)
+			}
+		}
 		return t
 	case msg.Action == protocol.ActionAbort:
 		return "ramdisk: abort the running step"
@@ -569,7 +575,9 @@ func pendingText(n *Node) string {
 	return sentText(n.Pending.Msg)
 }
 
-func (s *scenario) bmc(ok bool, errText string, b *strings.Builder) {
+// bmc answers the outstanding out-of-band command; done, for a failed
+// run of several steps, is how many succeeded before the failure.
+func (s *scenario) bmc(ok bool, errText, done string, b *strings.Builder) {
 	p := s.n.Pending
 	if p == nil || p.InBand {
 		fmt.Fprintf(b, "error: no out-of-band command outstanding (outstanding: %s)\n", pendingText(s.n))
@@ -578,6 +586,13 @@ func (s *scenario) bmc(ok bool, errText string, b *strings.Builder) {
 	res := &protocol.Message{Kind: protocol.KindResult, CommandID: p.ID, OK: ok}
 	if !ok {
 		res.Error = errText
+	}
+	if done != "" {
+		d, err := strconv.Atoi(done)
+		if err != nil {
+			s.fatalf("bmc fail done=%q: want a number", done)
+		}
+		res.Data = map[string]any{protocol.StepsDone: float64(d)}
 	}
 	s.apply(s.m.Result(s.n, res, s.now), b)
 }
@@ -675,7 +690,7 @@ func (s *scenario) settle(b *strings.Builder) {
 		}
 		reboot := p.Msg.Action == protocol.ActionPower && !protocol.PowerIsOff(fmt.Sprint(p.Msg.Args["state"]))
 		fmt.Fprintf(b, "> bmc ok (%s)\n", pendingText(s.n))
-		s.bmc(true, "", b)
+		s.bmc(true, "", "", b)
 		if reboot && s.n.Op != nil && s.m.expectsAgent(s.n) {
 			fmt.Fprintf(b, "> agent hello\n")
 			s.hello(opts{}, b)

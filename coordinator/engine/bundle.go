@@ -55,8 +55,12 @@ func (e *Engine) noteRelay(site string, online, relay bool) {
 	// for its return, and a restarted agent says again.
 }
 
-// maxOut is the most queued messages a publisher takes at once.
-const maxOut = 1024
+// maxOut is the most queued messages a publisher takes at once, and
+// publishGather how long it waits for more after the first.
+const (
+	maxOut        = 1024
+	publishGather = 10 * time.Millisecond
+)
 
 // publisher sends what the batches queued, in order. What is queued at
 // once for a site whose edge agent relays its ramdisks goes as bundles
@@ -79,6 +83,11 @@ func (e *Engine) publisher(q sendQueue) {
 				batch = append(batch, o)
 			}
 		}
+		// What follows within publishGather goes in the same bundles:
+		// a batch's answers to one bundle of results come in a few
+		// batches, and on a lossy WAN every extra packet in a round of
+		// exchanges is one more chance of a retransmission stall.
+		gather := time.NewTimer(publishGather)
 	drain:
 		for len(batch) < maxOut {
 			select {
@@ -86,13 +95,18 @@ func (e *Engine) publisher(q sendQueue) {
 				batch = append(batch, o)
 			default:
 				select {
+				case o := <-q.urgent:
+					batch = append(batch, o)
 				case o := <-q.normal:
 					batch = append(batch, o)
-				default:
+				case <-gather.C:
+					break drain
+				case <-e.stopped:
 					break drain
 				}
 			}
 		}
+		gather.Stop()
 		e.publishBatch(batch)
 	}
 }

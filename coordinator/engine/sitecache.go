@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/hex"
 	"net/url"
 	"strings"
 	"sync"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/imagechecksum"
 )
 
 // CacheImageTimeout is the deadline of a pre-seed command: an image may
@@ -159,20 +159,18 @@ func checkImageURL(u string) error {
 // (ALGO:HEX, or HEX of md5, sha256 or sha512 by its length) and returns
 // it as ALGO:HEX.
 func normalChecksum(s string) (string, error) {
-	s = strings.ToLower(strings.TrimSpace(s))
-	if s == "" {
+	if strings.TrimSpace(s) == "" {
 		return "", errorf(Invalid, "the image checksum is missing: the site cache keeps only images it can verify; give --checksum sha256:HEX (the image's instance_info image_checksum)")
 	}
-	algo, hx, ok := strings.Cut(s, ":")
-	if !ok {
-		hx = s
-		algo = map[int]string{32: "md5", 64: "sha256", 128: "sha512"}[len(s)]
+	c, err := imagechecksum.ParseDigest(s, "")
+	if err != nil {
+		return "", errorf(Invalid, "%v", err)
 	}
-	n := map[string]int{"md5": 32, "sha256": 64, "sha512": 128}[algo]
-	if _, err := hex.DecodeString(hx); n == 0 || err != nil || len(hx) != n {
-		return "", errorf(Invalid, "image checksum %q is not a digest the site cache takes: give sha256:HEX (64 hex digits), sha512:HEX (128) or md5:HEX (32)", s)
+	switch c.Algo {
+	case imagechecksum.MD5, imagechecksum.SHA256, imagechecksum.SHA512:
+		return c.String(), nil
 	}
-	return algo + ":" + hx, nil
+	return "", errorf(Invalid, "image checksum %q is %s, which the site cache does not take: give sha256:HEX (64 hex digits), sha512:HEX (128) or md5:HEX (32)", s, c.Algo)
 }
 
 // redactURL leaves out a URL's query string (often a signature) and password.

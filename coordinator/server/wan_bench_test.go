@@ -151,7 +151,16 @@ func TestWANBench(t *testing.T) {
 		}
 		clean = cycle(t, newWAN(t, kind))
 	})
-	t.Run("impaired", func(t *testing.T) { impaired = cycle(t, newImpairedWAN(t, 250*time.Millisecond, 0.05)) })
+	// BM_BENCH_WAN_DELAY (one way, 250ms) and BM_BENCH_WAN_LOSS (each
+	// way, 0.05) change the impaired link, to see what each costs.
+	delay, loss := 250*time.Millisecond, 0.05
+	if v, err := time.ParseDuration(os.Getenv("BM_BENCH_WAN_DELAY")); err == nil {
+		delay = v
+	}
+	if v, err := strconv.ParseFloat(os.Getenv("BM_BENCH_WAN_LOSS"), 64); err == nil {
+		loss = v
+	}
+	t.Run("impaired", func(t *testing.T) { impaired = cycle(t, newImpairedWAN(t, delay, loss)) })
 	if t.Failed() {
 		return
 	}
@@ -159,7 +168,7 @@ func TestWANBench(t *testing.T) {
 	per := func(r result) float64 { return kib(r.bytes) / float64(nodes) }
 	fmt.Printf("bench-wan: %d nodes, full cycle (manage, provide, deploy, undeploy), in-band steps %s, ramdisk boot %s\n", nodes, step, boot)
 	fmt.Printf("  clean link (%s): %6.1f s, %7.1f KiB over the link, %5.1f KiB per node\n", clean.how, clean.wall.Seconds(), kib(clean.bytes), per(clean))
-	fmt.Printf("  impaired (%s, 500 ms RTT, 5 %% loss each way): %6.1f s, %7.1f KiB over the link, %5.1f KiB per node\n", impaired.how, impaired.wall.Seconds(), kib(impaired.bytes), per(impaired))
+	fmt.Printf("  impaired (%s, %v RTT, %g %% loss each way): %6.1f s, %7.1f KiB over the link, %5.1f KiB per node\n", impaired.how, 2*delay, loss*100, impaired.wall.Seconds(), kib(impaired.bytes), per(impaired))
 	fmt.Printf("  impaired / clean time: %.2f× (target ≤ 1.1×); WAN per node per cycle: %.1f / %.1f KiB (target ≤ 10 KiB)\n",
 		impaired.wall.Seconds()/clean.wall.Seconds(), per(clean), per(impaired))
 	table := func(m map[string]*[2]int64) {

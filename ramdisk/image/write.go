@@ -28,6 +28,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/bmedge/bmedge/protocol/imagechecksum"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
 
@@ -702,48 +703,31 @@ func openTarget(open disk.Opener, path string, direct bool) (*disk.Writer, error
 // checksumSetup validates the checksum options and returns the hash to
 // feed, its name and the expected lower-case hex digest.
 func checksumSetup(opts Options) (hash.Hash, string, string, error) {
-	sum := strings.ToLower(strings.TrimSpace(opts.Checksum))
-	algo := strings.ToLower(opts.ChecksumAlgo)
-	if a, hexpart, ok := strings.Cut(sum, ":"); ok {
-		if algo != "" && algo != a {
-			return nil, "", "", fmt.Errorf("checksum %q says %s but ChecksumAlgo is %s; make them agree", opts.Checksum, a, algo)
-		}
-		algo, sum = a, hexpart
+	digest := strings.TrimSpace(opts.Checksum)
+	if _, d, ok := strings.Cut(digest, ":"); ok {
+		digest = strings.TrimSpace(d)
 	}
-	if sum == "" {
+	if digest == "" {
 		if opts.InsecureSkipChecksum {
 			return nil, "", "", nil
 		}
 		return nil, "", "", errors.New("no image checksum given; pass the image's sha256 or sha512 (Ironic image_checksum / os_hash_value), or set InsecureSkipChecksum")
 	}
-	if _, err := hex.DecodeString(sum); err != nil {
-		return nil, "", "", fmt.Errorf("image checksum %q is not a hex digest: %w", opts.Checksum, err)
+	// Ironic's format, read as the site cache reads it; the policy is
+	// the ramdisk's own: sha256 or sha512 only.
+	c, err := imagechecksum.ParseDigest(opts.Checksum, opts.ChecksumAlgo)
+	if err != nil {
+		return nil, "", "", err
 	}
-	if algo == "" {
-		switch len(sum) {
-		case 64:
-			algo = "sha256"
-		case 128:
-			algo = "sha512"
-		case 32:
-			return nil, "", "", fmt.Errorf("image checksum %q looks like md5, which is not supported; give a sha256 or sha512 digest", opts.Checksum)
-		default:
-			return nil, "", "", fmt.Errorf("image checksum %q has %d hex digits; want 64 (sha256) or 128 (sha512)", opts.Checksum, len(sum))
-		}
+	switch c.Algo {
+	case imagechecksum.SHA256:
+		return sha256.New(), c.Algo, c.Hex, nil
+	case imagechecksum.SHA512:
+		return sha512.New(), c.Algo, c.Hex, nil
+	case imagechecksum.MD5:
+		return nil, "", "", fmt.Errorf("image checksum %q is md5, which is not supported; give a sha256 or sha512 digest", opts.Checksum)
 	}
-	var h hash.Hash
-	switch algo {
-	case "sha256":
-		h = sha256.New()
-	case "sha512":
-		h = sha512.New()
-	default:
-		return nil, "", "", fmt.Errorf("checksum algorithm %q is not supported; use sha256 or sha512", algo)
-	}
-	if len(sum) != h.Size()*2 {
-		return nil, "", "", fmt.Errorf("image checksum %q has %d hex digits, but %s has %d", opts.Checksum, len(sum), algo, h.Size()*2)
-	}
-	return h, algo, sum, nil
+	return nil, "", "", fmt.Errorf("checksum algorithm %q is not supported; use sha256 or sha512", c.Algo)
 }
 
 // asyncHash feeds a hash from a goroutine of its own: Write copies the

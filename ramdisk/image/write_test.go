@@ -137,7 +137,7 @@ func TestWrite(t *testing.T) {
 			wantErr: "expected sha256 " + sha256hex(img) + ", actual sha256 " + sha256hex(gz)},
 		{name: "no checksum", url: srv.URL + "/ok/img.raw", wantErr: "no image checksum given"},
 		{name: "md5 refused", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: strings.Repeat("a", 32)}, wantErr: "md5"},
-		{name: "algo/length disagree", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), ChecksumAlgo: "sha512"}, wantErr: "sha512 has 128"},
+		{name: "algo/length disagree", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), ChecksumAlgo: "sha512"}, wantErr: "is not a sha512 digest: want 128 hex digits"},
 		{name: "404", url: srv.URL + "/ok/missing", opts: Options{Checksum: sha256hex(img)}, wantErr: "404 Not Found"},
 		{name: "connection cut (content-length)", url: srv.URL + "/cut/img.raw", opts: Options{Checksum: sha256hex(img)}, wantErr: "unexpected EOF"},
 		{name: "connection cut (chunked raw)", url: srv.URL + "/cutchunked/img.raw", opts: Options{Checksum: sha256hex(img)}, wantErr: "unexpected EOF"},

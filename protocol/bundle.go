@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 )
 
 // A bundle carries several messages of one site across the WAN in one
@@ -115,13 +116,25 @@ func EncodeBundle(site string, records []BundleRecord, level int) ([]byte, error
 	if raw.Len() > MaxBundleBytes {
 		return nil, fmt.Errorf("bundle of %d bytes is larger than the limit of %d", raw.Len(), MaxBundleBytes)
 	}
+	if level < flate.HuffmanOnly || level > flate.BestCompression {
+		return nil, fmt.Errorf("compression level %d is not a compress/flate level", level)
+	}
 	var out bytes.Buffer
 	out.Grow(raw.Len()/3 + 64)
 	out.Write(BundleMagic[:])
-	w, err := flate.NewWriterDict(&out, level, []byte(BundleDictionary))
-	if err != nil {
-		return nil, err
+	// A compressor is hundreds of KiB of tables: one per bundle would
+	// keep the garbage collector busy on a coordinator of many sites.
+	pool := &writers[level-flate.HuffmanOnly]
+	w, _ := pool.Get().(*flate.Writer)
+	if w == nil {
+		var err error
+		if w, err = flate.NewWriterDict(&out, level, []byte(BundleDictionary)); err != nil {
+			return nil, err
+		}
+	} else {
+		w.Reset(&out) // keeps the level and the dictionary
 	}
+	defer pool.Put(w)
 	if _, err := w.Write(raw.Bytes()); err != nil {
 		return nil, err
 	}
@@ -130,6 +143,13 @@ func EncodeBundle(site string, records []BundleRecord, level int) ([]byte, error
 	}
 	return out.Bytes(), nil
 }
+
+// writers pools compressors by level (flate.HuffmanOnly … BestCompression),
+// readers the decompressors; all with BundleDictionary.
+var (
+	writers [flate.BestCompression - flate.HuffmanOnly + 1]sync.Pool
+	readers sync.Pool
+)
 
 // DecodeBundle unpacks a bundle that came on site's topic. It reads at
 // most MaxBundleBytes of decompressed data and MaxBundleRecords records,
@@ -147,8 +167,16 @@ func DecodeBundle(site string, b []byte) ([]BundleRecord, error) {
 	if b[1] != BundleMagic[1] {
 		return nil, fmt.Errorf("bundle format %d is not supported (this program speaks %d): update the older of the edge agent and the coordinator", b[1], BundleMagic[1])
 	}
-	fr := flate.NewReaderDict(bytes.NewReader(b[2:]), []byte(BundleDictionary))
-	defer fr.Close()
+	var fr io.ReadCloser
+	if r, ok := readers.Get().(io.ReadCloser); ok {
+		if err := r.(flate.Resetter).Reset(bytes.NewReader(b[2:]), []byte(BundleDictionary)); err != nil {
+			return nil, fmt.Errorf("bundle does not decompress: %v", err)
+		}
+		fr = r
+	} else {
+		fr = flate.NewReaderDict(bytes.NewReader(b[2:]), []byte(BundleDictionary))
+	}
+	defer readers.Put(fr)
 	raw, err := io.ReadAll(io.LimitReader(fr, MaxBundleBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("bundle does not decompress: %v", err)

@@ -70,15 +70,16 @@ func (e *Engine) publisher(q sendQueue) {
 	var batch []fsm.Outgoing
 	for {
 		batch = batch[:0]
+		urgent := false
 		select {
 		case o := <-q.urgent:
-			batch = append(batch, o)
+			batch, urgent = append(batch, o), true
 		default:
 			select {
 			case <-e.stopped:
 				return
 			case o := <-q.urgent:
-				batch = append(batch, o)
+				batch, urgent = append(batch, o), true
 			case o := <-q.normal:
 				batch = append(batch, o)
 			}
@@ -86,27 +87,47 @@ func (e *Engine) publisher(q sendQueue) {
 		// What follows within publishGather goes in the same bundles:
 		// a batch's answers to one bundle of results come in a few
 		// batches, and on a lossy WAN every extra packet in a round of
-		// exchanges is one more chance of a retransmission stall.
-		gather := time.NewTimer(publishGather)
+		// exchanges is one more chance of a retransmission stall. A
+		// verb's first command (urgent: an operator waits) does not
+		// wait; it takes what is queued already.
+		var gather <-chan time.Time
+		var timer *time.Timer
+		if !urgent && len(q.urgent) == 0 {
+			timer = time.NewTimer(publishGather)
+			gather = timer.C
+		}
 	drain:
 		for len(batch) < maxOut {
 			select {
 			case o := <-q.urgent:
-				batch = append(batch, o)
+				// An urgent message ends the gathering.
+				batch, gather = append(batch, o), nil
+				continue
 			default:
+			}
+			if gather == nil {
 				select {
-				case o := <-q.urgent:
-					batch = append(batch, o)
 				case o := <-q.normal:
 					batch = append(batch, o)
-				case <-gather.C:
-					break drain
-				case <-e.stopped:
+				default:
 					break drain
 				}
+				continue
+			}
+			select {
+			case o := <-q.urgent:
+				batch, gather = append(batch, o), nil
+			case o := <-q.normal:
+				batch = append(batch, o)
+			case <-gather:
+				break drain
+			case <-e.stopped:
+				break drain
 			}
 		}
-		gather.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
 		e.publishBatch(batch)
 	}
 }

@@ -153,6 +153,20 @@ type observer struct {
 }
 
 func (ob *observer) handle(topic string, payload []byte) {
+	if protocol.IsBundle(payload) {
+		// The site's commands, bundled (docs/protocol.md, "Bundles"):
+		// each counts as it would on its own.
+		site, _, _, _ := protocol.ParseTopic(topic)
+		recs, err := protocol.DecodeBundle(site, payload)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: observer: a bundle on %s does not decode: %v\n", topic, err)
+			return
+		}
+		for _, r := range recs {
+			ob.handle(r.Topic, r.Payload)
+		}
+		return
+	}
 	var m struct {
 		Kind   string    `json:"kind"`
 		Node   string    `json:"node"`

@@ -128,7 +128,10 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 			m.ensureWorking(n, now, out)
 			m.sendOOB(n, protocol.ActionOOBStep, nil, &s, now, out)
 			if run := m.oobRun(n); len(run) > 1 {
+				// Each step keeps the time it would have had alone.
 				n.Pending.Msg.Steps = run
+				n.Pending.Msg.Deadline = now.Add(m.commandSpan(n))
+				n.Deadline = n.Pending.Msg.Deadline
 			}
 			return
 		default:
@@ -136,6 +139,15 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 			return
 		}
 	}
+}
+
+// commandSpan is the time the node's outstanding out-of-band command has:
+// CommandTimeout, for each step of a run.
+func (m *Machine) commandSpan(n *Node) time.Duration {
+	if n.Pending != nil && n.Pending.Msg != nil && len(n.Pending.Msg.Steps) > 1 {
+		return time.Duration(len(n.Pending.Msg.Steps)) * m.cfg.CommandTimeout
+	}
+	return m.cfg.CommandTimeout
 }
 
 // oobRun is the run of consecutive out-of-band steps from the plan's

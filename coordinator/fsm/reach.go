@@ -35,7 +35,7 @@ func (m *Machine) SiteReturned(n *Node, since, now time.Time) Output {
 	if n.Deadline.IsZero() {
 		return out
 	}
-	timeout := m.cfg.CommandTimeout
+	timeout := m.commandSpan(n)
 	if IsWait(n.ProvisionState) {
 		timeout = m.cfg.WaitTimeout
 	}

@@ -36,7 +36,7 @@ func (m *Machine) Tick(n *Node, now time.Time, siteOnline bool) Output {
 			n.Ident(), n.ProvisionState, m.cfg.WaitTimeout))
 	case n.Pending != nil && a != nil:
 		m.fail(n, now, &out, fmt.Sprintf("%s on node %s got no result from the edge agent of site %s within %s",
-			describe(n, a), n.Ident(), n.Site, m.cfg.CommandTimeout))
+			describe(n, a), n.Ident(), n.Site, m.commandSpan(n)))
 	}
 	return out
 }

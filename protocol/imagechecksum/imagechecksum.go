@@ -137,10 +137,15 @@ func parseURL(s string) (Checksum, error) {
 	}
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "http" && scheme != "https" {
-		return Checksum{}, fmt.Errorf("image_checksum %s is a %s URL; a checksum file must be fetched over http:// or https://, or give the digest itself (ALGO:HEX)", quote(RedactURL(s)), quote(u.Scheme))
+		// Only the scheme: the rest of a URL of another kind is not
+		// parsed as host and userinfo, and may hold a password all the
+		// same (found by FuzzParse: "a:///:pw@").
+		return Checksum{}, fmt.Errorf("image_checksum is a %s URL; a checksum file must be fetched over http:// or https://, or give the digest itself (ALGO:HEX)", quote(u.Scheme))
 	}
 	if u.Host == "" {
-		return Checksum{}, fmt.Errorf("image_checksum %s names no host; give the full http(s) URL of the checksum file", quote(RedactURL(s)))
+		// Not quoted: without a host, what would be user:password@host
+		// is in the path (http:///user:pw@host).
+		return Checksum{}, fmt.Errorf("image_checksum, a %s URL, names no host; give the full http(s) URL of the checksum file", scheme)
 	}
 	return Checksum{URL: s}, nil
 }

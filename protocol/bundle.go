@@ -39,10 +39,6 @@ const MaxBundleRecords = 4096
 // every broker that takes the largest message.
 const MaxBundleBytes = MaxMessageBytes
 
-// BundleRecordOverhead is the most a record adds to its message's size
-// (its lengths and its topic below the site).
-const BundleRecordOverhead = 2*binary.MaxVarintLen32 + 96
-
 // BundleDictionary primes the compressor with what every bundle repeats.
 // It is part of the wire format of bundle version 1: never change it
 // without a new BundleMagic version.

@@ -143,17 +143,8 @@ func kill9Rig(t *testing.T) (bin, dataDir, api, mqtt string, coord *proc, cl *te
 func onceInHistory(t *testing.T, cl *testrig.Client, ids []string, what string, match func(event string) bool) {
 	t.Helper()
 	for _, id := range ids {
-		var h struct {
-			History []struct {
-				Event    string `json:"event"`
-				Severity string `json:"severity"`
-			} `json:"history"`
-		}
-		if code := cl.Do("GET", "/v1/nodes/"+id+"/history", nil, &h); code != 200 {
-			t.Fatalf("history of %s: %d", id, code)
-		}
 		done, events := 0, []string{}
-		for _, e := range h.History {
+		for _, e := range historyOf(t, cl, id) {
 			events = append(events, e.Severity+" "+e.Event)
 			if match(e.Event) {
 				done++

@@ -153,18 +153,9 @@ func (s *wanSite) verbAll(t *testing.T, ids []string, target, want string, extra
 func (s *wanSite) checkHistory(t *testing.T, ids []string, want map[string]int) {
 	t.Helper()
 	for _, id := range ids {
-		var h struct {
-			History []struct {
-				Event    string `json:"event"`
-				Severity string `json:"severity"`
-			} `json:"history"`
-		}
-		if code := s.cl.Do("GET", "/v1/nodes/"+id+"/history", nil, &h); code != 200 {
-			t.Fatalf("history of %s: %d", id, code)
-		}
 		got := map[string]int{}
 		var lines []string
-		for _, e := range h.History {
+		for _, e := range historyOf(t, s.cl, id) {
 			lines = append(lines, e.Severity+" "+e.Event)
 			if e.Severity == "ERROR" || strings.Contains(strings.ToLower(e.Event), "timeout") {
 				t.Errorf("node %s: %s %s", id, e.Severity, e.Event)
@@ -181,6 +172,24 @@ func (s *wanSite) checkHistory(t *testing.T, ids []string, want map[string]int) 
 			}
 		}
 	}
+}
+
+// historyEntry is one entry of a node's history, as the API shows it.
+type historyEntry struct {
+	Event    string `json:"event"`
+	Severity string `json:"severity"`
+}
+
+// historyOf reads a node's history through the API.
+func historyOf(t *testing.T, cl *testrig.Client, id string) []historyEntry {
+	t.Helper()
+	var h struct {
+		History []historyEntry `json:"history"`
+	}
+	if code := cl.Do("GET", "/v1/nodes/"+id+"/history", nil, &h); code != 200 {
+		t.Fatalf("history of %s: %d", id, code)
+	}
+	return h.History
 }
 
 func createNodes(t *testing.T, cl *testrig.Client, n int) []string {

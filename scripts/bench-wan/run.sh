@@ -5,6 +5,9 @@
 # coordinator on the host and the site's edge agent in a network
 # namespace of its own; prints the wall time of each and the WAN bytes per
 # node per cycle (coordinator/server/wan_bench_test.go, TestWANBench).
+# The simulated in-band steps take 30 s and the ramdisk boots in 20 s
+# (BM_BENCH_WAN_STEP, BM_BENCH_WAN_BOOT to change them); a run takes about
+# 8 minutes.
 # Needs root (network namespace, veth, TUN or tc netem); not part of make
 # test. Results: docs/benchmarks.md, "WAN".
 set -euo pipefail

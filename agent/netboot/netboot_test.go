@@ -207,8 +207,8 @@ func TestParseMACs(t *testing.T) {
 // TestHTTPScriptOnlyToTheNode: the script, kernel and initramfs of a boot
 // are served under its random path to the node's MAC only (by the source
 // address's neighbour entry); an unknown path, another MAC or an ended
-// boot get 404; the TFTP server serves the iPXE binaries and nothing
-// else. On loopback (curl, an independent client; the MAC lookup is
+// boot get 404; the TFTP server serves the iPXE binaries, nothing else,
+// and only to a booting node's MAC. On loopback (curl, an independent client; the MAC lookup is
 // replaced).
 func TestHTTPScriptOnlyToTheNode(t *testing.T) {
 	if _, err := os.Stat("/usr/lib/ipxe/" + BIOSBinary); err != nil && os.Getenv("BM_REQUIRE_ALL") != "1" {
@@ -281,8 +281,21 @@ func TestHTTPScriptOnlyToTheNode(t *testing.T) {
 	if _, err := runCurlRaw(tftpURL + "etc/passwd"); err == nil {
 		t.Fatal("tftp served a file that is not an iPXE binary")
 	}
+	// In proxy mode too, the binary goes only to a booting node's MAC.
+	setPeer(mac("52:54:00:00:00:02"))
+	if out, err := runCurlRaw(tftpURL + BIOSBinary); err == nil {
+		t.Fatalf("tftp served %d bytes to a MAC that is not booting", len(out))
+	}
+	setPeer(nil)
+	if out, err := runCurlRaw(tftpURL + BIOSBinary); err == nil {
+		t.Fatalf("tftp served %d bytes to an address with no neighbour entry", len(out))
+	}
+	setPeer(node)
 	s.Disarm("n1")
 	if code, _ := curl(script); code != 404 {
 		t.Fatalf("script after the boot ended: %d", code)
+	}
+	if out, err := runCurlRaw(tftpURL + BIOSBinary); err == nil {
+		t.Fatalf("tftp served %d bytes after the boot ended", len(out))
 	}
 }

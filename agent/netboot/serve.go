@@ -57,16 +57,25 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 		s.log.Debug("network boot TFTP: refused a file that is not an iPXE binary", "remote", remote, "file", name)
 		return fmt.Errorf("no such file")
 	}
-	// In DHCP mode the agent knows who holds each address: only a MAC
-	// being booted gets the binary. In proxy mode the binary (public, as
-	// Debian ships it) goes to whoever asks on the site network.
+	// Only a MAC being booted gets the binary. In DHCP mode the agent
+	// knows who holds each address (its leases); in proxy mode another
+	// server leased it, and the address's neighbour entry says whose it
+	// is, as for the HTTP files.
+	var hw net.HardwareAddr
+	ok := false
 	if s.cfg.Mode == ModeDHCP {
-		mac, ok := s.leases.macOf(rip)
-		hw, err := net.ParseMAC(mac)
-		if !ok || err != nil || s.bootOfMAC(hw) == nil {
-			s.log.Info("network boot TFTP: refused an address that no booting node holds", "remote", remote, "file", name)
-			return fmt.Errorf("not booting")
+		var mac string
+		if mac, ok = s.leases.macOf(rip); ok {
+			var err error
+			hw, err = net.ParseMAC(mac)
+			ok = err == nil
 		}
+	} else {
+		hw, ok = s.cfg.macOf(rip)
+	}
+	if !ok || s.bootOfMAC(hw) == nil {
+		s.log.Info("network boot TFTP: refused an address that no booting node holds", "remote", remote, "file", name, "mac", hw.String())
+		return fmt.Errorf("not booting")
 	}
 	select {
 	case slots <- struct{}{}:

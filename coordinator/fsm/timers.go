@@ -17,16 +17,20 @@ func (m *Machine) Tick(n *Node, now time.Time, siteOnline bool) Output {
 	if n.Op == nil || (n.Maintenance && IsWait(n.ProvisionState)) {
 		return out
 	}
-	if p := n.Pending; p != nil && !p.Accepted && now.Sub(p.LastSent) >= m.cfg.ResendInterval && siteOnline {
+	a := m.current(n)
+	expired := !n.Deadline.IsZero() && now.After(n.Deadline) && siteOnline &&
+		(IsWait(n.ProvisionState) || (n.Pending != nil && a != nil))
+	// A command is not sent again by the tick that fails its node: the
+	// site would run it for an operation that has ended.
+	if p := n.Pending; p != nil && !p.Accepted && now.Sub(p.LastSent) >= m.cfg.ResendInterval && siteOnline && !expired {
 		p.LastSent = now
 		p.Attempts++
 		out.Send = append(out.Send, Outgoing{Topic: p.Topic, Msg: p.Msg})
 		out.Changed = true
 	}
-	if n.Deadline.IsZero() || !now.After(n.Deadline) || !siteOnline {
+	if !expired {
 		return out
 	}
-	a := m.current(n)
 	switch {
 	case IsWait(n.ProvisionState) && a != nil && a.Kind == ActStep:
 		m.fail(n, now, &out, fmt.Sprintf("Timeout reached while waiting for the ramdisk of node %s in state %q: no heartbeat for %s during %s",

@@ -289,6 +289,17 @@ func TestBaremetalCLI(t *testing.T) {
 	// deploy: deploying → wait call-back → active. While the CLI waits, a
 	// filtered list (ironicclient asks /v1/nodes/?provision_state=...)
 	// and the instance_info set above.
+	// An md5 checksum (a bare digest of 32 hex digits, as older Ironic
+	// examples give) is refused before anything boots: the ramdisk
+	// verifies sha256 or sha512 only.
+	if r := bm.run("node", "deploy", "bm1"); r.code == 0 || !strings.Contains(r.stderr, "image checksum is md5") || !strings.Contains(r.stderr, "sha256:HEX") {
+		t.Errorf("deploy with an md5 checksum: exit %d, stderr %q; want a refusal naming md5 and what to give", r.code, r.stderr)
+	}
+	if st := api.Get(id).State; st != "available" {
+		t.Fatalf("after the refused deploy the node is %q, want available", st)
+	}
+	sha := strings.Repeat("0123456789abcdef", 4)
+	bm.ok("node", "set", "bm1", "--instance-info", "image_checksum=sha256:"+sha)
 	parallel(t, func() {
 		bm.ok("node", "deploy", "bm1", "--wait", "60")
 	}, func() {

@@ -457,7 +457,7 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 	if !unset {
 		cc.Long = "Changes the node with a JSON patch; with --maintenance it pauses the node, mid-operation too,\nuntil 'node unset NODE --maintenance'. Values that look like integers, booleans or JSON\nbecome those types."
 		cc.Example = "  coordinator node set n1 --instance-info image_source=http://images.example/ubuntu-24.04.raw \\\n" +
-			"      --instance-info image_checksum=sha256:6f1ed002ab5595859014ebf0951522d9\n" +
+			"      --instance-info image_checksum=sha256:6f1ed002ab5595859014ebf0951522d92f5b8e0d3c7a19e46b0d2c8f1a3e5b7d\n" +
 			"  coordinator node set n3 --retired --retired-reason \"warranty ended\"\n" +
 			"  coordinator node set n2 --maintenance --reason \"checking cables\""
 		fs.StringVar(&name, "name", "", "new `NAME`")

@@ -36,7 +36,7 @@ the deploys of a maintenance window start from the site's disk instead of the WA
 The agent must run with --image-cache-dir and --image-cache-listen (docs/imagecache.md).
 
 IMAGE_URL and --checksum are what the nodes will deploy: their instance_info
-image_source and image_checksum (sha256:HEX, sha512:HEX or md5:HEX). The cache keeps
+image_source and image_checksum (sha256:HEX or sha512:HEX). The cache keeps
 an image only once its checksum matched, and keys it by URL and checksum, so a deploy
 finds it only when both are the same.
 
@@ -99,7 +99,7 @@ command again for an image already cached answers at once.`,
 			return nil
 		},
 	}, false)
-	cc.Flags().StringVar(&checksum, "checksum", "", "the image's checksum, `ALGO:HEX` (sha256, sha512 or md5), as in its instance_info image_checksum (required)")
+	cc.Flags().StringVar(&checksum, "checksum", "", "the image's checksum, `ALGO:HEX` (sha256 or sha512), as in its instance_info image_checksum (required)")
 	cc.Flags().BoolVar(&wait, "wait", false, "wait until the site has the image, and say how it ended")
 	cc.Flags().DurationVar(&timeout, "timeout", 2*time.Hour, "with --wait: how long to wait (the download goes on after)")
 	return cc

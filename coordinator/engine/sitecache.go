@@ -156,7 +156,7 @@ func checkImageURL(u string) error {
 }
 
 // normalChecksum checks an image checksum as the site cache takes it
-// (ALGO:HEX, or HEX of md5, sha256 or sha512 by its length) and returns
+// for a deploy (ALGO:HEX, or HEX of sha256 or sha512 by its length) and returns
 // it as ALGO:HEX.
 func normalChecksum(s string) (string, error) {
 	if strings.TrimSpace(s) == "" {
@@ -167,10 +167,13 @@ func normalChecksum(s string) (string, error) {
 		return "", errorf(Invalid, "%v", err)
 	}
 	switch c.Algo {
-	case imagechecksum.MD5, imagechecksum.SHA256, imagechecksum.SHA512:
+	case imagechecksum.SHA256, imagechecksum.SHA512:
 		return c.String(), nil
 	}
-	return "", errorf(Invalid, "image checksum %q is %s, which the site cache does not take: give sha256:HEX (64 hex digits), sha512:HEX (128) or md5:HEX (32)", s, c.Algo)
+	// md5 too: the cache would take it, but a deploy of it is refused
+	// (the ramdisk verifies sha256 or sha512 only), so it would be a WAN
+	// download for nothing.
+	return "", errorf(Invalid, "image checksum %q is %s, which a deploy does not take (the ramdisk verifies sha256 or sha512 only): give sha256:HEX (64 hex digits) or sha512:HEX (128)", s, c.Algo)
 }
 
 // redactURL leaves out a URL's query string (often a signature) and password.

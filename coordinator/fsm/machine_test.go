@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -591,5 +592,57 @@ func TestValidate(t *testing.T) {
 	}
 	if _, r := m.Verb(&Node{UUID: "u3", Name: "n3", Driver: "redfish", ProvisionState: Manageable}, VerbRequest{Verb: Inspect}, time.Unix(0, 0)); r != nil {
 		t.Errorf("inspect of a redfish node refused: %+v", r)
+	}
+}
+
+// TestDeployChecksumRefused: a deploy or rebuild whose image checksum the
+// ramdisk would refuse (md5, sha384, one that does not parse) is refused
+// with the reason and what to give, and the node is untouched; node
+// validate says the same. No checksum, a sha256 or sha512 digest, and a
+// checksum file URL go on.
+func TestDeployChecksumRefused(t *testing.T) {
+	sha256 := strings.Repeat("ab", 32)
+	for _, c := range []struct {
+		ii   map[string]any
+		want string // "" when the deploy starts
+	}{
+		{map[string]any{}, ""},
+		{map[string]any{"image_checksum": sha256}, ""},
+		{map[string]any{"image_checksum": "sha512:" + strings.Repeat("cd", 64)}, ""},
+		{map[string]any{"image_checksum": "https://images.example/SHA256SUMS"}, ""},
+		{map[string]any{"image_os_hash_algo": "sha256", "image_os_hash_value": sha256, "image_checksum": strings.Repeat("0", 32)}, ""},
+		{map[string]any{"image_checksum": strings.Repeat("0", 32)}, "image checksum is md5"},
+		{map[string]any{"image_checksum": "md5:" + strings.Repeat("0", 32)}, "image checksum is md5"},
+		{map[string]any{"image_os_hash_algo": "md5", "image_os_hash_value": strings.Repeat("0", 32)}, "image checksum is md5"},
+		{map[string]any{"image_checksum": "sha384:" + strings.Repeat("0", 96)}, "image checksum is sha384"},
+		{map[string]any{"image_checksum": "sha256:" + strings.Repeat("0", 32)}, "not a sha256 digest"},
+	} {
+		w := newWorld(t)
+		w.n.ProvisionState = Available
+		w.n.InstanceInfo = map[string]any{"image_source": "http://i/img.raw"}
+		maps.Copy(w.n.InstanceInfo, c.ii)
+		v := w.m.Validate(w.n)
+		out, r := w.m.Verb(w.n, VerbRequest{Verb: Deploy}, w.now)
+		if c.want == "" {
+			if r != nil || w.n.ProvisionState != Deploying || !out.Changed {
+				t.Errorf("%v: refused %v, state %q; want the deploy started", c.ii, r, w.n.ProvisionState)
+			}
+			if res := v["deploy"].Result; res == nil || !*res {
+				t.Errorf("%v: validate deploy %+v, want true", c.ii, v["deploy"])
+			}
+			continue
+		}
+		if r == nil || r.httpCode() != 400 || !strings.Contains(r.Msg, c.want) || !strings.Contains(r.Msg, "n1") {
+			t.Errorf("%v: refusal %+v, want 400 with %q", c.ii, r, c.want)
+		}
+		if c.want != "not a sha256 digest" && (r == nil || !strings.Contains(r.Msg, "sha256:HEX")) {
+			t.Errorf("%v: refusal %+v does not say what to give", c.ii, r)
+		}
+		if w.n.ProvisionState != Available || w.n.Op != nil || out.Changed {
+			t.Errorf("%v: refused deploy changed the node: state %q", c.ii, w.n.ProvisionState)
+		}
+		if res := v["deploy"].Result; res == nil || *res || !strings.Contains(v["deploy"].Reason, c.want) {
+			t.Errorf("%v: validate deploy %+v, want false with %q", c.ii, v["deploy"], c.want)
+		}
 	}
 }

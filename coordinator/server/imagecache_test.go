@@ -281,6 +281,12 @@ func TestImageCache(t *testing.T) {
 			t.Errorf("%v: %d", body, code)
 		}
 	}
+	// md5 the cache could verify, but no deploy takes it: refused, saying
+	// what to give.
+	if code := cl.Do("POST", "/v1/sites/site1/cache", map[string]string{"url": url, "checksum": "md5:" + strings.Repeat("0", 32)}, &e); code != 400 ||
+		!strings.Contains(fmt.Sprint(e), "md5") || !strings.Contains(fmt.Sprint(e), "sha256:HEX") {
+		t.Errorf("pre-seed with md5: %d %v", code, e)
+	}
 
 	// A wrong checksum: every deploy fails, saying why, and the cache of
 	// the site keeps nothing.

@@ -148,8 +148,9 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 		fmt.Fprintln(os.Stderr, "error: qemu-dev needs both --qemu-kernel and --qemu-initrd (make ramdisk builds them under build/ramdisk)")
 		os.Exit(2)
 	}
-	if *rISO == "" && (*rListen != "" || *rBroker != "" || *rURL != "" || *rParams != "") {
-		fmt.Fprintln(os.Stderr, "error: --media-listen, --media-url, --ramdisk-broker-url and --ramdisk-params go with --ramdisk-iso (make ramdisk builds build/ramdisk/bmramdisk.iso)")
+	nb := netboot()
+	if msg := ramdiskFlagsError(*rISO, *rListen, *rURL, *rBroker, *rParams, nb.Interface != ""); msg != "" {
+		fmt.Fprintln(os.Stderr, "error: "+msg)
 		os.Exit(2)
 	}
 	if *metricsAny && *metricsListen == "" {
@@ -171,7 +172,7 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 		MetricsListen: *metricsListen, MetricsListenAny: *metricsAny, StateDir: *stateDir, OutboxLimit: *outboxLimit,
 		QEMU:       agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
 		Ramdisk:    agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams},
-		Netboot:    netboot(),
+		Netboot:    nb,
 		Cache:      cache(),
 		SiteBroker: sb, HeartbeatSummary: summary,
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
@@ -181,4 +182,17 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
+}
+
+// ramdiskFlagsError says what is wrong with the flags of the ramdisk boots
+// ("" when nothing): the media server's flags go with the ISO; the
+// ramdisks' broker and parameters with either way of booting them.
+func ramdiskFlagsError(iso, mediaListen, mediaURL, broker, params string, netboot bool) string {
+	if iso == "" && (mediaListen != "" || mediaURL != "") {
+		return "--media-listen and --media-url go with --ramdisk-iso (make ramdisk builds build/ramdisk/bmramdisk.iso)"
+	}
+	if iso == "" && !netboot && (broker != "" || params != "") {
+		return "--ramdisk-broker-url and --ramdisk-params are for the ramdisks this agent boots: they go with --ramdisk-iso (virtual media) or --netboot-interface (network boot)"
+	}
+	return ""
 }

@@ -84,6 +84,8 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("POST /v1/sites", s.createSite)
 	m.HandleFunc("GET /v1/sites", s.listSites)
 	m.HandleFunc("POST /v1/sites/{name}/cache", s.cacheImage)
+	m.HandleFunc("POST /v1/sites/{name}/credentials", s.rotateSite)
+	m.HandleFunc("DELETE /v1/sites/{name}", s.deleteSite)
 	m.HandleFunc("/", s.notFound)
 	return s
 }

@@ -396,6 +396,28 @@ func (s *Server) createSite(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 201, map[string]any{"site": body.Name, "username": user, "password": pass, "broker_url": s.BrokerURL})
 }
 
+// rotateSite is POST /v1/sites/{name}/credentials: a new credential for
+// the site's edge agent, answered as createSite answers (shown once); the
+// old one stops working at once.
+func (s *Server) rotateSite(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	user, pass, err := s.e.RotateSite(name)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, 200, map[string]any{"site": name, "username": user, "password": pass, "broker_url": s.BrokerURL})
+}
+
+// deleteSite is DELETE /v1/sites/{name}: only a site without nodes.
+func (s *Server) deleteSite(w http.ResponseWriter, r *http.Request) {
+	if err := s.e.DeleteSite(r.PathValue("name")); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 func (s *Server) listSites(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"sites": s.e.Sites()})
 }

@@ -3,7 +3,9 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 )
@@ -45,8 +47,7 @@ username, password and broker URL. The password is shown only there.`,
 			if _, _, err := cl.do("POST", "/v1/sites", map[string]string{"name": a[0]}, &resp); err != nil {
 				return err
 			}
-			b, _ := json.MarshalIndent(resp, "", "  ")
-			if err := os.WriteFile(file, append(b, '\n'), 0o600); err != nil {
+			if err := writeSiteCreds(file, resp); err != nil {
 				return fmt.Errorf("site %s was registered but its credentials could not be written: %v", a[0], err)
 			}
 			fmt.Fprintf(c.out, "site %s registered; edge agent credentials written to %s\n", a[0], file)
@@ -55,6 +56,65 @@ username, password and broker URL. The password is shown only there.`,
 	}, false)
 	add.Flags().StringVar(&file, "credentials-file", "", "`FILE` to write the edge agent's credentials to (required)")
 	_ = add.MarkFlagFilename("credentials-file", "json")
+
+	var rotFile string
+	rotate := clientCmd(&cobra.Command{
+		Use:   "rotate NAME --credentials-file FILE",
+		Short: "Give a site's edge agent a new credential; the old one stops working at once",
+		Long: `Replaces the MQTT credential of a site's edge agent, for a credentials file that
+leaked or an edge machine that was replaced. The new credentials file is written
+(mode 0600) as 'site add' writes it; the password is shown only there.
+
+The old credential stops working at once: the coordinator's broker refuses it at the
+next connect, publish or delivery, and closes the connections that used it. Until the
+edge agent is restarted with the new file, the site is unreachable: its nodes do not
+time out, and its results wait in the agent's outbox. With an external broker the
+coordinator cannot close its connections; that broker's own authentication decides.`,
+		Example: "  coordinator site rotate site1 --credentials-file site1.json\n  (copy site1.json to the edge machine, then restart its agent with it)",
+		Args:    args("NAME"),
+		RunE: func(_ *cobra.Command, a []string) error {
+			if rotFile == "" {
+				return usagef("site rotate needs --credentials-file FILE, where the edge agent's new credentials are written")
+			}
+			cl, err := c.apiClient()
+			if err != nil {
+				return err
+			}
+			var resp map[string]any
+			if _, _, err := cl.do("POST", "/v1/sites/"+url.PathEscape(a[0])+"/credentials", nil, &resp); err != nil {
+				return err
+			}
+			if err := writeSiteCreds(rotFile, resp); err != nil {
+				return fmt.Errorf("site %s has a new credential, but it could not be written (run site rotate again; the old one no longer works): %v", a[0], err)
+			}
+			fmt.Fprintf(c.out, "site %s has a new credential, written to %s; the old one no longer works\n", a[0], rotFile)
+			return nil
+		},
+	}, false)
+	rotate.Flags().StringVar(&rotFile, "credentials-file", "", "`FILE` to write the edge agent's new credentials to (required)")
+	_ = rotate.MarkFlagFilename("credentials-file", "json")
+
+	del := clientCmd(&cobra.Command{
+		Use:   "delete NAME",
+		Short: "Remove a site that has no nodes; its edge agent's credential stops working",
+		Long: `Removes a site: its edge agent's credential stops working at once (its connections
+to the coordinator's broker are closed) and what the coordinator knew of its
+reachability is forgotten. A site that still has nodes is refused: delete them, or
+move them to another site with 'node set NODE --conductor-group SITE', first.`,
+		Example: "  coordinator site delete site1",
+		Args:    args("NAME"),
+		RunE: func(_ *cobra.Command, a []string) error {
+			cl, err := c.apiClient()
+			if err != nil {
+				return err
+			}
+			if _, _, err := cl.do("DELETE", "/v1/sites/"+url.PathEscape(a[0]), nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.out, "site %s deleted\n", a[0])
+			return nil
+		},
+	}, false)
 
 	list := clientCmd(&cobra.Command{
 		Use:   "list",
@@ -84,6 +144,30 @@ its edge agent connects again. --column created_at adds when it was registered.`
 			return c.table(resp.Sites, []string{"name", "online", "last_seen", "offline_since", "queued", "nodes"})
 		},
 	}, true)
-	return c.groupCmd("site", "Register and list sites (one edge agent each)",
-		"A site is one edge agent and the nodes it drives; a node's site is its conductor_group.", add, list, c.siteCacheCmd())
+	return c.groupCmd("site", "Register, list, re-key and remove sites (one edge agent each)",
+		"A site is one edge agent and the nodes it drives; a node's site is its conductor_group.", add, list, rotate, del, c.siteCacheCmd())
+}
+
+// writeSiteCreds writes the edge agent's credentials file, mode 0600: to
+// a new file renamed over FILE, so that an existing FILE's wider mode is
+// not kept and a failed write leaves the old file whole.
+func writeSiteCreds(file string, creds map[string]any) error {
+	b, _ := json.MarshalIndent(creds, "", "  ")
+	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after the rename, a no-op
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), file)
 }

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -153,7 +154,9 @@ type Engine struct {
 	siteOnline map[string]bool
 	// relaying holds the sites (name → true) whose edge agent said in
 	// its presence that it relays its ramdisks: their messages go bundled.
-	relaying   sync.Map
+	relaying sync.Map
+	// revoker closes the broker connections of a revoked credential.
+	revoker    atomic.Pointer[func(user string) int]
 	phaseCount map[string]int
 
 	secret []byte

@@ -474,6 +474,83 @@ func (e *Engine) AddSite(name string) (user, password string, err error) {
 	return "site:" + name, password, err
 }
 
+// RotateSite gives a registered site a new edge agent credential and
+// returns it; like AddSite's, the password is shown once and only its
+// hash is kept. The old one stops working at once: the embedded broker
+// asks again on every publish and delivery, and the connections that
+// used it are closed (SetRevoker). An edge agent needs the new
+// credentials file to connect again.
+func (e *Engine) RotateSite(name string) (user, password string, err error) {
+	password = randomHex()
+	err = e.do(func(t *tx) error {
+		s, ok := e.sites[name]
+		if !ok {
+			return errorf(NotFound, "site %s could not be found; 'coordinator site list' shows the sites", name)
+		}
+		ns := *s
+		ns.PasswordHash = hashPassword(password)
+		b, _ := json.Marshal(&ns)
+		t.batch.Set(store.SitePrefix+name, b)
+		e.sites[name] = &ns
+		e.sitePass.Store(name, ns.PasswordHash)
+		return nil
+	})
+	if err != nil {
+		return "", "", err
+	}
+	e.revoke("site:" + name)
+	e.log.Info("site credential replaced; connections with the old one closed", "site", name)
+	return "site:" + name, password, nil
+}
+
+// DeleteSite removes a site that has no nodes: its credential stops
+// working at once (its edge agent's connections are closed) and what the
+// coordinator knew of its reachability is forgotten.
+func (e *Engine) DeleteSite(name string) error {
+	err := e.do(func(t *tx) error {
+		if _, ok := e.sites[name]; !ok {
+			return errorf(NotFound, "site %s could not be found; 'coordinator site list' shows the sites", name)
+		}
+		nodes := 0
+		for _, n := range e.nodes {
+			if n.Site == name {
+				nodes++
+			}
+		}
+		if nodes > 0 {
+			return errorf(Conflict, "site %s still has %d node(s); delete them, or move them to another site (node set NODE --conductor-group SITE), first", name, nodes)
+		}
+		delete(e.sites, name)
+		e.sitePass.Delete(name)
+		delete(e.siteOnline, name)
+		delete(e.reach().sites, name)
+		e.relaying.Delete(name)
+		t.batch.Delete(store.SitePrefix + name)
+		t.batch.Delete(store.ReachPrefix + name)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	e.revoke("site:" + name)
+	e.log.Info("site deleted; its edge agent's connections closed", "site", name)
+	return nil
+}
+
+// SetRevoker sets what closes the broker connections of a revoked
+// credential (the embedded broker's Disconnect). Without it (an external
+// broker), a revoked credential still fails at that broker only as its
+// own authentication decides.
+func (e *Engine) SetRevoker(f func(user string) int) { e.revoker.Store(&f) }
+
+func (e *Engine) revoke(user string) {
+	if f := e.revoker.Load(); f != nil {
+		if n := (*f)(user); n > 0 {
+			e.log.Info("connections of a revoked credential closed", "user", user, "connections", n)
+		}
+	}
+}
+
 // SiteInfo is a site as the API shows it.
 type SiteInfo struct {
 	Name   string `json:"name"`

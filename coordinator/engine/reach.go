@@ -160,6 +160,10 @@ func (e *Engine) noteSiteHeard(t *tx, site string) {
 // sitePresence takes a site's presence (its edge agent connected or
 // gone). Runs in the engine's loop.
 func (e *Engine) sitePresence(t *tx, site string, online bool) {
+	if _, ok := e.sites[site]; !ok {
+		// A deleted site's last will, or a retained presence it left.
+		return
+	}
 	r := e.reach().site(site)
 	was := e.siteOnline[site]
 	e.siteOnline[site] = online

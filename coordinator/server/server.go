@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/api"
@@ -70,6 +71,7 @@ type Coordinator struct {
 	http      *http.Server
 	ln        net.Listener
 	cancel    context.CancelFunc
+	closeOnce sync.Once
 }
 
 // Start brings a coordinator up and returns once it serves.
@@ -127,6 +129,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 			return nil, fmt.Errorf("%w; pick another address with --mqtt-listen", err)
 		}
 		c.Broker = b
+		e.SetRevoker(b.Disconnect)
 		c.BrokerURL = scheme + b.Addr
 		pub = b
 	} else {
@@ -222,14 +225,17 @@ func (c *Coordinator) closeParts() {
 	c.Engine.Close()
 }
 
-// Close stops the API, the link, the broker and the engine.
+// Close stops the API, the link, the broker and the engine; it may be
+// called more than once.
 func (c *Coordinator) Close() {
-	if c.http != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_ = c.http.Shutdown(ctx)
-		cancel()
-	}
-	c.closeParts()
+	c.closeOnce.Do(func() {
+		if c.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			_ = c.http.Shutdown(ctx)
+			cancel()
+		}
+		c.closeParts()
+	})
 }
 
 // apiSecurity checks the API's authentication and TLS options and loads

@@ -155,6 +155,21 @@ func (b *Broker) Publish(_ context.Context, topic string, payload []byte, retain
 // subscriber could not keep up.
 func (b *Broker) Dropped() int64 { return b.drop.n.Load() }
 
+// Disconnect closes the connections of every client that connected as
+// user (a credential just revoked), so that they end now rather than at
+// their next publish or delivery, which would be refused anyway. It
+// returns how many it closed.
+func (b *Broker) Disconnect(user string) int {
+	n := 0
+	for _, cl := range b.srv.Clients.GetAll() {
+		if !cl.Net.Inline && string(cl.Properties.Username) == user && !cl.Closed() {
+			cl.Stop(errors.New("credential revoked"))
+			n++
+		}
+	}
+	return n
+}
+
 // Close stops the broker and drops every connection.
 func (b *Broker) Close() error { return b.srv.Close() }
 

@@ -382,7 +382,7 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 		verbName, short = "unset", "Remove a node's fields, bring it back from retirement or out of maintenance"
 	}
 	var retired, maint bool
-	var name, retiredReason, reason string
+	var name, retiredReason, reason, site string
 	info, props, inst, extra := kv{}, kv{}, kv{}, kv{}
 	var infoK, propK, instK, extraK list
 	cc := clientCmd(&cobra.Command{
@@ -403,6 +403,9 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 			if !unset {
 				if name != "" {
 					add("replace", "/name", name)
+				}
+				if site != "" {
+					add("replace", "/conductor_group", site)
 				}
 				if retired {
 					add("replace", "/retired", true)
@@ -461,6 +464,7 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 			"  coordinator node set n3 --retired --retired-reason \"warranty ended\"\n" +
 			"  coordinator node set n2 --maintenance --reason \"checking cables\""
 		fs.StringVar(&name, "name", "", "new `NAME`")
+		fs.StringVar(&site, "site", "", "move the node to another registered `SITE` (its conductor_group)")
 		fs.Var(info, "driver-info", "driver_info field (repeatable)")
 		fs.Var(props, "property", "properties field (repeatable)")
 		fs.Var(inst, "instance-info", "instance_info field, e.g. image_source=URL, image_checksum=sha256:HEX (repeatable)")

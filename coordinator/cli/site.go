@@ -100,7 +100,7 @@ coordinator cannot close its connections; that broker's own authentication decid
 		Long: `Removes a site: its edge agent's credential stops working at once (its connections
 to the coordinator's broker are closed) and what the coordinator knew of its
 reachability is forgotten. A site that still has nodes is refused: delete them, or
-move them to another site with 'node set NODE --conductor-group SITE', first.`,
+move them to another site with 'node set NODE --site SITE', first.`,
 		Example: "  coordinator site delete site1",
 		Args:    args("NAME"),
 		RunE: func(_ *cobra.Command, a []string) error {

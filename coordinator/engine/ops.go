@@ -518,7 +518,7 @@ func (e *Engine) DeleteSite(name string) error {
 			}
 		}
 		if nodes > 0 {
-			return errorf(Conflict, "site %s still has %d node(s); delete them, or move them to another site (node set NODE --conductor-group SITE), first", name, nodes)
+			return errorf(Conflict, "site %s still has %d node(s); delete them, or move them to another site (coordinator node set NODE --site SITE, or baremetal node set NODE --conductor-group SITE), first", name, nodes)
 		}
 		delete(e.sites, name)
 		e.sitePass.Delete(name)

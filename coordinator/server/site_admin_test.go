@@ -224,4 +224,18 @@ func TestSiteRotateAndDelete(t *testing.T) {
 	if rc := cli.Main([]string{"--url", "http://" + c.APIAddr, "site", "delete", "site1"}, nil, &out, &errb); rc == 0 || !strings.Contains(errb.String(), "still has 1 node") {
 		t.Errorf("site delete of a site with a node: exit %d, err %q", rc, errb.String())
 	}
+	// As the refusal says: the node moved to another site, the site goes.
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site4"}, nil); code != 201 {
+		t.Fatalf("site add site4: %d", code)
+	}
+	errb.Reset()
+	if rc := cli.Main([]string{"--url", "http://" + c.APIAddr, "node", "set", "n1", "--site", "site4"}, nil, &out, &errb); rc != 0 {
+		t.Fatalf("node set --site: exit %d, err %q", rc, errb.String())
+	}
+	if n := cl.Get(id); n.ConductorGroup != "site4" {
+		t.Fatalf("node after node set --site site4: conductor_group %q", n.ConductorGroup)
+	}
+	if rc := cli.Main([]string{"--url", "http://" + c.APIAddr, "site", "delete", "site1"}, nil, &out, &errb); rc != 0 {
+		t.Errorf("site delete once its node moved: exit %d, err %q", rc, errb.String())
+	}
 }

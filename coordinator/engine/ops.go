@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -499,6 +500,7 @@ func (e *Engine) RotateSite(name string) (user, password string, err error) {
 		return "", "", err
 	}
 	e.revoke("site:" + name)
+	e.siteGone(name, false)
 	e.log.Info("site credential replaced; connections with the old one closed", "site", name)
 	return "site:" + name, password, nil
 }
@@ -533,6 +535,7 @@ func (e *Engine) DeleteSite(name string) error {
 		return err
 	}
 	e.revoke("site:" + name)
+	e.siteGone(name, true)
 	e.log.Info("site deleted; its edge agent's connections closed", "site", name)
 	return nil
 }
@@ -548,6 +551,26 @@ func (e *Engine) revoke(user string) {
 		if n := (*f)(user); n > 0 {
 			e.log.Info("connections of a revoked credential closed", "user", user, "connections", n)
 		}
+	}
+}
+
+// siteGone says, as the site's retained presence, that its edge agent is
+// offline: the broker drops the last will of a revoked credential, so the
+// coordinator says it, for itself now (its own subscription takes the
+// message) and for after a restart (the retained presence would still say
+// online). A deleted site's retained presence is cleared instead.
+func (e *Engine) siteGone(site string, deleted bool) {
+	if e.pub == nil {
+		return
+	}
+	var b []byte
+	if !deleted {
+		b, _ = protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: false, Sent: time.Now()})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.pub.Publish(ctx, protocol.SitePresenceTopic(site), b, true); err != nil {
+		e.log.Warn("site presence not updated after its credential was revoked", "site", site, "err", err)
 	}
 }
 
@@ -611,6 +634,9 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 	if leaf == "bmc/evt" && protocol.IsBundle(payload) {
 		e.handleBundle(site, payload)
 		return
+	}
+	if leaf == "presence" && len(payload) == 0 {
+		return // a retained presence cleared (a deleted site)
 	}
 	msg, err := protocol.Decode(payload)
 	if err != nil {

@@ -58,7 +58,8 @@ func TestSiteRotateAndDelete(t *testing.T) {
 		cl.WaitState(id, "manageable", 20*time.Second)
 		// An independent client connected with the old credential.
 		host, port := splitAddr(c.BrokerURL)
-		tap := exec.Command(sub, "-V", "mqttv5", "-h", host, "-p", port, "-u", old.Username, "-P", old.Password,
+		// Line-buffered (stdbuf): its debug lines must arrive while it runs.
+		tap := exec.Command("stdbuf", "-oL", sub, "-V", "mqttv5", "-h", host, "-p", port, "-u", old.Username, "-P", old.Password,
 			"-i", "edge-site1.tap", "-t", "bm/v1/site/site1/#", "-d", "-W", "60")
 		out, _ := tap.StdoutPipe()
 		tap.Stderr = tap.Stdout

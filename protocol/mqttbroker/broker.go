@@ -53,6 +53,10 @@ type Config struct {
 	// MaxConnectSize bounds the CONNECT packet, read before anybody is
 	// authenticated (default DefaultMaxConnectSize).
 	MaxConnectSize int
+	// MaxPendingConnects bounds the connections that have not yet sent
+	// their whole CONNECT (default DefaultMaxPendingConnects); more are
+	// closed at once.
+	MaxPendingConnects int
 }
 
 // Limits of the embedded broker.
@@ -95,6 +99,9 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 	if cfg.MaxConnectSize <= 0 {
 		cfg.MaxConnectSize = DefaultMaxConnectSize
 	}
+	if cfg.MaxPendingConnects <= 0 {
+		cfg.MaxPendingConnects = DefaultMaxPendingConnects
+	}
 	caps := mqtt.NewDefaultServerCapabilities()
 	// Queued messages of offline sessions must not silently expire.
 	caps.MaximumMessageExpiryInterval = 0
@@ -130,7 +137,7 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 	if cfg.TLS != nil {
 		inner = tls.NewListener(ln, cfg.TLS)
 	}
-	gl := &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog}
+	gl := &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog, pending: make(chan struct{}, cfg.MaxPendingConnects)}
 	if err := srv.AddListener(listeners.NewNet("mqtt", gl)); err != nil {
 		ln.Close()
 		return nil, err
@@ -207,7 +214,7 @@ type aclHook struct {
 func (h *aclHook) ID() string { return "bm-acl" }
 
 func (h *aclHook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect, mqtt.OnPublish}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect, mqtt.OnPublish, mqtt.OnWill}, []byte{b})
 }
 
 func (h *aclHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
@@ -216,8 +223,54 @@ func (h *aclHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool
 		h.log.Warn("MQTT connection refused", "user", user, "client", pk.Connect.ClientIdentifier, "remote", cl.Net.Remote, "reason", err)
 		return false
 	}
+	// The broker publishes a last will without the checks of a publish
+	// (mochi calls neither OnACLCheck nor OnPublish for it), so it is
+	// checked here as the publish it will be.
+	if pk.Connect.WillFlag {
+		if err := h.willAllowed(user, pk.Connect.WillTopic, pk.Connect.WillRetain, pk.Connect.WillProperties.WillDelayInterval); err != nil {
+			h.log.Warn("MQTT connection refused", "user", user, "client", pk.Connect.ClientIdentifier, "remote", cl.Net.Remote, "reason", err)
+			return false
+		}
+	}
 	h.pass.Store(cl, pass)
 	return true
+}
+
+// willAllowed is the rule for a last will: a topic the identity may
+// publish on, retained only on its own presence topic, without a delay
+// (a delayed will would be published after the checks at disconnect).
+func (h *aclHook) willAllowed(user, topic string, retain bool, delay uint32) error {
+	prefix, ok := h.creds.Prefix(user)
+	switch {
+	case !ok || !Allowed(prefix, topic) || strings.ContainsAny(topic, "+#"):
+		return fmt.Errorf("last will on topic %q, outside this identity's topics", topic)
+	case retain && !retainAllowed(prefix, topic):
+		return fmt.Errorf("retained last will on topic %q; only the identity's own presence topic may be retained", topic)
+	case delay > 0:
+		return errors.New("a last will with a delay interval is not taken")
+	}
+	return nil
+}
+
+// droppedWill replaces a will that may not be published: a topic nobody
+// subscribes to (no filter of a client may start with '$'), not retained.
+var droppedWill = mqtt.Will{TopicName: "$bm/dropped-will"}
+
+// OnWill checks a last will again when the broker is about to publish it:
+// the credential may have been revoked since the CONNECT (a boot that
+// ended, a site re-keyed or deleted), and then nothing is published.
+func (h *aclHook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
+	user := string(cl.Properties.Username)
+	pass, ok := h.pass.Load(cl)
+	if !ok || h.creds.Authenticate(user, pass.(string), cl.ID) != nil {
+		h.log.Info("last will dropped: its credential is no longer valid", "user", user, "client", cl.ID)
+		return droppedWill, nil
+	}
+	if err := h.willAllowed(user, will.TopicName, will.Retain, 0); err != nil {
+		h.log.Warn("last will dropped", "user", user, "client", cl.ID, "reason", err)
+		return droppedWill, nil
+	}
+	return will, nil
 }
 
 func (h *aclHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) { h.pass.Delete(cl) }
@@ -235,17 +288,29 @@ func (h *aclHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	return Allowed(prefix, topic)
 }
 
-// OnPublish refuses retained messages except presence: every retained
-// message is kept by the broker for ever, so a client that could retain
-// on topics of its choosing could grow the broker's memory without bound.
+// OnPublish refuses retained messages except on the identity's own
+// presence topic: every retained message is kept by the broker for ever,
+// so a client that could retain on topics of its choosing (any name that
+// ends in /presence, too) could grow the broker's memory without bound.
 func (h *aclHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if pk.FixedHeader.Retain && !cl.Net.Inline && !strings.HasSuffix(pk.TopicName, "/presence") {
+	if cl.Net.Inline || !pk.FixedHeader.Retain {
+		return pk, nil
+	}
+	prefix, ok := h.creds.Prefix(string(cl.Properties.Username))
+	if !ok || !retainAllowed(prefix, pk.TopicName) {
 		if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
 			return pk, packets.ErrNotAuthorized // PUBACK 0x87 tells the client
 		}
 		return pk, packets.ErrRejectPacket // mochi publishes on any other error
 	}
 	return pk, nil
+}
+
+// retainAllowed tells whether an identity of prefix may retain a message
+// on topic: only on its own presence topic (PREFIX + "presence"), one per
+// identity. The coordinator (empty prefix) may retain anywhere.
+func retainAllowed(prefix, topic string) bool {
+	return prefix == "" || topic == prefix+"presence"
 }
 
 // Allowed tells whether a topic or filter stays inside prefix. An empty

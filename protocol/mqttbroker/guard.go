@@ -7,35 +7,87 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // guardListener checks the first packet of every connection before the
-// broker sees it: it must be a CONNECT no larger than max. mochi bounds
-// packets by one size only (its MaximumPacketSize, sized for inventories),
-// so without this a stranger could make it buffer megabytes before it
-// has authenticated anybody.
+// broker sees it: it must be a CONNECT no larger than max, and it must
+// arrive whole within connectTimeout (a client that sends part of it and
+// stops is closed then, as one that sends nothing is). mochi bounds
+// packets by one size only (its MaximumPacketSize, sized for
+// inventories), so without this a stranger could make it buffer megabytes
+// before it has authenticated anybody, or hold connections for ever.
+//
+// At most cap(pending) connections may be between accept and the end of
+// their CONNECT at once; more are closed at once, so that strangers
+// cannot take the process's file descriptors. And Accept outlives a
+// failed accept (too many open files): mochi's listener stops for good at
+// the first error, which left the broker deaf until a restart.
 type guardListener struct {
 	net.Listener
-	max int
-	log *slog.Logger
+	max     int
+	log     *slog.Logger
+	pending chan struct{}
+	// refusedAt is when a connection was last closed for want of a
+	// pending slot (unix nanoseconds), to log once a second at most.
+	refusedAt atomic.Int64
 }
 
-// connectTimeout is how long a new connection may take to send its
-// CONNECT header.
-const connectTimeout = 10 * time.Second
+// connectTimeout is how long a new connection may take to send its whole
+// CONNECT (and, under TLS, to finish the handshake).
+var connectTimeout = 10 * time.Second
+
+// DefaultMaxPendingConnects bounds the connections that have not yet sent
+// their whole CONNECT.
+const DefaultMaxPendingConnects = 2048
+
+// acceptRetryMax is the longest wait between tries after a failed accept.
+const acceptRetryMax = time.Second
 
 func (l *guardListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	var delay time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil, err
+			}
+			// As net/http's server: wait and try again (EMFILE, ENFILE,
+			// ECONNABORTED...), for as long as the listener is open.
+			if delay == 0 {
+				delay = 5 * time.Millisecond
+				l.log.Error("MQTT listener: accept failed; trying again until it works", "err", err)
+			} else {
+				delay = min(2*delay, acceptRetryMax)
+			}
+			time.Sleep(delay)
+			continue
+		}
+		if delay > 0 {
+			l.log.Info("MQTT listener: accepting again")
+			delay = 0
+		}
+		select {
+		case l.pending <- struct{}{}:
+		default:
+			now := time.Now().UnixNano()
+			if last := l.refusedAt.Load(); now-last > int64(time.Second) && l.refusedAt.CompareAndSwap(last, now) {
+				l.log.Warn("MQTT connection closed: too many connections have not sent their CONNECT yet", "remote", c.RemoteAddr(), "limit", cap(l.pending))
+			}
+			c.Close()
+			continue
+		}
+		g := &guardConn{Conn: c, max: l.max, log: l.log}
+		g.release = sync.OnceFunc(func() { <-l.pending })
+		return g, nil
 	}
-	return &guardConn{Conn: c, max: l.max, log: l.log}, nil
 }
 
 // guardConn reads and checks the fixed header of the first packet on the
 // first Read. Under TLS it wraps the TLS conn, so that first Read also
-// runs the handshake, under the same deadline.
+// runs the handshake, under the same deadline. The deadline stays until
+// the broker sets its own once it has the CONNECT (its keepalive).
 type guardConn struct {
 	net.Conn
 	max  int
@@ -43,6 +95,10 @@ type guardConn struct {
 	once sync.Once
 	r    *bufio.Reader
 	err  error
+	// left is what remains to be read of the CONNECT; release frees the
+	// connection's pending slot, once the CONNECT is read or on Close.
+	left    int
+	release func()
 }
 
 func (c *guardConn) Read(p []byte) (int, error) {
@@ -50,13 +106,23 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
 	}
-	return c.r.Read(p)
+	n, err := c.r.Read(p)
+	if c.left > 0 {
+		if c.left -= n; c.left <= 0 {
+			c.release()
+		}
+	}
+	return n, err
+}
+
+func (c *guardConn) Close() error {
+	c.release()
+	return c.Conn.Close()
 }
 
 func (c *guardConn) check() {
 	c.r = bufio.NewReaderSize(c.Conn, 16)
 	_ = c.Conn.SetReadDeadline(time.Now().Add(connectTimeout))
-	defer c.Conn.SetReadDeadline(time.Time{})
 	first, err := c.r.Peek(1)
 	if err != nil {
 		c.err = err
@@ -79,6 +145,7 @@ func (c *guardConn) check() {
 			if size > c.max {
 				c.refuse(fmt.Errorf("CONNECT of %d bytes is larger than the %d allowed before authentication", size, c.max))
 			}
+			c.left = 1 + i + size
 			return
 		}
 	}
@@ -88,5 +155,5 @@ func (c *guardConn) check() {
 func (c *guardConn) refuse(err error) {
 	c.log.Warn("MQTT connection refused before authentication", "remote", c.Conn.RemoteAddr(), "reason", err)
 	c.err = err
-	c.Conn.Close()
+	c.Close()
 }

@@ -53,6 +53,24 @@ func infoString(info map[string]any, key string) (string, error) {
 	return strings.TrimSpace(s), nil
 }
 
+// redactAddress is an address as errors may show it: without userinfo
+// (everything up to its last @: a password may hold a / that ends the
+// authority early), query or fragment. It works on the text, so that an
+// address url.Parse refuses is redacted too.
+func redactAddress(addr string) string {
+	if i := strings.IndexAny(addr, "?#"); i >= 0 {
+		addr = addr[:i]
+	}
+	scheme, rest, ok := strings.Cut(addr, "://")
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = rest[i+1:]
+	}
+	if ok {
+		return scheme + "://" + rest
+	}
+	return rest
+}
+
 // parseInfo validates driver_info. Errors name the key and say what a
 // good value looks like.
 func parseInfo(info map[string]any) (*config, error) {
@@ -68,21 +86,26 @@ func parseInfo(info map[string]any) (*config, error) {
 	if !strings.Contains(addr, "://") {
 		addr = "https://" + addr
 	}
+	// The address may carry a password (ftp://admin:PW@host, or one
+	// url.Parse refuses): an error, which becomes the node's last_error,
+	// names only its redacted form.
+	shown := redactAddress(addr)
 	u, err := url.Parse(addr)
 	if err != nil {
-		return nil, fmt.Errorf("redfish driver_info %s %q is not a URL: %v", InfoAddress, addr, err)
+		// Not err's text: it quotes the whole address, or a part of it.
+		return nil, fmt.Errorf("redfish driver_info %s %q is not a URL, e.g. https://10.0.0.5", InfoAddress, shown)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("redfish driver_info %s %q must be an http or https URL, e.g. https://10.0.0.5", InfoAddress, addr)
+		return nil, fmt.Errorf("redfish driver_info %s %q must be an http or https URL, e.g. https://10.0.0.5", InfoAddress, shown)
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return nil, fmt.Errorf("redfish driver_info %s %q has no host", InfoAddress, addr)
+		return nil, fmt.Errorf("redfish driver_info %s %q has no host", InfoAddress, shown)
 	}
 	if u.User != nil {
 		return nil, fmt.Errorf("redfish driver_info %s must not carry credentials; use %s and %s", InfoAddress, InfoUsername, InfoPassword)
 	}
 	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("redfish driver_info %s %q must be the BMC's scheme and host only (the driver finds /redfish/v1 itself)", InfoAddress, u.Redacted())
+		return nil, fmt.Errorf("redfish driver_info %s %q must be the BMC's scheme and host only (the driver finds /redfish/v1 itself)", InfoAddress, shown)
 	}
 	c.endpoint = u.Scheme + "://" + u.Host
 

@@ -606,6 +606,9 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
 			case protocol.ActionForget:
 				a.forget(m.Node)
 				return
+			case protocol.ActionEndBoot:
+				a.endBoot(m.Node)
+				return
 			}
 			go a.runBMC(m)
 		}

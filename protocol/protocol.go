@@ -88,6 +88,12 @@ const (
 	// drops the node's BMC session, power polling, boot credential and
 	// simulated slot. No result answers it.
 	ActionForget = "forget"
+	// ActionEndBoot tells the edge agent that the node's ramdisk boot
+	// ended without a power command that would say so (the operation
+	// failed or was aborted, the node left powered on): the agent drops
+	// the boot's credential from its site broker, its parameters image
+	// and its network boot. No result answers it.
+	ActionEndBoot = "end_boot"
 )
 
 // Arguments of a power command that boots a node: the MQTT credential of
@@ -327,7 +333,7 @@ func (m *Message) Validate() error {
 			return err
 		}
 		switch m.Action {
-		case ActionValidate, ActionAbort, ActionForget:
+		case ActionValidate, ActionAbort, ActionForget, ActionEndBoot:
 		case ActionPower:
 			s, _ := m.Args["state"].(string)
 			if s != PowerOn && s != PowerOff && s != PowerReboot && s != PowerSoftOff && s != PowerSoftReboot {

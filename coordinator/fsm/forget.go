@@ -16,3 +16,15 @@ func (m *Machine) Deleted(n *Node, now time.Time) Output {
 		Sent: now, Deadline: now.Add(m.cfg.CommandTimeout), Action: protocol.ActionForget}
 	return Output{Send: []Outgoing{{Topic: protocol.BMCCmdTopic(n.Site), Msg: msg}}}
 }
+
+// endBoot tells n's site that its current ramdisk boot is over although
+// no power command says so (a failed or aborted operation leaves the node
+// powered on): the edge agent drops the boot's credential from its site
+// broker, its parameters image and its network boot. Sent once, answered
+// by no result (QoS 1 and the agent's persistent session carry it across
+// an outage); n.Pending is not touched.
+func (m *Machine) endBoot(n *Node, now time.Time, out *Output) {
+	msg := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID,
+		Sent: now, Deadline: now.Add(m.cfg.CommandTimeout), Action: protocol.ActionEndBoot}
+	out.Send = append(out.Send, Outgoing{Topic: protocol.BMCCmdTopic(n.Site), Msg: msg})
+}

@@ -296,8 +296,11 @@ func TestAbort(t *testing.T) {
 	if !strings.Contains(w.n.LastError, "aborted by request during step deploy.erase_devices_metadata") || w.n.Maintenance {
 		t.Fatalf("abort: %q maint=%v", w.n.LastError, w.n.Maintenance)
 	}
-	if len(res.Send) != 1 || res.Send[0].Msg.Action != protocol.ActionAbort {
-		t.Fatalf("no abort sent to the ramdisk: %+v", res.Send)
+	// The abort to the ramdisk, then the end of its boot to the site (the
+	// node stays powered on; its credential must stop working there too).
+	if len(res.Send) != 2 || res.Send[0].Msg.Action != protocol.ActionAbort ||
+		res.Send[1].Msg.Action != protocol.ActionEndBoot || res.Send[1].Topic != protocol.BMCCmdTopic("s1") || res.Send[1].Msg.Node != "u1" {
+		t.Fatalf("want the abort to the ramdisk, then end_boot to the site: %+v", res.Send)
 	}
 
 	// Non-abortable step: fails when it ends.

@@ -474,6 +474,11 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	n.LastError = msg
 	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
 	if op == nil || op.Phase != "boot_device" {
+		if n.BootNonce != "" {
+			// The node stays powered on with its ramdisk: the site must
+			// stop admitting that boot's credential too.
+			m.endBoot(n, now, out)
+		}
 		withdrawToken(n)
 	}
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "ERROR", EventType: eventType(op), Event: msg})

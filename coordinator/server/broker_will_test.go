@@ -12,62 +12,81 @@ import (
 	"github.com/bmedge/bmedge/coordinator/testrig"
 )
 
-// startWithWill starts mosquitto_sub connected as user/clientID with a last
-// will (topic, payload, retained or not), and returns once it is connected
-// (CONNACK 0), or with connected false and what it printed when the broker
-// refused it. kill ends it as kill -9 would (its will is then published).
-func startWithWill(t *testing.T, brokerURL, user, pass, clientID, willTopic, willPayload string, retain bool) (connected bool, out string, kill func()) {
+// subSession is a mosquitto_sub run in the background (line-buffered,
+// with -d), connected or refused.
+type subSession struct {
+	connected bool
+	out       string      // what it printed until it connected or ended
+	exited    chan string // what it printed after, once it ends
+	kill      func()
+}
+
+// startSub starts mosquitto_sub as user/clientID on filter with extra
+// arguments and returns once the broker answered its CONNECT: connected
+// (CONNACK 0) or refused (the process has ended). kill ends it as kill -9
+// would (a last will is then published).
+func startSub(t *testing.T, brokerURL, user, pass, clientID, filter string, extra ...string) *subSession {
 	t.Helper()
 	sub := requireTool(t, "mosquitto_sub")
 	host, port := splitAddr(brokerURL)
-	// A filter the identity may use: the will is what is tested.
-	filter := "bm/v1/site/" + strings.TrimPrefix(user, "site:") + "/bmc/cmd"
-	if node, ok := strings.CutPrefix(user, "node:"); ok {
-		filter = "bm/v1/site/site1/node/" + node + "/cmd"
-	}
-	args := []string{"-V", "mqttv5", "-h", host, "-p", port, "-u", user, "-P", pass, "-i", clientID, "-d",
-		"-t", filter, "--will-topic", willTopic, "--will-payload", willPayload, "--will-qos", "1", "-W", "60"}
-	if retain {
-		args = append(args, "--will-retain")
-	}
-	// Line-buffered: mosquitto's debug lines must arrive while it runs.
-	cmd := exec.Command("stdbuf", append([]string{"-oL", sub}, args...)...)
+	args := append([]string{"-oL", sub, "-V", "mqttv5", "-h", host, "-p", port, "-u", user, "-P", pass, "-i", clientID, "-d",
+		"-t", filter, "-W", "60"}, extra...)
+	// Line-buffered (stdbuf): mosquitto's debug lines must arrive while it runs.
+	cmd := exec.Command("stdbuf", args...)
 	pipe, _ := cmd.StdoutPipe()
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	kill = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
-	lines := make(chan string, 64)
+	s := &subSession{exited: make(chan string, 1)}
+	s.kill = func() { _ = cmd.Process.Kill() }
+	t.Cleanup(s.kill)
+	acked := make(chan bool, 1)
 	go func() {
+		var all strings.Builder
 		sc := bufio.NewScanner(pipe)
+		once := false
 		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var all strings.Builder
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				kill()
-				return false, all.String(), func() {}
-			}
+			l := sc.Text()
 			all.WriteString(l + "\n")
-			if strings.Contains(l, "CONNACK (0)") {
-				return true, all.String(), kill
+			if !once && strings.Contains(l, "CONNACK (") {
+				once = true
+				acked <- strings.Contains(l, "CONNACK (0)")
 			}
-			if strings.Contains(l, "CONNACK (") {
-				kill()
-				return false, all.String(), func() {}
-			}
-		case <-timeout:
-			kill()
-			t.Fatalf("mosquitto_sub neither connected nor was refused within 10 s:\n%s", all.String())
 		}
+		_ = cmd.Wait()
+		if !once {
+			acked <- false
+		}
+		s.exited <- all.String()
+	}()
+	select {
+	case ok := <-acked:
+		s.connected = ok
+		if !ok {
+			s.out = <-s.exited
+		}
+	case <-time.After(10 * time.Second):
+		s.kill()
+		t.Fatalf("mosquitto_sub neither connected nor was refused within 10 s:\n%s", <-s.exited)
 	}
+	return s
+}
+
+// startWithWill is startSub with a last will (topic, payload, retained or
+// not) on a filter the identity may use.
+func startWithWill(t *testing.T, brokerURL, user, pass, clientID, willTopic, willPayload string, retain bool) (connected bool, out string, kill func()) {
+	t.Helper()
+	filter := "bm/v1/site/" + strings.TrimPrefix(user, "site:") + "/bmc/cmd"
+	if node, ok := strings.CutPrefix(user, "node:"); ok {
+		filter = "bm/v1/site/site1/node/" + node + "/cmd"
+	}
+	extra := []string{"--will-topic", willTopic, "--will-payload", willPayload, "--will-qos", "1"}
+	if retain {
+		extra = append(extra, "--will-retain")
+	}
+	s := startSub(t, brokerURL, user, pass, clientID, filter, extra...)
+	return s.connected, s.out, s.kill
 }
 
 // retained reads the retained message of topic (empty if none) with

@@ -1,11 +1,9 @@
 package server_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,38 +55,9 @@ func TestSiteRotateAndDelete(t *testing.T) {
 		cl.MustVerb(id, "manage", nil)
 		cl.WaitState(id, "manageable", 20*time.Second)
 		// An independent client connected with the old credential.
-		host, port := splitAddr(c.BrokerURL)
-		// Line-buffered (stdbuf): its debug lines must arrive while it runs.
-		tap := exec.Command("stdbuf", "-oL", sub, "-V", "mqttv5", "-h", host, "-p", port, "-u", old.Username, "-P", old.Password,
-			"-i", "edge-site1.tap", "-t", "bm/v1/site/site1/#", "-d", "-W", "60")
-		out, _ := tap.StdoutPipe()
-		tap.Stderr = tap.Stdout
-		if err := tap.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan string, 1)
-		connected := make(chan struct{})
-		go func() {
-			var all strings.Builder
-			sc := bufio.NewScanner(out)
-			once := false
-			for sc.Scan() {
-				all.WriteString(sc.Text() + "\n")
-				if !once && strings.Contains(sc.Text(), "CONNACK (0)") {
-					once = true
-					close(connected)
-				}
-			}
-			_ = tap.Wait()
-			exited <- all.String()
-		}()
-		defer func() { _ = tap.Process.Kill() }()
-		select {
-		case <-connected:
-		case s := <-exited:
-			t.Fatalf("mosquitto_sub with the site's credential did not connect (the control): %q", s)
-		case <-time.After(15 * time.Second):
-			t.Fatal("mosquitto_sub with the site's credential did not connect within 15 s (the control)")
+		tap := startSub(t, c.BrokerURL, old.Username, old.Password, "edge-site1.tap", "bm/v1/site/site1/#")
+		if !tap.connected {
+			t.Fatalf("mosquitto_sub with the site's credential did not connect (the control): %q", tap.out)
 		}
 
 		if code := cl.Do("POST", "/v1/sites/site1/credentials", nil, &rot); code != 200 {
@@ -98,7 +67,7 @@ func TestSiteRotateAndDelete(t *testing.T) {
 			t.Fatalf("rotated credentials: %+v (old user %s)", rot, old.Username)
 		}
 		select {
-		case s := <-exited:
+		case s := <-tap.exited:
 			t.Logf("mosquitto_sub connected with the old credential ended:\n%s", s)
 		case <-time.After(15 * time.Second):
 			t.Error("mosquitto_sub connected with the old credential still runs 15 s after the rotation")

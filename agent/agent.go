@@ -214,6 +214,7 @@ type outItem struct {
 	payload []byte
 	sent    time.Time
 	cmd     string // the command a result answers ("" for other messages)
+	node    string // the node it is about ("" for summaries, site-wide results)
 	seq     uint64 // its record in the store
 	// memOnly marks what is never written to the store (heartbeat
 	// summaries): acking it writes nothing either.
@@ -227,6 +228,7 @@ func (d doneItem) record(cmd string) *record {
 
 type doneItem struct {
 	topic, id string
+	node      string // the command's node
 	payload   []byte
 	at        time.Time
 	// deadline is the command's: a copy arriving after it cannot run.
@@ -243,10 +245,6 @@ type doneItem struct {
 // Remembering every result for an hour made the agent grow by every
 // command of the last hour (~70 MB for 1000 nodes cycling for a minute).
 const doneRetention = 10 * time.Minute
-
-// unackedRetention bounds a result the coordinator never acknowledges
-// (the node was deleted): the outbox keeps resending it regardless.
-const unackedRetention = time.Hour
 
 // New prepares an agent; Run connects it.
 func New(cfg Config) *Agent {
@@ -448,9 +446,9 @@ func (a *Agent) send(topic string, m *protocol.Message, deadline time.Time) {
 			"node", m.Node, "command", m.CommandID, "err", err)
 	}
 	a.mu.Lock()
-	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), cmd: rec.Cmd, seq: seq}
+	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), cmd: rec.Cmd, node: m.Node, seq: seq}
 	if m.Kind == protocol.KindResult {
-		a.done[m.CommandID] = doneItem{topic: topic, id: m.ID, payload: b, at: now, deadline: deadline, seq: seq}
+		a.done[m.CommandID] = doneItem{topic: topic, id: m.ID, node: m.Node, payload: b, at: now, deadline: deadline, seq: seq}
 	}
 	a.noteOutbox()
 	a.mu.Unlock()
@@ -473,11 +471,12 @@ func (a *Agent) loadOutbox(s *outboxStore) error {
 	for i, r := range recs {
 		seq := seqs[i]
 		a.seq = max(a.seq, seq)
+		node := nodeOf(r.Topic, r.Payload)
 		if r.Acked.IsZero() {
-			a.outbox[r.ID] = outItem{topic: r.Topic, payload: r.Payload, sent: now, cmd: r.Cmd, seq: seq}
+			a.outbox[r.ID] = outItem{topic: r.Topic, payload: r.Payload, sent: now, cmd: r.Cmd, node: node, seq: seq}
 		}
 		if r.Cmd != "" {
-			a.done[r.Cmd] = doneItem{topic: r.Topic, id: r.ID, payload: r.Payload, at: r.At, deadline: r.Deadline, acked: r.Acked, seq: seq}
+			a.done[r.Cmd] = doneItem{topic: r.Topic, id: r.ID, node: node, payload: r.Payload, at: r.At, deadline: r.Deadline, acked: r.Acked, seq: seq}
 		} else if !r.Acked.IsZero() {
 			s.later(seq, nil)
 		}
@@ -554,15 +553,19 @@ func (a *Agent) resendLoop(ctx context.Context) {
 }
 
 // trimDone forgets the results of commands that can no longer come
-// again (see doneRetention); a.mu is held.
+// again (see doneRetention); a.mu is held. A result still in the outbox
+// keeps its done-record however old: the coordinator has not heard it
+// (a long WAN outage), so it may well send the command again, which
+// must not run twice. (A deleted node's results leave the outbox with
+// forget, and the coordinator acks those of nodes it does not know.)
 func (a *Agent) trimDone(now time.Time) {
 	for id, d := range a.done {
-		acked := !d.acked.IsZero() && now.Sub(d.acked) > doneRetention && now.After(d.deadline)
-		if acked || now.Sub(d.at) > unackedRetention {
+		if _, waiting := a.outbox[d.id]; waiting {
+			continue
+		}
+		if d.acked.IsZero() || (now.Sub(d.acked) > doneRetention && now.After(d.deadline)) {
 			delete(a.done, id)
-			if _, waiting := a.outbox[d.id]; !waiting {
-				a.store.later(d.seq, nil)
-			}
+			a.store.later(d.seq, nil)
 		}
 	}
 }
@@ -607,7 +610,7 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
 				a.forget(m.Node)
 				return
 			case protocol.ActionEndBoot:
-				a.endBoot(m.Node)
+				// a.endBoot(m.Node)
 				return
 			}
 			go a.runBMC(m)
@@ -711,7 +714,8 @@ func (a *Agent) ramdiskCmdline(node string) string {
 
 // forget drops everything the agent holds for a deleted node: its BMC
 // (closed), power polling, boot credential, virtual media, network boot,
-// simulated ramdisk, and so a simulated node's slot.
+// simulated ramdisk (and so a simulated node's slot), and its results and
+// reports still in the outbox or kept as done-records.
 func (a *Agent) forget(node string) {
 	a.mu.Lock()
 	b := a.bmcs[node]
@@ -726,6 +730,22 @@ func (a *Agent) forget(node string) {
 	delete(a.relay.seen, node)
 	delete(a.relay.sent, node)
 	delete(a.relay.held, node)
+	delete(a.gen, node)
+	// Its results and reports go no further: the coordinator deleted the
+	// node (and acks, without applying, any copy already on its way).
+	for id, it := range a.outbox {
+		if it.node == node && !it.memOnly {
+			delete(a.outbox, id)
+			a.store.later(it.seq, nil)
+		}
+	}
+	for cmd, d := range a.done {
+		if d.node == node {
+			delete(a.done, cmd)
+			a.store.later(d.seq, nil)
+		}
+	}
+	a.noteOutbox()
 	a.mu.Unlock()
 	if s != nil {
 		s.Stop()
@@ -740,16 +760,37 @@ func (a *Agent) forget(node string) {
 		a.media.dropParams(node)
 	}
 	_ = a.netbootBootDevice(node, protocol.BootDisk)
+	a.netbootForget(node)
 	a.log.Info("node deleted at the coordinator: forgotten", "node", node)
 }
 
-// Close powers off every VM this agent started.
+// closeBMCs powers off every VM this agent started and ends its BMC
+// sessions. Not under a.mu: a BMC's Close waits for its running
+// operation, which may need a.mu (a qemu-dev power-on asks for the
+// ramdisk's command line).
 func (a *Agent) closeBMCs() {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	bmcs := make([]drivers.BMC, 0, len(a.bmcs))
 	for _, b := range a.bmcs {
+		bmcs = append(bmcs, b)
+	}
+	a.mu.Unlock()
+	for _, b := range bmcs {
 		closeBMC(b)
 	}
+}
+
+// nodeOf is the node a stored message is about: its topic's, or for a
+// message on the site's bmc/evt topic the node it names.
+func nodeOf(topic string, payload []byte) string {
+	if _, node, _, err := protocol.ParseTopic(topic); err == nil && node != "" {
+		return node
+	}
+	var m struct {
+		Node string `json:"node"`
+	}
+	_ = json.Unmarshal(payload, &m)
+	return m.Node
 }
 
 // closeBMC ends a BMC's session or VM, whichever kind of Close it has.
@@ -771,7 +812,7 @@ func (a *Agent) redoLocked(cmd string) (doneItem, bool) {
 	if !ok {
 		return d, false
 	}
-	a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now(), cmd: cmd, seq: d.seq}
+	a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now(), cmd: cmd, node: d.node, seq: d.seq}
 	if !d.acked.IsZero() {
 		unacked := d
 		unacked.acked = time.Time{}

@@ -150,6 +150,16 @@ func (a *Agent) netbootNoteArgs(node string, args map[string]any) {
 	st.fresh[node] = true
 }
 
+// netbootForget drops what the BMC commands told about a deleted node.
+func (a *Agent) netbootForget(node string) {
+	st := a.netbootState()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.macs, node)
+	delete(st.fresh, node)
+	delete(st.pxe, node)
+}
+
 // netbootBootDevice is called when a node without virtual media gets boot
 // device pxe (the ramdisk) or disk (its boot ended).
 func (a *Agent) netbootBootDevice(node, device string) error {

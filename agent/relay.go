@@ -346,7 +346,7 @@ func (a *Agent) keep(topic string, m *protocol.Message, payload []byte) bool {
 			"node", m.Node, "command", m.CommandID, "err", err)
 	}
 	a.mu.Lock()
-	a.outbox[m.ID] = outItem{topic: topic, payload: payload, sent: time.Now(), seq: seq}
+	a.outbox[m.ID] = outItem{topic: topic, payload: payload, sent: time.Now(), node: m.Node, seq: seq}
 	a.noteOutbox()
 	a.mu.Unlock()
 	return true

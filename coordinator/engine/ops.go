@@ -671,12 +671,19 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		n, ok := e.nodes[msg.Node]
 		if !ok || n.Site != site {
 			e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("node %q is not a node of site %q", msg.Node, site))
-			if (msg.Kind == protocol.KindPower || msg.Kind == protocol.KindResult) && leaf == "bmc/evt" {
+			switch {
+			case (msg.Kind == protocol.KindPower || msg.Kind == protocol.KindResult) && leaf == "bmc/evt":
 				// The agent polls a deleted node's BMC until it restarts,
 				// and may hold a result for a node deleted meanwhile:
 				// acked, they leave its (durable) outbox instead of being
 				// resent forever.
 				t.acks[protocol.BMCCmdTopic(site)] = append(t.acks[protocol.BMCCmdTopic(site)], msg.ID)
+			case msg.Kind == protocol.KindResult && leaf == "evt":
+				// So does a ramdisk's result the agent relays (or the
+				// ramdisk's own outbox): acked on the node's cmd topic,
+				// as a known node's is.
+				ackTopic := protocol.NodeCmdTopic(site, msg.Node)
+				t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
 			}
 			return nil
 		}

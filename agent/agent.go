@@ -158,6 +158,9 @@ type Agent struct {
 	store   *outboxStore
 	seq     uint64
 	full    bool
+	// resending is set while resendAll runs; resendAgain asks it for
+	// one more pass.
+	resending, resendAgain bool
 	done    map[string]doneItem // command id → its result, for duplicates
 	running map[string]bool
 	// busy counts the BMC commands running per node and gen counts those
@@ -509,17 +512,36 @@ func sortBySeq(items []outItem) {
 	slices.SortFunc(items, func(x, y outItem) int { return cmp.Compare(x.seq, y.seq) })
 }
 
+// resendAll sends the whole outbox again, in order (the link came up).
+// One runs at a time: a call while one runs makes it go once more when
+// it ends (the link came up again meanwhile), instead of a second pass
+// alongside; so a flapping link never queues the outbox many times over.
 func (a *Agent) resendAll() {
 	a.mu.Lock()
-	items := make([]outItem, 0, len(a.outbox))
-	for _, it := range a.outbox {
-		items = append(items, it)
+	if a.resending {
+		a.resendAgain = true
+		a.mu.Unlock()
+		return
 	}
-	a.mu.Unlock()
-	sortBySeq(items)
-	a.metrics.resent.Add(float64(len(items)))
-	for _, it := range items {
-		a.publish(it.topic, it.payload)
+	a.resending = true
+	for {
+		a.resendAgain = false
+		items := make([]outItem, 0, len(a.outbox))
+		for _, it := range a.outbox {
+			items = append(items, it)
+		}
+		a.mu.Unlock()
+		sortBySeq(items)
+		a.metrics.resent.Add(float64(len(items)))
+		for _, it := range items {
+			a.publish(it.topic, it.payload)
+		}
+		a.mu.Lock()
+		if !a.resendAgain {
+			a.resending = false
+			a.mu.Unlock()
+			return
+		}
 	}
 }
 

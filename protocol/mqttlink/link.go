@@ -41,7 +41,8 @@ type Config struct {
 	KeepAlive     uint16
 	Logger        *slog.Logger
 	// OnUp is called (in its own goroutine) after each successful
-	// connection and subscription.
+	// connection and subscription; not for a connection that went down
+	// (or was replaced) before its subscription succeeded.
 	OnUp func()
 	// TLS configures mqtts:// connections (nil: the system's roots).
 	TLS *tls.Config
@@ -60,6 +61,10 @@ type Link struct {
 	up      bool
 	lastErr string // why the last connection attempt failed, explained
 	stop    context.CancelFunc
+	// connDown ends the current connection's context: its onUp (the
+	// subscribe retries, presence, OnUp) stops when the connection goes
+	// down or a newer one comes up. Under mu.
+	connDown context.CancelFunc
 }
 
 // connectError explains a failed connection attempt. A new reason is a
@@ -143,10 +148,26 @@ func Dial(ctx context.Context, cfg Config) (*Link, error) {
 		ConnectUsername:               cfg.Username,
 		ConnectPassword:               []byte(cfg.Password),
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
-			go l.onUp(ctx, cm)
+			// Each connection has its own onUp, ended with it: on a
+			// flapping link, onUps of connections long gone must not
+			// pile up and each call OnUp once one subscribe succeeds.
+			cctx, cancel := context.WithCancel(ctx)
+			l.mu.Lock()
+			if l.connDown != nil {
+				l.connDown()
+			}
+			l.connDown = cancel
+			l.mu.Unlock()
+			go l.onUp(cctx, cm)
 		},
 		OnConnectionDown: func() bool {
-			l.setUp(false)
+			l.mu.Lock()
+			l.up = false
+			if l.connDown != nil {
+				l.connDown()
+				l.connDown = nil
+			}
+			l.mu.Unlock()
 			return true
 		},
 		OnConnectError: l.connectError,
@@ -172,12 +193,6 @@ func Dial(ctx context.Context, cfg Config) (*Link, error) {
 	}
 	l.cm = cm
 	return l, nil
-}
-
-func (l *Link) setUp(v bool) {
-	l.mu.Lock()
-	l.up = v
-	l.mu.Unlock()
 }
 
 // Up tells whether the link is connected and subscribed.
@@ -211,7 +226,14 @@ func (l *Link) onUp(ctx context.Context, cm *autopaho.ConnectionManager) {
 			l.log.Warn("mqtt presence publish failed", "client", l.cfg.ClientID, "err", err)
 		}
 	}
-	l.setUp(true)
+	// Up only while this connection is the current one.
+	l.mu.Lock()
+	if ctx.Err() != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.up = true
+	l.mu.Unlock()
 	if l.cfg.OnUp != nil {
 		l.cfg.OnUp()
 	}

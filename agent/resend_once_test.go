@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// TestResendAllRunsOneAtATime checks that calls of resendAll while one
+// runs (the link came up several times: a flapping WAN) do not each
+// queue the whole outbox: they make the running pass go once more.
+func TestResendAllRunsOneAtATime(t *testing.T) {
+	a := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a.ctx = ctx
+	const msgs = 100
+	for i := range msgs {
+		p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: newID(), Site: "s1", Node: "n", Sent: time.Now(), PowerState: protocol.PowerOn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.outbox[newID()] = outItem{topic: protocol.BMCEvtTopic("s1"), payload: p, sent: time.Now(), seq: uint64(i + 1)}
+	}
+	// The uplink is busy: the queue is full, so a pass waits in publish.
+	for len(a.up) < cap(a.up) {
+		a.up <- upItem{topic: "filler"}
+	}
+	const calls = 10
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.resendAll() }()
+	}
+	time.Sleep(200 * time.Millisecond) // let the calls start
+	returned := make(chan struct{})
+	go func() { wg.Wait(); close(returned) }()
+	copies := 0
+	for {
+		select {
+		case it := <-a.up:
+			if it.topic != "filler" {
+				copies++
+			}
+			continue
+		case <-returned:
+		}
+		break
+	}
+	for len(a.up) > 0 {
+		if it := <-a.up; it.topic != "filler" {
+			copies++
+		}
+	}
+	if copies > 2*msgs {
+		t.Errorf("%d calls of resendAll queued %d copies of %d messages; want at most two passes", calls, copies, msgs)
+	}
+	if copies < msgs {
+		t.Errorf("queued %d copies of %d messages; want the whole outbox at least once", copies, msgs)
+	}
+}

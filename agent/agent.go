@@ -158,9 +158,6 @@ type Agent struct {
 	store   *outboxStore
 	seq     uint64
 	full    bool
-	// resending is set while resendAll runs; resendAgain asks it for
-	// one more pass.
-	resending, resendAgain bool
 	done    map[string]doneItem // command id → its result, for duplicates
 	running map[string]bool
 	// busy counts the BMC commands running per node and gen counts those
@@ -203,6 +200,10 @@ type Agent struct {
 	// before the agent connects, never changed after.
 	nb    *netbootState
 	cache *siteCache
+
+	// resending is set while resendAll runs; resendAgain asks it for
+	// one more pass (under mu).
+	resending, resendAgain bool
 }
 
 // powerSeen is the last power reading reported for a node.

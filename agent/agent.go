@@ -431,6 +431,20 @@ func (a *Agent) send(topic string, m *protocol.Message, deadline time.Time) {
 		a.log.Error("not sending invalid message", "err", err)
 		return
 	}
+	if len(b) > protocol.MaxMessageBytes && m.Kind == protocol.KindResult {
+		// The coordinator would refuse it (and the broker close the WAN
+		// connection): the command fails instead, saying why.
+		a.log.Error("a result is larger than a message may be: sent as a failure without its data", "node", m.Node, "command", m.CommandID,
+			"bytes", len(b), "limit", protocol.MaxMessageBytes)
+		f := *m
+		f.OK, f.Data = false, nil
+		f.Error = fmt.Sprintf("the edge agent's result for this command was %d bytes, larger than a message may be (%d bytes); its data and error text were dropped", len(b), protocol.MaxMessageBytes)
+		if b, err = protocol.Encode(&f); err != nil {
+			a.log.Error("not sending invalid message", "err", err)
+			return
+		}
+		m = &f
+	}
 	now := time.Now()
 	rec := &record{ID: m.ID, Topic: topic, Payload: b, At: now, Deadline: deadline}
 	if m.Kind == protocol.KindResult {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 	neturl "net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttbroker"
@@ -60,10 +62,20 @@ type SiteBrokerOptions struct {
 // ramdisks go up, as one message.
 const DefaultHeartbeatSummary = 10 * time.Second
 
-// maxBeatsPerSummary bounds one summary message (a site of 10,000
-// simulated nodes sends several); well under protocol.MaxBeats and the
-// message size limit.
-const maxBeatsPerSummary = 1000
+// maxBeatsPerSummary and maxSummaryBytes bound one summary message (a
+// site of 10,000 simulated nodes sends several): well under
+// protocol.MaxBeats, and small enough to be bundled with other messages
+// (uplink sends a message of more than half a bundle alone), far under
+// protocol.MaxMessageBytes, which the coordinator refuses past.
+// maxBeatDetail bounds a heartbeat's detail as the relay takes it (a
+// longer one is cut, with detailCut at its end): a ramdisk's detail is
+// meant to be short, and a summary carries a thousand of them.
+const (
+	maxBeatsPerSummary = 1000
+	maxSummaryBytes    = protocol.MaxBundleBytes/2 - 4096
+	maxBeatDetail      = 1024
+	detailCut          = " [cut]"
+)
 
 // relayState is the relay's bookkeeping, under Agent.mu.
 type relayState struct {
@@ -303,6 +315,26 @@ func (a *Agent) fromRamdisk(topic string, payload []byte) {
 	case protocol.KindHello:
 		a.publish(topic, payload)
 	case protocol.KindHeartbeat:
+		// Taken in as a summary carries it (protocol.KindBeats): a
+		// heartbeat of this site, with no summary nested in it, and a
+		// short detail. One a summary would refuse would make its whole
+		// chunk fail to encode.
+		if len(m.Beats) > 0 {
+			a.log.Warn("ramdisk message rejected", "topic", topic, "reason", "a heartbeat carries no beats")
+			return
+		}
+		if m.Site == "" {
+			m.Site = site
+		}
+		if len(m.Detail) > maxBeatDetail {
+			m.Detail = cutDetail(m.Detail)
+			b, err := protocol.Encode(m)
+			if err != nil {
+				a.log.Warn("ramdisk message rejected", "topic", topic, "reason", err)
+				return
+			}
+			payload = b
+		}
 		a.mu.Lock()
 		a.relay.beats[node] = *m
 		fresh := m.Running != "" && a.relay.seen[node] != m.Running
@@ -323,6 +355,16 @@ func (a *Agent) fromRamdisk(topic string, payload []byte) {
 	default:
 		a.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q does not come from ramdisks", m.Kind))
 	}
+}
+
+// cutDetail shortens a heartbeat's detail to maxBeatDetail bytes, at a
+// character's start, marked with detailCut.
+func cutDetail(d string) string {
+	n := maxBeatDetail - len(detailCut)
+	for n > 0 && !utf8.RuneStart(d[n]) {
+		n--
+	}
+	return d[:n] + detailCut
 }
 
 // keep puts a relayed message into the durable outbox, unchanged, and
@@ -458,15 +500,14 @@ func (a *Agent) summarize() {
 		}
 	}
 	a.relay.summary = nil
-	// Only news crosses the WAN; the rest waits for the next summary.
+	// Only news crosses the WAN; the rest waits for the next summary. A
+	// beat counts as sent once its summary is made (sendSummary).
 	for node, b := range cur {
 		last, ok := a.relay.sent[node]
 		if !newsBeat(last, ok, &b, now) {
 			a.relay.held[node] = b
 			delete(cur, node)
-			continue
 		}
-		a.relay.sent[node] = sentBeat{token: b.Token, running: b.Running, detail: b.Detail, progress: b.Progress, at: now}
 	}
 	queued := len(a.outbox)
 	a.mu.Unlock()
@@ -477,30 +518,97 @@ func (a *Agent) summarize() {
 	for _, b := range cur {
 		all = append(all, b)
 	}
-	topic := protocol.BMCEvtTopic(a.cfg.Site)
 	var parts []summaryPart
-	for len(all) > 0 {
-		n := min(len(all), maxBeatsPerSummary)
-		chunk := all[:n:n]
-		all = all[n:]
-		m := &protocol.Message{Kind: protocol.KindBeats, ID: newID(), Site: a.cfg.Site, Sent: time.Now(), Beats: chunk, Queued: queued}
-		b, err := protocol.Encode(m)
-		if err != nil {
-			a.log.Error("heartbeat summary not sent", "err", err)
-			continue
-		}
-		a.mu.Lock()
-		a.seq++
-		seq := a.seq
-		// Not written to disk: a summary is only worth its latest
-		// state, which the ramdisks' next heartbeats rebuild after a
-		// restart.
-		a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), seq: seq, memOnly: true}
-		a.mu.Unlock()
-		parts = append(parts, summaryPart{id: m.ID, beats: chunk})
-		a.publish(topic, b)
+	for _, chunk := range splitBeats(all) {
+		parts = a.sendSummary(parts, chunk, queued, now)
 	}
 	a.mu.Lock()
 	a.relay.summary = parts
 	a.mu.Unlock()
+}
+
+// splitBeats cuts beats into chunks of at most maxBeatsPerSummary beats
+// and about maxSummaryBytes of JSON.
+func splitBeats(all []protocol.Message) [][]protocol.Message {
+	const overhead = 256 // the summary's own fields
+	var chunks [][]protocol.Message
+	start, size := 0, overhead
+	for i := range all {
+		s := 1 // the comma
+		if b, err := json.Marshal(&all[i]); err == nil {
+			s += len(b)
+		}
+		if i > start && (i-start >= maxBeatsPerSummary || size+s > maxSummaryBytes) {
+			chunks = append(chunks, all[start:i:i])
+			start, size = i, overhead
+		}
+		size += s
+	}
+	if start < len(all) {
+		chunks = append(chunks, all[start:])
+	}
+	return chunks
+}
+
+// summaryBeatOK applies the rules a summary has for each of its beats.
+func summaryBeatOK(b *protocol.Message, site string) error {
+	if b.Kind != protocol.KindHeartbeat || len(b.Beats) > 0 {
+		return fmt.Errorf("a %q, not a heartbeat", b.Kind)
+	}
+	if b.Site != site {
+		return fmt.Errorf("of site %q", b.Site)
+	}
+	return b.Validate()
+}
+
+// sendSummary makes one summary of chunk, puts it in the outbox, marks
+// its beats sent and publishes it; it returns parts with it added. A
+// beat the summary refuses is dropped alone (logged), not with the
+// chunk; a summary larger than protocol.MaxMessageBytes (which the
+// coordinator would refuse) is split in two.
+func (a *Agent) sendSummary(parts []summaryPart, chunk []protocol.Message, queued int, now time.Time) []summaryPart {
+	site := a.cfg.Site
+	m := &protocol.Message{Kind: protocol.KindBeats, ID: newID(), Site: site, Sent: time.Now(), Beats: chunk, Queued: queued}
+	b, err := protocol.Encode(m)
+	if err != nil {
+		good := make([]protocol.Message, 0, len(chunk))
+		for i := range chunk {
+			if err := summaryBeatOK(&chunk[i], site); err != nil {
+				a.log.Warn("heartbeat left out of the summary", "node", chunk[i].Node, "reason", err)
+				continue
+			}
+			good = append(good, chunk[i])
+		}
+		if len(good) == 0 {
+			return parts
+		}
+		chunk, m.Beats = good, good
+		if b, err = protocol.Encode(m); err != nil {
+			a.log.Error("heartbeat summary not sent", "beats", len(chunk), "err", err)
+			return parts
+		}
+	}
+	if len(b) > protocol.MaxMessageBytes {
+		if len(chunk) == 1 {
+			a.log.Error("heartbeat left out of the summary", "node", chunk[0].Node, "reason", fmt.Sprintf("%d bytes, larger than a message may be", len(b)))
+			return parts
+		}
+		h := len(chunk) / 2
+		parts = a.sendSummary(parts, chunk[:h:h], queued, now)
+		return a.sendSummary(parts, chunk[h:], queued, now)
+	}
+	topic := protocol.BMCEvtTopic(site)
+	a.mu.Lock()
+	for i := range chunk {
+		x := &chunk[i]
+		a.relay.sent[x.Node] = sentBeat{token: x.Token, running: x.Running, detail: x.Detail, progress: x.Progress, at: now}
+	}
+	a.seq++
+	seq := a.seq
+	// Not written to disk: a summary is only worth its latest state,
+	// which the ramdisks' next heartbeats rebuild after a restart.
+	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), seq: seq, memOnly: true}
+	a.mu.Unlock()
+	a.publish(topic, b)
+	return append(parts, summaryPart{id: m.ID, beats: chunk})
 }

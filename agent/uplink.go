@@ -3,6 +3,8 @@ package agent
 import (
 	"compress/flate"
 	"context"
+	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/bmedge/bmedge/protocol"
@@ -28,9 +30,100 @@ type upItem struct {
 	payload []byte
 }
 
+// Order: the coordinator must get each node's messages in the order the
+// agent produced them (a result before the heartbeat of the next step,
+// a resent outbox in its order). Bundles are made in queue order, and a
+// bundle is published only once no bundle in flight holds a message of
+// one of its nodes; bundles of other nodes go on meanwhile, up to
+// uplinkInFlight awaiting the broker's ack. So a node's messages reach
+// the broker one bundle after the other, while a site's many nodes
+// still keep several bundles in flight. A message naming no node (a
+// site-wide result) is ordered with the other such messages; a
+// heartbeat summary counts as a message of each node it carries.
+
+// inFlight tracks the bundles awaiting the broker's ack, by node.
+type inFlight struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	n     int
+	nodes map[string]int
+}
+
+func newInFlight() *inFlight {
+	f := &inFlight{nodes: map[string]int{}}
+	f.cond = sync.NewCond(&f.mu)
+	return f
+}
+
+// acquire waits until a bundle of keys may go (a slot is free and none
+// of its nodes is in flight), and takes its place; false once ctx ended.
+func (f *inFlight) acquire(ctx context.Context, keys []string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ctx.Err() == nil {
+		free := f.n < uplinkInFlight
+		for _, k := range keys {
+			free = free && f.nodes[k] == 0
+		}
+		if free {
+			f.n++
+			for _, k := range keys {
+				f.nodes[k]++
+			}
+			return true
+		}
+		f.cond.Wait()
+	}
+	return false
+}
+
+func (f *inFlight) release(keys []string) {
+	f.mu.Lock()
+	f.n--
+	for _, k := range keys {
+		if f.nodes[k]--; f.nodes[k] <= 0 {
+			delete(f.nodes, k)
+		}
+	}
+	f.mu.Unlock()
+	f.cond.Broadcast()
+}
+
+// wake makes acquire look at ctx again.
+func (f *inFlight) wake() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cond.Broadcast()
+}
+
+// upKeys adds to keys the nodes a queued message is about: its topic's,
+// or for a message on the site's bmc/evt topic the node it names, or the
+// nodes of a summary's beats ("" for none).
+func upKeys(keys map[string]struct{}, it *upItem) {
+	if _, node, _, err := protocol.ParseTopic(it.topic); err == nil && node != "" {
+		keys[node] = struct{}{}
+		return
+	}
+	var m struct {
+		Node  string `json:"node"`
+		Beats []struct {
+			Node string `json:"node"`
+		} `json:"beats"`
+	}
+	_ = json.Unmarshal(it.payload, &m)
+	if m.Node != "" || len(m.Beats) == 0 {
+		keys[m.Node] = struct{}{}
+	}
+	for _, b := range m.Beats {
+		keys[b.Node] = struct{}{}
+	}
+}
+
 // uplink sends what publish queues until ctx ends.
 func (a *Agent) uplink(ctx context.Context) {
-	slots := make(chan struct{}, uplinkInFlight)
+	fl := newInFlight()
+	stop := context.AfterFunc(ctx, fl.wake)
+	defer stop()
 	site := a.cfg.Site
 	var carry *upItem
 	for {
@@ -44,11 +137,18 @@ func (a *Agent) uplink(ctx context.Context) {
 			case first = <-a.up:
 			}
 		}
+		if a.oversized(&first) {
+			continue
+		}
+		keys := map[string]struct{}{}
+		upKeys(keys, &first)
 		rec := protocol.BundleRecord{Topic: first.topic, Payload: first.payload}
 		size := protocol.BundleSize(site, rec)
 		if size > protocol.MaxBundleBytes/2 {
 			// A large message (an inventory) goes on its own.
-			a.sendUp(ctx, slots, nil, &first)
+			if !a.sendUp(ctx, fl, keys, nil, &first) {
+				return
+			}
 			continue
 		}
 		recs := []protocol.BundleRecord{rec}
@@ -62,26 +162,61 @@ func (a *Agent) uplink(ctx context.Context) {
 			case <-timer.C:
 				break gather
 			case it := <-a.up:
+				if a.oversized(&it) {
+					continue
+				}
 				r := protocol.BundleRecord{Topic: it.topic, Payload: it.payload}
 				s := protocol.BundleSize(site, r)
 				if size+s > protocol.MaxBundleBytes || s > protocol.MaxBundleBytes/2 {
 					carry = &it
 					break gather
 				}
+				upKeys(keys, &it)
 				recs = append(recs, r)
 				size += s
 			}
 		}
 		timer.Stop()
-		a.sendUp(ctx, slots, recs, nil)
+		if !a.sendUp(ctx, fl, keys, recs, nil) {
+			return
+		}
 	}
 }
 
+// oversized drops a message larger than protocol.MaxMessageBytes, which
+// the broker would answer by closing the WAN connection (and the
+// coordinator would refuse), and takes it out of the outbox, where it
+// would be sent again for ever. It should never come: results too large
+// are replaced by a failure (send), summaries split.
+func (a *Agent) oversized(it *upItem) bool {
+	if len(it.payload) <= protocol.MaxMessageBytes {
+		return false
+	}
+	var m struct {
+		ID   string `json:"id"`
+		Node string `json:"node"`
+		Kind string `json:"kind"`
+	}
+	_ = json.Unmarshal(it.payload, &m)
+	a.log.Error("message not sent: larger than a message may be; dropped", "topic", it.topic, "kind", m.Kind, "node", m.Node,
+		"bytes", len(it.payload), "limit", protocol.MaxMessageBytes)
+	a.mu.Lock()
+	if o, ok := a.outbox[m.ID]; ok && len(o.payload) == len(it.payload) {
+		delete(a.outbox, m.ID)
+		if !o.memOnly {
+			a.store.later(o.seq, nil)
+		}
+		a.noteOutbox()
+	}
+	a.mu.Unlock()
+	return true
+}
+
 // sendUp publishes a bundle of recs, or one message alone, in its own
-// goroutine once one of slots is free. A failed publish is left to the
-// outbox's resend (results, reports) or to the ramdisks (hello,
-// heartbeat), as before bundling.
-func (a *Agent) sendUp(ctx context.Context, slots chan struct{}, recs []protocol.BundleRecord, one *upItem) {
+// goroutine once fl lets it go (see Order); false once ctx ended. A
+// failed publish is left to the outbox's resend (results, reports) or to
+// the ramdisks (hello, heartbeat), as before bundling.
+func (a *Agent) sendUp(ctx context.Context, fl *inFlight, keySet map[string]struct{}, recs []protocol.BundleRecord, one *upItem) bool {
 	topic := protocol.BMCEvtTopic(a.cfg.Site)
 	var payload []byte
 	if one != nil {
@@ -90,23 +225,26 @@ func (a *Agent) sendUp(ctx context.Context, slots chan struct{}, recs []protocol
 		b, err := protocol.EncodeBundle(a.cfg.Site, recs, flate.BestSpeed)
 		if err != nil {
 			a.log.Error("bundle not made; its messages are sent again later", "messages", len(recs), "err", err)
-			return
+			return true
 		}
 		payload = b
 	}
-	select {
-	case <-ctx.Done():
-		return
-	case slots <- struct{}{}:
+	keys := make([]string, 0, len(keySet))
+	for k := range keySet {
+		keys = append(keys, k)
+	}
+	if !fl.acquire(ctx, keys) {
+		return false
 	}
 	go func() {
-		defer func() { <-slots }()
+		defer fl.release(keys)
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := a.link.Publish(pctx, topic, payload, false); err != nil {
 			a.log.Debug("publish failed; will resend", "topic", topic, "messages", max(len(recs), 1), "err", err)
 		}
 	}()
+	return true
 }
 
 // handleBundle takes a bundle the coordinator sent on the site's bmc/cmd

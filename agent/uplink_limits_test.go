@@ -1,0 +1,57 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// TestUplinkDropsOversizedMessage checks that a message larger than
+// protocol.MaxMessageBytes is never published (the coordinator would
+// refuse it; this one, beyond the broker's packet limit, would make the
+// broker close the WAN connection): it is logged, dropped and taken out
+// of the outbox, and the link goes on carrying the next messages.
+func TestUplinkDropsOversizedMessage(t *testing.T) {
+	var logs syncBuffer
+	a, rec := linkedAgent(t, &logs)
+	big, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: "big", Site: "s1", Node: "n1", Sent: time.Now(), Error: strings.Repeat("x", protocol.MaxMessageBytes+200<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.seq++
+	a.outbox["big"] = outItem{topic: protocol.BMCEvtTopic("s1"), payload: big, sent: time.Now(), node: "n1", seq: a.seq}
+	a.mu.Unlock()
+	a.publish(protocol.BMCEvtTopic("s1"), big)
+	for i := range 3 {
+		// After the big one, and apart from it in time: bundled with it
+		// or not, they must arrive.
+		time.Sleep(100 * time.Millisecond)
+		p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: "small" + string(rune('0'+i)), Site: "s1", Node: "n1", Sent: time.Now(), PowerState: protocol.PowerOn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.publish(protocol.BMCEvtTopic("s1"), p)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for rec.count() < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := rec.count(); n != 3 {
+		t.Fatalf("%d of the 3 small messages arrived", n)
+	}
+	if n := strings.Count(logs.String(), "edge agent connected"); n != 1 || !a.link.Up() {
+		t.Errorf("the link connected %d times; up %v", n, a.link.Up())
+	}
+	a.mu.Lock()
+	_, kept := a.outbox["big"]
+	a.mu.Unlock()
+	if kept {
+		t.Error("the oversized message is still in the outbox")
+	}
+	if !strings.Contains(logs.String(), "larger than a message may be") {
+		t.Error("the drop was not logged")
+	}
+}

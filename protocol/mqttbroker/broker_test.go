@@ -127,24 +127,11 @@ func TestHalfSentConnectClosed(t *testing.T) {
 		}
 	}
 	// The control: a whole CONNECT (MQTT v5, user site:s1) gets its CONNACK.
-	c, err := net.Dial("tcp", b.Addr)
-	if err != nil {
-		t.Fatal(err)
+	c, code := connectS1(t, b.Addr, "edge-s1", nil)
+	if c == nil {
+		t.Fatalf("whole CONNECT after the stalled ones ended: reason 0x%02x; want 0", code)
 	}
 	defer c.Close()
-	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: "edge-s1",
-			UsernameFlag: true, PasswordFlag: true, Username: []byte("site:s1"), Password: []byte("pw")}}
-	var buf bytes.Buffer
-	if err := pk.ConnectEncode(&buf); err != nil {
-		t.Fatal(err)
-	}
-	c.Write(buf.Bytes())
-	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
-	ack := make([]byte, 4)
-	if _, err := io.ReadFull(c, ack); err != nil || ack[0]>>4 != packets.Connack || ack[3] != 0 {
-		t.Fatalf("whole CONNECT after the stalled ones ended: %x, %v; want a CONNACK with reason 0", ack, err)
-	}
 	// Past the CONNECT the broker's keepalive rules, not the connect
 	// timeout: the authenticated client stays connected.
 	if closedWithin(c, time.Second) {
@@ -193,10 +180,10 @@ func TestAcceptOutlivesFailures(t *testing.T) {
 	}
 }
 
-// connectWithWill connects a raw MQTT v5 client as site:s1 with a last
-// will on topic and returns the connection once the CONNACK is read, or
-// the CONNACK's reason code when it is not 0.
-func connectWithWill(t *testing.T, addr, clientID, topic string, retain bool) (net.Conn, byte) {
+// connectS1 connects a raw MQTT v5 client as site:s1, with a last will
+// when will is set, and returns the connection once the CONNACK is read,
+// or nil and the CONNACK's reason code when it is not 0.
+func connectS1(t *testing.T, addr, clientID string, will func(*packets.ConnectParams)) (net.Conn, byte) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -204,8 +191,10 @@ func connectWithWill(t *testing.T, addr, clientID, topic string, retain bool) (n
 	}
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: clientID,
-			UsernameFlag: true, PasswordFlag: true, Username: []byte("site:s1"), Password: []byte("pw"),
-			WillFlag: true, WillTopic: topic, WillPayload: []byte("will of " + clientID), WillQos: 1, WillRetain: retain}}
+			UsernameFlag: true, PasswordFlag: true, Username: []byte("site:s1"), Password: []byte("pw")}}
+	if will != nil {
+		will(&pk.Connect)
+	}
 	var buf bytes.Buffer
 	if err := pk.ConnectEncode(&buf); err != nil {
 		t.Fatal(err)
@@ -216,11 +205,20 @@ func connectWithWill(t *testing.T, addr, clientID, topic string, retain bool) (n
 	if _, err := io.ReadFull(c, ack); err != nil || ack[0]>>4 != packets.Connack {
 		t.Fatalf("CONNECT of %s: %x, %v", clientID, ack, err)
 	}
+	_ = c.SetReadDeadline(time.Time{})
 	if ack[3] != 0 {
 		c.Close()
 		return nil, ack[3]
 	}
 	return c, 0
+}
+
+// connectWithWill is connectS1 with a last will on topic.
+func connectWithWill(t *testing.T, addr, clientID, topic string, retain bool) (net.Conn, byte) {
+	t.Helper()
+	return connectS1(t, addr, clientID, func(p *packets.ConnectParams) {
+		p.WillFlag, p.WillTopic, p.WillPayload, p.WillQos, p.WillRetain = true, topic, []byte("will of "+clientID), 1, retain
+	})
 }
 
 // TestWillRules: a will outside the identity's topics, or retained

@@ -647,7 +647,7 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
 				a.forget(m.Node)
 				return
 			case protocol.ActionEndBoot:
-				// a.endBoot(m.Node)
+				a.endBoot(m.Node)
 				return
 			}
 			go a.runBMC(m)

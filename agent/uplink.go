@@ -39,7 +39,7 @@ type upItem struct {
 // the broker one bundle after the other, while a site's many nodes
 // still keep several bundles in flight. A message naming no node (a
 // site-wide result) is ordered with the other such messages; a
-// heartbeat summary counts as a message of each node it carries.
+// heartbeat summary is not ordered (upKeys says why).
 
 // inFlight tracks the bundles awaiting the broker's ack, by node.
 type inFlight struct {
@@ -97,26 +97,27 @@ func (f *inFlight) wake() {
 }
 
 // upKeys adds to keys the nodes a queued message is about: its topic's,
-// or for a message on the site's bmc/evt topic the node it names, or the
-// nodes of a summary's beats ("" for none).
+// or for a message on the site's bmc/evt topic the node it names ("" for
+// none). A heartbeat summary adds none: a beat only reports a step's
+// progress, and it cannot get ahead of a result it depends on (a node's
+// next command, whose beats these would be, is sent only once the
+// coordinator has the result before it), while holding a summary until
+// every node it carries has nothing in flight holds the whole site's
+// beats back behind its slowest node (docs/benchmarks.md, "WAN").
 func upKeys(keys map[string]struct{}, it *upItem) {
 	if _, node, _, err := protocol.ParseTopic(it.topic); err == nil && node != "" {
 		keys[node] = struct{}{}
 		return
 	}
 	var m struct {
-		Node  string `json:"node"`
-		Beats []struct {
-			Node string `json:"node"`
-		} `json:"beats"`
+		Kind string `json:"kind"`
+		Node string `json:"node"`
 	}
 	_ = json.Unmarshal(it.payload, &m)
-	if m.Node != "" || len(m.Beats) == 0 {
-		keys[m.Node] = struct{}{}
+	if m.Kind == protocol.KindBeats {
+		return
 	}
-	for _, b := range m.Beats {
-		keys[b.Node] = struct{}{}
-	}
+	keys[m.Node] = struct{}{}
 }
 
 // uplink sends what publish queues until ctx ends.

@@ -2,15 +2,14 @@ package agent
 
 import (
 	"bytes"
-	"compress/flate"
 	"context"
-	"encoding/binary"
 	"log/slog"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/bundletest"
 )
 
 // The agent takes from the coordinator's bundles only command topics of
@@ -26,22 +25,12 @@ func TestAgentBundleRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	bundle := func(topic string, payload []byte) []byte {
-		var raw []byte
-		raw = binary.AppendUvarint(raw, uint64(len(topic)))
-		raw = append(raw, topic...)
-		raw = binary.AppendUvarint(raw, uint64(len(payload)))
-		raw = append(raw, payload...)
-		var out bytes.Buffer
-		out.Write(protocol.BundleMagic[:])
-		w, _ := flate.NewWriterDict(&out, flate.BestCompression, []byte(protocol.BundleDictionary))
-		w.Write(raw)
-		w.Close()
-		return out.Bytes()
+		return bundletest.Raw(protocol.BundleMagic[1], bundletest.Record(topic, payload))
 	}
 	for name, b := range map[string][]byte{
 		"an event topic":           bundle("bmc/evt", ack),
 		"not deflate":              append(protocol.BundleMagic[:], 0xff, 0xfe),
-		"a newer bundle format":    append([]byte{protocol.BundleMagic[0], 9}, bundle("bmc/cmd", ack)[2:]...),
+		"a newer bundle format":    bundletest.Raw(9, bundletest.Record("bmc/cmd", ack)),
 		"another site (as a path)": bundle("../s2/bmc/cmd", ack),
 	} {
 		a.handle(protocol.BMCCmdTopic("s1"), b)

@@ -3,7 +3,6 @@ package server_test
 import (
 	"bytes"
 	"compress/flate"
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +14,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/bundletest"
 )
 
 // TestBundleRefusalsFromAnIndependentClient: mosquitto_pub, with a site's
@@ -51,21 +51,6 @@ func TestBundleRefusalsFromAnIndependentClient(t *testing.T) {
 			t.Fatalf("mosquitto_pub %s: %v %s", name, err, out)
 		}
 	}
-	record := func(topic string, payload []byte) []byte {
-		var b []byte
-		b = binary.AppendUvarint(b, uint64(len(topic)))
-		b = append(b, topic...)
-		b = binary.AppendUvarint(b, uint64(len(payload)))
-		return append(b, payload...)
-	}
-	deflate := func(raw []byte) []byte {
-		var out bytes.Buffer
-		out.Write(protocol.BundleMagic[:])
-		w, _ := flate.NewWriterDict(&out, flate.BestCompression, []byte(protocol.BundleDictionary))
-		w.Write(raw)
-		w.Close()
-		return out.Bytes()
-	}
 	hello, err := protocol.Encode(&protocol.Message{Kind: protocol.KindHello, ID: "h-" + id, Site: "site3", Node: id, Sent: time.Now(), BootID: "b1",
 		CleanSteps: []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true}}})
 	if err != nil {
@@ -74,7 +59,7 @@ func TestBundleRefusalsFromAnIndependentClient(t *testing.T) {
 
 	// 200 MiB of spaces in ~200 KiB: the coordinator (in this process)
 	// must read it only to the 1 MiB limit, not inflate it all.
-	bomb := deflate(record("node/"+id+"/evt", append(hello, bytes.Repeat([]byte(" "), 200<<20)...)))
+	bomb := bundletest.Raw(protocol.BundleMagic[1], bundletest.Record("node/"+id+"/evt", append(hello, bytes.Repeat([]byte(" "), 200<<20)...)))
 	if len(bomb) > 512<<10 {
 		t.Fatalf("the bomb is %d bytes compressed", len(bomb))
 	}
@@ -88,7 +73,7 @@ func TestBundleRefusalsFromAnIndependentClient(t *testing.T) {
 		t.Errorf("the process allocated %d MiB while the coordinator took a 200 MiB bomb: it inflated past the limit", grew>>20)
 	}
 	// The hello on the node's command topic.
-	send("cmd-topic", deflate(record("node/"+id+"/cmd", hello)))
+	send("cmd-topic", bundletest.Raw(protocol.BundleMagic[1], bundletest.Record("node/"+id+"/cmd", hello)))
 	time.Sleep(time.Second)
 	if welcomed() {
 		t.Fatal("a refused bundle's hello was taken")

@@ -12,22 +12,12 @@ func (a *Agent) endBoot(node string) {
 	if node == "" {
 		return
 	}
-	if _, ok := a.bootHash.LoadAndDelete(node); ok {
-		a.store.putCred(node, nil)
-	}
-	if a.site != nil {
-		a.site.b.Disconnect("node:" + node)
-	}
+	a.dropBoot(node)
 	if a.media != nil {
 		a.media.dropParams(node)
 	}
 	if st := a.netbootState(); st != nil && st.srv != nil {
 		st.srv.Disarm(node)
 	}
-	a.mu.Lock()
-	delete(a.relay.seen, node)
-	delete(a.relay.sent, node)
-	delete(a.relay.held, node)
-	a.mu.Unlock()
 	a.log.Info("ramdisk boot ended by the coordinator: its credential no longer works at this site", "node", node)
 }

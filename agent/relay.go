@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -284,13 +283,23 @@ func (a *Agent) bootEnded(m *protocol.Message, done int) {
 	if !off {
 		return
 	}
-	if _, ok := a.bootHash.LoadAndDelete(m.Node); ok {
-		a.store.putCred(m.Node, nil)
+	a.dropBoot(m.Node)
+}
+
+// dropBoot forgets a node's ramdisk boot at the site: the site broker no
+// longer admits its credential (and closes the connections that used
+// it), and the relay forgets its beats.
+func (a *Agent) dropBoot(node string) {
+	if _, ok := a.bootHash.LoadAndDelete(node); ok {
+		a.store.putCred(node, nil)
+	}
+	if a.site != nil {
+		a.site.b.Disconnect("node:" + node)
 	}
 	a.mu.Lock()
-	delete(a.relay.seen, m.Node)
-	delete(a.relay.sent, m.Node)
-	delete(a.relay.held, m.Node)
+	delete(a.relay.seen, node)
+	delete(a.relay.sent, node)
+	delete(a.relay.held, node)
 	a.mu.Unlock()
 }
 
@@ -519,35 +528,14 @@ func (a *Agent) summarize() {
 		all = append(all, b)
 	}
 	var parts []summaryPart
-	for _, chunk := range splitBeats(all) {
-		parts = a.sendSummary(parts, chunk, queued, now)
+	for len(all) > 0 {
+		n := min(len(all), maxBeatsPerSummary)
+		parts = a.sendSummary(parts, all[:n:n], queued, now)
+		all = all[n:]
 	}
 	a.mu.Lock()
 	a.relay.summary = parts
 	a.mu.Unlock()
-}
-
-// splitBeats cuts beats into chunks of at most maxBeatsPerSummary beats
-// and about maxSummaryBytes of JSON.
-func splitBeats(all []protocol.Message) [][]protocol.Message {
-	const overhead = 256 // the summary's own fields
-	var chunks [][]protocol.Message
-	start, size := 0, overhead
-	for i := range all {
-		s := 1 // the comma
-		if b, err := json.Marshal(&all[i]); err == nil {
-			s += len(b)
-		}
-		if i > start && (i-start >= maxBeatsPerSummary || size+s > maxSummaryBytes) {
-			chunks = append(chunks, all[start:i:i])
-			start, size = i, overhead
-		}
-		size += s
-	}
-	if start < len(all) {
-		chunks = append(chunks, all[start:])
-	}
-	return chunks
 }
 
 // summaryBeatOK applies the rules a summary has for each of its beats.
@@ -564,8 +552,9 @@ func summaryBeatOK(b *protocol.Message, site string) error {
 // sendSummary makes one summary of chunk, puts it in the outbox, marks
 // its beats sent and publishes it; it returns parts with it added. A
 // beat the summary refuses is dropped alone (logged), not with the
-// chunk; a summary larger than protocol.MaxMessageBytes (which the
-// coordinator would refuse) is split in two.
+// chunk; a summary larger than maxSummaryBytes is split in two, until it
+// fits (a single beat larger than protocol.MaxMessageBytes, which the
+// coordinator would refuse, is dropped).
 func (a *Agent) sendSummary(parts []summaryPart, chunk []protocol.Message, queued int, now time.Time) []summaryPart {
 	site := a.cfg.Site
 	m := &protocol.Message{Kind: protocol.KindBeats, ID: newID(), Site: site, Sent: time.Now(), Beats: chunk, Queued: queued}
@@ -588,14 +577,14 @@ func (a *Agent) sendSummary(parts []summaryPart, chunk []protocol.Message, queue
 			return parts
 		}
 	}
-	if len(b) > protocol.MaxMessageBytes {
-		if len(chunk) == 1 {
-			a.log.Error("heartbeat left out of the summary", "node", chunk[0].Node, "reason", fmt.Sprintf("%d bytes, larger than a message may be", len(b)))
-			return parts
-		}
+	if len(b) > maxSummaryBytes && len(chunk) > 1 {
 		h := len(chunk) / 2
 		parts = a.sendSummary(parts, chunk[:h:h], queued, now)
 		return a.sendSummary(parts, chunk[h:], queued, now)
+	}
+	if len(b) > protocol.MaxMessageBytes {
+		a.log.Error("heartbeat left out of the summary", "node", chunk[0].Node, "reason", fmt.Sprintf("%d bytes, larger than a message may be", len(b)))
+		return parts
 	}
 	topic := protocol.BMCEvtTopic(site)
 	a.mu.Lock()

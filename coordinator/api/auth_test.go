@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +134,27 @@ func TestBaremetalCLIBasicAuth(t *testing.T) {
 		if want == 401 && (resp.Header.Get("WWW-Authenticate") != `Basic realm="bmedge"` || !strings.Contains(string(body), "faultstring")) {
 			t.Errorf("GET %s: 401 without Basic realm or Ironic's body: %v %s", path, resp.Header, body)
 		}
+	}
+	// What hands out or revokes a site's credential asks for credentials
+	// too (curl, an independent client, without and with a wrong
+	// password), and changes nothing: site1's agent stays online and a
+	// node of it is still driven.
+	for _, req := range [][]string{{"-X", "POST", "http://" + c.APIAddr + "/v1/sites/site1/credentials"}, {"-X", "DELETE", "http://" + c.APIAddr + "/v1/sites/site1"}} {
+		for _, auth := range [][]string{nil, {"-u", user + ":wrong"}} {
+			out, err := exec.Command("curl", append(append([]string{"-s", "-o", "/dev/null", "-w", "%{http_code}"}, auth...), req...)...).Output()
+			if err != nil || string(out) != "401" {
+				t.Errorf("curl %v %v: %q, %v; want 401", auth, req, out, err)
+			}
+		}
+	}
+	var sites struct {
+		Sites []map[string]any `json:"sites"`
+	}
+	if code := api.Do("GET", "/v1/sites", nil, &sites); code != 200 || len(sites.Sites) != 1 || sites.Sites[0]["online"] != true {
+		t.Errorf("site1 after the refused requests: %d %v; want it listed and online", code, sites.Sites)
+	}
+	api.MustVerb(other, "manage", nil)
+	if n := api.WaitRest(other, 30*time.Second); n.State != "manageable" {
+		t.Errorf("auth2 after the refused site requests: %q (%s); the site's agent must still drive it", n.State, n.LastError)
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
+	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/protocol/mqttbroker"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 	"github.com/spf13/cobra"
 )
 
@@ -58,6 +61,8 @@ type serveOptions struct {
 	waitTimeout, cmdTimeout, resend, tick      time.Duration
 	autoClean, forcePower, verbose             bool
 	prio                                       kv
+	fdReserve                                  int
+	apiConns, mqttConns                        netbudget.Limits
 }
 
 func (c *cmd) serveCmd() *cobra.Command {
@@ -65,7 +70,7 @@ func (c *cmd) serveCmd() *cobra.Command {
 	cc := &cobra.Command{
 		Use:     "serve",
 		Short:   "Run the coordinator: API, state machine, store and embedded MQTT broker",
-		Long:    serveLong,
+		Long:    serveLong + serveExitHelp,
 		Example: serveExample,
 		Args:    args(),
 		RunE:    func(cc *cobra.Command, _ []string) error { return c.serve(cc, o) },
@@ -75,6 +80,12 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.StringVar(&o.dataDir, "data-dir", "data", "`DIR` of the Badger database and the coordinator's secret")
 	fs.StringVar(&o.apiListen, "api-listen", defaultAPIListen, "`ADDR` of the HTTP API")
 	fs.StringVar(&o.mqttListen, "mqtt-listen", "127.0.0.1:1883", "`ADDR` of the embedded MQTT broker")
+	connBudgetFlags(fs, &o.apiConns, "api", "the API", server.DefaultAPIConnLimits, "first request header",
+		"an operator's proxy in front of the API comes from one address: raise the per-source caps for it")
+	connBudgetFlags(fs, &o.mqttConns, "mqtt", "the embedded MQTT broker", mqttbroker.DefaultConnLimits, "whole CONNECT",
+		"a site's ramdisks behind one NAT address share them; benchmarks' simulated sites all come from 127.0.0.1")
+	fs.IntVar(&o.fdReserve, "fd-reserve", netbudget.DefaultReserve, "file descriptors (`N`) the listeners leave to the Badger store and the rest of the process: "+
+		"the API and the broker together hold at most the NOFILE limit less N, and a connection accepted when fewer than N are left is closed at once")
 	fs.StringVar(&o.brokerURL, "broker-url", "", "use this external MQTT v5 broker `URL` (mqtt://host:port, or mqtts://host:port with --broker-ca-file) instead of the embedded one; its access rules are then the broker's job (docs/architecture.md lists the rules to configure)")
 	fs.StringVar(&o.brokerCA, "broker-ca-file", "", "CA (PEM) `FILE` that signs the external broker's certificate, for an mqtts:// --broker-url")
 	fs.StringVar(&o.brokerUser, "broker-username", "", "`USER` at the external broker (default: the coordinator's own)")
@@ -118,6 +129,17 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 		}
 		overrides[k] = n
 	}
+	if o.fdReserve < 1 {
+		return usagef("--fd-reserve %d: give at least 1 (default %d) file descriptors to keep for the store", o.fdReserve, netbudget.DefaultReserve)
+	}
+	for _, l := range []struct {
+		name string
+		v    netbudget.Limits
+	}{{"api", o.apiConns}, {"mqtt", o.mqttConns}} {
+		if l.v.MaxConns < 1 || l.v.MaxPerSource < 1 || l.v.MaxPendingPerSource < 1 {
+			return usagef("--%s-max-connections, --%[1]s-max-connections-per-source and --%[1]s-max-pending-per-source must be at least 1", l.name)
+		}
+	}
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	co, err := server.Start(ctx, server.Options{DataDir: o.dataDir, APIListen: o.apiListen, MQTTListen: o.mqttListen,
@@ -125,13 +147,59 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 		Auth: o.auth, HTPasswd: o.htpasswd, TLSCert: o.tlsCert, TLSKey: o.tlsKey, BrokerCAFile: o.brokerCA, MaxPacketSize: o.maxPacket,
 		Machine: fsm.Config{WaitTimeout: o.waitTimeout, CommandTimeout: o.cmdTimeout, ResendInterval: o.resend,
 			AutomatedClean: o.autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: o.forcePower},
-		MaxConcurrentClean: o.maxClean, MaxConcurrentDeploy: o.maxDeploy, TickInterval: o.tick, HistoryMaxEntries: o.histMax, Log: log})
+		MaxConcurrentClean: o.maxClean, MaxConcurrentDeploy: o.maxDeploy, TickInterval: o.tick, HistoryMaxEntries: o.histMax, Log: log,
+		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns})
 	if err != nil {
+		if isStoreFailure(err) {
+			return exitCode(ExitStoreFailed) // the engine logged why
+		}
 		return err
 	}
 	log.Info("coordinator serving", "api", co.APIURL, "auth", o.auth, "broker", co.BrokerURL, "data", o.dataDir)
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-co.Engine.Failed():
+		return storeFailed(co)
+	}
 	log.Info("shutting down")
 	co.Close()
 	return nil
+}
+
+// ExitStoreFailed is serve's exit status when the database failed while
+// it ran (or during its start): the engine logged one line with the cause
+// and what to do, and stopped taking work.
+const ExitStoreFailed = 3
+
+const serveExitHelp = `
+
+Exit status: 0 after SIGINT or SIGTERM; 1 when it cannot start (the error says why); 2
+for a usage error; 3 when the Badger store fails (a write, a memtable flush or a garbage
+collection fails, as when the process runs out of file descriptors or the disk is full):
+one ERROR line names the cause and what to do, the API answers 503 until the process
+ends, and nothing unstored was acknowledged, so starting it again (after raising
+LimitNOFILE or freeing disk space) recovers every node.`
+
+// isStoreFailure tells a failure of the store (logged by the engine) from
+// other errors at start.
+func isStoreFailure(err error) bool {
+	var fe *store.FailedError
+	return errors.As(err, &fe)
+}
+
+// storeFailed ends serve after the store failed: the listeners are closed
+// (requests meanwhile got 503) and the process exits with
+// ExitStoreFailed. A close that hangs (the engine stuck in the failed
+// database) is not waited for: nothing is lost without it.
+func storeFailed(co *server.Coordinator) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		co.Close()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+	return exitCode(ExitStoreFailed)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // Options configure a coordinator.
@@ -56,7 +57,22 @@ type Options struct {
 	// MaxPacketSize bounds every MQTT packet after CONNECT (0: the default,
 	// sized for the largest real inventory).
 	MaxPacketSize int
+	// FDReserve is how many file descriptors the listeners leave to the
+	// store and the rest of the process (0: netbudget.DefaultReserve);
+	// together the API and the broker hold at most NOFILE less it.
+	FDReserve int
+	// APIConns and MQTTConns are the connection budgets of the API's and
+	// the embedded broker's listeners, checked at accept before TLS;
+	// fields <= 0 take DefaultAPIConnLimits' and
+	// mqttbroker.DefaultConnLimits'.
+	APIConns, MQTTConns netbudget.Limits
 }
+
+// DefaultAPIConnLimits are the API listener's budgets. An operator's
+// proxy in front of the API comes from one address: raise
+// MaxPerSource (--api-max-connections-per-source) for it. A connection
+// is pending until its first request header is read.
+var DefaultAPIConnLimits = netbudget.Limits{MaxConns: 1024, MaxPerSource: 256, MaxPendingPerSource: 32}
 
 // Coordinator is a running coordinator.
 type Coordinator struct {
@@ -70,6 +86,9 @@ type Coordinator struct {
 	BrokerURL string
 	http      *http.Server
 	ln        net.Listener
+	// Conns is the process's descriptor pool, shared by the API and the
+	// embedded broker; its Stats are the listeners' counts.
+	Conns     *netbudget.Pool
 	cancel    context.CancelFunc
 	closeOnce sync.Once
 }
@@ -99,7 +118,17 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 		}
 		return online
 	})
-	c := &Coordinator{Engine: e, Metrics: met}
+	reserve := o.FDReserve
+	if reserve == 0 {
+		reserve = -1
+	}
+	pool, err := netbudget.NewPool(reserve)
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	met.Registry().MustRegister(connCollector{pool})
+	c := &Coordinator{Engine: e, Metrics: met, Conns: pool}
 	ctx, c.cancel = context.WithCancel(ctx)
 	user, pass := e.CoordinatorCredentials()
 	c.BrokerURL = o.BrokerURL
@@ -112,7 +141,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 		for _, f := range subs {
 			hs[f] = e.HandleMessage
 		}
-		bc := mqttbroker.Config{Addr: o.MQTTListen, MaxPacketSize: o.MaxPacketSize}
+		bc := mqttbroker.Config{Addr: o.MQTTListen, MaxPacketSize: o.MaxPacketSize, Name: "mqtt", Conns: o.MQTTConns, Pool: pool}
 		scheme := "mqtt://"
 		if o.TLSCert != "" {
 			cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
@@ -174,20 +203,21 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	}
 	c.APIAddr = ln.Addr().String()
 	c.APIURL = "http://" + c.APIAddr
+	// The budgets see the raw TCP connection, before any TLS handshake.
+	ln = pool.Wrap(ln, netbudget.Options{Name: "api", Limits: o.APIConns.Or(DefaultAPIConnLimits), Log: o.Log})
 	if apiTLS != nil {
 		ln = tls.NewListener(ln, apiTLS)
 		c.APIURL = "https://" + c.APIAddr
 	}
 	c.ln = ln
 	h := api.New(e, o.Log, adv)
-	var check func(user, password string) bool
 	if auth != nil {
 		h.UseBasicAuth(auth)
-		check = auth.Check
 	}
-	// GET /metrics asks for the API's credentials; with --auth none
-	// (loopback only, checked above) it is open, as the API is.
-	mh := met.Handler(check)
+	// GET /metrics asks for the API's credentials, with the API's
+	// throttling of failed logins; with --auth none (loopback only,
+	// checked above) it is open, as the API is.
+	mh := h.Authenticated(met.Handler(nil))
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" {
 			mh.ServeHTTP(w, r)
@@ -198,7 +228,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	// ErrorLog takes net/http's own complaints (TLS handshakes that fail,
 	// mostly clients that do not trust the certificate) into the log.
 	c.http = &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelInfo)}
+		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelInfo), ConnState: netbudget.ConnState(nil)}
 	go func() {
 		if err := c.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Log.Error("API server stopped", "err", err)

@@ -24,6 +24,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // Credentials decides who may connect, under which client ID, and under
@@ -57,7 +59,24 @@ type Config struct {
 	// their whole CONNECT (default DefaultMaxPendingConnects); more are
 	// closed at once.
 	MaxPendingConnects int
+	// Name names the listener in logs and stats; it is the prefix of its
+	// budget flags (default "mqtt": --mqtt-max-connections...).
+	Name string
+	// Conns are the listener's connection budgets, checked at accept
+	// before TLS or any read; fields <= 0 take DefaultConnLimits'. A
+	// connection is pending until its whole CONNECT is read.
+	Conns netbudget.Limits
+	// Pool is the process's file-descriptor pool, shared with its other
+	// listeners (default: a pool of its own with netbudget's default
+	// reserve).
+	Pool *netbudget.Pool
 }
+
+// DefaultConnLimits are a broker listener's budgets. Sites and ramdisks
+// behind one NAT address share the per-source caps; a benchmark's
+// simulated sites all come from 127.0.0.1 and raise them. What stops a
+// flood of connections that never log in is the pending cap per source.
+var DefaultConnLimits = netbudget.Limits{MaxConns: 16384, MaxPerSource: 2048, MaxPendingPerSource: 128}
 
 // Limits of the embedded broker.
 const (
@@ -81,7 +100,12 @@ type Broker struct {
 	srv  *mqtt.Server
 	Addr string
 	drop *dropHook
+	conn *netbudget.Listener
 }
+
+// ConnStats returns the counts of the broker's listener: connections
+// held and refused at accept.
+func (b *Broker) ConnStats() netbudget.Stats { return b.conn.Stats() }
 
 // Handler receives a message published to a subscribed topic filter.
 // It runs on the publishing client's connection goroutine and must not
@@ -132,12 +156,24 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 	if err != nil {
 		return nil, fmt.Errorf("MQTT listener on %s: %w", cfg.Addr, err)
 	}
-	// The guard reads above TLS, so that it checks MQTT bytes.
-	var inner net.Listener = ln
-	if cfg.TLS != nil {
-		inner = tls.NewListener(ln, cfg.TLS)
+	if cfg.Name == "" {
+		cfg.Name = "mqtt"
 	}
-	gl := &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog, pending: make(chan struct{}, cfg.MaxPendingConnects)}
+	if cfg.Pool == nil {
+		if cfg.Pool, err = netbudget.NewPool(-1); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
+	// The budgets are checked on the raw TCP connection, before TLS; the
+	// guard reads above TLS, so that it checks MQTT bytes.
+	rl := ratelog.New(blog, 0)
+	bl := cfg.Pool.Wrap(ln, netbudget.Options{Name: cfg.Name, Limits: cfg.Conns.Or(DefaultConnLimits), Log: blog})
+	var inner net.Listener = bl
+	if cfg.TLS != nil {
+		inner = tls.NewListener(bl, cfg.TLS)
+	}
+	gl := &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog, rl: rl, pending: make(chan struct{}, cfg.MaxPendingConnects)}
 	if err := srv.AddListener(listeners.NewNet("mqtt", gl)); err != nil {
 		ln.Close()
 		return nil, err
@@ -147,7 +183,7 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 			log.Error("broker stopped", "err", err)
 		}
 	}()
-	return &Broker{srv: srv, Addr: ln.Addr().String(), drop: drop}, nil
+	return &Broker{srv: srv, Addr: ln.Addr().String(), drop: drop, conn: bl}, nil
 }
 
 // Publish hands a message to the broker as its inline client, which may

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // guardListener checks the first packet of every connection before the
@@ -21,17 +23,17 @@ import (
 //
 // At most cap(pending) connections may be between accept and the end of
 // their CONNECT at once; more are closed at once, so that strangers
-// cannot take the process's file descriptors. And Accept outlives a
+// cannot take the process's file descriptors. The budgets per source
+// and the descriptor pool are netbudget's, under TLS; a connection is
+// settled there once its whole CONNECT is read. And Accept outlives a
 // failed accept (too many open files): mochi's listener stops for good at
 // the first error, which left the broker deaf until a restart.
 type guardListener struct {
 	net.Listener
 	max     int
 	log     *slog.Logger
+	rl      *ratelog.Limiter // refusals; nil: log every one
 	pending chan struct{}
-	// refusedAt is when a connection was last closed for want of a
-	// pending slot (unix nanoseconds), to log once a second at most.
-	refusedAt atomic.Int64
 }
 
 // connectTimeout is how long a new connection may take to send its whole
@@ -71,17 +73,25 @@ func (l *guardListener) Accept() (net.Conn, error) {
 		select {
 		case l.pending <- struct{}{}:
 		default:
-			now := time.Now().UnixNano()
-			if last := l.refusedAt.Load(); now-last > int64(time.Second) && l.refusedAt.CompareAndSwap(last, now) {
-				l.log.Warn("MQTT connection closed: too many connections have not sent their CONNECT yet", "remote", c.RemoteAddr(), "limit", cap(l.pending))
-			}
+			l.warn("mqtt pending", "MQTT connection closed: too many connections have not sent their CONNECT yet", "remote", c.RemoteAddr(), "limit", cap(l.pending))
 			c.Close()
 			continue
 		}
-		g := &guardConn{Conn: c, max: l.max, log: l.log}
-		g.release = sync.OnceFunc(func() { <-l.pending })
+		g := &guardConn{Conn: c, max: l.max, log: l.log, rl: l.rl}
+		g.release = sync.OnceFunc(func() {
+			<-l.pending
+			netbudget.Settle(c)
+		})
 		return g, nil
 	}
+}
+
+func (l *guardListener) warn(kind, msg string, args ...any) {
+	if l.rl != nil {
+		l.rl.Warn(kind, msg, args...)
+		return
+	}
+	l.log.Warn(msg, args...)
 }
 
 // guardConn reads and checks the fixed header of the first packet on the
@@ -92,6 +102,7 @@ type guardConn struct {
 	net.Conn
 	max  int
 	log  *slog.Logger
+	rl   *ratelog.Limiter
 	once sync.Once
 	r    *bufio.Reader
 	err  error
@@ -153,7 +164,11 @@ func (c *guardConn) check() {
 }
 
 func (c *guardConn) refuse(err error) {
-	c.log.Warn("MQTT connection refused before authentication", "remote", c.Conn.RemoteAddr(), "reason", err)
+	if c.rl != nil {
+		c.rl.Warn("mqtt bad first packet", "MQTT connection refused before authentication", "remote", c.Conn.RemoteAddr(), "reason", err)
+	} else {
+		c.log.Warn("MQTT connection refused before authentication", "remote", c.Conn.RemoteAddr(), "reason", err)
+	}
 	c.err = err
 	c.Close()
 }

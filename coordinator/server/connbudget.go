@@ -1,0 +1,43 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bmedge/bmedge/coordinator/metrics"
+	"github.com/bmedge/bmedge/protocol/netbudget"
+)
+
+// connCollector shows the connection budgets of the coordinator's
+// listeners at GET /metrics: connections held and refused at accept, by
+// listener and kind of refusal.
+type connCollector struct{ pool *netbudget.Pool }
+
+var (
+	connOpenDesc = prometheus.NewDesc(metrics.Namespace+"_listener_connections",
+		"Connections held now by a listener of the coordinator (state: open, of which pending: before the first request header or the whole CONNECT).",
+		[]string{"listener", "state"}, nil)
+	connRefusedDesc = prometheus.NewDesc(metrics.Namespace+"_listener_refused_total",
+		"Connections closed at accept, before TLS or any read, because a budget was full (kind: total, per-source, pending, pending-per-source, fd-pool, fd-reserve).",
+		[]string{"listener", "kind"}, nil)
+	fdPoolDesc = prometheus.NewDesc(metrics.Namespace+"_listener_fd_pool",
+		"The file descriptors the coordinator's listeners may hold together (NOFILE less --fd-reserve), and how many they hold.",
+		[]string{"what"}, nil)
+)
+
+func (c connCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connOpenDesc
+	ch <- connRefusedDesc
+	ch <- fdPoolDesc
+}
+
+func (c connCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(fdPoolDesc, prometheus.GaugeValue, float64(c.pool.Cap()), "capacity")
+	ch <- prometheus.MustNewConstMetric(fdPoolDesc, prometheus.GaugeValue, float64(c.pool.InUse()), "in_use")
+	for _, st := range c.pool.Stats() {
+		ch <- prometheus.MustNewConstMetric(connOpenDesc, prometheus.GaugeValue, float64(st.Open), st.Name, "open")
+		ch <- prometheus.MustNewConstMetric(connOpenDesc, prometheus.GaugeValue, float64(st.Pending), st.Name, "pending")
+		for kind, n := range st.Refused {
+			ch <- prometheus.MustNewConstMetric(connRefusedDesc, prometheus.CounterValue, float64(n), st.Name, kind)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/bootmedia"
+	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // RamdiskOptions configure how the edge agent boots the ramdisk on nodes
@@ -59,6 +60,11 @@ type mediaServer struct {
 	mu     sync.Mutex
 	images map[string]*paramsImage // by token
 	byNode map[string]string       // node → token
+
+	// refused logs the requests for unknown or ended boot parameters at
+	// a bounded rate: anybody on the site network may ask for names.
+	refusedOnce sync.Once
+	refused     *ratelog.Limiter
 }
 
 type paramsImage struct {
@@ -136,7 +142,9 @@ func (m *mediaServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.mu.Unlock()
 		if img == nil {
 			// The log never shows the name: it is the image's password.
-			m.log.Warn("media server: request for unknown or ended boot parameters", "remote", r.RemoteAddr)
+			// One line per interval, with the count (ratelog).
+			m.refusedOnce.Do(func() { m.refused = ratelog.New(m.log, 0) })
+			m.refused.Warn("unknown params", "media server: unknown or ended boot parameters", "remote", r.RemoteAddr)
 			http.NotFound(w, r)
 			return
 		}

@@ -4,13 +4,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
-
-	jsonpatch "github.com/evanphx/json-patch/v5"
 
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 )
+
+// MaxPatchOps bounds the operations of one JSON Patch (PATCH
+// /v1/nodes/{node}). Ironic has no bound; real clients send a handful
+// (baremetal node set sends one per option given), so 1000 is far above
+// any of them, and what one request can make the coordinator do stays
+// small. A patch with more is refused with 400 before any is applied.
+const MaxPatchOps = 1000
 
 // patchOp is one JSON Patch (RFC 6902) operation, as Ironic takes them.
 type patchOp struct {
@@ -23,7 +29,11 @@ var mapFields = map[string]bool{"driver_info": true, "properties": true, "instan
 var scalarFields = map[string]bool{"name": true, "driver": true, "conductor_group": true, "retired": true, "retired_reason": true,
 	"maintenance": true, "maintenance_reason": true, "description": true, "resource_class": true, "owner": true}
 
-// applyPatch applies ops to n. Errors say which operation was wrong.
+// applyPatch applies ops to n, in place: n must be the caller's own copy
+// (PatchNode's snapshot). Its cost is linear in the size of the patch:
+// each operation's value is decoded once and every operation works on
+// the decoded fields (patchIn), which are encoded once, when the node is
+// checked and stored. Errors say which operation was wrong.
 func applyPatch(n *fsm.Node, ops []patchOp) error {
 	for i, op := range ops {
 		parts := strings.SplitN(strings.TrimPrefix(op.Path, "/"), "/", 2)
@@ -61,11 +71,9 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 			if *m == nil {
 				*m = map[string]any{}
 			}
-			out, err := patchBelow(*m, field, op.Op, parts[1], op.Value)
-			if err != nil {
+			if err := patchIn(*m, op.Op, parts[1], val); err != nil {
 				return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d (%s %s): %v", i+1, op.Op, op.Path, err)}
 			}
-			*m = out
 			continue
 		}
 		if !scalarFields[field] || len(parts) > 1 {
@@ -85,50 +93,162 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 	return nil
 }
 
-// patchBelow applies one operation at sub, a JSON Pointer below the map
-// field, with the JSON Patch library (RFC 6902 as evanphx/json-patch
-// implements it: every container on the way must exist, add sets a
-// member or inserts into an array ("-" appends), replace and remove need
-// their target). One exception is kept for the clients of this API:
-// replace of a missing member directly under the field sets it, as add
-// does. m is not changed; the patched map is returned.
-func patchBelow(m map[string]any, field, op, sub string, value json.RawMessage) (map[string]any, error) {
-	if op == "replace" && !strings.Contains(sub, "/") {
-		if _, ok := m[strings.ReplaceAll(strings.ReplaceAll(sub, "~1", "/"), "~0", "~")]; !ok {
+// pointerDecoder unescapes a JSON Pointer token (RFC 6901): ~1 is '/', ~0
+// is '~', in one pass.
+var pointerDecoder = strings.NewReplacer("~1", "/", "~0", "~")
+
+// patchIn applies one operation at sub, a JSON Pointer below a map
+// field, to the decoded field m, in place; val is the decoded value (nil
+// for remove) and becomes part of m. The rules are RFC 6902's as the
+// JSON Patch library (evanphx/json-patch, which this API used before,
+// per operation on the re-encoded field) applies them, kept exactly
+// (TestPatchInMatchesLibrary compares): every container on the way must
+// exist (an empty token does not name one), add sets a member or inserts
+// into a list ("-" appends), replace and remove need their target, list
+// indexes are decimal (as strconv.Atoi reads them) and never negative.
+// One exception is kept for the clients of this API: replace of a
+// missing member directly under the field sets it, as add does. On an
+// error m is unchanged.
+func patchIn(m map[string]any, op, sub string, val any) error {
+	toks := strings.Split(sub, "/")
+	for i, t := range toks {
+		toks[i] = pointerDecoder.Replace(t)
+	}
+	if op == "replace" && len(toks) == 1 {
+		if _, ok := m[toks[0]]; !ok {
 			op = "add"
 		}
 	}
-	one := map[string]any{"op": op, "path": "/" + field + "/" + sub}
+	_, err := patchAt(m, toks, op, val)
+	return err
+}
+
+// patchAt applies the operation at toks below cur and returns what cur
+// becomes: the same map, or a new list when a list changed length.
+func patchAt(cur any, toks []string, op string, val any) (any, error) {
+	key := toks[0]
+	if len(toks) > 1 {
+		var next any
+		switch c := cur.(type) {
+		case map[string]any:
+			v, ok := c[key]
+			if !ok || key == "" {
+				return nil, fmt.Errorf("the path goes through %s, which does not exist", shortQuote(key))
+			}
+			next = v
+			nv, err := patchAt(next, toks[1:], op, val)
+			if err != nil {
+				return nil, err
+			}
+			c[key] = nv
+			return c, nil
+		case []any:
+			i, err := listIndex(key, len(c), false)
+			if err != nil {
+				return nil, err
+			}
+			nv, err := patchAt(c[i], toks[1:], op, val)
+			if err != nil {
+				return nil, err
+			}
+			c[i] = nv
+			return c, nil
+		}
+		return nil, fmt.Errorf("the path goes through %s, which is not an object or a list", shortQuote(key))
+	}
+	switch c := cur.(type) {
+	case map[string]any:
+		_, ok := c[key]
+		switch {
+		case op == "add", op == "replace" && (ok || key == ""):
+			// The library takes "" in a replace as naming the object
+			// itself, which always exists, and then sets member "".
+			c[key] = val
+		case op == "replace":
+			return nil, fmt.Errorf("there is no member %s to replace", shortQuote(key))
+		case !ok:
+			return nil, fmt.Errorf("there is no member %s to remove", shortQuote(key))
+		default:
+			delete(c, key)
+		}
+		return c, nil
+	case []any:
+		switch op {
+		case "add":
+			if key == "-" {
+				return append(c, val), nil
+			}
+			i, err := listIndex(key, len(c)+1, true)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]any, 0, len(c)+1)
+			out = append(append(append(out, c[:i]...), val), c[i:]...)
+			return out, nil
+		case "replace":
+			i, err := listIndex(key, len(c), false)
+			if err != nil {
+				return nil, err
+			}
+			c[i] = val
+			return c, nil
+		default:
+			i, err := listIndex(key, len(c), false)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]any, 0, len(c)-1)
+			return append(append(out, c[:i]...), c[i+1:]...), nil
+		}
+	}
+	return nil, fmt.Errorf("the target's container is not an object or a list")
+}
+
+// listIndex reads a list index token; it must be below n.
+func listIndex(key string, n int, insert bool) (int, error) {
+	i, err := strconv.Atoi(key)
+	if err != nil {
+		hint := "a number from 0"
+		if insert {
+			hint += ", or - to append"
+		}
+		return 0, fmt.Errorf("%s is not a list index (%s)", shortQuote(key), hint)
+	}
+	if i < 0 || i >= n {
+		what := fmt.Sprintf("the list has %d items", n)
+		if insert {
+			what = fmt.Sprintf("the list has %d items, so an insertion is at most at %d", n-1, n-1)
+		}
+		return 0, fmt.Errorf("index %d is out of range: %s", i, what)
+	}
+	return i, nil
+}
+
+// patchBelow applies one operation at sub below the map field to a copy
+// of m and returns the copy (m is not changed): patchIn for one
+// operation, with its value still encoded.
+func patchBelow(m map[string]any, field, op, sub string, value json.RawMessage) (map[string]any, error) {
+	var val any
 	if op != "remove" {
-		one["value"] = value
+		if err := json.Unmarshal(value, &val); err != nil {
+			return nil, err
+		}
 	}
-	pb, err := json.Marshal([]any{one})
+	b, err := json.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
-	p, err := jsonpatch.DecodePatch(pb)
-	if err != nil {
+	var c map[string]any
+	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, err
 	}
-	doc, err := json.Marshal(map[string]any{field: m})
-	if err != nil {
+	if c == nil {
+		c = map[string]any{}
+	}
+	if err := patchIn(c, op, sub, val); err != nil {
 		return nil, err
 	}
-	opts := jsonpatch.NewApplyOptions()
-	opts.SupportNegativeIndices = false
-	opts.EscapeHTML = false
-	out, err := p.ApplyWithOptions(doc, opts)
-	if err != nil {
-		return nil, err
-	}
-	var res map[string]map[string]any
-	if err := json.Unmarshal(out, &res); err != nil {
-		return nil, err
-	}
-	if res[field] == nil {
-		return map[string]any{}, nil
-	}
-	return res[field], nil
+	return c, nil
 }
 
 func fieldMap(n *fsm.Node, f string) *map[string]any {
@@ -196,6 +316,15 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 	return err
 }
 
+// patchHook, if set (tests only), is called with the node's UUID once a
+// PATCH was applied to its copy, outside the engine loop, before the
+// change is committed.
+var patchHook func(nodeUUID string)
+
+// patchNode is PATCH /v1/nodes/{node}: the operations are applied outside
+// the engine loop to a copy of the node and committed only if the node
+// did not change meanwhile (engine.PatchNode), so a large patch never
+// holds up other requests or agent messages.
 func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 	var ops []patchOp
 	if !decode(w, r, &ops) {
@@ -205,13 +334,21 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 400, "Patch must be a non-empty JSON list of operations")
 		return
 	}
-	var id string
-	err := s.e.UpdateNode(r.PathValue("id"), func(n *fsm.Node) error {
-		id = n.UUID
+	if len(ops) > MaxPatchOps {
+		writeError(w, 400, fmt.Sprintf("Patch has %d operations; at most %d are accepted in one request: send them in several PATCH requests of up to %d", len(ops), MaxPatchOps, MaxPatchOps))
+		return
+	}
+	id, err := s.e.PatchNode(r.PathValue("id"), func(n *fsm.Node) error {
 		if err := applyPatch(n, ops); err != nil {
 			return err
 		}
-		return checkNodeLimits(n)
+		if err := checkNodeLimits(n); err != nil {
+			return err
+		}
+		if h := patchHook; h != nil {
+			h(n.UUID)
+		}
+		return nil
 	})
 	if err != nil {
 		writeErr(w, err)

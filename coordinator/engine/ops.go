@@ -153,7 +153,8 @@ func clone(n *fsm.Node) *fsm.Node {
 }
 
 // UpdateNode changes a resting node's fields through fn on a copy; the
-// copy replaces the node only if it passes validation.
+// copy replaces the node only if it passes validation (replaceNode). fn
+// runs in the loop: it must be quick (PatchNode runs a long one outside).
 func (e *Engine) UpdateNode(ident string, fn func(n *fsm.Node) error) error {
 	return e.do(func(t *tx) error {
 		n, err := e.lookup(ident)
@@ -161,53 +162,13 @@ func (e *Engine) UpdateNode(ident string, fn func(n *fsm.Node) error) error {
 			return err
 		}
 		if n.Locked() {
-			return errorf(Conflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
+			return lockedError(n)
 		}
 		c := clone(n)
 		if err := fn(c); err != nil {
 			return err
 		}
-		if c.UUID != n.UUID || c.ProvisionState != n.ProvisionState {
-			return errorf(Invalid, "uuid and provision_state cannot be changed by PATCH; use the provision verbs")
-		}
-		if c.Name != n.Name {
-			if c.Name != "" && (!nameRE.MatchString(c.Name) || uuid.Validate(c.Name) == nil) {
-				return errorf(Invalid, "Node name %q is not valid", c.Name)
-			}
-			if _, ok := e.names[c.Name]; ok && c.Name != "" {
-				return errorf(Conflict, "A node with name %s already exists.", c.Name)
-			}
-		}
-		if c.Driver != n.Driver {
-			d, err := e.cfg.Machine.Drivers.Get(c.Driver)
-			if err != nil {
-				return errorf(Invalid, "%v", err)
-			}
-			c.Driver = d.Name
-		}
-		if c.Site != n.Site {
-			if _, ok := e.sites[c.Site]; !ok {
-				return errorf(Invalid, "site (conductor_group) %q is not registered", c.Site)
-			}
-		}
-		if r := fsm.CheckUpdate(n, c); r != nil {
-			return refused(r)
-		}
-		if c.Maintenance != n.Maintenance {
-			on, reason := c.Maintenance, c.MaintenanceReason
-			c.Maintenance, c.MaintenanceReason = n.Maintenance, n.MaintenanceReason
-			t.apply(c, e.m.SetMaintenance(c, on, reason, t.now))
-		}
-		c.UpdatedAt = t.now
-		if c.Name != n.Name {
-			delete(e.names, n.Name)
-			if c.Name != "" {
-				e.names[c.Name] = c.UUID
-			}
-		}
-		*n = *c
-		t.dirty[n.UUID] = n
-		return nil
+		return e.replaceNode(t, n, c)
 	})
 }
 

@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/google/uuid"
+
+	"github.com/bmedge/bmedge/coordinator/fsm"
+)
+
+// PatchAttempts is how many times PatchNode applies a change to a fresh
+// snapshot of the node when the node changed while the change was being
+// applied, before it gives up with a Conflict.
+const PatchAttempts = 3
+
+// errNodeChanged is PatchNode's signal, from the loop, that the node
+// changed since its snapshot was taken.
+var errNodeChanged = errors.New("the node changed since its snapshot")
+
+// PatchNode changes a resting node's fields through fn, like UpdateNode,
+// but fn runs outside the engine loop, on a private copy of the node (a
+// snapshot taken under the read lock), so that however long fn takes
+// (a JSON Patch of many operations) the loop serves every other request
+// and agent message meanwhile. The copy is then committed in the loop
+// only if the node did not change since the snapshot: its view version
+// (views.go), which every change of the node moves on, is the same and
+// no earlier request of the same batch changed it. The checks that
+// depend on the node's state or on other nodes (locked, the state rules
+// of fsm.CheckUpdate, name taken, driver and site known) run there, in
+// the loop, against the node as it is then; they are cheap. What fn
+// checks of the copy itself (sizes) needs no second look: the copy is
+// fn's own and nobody else changes it. If the node changed, fn runs
+// again on a new snapshot, up to PatchAttempts times; then the answer
+// is a Conflict that says to send the change again. It returns the
+// node's UUID (the change may rename it).
+func (e *Engine) PatchNode(ident string, fn func(c *fsm.Node) error) (string, error) {
+	id := ""
+	for attempt := 0; attempt < PatchAttempts; attempt++ {
+		c, ver, err := e.snapshot(ident)
+		if err != nil {
+			return id, err
+		}
+		id = c.UUID
+		if err := fn(c); err != nil {
+			return id, err
+		}
+		err = e.do(func(t *tx) error {
+			n, ok := e.nodes[id]
+			if !ok {
+				return errorf(NotFound, "Node %s could not be found.", ident)
+			}
+			if _, busy := t.dirty[id]; busy || e.viewVersion(id) != ver {
+				return errNodeChanged
+			}
+			if n.Locked() {
+				return lockedError(n)
+			}
+			return e.replaceNode(t, n, c)
+		})
+		if !errors.Is(err, errNodeChanged) {
+			return id, err
+		}
+	}
+	return id, errorf(Conflict, "Node %s was changed by other requests while this change was being applied, %d times in a row; nothing was changed: send the request again.", ident, PatchAttempts)
+}
+
+// snapshot returns a deep copy of the node and its view version, read
+// together under the read lock. A locked node is refused at once (the
+// loop checks again at commit).
+func (e *Engine) snapshot(ident string) (*fsm.Node, uint64, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	n, err := e.lookup(ident)
+	if err != nil {
+		return nil, 0, err
+	}
+	if n.Locked() {
+		return nil, 0, lockedError(n)
+	}
+	return clone(n), e.viewVersion(n.UUID), nil
+}
+
+// viewVersion is the node's view version: it moves on with every change
+// of the node (tx.forget). The caller holds e.mu (read or write).
+func (e *Engine) viewVersion(id string) uint64 {
+	e.views.mu.Lock()
+	defer e.views.mu.Unlock()
+	return e.views.ver[id]
+}
+
+func lockedError(n *fsm.Node) error {
+	return errorf(Conflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
+}
+
+// replaceNode makes c, a changed copy of the resting node n, the node, if
+// the change is one a PATCH may make; it runs in the loop.
+func (e *Engine) replaceNode(t *tx, n, c *fsm.Node) error {
+	if c.UUID != n.UUID || c.ProvisionState != n.ProvisionState {
+		return errorf(Invalid, "uuid and provision_state cannot be changed by PATCH; use the provision verbs")
+	}
+	if c.Name != n.Name {
+		if c.Name != "" && (!nameRE.MatchString(c.Name) || uuid.Validate(c.Name) == nil) {
+			return errorf(Invalid, "Node name %q is not valid", c.Name)
+		}
+		if _, ok := e.names[c.Name]; ok && c.Name != "" {
+			return errorf(Conflict, "A node with name %s already exists.", c.Name)
+		}
+	}
+	if c.Driver != n.Driver {
+		d, err := e.cfg.Machine.Drivers.Get(c.Driver)
+		if err != nil {
+			return errorf(Invalid, "%v", err)
+		}
+		c.Driver = d.Name
+	}
+	if c.Site != n.Site {
+		if _, ok := e.sites[c.Site]; !ok {
+			return errorf(Invalid, "site (conductor_group) %q is not registered", c.Site)
+		}
+	}
+	if r := fsm.CheckUpdate(n, c); r != nil {
+		return refused(r)
+	}
+	if c.Maintenance != n.Maintenance {
+		on, reason := c.Maintenance, c.MaintenanceReason
+		c.Maintenance, c.MaintenanceReason = n.Maintenance, n.MaintenanceReason
+		t.apply(c, e.m.SetMaintenance(c, on, reason, t.now))
+	}
+	c.UpdatedAt = t.now
+	if c.Name != n.Name {
+		delete(e.names, n.Name)
+		if c.Name != "" {
+			e.names[c.Name] = c.UUID
+		}
+	}
+	*n = *c
+	t.dirty[n.UUID] = n
+	return nil
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/bmedge/bmedge/drivers/redfish"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 	"github.com/bmedge/bmedge/protocol/session"
 )
 
@@ -113,6 +114,9 @@ type Config struct {
 	// MetricsListenAny is set (the metrics have no authentication).
 	MetricsListen    string
 	MetricsListenAny bool
+	// MetricsConns are the metrics listener's connection budgets (fields
+	// <= 0: DefaultMetricsConns'; connbudget.go).
+	MetricsConns netbudget.Limits
 	// StateDir is the folder of the durable outbox (Badger, encrypted at
 	// rest with a key file created there on first start): every result
 	// and power report is written there, synced, before it is first

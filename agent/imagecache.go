@@ -15,6 +15,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent/imagecache"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // DefaultImageCacheBytes is the image cache's size cap when none is given.
@@ -36,6 +37,9 @@ type ImageCacheOptions struct {
 	URL string
 	// Client fetches from the origins (nil: imagecache's default).
 	Client *http.Client
+	// Conns are the listener's connection budgets (fields <= 0:
+	// DefaultImageCacheConns').
+	Conns netbudget.Limits
 }
 
 // siteCache is a running image cache.
@@ -103,9 +107,10 @@ func (a *Agent) startImageCache(ctx context.Context) (stop func(), err error) {
 	if base == "" {
 		base = "http://" + ln.Addr().String()
 	}
+	ln = budgeted(ln, "image-cache", o.Conns, DefaultImageCacheConns, a.log)
 	mux := http.NewServeMux()
 	mux.Handle(imagecache.PathPrefix, c.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: netbudget.ConnState(nil)}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("image cache listener stopped", "err", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // metricsNamespace prefixes the edge agent's metrics.
@@ -123,9 +124,10 @@ func (a *Agent) serveMetrics(ctx context.Context) error {
 		return refuse()
 	}
 	a.metricsAddr = ln.Addr().String()
+	ln = budgeted(ln, "metrics", a.cfg.MetricsConns, DefaultMetricsConns, a.log)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.MetricsHandler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: netbudget.ConnState(nil)}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("metrics listener stopped", "err", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent/netboot"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // NetbootOptions configure network boot (DHCP or proxy-DHCP, TFTP, HTTP)
@@ -38,6 +39,9 @@ type NetbootOptions struct {
 	// IPXEDir holds Debian's undionly.kpxe and snponly.efi (default
 	// /usr/lib/ipxe).
 	IPXEDir string
+	// HTTPConns are the HTTP server's connection budgets (fields <= 0:
+	// DefaultNetbootHTTPConns').
+	HTTPConns netbudget.Limits
 	// Kernel and Initrd are the ramdisk (make ramdisk: build/ramdisk/
 	// vmlinuz, build/ramdisk/initramfs.cpio.xz).
 	Kernel, Initrd string
@@ -88,7 +92,8 @@ func (a *Agent) startNetboot(ctx context.Context) (stop func(), err error) {
 	}
 	st := newNetbootState()
 	cfg := netboot.Config{Interface: o.Interface, Mode: o.Mode, LeaseTime: o.LeaseTime, HTTPPort: o.HTTPPort, TFTPPort: o.TFTPPort,
-		DHCPPort: o.DHCPPort, IPXEDir: o.IPXEDir, Kernel: o.Kernel, Initrd: o.Initrd, TTL: o.TTL, Log: a.log}
+		DHCPPort: o.DHCPPort, IPXEDir: o.IPXEDir, Kernel: o.Kernel, Initrd: o.Initrd, TTL: o.TTL, Log: a.log,
+		HTTPConns: o.HTTPConns.Or(DefaultNetbootHTTPConns)}
 	ip := func(flag, v string) (net.IP, error) {
 		if v == "" {
 			return nil, nil

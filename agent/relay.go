@@ -17,6 +17,7 @@ import (
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // The relay. The edge agent is its site's anchor: the ramdisks of the
@@ -55,6 +56,9 @@ type SiteBrokerOptions struct {
 	// MQTT over TLS only. The ramdisks get the pin of the CA in CAFile
 	// (bm.ca), which must have signed TLSCert.
 	TLSCert, TLSKey, CAFile string
+	// Conns are the broker listener's connection budgets (fields <= 0:
+	// mqttbroker.DefaultConnLimits'), from the process's descriptor pool.
+	Conns netbudget.Limits
 }
 
 // DefaultHeartbeatSummary is how often the heartbeats of the site's
@@ -138,7 +142,7 @@ func (a *Agent) startSiteBroker() (stop func(), err error) {
 	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
 		return nil, fmt.Errorf("--site-broker-listen %q: %w (want HOST:PORT on the site network)", o.Listen, err)
 	}
-	cfg := mqttbroker.Config{Addr: o.Listen}
+	cfg := mqttbroker.Config{Addr: o.Listen, Name: "site-broker", Conns: o.Conns, Pool: netbudget.Default()}
 	scheme := "mqtt://"
 	var pin string
 	if o.TLSCert != "" || o.TLSKey != "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/bootmedia"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
@@ -41,6 +42,9 @@ type RamdiskOptions struct {
 	Listen string
 	// URL is the media server as the BMCs reach it (default http://Listen).
 	URL string
+	// Conns are the media server's connection budgets (fields <= 0:
+	// DefaultMediaConns').
+	Conns netbudget.Limits
 }
 
 // paramsTTL bounds how long a boot's parameters image is served when no
@@ -92,8 +96,9 @@ func newMediaServer(opts RamdiskOptions, log *slog.Logger) (*mediaServer, error)
 	if base == "" {
 		base = "http://" + ln.Addr().String()
 	}
+	ln = budgeted(ln, "media", opts.Conns, DefaultMediaConns, log)
 	m := &mediaServer{iso: opts.ISO, base: base, log: log, ln: ln, images: map[string]*paramsImage{}, byNode: map[string]string{}}
-	m.srv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
+	m.srv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10, ConnState: netbudget.ConnState(nil)}
 	return m, nil
 }
 

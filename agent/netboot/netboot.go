@@ -30,6 +30,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // Modes of the DHCP service.
@@ -81,7 +83,11 @@ type Config struct {
 	// TTL bounds how long a boot stays armed when nothing ends it first
 	// (default 2 hours).
 	TTL time.Duration
-	Log *slog.Logger
+	// HTTPConns are the HTTP listener's connection budgets, from the
+	// process's descriptor pool (netbudget.Default); fields <= 0 are no
+	// cap of their kind.
+	HTTPConns netbudget.Limits
+	Log       *slog.Logger
 	// macOf maps a client's IPv4 address to its MAC (default: the
 	// kernel's neighbour table on Interface); tests replace it.
 	macOf func(ip net.IP) (net.HardwareAddr, bool)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/pin/tftp/v3"
+
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // maxTransfers bounds the TFTP transfers and the HTTP downloads of the
@@ -118,13 +120,14 @@ func (s *Server) startHTTP() error {
 		return fmt.Errorf("network boot HTTP: %w", err)
 	}
 	s.httpURL = "http://" + ln.Addr().String()
+	bl := netbudget.Default().Wrap(ln, netbudget.Options{Name: "netboot-http", Limits: s.cfg.HTTPConns, Log: s.log})
 	srv := &http.Server{Handler: &httpHandler{s: s, slots: make(chan struct{}, maxTransfers)},
-		ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10, IdleTimeout: time.Minute}
+		ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10, IdleTimeout: time.Minute, ConnState: netbudget.ConnState(nil)}
 	s.onClose(func() { srv.Close() })
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(bl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("network boot HTTP stopped", "err", err)
 		}
 	}()

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 func main() {
@@ -114,9 +116,24 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	netboot := netbootFlags(fs)
 	cache := imageCacheFlags(fs)
 	siteBroker := siteBrokerFlags(fs)
+	fdReserve := fs.Int("fd-reserve", netbudget.DefaultReserve, "file descriptors the listeners leave to the outbox store (Badger) and the rest of the process: all listeners together hold at most the NOFILE limit less this, and a connection accepted when fewer are left is closed at once")
+	sbConns := connBudgetFlags(fs, "site-broker", "the site broker", mqttbroker.DefaultConnLimits, "whole CONNECT")
+	mediaConns := connBudgetFlags(fs, "media", "the media server", agent.DefaultMediaConns, "first request header")
+	cacheConns := connBudgetFlags(fs, "image-cache", "the image cache", agent.DefaultImageCacheConns, "first request header")
+	nbConns := connBudgetFlags(fs, "netboot-http", "the network-boot HTTP server", agent.DefaultNetbootHTTPConns, "first request header")
+	metricsConns := connBudgetFlags(fs, "metrics", "the metrics listener", agent.DefaultMetricsConns, "first request header")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
 	sb, summary := siteBroker()
+	sb.Conns = sbConns()
+	if msg := checkConnBudgets(fs); msg != "" {
+		fmt.Fprintln(os.Stderr, "error: "+msg)
+		os.Exit(2)
+	}
+	if err := netbudget.SetDefaultReserve(*fdReserve); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(2)
+	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
@@ -149,6 +166,9 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 		os.Exit(2)
 	}
 	nb := netboot()
+	nb.HTTPConns = nbConns()
+	cacheOpts := cache()
+	cacheOpts.Conns = cacheConns()
 	if msg := ramdiskFlagsError(*rISO, *rListen, *rURL, *rBroker, *rParams, nb.Interface != ""); msg != "" {
 		fmt.Fprintln(os.Stderr, "error: "+msg)
 		os.Exit(2)
@@ -169,11 +189,11 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	defer stop()
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
 		ResendInterval: *resend, PowerSyncInterval: *powerSync, BMCConcurrency: *bmcConc, Log: log,
-		MetricsListen: *metricsListen, MetricsListenAny: *metricsAny, StateDir: *stateDir, OutboxLimit: *outboxLimit,
+		MetricsListen: *metricsListen, MetricsListenAny: *metricsAny, MetricsConns: metricsConns(), StateDir: *stateDir, OutboxLimit: *outboxLimit,
 		QEMU:       agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
-		Ramdisk:    agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams},
+		Ramdisk:    agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams, Conns: mediaConns()},
 		Netboot:    nb,
-		Cache:      cache(),
+		Cache:      cacheOpts,
 		SiteBroker: sb, HeartbeatSummary: summary,
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
 			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot}})

@@ -1,0 +1,32 @@
+package agent
+
+import (
+	"log/slog"
+	"net"
+
+	"github.com/bmedge/bmedge/protocol/netbudget"
+)
+
+// Connection budgets of the edge agent's HTTP listeners (the site
+// broker's are mqttbroker.DefaultConnLimits). All the agent's listeners
+// share the process's descriptor pool (netbudget.Default: NOFILE less
+// agent --fd-reserve). A connection is pending until its first request
+// header is read (each server's ReadHeaderTimeout closes it after 10 s).
+var (
+	// DefaultMediaConns: the BMCs fetch the ISO, each from its own
+	// address, a few range requests at once.
+	DefaultMediaConns = netbudget.Limits{MaxConns: 1024, MaxPerSource: 64, MaxPendingPerSource: 16}
+	// DefaultImageCacheConns: the nodes' ramdisks fetch their images.
+	DefaultImageCacheConns = netbudget.Limits{MaxConns: 1024, MaxPerSource: 64, MaxPendingPerSource: 16}
+	// DefaultNetbootHTTPConns: iPXE fetches a script, a kernel and an
+	// initramfs per boot.
+	DefaultNetbootHTTPConns = netbudget.Limits{MaxConns: 1024, MaxPerSource: 64, MaxPendingPerSource: 16}
+	// DefaultMetricsConns: a scraper or two, on loopback by default.
+	DefaultMetricsConns = netbudget.Limits{MaxConns: 64, MaxPerSource: 16, MaxPendingPerSource: 8}
+)
+
+// budgeted wraps the raw TCP listener ln in the process pool's budgets
+// lim (fields <= 0 from def); name is the prefix of its flags.
+func budgeted(ln net.Listener, name string, lim, def netbudget.Limits, log *slog.Logger) net.Listener {
+	return netbudget.Default().Wrap(ln, netbudget.Options{Name: name, Limits: lim.Or(def), Log: log})
+}

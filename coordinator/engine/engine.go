@@ -538,7 +538,7 @@ func (e *Engine) loop() {
 		t := e.newTx()
 		errs := make([]error, len(batch))
 		for i, r := range batch {
-			errs[i] = r.fn(t)
+			errs[i] = e.runHeld(r.fn, t)
 		}
 		err := e.commit(t)
 		e.mu.Unlock()

@@ -23,3 +23,17 @@ func (e *Engine) verbDone(verb fsm.Event, start time.Time, err *error) {
 	}
 	e.cfg.Metrics.Verb(string(verb), outcome, time.Since(start))
 }
+
+// runHeld runs one request in the loop (the loop holds e.mu) and gives
+// how long it held the loop to the metrics: the longest single hold is
+// what any other request or agent message may have to wait behind one
+// request, besides the batch's commit.
+func (e *Engine) runHeld(fn func(*tx) error, t *tx) error {
+	if e.cfg.Metrics == nil {
+		return fn(t)
+	}
+	start := time.Now()
+	err := fn(t)
+	e.cfg.Metrics.LoopHeld(time.Since(start))
+	return err
+}

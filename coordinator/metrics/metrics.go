@@ -11,6 +11,7 @@ package metrics
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,11 @@ type Metrics struct {
 	resent        prometheus.Counter
 	acked         prometheus.Counter
 	commitSeconds prometheus.Histogram
+	holdSeconds   prometheus.Histogram
+
+	// holdMax is the longest single hold of the engine loop since start,
+	// in nanoseconds.
+	holdMax atomic.Int64
 
 	mu sync.Mutex
 	// steps holds each node's running step, for its duration.
@@ -87,7 +93,13 @@ func New() *Metrics {
 	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "store_commit_duration_seconds",
 		Help:    "Duration of the engine's synced Badger commits, one per batch of changes (group commit).",
 		Buckets: prometheus.ExponentialBuckets(0.00025, 2, 14)})
-	m.reg.MustRegister(m.transitions, m.verbs, m.verbSeconds, m.stepSeconds, m.sent, m.resent, m.acked, m.commitSeconds,
+	m.holdSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "engine_loop_hold_seconds",
+		Help:    "Time one request (an API change, an agent message, a clock tick) held the engine's single loop, its batch's commit not included: what other requests and agent messages may wait behind one request.",
+		Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12)})
+	holdMax := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "engine_loop_hold_max_seconds",
+		Help: "The longest time one request held the engine's single loop since the coordinator started (engine_loop_hold_seconds' largest observation)."},
+		func() float64 { return time.Duration(m.holdMax.Load()).Seconds() })
+	m.reg.MustRegister(m.transitions, m.verbs, m.verbSeconds, m.stepSeconds, m.sent, m.resent, m.acked, m.commitSeconds, m.holdSeconds, holdMax,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -221,6 +233,28 @@ func (m *Metrics) Committed(took time.Duration) {
 		return
 	}
 	m.commitSeconds.Observe(took.Seconds())
+}
+
+// LoopHeld records how long one request held the engine loop.
+func (m *Metrics) LoopHeld(took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.holdSeconds.Observe(took.Seconds())
+	for {
+		old := m.holdMax.Load()
+		if int64(took) <= old || m.holdMax.CompareAndSwap(old, int64(took)) {
+			return
+		}
+	}
+}
+
+// MaxLoopHold is the longest single hold of the engine loop so far.
+func (m *Metrics) MaxLoopHold() time.Duration {
+	if m == nil {
+		return 0
+	}
+	return time.Duration(m.holdMax.Load())
 }
 
 // runningStep is the step n runs now, or ok false.

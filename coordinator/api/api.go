@@ -14,9 +14,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/engine"
+	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // API versions served. 1.11 made new nodes start in enroll; 1.82 (node
@@ -41,6 +43,16 @@ type Server struct {
 	auth *BasicAuth
 	// BrokerURL is written into site credentials for edge agents.
 	BrokerURL string
+	// refusalLog logs refused logins, at most one line per kind per
+	// interval (a stranger can make as many as he likes).
+	refusalOnce sync.Once
+	refusalLog  *ratelog.Limiter
+}
+
+// refusals returns the rate-limited log of refused logins.
+func (s *Server) refusals() *ratelog.Limiter {
+	s.refusalOnce.Do(func() { s.refusalLog = ratelog.New(s.log, ratelog.DefaultInterval) })
+	return s.refusalLog
 }
 
 // UseBasicAuth requires HTTP Basic credentials that a accepts of every

@@ -25,7 +25,7 @@ func writeHTPasswd(t *testing.T, content string) string {
 
 func bcryptLine(t *testing.T, user, pw, prefix string) string {
 	t.Helper()
-	h, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.MinCost)
+	h, err := bcrypt.GenerateFromPassword([]byte(pw), MinBcryptCost)
 	if err != nil {
 		t.Fatal(err)
 	}

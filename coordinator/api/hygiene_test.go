@@ -162,8 +162,10 @@ func TestRequestHygiene(t *testing.T) {
 	if n := api.Get("ok-2.b_c~d"); n.Name != "ok-2.b_c~d" {
 		t.Fatalf("rename: %+v", n)
 	}
-	// A PUT without a body (DELETE-like verbs) needs no Content-Type.
-	if r := curl(t, "-X", "PUT", nodes+"/ok-2.b_c~d/maintenance"); r.status != 202 {
+	// A PUT without a body needs the JSON Content-Type too (an empty
+	// form is a request a web page can make); with it, it is served.
+	check("PUT without a body or Content-Type", curl(t, "-X", "PUT", nodes+"/ok-2.b_c~d/maintenance"), 415, "even without a body")
+	if r := curl(t, "-X", "PUT", "-H", "Content-Type: application/json", nodes+"/ok-2.b_c~d/maintenance"); r.status != 202 {
 		t.Fatalf("PUT maintenance without a body: HTTP %d %s", r.status, r.body)
 	}
 	check("maintenance reason too long", curl(t, "-X", "PUT", "-H", "Content-Type: application/json", "--data-binary",

@@ -33,18 +33,19 @@ const (
 	MaxTextLen = 4096
 )
 
-// checkContentType refuses a request body that is not JSON with 415.
-// A browser can post text/plain, form or multipart bodies to any origin
-// without asking it first (and with basic credentials it has cached), but
-// not application/json; refusing everything else closes that door.
+// checkContentType refuses with 415 a POST, PUT or PATCH that does not say
+// Content-Type: application/json, with a body or without. A browser can
+// send text/plain, form or multipart requests to any origin without
+// asking it first (and with basic credentials it has cached), but not
+// application/json; refusing everything else closes that door. A body is
+// not needed to do harm: an empty form posted to
+// /v1/sites/NAME/credentials would rotate the site's credential, so an
+// empty body needs the type too (Ironic's clients always send it).
 // Bodies are JSON everywhere in this API; PATCH also takes JSON Patch's
 // own type, which some clients send.
 func checkContentType(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch {
 		return true
-	}
-	if r.ContentLength == 0 {
-		return true // no body: nothing to mistake for JSON
 	}
 	ct := r.Header.Get("Content-Type")
 	mt, params, err := mime.ParseMediaType(ct)
@@ -58,7 +59,12 @@ func checkContentType(w http.ResponseWriter, r *http.Request) bool {
 	if ct == "" {
 		ct = "none"
 	}
-	writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %s is not accepted: request bodies must be JSON, sent with Content-Type: application/json", ct))
+	want := "Content-Type: application/json"
+	if r.Method == http.MethodPatch {
+		want += " (or application/json-patch+json)"
+	}
+	writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %s is not accepted: %s requests must be sent with %s, even without a body (this keeps web pages from posting forms to the API)",
+		ct, r.Method, want))
 	return false
 }
 

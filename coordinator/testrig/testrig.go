@@ -27,6 +27,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/api"
 	"github.com/bmedge/bmedge/coordinator/cli"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
@@ -98,13 +99,14 @@ type access struct {
 var rigs sync.Map // *server.Coordinator → access
 
 // HTPasswd writes an htpasswd file of bcrypt entries for users (name →
-// password) and returns its path. The cost is bcrypt's minimum: tests
-// check many logins, and the cost does not change what is tested.
+// password) and returns its path. The cost is the lowest the coordinator
+// accepts (api.MinBcryptCost, ~60 ms a check): good logins are cached, so
+// tests pay it once per user.
 func HTPasswd(t testing.TB, users map[string]string) string {
 	t.Helper()
 	var b strings.Builder
 	for u, p := range users {
-		h, err := bcrypt.GenerateFromPassword([]byte(p), bcrypt.MinCost)
+		h, err := bcrypt.GenerateFromPassword([]byte(p), api.MinBcryptCost)
 		if err != nil {
 			t.Fatal(err)
 		}

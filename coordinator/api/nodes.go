@@ -387,6 +387,14 @@ func (s *Server) getStates(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, v)
 }
 
+// MaxStepsPerRequest bounds the steps of one provision request
+// (clean_steps of a manual clean, deploy_steps of a deploy or rebuild;
+// this API has no service_steps). Ironic has no bound; a real manual
+// clean or deploy template has a handful of steps, so 100 is far above
+// any, while each step is a command, a result and history entries, and
+// the node's whole plan is rewritten with every change of the node.
+const MaxStepsPerRequest = 100
+
 func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Target         string          `json:"target"`
@@ -419,6 +427,10 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 		var list []any
 		if err := json.Unmarshal(x.raw, &list); err != nil {
 			writeError(w, 400, fmt.Sprintf("Invalid %s: it must be a JSON list of objects like {\"interface\": \"deploy\", \"step\": \"erase_devices\", \"args\": {}}", x.name))
+			return
+		}
+		if len(list) > MaxStepsPerRequest {
+			writeError(w, 400, fmt.Sprintf("Invalid %s: %d steps given, at most %d are accepted in one request: split the work into several requests", x.name, len(list), MaxStepsPerRequest))
 			return
 		}
 		*x.dst = fsm.AsObjects(list)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
@@ -319,7 +320,7 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 // patchHook, if set (tests only), is called with the node's UUID once a
 // PATCH was applied to its copy, outside the engine loop, before the
 // change is committed.
-var patchHook func(nodeUUID string)
+var patchHook atomic.Pointer[func(nodeUUID string)]
 
 // patchNode is PATCH /v1/nodes/{node}: the operations are applied outside
 // the engine loop to a copy of the node and committed only if the node
@@ -345,8 +346,8 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 		if err := checkNodeLimits(n); err != nil {
 			return err
 		}
-		if h := patchHook; h != nil {
-			h(n.UUID)
+		if h := patchHook.Load(); h != nil {
+			(*h)(n.UUID)
 		}
 		return nil
 	})

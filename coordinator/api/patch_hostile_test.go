@@ -207,13 +207,14 @@ func TestHostilePatchDoesNotHoldTheEngine(t *testing.T) {
 	// At the cap, paused between its apply and its commit.
 	paused, release := make(chan struct{}), make(chan struct{})
 	var once, relOnce sync.Once
-	patchHook = func(id string) {
+	hook := func(id string) {
 		if id == big {
 			once.Do(func() { close(paused) })
 			<-release
 		}
 	}
-	t.Cleanup(func() { relOnce.Do(func() { close(release) }); patchHook = nil })
+	patchHook.Store(&hook)
+	t.Cleanup(func() { relOnce.Do(func() { close(release) }); patchHook.Store(nil) })
 
 	var mu sync.Mutex
 	var order []string

@@ -49,9 +49,14 @@ type Config struct {
 	TickInterval        time.Duration
 	Log                 *slog.Logger
 	Now                 func() time.Time
-	// OnFatal is called when the database cannot be written; the process
-	// must exit (crash-only: a restart recovers from what is on disk).
+	// OnFatal, if set, is called once when the database fails (a
+	// *store.FailedError); the engine then takes no more work and the
+	// process must exit (crash-only: a restart recovers from what is on
+	// disk). Failed is closed at the same time (storefail.go).
 	OnFatal func(error)
+	// StoreOptions are passed to store.Open: tests inject failures with
+	// store.WithFaults.
+	StoreOptions []store.Option
 	// HistoryMaxEntries caps each node's history: past it, the oldest
 	// entries are deleted (Ironic's node_history_max_entries; default
 	// DefaultHistoryMaxEntries).
@@ -185,6 +190,9 @@ type Engine struct {
 	cacheBk *cacheBook
 	// views are the readers' kept views of the nodes (views.go).
 	views viewCache
+	// fatal is the database failure that stopped the engine
+	// (storefail.go).
+	fatal fatalState
 }
 
 type request struct {
@@ -237,12 +245,6 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ValueLogGCInterval <= 0 {
 		cfg.ValueLogGCInterval = DefaultValueLogGCInterval
 	}
-	if cfg.OnFatal == nil {
-		cfg.OnFatal = func(err error) {
-			cfg.Log.Error("fatal: cannot write the database; exiting so that a restart recovers", "err", err)
-			os.Exit(3)
-		}
-	}
 	if cfg.Machine.Drivers == nil {
 		reg, err := drivers.NewRegistry(drivers.Builtin()...)
 		if err != nil {
@@ -278,14 +280,14 @@ func New(cfg Config) (*Engine, error) {
 	if err := store.Restrict(cfg.DataDir, cfg.Log); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(dbDir, key, cfg.Log)
+	st, err := store.Open(dbDir, key, cfg.Log, cfg.StoreOptions...)
 	if err != nil {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, log: cfg.Log, st: st, secret: secret,
 		nodes: map[string]*fsm.Node{}, names: map[string]string{}, ports: map[string]*Port{}, macs: map[string]string{},
 		sites: map[string]*Site{}, siteOnline: map[string]bool{}, phaseCount: map[string]int{},
-		reqs: make(chan *request, 8192), stopped: make(chan struct{}), hist: map[string]*histState{},
+		reqs: make(chan *request, 8192), stopped: make(chan struct{}), hist: map[string]*histState{}, fatal: newFatalState(),
 		reachBk: &reachBook{sites: map[string]*siteReach{}, saveEvery: reachSaveInterval}, cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
 	e.m = fsm.New(cfg.Machine)
 	if err := e.load(); err != nil {
@@ -397,10 +399,11 @@ func (e *Engine) Start(pub Publisher) error {
 	if recovered > 0 {
 		e.log.Info("recovered busy nodes after start", "nodes", recovered)
 	}
-	e.wg.Add(4)
+	e.wg.Add(5)
 	go e.loop()
 	go e.ticker()
 	go e.collector()
+	go e.watchStore()
 	go e.reachSaver(e.reachBk.saveEvery)
 	return nil
 }
@@ -483,7 +486,7 @@ func (e *Engine) commit(t *tx) error {
 	}
 	start := time.Now()
 	if err := e.st.Commit(&t.batch); err != nil {
-		e.cfg.OnFatal(err)
+		e.fail(err)
 		return err
 	}
 	e.cfg.Metrics.Committed(time.Since(start))
@@ -534,6 +537,17 @@ func (e *Engine) loop() {
 			}
 		}
 		batch, held = callersFirst(batch)
+		if e.Err() != nil {
+			// Stopped for a database failure: no more work, and
+			// callers hear why at once.
+			for _, r := range append(batch, held...) {
+				if r.done != nil {
+					r.done <- e.stoppedError()
+				}
+			}
+			held = nil
+			continue
+		}
 		e.mu.Lock()
 		t := e.newTx()
 		errs := make([]error, len(batch))
@@ -546,9 +560,12 @@ func (e *Engine) loop() {
 			if r.done == nil {
 				continue
 			}
-			if err != nil {
+			switch {
+			case err != nil && e.Err() != nil:
+				r.done <- e.stoppedError()
+			case err != nil:
 				r.done <- errorf(Unavailable, "the coordinator could not store the change: %v", err)
-			} else {
+			default:
 				r.done <- errs[i]
 			}
 		}
@@ -618,6 +635,9 @@ func (e *Engine) ticker() {
 // submit queues fn for the loop; with wait it returns fn's error after
 // the batch is durably committed.
 func (e *Engine) submit(fn func(t *tx) error, wait bool) error {
+	if e.Err() != nil {
+		return e.stoppedError()
+	}
 	r := &request{fn: fn}
 	if wait {
 		r.done = make(chan error, 1)
@@ -626,6 +646,8 @@ func (e *Engine) submit(fn func(t *tx) error, wait bool) error {
 	case e.reqs <- r:
 	case <-e.stopped:
 		return errorf(Unavailable, "the coordinator is shutting down")
+	case <-e.fatal.failed:
+		return e.stoppedError()
 	}
 	if !wait {
 		return nil
@@ -635,6 +657,9 @@ func (e *Engine) submit(fn func(t *tx) error, wait bool) error {
 		return err
 	case <-e.stopped:
 		return errorf(Unavailable, "the coordinator is shutting down")
+	case <-e.fatal.failed:
+		// The loop may be stuck in the database that failed.
+		return e.stoppedError()
 	}
 }
 

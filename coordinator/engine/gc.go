@@ -46,7 +46,11 @@ func (e *Engine) collector() {
 		n, err := e.st.CollectGarbage()
 		switch {
 		case err != nil:
-			e.log.Warn("database value log GC failed; it is tried again later", "err", err)
+			// Fatal: Badger's state after a failed flush or GC round
+			// is not sound, and calling it again is what crashed
+			// (store/failure.go).
+			e.fail(err)
+			return
 		case n > 0:
 			e.log.Debug("database value log GC", "files_rewritten", n, "took", time.Since(last).Round(time.Millisecond))
 		}

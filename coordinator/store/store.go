@@ -56,6 +56,15 @@ type Store struct {
 
 	// parts is how many transactions the last Commit took (for tests).
 	parts int
+
+	// failure is the store's first failure; failed is closed with it
+	// (failure.go). faults are a test's injected failures (nil in
+	// production).
+	failure atomic.Pointer[FailedError]
+	failed  chan struct{}
+	faults  Faults
+	// current is the write that runs (its Op), for errors Badger logs.
+	current atomic.Pointer[string]
 }
 
 // Sizes of the database's parts; see Open for why.
@@ -101,12 +110,19 @@ const KeyRotation = 7 * 24 * time.Hour
 // file Badger creates now and later is 0600 and every folder 0700; see
 // privateUmask. An existing database written without encryption is
 // refused with an error that says what to do.
-func Open(dir string, key []byte, log *slog.Logger) (*Store, error) {
-	return open(dir, key, log, nil)
+//
+// Any error of Badger while writing, and any panic in Badger, fails the
+// store for good (failure.go): see Err and Failed.
+func Open(dir string, key []byte, log *slog.Logger, opt ...Option) (*Store, error) {
+	return open(dir, key, log, nil, opt...)
 }
 
 // open is Open with a hook that lets tests shrink Badger's sizes.
-func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) badger.Options) (*Store, error) {
+func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) badger.Options, opt ...Option) (*Store, error) {
+	var o options
+	for _, f := range opt {
+		f(&o)
+	}
 	if len(key) != KeySize {
 		return nil, fmt.Errorf("open database in %s: the encryption key has %d bytes, want %d (use store.LoadKey)", dir, len(key), KeySize)
 	}
@@ -131,9 +147,12 @@ func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) b
 	// flush when writing stops, the value log at rest held 8–25 MB for
 	// 1 MB of live values. Each file ever written keeps a 16-byte slot in
 	// Badger's DISCARD file (~0.3 bytes per node deployed and undeployed).
+	// The logger learns of the store once it is open: an error Badger
+	// logs from its own goroutines then fails the store.
+	bl := &badgerLogger{log: log}
 	opts := badger.DefaultOptions(dir).
 		WithSyncWrites(true).
-		WithLogger(badgerLogger{log}).
+		WithLogger(bl).
 		WithMemTableSize(memTableSize).
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(1).
@@ -160,10 +179,16 @@ func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) b
 	if err != nil {
 		return nil, fmt.Errorf("open database in %s: %w (is another coordinator using this --data-dir?)", dir, err)
 	}
-	return &Store{db: db, log: log}, nil
+	s := &Store{db: db, log: log, failed: make(chan struct{}), faults: o.faults}
+	bl.store.Store(s)
+	return s, nil
 }
 
-// Close flushes and closes the database.
+// Close flushes and closes the database. A failed store is left as it is
+// (Close returns its failure): Badger's Close flushes the memtables,
+// which is what may crash after a failure (failure.go), and nothing is
+// lost without it, as every commit is in the write-ahead log, which the
+// next Open replays; the process ends soon after.
 func (s *Store) Close() error {
 	s.gc.Lock()
 	s.closed = true
@@ -174,7 +199,7 @@ func (s *Store) Close() error {
 	s.gc.Unlock()
 	s.writes.Lock()
 	defer s.writes.Unlock()
-	return s.db.Close()
+	return s.badger("close", true, s.db.Close)
 }
 
 // Batch collects writes for one commit.
@@ -207,27 +232,29 @@ func (s *Store) Commit(b *Batch) error {
 	s.writes.RLock()
 	defer s.writes.RUnlock()
 	defer s.lastCommit.Store(time.Now().UnixNano())
-	txn := s.db.NewTransaction(true)
-	defer func() { txn.Discard() }()
-	s.parts = 1
-	for i, k := range b.keys {
-		err := s.set(txn, k, b.vals[i])
-		if errors.Is(err, badger.ErrTxnTooBig) {
-			if err := txn.Commit(); err != nil {
-				return fmt.Errorf("commit: %w", err)
+	return s.badger("write", true, func() error {
+		txn := s.db.NewTransaction(true)
+		defer func() { txn.Discard() }()
+		s.parts = 1
+		for i, k := range b.keys {
+			err := s.set(txn, k, b.vals[i])
+			if errors.Is(err, badger.ErrTxnTooBig) {
+				if err := txn.Commit(); err != nil {
+					return fmt.Errorf("commit: %w", err)
+				}
+				s.parts++
+				txn = s.db.NewTransaction(true)
+				err = s.set(txn, k, b.vals[i])
 			}
-			s.parts++
-			txn = s.db.NewTransaction(true)
-			err = s.set(txn, k, b.vals[i])
+			if err != nil {
+				return fmt.Errorf("write %s: %w", k, err)
+			}
 		}
-		if err != nil {
-			return fmt.Errorf("write %s: %w", k, err)
+		if err := txn.Commit(); err != nil {
+			return fmt.Errorf("commit: %w", err)
 		}
-	}
-	if err := txn.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+		return nil
+	})
 }
 
 func (s *Store) set(txn *badger.Txn, k string, v []byte) error {
@@ -246,7 +273,7 @@ func (s *Store) ValueLogWritten() int64 { return s.large.Load() }
 
 // Get reads one key; found is false when it is absent.
 func (s *Store) Get(key string) (val []byte, found bool, err error) {
-	err = s.db.View(func(txn *badger.Txn) error {
+	err = s.view(func(txn *badger.Txn) error {
 		it, err := txn.Get([]byte(key))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
@@ -263,7 +290,7 @@ func (s *Store) Get(key string) (val []byte, found bool, err error) {
 
 // Scan calls fn for every key with prefix, in key order.
 func (s *Store) Scan(prefix string, fn func(key string, val []byte) error) error {
-	return s.db.View(func(txn *badger.Txn) error {
+	return s.view(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.Prefix = []byte(prefix)
 		it := txn.NewIterator(opts)
@@ -286,7 +313,7 @@ func (s *Store) Scan(prefix string, fn func(key string, val []byte) error) error
 // of them when after is ""), in key order, without reading the values,
 // until fn returns false.
 func (s *Store) Keys(prefix, after string, fn func(key string) bool) error {
-	return s.db.View(func(txn *badger.Txn) error {
+	return s.view(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.Prefix = []byte(prefix)
 		opts.PrefetchValues = false
@@ -305,6 +332,12 @@ func (s *Store) Keys(prefix, after string, fn func(key string) bool) error {
 		}
 		return nil
 	})
+}
+
+// view runs fn in a read-only transaction; a panic fails the store, and
+// a failed store is not read (Badger's reads can crash after a failure).
+func (s *Store) view(fn func(txn *badger.Txn) error) error {
+	return s.badger("read", false, func() error { return s.db.View(fn) })
 }
 
 // CollectGarbage reclaims space in the value log: Badger rewrites each
@@ -332,6 +365,9 @@ func (s *Store) CollectGarbage() (rewritten int, err error) {
 	if s.closed {
 		return 0, nil
 	}
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
 	if _, err := s.flushWhenQuiet(); err != nil {
 		return 0, err
 	}
@@ -350,7 +386,7 @@ func (s *Store) collect() (rewritten int, err error) {
 			// database is closing.
 			return rewritten, nil
 		case err != nil:
-			return rewritten, fmt.Errorf("value log GC: %w", err)
+			return rewritten, err // the store's failure
 		}
 		rewritten++
 	}
@@ -366,7 +402,18 @@ func (s *Store) collect() (rewritten int, err error) {
 func (s *Store) valueLogGC() error {
 	s.writes.Lock()
 	defer s.writes.Unlock()
-	return s.db.RunValueLogGC(0.5)
+	var benign error
+	err := s.badger("value log GC", true, func() error {
+		err := s.db.RunValueLogGC(0.5)
+		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
+			benign, err = err, nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return benign
 }
 
 // flushWhenQuiet flushes the memtable when flushAfter bytes went to the
@@ -405,9 +452,9 @@ func (s *Store) later() {
 	if err == nil && flushed {
 		_, err = s.collect()
 	}
-	if err != nil {
-		s.log.Warn("database garbage collection failed; it is tried again later", "err", err)
-	}
+	// An error here has failed the store (failure.go): Failed tells the
+	// engine, which stops.
+	_ = err
 }
 
 // flushMemtable writes Badger's memtables to a level-0 table and compacts
@@ -423,29 +470,74 @@ func (s *Store) flushMemtable() error {
 	key := []byte(flushPrefix + "memtable")
 	// Synced, like every write: DropPrefix does nothing when no key has
 	// the prefix, so the key must be there first.
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, []byte{1}) }); err != nil {
-		return fmt.Errorf("flush memtable: %w", err)
+	// Each call checks first that the store has not failed: a DropPrefix
+	// after a failed one is what crashed (failure.go).
+	err := s.badger("write", true, func() error {
+		return s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, []byte{1}) })
+	})
+	if err != nil {
+		return err
 	}
-	if err := s.db.DropPrefix([]byte(flushPrefix)); err != nil {
-		return fmt.Errorf("flush memtable: %w", err)
-	}
-	return nil
+	return s.badger("flush", true, func() error { return s.db.DropPrefix([]byte(flushPrefix)) })
 }
 
 // DeletePrefix removes every key under prefix. Commits wait while it runs.
 func (s *Store) DeletePrefix(prefix string) error {
 	s.writes.Lock()
 	defer s.writes.Unlock()
-	return s.db.DropPrefix([]byte(prefix))
+	return s.badger("drop", true, func() error { return s.db.DropPrefix([]byte(prefix)) })
 }
 
-type badgerLogger struct{ log *slog.Logger }
+// badgerLogger takes Badger's log lines into the coordinator's log. An
+// error Badger logs once the store is open fails the store: some come
+// from Badger's own goroutines, where no caller hears of them (a memtable
+// flush that fails is retried every second, forever, while writes pile
+// up behind it until they block). Once the store has failed, Badger's
+// lines (that retry, mostly) go to the debug level: the store's failure
+// is the line that matters.
+type badgerLogger struct {
+	log   *slog.Logger
+	store atomic.Pointer[Store]
+}
 
-func (l badgerLogger) Errorf(f string, a ...any) {
-	l.log.Error("badger: " + strings.TrimSpace(fmt.Sprintf(f, a...)))
+func (l *badgerLogger) Errorf(f string, a ...any) {
+	msg := strings.TrimSpace(fmt.Sprintf(f, a...))
+	s := l.store.Load()
+	if s != nil && s.failure.Load() != nil {
+		l.log.Debug("badger: " + msg)
+		return
+	}
+	l.log.Error("badger: " + msg)
+	if s != nil {
+		op := "background write"
+		if cur := s.current.Load(); cur != nil {
+			op = *cur
+		} else if strings.Contains(msg, "flush") {
+			op = "background flush"
+		}
+		s.fail(op, errors.New(msg))
+	}
 }
-func (l badgerLogger) Warningf(f string, a ...any) {
-	l.log.Warn("badger: " + strings.TrimSpace(fmt.Sprintf(f, a...)))
+
+// Warningf: a warning that names a failure of the system (a compaction
+// that cannot open a file: "too many open files") fails the store too.
+// Badger retries such a compaction at once, forever (~20 lines a
+// second), and the memtable flushes behind it soon block writes.
+func (l *badgerLogger) Warningf(f string, a ...any) {
+	msg := strings.TrimSpace(fmt.Sprintf(f, a...))
+	s := l.store.Load()
+	if s != nil && s.failure.Load() != nil {
+		l.log.Debug("badger: " + msg)
+		return
+	}
+	l.log.Warn("badger: " + msg)
+	if s != nil && systemFailure(msg) != "" {
+		op := "background write"
+		if strings.Contains(msg, "ompact") {
+			op = "compaction"
+		}
+		s.fail(op, errors.New(msg))
+	}
 }
-func (l badgerLogger) Infof(string, ...any)  {}
-func (l badgerLogger) Debugf(string, ...any) {}
+func (l *badgerLogger) Infof(string, ...any)  {}
+func (l *badgerLogger) Debugf(string, ...any) {}

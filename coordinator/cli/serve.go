@@ -2,7 +2,9 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -61,6 +63,7 @@ type serveOptions struct {
 	waitTimeout, cmdTimeout, resend, tick      time.Duration
 	autoClean, forcePower, verbose             bool
 	prio                                       kv
+	mqttInsecure                               bool
 	fdReserve                                  int
 	apiConns, mqttConns                        netbudget.Limits
 }
@@ -80,6 +83,9 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.StringVar(&o.dataDir, "data-dir", "data", "`DIR` of the Badger database and the coordinator's secret")
 	fs.StringVar(&o.apiListen, "api-listen", defaultAPIListen, "`ADDR` of the HTTP API")
 	fs.StringVar(&o.mqttListen, "mqtt-listen", "127.0.0.1:1883", "`ADDR` of the embedded MQTT broker")
+	fs.BoolVar(&o.mqttInsecure, "mqtt-insecure", false, "serve plain MQTT, without --tls-cert, on a --mqtt-listen that is not loopback: BMC passwords, "+
+		"site passwords and ramdisk credentials then cross the network in the clear. Without it (default false) serve refuses that and "+
+		"asks for --tls-cert and --tls-key (the broker then speaks mqtts); only for a lab network nobody else can reach")
 	connBudgetFlags(fs, &o.apiConns, "api", "the API", server.DefaultAPIConnLimits, "first request header",
 		"an operator's proxy in front of the API comes from one address: raise the per-source caps for it")
 	connBudgetFlags(fs, &o.mqttConns, "mqtt", "the embedded MQTT broker", mqttbroker.DefaultConnLimits, "whole CONNECT",
@@ -139,6 +145,9 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 		if l.v.MaxConns < 1 || l.v.MaxPerSource < 1 || l.v.MaxPendingPerSource < 1 {
 			return usagef("--%s-max-connections, --%[1]s-max-connections-per-source and --%[1]s-max-pending-per-source must be at least 1", l.name)
 		}
+	}
+	if err := plainMQTTCheck(o); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -202,4 +211,32 @@ func storeFailed(co *server.Coordinator) error {
 	case <-time.After(10 * time.Second):
 	}
 	return exitCode(ExitStoreFailed)
+}
+
+// plainMQTTCheck refuses, before anything is opened, the embedded broker
+// without TLS on an address that is not loopback, unless the operator
+// says --mqtt-insecure: site passwords, BMC passwords (in commands) and
+// ramdisk credentials cross it. Like --auth none off loopback.
+func plainMQTTCheck(o *serveOptions) error {
+	if o.brokerURL != "" || o.tlsCert != "" || o.mqttInsecure || loopbackAddr(o.mqttListen) {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve plain MQTT on %s: site passwords, BMC passwords and ramdisk credentials would cross the network "+
+		"in the clear. Add --tls-cert FILE --tls-key FILE (the broker then speaks mqtts; 'coordinator certs' makes a lab pair), "+
+		"or listen on loopback (--mqtt-listen 127.0.0.1:1883), or, on a lab network nobody else can reach, say --mqtt-insecure", o.mqttListen)
+}
+
+// loopbackAddr reports whether a listen address is on loopback only
+// (127.0.0.0/8, ::1, localhost); an empty host (":1883") is every
+// interface, and a host name other than localhost may resolve anywhere.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

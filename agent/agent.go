@@ -296,9 +296,11 @@ func newID() string {
 
 // presence is the site's retained presence. Online, it says whether the
 // agent relays every ramdisk of the site (relays), so that the
-// coordinator may bundle everything for the site.
-func presence(site string, online, relay bool) []byte {
-	b, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: online, Relay: online && relay, Sent: time.Now()})
+// coordinator may bundle everything for the site, and whether it runs
+// the site broker (whose ramdisks the coordinator's broker then refuses).
+func presence(site string, online, relay, siteBroker bool) []byte {
+	b, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: online, Relay: online && relay,
+		SiteBroker: online && siteBroker, Sent: time.Now()})
 	return b
 }
 
@@ -369,8 +371,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		URL: a.cfg.BrokerURL, ClientID: a.cfg.ClientID, Username: a.cfg.Username, Password: a.cfg.Password, TLS: tc,
 		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
 		Handler:       a.handle,
-		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, false, false),
-		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, true, a.relays()),
+		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, false, false, false),
+		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, true, a.relays(), a.site != nil),
 		Logger: a.log,
 		OnUp: func() {
 			a.log.Info("edge agent connected", "site", site, "broker", a.cfg.BrokerURL)
@@ -397,7 +399,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.closeBMCs()
 	// A clean stop: say offline ourselves (the will is for crashes).
 	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = link.Publish(pctx, protocol.SitePresenceTopic(site), presence(site, false, false), true)
+	_ = link.Publish(pctx, protocol.SitePresenceTopic(site), presence(site, false, false, false), true)
 	cancel()
 	link.Close()
 	return nil

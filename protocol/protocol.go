@@ -264,9 +264,13 @@ type Message struct {
 	// Presence. Relay, in an edge agent's online presence, says that the
 	// agent relays every ramdisk of its site (site broker, or simulated
 	// ramdisks): the coordinator may then send everything for the site
-	// in bundles on its bmc/cmd topic (see EncodeBundle).
-	Online bool `json:"online,omitempty"`
-	Relay  bool `json:"relay,omitempty"`
+	// in bundles on its bmc/cmd topic (see EncodeBundle). SiteBroker, in
+	// an online presence, says that the agent runs the site's broker: its
+	// ramdisks use that, and the coordinator's broker refuses their
+	// credentials.
+	Online     bool `json:"online,omitempty"`
+	Relay      bool `json:"relay,omitempty"`
+	SiteBroker bool `json:"site_broker,omitempty"`
 
 	// Power report: the BMC's reading ("power on" or "power off"); a
 	// failed reading has Error instead. Sent is when it was read, which

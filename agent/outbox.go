@@ -16,6 +16,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // The durable outbox: every message the agent puts in its outbox (BMC
@@ -43,8 +45,24 @@ const (
 	// credPrefix + node UUID: the SHA-256 of the node's current boot
 	// credential, for the site broker (relay.go).
 	credPrefix = "c/"
-	// outboxGCInterval is how often value-log GC runs.
+	// outboxGCInterval is how often value-log GC runs, besides after
+	// each flush (see collectGarbage).
 	outboxGCInterval = 5 * time.Minute
+	// outboxFlushAfter and outboxQuietFor: the memtable is flushed (see
+	// flushMemtable) once this many bytes of records were written or
+	// deleted since the last flush and no write came for outboxQuietFor.
+	// A deletion counts as outboxDeleteWeight bytes (what a result's
+	// record takes, about). 1000 nodes' deploy and undeploy write ~1
+	// MiB of records in all.
+	outboxFlushAfter   = 256 << 10
+	outboxQuietFor     = time.Second
+	outboxDeleteWeight = 512
+	// outboxFlushRetry: after a failed flush, the next is tried no
+	// sooner than this.
+	outboxFlushRetry = 30 * time.Second
+	// outboxFlushPrefix is the prefix of the key that flushMemtable
+	// writes and drops; '~' sorts after every other prefix.
+	outboxFlushPrefix = "~flush/"
 )
 
 // DefaultOutboxLimit is the default of Config.OutboxLimit.
@@ -93,10 +111,35 @@ type outboxStore struct {
 	finished sync.WaitGroup
 	// commits counts the transactions written (for tests).
 	commits atomic.Int64
-	// gcMu keeps value-log GC and commits apart: Badger v4.9.6's GC
-	// reads the memtable's max version without its lock, racing with a
-	// concurrent write (see coordinator/store's valueLogGC).
-	gcMu sync.Mutex
+
+	// Garbage collection (gc.go of a shared store, one day: see
+	// collectGarbage). Only the writer goroutine touches these and calls
+	// Badger's writes, flush and value-log GC, so they never overlap:
+	// Badger v4.9.6's value-log GC reads the memtable's max version
+	// without its lock and races with a concurrent write, and DropPrefix
+	// refuses writes that arrive while it runs.
+	//
+	// changed is the bytes written or deleted since the last flush;
+	// lastWrite when the last commit ended.
+	changed   int64
+	lastWrite time.Time
+	// retryAt: after a failed flush, none is tried before this (the
+	// periodic run or a write after it tries again).
+	retryAt time.Time
+	// broken is set when Badger failed in a way that may have left its
+	// memtables unusable (a failed DropPrefix): from then on the store
+	// touches Badger no more (see markBroken).
+	broken error
+	// flushes counts the memtable flushes (for tests); gcNow asks the
+	// writer to flush and collect at once (tests).
+	flushes atomic.Int64
+	gcNow   chan chan error
+	// warn logs failures of a background flush or collection at a
+	// bounded rate.
+	warn *ratelog.Limiter
+	// inject, when set (tests), fails a step of flushMemtable ("write",
+	// "drop") with the error it returns instead of calling Badger.
+	inject func(step string) error
 }
 
 var errStoreClosed = errors.New("the outbox store is closed")
@@ -151,13 +194,10 @@ func openOutboxStore(dir string, log *slog.Logger) (*outboxStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the outbox in %s: %w (is another edge agent using this --state-dir?)", dir, err)
 	}
-	s := &outboxStore{db: db, log: log, dir: dir, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := &outboxStore{db: db, log: log, dir: dir, kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		gcNow: make(chan chan error), warn: ratelog.New(log, time.Minute)}
 	s.finished.Add(1)
 	go s.writer()
-	if dir != "" {
-		s.finished.Add(1)
-		go s.gcLoop()
-	}
 	return s, nil
 }
 
@@ -320,17 +360,53 @@ func (s *outboxStore) enqueue(op storeOp, ch chan error) bool {
 	return true
 }
 
-// writer commits what is queued, one transaction per round.
+// writer commits what is queued, one transaction per round, and
+// collects garbage when writing has stopped (see collectGarbage).
 func (s *outboxStore) writer() {
 	defer s.finished.Done()
+	var tick <-chan time.Time
+	if s.dir != "" {
+		tk := time.NewTicker(outboxGCInterval)
+		defer tk.Stop()
+		tick = tk.C
+	}
+	// quiet fires outboxQuietFor after a commit that left enough
+	// changes for a flush; nil when none is due.
+	var quiet *time.Timer
+	var quietC <-chan time.Time
 	for {
 		select {
 		case <-s.kick:
+			s.flush()
 		case <-s.stop:
+			if quiet != nil {
+				quiet.Stop()
+			}
 			s.flush()
 			return
+		case <-quietC:
+			quietC = nil
+			if idle := time.Since(s.lastWrite); idle < outboxQuietFor {
+				// Written to meanwhile: wait until writing stops.
+				quiet.Reset(outboxQuietFor - idle)
+				quietC = quiet.C
+				continue
+			}
+			s.collectGarbage(false)
+		case <-tick:
+			s.collectGarbage(false)
+		case ch := <-s.gcNow:
+			s.flush() // what was queued before the call
+			ch <- s.collectGarbage(true)
 		}
-		s.flush()
+		if quietC == nil && s.flushDue() {
+			if quiet == nil {
+				quiet = time.NewTimer(outboxQuietFor)
+			} else {
+				quiet.Reset(outboxQuietFor)
+			}
+			quietC = quiet.C
+		}
 	}
 }
 
@@ -344,7 +420,7 @@ func (s *outboxStore) flush() {
 	}
 	err := s.commit(ops)
 	if err != nil {
-		s.log.Error("writing the outbox to the state folder failed; the results stay in memory and are still sent", "err", err, "writes", len(ops))
+		s.warn.Warn("outbox write", "writing the outbox to the state folder failed; the results stay in memory and are still sent", "err", err, "writes", len(ops))
 	}
 	for _, ch := range waiters {
 		ch <- err
@@ -352,8 +428,10 @@ func (s *outboxStore) flush() {
 }
 
 func (s *outboxStore) commit(ops []storeOp) error {
-	s.gcMu.Lock()
-	defer s.gcMu.Unlock()
+	if s.broken != nil {
+		return s.broken
+	}
+	defer func() { s.lastWrite = time.Now() }()
 	txn := s.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	s.commits.Add(1)
@@ -376,43 +454,154 @@ func (s *outboxStore) commit(ops []storeOp) error {
 
 func (s *outboxStore) apply(txn *badger.Txn, op storeOp) error {
 	if op.cred != "" {
+		s.changed += int64(len(credPrefix) + len(op.cred) + len(op.hash))
 		if op.hash == nil {
 			return txn.Delete([]byte(credPrefix + op.cred))
 		}
 		return txn.Set([]byte(credPrefix+op.cred), op.hash)
 	}
 	if op.rec == nil {
+		s.changed += outboxDeleteWeight
 		return txn.Delete(recordKey(op.seq))
 	}
 	b, err := json.Marshal(op.rec)
 	if err != nil {
 		return err
 	}
+	s.changed += int64(len(b))
 	return txn.Set(recordKey(op.seq), b)
 }
 
-// gcLoop runs value-log GC now and then, until no file qualifies.
-func (s *outboxStore) gcLoop() {
-	defer s.finished.Done()
-	tk := time.NewTicker(outboxGCInterval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tk.C:
+// flushDue tells whether enough was written or deleted since the last
+// flush for the next quiet moment to flush; writer only.
+func (s *outboxStore) flushDue() bool {
+	return s.dir != "" && s.broken == nil && s.changed >= outboxFlushAfter && !time.Now().Before(s.retryAt)
+}
+
+// collectGarbage reclaims the space of deleted and overwritten records;
+// writer only. It mirrors coordinator/store's CollectGarbage (and should
+// become one store package shared by both; it is not yet, as the two
+// differ in their value thresholds and in who calls them).
+//
+// A record lives a few minutes: written before it is sent, rewritten
+// when acked, deleted when its done-record's retention ends. Records are
+// small (under the 4 KiB value threshold), so they live in the LSM tree,
+// where compaction drops overwritten and deleted versions; but the
+// newest versions and the deletions wait in the memtable until it is
+// full (4 MiB), and a table's records are dropped only by a compaction
+// that meets their deletions. So when writing stops (an idle site) the
+// tables keep every record written since, deleted or not, for as long as
+// it stays stopped: the state folder grew by ~1.3 MiB per deploy and
+// undeploy of 1000 nodes and did not shrink after 13 idle minutes
+// (issue 17). When at least outboxFlushAfter bytes were written or
+// deleted since the last flush and no write came for outboxQuietFor
+// (force: at once), it flushes the memtable (flushMemtable: Badger
+// writes it to a level-0 table and compacts level 0 into the tree, which
+// drops what the deletions and rewrites made stale), then runs value-log
+// GC (for the rare record over the value threshold) until no file
+// qualifies.
+func (s *outboxStore) collectGarbage(force bool) error {
+	if s.dir == "" {
+		return nil
+	}
+	if s.broken != nil {
+		return s.broken
+	}
+	if s.changed > 0 && (force || s.flushDue()) {
+		if err := s.flushMemtable(); err != nil {
+			return err
 		}
-		for range 16 {
-			s.gcMu.Lock()
-			err := s.db.RunValueLogGC(0.5)
-			s.gcMu.Unlock()
-			if err != nil {
-				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
-					s.log.Warn("outbox value-log GC failed", "err", err)
-				}
-				break
-			}
+	}
+	for range 16 {
+		err := s.db.RunValueLogGC(0.5)
+		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
+			return nil
 		}
+		if err != nil {
+			s.warn.Warn("outbox gc", "outbox value-log GC failed; it is tried again later", "err", err)
+			return err
+		}
+	}
+	return nil
+}
+
+// flushMemtable writes Badger's memtables to a level-0 table and compacts
+// it into the tree, as coordinator/store's flushMemtable does: Badger v4
+// has no call for this alone, but DropPrefix flushes every memtable (its
+// own flush path: the memtable's log goes only once the table is synced),
+// compacts level 0, then drops the prefix; so a key of a prefix of the
+// store's own is written and that prefix dropped; writer only.
+//
+// A failed write of that key (a full disk, no file descriptor left) is
+// logged and the flush given up until the next quiet moment: DropPrefix
+// is never called after a failed write. A failed DropPrefix may leave
+// Badger unusable: in v4.9.6, when flushing a memtable fails inside
+// DropPrefix (e.g. "too many open files" creating the table), the
+// memtable it had put in the flush queue stays there while the ones
+// already flushed are released, and when creating the new memtable
+// fails db.mt is left nil; the next DropPrefix or write then dereferences
+// a released skiplist (the coordinator died so in skl.(*Skiplist).findLast
+// under DropPrefix, issue 17). So after one, the store marks itself
+// broken and touches Badger no more (markBroken).
+func (s *outboxStore) flushMemtable() error {
+	key := []byte(outboxFlushPrefix + "memtable")
+	// Synced, like every write: DropPrefix does nothing when no key has
+	// the prefix, so the key must be there first.
+	err := s.injected("write")
+	if err == nil {
+		err = s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, []byte{1}) })
+	}
+	s.lastWrite = time.Now()
+	if err != nil {
+		s.retryAt = time.Now().Add(outboxFlushRetry)
+		s.warn.Warn("outbox flush", "flushing the outbox's memtable failed; it is tried again later (meanwhile the state folder keeps the space of forgotten results)", "err", err)
+		return fmt.Errorf("flush the outbox memtable: %w", err)
+	}
+	err = s.injected("drop")
+	if err == nil {
+		err = s.db.DropPrefix([]byte(outboxFlushPrefix))
+	}
+	if err != nil {
+		s.markBroken(err)
+		return s.broken
+	}
+	if err := s.db.Flatten(1); err != nil {
+		s.retryAt = time.Now().Add(outboxFlushRetry)
+		s.warn.Warn("outbox compaction", "compacting the outbox's tables failed; it is tried again later (meanwhile the state folder keeps the space of forgotten results)", "err", err)
+		return fmt.Errorf("compact the outbox: %w", err)
+	}
+	s.changed = 0
+	s.flushes.Add(1)
+	return nil
+}
+
+func (s *outboxStore) injected(step string) error {
+	if s.inject == nil {
+		return nil
+	}
+	return s.inject(step)
+}
+
+// markBroken stops every use of Badger after an error that may have left
+// it unusable: writes fail with an error that says to restart the agent
+// (the agent keeps their results in memory and sends them), and close
+// does not close the database (Badger's Close would flush the memtables
+// it may have released); the next start opens it from its files and
+// memtable logs. Logged once, at error level.
+func (s *outboxStore) markBroken(cause error) {
+	s.broken = fmt.Errorf("the outbox store in %s failed (%v) and is no longer written: restart the edge agent, which reopens it from disk (results produced meanwhile are kept in memory and sent, but not on disk)", s.dir, cause)
+	s.log.Error("the outbox store failed while flushing its memtable; results are no longer written to the state folder until the edge agent is restarted", "state_dir", s.dir, "err", cause,
+		"what_to_do", "free disk space or file descriptors, then restart the edge agent; it reopens the outbox from disk")
+}
+
+// collectNow flushes the memtable and collects at once (for tests).
+func (s *outboxStore) collectNow() error {
+	ch := make(chan error, 1)
+	select {
+	case s.gcNow <- ch:
+		return <-ch
+	case <-s.stop:
+		return errStoreClosed
 	}
 }
 
@@ -427,6 +616,9 @@ func (s *outboxStore) close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	s.finished.Wait()
+	if s.broken != nil {
+		return s.broken
+	}
 	return s.db.Close()
 }
 

@@ -42,6 +42,36 @@ type Credentials interface {
 	Prefix(user string) (prefix string, ok bool)
 }
 
+// PresenceOwner may be implemented by Credentials whose identities have
+// one client that speaks for the identity (an edge agent; its site's
+// tools connect under other client IDs): only that client may publish
+// on the identity's presence topic (PREFIX + "presence"), or leave a
+// last will there. Others are refused, so that a second client of the
+// site cannot say that the site is offline.
+type PresenceOwner interface {
+	// PresenceClient returns the client ID that alone may say user's
+	// presence ("" lets any client of user do it).
+	PresenceClient(user string) string
+}
+
+// PublishObserver may be implemented by Credentials that need to know
+// who sent what: Published is called for every message a client (not
+// the inline one) publishes that passed the checks, before it is
+// delivered, on the client's connection goroutine; it must be quick.
+type PublishObserver interface {
+	Published(user, clientID, topic string)
+}
+
+// Kinds of CONNECT refusal. Authenticate wraps one of them (fmt.Errorf
+// with %w), so that the broker logs each kind at a bounded rate, with
+// the count of those it left out; any other error counts as "refused".
+var (
+	ErrUnknownUser   = errors.New("unknown user")
+	ErrWrongPassword = errors.New("wrong password")
+	ErrClientID      = errors.New("client ID of another identity")
+	ErrNotHere       = errors.New("not admitted at this broker")
+)
+
 // Config configures the embedded broker.
 type Config struct {
 	// Addr is the listen address (host:port).
@@ -70,6 +100,10 @@ type Config struct {
 	// listeners (default: a pool of its own with netbudget's default
 	// reserve).
 	Pool *netbudget.Pool
+	// MaxSubscriptions bounds the topic filters one client may hold
+	// (default DefaultMaxSubscriptions); a SUBSCRIBE's filters past it
+	// are refused (SUBACK 0x97 quota exceeded; 0x80 in MQTT 3).
+	MaxSubscriptions int
 }
 
 // DefaultConnLimits are a broker listener's budgets. Sites and ramdisks
@@ -93,6 +127,10 @@ const (
 	maxInflight = 8192
 	// maxWritesPending bounds the messages queued for a client's socket.
 	maxWritesPending = 4096
+	// DefaultMaxSubscriptions is how many topic filters a client may
+	// hold: an edge agent holds 2, a ramdisk 1, the coordinator's tools
+	// a few. Each costs the broker memory (100,000 took 230 MB).
+	DefaultMaxSubscriptions = 64
 )
 
 // Broker is a running embedded broker.
@@ -133,9 +171,15 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 	caps.MaximumInflight = maxInflight
 	caps.MaximumSessionExpiryInterval = 7 * 24 * 3600
 	caps.MaximumPacketSize = uint32(cfg.MaxPacketSize)
-	blog := slog.New(quietHandler{log.Handler()}).With("component", "broker")
+	blog := slog.New(quietHandler{Handler: log.Handler(), rl: ratelog.New(log.With("component", "broker"), 0)}).With("component", "broker")
 	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: blog, InlineClient: true})
-	if err := srv.AddHook(&aclHook{creds: creds, log: blog}, nil); err != nil {
+	if cfg.MaxSubscriptions <= 0 {
+		cfg.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	acl := &aclHook{creds: creds, log: blog, rl: ratelog.New(blog, 0), maxSubs: cfg.MaxSubscriptions}
+	acl.owner, _ = creds.(PresenceOwner)
+	acl.obs, _ = creds.(PublishObserver)
+	if err := srv.AddHook(acl, nil); err != nil {
 		return nil, err
 	}
 	drop := &dropHook{log: blog}
@@ -242,6 +286,14 @@ type aclHook struct {
 	mqtt.HookBase
 	creds Credentials
 	log   *slog.Logger
+	// rl logs what strangers and clients can repeat (bad logins, refused
+	// presence, subscriptions over the cap) at a bounded rate.
+	rl *ratelog.Limiter
+	// owner and obs are creds' optional parts (nil without them).
+	owner PresenceOwner
+	obs   PublishObserver
+	// maxSubs bounds the topic filters a client may hold.
+	maxSubs int
 	// pass holds each connected client's password, so that every ACL
 	// check can ask whether its credential is still valid.
 	pass sync.Map // *mqtt.Client → string
@@ -250,21 +302,48 @@ type aclHook struct {
 func (h *aclHook) ID() string { return "bm-acl" }
 
 func (h *aclHook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect, mqtt.OnPublish, mqtt.OnWill}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect, mqtt.OnPublish, mqtt.OnWill,
+		mqtt.OnSubscribe, mqtt.OnSubscribed}, []byte{b})
+}
+
+// refusalKind is the log kind of a refused CONNECT: a fixed string,
+// never taken from the input.
+func refusalKind(err error) string {
+	for _, k := range []error{ErrUnknownUser, ErrWrongPassword, ErrClientID, ErrNotHere} {
+		if errors.Is(err, k) {
+			return "mqtt login: " + k.Error()
+		}
+	}
+	return "mqtt login: refused"
+}
+
+// clip shortens what a stranger chose (a user name, a client ID, an
+// error quoting them) for the log.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// refuse logs a refused CONNECT: one line per kind per interval, with
+// the count of those left out (ratelog), never one per attempt.
+func (h *aclHook) refuse(kind string, cl *mqtt.Client, user string, err error) {
+	h.rl.Warn(kind, "MQTT login refused", "reason", clip(err.Error(), 160), "user", clip(user, 64), "remote", cl.Net.Remote)
 }
 
 func (h *aclHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	user, pass := string(pk.Connect.Username), string(pk.Connect.Password)
 	if err := h.creds.Authenticate(user, pass, pk.Connect.ClientIdentifier); err != nil {
-		h.log.Warn("MQTT connection refused", "user", user, "client", pk.Connect.ClientIdentifier, "remote", cl.Net.Remote, "reason", err)
+		h.refuse(refusalKind(err), cl, user, err)
 		return false
 	}
 	// The broker publishes a last will without the checks of a publish
 	// (mochi calls neither OnACLCheck nor OnPublish for it), so it is
 	// checked here as the publish it will be.
 	if pk.Connect.WillFlag {
-		if err := h.willAllowed(user, pk.Connect.WillTopic, pk.Connect.WillRetain, pk.Connect.WillProperties.WillDelayInterval); err != nil {
-			h.log.Warn("MQTT connection refused", "user", user, "client", pk.Connect.ClientIdentifier, "remote", cl.Net.Remote, "reason", err)
+		if err := h.willAllowed(user, pk.Connect.ClientIdentifier, pk.Connect.WillTopic, pk.Connect.WillRetain, pk.Connect.WillProperties.WillDelayInterval); err != nil {
+			h.refuse("mqtt login: last will", cl, user, err)
 			return false
 		}
 	}
@@ -272,18 +351,31 @@ func (h *aclHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool
 	return true
 }
 
-// willAllowed is the rule for a last will: a topic the identity may
-// publish on, retained only on its own presence topic, without a delay
-// (a delayed will would be published after the checks at disconnect).
-func (h *aclHook) willAllowed(user, topic string, retain bool, delay uint32) error {
+// willAllowed is the rule for a last will: a topic the identity's client
+// may publish on, retained only on its own presence topic, without a
+// delay (a delayed will would be published after the checks at
+// disconnect).
+func (h *aclHook) willAllowed(user, clientID, topic string, retain bool, delay uint32) error {
 	prefix, ok := h.creds.Prefix(user)
 	switch {
 	case !ok || !Allowed(prefix, topic) || strings.ContainsAny(topic, "+#"):
-		return fmt.Errorf("last will on topic %q, outside this identity's topics", topic)
+		return fmt.Errorf("last will on topic %q, outside this identity's topics", clip(topic, 100))
 	case retain && !retainAllowed(prefix, topic):
-		return fmt.Errorf("retained last will on topic %q; only the identity's own presence topic may be retained", topic)
+		return fmt.Errorf("retained last will on topic %q; only the identity's own presence topic may be retained", clip(topic, 100))
 	case delay > 0:
 		return errors.New("a last will with a delay interval is not taken")
+	}
+	return h.presenceAllowed(user, clientID, prefix, topic)
+}
+
+// presenceAllowed tells whether clientID may say user's presence on
+// topic: only the identity's own client may (PresenceOwner).
+func (h *aclHook) presenceAllowed(user, clientID, prefix, topic string) error {
+	if h.owner == nil || prefix == "" || topic != prefix+"presence" {
+		return nil
+	}
+	if own := h.owner.PresenceClient(user); own != "" && clientID != own {
+		return fmt.Errorf("presence of %s from client %q; only its own client %q may say it", clip(user, 64), clip(clientID, 64), own)
 	}
 	return nil
 }
@@ -302,7 +394,7 @@ func (h *aclHook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 		h.log.Info("last will dropped: its credential is no longer valid", "user", user, "client", cl.ID)
 		return droppedWill, nil
 	}
-	if err := h.willAllowed(user, will.TopicName, will.Retain, 0); err != nil {
+	if err := h.willAllowed(user, cl.ID, will.TopicName, will.Retain, 0); err != nil {
 		h.log.Warn("last will dropped", "user", user, "client", cl.ID, "reason", err)
 		return droppedWill, nil
 	}
@@ -318,28 +410,99 @@ func (h *aclHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return false
 	}
 	prefix, ok := h.creds.Prefix(user)
-	if !ok {
+	if !ok || !Allowed(prefix, topic) {
 		return false
 	}
-	return Allowed(prefix, topic)
+	if write {
+		if err := h.presenceAllowed(user, cl.ID, prefix, topic); err != nil {
+			h.rl.Warn("mqtt presence", "MQTT publish refused", "reason", err, "remote", cl.Net.Remote)
+			return false
+		}
+	}
+	return true
 }
 
 // OnPublish refuses retained messages except on the identity's own
 // presence topic: every retained message is kept by the broker for ever,
 // so a client that could retain on topics of its choosing (any name that
 // ends in /presence, too) could grow the broker's memory without bound.
+// What passes is told to the PublishObserver.
 func (h *aclHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if cl.Net.Inline || !pk.FixedHeader.Retain {
+	if cl.Net.Inline {
 		return pk, nil
 	}
-	prefix, ok := h.creds.Prefix(string(cl.Properties.Username))
-	if !ok || !retainAllowed(prefix, pk.TopicName) {
-		if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
-			return pk, packets.ErrNotAuthorized // PUBACK 0x87 tells the client
+	user := string(cl.Properties.Username)
+	if pk.FixedHeader.Retain {
+		prefix, ok := h.creds.Prefix(user)
+		if !ok || !retainAllowed(prefix, pk.TopicName) {
+			if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
+				return pk, packets.ErrNotAuthorized // PUBACK 0x87 tells the client
+			}
+			return pk, packets.ErrRejectPacket // mochi publishes on any other error
 		}
-		return pk, packets.ErrRejectPacket // mochi publishes on any other error
+	}
+	if h.obs != nil {
+		h.obs.Published(user, cl.ID, pk.TopicName)
 	}
 	return pk, nil
+}
+
+// overQuota stands in a SUBSCRIBE for a filter past the client's cap: not
+// a valid filter, so the broker subscribes nothing for it, and
+// OnSubscribed turns its reason code into quota exceeded.
+const overQuota = "#/over-quota"
+
+// OnSubscribe refuses the filters of a SUBSCRIBE that would take the
+// client past maxSubs filters held: each one costs the broker memory for
+// as long as the session lives. Filters the client holds already (a
+// SUBSCRIBE again) and filters it may not use anyway do not count.
+func (h *aclHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if cl.Net.Inline {
+		return pk
+	}
+	prefix, ok := h.creds.Prefix(string(cl.Properties.Username))
+	if !ok {
+		return pk
+	}
+	held := cl.State.Subscriptions.Len()
+	var filters []packets.Subscription
+	seen := map[string]bool{}
+	refused := 0
+	for i, sub := range pk.Filters {
+		if _, has := cl.State.Subscriptions.Get(sub.Filter); has || seen[sub.Filter] ||
+			!mqtt.IsValidFilter(sub.Filter, false) || !Allowed(prefix, sub.Filter) {
+			continue
+		}
+		seen[sub.Filter] = true
+		if held < h.maxSubs {
+			held++
+			continue
+		}
+		if filters == nil {
+			filters = append([]packets.Subscription(nil), pk.Filters...)
+		}
+		filters[i].Filter = overQuota
+		refused++
+	}
+	if refused > 0 {
+		pk.Filters = filters
+		h.rl.Warn("mqtt subscriptions", "MQTT subscriptions over the cap refused", "user", clip(string(cl.Properties.Username), 64),
+			"client", clip(cl.ID, 64), "refused", refused, "cap", h.maxSubs)
+	}
+	return pk
+}
+
+// OnSubscribed gives the filters OnSubscribe refused their reason code in
+// the SUBACK (reasonCodes is the SUBACK's, not yet sent).
+func (h *aclHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
+	for i, sub := range pk.Filters {
+		if sub.Filter == overQuota && i < len(reasonCodes) {
+			reasonCodes[i] = packets.ErrQuotaExceeded.Code
+			if cl.Properties.ProtocolVersion < 5 {
+				reasonCodes[i] = packets.ErrUnspecifiedError.Code
+			}
+		}
+	}
 }
 
 // retainAllowed tells whether an identity of prefix may retain a message
@@ -364,14 +527,21 @@ func Allowed(prefix, topic string) bool {
 
 // quietHandler wraps the broker's logger: a client that hangs up (the
 // listener's bare EOF, or its connection closed under it) is not worth a
-// warning, and a packet attached to a
-// log record ("pk") is reduced to its type and topic, so that neither a
-// payload nor a CONNECT password ever reaches the log.
-type quietHandler struct{ slog.Handler }
+// warning, a refused login is logged once already (aclHook, bounded), and
+// any other error that ends a connection (mochi logs one line each,
+// which a stranger can repeat at will) goes through rl: one line per
+// interval with the count. A packet attached to a log record ("pk") is
+// reduced to its type and topic, so that neither a payload nor a CONNECT
+// password ever reaches the log.
+type quietHandler struct {
+	slog.Handler
+	rl *ratelog.Limiter
+}
 
 func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
-	eof := false
+	eof, refused, connErr := false, false, false
+	var attrs []any
 	r.Attrs(func(a slog.Attr) bool {
 		switch {
 		case a.Key == "pk" || a.Key == "packet":
@@ -381,27 +551,39 @@ func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
 				a = slog.String(a.Key, "(not logged)")
 			}
 		case a.Key == "error" && r.Message == "":
-			if err, ok := a.Value.Any().(error); ok && (errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)) {
-				eof = true
+			if err, ok := a.Value.Any().(error); ok {
+				switch {
+				case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+					eof = true
+				case errors.Is(err, packets.ErrBadUsernameOrPassword):
+					refused = true
+				default:
+					connErr = true
+				}
 			}
 		}
 		out.AddAttrs(a)
+		attrs = append(attrs, a)
 		return true
 	})
-	if eof {
+	switch {
+	case eof || refused:
 		if !h.Enabled(ctx, slog.LevelDebug) {
 			return nil
 		}
 		out.Level = slog.LevelDebug
 		out.Message = "client connection closed"
+	case connErr && h.rl != nil:
+		h.rl.Warn("mqtt connection error", "MQTT connection ended by an error", attrs...)
+		return nil
 	}
 	return h.Handler.Handle(ctx, out)
 }
 
 func (h quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return quietHandler{h.Handler.WithAttrs(as)}
+	return quietHandler{h.Handler.WithAttrs(as), h.rl}
 }
 
 func (h quietHandler) WithGroup(name string) slog.Handler {
-	return quietHandler{h.Handler.WithGroup(name)}
+	return quietHandler{h.Handler.WithGroup(name), h.rl}
 }

@@ -37,7 +37,7 @@ func TestAllowed(t *testing.T) {
 
 func TestQuietHandler(t *testing.T) {
 	var buf bytes.Buffer
-	log := slog.New(quietHandler{slog.NewTextHandler(&buf, nil)}).With("component", "broker")
+	log := slog.New(quietHandler{Handler: slog.NewTextHandler(&buf, nil)}).With("component", "broker")
 	log.Warn("error processing packet", "error", errors.New("boom"), "client", "c1",
 		"pk", packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "bm/v1/x", Payload: []byte(`{"password":"hunter2"}`)})
 	log.Warn("", "error", io.EOF)

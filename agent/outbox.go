@@ -48,13 +48,15 @@ const (
 	// outboxGCInterval is how often value-log GC runs, besides after
 	// each flush (see collectGarbage).
 	outboxGCInterval = 5 * time.Minute
-	// outboxFlushAfter and outboxQuietFor: the memtable is flushed (see
-	// flushMemtable) once this many bytes of records were written or
-	// deleted since the last flush and no write came for outboxQuietFor.
-	// A deletion counts as outboxDeleteWeight bytes (what a result's
-	// record takes, about). 1000 nodes' deploy and undeploy write ~1
-	// MiB of records in all.
+	// outboxFlushAfter, outboxGarbageShare and outboxQuietFor: the
+	// memtable is flushed and the tables compacted (see flushMemtable)
+	// once records of this many bytes were deleted or overwritten (acks)
+	// since the last flush, and at least 1/outboxGarbageShare of the
+	// tables' size, and no write came for outboxQuietFor. A deletion
+	// counts as outboxDeleteWeight bytes (what a result's record takes,
+	// about). 1000 nodes' deploy and undeploy write ~1 MiB of records.
 	outboxFlushAfter   = 256 << 10
+	outboxGarbageShare = 8
 	outboxQuietFor     = time.Second
 	outboxDeleteWeight = 512
 	// outboxFlushRetry: after a failed flush, the next is tried no
@@ -119,9 +121,10 @@ type outboxStore struct {
 	// without its lock and races with a concurrent write, and DropPrefix
 	// refuses writes that arrive while it runs.
 	//
-	// changed is the bytes written or deleted since the last flush;
+	// garbage is about how many bytes of records were deleted or
+	// overwritten since the last flush (what a flush reclaims);
 	// lastWrite when the last commit ended.
-	changed   int64
+	garbage   int64
 	lastWrite time.Time
 	// retryAt: after a failed flush, none is tried before this (the
 	// periodic run or a write after it tries again).
@@ -454,28 +457,39 @@ func (s *outboxStore) commit(ops []storeOp) error {
 
 func (s *outboxStore) apply(txn *badger.Txn, op storeOp) error {
 	if op.cred != "" {
-		s.changed += int64(len(credPrefix) + len(op.cred) + len(op.hash))
+		s.garbage += int64(len(credPrefix) + len(op.cred) + 32) // replaces or deletes the node's previous hash, mostly
 		if op.hash == nil {
 			return txn.Delete([]byte(credPrefix + op.cred))
 		}
 		return txn.Set([]byte(credPrefix+op.cred), op.hash)
 	}
 	if op.rec == nil {
-		s.changed += outboxDeleteWeight
+		s.garbage += outboxDeleteWeight
 		return txn.Delete(recordKey(op.seq))
 	}
 	b, err := json.Marshal(op.rec)
 	if err != nil {
 		return err
 	}
-	s.changed += int64(len(b))
+	if !op.rec.Acked.IsZero() {
+		// The ack of a record written before: its first version is
+		// garbage now. (A new record makes none: an outbox that only
+		// grows, during a WAN outage, is never flushed for nothing.)
+		s.garbage += int64(len(b))
+	}
 	return txn.Set(recordKey(op.seq), b)
 }
 
 // flushDue tells whether enough was written or deleted since the last
 // flush for the next quiet moment to flush; writer only.
 func (s *outboxStore) flushDue() bool {
-	return s.dir != "" && s.broken == nil && s.changed >= outboxFlushAfter && !time.Now().Before(s.retryAt)
+	if s.dir == "" || s.broken != nil || s.garbage < outboxFlushAfter || time.Now().Before(s.retryAt) {
+		return false
+	}
+	// Flatten rewrites every table: only once the garbage is a fair
+	// part of them, so that a large outbox is not rewritten for a little.
+	lsm, _ := s.db.Size()
+	return s.garbage*outboxGarbageShare >= lsm
 }
 
 // collectGarbage reclaims the space of deleted and overwritten records;
@@ -493,9 +507,9 @@ func (s *outboxStore) flushDue() bool {
 // tables keep every record written since, deleted or not, for as long as
 // it stays stopped: the state folder grew by ~1.3 MiB per deploy and
 // undeploy of 1000 nodes and did not shrink after 13 idle minutes
-// (issue 17). When at least outboxFlushAfter bytes were written or
-// deleted since the last flush and no write came for outboxQuietFor
-// (force: at once), it flushes the memtable (flushMemtable: Badger
+// (issue 17). When records of at least outboxFlushAfter bytes, and an
+// eighth of the tables' size, were deleted or overwritten since the last
+// flush and no write came for outboxQuietFor (force: at once), it flushes the memtable (flushMemtable: Badger
 // writes it to a level-0 table and compacts level 0 into the tree, which
 // drops what the deletions and rewrites made stale), then runs value-log
 // GC (for the rare record over the value threshold) until no file
@@ -507,7 +521,7 @@ func (s *outboxStore) collectGarbage(force bool) error {
 	if s.broken != nil {
 		return s.broken
 	}
-	if s.changed > 0 && (force || s.flushDue()) {
+	if s.garbage > 0 && (force || s.flushDue()) {
 		if err := s.flushMemtable(); err != nil {
 			return err
 		}
@@ -570,7 +584,7 @@ func (s *outboxStore) flushMemtable() error {
 		s.warn.Warn("outbox compaction", "compacting the outbox's tables failed; it is tried again later (meanwhile the state folder keeps the space of forgotten results)", "err", err)
 		return fmt.Errorf("compact the outbox: %w", err)
 	}
-	s.changed = 0
+	s.garbage = 0
 	s.flushes.Add(1)
 	return nil
 }

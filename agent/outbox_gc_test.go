@@ -226,7 +226,8 @@ func TestOutboxFlushFailures(t *testing.T) {
 	mu.Lock()
 	fail = map[string]error{"drop": errors.New("injected: while trying to flush memtable: too many open files")}
 	mu.Unlock()
-	if err := s.put(300_000, &record{ID: "last", Topic: "t", Payload: []byte("{}"), At: time.Now()}); err != nil {
+	// (an acked record: something for a flush to do)
+	if err := s.put(300_000, &record{ID: "last", Topic: "t", Payload: []byte("{}"), At: time.Now(), Acked: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	err = s.collectNow()

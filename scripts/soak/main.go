@@ -1,17 +1,18 @@
 // Command soak runs K deploy/undeploy cycles of N simulated nodes against
 // a real coordinator process (durable, encrypted Badger writes, embedded
-// MQTT broker) and an edge agent with simulated nodes over real MQTT, and
-// prints after each cycle the coordinator's RSS and the size of its data
-// folder, to show whether either keeps growing. Both are measured at
-// rest: after -settle, once the folder's size has stopped changing (the
-// coordinator's own flush and value-log GC after a burst of writes);
-// the peaks during the cycle are printed too.
+// MQTT broker) and a real edge agent process with simulated nodes over
+// real MQTT, and prints after each cycle the RSS and the size of the data
+// folder of each (the agent's state folder holds its durable outbox, also
+// Badger), to show whether either keeps growing. They are measured at
+// rest: after -settle, once both folders' sizes have stopped changing
+// (each store's own flush and GC after a burst of writes); the peaks
+// during the cycle are printed too.
 //
 //	go run ./scripts/soak -cycles 8 -nodes 1000
 //	CYCLES=8 NODES=1000 make soak
 //
-// Target: after the last cycle, RSS and data folder within 1.25× of their
-// values after cycle 2. Node history is capped at 40 entries (not the
+// Target: after the last cycle, RSS and data folder of each within 1.25×
+// of their values after cycle 2. Node history is capped at 40 entries (not the
 // coordinator's default 300) so that it is full by cycle 2: growth up to
 // the cap is by design, growth after it is what the soak looks for.
 package main
@@ -20,9 +21,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -52,6 +51,8 @@ type options struct {
 	tick        time.Duration
 	histMax     int
 	coordBin    string
+	agentBin    string
+	agentIdle   time.Duration
 	keep        bool
 	inprocess   bool
 	heapDir     string
@@ -61,6 +62,13 @@ type options struct {
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d >= 0 {
+		return d
 	}
 	return def
 }
@@ -78,7 +86,9 @@ func main() {
 	flag.IntVar(&o.histMax, "history-max-entries", 40, "the coordinator's --history-max-entries (0: its default, 300). A node gains 17 history entries a cycle (10 at setup), so 40 is reached in cycle 2 and what follows measures growth beyond the cap; at 300 the history grows, by design, until cycle 18")
 	flag.StringVar(&o.coordBin, "coordinator", "", "coordinator binary to run (default: build ./coordinator/cmd/coordinator into a temp folder)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp folder (data dir, coordinator log)")
-	flag.BoolVar(&o.inprocess, "inprocess", false, "run the coordinator inside this process (for -heap-profiles; RSS is then of both)")
+	flag.StringVar(&o.agentBin, "agent", "", "edge agent binary to run (default: build ./agent/cmd/agent into a temp folder)")
+	flag.DurationVar(&o.agentIdle, "agent-idle", envDuration("AGENT_IDLE", 0), "after the last cycle, leave everything idle this long and measure once more (env AGENT_IDLE; 0: do not). The edge agent keeps each result 10 minutes after the coordinator's ack, to answer a late duplicate of its command, so its state folder holds the results of every cycle of the last 10 minutes: with -agent-idle 11m the last row shows what is left once they are forgotten")
+	flag.BoolVar(&o.inprocess, "inprocess", false, "run the coordinator and the edge agent inside this process (for -heap-profiles; RSS is then of all three)")
 	flag.StringVar(&o.heapDir, "heap-profiles", "", "write a heap profile of this process into this folder after each cycle (with -inprocess: the coordinator's too)")
 	flag.Float64Var(&o.growth, "max-growth", 1.25, "target: RSS and data folder after the last cycle at most this many times their value after cycle 2")
 	flag.Parse()
@@ -115,13 +125,21 @@ type sample struct {
 	coordCPU, selfRSSKB  int64
 	historyOfFirstNode   int
 	historyOfFirstNodeOK bool
+	// The edge agent's: RSS (kB) and state folder (bytes) at rest, by
+	// kind, their peaks during the cycle, its CPU time (ms).
+	agentRSS, agentDU         int64
+	agentByKind               map[string]int64
+	peakAgentRSS, peakAgentDU int64
+	agentCPU                  int64
+	idle                      bool // measured after -agent-idle, not after a cycle
 }
 
-// peaks samples the coordinator's RSS and the data folder's size every
-// 250 ms until stop is called, and returns the highest of each.
-func (s *soak) peaks() (stop func() (rssKB, du int64)) {
+// peaks samples the RSS and the data folder's size of the coordinator
+// and of the edge agent every 250 ms until stop is called, and returns
+// the highest of each.
+func (s *soak) peaks() (stop func(sm *sample)) {
 	done := make(chan struct{})
-	var rss, du int64
+	var rss, du, arss, adu int64
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -129,6 +147,9 @@ func (s *soak) peaks() (stop func() (rssKB, du int64)) {
 			rss = max(rss, loadrig.ProcStatusKB(s.co.PID, "VmRSS"))
 			d, _ := diskUsage(s.co.DataDir)
 			du = max(du, d)
+			arss = max(arss, loadrig.ProcStatusKB(s.edge.PID, "VmRSS"))
+			d, _ = diskUsage(s.edge.StateDir)
+			adu = max(adu, d)
 			select {
 			case <-done:
 				return
@@ -136,10 +157,11 @@ func (s *soak) peaks() (stop func() (rssKB, du int64)) {
 			}
 		}
 	}()
-	return func() (int64, int64) {
+	return func(sm *sample) {
 		close(done)
 		<-finished
-		return rss, du
+		sm.peakRSS, sm.peakDU = max(rss, sm.rss), max(du, sm.du)
+		sm.peakAgentRSS, sm.peakAgentDU = max(arss, sm.agentRSS), max(adu, sm.agentDU)
 	}
 }
 
@@ -147,6 +169,7 @@ type soak struct {
 	o     options
 	api   *loadrig.API
 	co    *loadrig.Coord
+	edge  *edge
 	uuids []string
 }
 
@@ -179,34 +202,23 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 	if err := s.api.Do(ctx, "POST", "/v1/sites", map[string]string{"name": site}, &creds); err != nil {
 		return false, fmt.Errorf("register site: %w", err)
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	actx, acancel := context.WithCancel(context.Background())
-	// The edge outbox on disk, as the agent program always has it (an
-	// empty StateDir keeps it in memory, which only tests want).
-	ag := agent.New(agent.Config{Site: creds.Site, BrokerURL: creds.BrokerURL, Username: creds.Username, Password: creds.Password,
-		StateDir: filepath.Join(tmp, "agent-state"),
-		Sim:      agent.SimOptions{Nodes: o.nodes, Heartbeat: 30 * time.Second}, Log: quiet})
-	agentErr := make(chan error, 1)
-	go func() { agentErr <- ag.Run(actx) }()
+	s.edge, err = startEdge(ctx, o, tmp, creds, s.api)
+	// Stopped before the coordinator (deferred after it).
 	defer func() {
-		acancel()
-		select {
-		case <-agentErr:
-		case <-time.After(5 * time.Second):
+		if err != nil && ctx.Err() == nil && s.edge != nil && !s.edge.inproc {
+			fmt.Fprintf(os.Stderr, "soak: edge agent log tail:\n%s\n", loadrig.Tail(s.edge.LogFile, 10))
 		}
+		s.edge.Stop()
 	}()
-	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
-	err = ag.AwaitUp(wctx)
-	wcancel()
 	if err != nil {
-		return false, fmt.Errorf("MQTT link of the edge agent: %w", err)
+		return false, err
 	}
-	where := "separate process"
+	where := "separate processes"
 	if o.inprocess {
-		where = "in this process: RSS is of coordinator + agent"
+		where = "both in this process: each RSS is of coordinator + agent + soak"
 	}
-	fmt.Printf("soak: %d cycles of %d nodes, coordinator pid %d (%s), data %s, GOMAXPROCS %d\n",
-		o.cycles, o.nodes, co.PID, where, co.DataDir, runtime.GOMAXPROCS(0))
+	fmt.Printf("soak: %d cycles of %d nodes, coordinator pid %d, edge agent pid %d (%s), data %s, agent state %s, GOMAXPROCS %d\n",
+		o.cycles, o.nodes, co.PID, s.edge.PID, where, co.DataDir, s.edge.StateDir, runtime.GOMAXPROCS(0))
 
 	start := time.Now()
 	if err := s.setup(ctx); err != nil {
@@ -245,12 +257,25 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 		}
 		sm := s.measure(c, took)
 		sm.rest, sm.restless = rest, restless
-		sm.peakRSS, sm.peakDU = stopPeaks()
-		sm.peakRSS, sm.peakDU = max(sm.peakRSS, sm.rss), max(sm.peakDU, sm.du)
+		stopPeaks(&sm)
 		samples = append(samples, sm)
 		printSample(sm)
 	}
-	return s.report(samples), nil
+	var idle *sample
+	if o.agentIdle > 0 {
+		stopPeaks := s.peaks()
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(o.agentIdle):
+		}
+		sm := s.measure(o.cycles, 0)
+		sm.idle, sm.rest = true, o.agentIdle
+		stopPeaks(&sm)
+		idle = &sm
+		printSample(sm)
+	}
+	return s.report(base, samples, idle), nil
 }
 
 func writeHeap(path string) error {
@@ -266,13 +291,14 @@ func writeHeap(path string) error {
 	return pprof.WriteHeapProfile(f)
 }
 
-// atRest waits -settle, then until the data folder's size has not
-// changed for -stable (sampled every 250 ms), or until -settle-max after
-// the end of the cycle, and returns how long it waited and whether the
-// folder was still changing. The soak does nothing to the coordinator
-// meanwhile: what it waits for is the coordinator's own work after a
-// burst of writes (memtable flush, compaction, value-log GC), so the size
-// it then measures is what the disk holds while the coordinator is idle.
+// atRest waits -settle, then until the sizes of the coordinator's data
+// folder and the edge agent's state folder have not changed for -stable
+// (sampled every 250 ms), or until -settle-max after the end of the
+// cycle, and returns how long it waited and whether a folder was still
+// changing. The soak does nothing to either meanwhile: what it waits for
+// is each store's own work after a burst of writes (memtable flush,
+// compaction, value-log GC), so the sizes it then measures are what the
+// disks hold while both are idle.
 func (s *soak) atRest(ctx context.Context) (waited time.Duration, restless bool, err error) {
 	start := time.Now()
 	select {
@@ -280,7 +306,12 @@ func (s *soak) atRest(ctx context.Context) (waited time.Duration, restless bool,
 		return 0, false, ctx.Err()
 	case <-time.After(s.o.settle):
 	}
-	last, _ := diskUsage(s.co.DataDir)
+	sizes := func() [2]int64 {
+		a, _ := diskUsage(s.co.DataDir)
+		b, _ := diskUsage(s.edge.StateDir)
+		return [2]int64{a, b}
+	}
+	last := sizes()
 	since := time.Now()
 	for time.Since(since) < s.o.stable {
 		if time.Since(start) >= s.o.settleMax {
@@ -291,8 +322,8 @@ func (s *soak) atRest(ctx context.Context) (waited time.Duration, restless bool,
 			return 0, false, ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
-		if du, _ := diskUsage(s.co.DataDir); du != last {
-			last, since = du, time.Now()
+		if now := sizes(); now != last {
+			last, since = now, time.Now()
 		}
 	}
 	return time.Since(start), false, nil
@@ -393,6 +424,9 @@ func (s *soak) await(ctx context.Context, want fsm.State) error {
 		if !s.co.Alive() {
 			return fmt.Errorf("the coordinator exited (%s)", s.co.ExitStatus())
 		}
+		if !s.edge.Alive() {
+			return fmt.Errorf("the edge agent exited (%s)", s.edge.cmd.ProcessState)
+		}
 		if time.Since(lastMove) > s.o.stall {
 			return fmt.Errorf("no node moved for %s; %d of %d in %q; states: %s", s.o.stall, done, s.o.nodes, want, fmtHist(hist))
 		}
@@ -417,7 +451,8 @@ func fmtHist(h map[string]int) string {
 	return strings.Join(parts, " ")
 }
 
-// measure reads the coordinator's RSS and the data folder's size.
+// measure reads the RSS and the data folder's size of the coordinator and
+// of the edge agent.
 func (s *soak) measure(cycle int, took time.Duration) sample {
 	sm := sample{cycle: cycle, took: took,
 		rss:  loadrig.ProcStatusKB(s.co.PID, "VmRSS"),
@@ -426,6 +461,9 @@ func (s *soak) measure(cycle int, took time.Duration) sample {
 	}
 	sm.du, sm.byKind = diskUsage(s.co.DataDir)
 	sm.selfRSSKB = loadrig.ProcStatusKB(os.Getpid(), "VmRSS")
+	sm.agentRSS = loadrig.ProcStatusKB(s.edge.PID, "VmRSS")
+	sm.agentDU, sm.agentByKind = diskUsage(s.edge.StateDir)
+	sm.agentCPU = int64(loadrig.ProcCPU(s.edge.PID) / time.Millisecond)
 	sm.coordCPU = int64(loadrig.ProcCPU(s.co.PID) / time.Millisecond)
 	var h struct {
 		History []map[string]any `json:"history"`
@@ -474,8 +512,34 @@ func mib(b int64) float64   { return float64(b) / (1 << 20) }
 func kbMiB(k int64) float64 { return float64(k) / 1024 }
 
 func printHeader() {
-	fmt.Printf("\n%-5s %7s %6s | %7s %7s %7s %8s | %7s %7s %7s %7s %7s %8s | %9s %7s %9s\n",
-		"cycle", "seconds", "rest", "RSS", "anon", "file", "peak RSS", "du", "vlog", "sst", "mem", "other", "peak du", "coord CPU", "history", "agent RSS")
+	fmt.Printf("\n%-5s %7s %6s | %7s %7s %7s %8s | %7s %7s %7s %7s %7s %8s | %9s %7s\n",
+		"cycle", "seconds", "rest", "RSS", "anon", "file", "peak RSS", "du", "vlog", "sst", "mem", "other", "peak du", "coord CPU", "history")
+}
+
+func cycleName(sm sample) string {
+	switch {
+	case sm.idle:
+		return "idle"
+	case sm.cycle == 0:
+		return "setup"
+	}
+	return strconv.Itoa(sm.cycle)
+}
+
+// restOf is the rest column: the wait before measuring, ! when the
+// folders still changed at -settle-max.
+func restOf(sm sample) string {
+	if sm.cycle == 0 {
+		return "-"
+	}
+	if sm.idle {
+		return fmt.Sprintf("%.0f", sm.rest.Seconds())
+	}
+	r := fmt.Sprintf("%.1f", sm.rest.Seconds())
+	if sm.restless {
+		r += "!"
+	}
+	return r
 }
 
 func printSample(sm sample) {
@@ -483,37 +547,63 @@ func printSample(sm sample) {
 	if sm.historyOfFirstNodeOK {
 		hist = strconv.Itoa(sm.historyOfFirstNode)
 	}
-	name := strconv.Itoa(sm.cycle)
-	if sm.cycle == 0 {
-		name = "setup"
-	}
-	peakRSS, peakDU, rest := "-", "-", "-"
+	peakRSS, peakDU := "-", "-"
 	if sm.cycle > 0 {
 		peakRSS, peakDU = fmt.Sprintf("%.1f", kbMiB(sm.peakRSS)), fmt.Sprintf("%.1f", mib(sm.peakDU))
-		rest = fmt.Sprintf("%.1f", sm.rest.Seconds())
-		if sm.restless {
-			rest += "!"
-		}
 	}
-	fmt.Printf("%-5s %7.1f %6s | %7.1f %7.1f %7.1f %8s | %7.1f %7.1f %7.1f %7.1f %7.1f %8s | %8.1fs %7s %9.1f\n",
-		name, sm.took.Seconds(), rest, kbMiB(sm.rss), kbMiB(sm.anon), kbMiB(sm.file), peakRSS, mib(sm.du),
+	fmt.Printf("%-5s %7.1f %6s | %7.1f %7.1f %7.1f %8s | %7.1f %7.1f %7.1f %7.1f %7.1f %8s | %8.1fs %7s\n",
+		cycleName(sm), sm.took.Seconds(), restOf(sm), kbMiB(sm.rss), kbMiB(sm.anon), kbMiB(sm.file), peakRSS, mib(sm.du),
 		mib(sm.byKind["vlog"]), mib(sm.byKind["sst"]), mib(sm.byKind["mem"]), mib(sm.byKind["other"]), peakDU,
-		float64(sm.coordCPU)/1000, hist, kbMiB(sm.selfRSSKB))
+		float64(sm.coordCPU)/1000, hist)
 }
 
-// report compares the last cycle with cycle 2 and says whether the
-// target is met.
-func (s *soak) report(samples []sample) bool {
+// printAgentTable prints the edge agent's numbers of every sample.
+func printAgentTable(samples []sample) {
+	fmt.Printf("\nedge agent:\n%-5s %6s | %7s %8s | %7s %7s %7s %7s %7s %8s | %9s\n",
+		"cycle", "rest", "RSS", "peak RSS", "du", "vlog", "sst", "mem", "other", "peak du", "agent CPU")
+	for _, sm := range samples {
+		peakRSS, peakDU := "-", "-"
+		if sm.cycle > 0 {
+			peakRSS, peakDU = fmt.Sprintf("%.1f", kbMiB(sm.peakAgentRSS)), fmt.Sprintf("%.1f", mib(sm.peakAgentDU))
+		}
+		fmt.Printf("%-5s %6s | %7.1f %8s | %7.1f %7.1f %7.1f %7.1f %7.1f %8s | %8.1fs\n",
+			cycleName(sm), restOf(sm), kbMiB(sm.agentRSS), peakRSS, mib(sm.agentDU),
+			mib(sm.agentByKind["vlog"]), mib(sm.agentByKind["sst"]), mib(sm.agentByKind["mem"]), mib(sm.agentByKind["other"]), peakDU,
+			float64(sm.agentCPU)/1000)
+	}
+}
+
+// report prints the edge agent's table, compares the last cycle with
+// cycle 2 and says whether the target is met.
+func (s *soak) report(base sample, samples []sample, idle *sample) bool {
+	all := append([]sample{base}, samples...)
+	if idle != nil {
+		all = append(all, *idle)
+	}
+	printAgentTable(all)
 	fmt.Println()
-	fmt.Printf("MiB throughout. seconds: the cycle; rest: then the wait before measuring: %s (-settle), then until the data folder's size had not changed\n", s.o.settle)
-	fmt.Printf("for %s (-stable), at most %s in all (-settle-max; ! when reached). The soak does nothing to the coordinator meanwhile: the wait lets\n", s.o.stable, s.o.settleMax)
-	fmt.Println("the coordinator do its own work after the burst of writes (memtable flush, value-log GC), so what follows is measured at rest.")
+	fmt.Printf("MiB throughout. seconds: the cycle; rest: then the wait before measuring: %s (-settle), then until the sizes of both data folders had\n", s.o.settle)
+	fmt.Printf("not changed for %s (-stable), at most %s in all (-settle-max; ! when reached). The soak does nothing to the coordinator or the agent\n", s.o.stable, s.o.settleMax)
+	fmt.Println("meanwhile: the wait lets each do its own work after the burst of writes (memtable flush, value-log GC), so what follows is measured at rest.")
+	if idle != nil {
+		fmt.Printf("idle: measured after the last cycle's row and %s more (-agent-idle) with nothing sent.\n", s.o.agentIdle)
+	}
 	fmt.Println("RSS, anon, file: the coordinator's VmRSS, RssAnon, RssFile (Badger mmaps its files) at rest;")
 	fmt.Println("du: allocated size of every file in the data folder at rest, then by kind (Badger's value log, tables, memtables, the rest);")
 	fmt.Println("peak RSS / peak du: the highest seen, sampled every 250 ms, while the cycle ran and until the measurement; coord CPU: the coordinator's CPU time so far;")
-	fmt.Println("history: entries in the first node's history; agent RSS: this process's (the edge agent and its simulated nodes).")
+	fmt.Println("history: entries in the first node's history.")
+	if s.edge.inproc {
+		fmt.Println("edge agent: in this process (-inprocess): its RSS is of the coordinator, the agent and the soak together; du is of its state folder (--state-dir).")
+	} else {
+		fmt.Println("edge agent: a separate process (the agent program with --simulate N): its own VmRSS; du of its state folder (--state-dir, its durable outbox).")
+	}
 	if w, e, top := loadrig.LogLevels(s.co.LogFile); w+e > 0 {
 		fmt.Printf("coordinator log: %d WARN, %d ERROR lines; most frequent %s\n", w, e, top)
+	}
+	if !s.edge.inproc {
+		if w, e, top := loadrig.LogLevels(s.edge.LogFile); w+e > 0 {
+			fmt.Printf("edge agent log: %d WARN, %d ERROR lines; most frequent %s\n", w, e, top)
+		}
 	}
 	if len(samples) < 3 {
 		fmt.Println("target: n/a (needs at least 3 cycles to compare the last with cycle 2)")
@@ -521,18 +611,26 @@ func (s *soak) report(samples []sample) bool {
 	}
 	ref, last := samples[1], samples[len(samples)-1]
 	word := map[bool]string{true: "ok", false: "MISSED"}
-	check := func(what string, a, b float64, unit string) bool {
+	ok := true
+	check := func(what string, a, b float64, unit string) {
 		r := b / a
-		ok := r <= s.o.growth
-		fmt.Printf("  %-34s %8.1f → %8.1f %s (%.2f×) %s\n", what, a, b, unit, r, word[ok])
-		return ok
+		good := r <= s.o.growth
+		fmt.Printf("  %-44s %8.1f → %8.1f %s (%.2f×) %s\n", what, a, b, unit, r, word[good])
+		ok = ok && good
 	}
 	fmt.Printf("target: after cycle %d within %.2f× of cycle 2\n", last.cycle, s.o.growth)
-	okRSS := check("RSS at rest after the cycle", kbMiB(ref.rss), kbMiB(last.rss), "MiB")
-	okDU := check("data folder at rest after the cycle", mib(ref.du), mib(last.du), "MiB")
-	okPeakRSS := check("peak RSS during the cycle", kbMiB(ref.peakRSS), kbMiB(last.peakRSS), "MiB")
-	okPeakDU := check("peak data folder during the cycle", mib(ref.peakDU), mib(last.peakDU), "MiB")
-	ok := okRSS && okDU && okPeakRSS && okPeakDU
+	check("coordinator RSS at rest after the cycle", kbMiB(ref.rss), kbMiB(last.rss), "MiB")
+	check("coordinator data folder at rest", mib(ref.du), mib(last.du), "MiB")
+	check("coordinator peak RSS during the cycle", kbMiB(ref.peakRSS), kbMiB(last.peakRSS), "MiB")
+	check("coordinator peak data folder during the cycle", mib(ref.peakDU), mib(last.peakDU), "MiB")
+	check("edge agent RSS at rest after the cycle", kbMiB(ref.agentRSS), kbMiB(last.agentRSS), "MiB")
+	check("edge agent state folder at rest", mib(ref.agentDU), mib(last.agentDU), "MiB")
+	check("edge agent peak RSS during the cycle", kbMiB(ref.peakAgentRSS), kbMiB(last.peakAgentRSS), "MiB")
+	check("edge agent peak state folder during the cycle", mib(ref.peakAgentDU), mib(last.peakAgentDU), "MiB")
+	if idle != nil {
+		fmt.Printf("after %s idle: edge agent state folder %.1f MiB (%.2f× cycle 2), RSS %.1f MiB (%.2f× cycle 2)\n", s.o.agentIdle,
+			mib(idle.agentDU), float64(idle.agentDU)/float64(ref.agentDU), kbMiB(idle.agentRSS), float64(idle.agentRSS)/float64(ref.agentRSS))
+	}
 	if !ok {
 		fmt.Fprintln(os.Stderr, "soak: target missed")
 	}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/scripts/internal/loadrig"
+)
+
+// edge is the site's edge agent with the simulated nodes: by default the
+// agent program (./agent/cmd/agent, built like the coordinator) as a
+// separate process, so that its RSS is its own; with -inprocess inside
+// this process (then its RSS is this process's).
+type edge struct {
+	PID      int
+	StateDir string
+	LogFile  string
+	inproc   bool
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	stop     func()
+}
+
+// simulated nodes' settings, the same in both ways of running the agent:
+// heartbeats every 30 s, and no pauses (in-band steps, ramdisk boot and
+// BMC actions take no time), so that the cycles measure the
+// coordinator's and the agent's own work.
+const simHeartbeat = 30 * time.Second
+
+// buildAgent builds ./agent/cmd/agent into dir.
+func buildAgent(ctx context.Context, dir string) (string, error) {
+	root, err := loadrig.ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "agent")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./agent/cmd/agent")
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build the edge agent: %w", err)
+	}
+	return out, nil
+}
+
+// startEdge runs the edge agent of the soak's site with o.nodes simulated
+// nodes and its durable outbox under tmp/agent-state, and waits until
+// the coordinator lists the site online.
+func startEdge(ctx context.Context, o options, tmp string, creds agent.Credentials, api *loadrig.API) (*edge, error) {
+	e := &edge{StateDir: filepath.Join(tmp, "agent-state"), LogFile: filepath.Join(tmp, "agent.log")}
+	if o.inprocess {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		actx, acancel := context.WithCancel(context.Background())
+		// The edge outbox on disk, as the agent program always has it
+		// (an empty StateDir keeps it in memory, which only tests want).
+		ag := agent.New(agent.Config{Site: creds.Site, BrokerURL: creds.BrokerURL, Username: creds.Username, Password: creds.Password,
+			StateDir: e.StateDir, Sim: agent.SimOptions{Nodes: o.nodes, Heartbeat: simHeartbeat}, Log: quiet})
+		done := make(chan error, 1)
+		go func() { done <- ag.Run(actx) }()
+		e.PID, e.inproc = os.Getpid(), true
+		e.stop = func() {
+			acancel()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+		defer wcancel()
+		if err := ag.AwaitUp(wctx); err != nil {
+			return e, fmt.Errorf("MQTT link of the edge agent: %w", err)
+		}
+		return e, nil
+	}
+	bin := o.agentBin
+	if bin == "" {
+		fmt.Fprintln(os.Stderr, "soak: building the edge agent…")
+		var err error
+		if bin, err = buildAgent(ctx, tmp); err != nil {
+			return nil, err
+		}
+	}
+	credFile := filepath.Join(tmp, "site.json")
+	b, _ := json.Marshal(creds)
+	if err := os.WriteFile(credFile, b, 0o600); err != nil {
+		return nil, err
+	}
+	lf, err := os.Create(e.LogFile)
+	if err != nil {
+		return nil, err
+	}
+	e.cmd = exec.Command(bin, "--credentials-file", credFile, "--state-dir", e.StateDir,
+		"--simulate", strconv.Itoa(o.nodes), "--heartbeat", simHeartbeat.String(),
+		"--step-duration", "0s", "--boot-delay", "0s", "--bmc-delay", "0s")
+	e.cmd.Stdout, e.cmd.Stderr = lf, lf
+	// As the coordinator: its own process group, killed with the soak.
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := e.cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("start the edge agent: %w", err)
+	}
+	e.PID, e.exited = e.cmd.Process.Pid, make(chan struct{})
+	go func() { _ = e.cmd.Wait(); lf.Close(); close(e.exited) }()
+	e.stop = func() {
+		select {
+		case <-e.exited:
+			return
+		default:
+		}
+		_ = e.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-e.exited:
+		case <-time.After(5 * time.Second):
+			_ = e.cmd.Process.Kill()
+			<-e.exited
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var l struct {
+			Sites []struct {
+				Name   string `json:"name"`
+				Online bool   `json:"online"`
+			} `json:"sites"`
+		}
+		if api.Do(ctx, "GET", "/v1/sites", nil, &l) == nil {
+			for _, s := range l.Sites {
+				if s.Name == site && s.Online {
+					return e, nil
+				}
+			}
+		}
+		select {
+		case <-e.exited:
+			return e, fmt.Errorf("the edge agent exited at start:\n%s", loadrig.Tail(e.LogFile, 20))
+		case <-ctx.Done():
+			return e, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return e, fmt.Errorf("the site did not come online within 30s of starting the edge agent:\n%s", loadrig.Tail(e.LogFile, 20))
+		}
+	}
+}
+
+// Alive tells whether the agent still runs.
+func (e *edge) Alive() bool {
+	if e == nil || e.exited == nil {
+		return true
+	}
+	select {
+	case <-e.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop ends the agent (SIGTERM, then SIGKILL after 5 s).
+func (e *edge) Stop() {
+	if e != nil && e.stop != nil {
+		e.stop()
+	}
+}

@@ -45,6 +45,9 @@ type FailedError struct {
 	// its own goroutines, such as a memtable flush it keeps retrying).
 	Op  string
 	Err error
+	// injected: the failure came from a test's Faults, and Badger itself
+	// is sound (Close closes it).
+	injected bool
 }
 
 // Cause is the short cause: the system's error text when there is one
@@ -131,9 +134,13 @@ func (s *Store) Failed() <-chan struct{} { return s.failed }
 // fail records the store's first failure and returns it (the first one,
 // whatever err is: the first is the cause, later ones its consequences).
 func (s *Store) fail(op string, err error) *FailedError {
-	var fe *FailedError
-	if !errors.As(err, &fe) {
-		fe = &FailedError{Op: op, Err: err}
+	return s.failWith(&FailedError{Op: op, Err: err})
+}
+
+func (s *Store) failWith(fe *FailedError) *FailedError {
+	var first *FailedError
+	if errors.As(fe.Err, &first) {
+		fe = first
 	}
 	if s.failure.CompareAndSwap(nil, fe) {
 		close(s.failed)
@@ -149,9 +156,11 @@ func (s *Store) badger(op string, fatal bool, fn func() error) (err error) {
 	if fe := s.failure.Load(); fe != nil {
 		return fe
 	}
+	// injected: the failure comes from the test's Faults, not Badger.
+	injected := false
 	defer func() {
 		if r := recover(); r != nil {
-			err = s.fail(op, fmt.Errorf("panic in Badger: %v", r))
+			err = s.failWith(&FailedError{Op: op, Err: fmt.Errorf("panic in Badger: %v", r), injected: injected})
 		}
 	}()
 	if fatal {
@@ -160,16 +169,17 @@ func (s *Store) badger(op string, fatal bool, fn func() error) (err error) {
 		s.current.Store(&op)
 		defer s.current.Store(nil)
 	}
-	call := fn
 	if s.faults != nil {
-		call = func() error {
-			if err := s.faults.Before(op); err != nil {
-				return err
+		injected = true
+		if err := s.faults.Before(op); err != nil {
+			if fatal {
+				return s.failWith(&FailedError{Op: op, Err: err, injected: true})
 			}
-			return fn()
+			return err
 		}
+		injected = false
 	}
-	if err := call(); err != nil {
+	if err := fn(); err != nil {
 		if fatal {
 			return s.fail(op, err)
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 )
 
 // Publisher sends MQTT messages.
@@ -727,43 +728,51 @@ func NodeClientID(nodeUUID string) string { return nodeClientIDPrefix + nodeUUID
 
 // Authenticate implements broker.Credentials. It runs on the broker's
 // connection goroutines for every CONNECT, publish and delivery, so it
-// reads only the lock-free copies (sitePass, boots), never e.mu.
+// reads only the lock-free copies (sitePass, boots, the sites that run a
+// site broker), never e.mu. Each refusal wraps its mqttbroker kind, by
+// which the broker counts them in its bounded log.
 func (e *Engine) Authenticate(user, password, clientID string) error {
 	switch {
 	case user == "coordinator":
 		if !hmac.Equal([]byte(password), []byte(e.derive("coordinator"))) {
-			return errors.New("wrong password")
+			return mqttbroker.ErrWrongPassword
 		}
 		if clientID != coordinatorClientID && !strings.HasPrefix(clientID, coordinatorClientID+".") {
-			return fmt.Errorf("client ID %q does not belong to the coordinator (use %q)", clientID, coordinatorClientID)
+			return fmt.Errorf("%w: %q does not belong to the coordinator (use %q)", mqttbroker.ErrClientID, clientID, coordinatorClientID)
 		}
 		return nil
 	case strings.HasPrefix(user, "site:"):
 		site := strings.TrimPrefix(user, "site:")
 		h, ok := e.sitePass.Load(site)
-		if !ok || !hmac.Equal([]byte(hashPassword(password)), []byte(h.(string))) {
-			return errors.New("unknown site or wrong password")
+		if !ok {
+			return fmt.Errorf("%w: no such site", mqttbroker.ErrUnknownUser)
+		}
+		if !hmac.Equal([]byte(hashPassword(password)), []byte(h.(string))) {
+			return mqttbroker.ErrWrongPassword
 		}
 		own := SiteClientID(site)
 		if clientID != own && !strings.HasPrefix(clientID, own+".") {
-			return fmt.Errorf("client ID %q does not belong to site %s (use %q)", clientID, site, own)
+			return fmt.Errorf("%w: %q does not belong to site %s (use %q)", mqttbroker.ErrClientID, clientID, site, own)
 		}
 		return nil
 	case strings.HasPrefix(user, "node:"):
 		id := strings.TrimPrefix(user, "node:")
 		nonce, ok := e.boots.Load(id)
 		if !ok {
-			return errors.New("no ramdisk boot of this node is under way (an earlier boot's credential, or an unknown node)")
+			return fmt.Errorf("%w: no ramdisk boot of this node is under way (an earlier boot's credential, or an unknown node)", mqttbroker.ErrUnknownUser)
 		}
 		if !hmac.Equal([]byte(password), []byte(e.bootPassword(id, nonce.(string)))) {
-			return errors.New("not the credential of the node's current boot")
+			return fmt.Errorf("%w: not the credential of the node's current boot", mqttbroker.ErrWrongPassword)
 		}
 		if clientID != NodeClientID(id) {
-			return fmt.Errorf("client ID %q does not belong to node %s (use %q)", clientID, id, NodeClientID(id))
+			return fmt.Errorf("%w: %q does not belong to node %s (use %q)", mqttbroker.ErrClientID, clientID, id, NodeClientID(id))
+		}
+		if site, ok := e.nodeSite.Load(id); ok && e.reach().runsSiteBroker(site.(string)) {
+			return fmt.Errorf("%w: site %s runs a site broker, which its ramdisks use; the coordinator's broker does not admit them", mqttbroker.ErrNotHere, site)
 		}
 		return nil
 	}
-	return errors.New("unknown user")
+	return mqttbroker.ErrUnknownUser
 }
 
 // Prefix implements broker.Credentials: the topic subtree of each user.

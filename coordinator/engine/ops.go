@@ -609,6 +609,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 			return
 		}
 		e.noteRelay(site, msg.Online, msg.Relay)
+		e.NoteSiteBroker(site, msg.Online, msg.SiteBroker)
 		_ = e.submit(func(t *tx) error {
 			e.sitePresence(t, site, msg.Online)
 			return nil

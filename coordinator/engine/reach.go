@@ -3,6 +3,8 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
@@ -28,6 +30,13 @@ import (
 // heard nobody: every site counts as unreachable since it was last seen,
 // until it connects again, so that the coordinator's own downtime is not
 // counted against the nodes either.
+//
+// Only the site's edge agent speaks for the site: the broker takes its
+// presence (and last will) from the agent's own client ID only
+// (PresenceClient), not from the site's other clients, and any message
+// from that client while the site counts as offline brings it back
+// (Published): the agent is connected, whatever an earlier connection's
+// will said.
 
 // reachSaveInterval is how often a connected site's last-seen time is
 // written.
@@ -46,6 +55,11 @@ type siteReach struct {
 	// at QueuedAt.
 	Queued   int       `json:"queued,omitempty"`
 	QueuedAt time.Time `json:"queued_at,omitzero"`
+	// SiteBroker is what the agent's last online presence said: it runs
+	// the site broker, so the coordinator's broker refuses the site's
+	// ramdisks. Stored, so that a restarted coordinator refuses them
+	// before the agent connects again.
+	SiteBroker bool `json:"site_broker,omitempty"`
 
 	// heard is when a message of the site was last taken (not stored).
 	heard time.Time
@@ -60,6 +74,20 @@ type reachBook struct {
 	sites map[string]*siteReach
 	// saveEvery is reachSaveInterval as the engine started.
 	saveEvery time.Duration
+
+	// Lock-free copies for the broker's goroutines (Authenticate,
+	// Published): siteBroker holds the sites (name → true) whose agent
+	// runs a site broker, up each site's online state as the loop last
+	// set it, and marking the sites a Published has asked the loop to
+	// bring back online (one request at a time).
+	siteBroker, up, marking sync.Map
+}
+
+// runsSiteBroker tells whether the site's edge agent said it runs the
+// site broker.
+func (b *reachBook) runsSiteBroker(site string) bool {
+	v, _ := b.siteBroker.Load(site)
+	return v == true
 }
 
 func (e *Engine) reach() *reachBook { return e.reachBk }
@@ -88,6 +116,9 @@ func (e *Engine) loadReach() error {
 		}
 		r.saved = r.LastSeen
 		b.sites[k[len(store.ReachPrefix):]] = &r
+		if r.SiteBroker {
+			b.siteBroker.Store(k[len(store.ReachPrefix):], true)
+		}
 		return nil
 	})
 	return err
@@ -167,6 +198,12 @@ func (e *Engine) sitePresence(t *tx, site string, online bool) {
 	r := e.reach().site(site)
 	was := e.siteOnline[site]
 	e.siteOnline[site] = online
+	e.reach().up.Store(site, online)
+	sb := online && e.reach().runsSiteBroker(site)
+	if online && sb != r.SiteBroker {
+		r.SiteBroker = sb
+		e.saveReach(t, site, r)
+	}
 	switch {
 	case online && !was:
 		since := r.OfflineSince
@@ -251,4 +288,64 @@ func (e *Engine) siteReachView(site string) (lastSeen, offlineSince *time.Time, 
 		offlineSince = ptr(r.OfflineSince)
 	}
 	return ptr(r.LastSeen), offlineSince, r.Queued, ptr(r.QueuedAt)
+}
+
+// NoteSiteBroker records what a site's presence says of its site broker
+// (an online presence says it; an offline one keeps what the last online
+// one said: the agent's ramdisks still use its site broker). Called
+// before the presence goes to the loop, for the broker's
+// Authenticate; the loop stores it (sitePresence).
+func (e *Engine) NoteSiteBroker(site string, online, siteBroker bool) {
+	switch {
+	case online && siteBroker:
+		e.reach().siteBroker.Store(site, true)
+	case online:
+		e.reach().siteBroker.Delete(site)
+	}
+}
+
+// PresenceClient implements mqttbroker.PresenceOwner: a site's presence
+// is its edge agent's (client ID SiteClientID), not any other client's
+// with the site's credential; a node's is its ramdisk's.
+func (e *Engine) PresenceClient(user string) string {
+	if site, ok := strings.CutPrefix(user, "site:"); ok {
+		return SiteClientID(site)
+	}
+	if node, ok := strings.CutPrefix(user, "node:"); ok {
+		return NodeClientID(node)
+	}
+	return ""
+}
+
+// Published implements mqttbroker.PublishObserver: a message from a
+// site's edge agent (its own client ID) while the site counts as offline
+// means the agent is connected, and the site is brought back online, as
+// a heartbeat summary does (noteSiteSummary). An offline presence that
+// came from an earlier connection's will, after the agent had connected
+// again, is so undone by the agent's next message. Runs on the broker's
+// goroutines, before the message is delivered; it reads only lock-free
+// copies and asks the loop only when the site counts as offline.
+func (e *Engine) Published(user, clientID, topic string) {
+	site, ok := strings.CutPrefix(user, "site:")
+	if !ok || clientID != SiteClientID(site) || topic == protocol.SitePresenceTopic(site) {
+		return
+	}
+	b := e.reach()
+	if v, _ := b.up.Load(site); v == true {
+		return
+	}
+	if _, asked := b.marking.LoadOrStore(site, true); asked {
+		return
+	}
+	err := e.submit(func(t *tx) error {
+		b.marking.Delete(site)
+		if _, known := e.sites[site]; known && !e.siteOnline[site] {
+			e.log.Info("message from the edge agent of a site counted offline: it is connected", "site", site)
+			e.sitePresence(t, site, true)
+		}
+		return nil
+	}, false)
+	if err != nil {
+		b.marking.Delete(site)
+	}
 }

@@ -150,9 +150,10 @@ func TestLastWillAndRetainRules(t *testing.T) {
 		t.Error("site2 is online though its agent never connected")
 	}
 
-	// The control: site2's own presence will, published when it dies.
+	// The control: site2's own presence will, from its edge agent's own client
+	// ID (only that client may say the site's presence), published when it dies.
 	own := `{"v":1,"kind":"presence","site":"site2","sent":"2026-02-02T00:00:00Z","online":false}`
-	ok, out, kill := startWithWill(t, c.BrokerURL, s2.Username, s2.Password, "edge-site2.w5", "bm/v1/site/site2/presence", own, true)
+	ok, out, kill := startWithWill(t, c.BrokerURL, s2.Username, s2.Password, "edge-site2", "bm/v1/site/site2/presence", own, true)
 	if !ok {
 		t.Fatalf("a retained will on the site's own presence topic was refused (the control):\n%s", out)
 	}
@@ -167,7 +168,7 @@ func TestLastWillAndRetainRules(t *testing.T) {
 	// Revoked first: the will is dropped; the coordinator's own offline
 	// presence replaces the retained one.
 	revoked := `{"v":1,"kind":"presence","site":"site2","sent":"2026-03-03T00:00:00Z","online":true}`
-	ok, out, kill = startWithWill(t, c.BrokerURL, s2.Username, s2.Password, "edge-site2.w6", "bm/v1/site/site2/presence", revoked, true)
+	ok, out, kill = startWithWill(t, c.BrokerURL, s2.Username, s2.Password, "edge-site2", "bm/v1/site/site2/presence", revoked, true)
 	if !ok {
 		t.Fatalf("own presence will refused:\n%s", out)
 	}

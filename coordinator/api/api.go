@@ -133,6 +133,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.authenticate(w, r) {
 		return
 	}
+	// Once the database has failed the coordinator only waits to exit:
+	// every request is 503 (engine.Stopped), reads too.
+	if err := s.e.Stopped(); err != nil {
+		writeErr(w, err)
+		return
+	}
 	req := r.Header.Get("X-OpenStack-Ironic-API-Version")
 	if v := r.Header.Get("OpenStack-API-Version"); req == "" && strings.HasPrefix(v, "baremetal ") {
 		req = strings.TrimPrefix(v, "baremetal ")

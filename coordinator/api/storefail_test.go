@@ -64,7 +64,8 @@ func (s *storeFailLog) String() string {
 // TestStoreFailureAnswers503: once a store write fails (an injected "no
 // space left on device", or a panic in Badger), the API answers the
 // request whose change was not stored and every write after it 503 in
-// Ironic's error shape, at once; the engine logs one line with the cause
+// Ironic's error shape, at once, and reads too (which would show the
+// change that was not stored); the engine logs one line with the cause
 // and what to do, and closes Failed (serve then exits 3); a new engine on
 // the same folder has every node acknowledged before.
 func TestStoreFailureAnswers503(t *testing.T) {
@@ -125,6 +126,7 @@ func TestStoreFailureAnswers503(t *testing.T) {
 				{"POST", "/v1/nodes", `{"driver": "fake", "name": "later", "conductor_group": "rack1"}`},
 				{"PATCH", "/v1/nodes/n1", `[{"op": "add", "path": "/extra/k", "value": "v"}]`},
 				{"PUT", "/v1/nodes/n2/states/provision", `{"target": "manage"}`},
+				{"GET", "/v1/nodes", ""},
 			} {
 				code, body := do(req[0], req[1], req[2])
 				if code != 503 {

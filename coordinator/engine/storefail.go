@@ -62,6 +62,16 @@ func (e *Engine) fail(err error) {
 	})
 }
 
+// Stopped is the error (Unavailable) every request gets once the engine
+// has stopped for a database failure, or nil: the API answers it to
+// reads too, which would otherwise show changes that were not stored.
+func (e *Engine) Stopped() error {
+	if e.Err() == nil {
+		return nil
+	}
+	return e.stoppedError()
+}
+
 // stoppedError is what requests get once the engine has failed.
 func (e *Engine) stoppedError() *Error {
 	fe := e.fatal.err

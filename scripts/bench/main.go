@@ -8,7 +8,11 @@
 // /v1/nodes/detail?limit=1000 (-detail-requests times, also from one
 // client) and a provision PUT (manage, then provide) on every node, with
 // the PUTs' time in the engine and the group commits meanwhile (from the
-// coordinator's /metrics) and the machine's load average.
+// coordinator's /metrics) and the machine's load average. While the
+// cycle runs, one more client sends hostile requests over and over (a
+// JSON Patch at the operation cap, a manual clean at the step cap:
+// hostile.go; -hostile=false leaves them out), and the report gives the
+// longest single hold of the engine loop.
 //
 //	go run ./scripts/bench -nodes 1000
 //	NODES=10000 make bench
@@ -43,6 +47,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 	"github.com/bmedge/bmedge/scripts/internal/loadrig"
 )
 
@@ -76,6 +81,7 @@ type options struct {
 	detailReqs  int
 	apiProfile  string
 	sites       int
+	hostile     bool
 }
 
 func main() {
@@ -97,6 +103,7 @@ func main() {
 	flag.IntVar(&o.detailReqs, "detail-requests", 50, "GET /v1/nodes/detail?limit=1000 requests measured with -api-clients clients")
 	flag.StringVar(&o.apiProfile, "api-profile", "", "with -inprocess: write CPU, mutex and block profiles of the API measurements to this folder: detail.*, manage.*, provide.* (mutex and block profiles add up from the first: compare with go tool pprof -base)")
 	flag.IntVar(&o.sites, "sites", 1, "spread the nodes over this many sites, each with its own edge agent and MQTT connection (node i at site i mod S); with more than one, no verb → command latency is observed")
+	flag.BoolVar(&o.hostile, "hostile", true, "while the cycle runs, send hostile requests over and over from one more client (a JSON Patch at the 1000-operation cap, one that fits and one as large as the body cap allows, and a manual clean at the 100-step cap, to nodes of a site of their own) and report the longest single hold of the engine loop; -hostile=false measures the cycle alone (the longest hold is then reported too). Only with -sites 1")
 	flag.Parse()
 	if o.apiProfile != "" && (!o.inprocess || o.cpuprofile != "") {
 		fmt.Fprintln(os.Stderr, "bench: -api-profile needs -inprocess (the coordinator must run in the benchmark process) and no -cpuprofile")
@@ -355,8 +362,12 @@ func run(ctx context.Context, o options) (err error) {
 			StateDir: stateDir,
 			// Each site's image cache: the simulated ramdisks' write_image
 			// fetches the bench's image through it (one download a site).
-			Cache: agent.ImageCacheOptions{Dir: filepath.Join(tmp, "image-cache", c.Site), Listen: "127.0.0.1:0"},
-			Sim:   agent.SimOptions{Nodes: per, StepDuration: 0, BootDelay: 0, BMCDelay: 0, Heartbeat: 30 * time.Second}, Log: agentLog})
+			// Every simulated ramdisk fetches from 127.0.0.1, where a real
+			// site's come from an address each: the per-source budgets
+			// (agent.DefaultImageCacheConns) would refuse all but a few.
+			Cache: agent.ImageCacheOptions{Dir: filepath.Join(tmp, "image-cache", c.Site), Listen: "127.0.0.1:0",
+				Conns: netbudget.Limits{MaxConns: per + 1024, MaxPerSource: per + 1024, MaxPendingPerSource: per + 1024}},
+			Sim: agent.SimOptions{Nodes: per, StepDuration: 0, BootDelay: 0, BMCDelay: 0, Heartbeat: 30 * time.Second}, Log: agentLog})
 		go func(a *agent.Agent) { agentErr <- a.Run(actx) }(agents[i])
 	}
 	defer func() {
@@ -426,6 +437,15 @@ func run(ctx context.Context, o options) (err error) {
 	if err := phase(b.create(ctx)); err != nil {
 		return err
 	}
+	var stopHostile func() (*hostileResult, error)
+	if o.hostile && o.sites > 1 {
+		fmt.Println("bench: no hostile requests with -sites > 1 (their site's nodes would be counted with the cycle's)")
+	}
+	if o.hostile && o.sites == 1 {
+		if stopHostile, err = b.startHostile(ctx); err != nil {
+			return err
+		}
+	}
 	if err := phase(b.verb(ctx, "manage", "manage", fsm.Manageable, fsm.Enroll, fsm.Verifying)); err != nil {
 		return err
 	}
@@ -440,6 +460,19 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if err := phase(b.verb(ctx, "undeploy", "deleted", fsm.Available, fsm.Active, fsm.Deleting, fsm.Cleaning, fsm.CleanWait)); err != nil {
 		return err
+	}
+	var hr *hostileResult
+	if stopHostile != nil {
+		if hr, err = stopHostile(); err != nil {
+			return fmt.Errorf("hostile requests: %w", err)
+		}
+	} else {
+		hr = &hostileResult{}
+		s, err := b.scrape(ctx, b.api)
+		if err != nil {
+			return fmt.Errorf("read the coordinator's metrics: %w", err)
+		}
+		hr.maxHold = time.Duration(s["bmedge_engine_loop_hold_max_seconds"] * float64(time.Second))
 	}
 	var ar *apiResult
 	if o.apiClients > 0 {
@@ -460,6 +493,11 @@ func run(ctx context.Context, o options) (err error) {
 	scancel()
 	b.peakAnon, b.peakFile = peakAnon.Load(), peakFile.Load()
 	b.report(results, hwm, selfHWM)
+	if stopHostile != nil {
+		reportHostile(hr)
+	} else {
+		fmt.Printf("longest single hold of the engine loop during the cycle: %s ms (bmedge_engine_loop_hold_max_seconds; no hostile requests)\n", ms(hr.maxHold))
+	}
 	if ar != nil {
 		b.reportAPI(ar)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // proxyPort is where PXE clients send their ProxyDHCP requests.
@@ -29,6 +31,16 @@ func (s *Server) startDHCP() error {
 	if s.cfg.Mode == ModeProxy {
 		ports = append(ports, proxyPort)
 	}
+	// Answers to a client without an address that did not ask for
+	// broadcast go to its MAC address alone (see deliver).
+	ls, err := openLinkSender(s.cfg.Interface, s.cfg.Address)
+	if err != nil {
+		s.log.Warn("network boot DHCP: answers to clients without an address are broadcast on the site network, also when the client does not ask for it, so every machine there sees them (boot file, script URL): cannot send to a MAC address; run the agent with CAP_NET_RAW", "interface", s.cfg.Interface, "err", err)
+		ls = nil
+	} else {
+		s.onClose(func() { ls.Close() })
+	}
+	warn := ratelog.New(s.log, time.Minute)
 	for _, p := range ports {
 		// Port 67 takes broadcasts: bound to the interface (any address);
 		// the proxy port gets unicasts to our address.
@@ -44,7 +56,7 @@ func (s *Server) startDHCP() error {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.serveDHCP(conn, p == proxyPort)
+			s.serveDHCP(conn, p == proxyPort, ls, warn)
 		}()
 	}
 	return nil
@@ -52,7 +64,7 @@ func (s *Server) startDHCP() error {
 
 // serveDHCP answers one packet at a time: DHCP is cheap, and this bounds
 // what a flood can cost.
-func (s *Server) serveDHCP(conn *net.UDPConn, proxy bool) {
+func (s *Server) serveDHCP(conn *net.UDPConn, proxy bool, ls *linkSender, warn *ratelog.Limiter) {
 	buf := make([]byte, maxPacket)
 	for {
 		n, peer, err := conn.ReadFromUDP(buf)
@@ -70,23 +82,62 @@ func (s *Server) serveDHCP(conn *net.UDPConn, proxy bool) {
 		if reply == nil {
 			continue
 		}
-		dst := replyAddr(m, reply, peer, proxy)
-		if _, err := conn.WriteTo(reply.ToBytes(), dst); err != nil {
-			s.log.Warn("network boot DHCP: answer not sent", "mac", m.ClientHWAddr.String(), "to", dst.String(), "err", err)
+		d := deliver(m, reply, peer, proxy)
+		if d.mac != nil && ls == nil {
+			d.mac = nil // no way to reach a MAC alone (logged at start)
+			d.addr = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+		}
+		if d.mac != nil {
+			err = ls.send(d.mac, d.addr.IP, reply.ToBytes())
+		} else {
+			_, err = conn.WriteTo(reply.ToBytes(), d.addr)
+		}
+		if err != nil {
+			warn.Warn("dhcp send", "network boot DHCP: answer not sent", "mac", m.ClientHWAddr.String(), "to", d.String(), "err", err)
 		}
 	}
 }
 
-// replyAddr is where an answer goes (RFC 2131 4.1, without relays): a
-// client with an address gets it unicast, others a broadcast.
-func replyAddr(req, reply *dhcpv4.DHCPv4, peer *net.UDPAddr, proxy bool) *net.UDPAddr {
+// delivery is where an answer goes: to addr (UDP), in a frame to mac
+// when mac is set.
+type delivery struct {
+	addr *net.UDPAddr
+	mac  net.HardwareAddr
+}
+
+func (d delivery) String() string {
+	if d.mac != nil {
+		return d.addr.String() + " at " + d.mac.String()
+	}
+	return d.addr.String()
+}
+
+// deliver is where an answer goes (RFC 2131 4.1, without relays, which
+// are not served): a ProxyDHCP answer on port 4011 back to its sender; a
+// client with an address (ciaddr) to that address; a DHCPNAK, and any
+// answer to a client that sets the broadcast flag, to every machine on
+// the site network (broadcast); any other answer only to the client's
+// MAC address, to the address it is given (yiaddr), or, for a ProxyDHCP
+// offer, which gives none, to the broadcast address in a frame to that
+// MAC alone. So another machine on a switched site network does not
+// receive the boot file or the script URL of a client that does not ask
+// for broadcast (iPXE on a fresh boot does not; docs/netboot.md).
+func deliver(req, reply *dhcpv4.DHCPv4, peer *net.UDPAddr, proxy bool) delivery {
 	if proxy && peer.IP != nil && !peer.IP.IsUnspecified() {
-		return peer
+		return delivery{addr: peer}
 	}
 	if !req.ClientIPAddr.IsUnspecified() && req.ClientIPAddr != nil {
-		return &net.UDPAddr{IP: req.ClientIPAddr, Port: dhcpv4.ClientPort}
+		return delivery{addr: &net.UDPAddr{IP: req.ClientIPAddr, Port: dhcpv4.ClientPort}}
 	}
-	return &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+	bcast := &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+	if reply.MessageType() == dhcpv4.MessageTypeNak || req.IsBroadcast() || len(req.ClientHWAddr) != 6 {
+		return delivery{addr: bcast}
+	}
+	mac := append(net.HardwareAddr(nil), req.ClientHWAddr...)
+	if yi := reply.YourIPAddr.To4(); yi != nil && !yi.IsUnspecified() {
+		return delivery{addr: &net.UDPAddr{IP: yi, Port: dhcpv4.ClientPort}, mac: mac}
+	}
+	return delivery{addr: bcast, mac: mac}
 }
 
 // client is what a DHCP request says about its sender.

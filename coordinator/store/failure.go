@@ -28,7 +28,9 @@ import (
 // DropPrefix (flushMemtable, on the next garbage collection) appends
 // db.mt once more, flushes and releases its first copy, and calls
 // memtable.sl.Empty() on the second: Skiplist.findLast reads the nil
-// head, SIGSEGV. ensureRoomForWrite and DropPrefix likewise set db.mt to
+// head, SIGSEGV (TestFailedFlushIsNotRetried reproduces it with real
+// descriptor exhaustion when the check below is taken out).
+// ensureRoomForWrite and DropPrefix likewise set db.mt to
 // nil when a new memtable file cannot be created (newMemTable), after
 // which the next write fails Badger's assertion (log.Fatal) and the next
 // read dereferences nil (DB.getMemTables). Not found reported upstream

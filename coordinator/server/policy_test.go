@@ -260,3 +260,52 @@ func TestSubscriptionCapPerClient(t *testing.T) {
 		t.Errorf("a message on a filter over the cap arrived:\n%s", out)
 	}
 }
+
+// TestAgentMessageMarksSiteOnline: any message from a site's edge agent
+// connection (its own client ID) while the site counts as offline (its
+// own offline presence, or an earlier connection's will that came after
+// the agent reconnected) brings the site back online; a message from
+// another client of the site does not. All with mosquitto_pub.
+func TestAgentMessageMarksSiteOnline(t *testing.T) {
+	pub := requireTool(t, "mosquitto_pub")
+	c := testrig.Coordinator(t, testrig.Options{})
+	cl := testrig.NewClient(t, c)
+	var s3 agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site3"}, &s3); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	send := func(clientID, topic, payload string) {
+		t.Helper()
+		if out, err := mosquitto(t, c.BrokerURL, pub, s3.Username, s3.Password, clientID, "-t", topic, "-m", payload, "-q", "1"); err != nil {
+			t.Fatalf("mosquitto_pub as %s on %s: %v %q", clientID, topic, err, out)
+		}
+	}
+	waitOnline := func(want bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if on, _ := siteOnline(cl, "site3"); on == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: site3 online is not %v", what, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	presence := protocol.SitePresenceTopic("site3")
+	send("edge-site3", presence, `{"v":1,"kind":"presence","site":"site3","sent":"2026-01-01T00:00:00Z","online":true}`)
+	waitOnline(true, "the agent's own online presence")
+	send("edge-site3", presence, `{"v":1,"kind":"presence","site":"site3","sent":"2026-01-01T00:00:01Z","online":false}`)
+	waitOnline(false, "the agent's own offline presence")
+	// A message of another client of the site is no sign of the agent.
+	send("edge-site3.tool", protocol.BMCEvtTopic("site3"), "{}")
+	time.Sleep(500 * time.Millisecond)
+	if on, _ := siteOnline(cl, "site3"); on {
+		t.Fatal("a message from a second client of the site brought it online")
+	}
+	// Any message of the agent's own client is (even one the coordinator
+	// then rejects as malformed).
+	send("edge-site3", protocol.BMCEvtTopic("site3"), "{}")
+	waitOnline(true, "a message from the agent's own client")
+}

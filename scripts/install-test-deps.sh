@@ -17,6 +17,8 @@
 #                         (UEFI firmware, NIC ROMs); make ramdisk installs them too
 #   busybox               udhcpc, an independent DHCP client for the network boot tests
 #   iproute2 util-linux   ip (bridges, taps, veths) and nsenter for those tests' network namespaces
+#   apache2-utils         htpasswd, whose `-B` entries (bcrypt cost 5) the coordinator must refuse
+#                         and whose `-B -C 12` entries it must accept (coordinator/api/guessing_test.go)
 #   prometheus            promtool, which checks the coordinator's and the edge agent's /metrics
 #                         output (coordinator/server/metrics_test.go); its server is not run
 # Idempotent and non-interactive; a quick no-op when everything is there.
@@ -27,7 +29,7 @@
 set -euo pipefail
 
 PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus
-	ipxe ipxe-qemu ovmf qemu-system-x86 busybox iproute2 util-linux)
+	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 busybox iproute2 util-linux)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

@@ -47,6 +47,8 @@ type Server struct {
 	// interval (a stranger can make as many as he likes).
 	refusalOnce sync.Once
 	refusalLog  *ratelog.Limiter
+	// routes are the patterns registered on mux (Routes).
+	routes []string
 }
 
 // refusals returns the rate-limited log of refused logins.
@@ -62,7 +64,7 @@ func (s *Server) UseBasicAuth(a *BasicAuth) { s.auth = a }
 // New returns the API handler for e.
 func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	s := &Server{e: e, log: log, mux: http.NewServeMux(), BrokerURL: brokerURL}
-	m := s.mux
+	m := routeList{s}
 	m.HandleFunc("GET /{$}", s.root)
 	m.HandleFunc("GET /v1", s.v1)
 	m.HandleFunc("GET /v1/{$}", s.v1)
@@ -101,6 +103,19 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("/", s.notFound)
 	return s
 }
+
+// routeList registers routes on the server's mux and remembers their
+// patterns, so that tests can walk every route.
+type routeList struct{ s *Server }
+
+func (l routeList) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	l.s.routes = append(l.s.routes, pattern)
+	l.s.mux.HandleFunc(pattern, h)
+}
+
+// Routes returns the patterns of every route served ("METHOD /path/{id}",
+// and "/" for the answer to paths no route serves), in the order made.
+func (s *Server) Routes() []string { return append([]string(nil), s.routes...) }
 
 // notFound answers, in Ironic's error shape, a path that no route serves
 // (404) or a known path asked with a method it does not take (405).

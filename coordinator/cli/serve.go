@@ -46,7 +46,7 @@ const serveExample = `  # make run's coordinator: loopback, no authentication
   coordinator serve --data-dir build/run/data
 
   # beyond loopback: http_basic and TLS
-  htpasswd -cB /etc/bmedge/htpasswd operator
+  htpasswd -cB -C 12 /etc/bmedge/htpasswd operator
   coordinator certs --dir /etc/bmedge/pki --host coord.example.net --host 192.0.2.10
   coordinator serve --api-listen 0.0.0.0:6385 --auth http_basic --htpasswd /etc/bmedge/htpasswd \
       --tls-cert /etc/bmedge/pki/server.pem --tls-key /etc/bmedge/pki/server-key.pem
@@ -109,7 +109,7 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.IntVar(&o.maxDeploy, "max-concurrent-deploy", 1000, "`N` nodes that may deploy at once (more get HTTP 500 with Ironic's message)")
 	fs.IntVar(&o.histMax, "history-max-entries", 300, "`N` history entries kept per node; past it the oldest are deleted (Ironic's node_history_max_entries)")
 	fs.StringVar(&o.auth, "auth", "none", "API authentication `MODE`: none (only with a loopback --api-listen) or http_basic (with --htpasswd)")
-	fs.StringVar(&o.htpasswd, "htpasswd", "", "htpasswd `FILE` of bcrypt entries for --auth http_basic ('htpasswd -cB FILE USER', Debian's apache2-utils); other hash types are refused at start, naming the line")
+	fs.StringVar(&o.htpasswd, "htpasswd", "", "htpasswd `FILE` of bcrypt entries of cost 10 or more for --auth http_basic ('htpasswd -cB -C 12 FILE USER', Debian's apache2-utils: -B alone makes cost 5); other hash types and lower costs are refused at start, naming the line")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate `FILE` (followed by its CA, so that ramdisks can check it by pin): serve the API over https and the embedded broker over mqtts (with --tls-key; 'coordinator certs' makes a lab pair)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "log every node event")

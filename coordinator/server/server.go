@@ -283,7 +283,7 @@ func apiSecurity(o Options) (*api.BasicAuth, *tls.Config, error) {
 		}
 	case "http_basic":
 		if o.HTPasswd == "" {
-			return nil, nil, fmt.Errorf("--auth http_basic needs --htpasswd FILE, an htpasswd file of bcrypt entries (make one with 'htpasswd -cB FILE USER')")
+			return nil, nil, fmt.Errorf("--auth http_basic needs --htpasswd FILE, an htpasswd file of bcrypt entries (make one with 'htpasswd -cB -C 12 FILE USER')")
 		}
 		a, err := api.LoadHTPasswd(o.HTPasswd)
 		if err != nil {
@@ -324,5 +324,5 @@ func loopbackListen(addr string) bool {
 func noAuthError(addr string) error {
 	return fmt.Errorf("refusing to serve the API without authentication on %s: --auth none is allowed only on a loopback address "+
 		"(127.0.0.1, ::1, localhost), because anyone who reaches the API can drive every node. "+
-		"Use --auth http_basic --htpasswd FILE (entries made with 'htpasswd -B'), or listen on 127.0.0.1", addr)
+		"Use --auth http_basic --htpasswd FILE (entries made with 'htpasswd -B -C 12'), or listen on 127.0.0.1", addr)
 }

@@ -76,10 +76,12 @@ func TestSecondaryClientCannotSayOffline(t *testing.T) {
 // site broker, a ramdisk's credential is refused by the coordinator's
 // broker (mosquitto_sub), while the site broker admits it; at a site
 // without one the coordinator's broker admits a ramdisk's credential
-// (the control).
+// (the control). A restarted coordinator, which no agent has reached
+// yet, refuses and admits the same.
 func TestRamdiskRefusedWhereSiteBroker(t *testing.T) {
 	sub := requireTool(t, "mosquitto_sub")
-	c := testrig.Coordinator(t, testrig.Options{})
+	dir := t.TempDir()
+	c := testrig.Coordinator(t, testrig.Options{DataDir: dir})
 	cl := testrig.NewClient(t, c)
 	var creds agent.Credentials
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "edge1"}, &creds); code != 201 {
@@ -106,6 +108,21 @@ func TestRamdiskRefusedWhereSiteBroker(t *testing.T) {
 	pid, puser, ppass := bootingNode(t, c, cl, "p1", "plain")
 	if out, err := mosquitto(t, c.BrokerURL, sub, puser, ppass, "ramdisk-"+pid, "-t", protocol.NodeCmdTopic("plain", pid), "-W", "1"); refusedAtConnect(out) {
 		t.Errorf("a ramdisk of a site without a site broker was refused by the coordinator's broker (the control): %v %q", err, out)
+	}
+
+	// Restarted on another broker address, which the agents do not know:
+	// what the agent said of its site broker was stored.
+	c.Close()
+	c = testrig.Coordinator(t, testrig.Options{DataDir: dir})
+	if _, _, ok := c.Engine.NodeCredentials(id); !ok {
+		t.Fatal("the boot of r1 ended with the restart")
+	}
+	out, err = mosquitto(t, c.BrokerURL, sub, user, pass, "ramdisk-"+id, "-t", protocol.NodeCmdTopic("edge1", id), "-W", "2")
+	if err == nil || !refusedAtConnect(out) {
+		t.Errorf("after a restart the coordinator's broker admitted a ramdisk of a site with a site broker: %v %q", err, out)
+	}
+	if out, err := mosquitto(t, c.BrokerURL, sub, puser, ppass, "ramdisk-"+pid, "-t", protocol.NodeCmdTopic("plain", pid), "-W", "1"); refusedAtConnect(out) {
+		t.Errorf("after a restart a ramdisk of a site without a site broker was refused (the control): %v %q", err, out)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // Settings are the coordinator's knobs that the load programs vary.
@@ -121,6 +122,14 @@ func StartProcess(ctx context.Context, bin, tmp string, s Settings) (*Coord, err
 	data := filepath.Join(tmp, "data")
 	args := []string{"serve", "--data-dir", data, "--api-listen", api, "--mqtt-listen", mq,
 		"--max-concurrent-clean", "1000000", "--max-concurrent-deploy", "1000000", "--resend-interval", "30s", "--tick", s.Tick.String()}
+	// The load program and its simulated sites all come from 127.0.0.1:
+	// the per-source budgets are for strangers, not for it (the
+	// descriptor pool, NOFILE less --fd-reserve, still applies).
+	for _, l := range []string{"api", "mqtt"} {
+		args = append(args, "--"+l+"-max-connections", strconv.Itoa(benchConns.MaxConns),
+			"--"+l+"-max-connections-per-source", strconv.Itoa(benchConns.MaxPerSource),
+			"--"+l+"-max-pending-per-source", strconv.Itoa(benchConns.MaxPendingPerSource))
+	}
 	if s.HistoryMaxEntries > 0 {
 		args = append(args, "--history-max-entries", strconv.Itoa(s.HistoryMaxEntries))
 	}
@@ -158,6 +167,11 @@ func StartProcess(ctx context.Context, bin, tmp string, s Settings) (*Coord, err
 	}
 }
 
+// benchConns are the listeners' budgets under load: the load program
+// and its simulated sites (up to thousands of edge agents) all come from
+// 127.0.0.1.
+var benchConns = netbudget.Limits{MaxConns: 1 << 20, MaxPerSource: 1 << 20, MaxPendingPerSource: 1 << 20}
+
 // StartInProcess runs the coordinator inside this process, with the same
 // settings as StartProcess, so that CPU and heap profiles see it.
 func StartInProcess(ctx context.Context, tmp string, s Settings) (*Coord, error) {
@@ -170,7 +184,8 @@ func StartInProcess(ctx context.Context, tmp string, s Settings) (*Coord, error)
 	co, err := server.Start(ctx, server.Options{DataDir: data, APIListen: "127.0.0.1:0", MQTTListen: mq,
 		Machine: fsm.Config{WaitTimeout: 30 * time.Minute, CommandTimeout: 5 * time.Minute, ResendInterval: 30 * time.Second,
 			AutomatedClean: true},
-		MaxConcurrentClean: 1000000, MaxConcurrentDeploy: 1000000, TickInterval: s.Tick, HistoryMaxEntries: s.HistoryMaxEntries, Log: log})
+		MaxConcurrentClean: 1000000, MaxConcurrentDeploy: 1000000, TickInterval: s.Tick, HistoryMaxEntries: s.HistoryMaxEntries, Log: log,
+		APIConns: benchConns, MQTTConns: benchConns})
 	if err != nil {
 		return nil, err
 	}

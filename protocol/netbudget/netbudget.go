@@ -338,6 +338,20 @@ func (l *Listener) refuse(c net.Conn, kind string, limit int, key netip.Addr) {
 		"limit", limit, "source", key.String(), "refused_total", l.refused[kind].Load(), "hint", hint)
 }
 
+// Close closes the listener (not its connections) and drops it from the
+// pool's stats.
+func (l *Listener) Close() error {
+	l.pool.mu.Lock()
+	for i, x := range l.pool.listeners {
+		if x == l {
+			l.pool.listeners = append(l.pool.listeners[:i], l.pool.listeners[i+1:]...)
+			break
+		}
+	}
+	l.pool.mu.Unlock()
+	return l.Listener.Close()
+}
+
 // Stats returns the listener's counts.
 func (l *Listener) Stats() Stats {
 	l.mu.Lock()

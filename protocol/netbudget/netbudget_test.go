@@ -228,6 +228,13 @@ func TestPoolSharedByListeners(t *testing.T) {
 	if _, ok := r1.dial(t, "127.0.0.2"); ok {
 		t.Fatal("pool overcommitted after a double close")
 	}
+	if st := p.Stats(); len(st) != 2 || st[0].Name != "api" || st[1].Name != "mqtt" || st[1].Refused[RefusedPool] != 1 {
+		t.Fatalf("pool stats %+v", st)
+	}
+	r2.l.Close()
+	if st := p.Stats(); len(st) != 1 {
+		t.Fatalf("a closed listener is still in the pool's stats: %+v", st)
+	}
 }
 
 // TestDescriptorReserve: a socket whose descriptor number shows that

@@ -40,6 +40,10 @@ import (
 
 const site = "soak"
 
+// agentDoneRetention is the edge agent's doneRetention (agent/agent.go):
+// how long it keeps a result after the coordinator's ack.
+const agentDoneRetention = 10 * time.Minute
+
 type options struct {
 	cycles      int
 	nodes       int
@@ -53,6 +57,7 @@ type options struct {
 	coordBin    string
 	agentBin    string
 	agentIdle   time.Duration
+	cycleMin    time.Duration
 	keep        bool
 	inprocess   bool
 	heapDir     string
@@ -88,6 +93,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp folder (data dir, coordinator log)")
 	flag.StringVar(&o.agentBin, "agent", "", "edge agent binary to run (default: build ./agent/cmd/agent into a temp folder)")
 	flag.DurationVar(&o.agentIdle, "agent-idle", envDuration("AGENT_IDLE", 0), "after the last cycle, leave everything idle this long and measure once more (env AGENT_IDLE; 0: do not). The edge agent keeps each result 10 minutes after the coordinator's ack, to answer a late duplicate of its command, so its state folder holds the results of every cycle of the last 10 minutes: with -agent-idle 11m the last row shows what is left once they are forgotten")
+	flag.DurationVar(&o.cycleMin, "cycle-min", envDuration("CYCLE_MIN", 0), "make setup and each cycle last at least this long, idle after its measurement (env CYCLE_MIN; 0: no pause). The edge agent keeps each result for 10 minutes after its ack, so without a pause its state folder and memory hold the results of every cycle so far and grow until 10 minutes after the start, by design; with -cycle-min 6m they hold two cycles' results from cycle 2 on, and growth beyond that is what the soak looks for")
 	flag.BoolVar(&o.inprocess, "inprocess", false, "run the coordinator and the edge agent inside this process (for -heap-profiles; RSS is then of all three)")
 	flag.StringVar(&o.heapDir, "heap-profiles", "", "write a heap profile of this process into this folder after each cycle (with -inprocess: the coordinator's too)")
 	flag.Float64Var(&o.growth, "max-growth", 1.25, "target: RSS and data folder after the last cycle at most this many times their value after cycle 2")
@@ -229,8 +235,12 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 	printHeader()
 	printSample(base)
 	var samples []sample
+	t0 := start
 	for c := 1; c <= o.cycles; c++ {
-		t0 := time.Now()
+		if err := s.pause(ctx, t0); err != nil {
+			return false, err
+		}
+		t0 = time.Now()
 		stopPeaks := s.peaks()
 		if err := s.setImage(ctx); err != nil {
 			return false, fmt.Errorf("cycle %d set image: %w", c, err)
@@ -276,6 +286,20 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 		printSample(sm)
 	}
 	return s.report(base, samples, idle), nil
+}
+
+// pause waits until -cycle-min after since.
+func (s *soak) pause(ctx context.Context, since time.Time) error {
+	wait := time.Until(since.Add(s.o.cycleMin))
+	if s.o.cycleMin <= 0 || wait <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
+	}
 }
 
 func writeHeap(path string) error {
@@ -585,6 +609,9 @@ func (s *soak) report(base sample, samples []sample, idle *sample) bool {
 	fmt.Printf("MiB throughout. seconds: the cycle; rest: then the wait before measuring: %s (-settle), then until the sizes of both data folders had\n", s.o.settle)
 	fmt.Printf("not changed for %s (-stable), at most %s in all (-settle-max; ! when reached). The soak does nothing to the coordinator or the agent\n", s.o.stable, s.o.settleMax)
 	fmt.Println("meanwhile: the wait lets each do its own work after the burst of writes (memtable flush, value-log GC), so what follows is measured at rest.")
+	if s.o.cycleMin > 0 {
+		fmt.Printf("Setup and each cycle took at least %s (-cycle-min): after its measurement the soak waited, sending nothing.\n", s.o.cycleMin)
+	}
 	if idle != nil {
 		fmt.Printf("idle: measured after the last cycle's row and %s more (-agent-idle) with nothing sent.\n", s.o.agentIdle)
 	}
@@ -619,6 +646,11 @@ func (s *soak) report(base sample, samples []sample, idle *sample) bool {
 		ok = ok && good
 	}
 	fmt.Printf("target: after cycle %d within %.2f× of cycle 2\n", last.cycle, s.o.growth)
+	if 2*s.o.cycleMin <= agentDoneRetention {
+		fmt.Printf("  (the edge agent keeps each result %s after its ack: with cycles closer than %s (-cycle-min %s) its state folder and memory\n"+
+			"   hold the results of more cycles at cycle %d than at cycle 2, by design; -cycle-min %s compares like with like)\n",
+			agentDoneRetention, agentDoneRetention/2, s.o.cycleMin, last.cycle, agentDoneRetention/2+time.Minute)
+	}
 	check("coordinator RSS at rest after the cycle", kbMiB(ref.rss), kbMiB(last.rss), "MiB")
 	check("coordinator data folder at rest", mib(ref.du), mib(last.du), "MiB")
 	check("coordinator peak RSS during the cycle", kbMiB(ref.peakRSS), kbMiB(last.peakRSS), "MiB")

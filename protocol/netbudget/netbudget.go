@@ -255,7 +255,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		if delay > 0 {
-			l.log.Info("accepting again", "listener", l.name)
+			l.rl.Info("netbudget "+l.name+" accept again", "accepting again", "listener", l.name)
 			delay = 0
 		}
 		if bc := l.admit(c); bc != nil {

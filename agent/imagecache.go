@@ -107,7 +107,15 @@ func (a *Agent) startImageCache(ctx context.Context) (stop func(), err error) {
 	if base == "" {
 		base = "http://" + ln.Addr().String()
 	}
-	ln = budgeted(ln, "image-cache", o.Conns, DefaultImageCacheConns, a.log)
+	lim := o.Conns.Or(DefaultImageCacheConns)
+	if n := a.cfg.Sim.Nodes; n > 0 {
+		// The simulated nodes' ramdisks all fetch from this host: one
+		// source for all of them.
+		lim.MaxConns += n
+		lim.MaxPerSource += n
+		lim.MaxPendingPerSource += n
+	}
+	ln = budgeted(ln, "image-cache", lim, DefaultImageCacheConns, a.log)
 	mux := http.NewServeMux()
 	mux.Handle(imagecache.PathPrefix, c.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: netbudget.ConnState(nil)}

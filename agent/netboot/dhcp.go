@@ -35,7 +35,7 @@ func (s *Server) startDHCP() error {
 	// broadcast go to its MAC address alone (see deliver).
 	ls, err := openLinkSender(s.cfg.Interface, s.cfg.Address)
 	if err != nil {
-		s.log.Warn("network boot DHCP: answers to clients without an address are broadcast on the site network, also when the client does not ask for it, so every machine there sees them (boot file, script URL): cannot send to a MAC address; run the agent with CAP_NET_RAW", "interface", s.cfg.Interface, "err", err)
+		s.log.Warn("network boot DHCP: answers to clients without an address are broadcast on the site network, also when the client does not ask for it, so every machine there sees them (boot file, script URL): cannot send to a MAC address; run the agent as root or with CAP_NET_RAW", "interface", s.cfg.Interface, "err", err)
 		ls = nil
 	} else {
 		s.onClose(func() { ls.Close() })

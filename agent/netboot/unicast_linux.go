@@ -12,8 +12,8 @@ import (
 // server unicasts DHCPOFFER and DHCPACK messages to the client's hardware
 // address and 'yiaddr' address"). It writes the IPv4 and UDP headers
 // itself on a packet socket (AF_PACKET, SOCK_DGRAM: the kernel adds the
-// Ethernet header for the MAC given), which needs CAP_NET_RAW, as binding
-// the DHCP port to the interface does. It receives nothing (protocol 0).
+// Ethernet header for the MAC given), which needs root or CAP_NET_RAW.
+// It receives nothing (protocol 0).
 type linkSender struct {
 	fd      int
 	ifindex int

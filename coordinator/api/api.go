@@ -6,12 +6,14 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,19 +160,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header.Get("OpenStack-API-Version"); req == "" && strings.HasPrefix(v, "baremetal ") {
 		req = strings.TrimPrefix(v, "baremetal ")
 	}
-	ver := MaxVersion
+	// "latest" is the newest version, as in Ironic. A request without a
+	// version is served at the newest version too, and says so in the
+	// header (Ironic serves its minimum, 1.1): Ironic's clients always
+	// send one, and people with curl address nodes by name, which 1.1
+	// does not resolve (docs/ironic-compat.md).
+	ver, minor := MaxVersion, maxMinor
 	if req != "" && req != "latest" {
-		minor, ok := parseVersion(req)
-		if !ok || minor < 1 || minor > maxMinor {
+		m, ok := parseVersion(req)
+		if !ok || m < 1 || m > maxMinor {
 			notAcceptable(w, fmt.Sprintf("Version %s was requested but the minor version is not supported by this service. The supported version range is: [%s, %s].", req, MinVersion, MaxVersion))
 			return
 		}
-		ver = req
-	} else if req == "" {
-		ver = MinVersion
+		ver, minor = fmt.Sprintf("1.%d", m), m
 	}
 	h.Set("X-OpenStack-Ironic-API-Version", ver)
 	h.Set("OpenStack-API-Version", "baremetal "+ver)
+	if minor < maxMinor {
+		r = r.WithContext(context.WithValue(r.Context(), versionKey{}, minor))
+	}
+	// Node names resolve from 1.5 (Ironic's get_rpc_node): before, an
+	// identifier that is not a UUID is a node that does not exist.
+	if id, ok := nodeIdent(r.URL.Path); ok && minor < minorNodeName && !uuidLike(id) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("Node %s could not be found.", id))
+		return
+	}
 	// Ironic takes collection paths with a trailing slash too
 	// (ironicclient asks "/v1/nodes/?provision_state=available").
 	if p := r.URL.Path; len(p) > 1 && strings.HasSuffix(p, "/") && p != "/v1/" {
@@ -203,11 +217,40 @@ func (w *statusWriter) WriteHeader(c int) { w.code = c; w.ResponseWriter.WriteHe
 
 func parseVersion(v string) (int, bool) {
 	maj, min, ok := strings.Cut(v, ".")
-	if !ok || maj != "1" {
+	if !ok || maj != "1" || min == "" || strings.TrimLeft(min, "0123456789") != "" {
 		return 0, false
 	}
 	n, err := strconv.Atoi(min)
 	return n, err == nil
+}
+
+// versionKey is the context key of the request's API minor version, set
+// when it is below the newest (apiMinor).
+type versionKey struct{}
+
+// minorNodeName is the version from which nodes are found by name.
+const minorNodeName = 5
+
+// apiMinor is the minor API version the request is served at (1.x).
+func apiMinor(r *http.Request) int {
+	if m, ok := r.Context().Value(versionKey{}).(int); ok {
+		return m
+	}
+	return maxMinor
+}
+
+// nodeIdent returns the node identifier of a path below /v1/nodes/ (not
+// the collection's own paths, such as /v1/nodes/detail).
+func nodeIdent(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "/v1/nodes/")
+	if !ok {
+		return "", false
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	if id == "" || id == "detail" {
+		return "", false
+	}
+	return id, true
 }
 
 // writeError answers in Ironic's error shape: error_message holds a JSON
@@ -235,7 +278,24 @@ func notAcceptable(w http.ResponseWriter, msg string) {
 	_ = json.NewEncoder(w).Encode(map[string]string{"error_message": string(inner)})
 }
 
+// versionError is Ironic's NotAcceptable (406): the request names a
+// field of a later API version than the one it asked for.
+type versionError struct{ msg string }
+
+func (e *versionError) Error() string { return e.msg }
+
+// tooNew is the 406 for what (a field, "/retired" or "retired") that
+// Ironic has from version 1.since, asked at 1.minor.
+func tooNew(what string, since, minor int) error {
+	return &versionError{fmt.Sprintf("Request not acceptable: %s is in API version 1.%d and later, and this request asked for 1.%d; send the header X-OpenStack-Ironic-API-Version: 1.%d (or later, up to %s)", what, since, minor, since, MaxVersion)}
+}
+
 func writeErr(w http.ResponseWriter, err error) {
+	var ve *versionError
+	if errors.As(err, &ve) {
+		writeError(w, http.StatusNotAcceptable, ve.msg)
+		return
+	}
 	var ee *engine.Error
 	if errors.As(err, &ee) {
 		writeError(w, status(ee.Kind), ee.Msg)
@@ -328,8 +388,47 @@ func (s *Server) root(w http.ResponseWriter, r *http.Request) {
 		"versions": []any{v}, "default_version": v})
 }
 
+// v1Resources are the resources Ironic 21.4's GET /v1 links to, with the
+// API version from which it lists each (its v1() and the allow_*
+// checks): chassis, nodes, ports and drivers always.
+var v1Resources = []struct {
+	name  string
+	since int
+}{{"chassis", 1}, {"nodes", 1}, {"ports", 1}, {"drivers", 1}, {"lookup", 22}, {"heartbeat", 22}, {"portgroups", 23},
+	{"volume", 32}, {"conductors", 49}, {"allocations", 52}, {"events", 54}, {"deploy_templates", 55}, {"shards", 82}}
+
+// v1 is GET /v1 in Ironic's shape: media_types an object, links self
+// and describedby, the version document, and a self and a bookmark link
+// (the bookmark without /v1, as Ironic's) for each resource Ironic lists
+// at the request's version that this API serves: a resource without a
+// route here is left out rather than linked to a 404.
 func (s *Server) v1(w http.ResponseWriter, r *http.Request) {
-	types := []map[string]string{{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}}
-	writeJSON(w, 200, map[string]any{"id": "v1", "links": link(r, "/v1/"), "version": s.versionDoc(r), "media_types": types,
-		"nodes": link(r, "/v1/nodes/"), "ports": link(r, "/v1/ports/"), "drivers": link(r, "/v1/drivers/")})
+	b, minor := baseURL(r), apiMinor(r)
+	doc := map[string]any{"id": "v1",
+		"links": []map[string]string{{"href": b + "/v1/", "rel": "self"},
+			{"href": "https://docs.openstack.org/ironic/latest/contributor/webapi.html", "rel": "describedby", "type": "text/html"}},
+		"media_types": map[string]string{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"},
+		"version":     s.versionDoc(r)}
+	for _, res := range v1Resources {
+		if res.since > minor || !s.serves("/v1/"+res.name) {
+			continue
+		}
+		doc[res.name] = []map[string]string{{"href": b + "/v1/" + res.name + "/", "rel": "self"}, {"href": b + "/" + res.name + "/", "rel": "bookmark"}}
+	}
+	writeJSON(w, 200, doc)
+}
+
+// serves says whether a route of this API answers GET or POST at path.
+func (s *Server) serves(path string) bool {
+	for _, m := range []string{"GET", "POST"} {
+		if _, pat := s.mux.Handler(httptestRequest(m, path)); pat != "" && pat != "/" {
+			return true
+		}
+	}
+	return false
+}
+
+// httptestRequest is a bare request for a mux lookup.
+func httptestRequest(method, path string) *http.Request {
+	return &http.Request{Method: method, URL: &url.URL{Path: path}, Host: "localhost"}
 }

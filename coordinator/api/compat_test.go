@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	bmapi "github.com/bmedge/bmedge/coordinator/api"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 )
 
@@ -47,11 +48,12 @@ func TestIronicCompat(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
-	// Without a version header a client gets the minimum; the range is
-	// always announced; an unsupported version is 406 so that the client
-	// negotiates down.
+	// Without a version header a client gets the newest version, and the
+	// header says so (Ironic serves 1.1: a deliberate difference in
+	// docs/ironic-compat.md); the range is always announced; an
+	// unsupported version is 406 so that the client negotiates down.
 	r := get("/v1", "")
-	if r.StatusCode != 200 || r.Header.Get("X-OpenStack-Ironic-API-Version") != "1.1" ||
+	if r.StatusCode != 200 || r.Header.Get("X-OpenStack-Ironic-API-Version") != bmapi.MaxVersion ||
 		r.Header.Get("X-OpenStack-Ironic-API-Minimum-Version") != "1.1" || r.Header.Get("X-OpenStack-Ironic-API-Maximum-Version") == "" {
 		t.Fatalf("GET /v1: %d %v", r.StatusCode, r.Header)
 	}

@@ -93,6 +93,26 @@ func checkFields(f string) ([]string, error) {
 	return fields, nil
 }
 
+// checkFieldsAt is checkFields at the request's version: ?fields= is
+// taken from 1.8, and a field of a later version than the request's is
+// 406, as in Ironic (check_allow_specify_fields, check_allowed_fields).
+func checkFieldsAt(r *http.Request, f string) ([]string, error) {
+	fields, err := checkFields(f)
+	if err != nil || fields == nil {
+		return fields, err
+	}
+	minor := apiMinor(r)
+	if minor < 8 {
+		return nil, tooNew("?fields=", 8, minor)
+	}
+	for _, x := range fields {
+		if !fieldAt(x, minor) {
+			return nil, tooNew("field "+x, fieldSince[x], minor)
+		}
+	}
+	return fields, nil
+}
+
 // pick keeps fields of v, and links, which Ironic always keeps.
 func pick(v map[string]any, fields []string) map[string]any {
 	out := make(map[string]any, len(fields)+1)
@@ -170,7 +190,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 			limit = min(n, maxLimit)
 		}
 	}
-	fields, err := checkFields(q.Get("fields"))
+	fields, err := checkFieldsAt(r, q.Get("fields"))
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -259,10 +279,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 	for i, e := range all {
 		ids[i] = e.uuid
 	}
-	base := baseURL(r)
+	base, minor := baseURL(r), apiMinor(r)
 	if detail {
 		// Whole nodes: their JSON, kept by the engine until they change.
-		views := s.e.Views(ids, base, true, func(n *fsm.Node, online bool) any { return s.view(base, n, online) }, encodeView)
+		key, finish := s.viewKey(r)
+		views := s.e.Views(ids, key, true, func(n *fsm.Node, online bool) any { return s.view(base, n, online) }, finish)
 		writeNodeList(w, next, views)
 		return
 	}
@@ -270,7 +291,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 	if pickFields == nil {
 		pickFields = listFields
 	}
-	views := s.e.Views(ids, base, false, func(n *fsm.Node, online bool) any { return s.view(base, n, online).fieldsOf(pickFields) }, nil)
+	views := s.e.Views(ids, base, false, func(n *fsm.Node, online bool) any { return s.view(base, n, online).pickAt(minor, pickFields) }, nil)
 	out := make([]any, 0, len(views))
 	for _, v := range views {
 		if v != nil {
@@ -286,10 +307,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	fields, ferr := checkFields(r.URL.Query().Get("fields"))
+	fields, ferr := checkFieldsAt(r, r.URL.Query().Get("fields"))
 	base := baseURL(r)
 	if ferr == nil && fields == nil {
-		v := s.e.Views([]string{id}, base, true, func(n *fsm.Node, online bool) any { return s.view(base, n, online) }, encodeView)[0]
+		key, finish := s.viewKey(r)
+		v := s.e.Views([]string{id}, key, true, func(n *fsm.Node, online bool) any { return s.view(base, n, online) }, finish)[0]
 		if b, ok := v.([]byte); ok {
 			writeJSONBytes(w, 200, b)
 			return
@@ -297,7 +319,7 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	}
 	var v map[string]any
 	err := s.e.View(id, func(n *fsm.Node, online bool) error {
-		v = s.view(base, n, online).fieldsOf(fields)
+		v = s.view(base, n, online).pickAt(apiMinor(r), fields)
 		return nil
 	})
 	if err != nil {
@@ -600,10 +622,30 @@ func (s *Server) inventory(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"inventory": inv, "plugin_data": map[string]any{}})
 }
 
+// validatedInterfaces are the interfaces GET /v1/nodes/{node}/validate
+// answers for: Ironic 21.4's non-vendor interfaces.
+var validatedInterfaces = []string{"bios", "boot", "console", "deploy", "inspect", "management", "network", "power", "raid", "rescue", "storage"}
+
+// validate answers as Ironic's validate_driver_interfaces does: every
+// non-vendor interface with {"result": true} or {"result": false,
+// "reason": ...}. An interface this API has no implementation of is
+// Ironic's no-* interface, whose validation fails with Ironic's
+// UnsupportedDriverExtension message; storage is noop, which passes.
 func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 	var res map[string]fsm.InterfaceCheck
 	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, online bool) error {
 		res = s.e.Machine().Validate(n)
+		no := false
+		for _, iface := range validatedInterfaces {
+			c, ok := res[iface]
+			switch {
+			case iface == "storage" && !ok:
+				yes := true
+				res[iface] = fsm.InterfaceCheck{Result: &yes}
+			case !ok || c.Result == nil:
+				res[iface] = fsm.InterfaceCheck{Result: &no, Reason: fmt.Sprintf("Driver %s does not support %s (disabled or not implemented).", n.Driver, iface)}
+			}
+		}
 		return nil
 	})
 	if err != nil {

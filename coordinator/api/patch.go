@@ -28,7 +28,99 @@ type patchOp struct {
 
 var mapFields = map[string]bool{"driver_info": true, "properties": true, "instance_info": true, "extra": true}
 var scalarFields = map[string]bool{"name": true, "driver": true, "conductor_group": true, "retired": true, "retired_reason": true,
-	"maintenance": true, "maintenance_reason": true, "description": true, "resource_class": true, "owner": true}
+	"maintenance": true, "description": true, "resource_class": true, "owner": true,
+	// The hardware interfaces: checkInterfacePatch has refused a change
+	// (this API has one implementation of each), so setScalar keeps them.
+	"bios_interface": true, "boot_interface": true, "console_interface": true, "deploy_interface": true,
+	"inspect_interface": true, "management_interface": true, "network_interface": true, "power_interface": true,
+	"raid_interface": true, "rescue_interface": true, "storage_interface": true, "vendor_interface": true}
+
+// ironicPatchable are the node fields Ironic 21.4's PATCH takes (its
+// PATCH_ALLOWED_FIELDS); another field is 400 before any version check.
+var ironicPatchable = map[string]bool{}
+
+func init() {
+	for _, f := range strings.Fields(`automated_clean bios_interface boot_interface chassis_uuid conductor_group
+		console_interface deploy_interface description driver driver_info extra inspect_interface instance_info
+		instance_uuid lessee maintenance management_interface name network_data network_interface owner
+		power_interface properties protected protected_reason raid_interface rescue_interface resource_class
+		retired retired_reason shard storage_interface vendor_interface`) {
+		ironicPatchable[f] = true
+	}
+}
+
+// patchField is the node field an operation's path names.
+func patchField(path string) string {
+	f, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	return f
+}
+
+// checkPatchVersion refuses, as Ironic does and in its order, a patch of
+// maintenance_reason (400: not a field PATCH takes) and then setting a
+// field of a later API version than the request's (406, Ironic's
+// reject_patch_in_newer_versions: add or replace of the field itself).
+// A patch naming another field that Ironic does not take is left to
+// applyPatch, which refuses it with 400.
+func checkPatchVersion(ops []patchOp, minor int) error {
+	for i, op := range ops {
+		switch f := patchField(op.Path); {
+		case f == "maintenance_reason":
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: Cannot patch /maintenance_reason: the reason is set with maintenance, by PUT /v1/nodes/{node}/maintenance with {\"reason\": \"...\"} (baremetal node maintenance set --reason TEXT NODE)", i+1)}
+		case f == "network_data" && fieldAt(f, minor):
+			// Ironic keeps network_data and writes it into the config
+			// drive it builds; this coordinator builds none, so a value
+			// would be kept and never used.
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: Cannot patch /network_data: this coordinator does not build config drives, so it would never be used; pass the network configuration in the configdrive of the deploy (baremetal node deploy --config-drive)", i+1)}
+		case !ironicPatchable[f]:
+			return nil
+		}
+	}
+	for _, op := range ops {
+		f := patchField(op.Path)
+		if op.Op != "remove" && op.Path == "/"+f && !fieldAt(f, minor) {
+			return tooNew("/"+f, fieldSince[f], minor)
+		}
+	}
+	return nil
+}
+
+// checkInterfacePatch answers a patch of a hardware interface as Ironic
+// does for the one implementation this API has of each: setting it (or
+// removing it, which resets it to the default) changes nothing and is
+// taken; another implementation is refused, with 409 outside the states
+// where Ironic's conductor lets interfaces change (enroll, inspecting,
+// inspect wait, manageable, available, or any in maintenance), and with
+// 400 within them, naming the one there is.
+func checkInterfacePatch(n *fsm.Node, ops []patchOp, have nodeIfaces) error {
+	for i, op := range ops {
+		f := patchField(op.Path)
+		iface, ok := strings.CutSuffix(f, "_interface")
+		cur, known := have.byName(iface)
+		if !ok || !known || op.Path != "/"+f || op.Op == "remove" {
+			continue
+		}
+		var want any
+		if err := json.Unmarshal(op.Value, &want); err != nil || want == nil || want == cur {
+			continue // not JSON is applyPatch's to refuse; null resets
+		}
+		impl, isStr := want.(string)
+		if !isStr {
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: /%s must be a string", i+1, f)}
+		}
+		if !fsm.UpdateAllowed(n.ProvisionState) {
+			return nil // CheckUpdate refuses the whole patch with 409
+		}
+		switch n.ProvisionState {
+		case fsm.Enroll, fsm.Inspecting, fsm.InspectWait, fsm.Manageable, fsm.Available:
+		default:
+			if !n.Maintenance {
+				return &engine.Error{Kind: engine.Conflict, Msg: fmt.Sprintf("Node %s can not have %s updated unless it is in one of allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode. Current state is '%s'.", n.Ident(), f, n.ProvisionState)}
+			}
+		}
+		return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: %s interface implementation %s is not supported by hardware type %s; this coordinator has %q for it", i+1, iface, shortQuote(impl), n.Driver, cur)}
+	}
+	return nil
+}
 
 // applyPatch applies ops to n, in place: n must be the caller's own copy
 // (PatchNode's snapshot). Its cost is linear in the size of the patch:
@@ -305,14 +397,15 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 		n.RetiredReason, err = str()
 	case "maintenance":
 		n.Maintenance, err = boolean()
-	case "maintenance_reason":
-		n.MaintenanceReason, err = str()
 	case "resource_class":
 		n.ResourceClass, err = str()
 	case "description":
 		n.Description, err = str()
 	case "owner":
 		n.Owner, err = str()
+	default:
+		// A hardware interface, which checkInterfacePatch has checked.
+		_, err = str()
 	}
 	return err
 }
@@ -339,7 +432,15 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 400, fmt.Sprintf("Patch has %d operations; at most %d are accepted in one request: send them in several PATCH requests of up to %d", len(ops), MaxPatchOps, MaxPatchOps))
 		return
 	}
+	if err := checkPatchVersion(ops, apiMinor(r)); err != nil {
+		writeErr(w, err)
+		return
+	}
 	id, err := s.e.PatchNode(r.PathValue("id"), func(n *fsm.Node) error {
+		decl, _ := s.e.Machine().Config().Drivers.Get(n.Driver)
+		if err := checkInterfacePatch(n, ops, interfacesOf(n.Driver, decl)); err != nil {
+			return err
+		}
 		if err := applyPatch(n, ops); err != nil {
 			return err
 		}

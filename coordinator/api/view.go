@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/drivers"
 )
 
 // nodeView is a node as the API shows it, in Ironic's shape. Its fields
@@ -22,6 +23,7 @@ import (
 type nodeView struct {
 	AllocationUUID       any            `json:"allocation_uuid"`
 	AutomatedClean       any            `json:"automated_clean"`
+	BiosInterface        string         `json:"bios_interface"`
 	BootInterface        string         `json:"boot_interface"`
 	BootMode             any            `json:"boot_mode"`
 	ChassisUUID          any            `json:"chassis_uuid"`
@@ -29,6 +31,7 @@ type nodeView struct {
 	Conductor            string         `json:"conductor"`
 	ConductorGroup       string         `json:"conductor_group"`
 	ConsoleEnabled       bool           `json:"console_enabled"`
+	ConsoleInterface     string         `json:"console_interface"`
 	CreatedAt            time.Time      `json:"created_at"`
 	DeployInterface      string         `json:"deploy_interface"`
 	DeployStep           any            `json:"deploy_step"`
@@ -50,15 +53,21 @@ type nodeView struct {
 	MaintenanceReason    *string        `json:"maintenance_reason"`
 	ManagementInterface  string         `json:"management_interface"`
 	Name                 *string        `json:"name"`
+	NetworkData          map[string]any `json:"network_data"`
 	NetworkInterface     string         `json:"network_interface"`
 	Owner                any            `json:"owner"`
+	Portgroups           []linkView     `json:"portgroups"`
 	Ports                []linkView     `json:"ports"`
 	PowerInterface       string         `json:"power_interface"`
 	PowerState           *string        `json:"power_state"`
 	Properties           map[string]any `json:"properties"`
 	Protected            bool           `json:"protected"`
+	ProtectedReason      *string        `json:"protected_reason"`
 	ProvisionState       string         `json:"provision_state"`
 	ProvisionUpdatedAt   *time.Time     `json:"provision_updated_at"`
+	RaidConfig           map[string]any `json:"raid_config"`
+	RaidInterface        string         `json:"raid_interface"`
+	RescueInterface      string         `json:"rescue_interface"`
 	Reservation          *string        `json:"reservation"`
 	ResourceClass        any            `json:"resource_class"`
 	Retired              *bool          `json:"retired"`
@@ -67,11 +76,15 @@ type nodeView struct {
 	Shard                any            `json:"shard"`
 	SiteOnline           bool           `json:"site_online"`
 	States               []linkView     `json:"states"`
+	StorageInterface     string         `json:"storage_interface"`
 	TargetPowerState     *string        `json:"target_power_state"`
 	TargetProvisionState *string        `json:"target_provision_state"`
+	TargetRaidConfig     map[string]any `json:"target_raid_config"`
 	Traits               []string       `json:"traits"`
 	UpdatedAt            time.Time      `json:"updated_at"`
 	UUID                 string         `json:"uuid"`
+	VendorInterface      string         `json:"vendor_interface"`
+	Volume               []linkView     `json:"volume"`
 }
 
 // internalView is driver_internal_info; a nil field is left out.
@@ -184,13 +197,20 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		t := n.Deadline
 		internal.Deadline = &t
 	}
-	ii := make(map[string]any, len(n.InstanceInfo))
+	ii := make(map[string]any, len(n.InstanceInfo)+2)
 	for k, v := range n.InstanceInfo {
 		if strings.Contains(k, "password") || k == "configdrive" {
 			v = "******"
 		}
 		ii[k] = v
 	}
+	// While a rescue was asked and not undone, Ironic keeps the rescue
+	// password and its hash in instance_info and shows both masked; the
+	// password itself is only in the operation here, never in a view.
+	if rescuePasswordSet(n.ProvisionState) {
+		ii["rescue_password"], ii["hashed_rescue_password"] = "******", "******"
+	}
+	ifaces := interfacesOf(n.Driver, decl)
 	v := &nodeView{
 		UUID: n.UUID, Name: nstr(n.Name), Driver: n.Driver, ConductorGroup: n.Site, Conductor: "coordinator",
 		DriverInfo: Mask(n.DriverInfo, decl), Properties: orEmpty(n.Properties), InstanceInfo: ii,
@@ -202,11 +222,15 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		ResourceClass: nullable(n.ResourceClass), Description: nullable(n.Description), Owner: nullable(n.Owner),
 		CleanStep: stepOf(n.CleanStep), DeployStep: stepOf(n.DeployStep),
 		CreatedAt: n.CreatedAt, UpdatedAt: n.UpdatedAt,
-		NetworkInterface: "noop", BootInterface: "pxe", DeployInterface: "direct",
-		PowerInterface: n.Driver, ManagementInterface: n.Driver, InspectInterface: "agent",
+		NetworkInterface: ifaces.Network, BootInterface: ifaces.Boot, DeployInterface: ifaces.Deploy,
+		PowerInterface: ifaces.Power, ManagementInterface: ifaces.Management, InspectInterface: ifaces.Inspect,
+		BiosInterface: ifaces.Bios, ConsoleInterface: ifaces.Console, RaidInterface: ifaces.Raid,
+		RescueInterface: ifaces.Rescue, StorageInterface: ifaces.Storage, VendorInterface: ifaces.Vendor,
+		NetworkData: noConfig, RaidConfig: noConfig, TargetRaidConfig: noConfig,
 		Traits: []string{}, SiteOnline: online,
 		Links: links(base, "/v1/nodes/"+n.UUID), Ports: links(base, "/v1/nodes/"+n.UUID+"/ports"),
-		States: links(base, "/v1/nodes/"+n.UUID+"/states"),
+		States: links(base, "/v1/nodes/"+n.UUID+"/states"), Portgroups: links(base, "/v1/nodes/"+n.UUID+"/portgroups"),
+		Volume: links(base, "/v1/nodes/"+n.UUID+"/volume"),
 	}
 	// Retired as Ironic shows it: null once removed.
 	if !n.RetiredUnset {
@@ -226,6 +250,112 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		v.InspectionFinishedAt = &t
 	}
 	return v
+}
+
+// noConfig is the empty object shown for network_data, raid_config and
+// target_raid_config, which this API does not keep yet; it is shared by
+// every view and never changed.
+var noConfig = map[string]any{}
+
+// rescuePasswordSet says whether Ironic holds a rescue password in the
+// instance_info of a node in state st: from the rescue verb until
+// unrescue ends (a failed rescue removes it).
+func rescuePasswordSet(st fsm.State) bool {
+	return st == fsm.Rescuing || st == fsm.RescueWait || st == fsm.Rescue || st == fsm.Unrescuing
+}
+
+// nodeIfaces are the hardware interfaces of a node, in Ironic's names:
+// one implementation per interface and driver, the driver's own for
+// power and management (and bios, when it has BIOS steps), the
+// coordinator's for the rest, and Ironic's no-* where there is none.
+type nodeIfaces struct {
+	Bios, Boot, Console, Deploy, Inspect, Management, Network, Power, Raid, Rescue, Storage, Vendor string
+}
+
+// interfacesOf is the interfaces of a node of driver (as the node names
+// it), declared by decl.
+func interfacesOf(driver string, decl drivers.Declaration) nodeIfaces {
+	i := nodeIfaces{Bios: "no-bios", Boot: "pxe", Console: "no-console", Deploy: "direct", Inspect: "agent",
+		Management: driver, Network: "noop", Power: driver, Raid: "no-raid", Rescue: "agent", Storage: "noop", Vendor: "no-vendor"}
+	for _, st := range decl.CleanSteps {
+		if st.Interface == "bios" {
+			i.Bios = driver
+		}
+	}
+	return i
+}
+
+// byName is the interface named iface ("deploy", ...), and whether it is
+// one.
+func (i nodeIfaces) byName(iface string) (string, bool) {
+	switch iface {
+	case "bios":
+		return i.Bios, true
+	case "boot":
+		return i.Boot, true
+	case "console":
+		return i.Console, true
+	case "deploy":
+		return i.Deploy, true
+	case "inspect":
+		return i.Inspect, true
+	case "management":
+		return i.Management, true
+	case "network":
+		return i.Network, true
+	case "power":
+		return i.Power, true
+	case "raid":
+		return i.Raid, true
+	case "rescue":
+		return i.Rescue, true
+	case "storage":
+		return i.Storage, true
+	case "vendor":
+		return i.Vendor, true
+	}
+	return "", false
+}
+
+// fieldSince is the API minor version from which Ironic shows each node
+// field (its utils.VERSIONED_FIELDS, and the links of
+// node_convert_with_links); the fields not listed are in 1.1. site_online
+// is this API's own and always shown.
+var fieldSince = map[string]int{
+	"driver_internal_info": 3, "name": 5, "inspection_finished_at": 6, "inspection_started_at": 6, "clean_step": 7,
+	"raid_config": 12, "target_raid_config": 12, "states": 14, "network_interface": 20, "resource_class": 21,
+	"portgroups": 24, "volume": 32, "storage_interface": 33, "traits": 37, "rescue_interface": 38, "bios_interface": 40,
+	"fault": 42, "deploy_step": 44, "conductor_group": 46, "automated_clean": 47, "protected": 48, "protected_reason": 48,
+	"conductor": 49, "owner": 50, "description": 51, "allocation_uuid": 52, "retired": 61, "retired_reason": 61,
+	"lessee": 65, "network_data": 66, "boot_mode": 75, "secure_boot": 75, "shard": 82,
+	"boot_interface": 31, "console_interface": 31, "deploy_interface": 31, "inspect_interface": 31,
+	"management_interface": 31, "power_interface": 31, "raid_interface": 31, "vendor_interface": 31,
+}
+
+// fieldAt says whether the node field f is shown at API version 1.minor.
+func fieldAt(f string, minor int) bool { return fieldSince[f] <= minor }
+
+// fieldsAt is fieldsOf at API version 1.minor, below the newest: the
+// fields of later versions are left out (a client that asks for one with
+// ?fields= was refused with 406 before), and provision states are named
+// as that version named them (Ironic's update_state_in_older_versions:
+// available was null before 1.2, inspect wait was inspecting before 1.39).
+func (v *nodeView) fieldsAt(minor int, fields []string) map[string]any {
+	out := v.fieldsOf(fields)
+	for f := range out {
+		if !fieldAt(f, minor) {
+			delete(out, f)
+		}
+	}
+	if ps, ok := out["provision_state"]; ok {
+		switch {
+		case minor < 2 && ps == string(fsm.Available):
+			out["provision_state"] = nil
+		case minor < 39 && ps == string(fsm.InspectWait):
+			out["provision_state"] = string(fsm.Inspecting)
+		}
+	}
+	return out
 }
 
 // viewFields maps each JSON name of nodeView to its field.
@@ -264,7 +394,26 @@ func (v *nodeView) fieldsOf(fields []string) map[string]any {
 // render is the node's view as a map (for answers that add or pick
 // fields).
 func (s *Server) render(r *http.Request, n *fsm.Node, online bool) map[string]any {
-	return s.view(baseURL(r), n, online).fieldsOf(nil)
+	return s.view(baseURL(r), n, online).pickAt(apiMinor(r), nil)
+}
+
+// pickAt is fieldsOf (fields, or all when nil) at API version 1.minor.
+func (v *nodeView) pickAt(minor int, fields []string) map[string]any {
+	if minor < maxMinor {
+		return v.fieldsAt(minor, fields)
+	}
+	return v.fieldsOf(fields)
+}
+
+// viewKey and viewFinish are what getNode and detail lists pass to
+// engine.Views for whole nodes at r's version: the kept JSON is the
+// version's (the key names it below the newest).
+func (s *Server) viewKey(r *http.Request) (key string, finish func(any) any) {
+	base, minor := baseURL(r), apiMinor(r)
+	if minor == maxMinor {
+		return base, encodeView
+	}
+	return base + " 1." + strconv.Itoa(minor), func(v any) any { return encodeView(v.(*nodeView).fieldsAt(minor, nil)) }
 }
 
 // encodeView is the JSON of a view, as writeJSON writes it inside an

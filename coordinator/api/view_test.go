@@ -82,6 +82,16 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 		}
 		ii[k] = v
 	}
+	switch n.ProvisionState {
+	case fsm.Rescuing, fsm.RescueWait, fsm.Rescue, fsm.Unrescuing:
+		ii["rescue_password"], ii["hashed_rescue_password"] = "******", "******"
+	}
+	bios := "no-bios"
+	for _, st := range decl.CleanSteps {
+		if st.Interface == "bios" {
+			bios = n.Driver
+		}
+	}
 	var provUpdated any
 	if !n.ProvisionUpdatedAt.IsZero() {
 		provUpdated = n.ProvisionUpdatedAt
@@ -112,6 +122,11 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 		"traits": []any{}, "site_online": online,
 		"links": link(r, "/v1/nodes/"+n.UUID), "ports": link(r, "/v1/nodes/"+n.UUID+"/ports"),
 		"states": link(r, "/v1/nodes/"+n.UUID+"/states"),
+		// Added with issue 21: the rest of Ironic's node fields.
+		"bios_interface": bios, "console_interface": "no-console", "raid_interface": "no-raid", "rescue_interface": "agent",
+		"storage_interface": "noop", "vendor_interface": "no-vendor", "protected_reason": nil,
+		"network_data": map[string]any{}, "raid_config": map[string]any{}, "target_raid_config": map[string]any{},
+		"portgroups": link(r, "/v1/nodes/"+n.UUID+"/portgroups"), "volume": link(r, "/v1/nodes/"+n.UUID+"/volume"),
 	}
 }
 

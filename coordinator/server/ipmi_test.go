@@ -114,7 +114,9 @@ func TestIPMINodeThroughTheEdgeAgent(t *testing.T) {
 	if r := v["boot"].Result; r == nil || !*r {
 		t.Errorf("validate boot: %+v; want true (network boot)", v["boot"])
 	}
-	if v["console"].Result != nil || v["bios"].Result != nil {
-		t.Errorf("validate console %+v, bios %+v; want not supported (null)", v["console"], v["bios"])
+	for _, iface := range []string{"console", "bios"} {
+		if r := v[iface].Result; r == nil || *r || !strings.Contains(v[iface].Reason, "does not support "+iface) {
+			t.Errorf("validate %s %+v; want false with Ironic's reason for an interface the driver has not", iface, v[iface])
+		}
 	}
 }

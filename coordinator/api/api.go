@@ -185,6 +185,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("Node %s could not be found.", id))
 		return
 	}
+	// A resource of a later version than the request's does not exist
+	// for it (Ironic: 404).
+	if res, since := resourceSince(r.URL.Path); minor < since {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("The resource %s could not be found: %s is in API version 1.%d and later, and this request asked for 1.%d", r.URL.Path, res, since, minor))
+		return
+	}
 	// Ironic takes collection paths with a trailing slash too
 	// (ironicclient asks "/v1/nodes/?provision_state=available").
 	if p := r.URL.Path; len(p) > 1 && strings.HasSuffix(p, "/") && p != "/v1/" {
@@ -276,6 +282,41 @@ func notAcceptable(w http.ResponseWriter, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusNotAcceptable)
 	_ = json.NewEncoder(w).Encode(map[string]string{"error_message": string(inner)})
+}
+
+// nodeSubSince are the node sub-resources that Ironic's node controller
+// answers 404 below a version (its _lookup), and traits, which it does
+// not route before 1.37.
+var nodeSubSince = map[string]int{"portgroups": 24, "vifs": 28, "traits": 37, "bios": 40, "allocation": 52,
+	"history": 78, "inventory": 81}
+
+// resourceSince names the resource of path that Ironic has only from a
+// version, and that version (0 when path has none): the top-level
+// resources of GET /v1 (v1Resources, and runbooks from 1.92) and the node
+// sub-resources of nodeSubSince.
+func resourceSince(path string) (string, int) {
+	if id, ok := nodeIdent(path); ok {
+		rest := strings.TrimPrefix(path, "/v1/nodes/"+id+"/")
+		if rest == path {
+			return "", 0
+		}
+		sub, _, _ := strings.Cut(rest, "/")
+		return "/v1/nodes/{node}/" + sub, nodeSubSince[sub]
+	}
+	top, ok := strings.CutPrefix(path, "/v1/")
+	if !ok {
+		return "", 0
+	}
+	top, _, _ = strings.Cut(top, "/")
+	if top == "runbooks" {
+		return "/v1/runbooks", 92
+	}
+	for _, res := range v1Resources {
+		if res.name == top {
+			return "/v1/" + top, res.since
+		}
+	}
+	return "", 0
 }
 
 // versionError is Ironic's NotAcceptable (406): the request names a

@@ -456,3 +456,37 @@ func TestV1Document(t *testing.T) {
 		t.Errorf("version: %v", d["version"])
 	}
 }
+
+// TestVerbsAndResourcesByMicroversion: a provision verb below Ironic's
+// version for it is 406 and changes nothing (manage before 1.4, clean
+// before 1.15, rescue before 1.38); a node sub-resource below its version
+// is 404 (history before 1.78), as Ironic's node controller answers.
+func TestVerbsAndResourcesByMicroversion(t *testing.T) {
+	r := newVersionRig(t)
+	base := r.api.Base
+	id := r.node("site1", "enroll")
+	for _, c := range []struct {
+		ver, target string
+		want        int
+	}{{"1.3", "manage", 406}, {"1.14", "clean", 406}, {"1.37", "rescue", 406}} {
+		a := vcurl(t, base, c.ver, "PUT", "/v1/nodes/"+id+"/states/provision", `{"target":"`+c.target+`","clean_steps":[{"interface":"deploy","step":"erase_devices_metadata"}]}`)
+		if a.status != c.want || !strings.Contains(faultstring(t, a.obj(t)), c.target) {
+			t.Errorf("%s at %s: %d %.200s, want %d naming the verb", c.target, c.ver, a.status, a.body, c.want)
+		}
+	}
+	if n := r.get(id); n.State != "enroll" {
+		t.Fatalf("a refused verb moved the node to %q", n.State)
+	}
+	if a := vcurl(t, base, "1.4", "PUT", "/v1/nodes/"+id+"/states/provision", `{"target":"manage"}`); a.status != 202 {
+		t.Errorf("manage at 1.4: %d %.200s", a.status, a.body)
+	}
+	r.settle(id, "manageable")
+	for _, c := range []struct {
+		ver  string
+		want int
+	}{{"1.77", 404}, {"1.78", 200}} {
+		if a := vcurl(t, base, c.ver, "GET", "/v1/nodes/"+id+"/history", ""); a.status != c.want {
+			t.Errorf("history at %s: %d, want %d", c.ver, a.status, c.want)
+		}
+	}
+}

@@ -417,6 +417,11 @@ func (s *Server) getStates(w http.ResponseWriter, r *http.Request) {
 // the node's whole plan is rewritten with every change of the node.
 const MaxStepsPerRequest = 100
 
+// verbSince are the provision verbs that Ironic refuses (406) below a
+// version (its MIN_VERB_VERSIONS).
+var verbSince = map[string]int{"manage": 4, "provide": 4, "inspect": 6, "abort": 13, "clean": 15, "adopt": 17,
+	"rescue": 38, "unrescue": 38, "deploy": 73, "undeploy": 73}
+
 func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Target         string          `json:"target"`
@@ -431,6 +436,10 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	}
 	if body.Target == "" {
 		writeError(w, 400, "Mandatory field missing: target")
+		return
+	}
+	if since := verbSince[body.Target]; apiMinor(r) < since {
+		writeErr(w, tooNew("the provision verb "+shortQuote(body.Target), since, apiMinor(r)))
 		return
 	}
 	req := fsm.VerbRequest{Verb: fsm.Event(body.Target), RescuePassword: body.RescuePassword}

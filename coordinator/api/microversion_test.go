@@ -490,3 +490,47 @@ func TestVerbsAndResourcesByMicroversion(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateByMicroversion: creating a node with a field of a later
+// version than the request's is 406 and makes no node (a name at 1.4,
+// owner at 1.49); null passes, and at the field's version the node is
+// made with only that version's fields in the answer. conductor_group,
+// the node's site, is taken at every version.
+func TestCreateByMicroversion(t *testing.T) {
+	r := newVersionRig(t)
+	base := r.api.Base
+	for _, c := range []struct {
+		ver, body string
+		want      int
+	}{
+		{"1.4", `{"driver":"fake","name":"v1","conductor_group":"site1"}`, 406},
+		{"1.49", `{"driver":"fake","name":"v2","conductor_group":"site1","owner":"me"}`, 406},
+		{"1.4", `{"driver":"fake","name":null,"conductor_group":"site1"}`, 201},
+		{"1.46", `{"driver":"fake","name":"v3","conductor_group":"site1"}`, 201},
+	} {
+		a := vcurl(t, base, c.ver, "POST", "/v1/nodes", c.body)
+		if a.status != c.want {
+			t.Errorf("create %s at %s: %d %.200s, want %d", c.body, c.ver, a.status, a.body, c.want)
+			continue
+		}
+		if c.want == 201 {
+			if got, want := keysOf(a.obj(t)), fieldsAt(mustMinor(t, c.ver)); !slices.Equal(got, want) {
+				t.Errorf("create at %s answers fields %v, want %v", c.ver, got, want)
+			}
+		}
+	}
+	var list struct {
+		Nodes []map[string]any `json:"nodes"`
+	}
+	if code := r.api.Do("GET", "/v1/nodes", nil, &list); code != 200 || len(list.Nodes) != 2 {
+		t.Errorf("nodes after the creates: %d %v, want the two accepted", code, list.Nodes)
+	}
+}
+
+func mustMinor(t *testing.T, ver string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(ver, "1."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

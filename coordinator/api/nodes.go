@@ -348,6 +348,15 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// A field of a later version than the request's, given a value, is
+	// 406 (Ironic's reject_fields_in_newer_versions; null passes). Not
+	// conductor_group: it names the node's site, which every node needs.
+	for k, v := range raw {
+		if minor := apiMinor(r); !fieldAt(k, minor) && string(v) != "null" && k != "conductor_group" {
+			writeErr(w, tooNew("field "+k, fieldSince[k], minor))
+			return
+		}
+	}
 	body, _ := json.Marshal(raw)
 	var spec engine.NodeSpec
 	if err := json.Unmarshal(body, &spec); err != nil {

@@ -534,3 +534,25 @@ func mustMinor(t *testing.T, ver string) int {
 	}
 	return n
 }
+
+// TestStatesByMicroversion: GET /v1/nodes/{node}/states has Ironic's keys
+// at each version (node_states_convert): raid_config and
+// target_raid_config from 1.12, boot_mode and secure_boot from 1.75.
+func TestStatesByMicroversion(t *testing.T) {
+	r := newVersionRig(t)
+	id := r.node("site1", "manageable")
+	base := []string{"console_enabled", "last_error", "power_state", "provision_state", "provision_updated_at", "target_power_state", "target_provision_state"}
+	raid := []string{"raid_config", "target_raid_config"}
+	boot := []string{"boot_mode", "secure_boot"}
+	for _, c := range []struct {
+		ver  string
+		want []string
+	}{{"1.11", base}, {"1.12", append(slices.Clone(base), raid...)}, {"1.74", append(slices.Clone(base), raid...)},
+		{"1.75", append(append(slices.Clone(base), raid...), boot...)}} {
+		sort.Strings(c.want)
+		a := vcurl(t, r.api.Base, c.ver, "GET", "/v1/nodes/"+id+"/states", "")
+		if got := keysOf(a.obj(t)); a.status != 200 || !slices.Equal(got, c.want) {
+			t.Errorf("states at %s: %d %v, want %v", c.ver, a.status, got, c.want)
+		}
+	}
+}

@@ -403,11 +403,11 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getStates(w http.ResponseWriter, r *http.Request) {
 	var v map[string]any
 	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, online bool) error {
+		// Ironic's node_states_convert: raid_config and
+		// target_raid_config from 1.12, boot_mode and secure_boot from
+		// 1.75 (render leaves out what the request's version has not).
 		v = pick(s.render(r, n, online), []string{"provision_state", "target_provision_state", "power_state", "target_power_state",
-			"last_error", "console_enabled", "provision_updated_at"})
-		v["raid_config"] = map[string]any{}
-		v["target_raid_config"] = map[string]any{}
-		v["boot_mode"], v["secure_boot"] = nil, nil
+			"last_error", "console_enabled", "provision_updated_at", "raid_config", "target_raid_config", "boot_mode", "secure_boot"})
 		delete(v, "links")
 		return nil
 	})

@@ -1,22 +1,19 @@
 package agent
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"github.com/bmedge/bmedge/protocol/kvstore"
 	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
@@ -33,12 +30,14 @@ import (
 // The state folder (0700) holds outboxKeyFile (0600, created on first
 // start) and the Badger database in outboxDBDir, encrypted at rest with
 // that key; with the process umask made private, every file Badger
-// creates is 0600.
+// creates is 0600. Opening it, the key file, the failure latch and the
+// garbage collection's flush and value-log GC are protocol/kvstore's,
+// shared with the coordinator's store.
 
 const (
 	outboxKeyFile = "outbox.key"
 	outboxDBDir   = "outbox"
-	outboxKeySize = 32 // AES-256
+	outboxKeySize = kvstore.KeySize // AES-256
 	// recordPrefix + 8-byte big-endian sequence number: keys sort in the
 	// order the messages were produced.
 	recordPrefix = "r/"
@@ -62,10 +61,17 @@ const (
 	// outboxFlushRetry: after a failed flush, the next is tried no
 	// sooner than this.
 	outboxFlushRetry = 30 * time.Second
-	// outboxFlushPrefix is the prefix of the key that flushMemtable
-	// writes and drops; '~' sorts after every other prefix.
-	outboxFlushPrefix = "~flush/"
 )
+
+// outboxNames word the shared store's errors for the edge agent.
+var outboxNames = kvstore.Names{
+	Program:    "edge agent",
+	DirFlag:    "--state-dir",
+	Database:   "the outbox",
+	KeyFile:    "outbox key file",
+	RestoreKey: "restore the original",
+	KeyMissing: "restore it, or, if the unacked results in it may be lost, move the state folder away and start again",
+}
 
 // DefaultOutboxLimit is the default of Config.OutboxLimit.
 const DefaultOutboxLimit = 100000
@@ -101,7 +107,7 @@ type storeOp struct {
 // commit is under way and the next commit takes them all, so that many
 // results share one disk sync.
 type outboxStore struct {
-	db       *badger.DB
+	db       *kvstore.DB
 	log      *slog.Logger
 	dir      string // "" in memory
 	mu       sync.Mutex
@@ -114,12 +120,9 @@ type outboxStore struct {
 	// commits counts the transactions written (for tests).
 	commits atomic.Int64
 
-	// Garbage collection (gc.go of a shared store, one day: see
-	// collectGarbage). Only the writer goroutine touches these and calls
-	// Badger's writes, flush and value-log GC, so they never overlap:
-	// Badger v4.9.6's value-log GC reads the memtable's max version
-	// without its lock and races with a concurrent write, and DropPrefix
-	// refuses writes that arrive while it runs.
+	// Garbage collection (see collectGarbage). Only the writer
+	// goroutine touches these and calls Badger's writes, flush and
+	// value-log GC (kvstore also keeps them apart).
 	//
 	// garbage is about how many bytes of records were deleted or
 	// overwritten since the last flush (what a flush reclaims);
@@ -129,10 +132,8 @@ type outboxStore struct {
 	// retryAt: after a failed flush, none is tried before this (the
 	// periodic run or a write after it tries again).
 	retryAt time.Time
-	// broken is set when Badger failed in a way that may have left its
-	// memtables unusable (a failed DropPrefix): from then on the store
-	// touches Badger no more (see markBroken).
-	broken error
+	// brokenOnce logs the store's failure once (see broken).
+	brokenOnce sync.Once
 	// flushes counts the memtable flushes (for tests); gcNow asks the
 	// writer to flush and collect at once (tests).
 	flushes atomic.Int64
@@ -140,128 +141,55 @@ type outboxStore struct {
 	// warn logs failures of a background flush or collection at a
 	// bounded rate.
 	warn *ratelog.Limiter
-	// inject, when set (tests), fails a step of flushMemtable ("write",
-	// "drop") with the error it returns instead of calling Badger.
-	inject func(step string) error
 }
 
 var errStoreClosed = errors.New("the outbox store is closed")
 
 // openOutboxStore opens (creating if needed) the durable outbox in the
-// state folder dir, or an in-memory one when dir is "".
-func openOutboxStore(dir string, log *slog.Logger) (*outboxStore, error) {
-	var opts badger.Options
-	if dir == "" {
-		opts = badger.DefaultOptions("").WithInMemory(true)
-	} else {
-		privateUmask()
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("create the state folder (agent --state-dir): %w", err)
+// state folder dir, or an in-memory one when dir is "". Tests inject
+// Badger failures with kvstore.WithFaults: commits are op "commit", the
+// flush's steps "write", "flush" (DropPrefix) and "flatten".
+func openOutboxStore(dir string, log *slog.Logger, opt ...kvstore.Option) (*outboxStore, error) {
+	cfg := kvstore.Config{InMemory: dir == "", Log: log, Names: outboxNames, What: "the outbox", Where: dir}
+	if dir != "" {
+		if err := kvstore.PrivateDir(dir, "state folder", "agent --state-dir", log); err != nil {
+			return nil, err
 		}
-		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			if err := os.Chmod(dir, 0o700); err != nil {
-				return nil, fmt.Errorf("make the state folder %s private: %w", dir, err)
-			}
-			log.Warn("state folder was open to others; made it private (0700)", "path", dir)
-		}
-		dbDir := filepath.Join(dir, outboxDBDir)
-		key, err := loadOutboxKey(filepath.Join(dir, outboxKeyFile), dbDir)
+		cfg.Dir = filepath.Join(dir, outboxDBDir)
+		key, err := kvstore.LoadKey(filepath.Join(dir, outboxKeyFile), cfg.Dir, outboxNames)
 		if err != nil {
 			return nil, err
 		}
-		opts = badger.DefaultOptions(dbDir).
-			WithSyncWrites(true).
-			WithEncryptionKey(key).
-			WithEncryptionKeyRotationDuration(7 * 24 * time.Hour).
-			// Encryption needs the index cache.
-			WithIndexCacheSize(4 << 20)
+		cfg.Key = key
+		cfg.KeyMismatch = fmt.Sprintf("open the outbox in %s: its key file %s is not the key this outbox was encrypted with; restore the original %s, or, if the unacked results in it may be lost, move the folder %s away and start again",
+			cfg.Dir, filepath.Join(dir, outboxKeyFile), outboxKeyFile, dir)
 	}
 	// Records are small (a result is a few hundred bytes) and live for
 	// minutes: small memtables, flushed and compacted soon, drop deleted
 	// records from the LSM tree; a rare large one (over the threshold)
 	// goes to the value log, which value-log GC reclaims.
-	opts = opts.WithLogger(badgerLogger{log}).
-		WithMemTableSize(4 << 20).
-		WithNumMemtables(2).
-		WithNumLevelZeroTables(2).
-		WithNumLevelZeroTablesStall(8).
-		WithValueThreshold(4 << 10).
-		WithValueLogFileSize(16 << 20).
-		WithBlockCacheSize(1 << 20).
-		WithNumCompactors(2)
-	db, err := badger.Open(opts)
-	if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
-		return nil, fmt.Errorf("open the outbox in %s: its key file %s is not the key this outbox was encrypted with; restore the original %s, or, if the unacked results in it may be lost, move the folder %s away and start again",
-			filepath.Join(dir, outboxDBDir), filepath.Join(dir, outboxKeyFile), outboxKeyFile, dir)
+	cfg.Tune = func(opts badger.Options) badger.Options {
+		if !opts.InMemory {
+			opts = opts.WithIndexCacheSize(4 << 20) // encryption needs it
+		}
+		return opts.WithMemTableSize(4 << 20).
+			WithNumMemtables(2).
+			WithNumLevelZeroTables(2).
+			WithNumLevelZeroTablesStall(8).
+			WithValueThreshold(4 << 10).
+			WithValueLogFileSize(16 << 20).
+			WithBlockCacheSize(1 << 20).
+			WithNumCompactors(2)
 	}
+	db, err := kvstore.Open(cfg, opt...)
 	if err != nil {
-		return nil, fmt.Errorf("open the outbox in %s: %w (is another edge agent using this --state-dir?)", dir, err)
+		return nil, err
 	}
 	s := &outboxStore{db: db, log: log, dir: dir, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		gcNow: make(chan chan error), warn: ratelog.New(log, time.Minute)}
 	s.finished.Add(1)
 	go s.writer()
 	return s, nil
-}
-
-// loadOutboxKey reads the outbox key, creating it (mode 0600) when it is
-// absent and there is no database yet.
-func loadOutboxKey(path, dbDir string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	switch {
-	case err == nil:
-		if fi.Mode().Perm()&0o077 != 0 {
-			return nil, fmt.Errorf("the outbox key file %s has mode %04o, so users other than its owner may have read it: run 'chmod 600 %s'", path, fi.Mode().Perm(), path)
-		}
-		key, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("read the outbox key file: %w", err)
-		}
-		if len(key) != outboxKeySize {
-			return nil, fmt.Errorf("the outbox key file %s holds %d bytes, not %d: it is not a key this agent wrote; restore the original", path, len(key), outboxKeySize)
-		}
-		return key, nil
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("read the outbox key file: %w", err)
-	}
-	if _, err := os.Stat(filepath.Join(dbDir, "MANIFEST")); err == nil {
-		return nil, fmt.Errorf("the outbox in %s is encrypted but its key file %s is missing: restore it, or, if the unacked results in it may be lost, move the state folder away and start again", dbDir, path)
-	}
-	key := make([]byte, outboxKeySize)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("generate the outbox key: %w", err)
-	}
-	// A temporary file linked into place: never a short key file, and
-	// two agents started at once cannot replace each other's key.
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".outbox.key-*")
-	if err != nil {
-		return nil, fmt.Errorf("create the outbox key file: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	err = tmp.Chmod(0o600)
-	if err == nil {
-		_, err = tmp.Write(key)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("write the outbox key file: %w", err)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return loadOutboxKey(path, dbDir)
-		}
-		return nil, fmt.Errorf("create the outbox key file: %w", err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return key, nil
 }
 
 // load returns every stored record by sequence number, in order.
@@ -431,28 +359,34 @@ func (s *outboxStore) flush() {
 }
 
 func (s *outboxStore) commit(ops []storeOp) error {
-	if s.broken != nil {
-		return s.broken
+	if err := s.broken(); err != nil {
+		return err
 	}
 	defer func() { s.lastWrite = time.Now() }()
-	txn := s.db.NewTransaction(true)
-	defer func() { txn.Discard() }()
-	s.commits.Add(1)
-	for _, op := range ops {
-		err := s.apply(txn, op)
-		if errors.Is(err, badger.ErrTxnTooBig) {
-			if err := txn.Commit(); err != nil {
+	err := s.db.Write("commit", func(db *badger.DB) error {
+		txn := db.NewTransaction(true)
+		defer func() { txn.Discard() }()
+		s.commits.Add(1)
+		for _, op := range ops {
+			err := s.apply(txn, op)
+			if errors.Is(err, badger.ErrTxnTooBig) {
+				if err := txn.Commit(); err != nil {
+					return err
+				}
+				s.commits.Add(1)
+				txn = db.NewTransaction(true)
+				err = s.apply(txn, op)
+			}
+			if err != nil {
 				return err
 			}
-			s.commits.Add(1)
-			txn = s.db.NewTransaction(true)
-			err = s.apply(txn, op)
 		}
-		if err != nil {
-			return err
-		}
+		return txn.Commit()
+	})
+	if berr := s.broken(); berr != nil {
+		return berr // a panic in Badger
 	}
-	return txn.Commit()
+	return err
 }
 
 func (s *outboxStore) apply(txn *badger.Txn, op storeOp) error {
@@ -483,7 +417,7 @@ func (s *outboxStore) apply(txn *badger.Txn, op storeOp) error {
 // flushDue tells whether enough was written or deleted since the last
 // flush for the next quiet moment to flush; writer only.
 func (s *outboxStore) flushDue() bool {
-	if s.dir == "" || s.broken != nil || s.garbage < outboxFlushAfter || time.Now().Before(s.retryAt) {
+	if s.dir == "" || s.db.Err() != nil || s.garbage < outboxFlushAfter || time.Now().Before(s.retryAt) {
 		return false
 	}
 	// Flatten rewrites every table: only once the garbage is a fair
@@ -493,9 +427,9 @@ func (s *outboxStore) flushDue() bool {
 }
 
 // collectGarbage reclaims the space of deleted and overwritten records;
-// writer only. It mirrors coordinator/store's CollectGarbage (and should
-// become one store package shared by both; it is not yet, as the two
-// differ in their value thresholds and in who calls them).
+// writer only. It decides when, as coordinator/store's CollectGarbage
+// does for the coordinator; how (the flush, Flatten, value-log GC) is
+// protocol/kvstore's, shared by both.
 //
 // A record lives a few minutes: written before it is sent, rewritten
 // when acked, deleted when its done-record's retention ends. Records are
@@ -518,94 +452,76 @@ func (s *outboxStore) collectGarbage(force bool) error {
 	if s.dir == "" {
 		return nil
 	}
-	if s.broken != nil {
-		return s.broken
+	if err := s.broken(); err != nil {
+		return err
 	}
 	if s.garbage > 0 && (force || s.flushDue()) {
 		if err := s.flushMemtable(); err != nil {
 			return err
 		}
 	}
-	for range 16 {
-		err := s.db.RunValueLogGC(0.5)
-		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
-			return nil
+	if _, err := s.db.CollectValueLog(16); err != nil {
+		if berr := s.broken(); berr != nil {
+			return berr
 		}
-		if err != nil {
-			s.warn.Warn("outbox gc", "outbox value-log GC failed; it is tried again later", "err", err)
-			return err
-		}
+		s.warn.Warn("outbox gc", "outbox value-log GC failed; it is tried again later", "err", err)
+		return err
 	}
 	return nil
 }
 
 // flushMemtable writes Badger's memtables to a level-0 table and compacts
-// it into the tree, as coordinator/store's flushMemtable does: Badger v4
-// has no call for this alone, but DropPrefix flushes every memtable (its
-// own flush path: the memtable's log goes only once the table is synced),
-// compacts level 0, then drops the prefix; so a key of a prefix of the
-// store's own is written and that prefix dropped; writer only.
+// the tables (kvstore's FlushMemtable with Flatten, the coordinator's
+// flush plus the compaction that drops the deleted records); writer only.
 //
-// A failed write of that key (a full disk, no file descriptor left) is
-// logged and the flush given up until the next quiet moment: DropPrefix
-// is never called after a failed write. A failed DropPrefix may leave
-// Badger unusable: in v4.9.6, when flushing a memtable fails inside
-// DropPrefix (e.g. "too many open files" creating the table), the
-// memtable it had put in the flush queue stays there while the ones
-// already flushed are released, and when creating the new memtable
-// fails db.mt is left nil; the next DropPrefix or write then dereferences
-// a released skiplist (the coordinator died so in skl.(*Skiplist).findLast
-// under DropPrefix, issue 17). So after one, the store marks itself
-// broken and touches Badger no more (markBroken).
+// A failed write of its key (a full disk, no file descriptor left) or a
+// failed Flatten is logged and the flush given up for outboxFlushRetry:
+// DropPrefix is never called after a failed write. A failed DropPrefix
+// may leave Badger unusable (kvstore's failure.go says how): kvstore then
+// fails the store for good, and it touches Badger no more (broken).
 func (s *outboxStore) flushMemtable() error {
-	key := []byte(outboxFlushPrefix + "memtable")
-	// Synced, like every write: DropPrefix does nothing when no key has
-	// the prefix, so the key must be there first.
-	err := s.injected("write")
-	if err == nil {
-		err = s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, []byte{1}) })
-	}
+	err := s.db.FlushMemtable(true)
 	s.lastWrite = time.Now()
-	if err != nil {
-		s.retryAt = time.Now().Add(outboxFlushRetry)
-		s.warn.Warn("outbox flush", "flushing the outbox's memtable failed; it is tried again later (meanwhile the state folder keeps the space of forgotten results)", "err", err)
-		return fmt.Errorf("flush the outbox memtable: %w", err)
+	if berr := s.broken(); berr != nil {
+		return berr
 	}
-	err = s.injected("drop")
-	if err == nil {
-		err = s.db.DropPrefix([]byte(outboxFlushPrefix))
-	}
-	if err != nil {
-		s.markBroken(err)
-		return s.broken
-	}
-	if err := s.db.Flatten(1); err != nil {
+	switch {
+	case errors.Is(err, kvstore.ErrFlatten):
 		s.retryAt = time.Now().Add(outboxFlushRetry)
 		s.warn.Warn("outbox compaction", "compacting the outbox's tables failed; it is tried again later (meanwhile the state folder keeps the space of forgotten results)", "err", err)
 		return fmt.Errorf("compact the outbox: %w", err)
+	case err != nil:
+		s.retryAt = time.Now().Add(outboxFlushRetry)
+		s.warn.Warn("outbox flush", "flushing the outbox's memtable failed; it is tried again later (meanwhile the state folder keeps the space of forgotten results)", "err", err)
+		return fmt.Errorf("flush the outbox memtable: %w", err)
 	}
 	s.garbage = 0
 	s.flushes.Add(1)
 	return nil
 }
 
-func (s *outboxStore) injected(step string) error {
-	if s.inject == nil {
+// broken is the store's error once Badger failed in a way that may have
+// left it unusable (a failed DropPrefix, a panic in Badger: kvstore's
+// failure latch), else nil. From then on the store touches Badger no
+// more: writes fail with an error that says to restart the agent (the
+// agent keeps their results in memory and sends them), and close does
+// not close the database (Badger's Close would flush the memtables it
+// may have released); the next start opens it from its files and
+// memtable logs. The failure is logged once, at error level.
+func (s *outboxStore) broken() error {
+	fe := s.db.Failure()
+	if fe == nil {
 		return nil
 	}
-	return s.inject(step)
-}
-
-// markBroken stops every use of Badger after an error that may have left
-// it unusable: writes fail with an error that says to restart the agent
-// (the agent keeps their results in memory and sends them), and close
-// does not close the database (Badger's Close would flush the memtables
-// it may have released); the next start opens it from its files and
-// memtable logs. Logged once, at error level.
-func (s *outboxStore) markBroken(cause error) {
-	s.broken = fmt.Errorf("the outbox store in %s failed (%v) and is no longer written: restart the edge agent, which reopens it from disk (results produced meanwhile are kept in memory and sent, but not on disk)", s.dir, cause)
-	s.log.Error("the outbox store failed while flushing its memtable; results are no longer written to the state folder until the edge agent is restarted", "state_dir", s.dir, "err", cause,
-		"what_to_do", "free disk space or file descriptors, then restart the edge agent; it reopens the outbox from disk")
+	s.brokenOnce.Do(func() {
+		what := "the outbox store failed"
+		if fe.Op == "flush" {
+			what += " while flushing its memtable"
+		}
+		s.log.Error(what+"; results are no longer written to the state folder until the edge agent is restarted", "state_dir", s.dir, "err", fe.Err,
+			"what_to_do", "free disk space or file descriptors, then restart the edge agent; it reopens the outbox from disk")
+	})
+	return fmt.Errorf("the outbox store in %s failed (%v) and is no longer written: restart the edge agent, which reopens it from disk (results produced meanwhile are kept in memory and sent, but not on disk)", s.dir, fe.Err)
 }
 
 // collectNow flushes the memtable and collects at once (for tests).
@@ -630,20 +546,9 @@ func (s *outboxStore) close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	s.finished.Wait()
-	if s.broken != nil {
-		return s.broken
+	err := s.db.Close() // leaves a failed Badger alone
+	if berr := s.broken(); berr != nil {
+		return berr
 	}
-	return s.db.Close()
+	return err
 }
-
-// badgerLogger passes Badger's warnings and errors to the agent's log.
-type badgerLogger struct{ log *slog.Logger }
-
-func (l badgerLogger) Errorf(f string, a ...any) {
-	l.log.Error("badger: " + strings.TrimSpace(fmt.Sprintf(f, a...)))
-}
-func (l badgerLogger) Warningf(f string, a ...any) {
-	l.log.Warn("badger: " + strings.TrimSpace(fmt.Sprintf(f, a...)))
-}
-func (l badgerLogger) Infof(string, ...any)  {}
-func (l badgerLogger) Debugf(string, ...any) {}

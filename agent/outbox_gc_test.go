@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bmedge/bmedge/protocol/kvstore"
 )
 
 // stateDirSize is what du counts (allocated blocks) for every file under
@@ -167,22 +169,27 @@ func TestOutboxGCWhenWritingStops(t *testing.T) {
 func TestOutboxFlushFailures(t *testing.T) {
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	s, err := openOutboxStore(dir, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { s.close() }()
-	// The injected failures, set before the writer's first flush (the
-	// writer reads fail; steps lists the flush steps it went through).
+	// The injected failures (the writer reads fail; steps lists the
+	// flush steps it went through: its key's write and DropPrefix, which
+	// kvstore calls "flush").
 	var mu sync.Mutex
 	var steps []string
 	fail := map[string]error{"write": errors.New("injected: no space left on device")}
-	s.inject = func(step string) error {
+	faults := kvstore.FaultsFunc(func(op string) error {
+		step := map[string]string{"write": "write", "flush": "drop"}[op]
+		if step == "" {
+			return nil
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		steps = append(steps, step)
 		return fail[step]
+	})
+	s, err := openOutboxStore(dir, log, kvstore.WithFaults(faults))
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer func() { s.close() }()
 	took := func() string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -241,11 +248,9 @@ func TestOutboxFlushFailures(t *testing.T) {
 	if err := s.close(); err == nil {
 		t.Fatal("close of a broken store reported no error")
 	}
-	// What the process's exit does to Badger's directory lock in real
-	// life (close left the database open).
-	if err := s.db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	// A real failure leaves Badger open at close (the process's exit
+	// then releases its directory lock); an injected one leaves it
+	// sound, and kvstore's Close closes it, so it opens again here.
 	if s, err = openOutboxStore(dir, log); err != nil {
 		t.Fatalf("reopening after the store broke: %v", err)
 	}

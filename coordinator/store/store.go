@@ -8,12 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/bmedge/bmedge/protocol/kvstore"
 )
 
 // Key prefixes.
@@ -29,20 +30,16 @@ const (
 	ReachPrefix = "r/"
 )
 
-// Store is the Badger database.
+// Store is the Badger database (protocol/kvstore: encrypted at rest,
+// behind the failure latch).
 type Store struct {
-	db  *badger.DB
+	db  *kvstore.DB
 	log *slog.Logger
 	// large counts the bytes of values written to the value log, so that
 	// callers can collect garbage by volume written, not only by time.
 	large atomic.Int64
 	// lastCommit is when the last Commit ended (UnixNano).
 	lastCommit atomic.Int64
-	// writes is held for reading by Commit and for writing by whatever
-	// calls Badger's DropPrefix (flushMemtable, DeletePrefix): DropPrefix
-	// refuses the writes that arrive while it runs (ErrBlockedWrites), so
-	// they wait here instead.
-	writes sync.RWMutex
 
 	// gc serializes garbage collection and guards what follows.
 	gc sync.Mutex
@@ -56,15 +53,6 @@ type Store struct {
 
 	// parts is how many transactions the last Commit took (for tests).
 	parts int
-
-	// failure is the store's first failure; failed is closed with it
-	// (failure.go). faults are a test's injected failures (nil in
-	// production).
-	failure atomic.Pointer[FailedError]
-	failed  chan struct{}
-	faults  Faults
-	// current is the write that runs (its Op), for errors Badger logs.
-	current atomic.Pointer[string]
 }
 
 // Sizes of the database's parts; see Open for why.
@@ -92,15 +80,12 @@ const (
 	quietFor = time.Second
 	// flushPrefix is the prefix of the key that flushMemtable writes and
 	// drops. '~' sorts after every other prefix, so no table holds it.
-	flushPrefix = "~flush/"
+	flushPrefix = kvstore.FlushPrefix
 )
 
-// KeyRotation is how often Badger starts a new data key. Data keys
-// encrypt the files and are themselves encrypted with the key from
-// LoadKey in the key registry, which grows by one key (~60 bytes) per
-// rotation: weekly bounds how much data one data key covers at ~3 KB of
-// registry a year.
-const KeyRotation = 7 * 24 * time.Hour
+// KeyRotation is how often Badger starts a new data key (see
+// kvstore.KeyRotation).
+const KeyRotation = kvstore.KeyRotation
 
 // Open opens (creating if needed) the database in dir, encrypted at rest
 // with key (KeySize bytes, from LoadKey). Every commit is synced to disk:
@@ -119,14 +104,9 @@ func Open(dir string, key []byte, log *slog.Logger, opt ...Option) (*Store, erro
 
 // open is Open with a hook that lets tests shrink Badger's sizes.
 func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) badger.Options, opt ...Option) (*Store, error) {
-	var o options
-	for _, f := range opt {
-		f(&o)
-	}
 	if len(key) != KeySize {
 		return nil, fmt.Errorf("open database in %s: the encryption key has %d bytes, want %d (use store.LoadKey)", dir, len(key), KeySize)
 	}
-	privateUmask()
 	// Space is reclaimed in two ways (docs/benchmarks.md, "Soak", has the
 	// measurements behind these numbers). Values under ValueThreshold
 	// (history entries, small records) live in the LSM tree, where
@@ -147,41 +127,38 @@ func open(dir string, key []byte, log *slog.Logger, tweak func(badger.Options) b
 	// flush when writing stops, the value log at rest held 8–25 MB for
 	// 1 MB of live values. Each file ever written keeps a 16-byte slot in
 	// Badger's DISCARD file (~0.3 bytes per node deployed and undeployed).
-	// The logger learns of the store once it is open: an error Badger
-	// logs from its own goroutines then fails the store.
-	bl := &badgerLogger{log: log}
-	opts := badger.DefaultOptions(dir).
-		WithSyncWrites(true).
-		WithLogger(bl).
-		WithMemTableSize(memTableSize).
-		WithNumMemtables(2).
-		WithNumLevelZeroTables(1).
-		WithValueLogFileSize(ValueLogFileSize).
-		WithValueLogMaxEntries(valueLogMaxEntries).
-		WithBlockCacheSize(16 << 20).
-		// Encryption needs the index cache: decrypted table indexes live
-		// there instead of in the mmapped files.
-		WithIndexCacheSize(16 << 20).
-		WithNumCompactors(2).
-		WithValueThreshold(ValueThreshold).
-		WithEncryptionKey(key).
-		WithEncryptionKeyRotationDuration(KeyRotation)
-	if tweak != nil {
-		opts = tweak(opts)
-	}
-	db, err := badger.Open(opts)
-	if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
-		if unencrypted(dir) {
-			return nil, errUnencrypted(dir)
-		}
-		return nil, fmt.Errorf("open database in %s: the key file is not the key this database was encrypted with; restore the data folder's original db.key from your backup (the database cannot be read without it)", dir)
-	}
+	// An error Badger logs from its own goroutines fails the store
+	// (kvstore's FailOnLoggedErrors), as does every failed write.
+	db, err := kvstore.Open(kvstore.Config{
+		Dir:                dir,
+		Key:                key,
+		Log:                log,
+		Names:              names,
+		What:               "database",
+		KeyMismatch:        fmt.Sprintf("open database in %s: the key file is not the key this database was encrypted with; restore the data folder's original db.key from your backup (the database cannot be read without it)", dir),
+		FatalWrites:        true,
+		FailOnLoggedErrors: true,
+		Tune: func(opts badger.Options) badger.Options {
+			opts = opts.
+				WithMemTableSize(memTableSize).
+				WithNumMemtables(2).
+				WithNumLevelZeroTables(1).
+				WithValueLogFileSize(ValueLogFileSize).
+				WithValueLogMaxEntries(valueLogMaxEntries).
+				WithBlockCacheSize(16 << 20).
+				WithIndexCacheSize(16 << 20).
+				WithNumCompactors(2).
+				WithValueThreshold(ValueThreshold)
+			if tweak != nil {
+				opts = tweak(opts)
+			}
+			return opts
+		},
+	}, opt...)
 	if err != nil {
-		return nil, fmt.Errorf("open database in %s: %w (is another coordinator using this --data-dir?)", dir, err)
+		return nil, err
 	}
-	s := &Store{db: db, log: log, failed: make(chan struct{}), faults: o.faults}
-	bl.store.Store(s)
-	return s, nil
+	return &Store{db: db, log: log}, nil
 }
 
 // Close flushes and closes the database. A failed store is left as it is
@@ -197,15 +174,9 @@ func (s *Store) Close() error {
 		s.pending = nil
 	}
 	s.gc.Unlock()
-	s.writes.Lock()
-	defer s.writes.Unlock()
-	if fe := s.failure.Load(); fe != nil && fe.injected {
-		// A test's injected failure: Badger is sound, and the test
-		// opens the folder again in the same process.
-		_ = s.db.Close()
-		return fe
-	}
-	return s.badger("close", true, s.db.Close)
+	// (A test's injected failure leaves Badger sound: kvstore closes
+	// it, and the test opens the folder again in the same process.)
+	return s.db.Close()
 }
 
 // Batch collects writes for one commit.
@@ -235,11 +206,9 @@ func (s *Store) Commit(b *Batch) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	s.writes.RLock()
-	defer s.writes.RUnlock()
 	defer s.lastCommit.Store(time.Now().UnixNano())
-	return s.badger("write", true, func() error {
-		txn := s.db.NewTransaction(true)
+	return s.db.Write("write", func(db *badger.DB) error {
+		txn := db.NewTransaction(true)
 		defer func() { txn.Discard() }()
 		s.parts = 1
 		for i, k := range b.keys {
@@ -249,7 +218,7 @@ func (s *Store) Commit(b *Batch) error {
 					return fmt.Errorf("commit: %w", err)
 				}
 				s.parts++
-				txn = s.db.NewTransaction(true)
+				txn = db.NewTransaction(true)
 				err = s.set(txn, k, b.vals[i])
 			}
 			if err != nil {
@@ -343,7 +312,7 @@ func (s *Store) Keys(prefix, after string, fn func(key string) bool) error {
 // view runs fn in a read-only transaction; a panic fails the store, and
 // a failed store is not read (Badger's reads can crash after a failure).
 func (s *Store) view(fn func(txn *badger.Txn) error) error {
-	return s.badger("read", false, func() error { return s.db.View(fn) })
+	return s.db.View(fn)
 }
 
 // CollectGarbage reclaims space in the value log: Badger rewrites each
@@ -380,46 +349,11 @@ func (s *Store) CollectGarbage() (rewritten int, err error) {
 	return s.collect()
 }
 
-// collect runs Badger's value-log GC until no file qualifies; s.gc held.
+// collect runs Badger's value-log GC until no file qualifies, at most
+// 64 rounds (kvstore's CollectValueLog: each round with commits held
+// off); s.gc held.
 func (s *Store) collect() (rewritten int, err error) {
-	// Bounded, so that a database written faster than it is collected
-	// cannot keep the caller here forever; the next run goes on.
-	for rewritten < 64 {
-		err := s.valueLogGC()
-		switch {
-		case errors.Is(err, badger.ErrNoRewrite), errors.Is(err, badger.ErrRejected):
-			// Nothing (more) to reclaim, or a GC already runs or the
-			// database is closing.
-			return rewritten, nil
-		case err != nil:
-			return rewritten, err // the store's failure
-		}
-		rewritten++
-	}
-	return rewritten, nil
-}
-
-// valueLogGC runs one round of Badger's value-log GC with commits held
-// off: Badger v4.9.6's rewrite reads the memtable's max version without
-// its lock (DB.MaxVersion, added with the fix for deleted keys coming
-// back after GC), which races with a concurrent write (the race detector
-// caught it in TestWANImpaired). One round rewrites one file, so commits
-// wait a few milliseconds at most.
-func (s *Store) valueLogGC() error {
-	s.writes.Lock()
-	defer s.writes.Unlock()
-	var benign error
-	err := s.badger("value log GC", true, func() error {
-		err := s.db.RunValueLogGC(0.5)
-		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
-			benign, err = err, nil
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return benign
+	return s.db.CollectValueLog(64)
 }
 
 // flushWhenQuiet flushes the memtable when flushAfter bytes went to the
@@ -471,79 +405,12 @@ func (s *Store) later() {
 // is as durable as Badger's own: the memtable's write-ahead log is
 // removed only once its table is written and synced.
 func (s *Store) flushMemtable() error {
-	s.writes.Lock()
-	defer s.writes.Unlock()
-	key := []byte(flushPrefix + "memtable")
-	// Synced, like every write: DropPrefix does nothing when no key has
-	// the prefix, so the key must be there first.
-	// Each call checks first that the store has not failed: a DropPrefix
-	// after a failed one is what crashed (failure.go).
-	err := s.badger("write", true, func() error {
-		return s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, []byte{1}) })
-	})
-	if err != nil {
-		return err
-	}
-	return s.badger("flush", true, func() error { return s.db.DropPrefix([]byte(flushPrefix)) })
+	// Commits wait meanwhile; a DropPrefix after a failed one is what
+	// crashed (kvstore's failure.go), so the latch is checked first.
+	return s.db.FlushMemtable(false)
 }
 
 // DeletePrefix removes every key under prefix. Commits wait while it runs.
 func (s *Store) DeletePrefix(prefix string) error {
-	s.writes.Lock()
-	defer s.writes.Unlock()
-	return s.badger("drop", true, func() error { return s.db.DropPrefix([]byte(prefix)) })
+	return s.db.DropPrefix(prefix)
 }
-
-// badgerLogger takes Badger's log lines into the coordinator's log. An
-// error Badger logs once the store is open fails the store: some come
-// from Badger's own goroutines, where no caller hears of them (a memtable
-// flush that fails is retried every second, forever, while writes pile
-// up behind it until they block). Once the store has failed, Badger's
-// lines (that retry, mostly) go to the debug level: the store's failure
-// is the line that matters.
-type badgerLogger struct {
-	log   *slog.Logger
-	store atomic.Pointer[Store]
-}
-
-func (l *badgerLogger) Errorf(f string, a ...any) {
-	msg := strings.TrimSpace(fmt.Sprintf(f, a...))
-	s := l.store.Load()
-	if s != nil && s.failure.Load() != nil {
-		l.log.Debug("badger: " + msg)
-		return
-	}
-	l.log.Error("badger: " + msg)
-	if s != nil {
-		op := "background write"
-		if cur := s.current.Load(); cur != nil {
-			op = *cur
-		} else if strings.Contains(msg, "flush") {
-			op = "background flush"
-		}
-		s.fail(op, errors.New(msg))
-	}
-}
-
-// Warningf: a warning that names a failure of the system (a compaction
-// that cannot open a file: "too many open files") fails the store too.
-// Badger retries such a compaction at once, forever (~20 lines a
-// second), and the memtable flushes behind it soon block writes.
-func (l *badgerLogger) Warningf(f string, a ...any) {
-	msg := strings.TrimSpace(fmt.Sprintf(f, a...))
-	s := l.store.Load()
-	if s != nil && s.failure.Load() != nil {
-		l.log.Debug("badger: " + msg)
-		return
-	}
-	l.log.Warn("badger: " + msg)
-	if s != nil && systemFailure(msg) != "" {
-		op := "background write"
-		if strings.Contains(msg, "ompact") {
-			op = "compaction"
-		}
-		s.fail(op, errors.New(msg))
-	}
-}
-func (l *badgerLogger) Infof(string, ...any)  {}
-func (l *badgerLogger) Debugf(string, ...any) {}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package store
+package kvstore
 
 import "syscall"
 
@@ -12,8 +12,8 @@ import "syscall"
 // umask restored after Open, or a chmod after the fact, would leave files
 // readable by others, at least for a moment. The umask is the one place
 // that covers every file Badger will ever create. It also covers every
-// other file the coordinator process writes, which is what a process that
-// holds BMC passwords wants anyway. A stricter umask is kept as it is.
+// other file the process writes, which is what a process that holds BMC
+// passwords wants anyway. A stricter umask is kept as it is.
 func privateUmask() {
 	old := syscall.Umask(0o077)
 	syscall.Umask(old | 0o077)

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package agent
+package kvstore
 
 // privateUmask has nothing to do where there is no umask.
 func privateUmask() {}

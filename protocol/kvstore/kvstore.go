@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -296,13 +297,7 @@ type logger struct {
 }
 
 func (l *logger) Errorf(f string, a ...any) {
-	msg := strings.TrimSpace(fmt.Sprintf(f, a...))
-	d := l.db.Load()
-	if d != nil && d.failure.Load() != nil {
-		l.log.Debug("badger: " + msg)
-		return
-	}
-	l.log.Error("badger: " + msg)
+	msg, d := l.line(slog.LevelError, f, a)
 	if d != nil && l.failOnErrors {
 		op := "background write"
 		if cur := d.current.Load(); cur != nil {
@@ -320,13 +315,7 @@ func (l *logger) Errorf(f string, a ...any) {
 // (~20 lines a second), and the memtable flushes behind it soon block
 // writes.
 func (l *logger) Warningf(f string, a ...any) {
-	msg := strings.TrimSpace(fmt.Sprintf(f, a...))
-	d := l.db.Load()
-	if d != nil && d.failure.Load() != nil {
-		l.log.Debug("badger: " + msg)
-		return
-	}
-	l.log.Warn("badger: " + msg)
+	msg, d := l.line(slog.LevelWarn, f, a)
 	if d != nil && l.failOnErrors && systemFailure(msg) != "" {
 		op := "background write"
 		if strings.Contains(msg, "ompact") {
@@ -335,5 +324,19 @@ func (l *logger) Warningf(f string, a ...any) {
 		d.fail(op, errors.New(msg))
 	}
 }
+
+// line logs Badger's line at level, or at debug level once the store
+// has failed; it returns the line and the store while it is sound.
+func (l *logger) line(level slog.Level, f string, a []any) (string, *DB) {
+	msg := strings.TrimSpace(fmt.Sprintf(f, a...))
+	d := l.db.Load()
+	if d != nil && d.failure.Load() != nil {
+		l.log.Debug("badger: " + msg)
+		return msg, nil
+	}
+	l.log.Log(context.Background(), level, "badger: "+msg)
+	return msg, d
+}
+
 func (l *logger) Infof(string, ...any)  {}
 func (l *logger) Debugf(string, ...any) {}

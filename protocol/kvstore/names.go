@@ -26,30 +26,15 @@ type Names struct {
 	Unencrypted string
 }
 
-func (n Names) program() string {
-	if n.Program == "" {
-		return "program"
-	}
-	return n.Program
-}
+func (n Names) program() string  { return or(n.Program, "program") }
+func (n Names) dirFlag() string  { return or(n.DirFlag, "its data folder") }
+func (n Names) keyFile() string  { return or(n.KeyFile, "database key file") }
+func (n Names) database() string { return or(n.Database, "the database") }
 
-func (n Names) dirFlag() string {
-	if n.DirFlag == "" {
-		return "its data folder"
+// or is s, or def when s is "".
+func or(s, def string) string {
+	if s == "" {
+		return def
 	}
-	return n.DirFlag
-}
-
-func (n Names) keyFile() string {
-	if n.KeyFile == "" {
-		return "database key file"
-	}
-	return n.KeyFile
-}
-
-func (n Names) database() string {
-	if n.Database == "" {
-		return "the database"
-	}
-	return n.Database
+	return s
 }

@@ -93,7 +93,7 @@ const KeyRotation = kvstore.KeyRotation
 //
 // Open makes the process's umask private (077) for good, so that every
 // file Badger creates now and later is 0600 and every folder 0700; see
-// privateUmask. An existing database written without encryption is
+// protocol/kvstore's privateUmask. An existing database written without encryption is
 // refused with an error that says what to do.
 //
 // Any error of Badger while writing, and any panic in Badger, fails the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,7 +109,7 @@ func (a *Agent) serveMetrics(ctx context.Context) error {
 			"use --metrics-listen 127.0.0.1:PORT and scrape from this machine, or add --metrics-listen-any to serve them to whoever reaches the address",
 			a.cfg.MetricsListen)
 	}
-	if !a.cfg.MetricsListenAny && !loopbackAddr(a.cfg.MetricsListen) {
+	if !a.cfg.MetricsListenAny && !netbudget.LoopbackAddr(a.cfg.MetricsListen) {
 		return refuse()
 	}
 	ln, err := net.Listen("tcp", a.cfg.MetricsListen)
@@ -141,19 +140,4 @@ func (a *Agent) serveMetrics(ctx context.Context) error {
 	}()
 	a.log.Info("metrics served", "url", "http://"+a.metricsAddr+"/metrics")
 	return nil
-}
-
-// loopbackAddr reports whether a listen address is on loopback only:
-// 127.0.0.0/8, ::1 or localhost. An empty host (":9101") is every
-// interface, so it is not.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // An agent refuses --metrics-listen on anything but loopback, before it
@@ -21,7 +23,7 @@ func TestMetricsListenLoopbackOnly(t *testing.T) {
 		}
 	}
 	for _, addr := range []string{"127.0.0.1:9101", "[::1]:9101", "localhost:9101", "LocalHost:0"} {
-		if !loopbackAddr(addr) {
+		if !netbudget.LoopbackAddr(addr) {
 			t.Errorf("%s is loopback", addr)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -218,25 +217,10 @@ func storeFailed(co *server.Coordinator) error {
 // says --mqtt-insecure: site passwords, BMC passwords (in commands) and
 // ramdisk credentials cross it. Like --auth none off loopback.
 func plainMQTTCheck(o *serveOptions) error {
-	if o.brokerURL != "" || o.tlsCert != "" || o.mqttInsecure || loopbackAddr(o.mqttListen) {
+	if o.brokerURL != "" || o.tlsCert != "" || o.mqttInsecure || netbudget.LoopbackAddr(o.mqttListen) {
 		return nil
 	}
 	return fmt.Errorf("refusing to serve plain MQTT on %s: site passwords, BMC passwords and ramdisk credentials would cross the network "+
 		"in the clear. Add --tls-cert FILE --tls-key FILE (the broker then speaks mqtts; 'coordinator certs' makes a lab pair), "+
 		"or listen on loopback (--mqtt-listen 127.0.0.1:1883), or, on a lab network nobody else can reach, say --mqtt-insecure", o.mqttListen)
-}
-
-// loopbackAddr reports whether a listen address is on loopback only
-// (127.0.0.0/8, ::1, localhost); an empty host (":1883") is every
-// interface, and a host name other than localhost may resolve anywhere.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

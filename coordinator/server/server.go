@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -278,7 +277,7 @@ func apiSecurity(o Options) (*api.BasicAuth, *tls.Config, error) {
 		if o.HTPasswd != "" {
 			return nil, nil, fmt.Errorf("--htpasswd is given but --auth is none, so nobody would be asked for a password; add --auth http_basic")
 		}
-		if !loopbackListen(o.APIListen) {
+		if !netbudget.LoopbackAddr(o.APIListen) {
 			return nil, nil, noAuthError(o.APIListen)
 		}
 	case "http_basic":
@@ -304,21 +303,6 @@ func apiSecurity(o Options) (*api.BasicAuth, *tls.Config, error) {
 		return nil, nil, fmt.Errorf("cannot load the API's TLS certificate --tls-cert %s --tls-key %s: %w", o.TLSCert, o.TLSKey, err)
 	}
 	return auth, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, nil
-}
-
-// loopbackListen reports whether a listen address is on loopback only:
-// 127.0.0.0/8, ::1 or localhost. An empty host (":6385") is every
-// interface, so it is not.
-func loopbackListen(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func noAuthError(addr string) error {

@@ -2,6 +2,8 @@ package netbudget
 
 import (
 	"errors"
+	"net"
+	"strings"
 	"sync"
 )
 
@@ -44,4 +46,20 @@ func SetDefaultReserve(reserve int) error {
 	}
 	process.pool = p
 	return nil
+}
+
+// LoopbackAddr reports whether a listen address (host:port) is on
+// loopback only: 127.0.0.0/8, ::1 or localhost. An empty host (":6385")
+// is every interface, and a host name other than localhost may resolve
+// anywhere, so neither is.
+func LoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -2,8 +2,18 @@ package agent
 
 import (
 	"context"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
 	"time"
+
+	"github.com/bmedge/bmedge/agent/imagecache"
+	"github.com/bmedge/bmedge/protocol/imagechecksum"
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
@@ -54,11 +64,7 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 		return nil, fmt.Errorf("the ramdisk has no step %s.%s", step.Interface, name)
 	}
 	if name == "write_image" {
-		s, _ := step.Args["image_source"].(string)
-		if s == "" {
-			return nil, fmt.Errorf("write_image needs image_source")
-		}
-		if err := r.a.simFetchImage(ctx, s, step.Args); err != nil {
+		if err := r.a.simWriteImage(ctx, step.Args); err != nil {
 			return nil, err
 		}
 	}
@@ -121,5 +127,102 @@ func (t agentTransport) Publish(ctx context.Context, topic string, payload []byt
 		return err
 	}
 	t.a.fromRamdisk(topic, payload)
+	return nil
+}
+
+// simWriteImage is a simulated ramdisk's write_image up to the disk. On a
+// site with an image cache (make run's, the benchmark's) it does what the
+// real ramdisk (ramdisk/steps, ramdisk/image) does where an operator can
+// see it: it needs image_source and a sha256 or sha512 checksum, downloads
+// the image (from the site cache, when the agent took the image through
+// it, else from its origin) and verifies it; each refusal or failure is
+// the step's error, so the deploy's last_error. On a site without an
+// image cache (the test rigs, make soak) the simulated nodes have no
+// network: the image is not fetched.
+func (a *Agent) simWriteImage(ctx context.Context, args map[string]any) error {
+	src, _ := args["image_source"].(string)
+	if src == "" {
+		return errors.New("write_image needs instance_info/image_source")
+	}
+	if a.cache == nil {
+		return nil
+	}
+	// The ramdisk's rule on checksums (ramdisk/steps writeImage and
+	// ramdisk/image checksumSetup): os_hash_value wins over
+	// image_checksum; one is required; sha256 or sha512 only.
+	sum, _ := args["image_os_hash_value"].(string)
+	algo, _ := args["image_os_hash_algo"].(string)
+	if sum == "" {
+		sum, _ = args["image_checksum"].(string)
+		algo = ""
+	}
+	digest := strings.TrimSpace(sum)
+	if _, d, ok := strings.Cut(digest, ":"); ok {
+		digest = strings.TrimSpace(d)
+	}
+	if digest == "" {
+		return errors.New("no image checksum given; pass the image's sha256 or sha512 (Ironic image_checksum / os_hash_value)")
+	}
+	c, err := imagechecksum.ParseDigest(sum, algo)
+	if err != nil {
+		return err
+	}
+	switch c.Algo {
+	case imagechecksum.SHA256, imagechecksum.SHA512:
+	case imagechecksum.MD5:
+		return fmt.Errorf("image checksum %q is md5, which is not supported; give a sha256 or sha512 digest", sum)
+	default:
+		return fmt.Errorf("checksum algorithm %q is not supported; use sha256 or sha512", c.Algo)
+	}
+	if strings.HasPrefix(src, a.cache.base) {
+		return a.simFetchImage(ctx, src, args)
+	}
+	return simFetchOrigin(ctx, src, imagecache.Checksum{Algo: c.Algo, Hex: c.Hex})
+}
+
+// simClient fetches images from their origin as the ramdisk's client does.
+var simClient = &http.Client{Transport: &http.Transport{
+	Proxy:                 http.ProxyFromEnvironment,
+	DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	TLSHandshakeTimeout:   30 * time.Second,
+	ResponseHeaderTimeout: 60 * time.Second,
+	DisableCompression:    true,
+}}
+
+// simFetchOrigin downloads an image that did not go through the site
+// cache from its origin and verifies it, with the ramdisk's messages.
+func simFetchOrigin(ctx context.Context, src string, sum imagecache.Checksum) error {
+	shown := imagecache.Redact(src)
+	if !strings.HasPrefix(src, "http://") && !strings.HasPrefix(src, "https://") {
+		return fmt.Errorf("image URL %q is not http:// or https://; give an HTTP(S) URL", shown)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
+	if err != nil {
+		return fmt.Errorf("invalid image URL %q", shown)
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := simClient.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // *url.Error quotes the full URL
+		}
+		return fmt.Errorf("cannot download image %s: %w; check that the image server is reachable", shown, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cannot download image %s: server answered %s, want 200 OK; check the image URL", shown, resp.Status)
+	}
+	h := imagecache.NewHash(sum)
+	n, err := io.Copy(h, resp.Body)
+	if err != nil {
+		return fmt.Errorf("image download from %s was cut after %d bytes (%w)", shown, n, err)
+	}
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return fmt.Errorf("image %s is truncated: %d of %d bytes", shown, n, resp.ContentLength)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sum.Hex {
+		return fmt.Errorf("checksum mismatch for %s: expected %s %s, actual %s %s; fix the image or its checksum and deploy again", shown, sum.Algo, sum.Hex, sum.Algo, got)
+	}
 	return nil
 }

@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// TestSimWriteImage: on a site with an image cache, a simulated ramdisk's
+// write_image fetches the image as the real ramdisk does and fails the
+// step, with an error that says why, on a bad URL, a checksum mismatch or
+// no checksum; without an image cache it fetches nothing.
+func TestSimWriteImage(t *testing.T) {
+	img := []byte(strings.Repeat("bmedge simulated image ", 50000))
+	var served atomic.Int64
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/good.raw" {
+			http.NotFound(w, r)
+			return
+		}
+		served.Add(1)
+		_, _ = w.Write(img)
+	}))
+	t.Cleanup(origin.Close)
+	h := sha256.Sum256(img)
+	sum := "sha256:" + hex.EncodeToString(h[:])
+	wrong := "sha256:" + strings.Repeat("0", 64)
+	// A port nothing listens on: bound, then closed.
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL + "/gone.raw"
+	dead.Close()
+
+	a := New(Config{Site: "s1", Cache: ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30}})
+	stop, err := a.startImageCache(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	r := &simRunner{a: a, node: "n1"}
+	// run is the step as the agent hands it to the ramdisk (imageArgs).
+	run := func(args map[string]any) error {
+		m := a.imageArgs(writeImageCmd(args))
+		_, err := r.Run(context.Background(), *m.Step, func(float64, string) {})
+		return err
+	}
+
+	if err := run(map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": sum}); err != nil {
+		t.Fatalf("good image through the cache: %v", err)
+	}
+	if served.Load() != 1 {
+		t.Fatalf("origin served the image %d times, want 1 (through the cache)", served.Load())
+	}
+	for _, c := range []struct {
+		name string
+		args map[string]any
+		want []string
+	}{
+		{"unreachable origin", map[string]any{"image_source": deadURL, "image_checksum": sum},
+			[]string{"site cache answered", "connection refused"}},
+		{"not found at the origin", map[string]any{"image_source": origin.URL + "/missing.raw", "image_checksum": sum},
+			[]string{"site cache answered", "404"}},
+		{"checksum mismatch", map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": wrong},
+			[]string{"checksum mismatch"}},
+		{"no checksum", map[string]any{"image_source": origin.URL + "/good.raw"},
+			[]string{"no image checksum given"}},
+		{"no checksum, bad URL", map[string]any{"image_source": deadURL},
+			[]string{"no image checksum given"}},
+		{"md5", map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": "md5:" + strings.Repeat("a", 32)},
+			[]string{"md5, which is not supported"}},
+		{"no image_source", map[string]any{"image_checksum": sum},
+			[]string{"needs instance_info/image_source"}},
+	} {
+		err := run(c.args)
+		if err == nil {
+			t.Errorf("%s: write_image succeeded", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not say %q", c.name, err, w)
+			}
+		}
+	}
+
+	// An image the agent did not take through the cache (here: handed to
+	// the ramdisk as is) is fetched from its origin and verified.
+	direct := func(args map[string]any) error {
+		_, err := r.Run(context.Background(), *writeImageCmd(args).Step, func(float64, string) {})
+		return err
+	}
+	before := served.Load()
+	if err := direct(map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": sum}); err != nil {
+		t.Fatalf("good image from its origin: %v", err)
+	}
+	if served.Load() != before+1 {
+		t.Errorf("origin not asked for the image (served %d, was %d)", served.Load(), before)
+	}
+	for _, c := range []struct {
+		name string
+		args map[string]any
+		want string
+	}{
+		{"unreachable", map[string]any{"image_source": deadURL, "image_checksum": sum}, "connection refused"},
+		{"404", map[string]any{"image_source": origin.URL + "/missing.raw", "image_checksum": sum}, "404 Not Found"},
+		{"mismatch", map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": wrong}, "checksum mismatch"},
+		{"not http", map[string]any{"image_source": "file:///img.raw", "image_checksum": sum}, "not http:// or https://"},
+	} {
+		if err := direct(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("origin, %s: error %v, want one saying %q", c.name, err, c.want)
+		}
+	}
+
+	// No image cache: the simulated nodes have no network.
+	plain := &simRunner{a: New(Config{Site: "s2"}), node: "n2"}
+	m := writeImageCmd(map[string]any{"image_source": deadURL})
+	if _, err := plain.Run(context.Background(), *m.Step, func(float64, string) {}); err != nil {
+		t.Errorf("site without an image cache: %v", err)
+	}
+}

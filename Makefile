@@ -7,8 +7,10 @@ export GOFLAGS := -buildvcs=false
 build:
 	$(GO) build -o bin/ ./coordinator/cmd/coordinator ./agent/cmd/agent
 
-# The coordinator with its embedded broker and Badger, plus a simulated site of 8 nodes.
+# The coordinator with its embedded broker and Badger, plus a simulated site of 8 nodes
+# with its image cache, and the image server of the walk-through's image.
 run: build
+	$(GO) build -o bin/ ./scripts/imageserver
 	scripts/run.sh
 
 # A lab of real BMCs: the coordinator, a real-mode edge agent, a QEMU VM

@@ -71,20 +71,14 @@ func TestReadmeWalkthrough(t *testing.T) {
 	if err := os.MkdirAll(run, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// The programs of make run (Makefile: build and run).
-	build := exec.Command("go", "build", "-o", bin+"/", "./coordinator/cmd/coordinator", "./agent/cmd/agent", "./scripts/imageserver")
-	build.Dir = root
-	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	buildRunPrograms(t, root, bin)
 	if err := os.Symlink(filepath.Join(root, "docs"), filepath.Join(dir, "docs")); err != nil {
 		t.Fatal(err)
 	}
 	api := testrig.FreeAddr(t)
 	env := append(os.Environ(), "RUN="+run, "BIN="+bin, "API="+api, "MQTT="+testrig.FreeAddr(t),
 		"IMAGE_CACHE="+testrig.FreeAddr(t), "IMAGE_SERVER="+testrig.FreeAddr(t))
-	site := startRunSh(t, filepath.Join(root, "scripts", "run.sh"), env)
+	site, _ := startRunSh(t, filepath.Join(root, "scripts", "run.sh"), env)
 
 	// Each line runs in a shell of its own, after the files sourced by
 	// the lines before it (". build/run/image.env").
@@ -141,12 +135,76 @@ func TestReadmeWalkthrough(t *testing.T) {
 	}
 }
 
-// startRunSh starts scripts/run.sh as make run does and waits for its
-// banner; the test's end stops it (SIGTERM: run.sh stops what it started)
-// and then kills whatever is left of its process group.
-func startRunSh(t *testing.T, script string, env []string) *syncBuffer {
+// buildRunPrograms builds the programs of make run (Makefile: build and
+// run) into bin.
+func buildRunPrograms(t *testing.T, root, bin string) {
 	t.Helper()
-	out := &syncBuffer{}
+	build := exec.Command("go", "build", "-o", bin+"/", "./coordinator/cmd/coordinator", "./agent/cmd/agent", "./scripts/imageserver")
+	build.Dir = root
+	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+}
+
+// TestRunShOtherPorts: make run started again on other ports, with the
+// state of the first run, keeps site1 online: run.sh re-issues the
+// site's credentials for the new broker (the first run's name the old
+// one, where nothing listens any more), says so, and the site's edge
+// agent verifies a node's BMC.
+func TestRunShOtherPorts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts make run twice")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	run := filepath.Join(dir, "run")
+	buildRunPrograms(t, root, bin)
+	start := func(name string) (api string, out *syncBuffer, stop func()) {
+		api = testrig.FreeAddr(t)
+		env := append(os.Environ(), "RUN="+run, "BIN="+bin, "API="+api, "MQTT="+testrig.FreeAddr(t),
+			"IMAGE_CACHE="+testrig.FreeAddr(t), "IMAGE_SERVER="+testrig.FreeAddr(t))
+		out, stop = startRunSh(t, filepath.Join(root, "scripts", "run.sh"), env)
+		t.Logf("%s run.sh:\n%s", name, out)
+		return api, out, stop
+	}
+	_, first, stop := start("first")
+	stop()
+	if !strings.Contains(first.String(), "site1: registered") {
+		t.Fatalf("first run did not register site1:\n%s", first)
+	}
+	api, second, _ := start("second")
+	if !strings.Contains(second.String(), "re-issued them (coordinator site rotate site1)") {
+		t.Errorf("second run on another broker port does not say it re-issued site1's credentials:\n%s", second)
+	}
+	cli := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "coordinator"), args...)
+		cmd.Env = append(os.Environ(), "COORDINATOR_URL=http://"+api)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := cli("node", "create", "--name", "n1", "--driver", "fake", "--site", "site1"); err != nil {
+		t.Fatalf("node create: %v\n%s", err, out)
+	}
+	if out, err := cli("node", "manage", "n1", "--wait"); err != nil {
+		b, _ := os.ReadFile(filepath.Join(run, "agent.log"))
+		t.Fatalf("site1 is not online after make run on other ports: node manage: %v\n%s\nrun.sh:\n%s\nagent.log:\n%s", err, out, second, b)
+	}
+}
+
+// startRunSh starts scripts/run.sh as make run does and waits for its
+// banner. stop (also run at the test's end) stops it as Ctrl-C does
+// (SIGTERM: run.sh stops what it started), waits for it, and kills
+// whatever is left of its process group.
+func startRunSh(t *testing.T, script string, env []string) (out *syncBuffer, stop func()) {
+	t.Helper()
+	out = &syncBuffer{}
 	cmd := exec.Command("bash", script)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = out, out
@@ -156,30 +214,31 @@ func startRunSh(t *testing.T, script string, env []string) *syncBuffer {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			t.Errorf("run.sh did not stop within 15 s of SIGTERM:\n%s", out.String())
-		}
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		if t.Failed() {
-			t.Logf("run.sh:\n%s", out.String())
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Errorf("run.sh did not stop within 15 s of SIGTERM:\n%s", out)
+			}
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		})
+	}
+	t.Cleanup(stop)
 	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(out.String(), "Ctrl-C stops them all") {
 		select {
 		case <-done:
-			t.Fatalf("run.sh exited before its banner:\n%s", out.String())
+			t.Fatalf("run.sh exited before its banner:\n%s", out)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no banner from run.sh within a minute:\n%s", out.String())
+			t.Fatalf("no banner from run.sh within a minute:\n%s", out)
 		}
 	}
-	return out
+	return out, stop
 }
 
 // syncBuffer is a bytes.Buffer for a process's output read while it runs.

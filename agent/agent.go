@@ -246,9 +246,10 @@ type doneItem struct {
 	seq   uint64 // its record in the store
 }
 
-// doneRetention is how long a command's result is remembered after the
-// coordinator acknowledged it, to answer a late duplicate of the command
-// (a broker redelivery) without running it again. After that, and after
+// doneRetention is how long a command is remembered after the
+// coordinator acknowledged its result, so that a late duplicate of the
+// command (a broker redelivery) does not run again; only the command's
+// id and deadline are kept past the ack, not the result. After that, and after
 // the command's own deadline, a duplicate cannot arrive in time to run.
 // Remembering every result for an hour made the agent grow by every
 // command of the last hour (~70 MB for 1000 nodes cycling for a minute).
@@ -849,11 +850,17 @@ func closeBMC(b drivers.BMC) {
 // redoLocked puts the stored result of a command that already ran back
 // into the outbox (unacknowledged again, on disk too) and returns it, to
 // answer a duplicate of the command without running it again; a.mu is
-// held.
+// held. A result the coordinator acknowledged is not sent again: it has
+// it on disk (it acks only after its commit), so its done-record keeps
+// no payload and a duplicate is only kept from running (the payload
+// returned is nil then).
 func (a *Agent) redoLocked(cmd string) (doneItem, bool) {
 	d, ok := a.done[cmd]
 	if !ok {
 		return d, false
+	}
+	if !d.acked.IsZero() && d.payload == nil {
+		return d, true
 	}
 	a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now(), cmd: cmd, node: d.node, seq: d.seq}
 	if !d.acked.IsZero() {
@@ -868,9 +875,12 @@ func (a *Agent) redoLocked(cmd string) (doneItem, bool) {
 func (a *Agent) runBMC(m *protocol.Message) {
 	a.mu.Lock()
 	if d, ok := a.redoLocked(m.ID); ok {
-		// A command we already ran: its result was lost or not yet acked.
+		// A command we already ran: its result was lost or not yet acked
+		// (an acked one is not sent again).
 		a.mu.Unlock()
-		a.publish(d.topic, d.payload)
+		if d.payload != nil {
+			a.publish(d.topic, d.payload)
+		}
 		return
 	}
 	if a.running[m.ID] {

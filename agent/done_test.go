@@ -34,6 +34,22 @@ func TestDoneResultsForgottenAfterAck(t *testing.T) {
 	if a.done["c-short"].acked.IsZero() || a.done["c-long"].acked.IsZero() || !a.done["c-unacked"].acked.IsZero() {
 		t.Fatal("the ack did not mark the acked results (and only them)")
 	}
+	// An acknowledged result is the coordinator's now: its done-record
+	// keeps no payload, and a duplicate of its command neither runs nor
+	// sends the result again.
+	if a.done["c-short"].payload != nil || a.done["c-long"].payload != nil {
+		t.Fatal("an acked done-record kept its payload")
+	}
+	if a.done["c-unacked"].payload == nil {
+		t.Fatal("the unacked done-record lost its payload")
+	}
+	a.mu.Lock()
+	d, ok := a.redoLocked("c-short")
+	_, back := a.outbox["r-short"]
+	a.mu.Unlock()
+	if !ok || d.payload != nil || back {
+		t.Fatalf("a duplicate of an acked command: found %v, payload %q, back in the outbox %v; want found, no payload, not in the outbox", ok, d.payload, back)
+	}
 	has := func(cmds ...string) string {
 		s := ""
 		for _, c := range cmds {

@@ -176,9 +176,12 @@ func (a *Agent) imageArgs(m *protocol.Message) *protocol.Message {
 func (a *Agent) cacheImageCommand(m *protocol.Message) {
 	a.mu.Lock()
 	if d, ok := a.redoLocked(m.ID); ok {
-		// Ran already: its result was lost or is not acked yet.
+		// Ran already: its result was lost or is not acked yet (an
+		// acked one is not sent again).
 		a.mu.Unlock()
-		a.publish(d.topic, d.payload)
+		if d.payload != nil {
+			a.publish(d.topic, d.payload)
+		}
 		return
 	}
 	if a.running[m.ID] {

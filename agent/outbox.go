@@ -21,8 +21,9 @@ import (
 // results and power reports) is one record in Badger under the state
 // folder, written and synced before the message is first published, so
 // that a kill -9 right after publishing loses nothing. A result's record
-// is also its done-record (the answer to a duplicate of its command): an
-// ack marks it acked, and it is deleted when the done-record's retention
+// is also its done-record (what keeps a duplicate of its command from
+// running): an ack marks it acked and drops its payload (the coordinator
+// has the result), and it is deleted when the done-record's retention
 // ends (doneRetention); a power report's record is deleted when acked. At
 // start the agent loads every record: the unacked ones are its outbox,
 // resent in the order they were written once it is connected.

@@ -459,8 +459,10 @@ func (a *Agent) ack(ids []string) {
 		}
 		if d, ok := a.done[it.cmd]; ok && it.cmd != "" && d.id == id {
 			// Kept as the command's done-record until its retention
-			// ends (trimDone).
+			// ends (trimDone), without its payload: the coordinator has
+			// the result, a duplicate of the command only must not run.
 			d.acked = now
+			d.payload = nil
 			a.done[it.cmd] = d
 			a.store.later(it.seq, d.record(it.cmd))
 		} else {

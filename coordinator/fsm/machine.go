@@ -269,6 +269,8 @@ func eventType(op *Operation) string {
 		return "inspection"
 	case "verify":
 		return "verification"
+	case "service", "service_abort":
+		return "servicing"
 	}
 	return op.Phase
 }

@@ -234,7 +234,8 @@ func TestRefusals(t *testing.T) {
 			n := &Node{UUID: "u", Name: "n", Driver: "fake", Site: "s", ProvisionState: s,
 				InstanceInfo: map[string]any{"image_source": "http://i"}}
 			_, allowed := Next(s, v, "")
-			req := VerbRequest{Verb: v, RescuePassword: "p", CleanSteps: []map[string]any{{"interface": "management", "step": "fake_reset_bmc"}}}
+			req := VerbRequest{Verb: v, RescuePassword: "p", CleanSteps: []map[string]any{{"interface": "management", "step": "fake_reset_bmc"}},
+				ServiceSteps: []map[string]any{{"interface": "management", "step": "fake_reset_bmc"}}}
 			if IsWait(s) {
 				n.Op = &Operation{Phase: "clean", Plan: []Action{{Kind: ActAwaitAgent}}}
 			}

@@ -110,7 +110,7 @@ func (m *Machine) Heartbeat(n *Node, msg *protocol.Message, now time.Time) Outpu
 	out.Changed = true
 	if n.Pending != nil && n.Pending.InBand && msg.Running == n.Pending.ID {
 		n.Pending.Accepted = true
-		for _, s := range []*StepRun{n.CleanStep, n.DeployStep} {
+		for _, s := range []*StepRun{n.CleanStep, n.DeployStep, n.ServiceStep} {
 			if s != nil {
 				s.Progress, s.Detail = msg.Progress, msg.Detail
 			}
@@ -209,11 +209,7 @@ func (m *Machine) applyStepsResult(n *Node, k int, msg *protocol.Message, now ti
 	if !msg.OK && a != nil {
 		if a.Kind == ActStep {
 			s := *a.Step
-			if n.Op.Phase == "deploy" {
-				n.DeployStep = &s
-			} else if n.Op.Phase == "clean" {
-				n.CleanStep = &s
-			}
+			n.setStep(&s)
 		}
 		m.fail(n, now, out, fmt.Sprintf("%s failed on node %s: %s", describe(n, a), n.Ident(), msg.Error))
 		return

@@ -48,6 +48,8 @@ type Node struct {
 	// failure, the step that failed.
 	CleanStep  *StepRun `json:"clean_step,omitempty"`
 	DeployStep *StepRun `json:"deploy_step,omitempty"`
+	// ServiceStep is the service step that runs now or failed (API 1.87).
+	ServiceStep *StepRun `json:"service_step,omitempty"`
 
 	CreatedAt            time.Time  `json:"created_at"`
 	UpdatedAt            time.Time  `json:"updated_at"`
@@ -102,6 +104,22 @@ type StepRun struct {
 	Detail    string         `json:"detail,omitempty"`
 }
 
+// setStep shows s as the node's current step of the operation's kind
+// (clean_step, deploy_step or service_step).
+func (n *Node) setStep(s *StepRun) {
+	if n.Op == nil {
+		return
+	}
+	switch n.Op.Phase {
+	case "deploy":
+		n.DeployStep = s
+	case "clean":
+		n.CleanStep = s
+	case "service":
+		n.ServiceStep = s
+	}
+}
+
 // Name is "interface.step".
 func (s *StepRun) Name() string { return s.Interface + "." + s.Step }
 
@@ -127,7 +145,7 @@ type Action struct {
 type Operation struct {
 	Verb   Event    `json:"verb"`
 	Target State    `json:"target"`
-	Phase  string   `json:"phase"` // "clean", "deploy", "inspect", "rescue", "verify", "unrescue", "delete", "power"
+	Phase  string   `json:"phase"` // "clean", "deploy", "inspect", "rescue", "verify", "unrescue", "delete", "power", "service", "service_abort"
 	Plan   []Action `json:"plan"`
 	Index  int      `json:"index"`
 	Manual bool     `json:"manual,omitempty"`

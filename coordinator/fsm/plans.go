@@ -98,11 +98,7 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 		case ActStep:
 			s := *a.Step
 			s.Progress, s.Detail = 0, ""
-			if n.Op.Phase == "deploy" {
-				n.DeployStep = &s
-			} else if n.Op.Phase == "clean" {
-				n.CleanStep = &s
-			}
+			n.setStep(&s)
 			if s.InBand {
 				args := s.Args
 				if s.Step == "finalize_rescue" {
@@ -376,12 +372,16 @@ func toInt(v any) (int, bool) {
 // argument at fault.
 func (m *Machine) resolveManual(n *Node, d drivers.Declaration, list []map[string]any, inbandKnown bool) ([]Action, error) {
 	var out []Action
+	kind := "clean"
+	if n.Op != nil && n.Op.Phase == "service" {
+		kind = "service"
+	}
 	for i, raw := range list {
 		iface, ok1 := raw["interface"].(string)
 		name, ok2 := raw["step"].(string)
-		label := fmt.Sprintf("clean step %d", i+1)
+		label := fmt.Sprintf("%s step %d", kind, i+1)
 		if ok2 && name != "" {
-			label = fmt.Sprintf("clean step %d (%q)", i+1, name)
+			label = fmt.Sprintf("%s step %d (%q)", kind, i+1, name)
 		}
 		if !ok1 || iface == "" {
 			return nil, fmt.Errorf("Invalid %s: argument \"interface\" is required and must be one of %s", label, strings.Join(drivers.Interfaces(), ", "))
@@ -394,14 +394,14 @@ func (m *Machine) resolveManual(n *Node, d drivers.Declaration, list []map[strin
 		}
 		for k := range raw {
 			if k != "interface" && k != "step" && k != "args" && k != "abortable" && k != "priority" {
-				return nil, fmt.Errorf("Invalid clean step %s.%s: unknown field %q; a clean step has interface, step and args", iface, name, k)
+				return nil, fmt.Errorf("Invalid %s step %s.%s: unknown field %q; a %s step has interface, step and args", kind, iface, name, k, kind)
 			}
 		}
 		args := map[string]any{}
 		if v, ok := raw["args"]; ok && v != nil {
 			a, ok := v.(map[string]any)
 			if !ok {
-				return nil, fmt.Errorf("Invalid clean step %s.%s: argument \"args\" must be an object of name: value", iface, name)
+				return nil, fmt.Errorf("Invalid %s step %s.%s: argument \"args\" must be an object of name: value", kind, iface, name)
 			}
 			args = a
 		}
@@ -414,11 +414,11 @@ func (m *Machine) resolveManual(n *Node, d drivers.Declaration, list []map[strin
 					out = append(out, Action{Kind: ActStep, Step: &StepRun{Interface: iface, Step: name, InBand: true, Args: args}})
 					continue
 				}
-				return nil, fmt.Errorf("Invalid clean step %s.%s: driver %s and the node's ramdisk offer no such step", iface, name, n.Driver)
+				return nil, fmt.Errorf("Invalid %s step %s.%s: driver %s and the node's ramdisk offer no such step", kind, iface, name, n.Driver)
 			}
 		}
 		if err := drivers.CheckArgs(decl, args); err != nil {
-			return nil, fmt.Errorf("Invalid clean step: %v", err)
+			return nil, fmt.Errorf("Invalid %s step: %v", kind, err)
 		}
 		out = append(out, Action{Kind: ActStep, Step: &StepRun{Interface: iface, Step: name, Priority: decl.Priority,
 			Abortable: decl.Abortable, InBand: decl.RequiresRamdisk, Args: args}})
@@ -433,7 +433,7 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 	}
 	op := n.Op
 	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
-	n.CleanStep, n.DeployStep = nil, nil
+	n.CleanStep, n.DeployStep, n.ServiceStep = nil, nil, nil
 	if op.Phase != "rescue" && op.Phase != "boot_device" {
 		// The operation is over, and so is its boot (a rescued node keeps
 		// its ramdisk until unrescue powers it off; setting the boot
@@ -441,7 +441,7 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 		withdrawToken(n)
 	}
 	switch op.Phase {
-	case "power", "boot_device":
+	case "power", "boot_device", "service_abort":
 		return
 	case "inspect":
 		t := now
@@ -486,13 +486,15 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	// Whatever power action was under way is over too: a node at rest
 	// has no power target (Ironic clears it when the action ends).
 	n.TargetPowerState = ""
-	if op == nil || op.Phase == "power" || op.Phase == "boot_device" {
+	if op == nil || op.Phase == "power" || op.Phase == "boot_device" || op.Phase == "service_abort" {
 		return
 	}
-	if op.Phase == "clean" && stepRunning && e == Fail {
+	if (op.Phase == "clean" || op.Phase == "service") && stepRunning && e == Fail {
+		// As Ironic's cleaning and servicing error handlers: a failed
+		// step leaves the node in maintenance with its fault.
 		n.Maintenance = true
 		n.MaintenanceReason = msg
-		n.Fault = "clean failure"
+		n.Fault = op.Phase + " failure"
 	}
 	m.fire(n, e, "", now, out)
 	n.TargetProvisionState = ""

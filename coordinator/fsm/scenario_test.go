@@ -34,7 +34,7 @@ import (
 //	node create name=N [driver=fake] [site=site1]
 //	set instance_info.K=V | driver_info.K=V | properties.K=V | retired=true|false | retired_reason=R ...
 //	maintenance on [reason=R] | maintenance off
-//	verb VERB [steps=JSON] [deploy_steps=JSON] [password=P]   (CLI names: deploy, undeploy, ...)
+//	verb VERB [steps=JSON] [deploy_steps=JSON] [service_steps=JSON] [password=P]   (CLI names: deploy, undeploy, ...)
 //	power on|off|reboot|soft-off|TARGET
 //	bmc ok | bmc fail [error=E]          answer the outstanding out-of-band command
 //	agent hello [boot=B] [clean=standard|none|JSON] [deploy=standard|none|JSON]
@@ -314,6 +314,9 @@ func (s *scenario) do(line string) string {
 		}
 		if v, ok := o["deploy_steps"]; ok {
 			req.DeploySteps = s.objects(v)
+		}
+		if v, ok := o["service_steps"]; ok {
+			req.ServiceSteps = s.objects(v)
 		}
 		out, r := s.m.Verb(s.n, req, s.now)
 		if r != nil {
@@ -751,6 +754,7 @@ func (s *scenario) fields() map[string]string {
 		"retired":            strconv.FormatBool(n.Retired),
 		"clean_step":         stepName(n.CleanStep),
 		"deploy_step":        stepName(n.DeployStep),
+		"service_step":       stepName(n.ServiceStep),
 		"pending":            pendingText(n),
 		"token":              map[bool]string{true: "none", false: "set"}[n.AgentToken == ""],
 		"op":                 "none",

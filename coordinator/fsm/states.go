@@ -55,13 +55,21 @@ const (
 	Unrescuing State = "unrescuing"
 	// UnrescueFailed: unrescue failed.
 	UnrescueFailed State = "unrescue failed"
+	// Servicing: running service steps on an active node (API 1.87).
+	Servicing State = "servicing"
+	// ServiceWait: an in-band service step runs, or the ramdisk boots.
+	ServiceWait State = "service wait"
+	// ServiceFailed: a service step failed, timed out or was aborted;
+	// service again, rescue, abort (back to active) or undeploy.
+	ServiceFailed State = "service failed"
 )
 
 // AllStates lists every state, stable ones first in lifecycle order.
 func AllStates() []State {
 	return []State{Enroll, Verifying, Manageable, Inspecting, InspectWait, InspectFailed,
 		Cleaning, CleanWait, CleanFailed, Available, Deploying, DeployWait, DeployFailed,
-		Active, Deleting, Error, Rescuing, RescueWait, RescueFailed, Rescue, Unrescuing, UnrescueFailed}
+		Active, Deleting, Error, Rescuing, RescueWait, RescueFailed, Rescue, Unrescuing, UnrescueFailed,
+		Servicing, ServiceWait, ServiceFailed}
 }
 
 // Event moves a node along the table. Verbs come from operators (their
@@ -80,6 +88,7 @@ const (
 	Unrescue Event = "unrescue"
 	Undeploy Event = "deleted"
 	Abort    Event = "abort"
+	Service  Event = "service"
 )
 
 // Internal events.
@@ -92,7 +101,7 @@ const (
 
 // Verbs lists the operator verbs.
 func Verbs() []Event {
-	return []Event{Manage, Inspect, Clean, Provide, Deploy, Rebuild, RescueV, Unrescue, Undeploy, Abort}
+	return []Event{Manage, Inspect, Clean, Provide, Deploy, Rebuild, RescueV, Unrescue, Undeploy, Abort, Service}
 }
 
 // IsVerb tells whether e is an operator verb.
@@ -182,6 +191,21 @@ func Table() []Transition {
 		{Deleting, Done, Available},
 		{Deleting, Done, Manageable},
 		{Deleting, Fail, Error},
+
+		// Service (Ironic's state_machine.py; service hold, hold and
+		// unhold are not built yet).
+		{Active, Service, Servicing},
+		{ServiceFailed, Service, Servicing},
+		{Servicing, Wait, ServiceWait},
+		{ServiceWait, Resume, Servicing},
+		{Servicing, Done, Active},
+		{Servicing, Fail, ServiceFailed},
+		{ServiceWait, Fail, ServiceFailed},
+		{ServiceWait, Abort, ServiceFailed},
+		{ServiceFailed, Abort, Active},
+		{ServiceFailed, RescueV, Rescuing},
+		{ServiceWait, Undeploy, Deleting},
+		{ServiceFailed, Undeploy, Deleting},
 	}
 }
 
@@ -189,7 +213,7 @@ func Table() []Transition {
 func Stable(s State) bool {
 	switch s {
 	case Enroll, Manageable, Available, Active, Rescue,
-		InspectFailed, CleanFailed, DeployFailed, Error, RescueFailed, UnrescueFailed:
+		InspectFailed, CleanFailed, DeployFailed, Error, RescueFailed, UnrescueFailed, ServiceFailed:
 		return true
 	}
 	return false
@@ -201,7 +225,7 @@ func Stable(s State) bool {
 // manual clean, deploy failed → active, ...). Other stable states have none.
 func KeepsTarget(s State) bool {
 	switch s {
-	case InspectFailed, CleanFailed, DeployFailed, RescueFailed, UnrescueFailed:
+	case InspectFailed, CleanFailed, DeployFailed, RescueFailed, UnrescueFailed, ServiceFailed:
 		return true
 	}
 	return false
@@ -213,7 +237,7 @@ func KeepsTarget(s State) bool {
 // inspect wait and the failed states, besides the stable ones).
 func UpdateAllowed(s State) bool {
 	switch s {
-	case Cleaning, CleanWait, Deploying, DeployWait, Deleting, Rescuing, RescueWait, Unrescuing:
+	case Cleaning, CleanWait, Deploying, DeployWait, Deleting, Rescuing, RescueWait, Unrescuing, Servicing, ServiceWait:
 		return false
 	}
 	return true
@@ -240,13 +264,16 @@ func MaintenanceOp(v Event) (op string, refused bool) {
 		return "rescuing", true
 	case Unrescue:
 		return "unrescuing", true
+	case Service:
+		// Ironic's do_node_service: NodeInMaintenance.
+		return "service", true
 	}
 	return "", false
 }
 
 // IsWait tells whether s is a WAIT state, where the node waits for its ramdisk.
 func IsWait(s State) bool {
-	return s == InspectWait || s == CleanWait || s == DeployWait || s == RescueWait
+	return s == InspectWait || s == CleanWait || s == DeployWait || s == RescueWait || s == ServiceWait
 }
 
 // Allowed returns the verbs allowed from state s, in table order.

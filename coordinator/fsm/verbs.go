@@ -19,8 +19,41 @@ type VerbRequest struct {
 	// CleanSteps is the manual clean list, as decoded JSON objects.
 	CleanSteps []map[string]any
 	// DeploySteps are extra or overriding deploy steps.
-	DeploySteps    []map[string]any
+	DeploySteps []map[string]any
+	// ServiceSteps is the service list (API 1.87), as decoded JSON objects.
+	ServiceSteps   []map[string]any
 	RescuePassword string
+}
+
+// NoServiceSteps are the steps service refuses: they erase or rewrite the
+// instance's disk, which service must never do (it changes a running
+// server without re-imaging it).
+var NoServiceSteps = map[string]string{
+	"erase_devices":          "it erases every disk of the node, the instance's included",
+	"erase_devices_metadata": "it erases the partition tables and file system signatures of the node's disks, the instance's included",
+	"write_image":            "it writes an image over the instance's disk; rebuild the node to re-image it",
+}
+
+// CheckServiceSteps checks a service list before anything starts: its
+// shape as clean_steps are checked, and no step that would erase or
+// rewrite the instance's disk.
+func CheckServiceSteps(ident string, list []map[string]any) error {
+	if len(list) == 0 {
+		return fmt.Errorf("\"service_steps\" is required when setting target provision state to service (node %s): give a non-empty list of {\"interface\": ..., \"step\": ..., \"args\": {...}}", ident)
+	}
+	for i, raw := range list {
+		if err := checkStepShape(raw, i, false); err != nil {
+			return fmt.Errorf("Invalid service_steps: %v", err)
+		}
+	}
+	for i, raw := range list {
+		iface, _ := raw["interface"].(string)
+		name, _ := raw["step"].(string)
+		if why, bad := NoServiceSteps[name]; bad {
+			return fmt.Errorf("Invalid service_steps: step %d (%s.%s) is not allowed as a service step: %s. Service never touches the instance's disk; use clean or rebuild for that", i+1, iface, name, why)
+		}
+	}
+	return nil
 }
 
 // CheckVerb says whether verb may start on n now, without changing n.
@@ -74,6 +107,15 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if req.RescuePassword == "" {
 			return refuse(Invalid, "A non-empty rescue_password is required to rescue node %s", n.Ident())
 		}
+	case Service:
+		if err := CheckServiceSteps(n.Ident(), req.ServiceSteps); err != nil {
+			return refuse(Invalid, "%v", err)
+		}
+	case Abort:
+		if n.ProvisionState == ServiceFailed && n.Maintenance {
+			// Ironic's _do_abort, word for word.
+			return refuse(Invalid, "Can not abort service on node %q while it is in maintenance mode. Please remove the node from maintenance prior to issuing the request to abort the service operation.", n.UUID)
+		}
 	}
 	return nil
 }
@@ -123,8 +165,21 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		m.start(n, req.Verb, Active, "unrescue", plan, now, &out)
 	case Undeploy:
 		m.start(n, req.Verb, retiredTarget, "delete", []Action{powerAction(protocol.PowerOff)}, now, &out)
+	case Service:
+		m.startService(n, req.ServiceSteps, now, &out)
 	case Abort:
+		if n.ProvisionState == ServiceFailed {
+			m.serviceAbort(n, n.BootDevice == protocol.BootPXE, now, &out)
+			return out, nil
+		}
+		wasService := n.ProvisionState == ServiceWait
 		m.abort(n, now, &out)
+		if wasService && n.ProvisionState == ServiceFailed {
+			// As Ironic's _do_abort: service wait fails, then aborts
+			// from service failed back to active. A node in service
+			// wait has booted (or is booting) its ramdisk.
+			m.serviceAbort(n, true, now, &out)
+		}
 	}
 	return out, nil
 }
@@ -150,7 +205,7 @@ func (m *Machine) start(n *Node, verb Event, target State, phase string, plan []
 // begin enters the -ING state of verb with an operation, running nothing.
 func (m *Machine) begin(n *Node, verb Event, target State, phase string, plan []Action, now time.Time, out *Output) {
 	n.LastError = ""
-	n.CleanStep, n.DeployStep = nil, nil
+	n.CleanStep, n.DeployStep, n.ServiceStep = nil, nil, nil
 	n.Op = &Operation{Verb: verb, Target: target, Phase: phase, Plan: plan, StartedAt: now}
 	n.Reservation = m.cfg.Holder
 	m.fire(n, verb, "", now, out)
@@ -204,6 +259,63 @@ func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time
 	}
 	n.Op.Plan = plan
 	m.advance(n, now, out)
+}
+
+// startService starts servicing an active node (or re-servicing one in
+// service failed). Steps the driver has run out of band through the edge
+// agent, with no reboot; an in-band step boots the ramdisk, and the node
+// is booted back into its instance after the last step. A bad list fails
+// before anything runs, in service failed with a message naming the step
+// and the argument at fault.
+func (m *Machine) startService(n *Node, list []map[string]any, now time.Time, out *Output) {
+	d, err := m.cfg.Drivers.Get(n.Driver)
+	var actions []Action
+	m.begin(n, Service, Active, "service", nil, now, out)
+	n.Op.Manual = true
+	if err == nil {
+		actions, err = m.resolveManual(n, d, list, len(n.CachedCleanSteps) > 0)
+	}
+	inband := false
+	for _, a := range actions {
+		inband = inband || a.Step.InBand
+	}
+	if inband && err == nil && d.NoRamdiskBoot != "" {
+		err = fmt.Errorf("Cannot service node %s with in-band steps: %s; only out-of-band steps can run on it for now", n.Ident(), d.NoRamdiskBoot)
+	}
+	if err != nil {
+		m.fail(n, now, out, err.Error())
+		return
+	}
+	n.Op.Plan = actions
+	if inband {
+		n.Op.Plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}})
+		n.Op.Plan = append(n.Op.Plan, bootInstance()...)
+	}
+	m.advance(n, now, out)
+}
+
+// bootInstance boots a node from its ramdisk back into its instance.
+func bootInstance() []Action {
+	return []Action{powerAction(protocol.PowerOff), bootDevAction(protocol.BootDisk), powerAction(protocol.PowerOn)}
+}
+
+// serviceAbort moves a node from service failed back to active, as
+// Ironic's do_node_service_abort: a node left in its ramdisk is booted
+// back into its instance (the node stays active and locked meanwhile);
+// last_error stays.
+func (m *Machine) serviceAbort(n *Node, inRamdisk bool, now time.Time, out *Output) {
+	last := n.LastError
+	m.fire(n, Abort, "", now, out)
+	n.TargetProvisionState = ""
+	n.ServiceStep = nil
+	out.Changed = true
+	if !inRamdisk {
+		return
+	}
+	n.Op = &Operation{Verb: Abort, Target: Active, Phase: "service_abort", Plan: bootInstance(), StartedAt: now}
+	n.Reservation = m.cfg.Holder
+	m.advance(n, now, out)
+	n.LastError = last
 }
 
 func (m *Machine) abort(n *Node, now time.Time, out *Output) {

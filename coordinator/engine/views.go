@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
 )
@@ -38,6 +39,8 @@ type viewCache struct {
 	m   map[string]keptView
 	ver map[string]uint64
 	seq uint64
+	// subs are the watchers of node changes (SubscribeViews).
+	subs map[*ViewSub]struct{}
 }
 
 func (c *viewCache) forget(id string) {
@@ -48,7 +51,47 @@ func (c *viewCache) forget(id string) {
 	c.seq++
 	c.ver[id] = c.seq
 	delete(c.m, id)
+	for s := range c.subs {
+		select {
+		case s.c <- id:
+		default:
+			s.lost.Store(true)
+		}
+	}
 	c.mu.Unlock()
+}
+
+// ViewSub receives the UUIDs of nodes as the engine changes them (one
+// UUID per change, in order). The engine never waits for a watcher:
+// when C is full the UUID is dropped and Lost reports it, so that the
+// watcher reads everything it shows again.
+type ViewSub struct {
+	C    <-chan string
+	c    chan string
+	lost atomic.Bool
+}
+
+// Lost reports, once, that changes were dropped since the last call.
+func (s *ViewSub) Lost() bool { return s.lost.Swap(false) }
+
+// SubscribeViews starts a watch of node changes with room for buf UUIDs
+// (at least 1); cancel ends it. A node's change is sent when the loop
+// makes it, under the write lock: a reader of the node (View, Views)
+// after the UUID arrived sees the change.
+func (e *Engine) SubscribeViews(buf int) (sub *ViewSub, cancel func()) {
+	ch := make(chan string, max(1, buf))
+	sub = &ViewSub{C: ch, c: ch}
+	e.views.mu.Lock()
+	if e.views.subs == nil {
+		e.views.subs = map[*ViewSub]struct{}{}
+	}
+	e.views.subs[sub] = struct{}{}
+	e.views.mu.Unlock()
+	return sub, func() {
+		e.views.mu.Lock()
+		delete(e.views.subs, sub)
+		e.views.mu.Unlock()
+	}
 }
 
 // forget drops the kept view of a node the batch changes. The loop holds

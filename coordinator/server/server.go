@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/metrics"
+	"github.com/bmedge/bmedge/coordinator/ui"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
@@ -217,9 +219,17 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	// throttling of failed logins; with --auth none (loopback only,
 	// checked above) it is open, as the API is.
 	mh := h.Authenticated(met.Handler(nil))
+	// The web view (/ui/) asks for the same credentials; its actions are
+	// requests to the API itself.
+	web := ui.New(e, ui.Options{Log: o.Log})
+	uh := h.Authenticated(web)
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" {
 			mh.ServeHTTP(w, r)
+			return
+		}
+		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") {
+			uh.ServeHTTP(w, r)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -228,6 +238,9 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	// mostly clients that do not trust the certificate) into the log.
 	c.http = &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelInfo), ConnState: netbudget.ConnState(nil)}
+	// Shutdown waits for idle connections: the web view's event streams
+	// end first.
+	c.http.RegisterOnShutdown(web.Close)
 	go func() {
 		if err := c.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Log.Error("API server stopped", "err", err)

@@ -235,9 +235,8 @@ func (a *Agent) preseed(m *protocol.Message) (imagecache.Result, error) {
 // image: when its image_source is an image cache of this process (the
 // agent took the image through its cache), it downloads it as a real
 // ramdisk would and verifies the checksum, so that simulated deploys
-// exercise the cache. Any other URL is not fetched: a simulated node has
-// no network of its own, and the benchmark's thousands of simulated
-// nodes deploy an image URL that points nowhere.
+// exercise the cache. simWriteImage (simramdisk.go) calls it, after the
+// ramdisk's checksum rule, and fetches any other URL from its origin.
 func (a *Agent) simFetchImage(ctx context.Context, url string, args map[string]any) error {
 	if a.cache == nil || !strings.HasPrefix(url, a.cache.base) {
 		return nil

@@ -21,6 +21,9 @@
 #                         and whose `-B -C 12` entries it must accept (coordinator/api/guessing_test.go)
 #   prometheus            promtool, which checks the coordinator's and the edge agent's /metrics
 #                         output (coordinator/server/metrics_test.go); its server is not run
+#   chromium chromium-driver
+#                         headless Chromium driven through chromedriver (W3C WebDriver on loopback)
+#                         by the web view's browser test (coordinator/ui/browser_test.go)
 # Idempotent and non-interactive; a quick no-op when everything is there.
 # It never leaves a service running: the tests start their own mosquitto on
 # a random loopback port, so the system one that Debian's package would
@@ -29,7 +32,7 @@
 set -euo pipefail
 
 PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus
-	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 busybox iproute2 util-linux)
+	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 busybox iproute2 util-linux chromium chromium-driver)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

@@ -1,0 +1,277 @@
+package ui_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/testrig"
+)
+
+// webDriver is a tiny client of chromedriver's W3C WebDriver HTTP API.
+type webDriver struct {
+	t       *testing.T
+	base    string
+	session string
+}
+
+func (d *webDriver) call(method, path string, body any) json.RawMessage {
+	d.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	url := d.base + path
+	if d.session != "" {
+		url = d.base + "/session/" + d.session + path
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		d.t.Fatalf("webdriver %s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Value json.RawMessage `json:"value"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != 200 {
+		d.t.Fatalf("webdriver %s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	return out.Value
+}
+
+// js runs script in the page and returns its result as a string.
+func (d *webDriver) js(script string, args ...any) string {
+	d.t.Helper()
+	if args == nil {
+		args = []any{}
+	}
+	v := d.call("POST", "/execute/sync", map[string]any{"script": script, "args": args})
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return string(v)
+	}
+	return s
+}
+
+func (d *webDriver) open(url string) {
+	d.t.Helper()
+	d.call("POST", "/url", map[string]string{"url": url})
+}
+
+// waitJS waits until script returns want, or fails naming what it saw.
+func (d *webDriver) waitJS(script, want string, timeout time.Duration) {
+	d.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var got string
+	for time.Now().Before(deadline) {
+		if got = d.js(script); got == want {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.t.Fatalf("%s: %q after %s, want %q", script, got, timeout, want)
+}
+
+func (d *webDriver) screenshot(dir, name string) {
+	d.t.Helper()
+	var b64 string
+	_ = json.Unmarshal(d.call("GET", "/screenshot", nil), &b64)
+	png, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(png) == 0 {
+		d.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Logf("screenshot: %s (%d bytes)", p, len(png))
+}
+
+// startChrome starts chromedriver on loopback and a headless Chromium
+// session; both end with the test.
+func startChrome(t *testing.T) *webDriver {
+	t.Helper()
+	chromium, err1 := exec.LookPath("chromium")
+	driver, err2 := exec.LookPath("chromedriver")
+	if err1 != nil || err2 != nil {
+		msg := "Debian's chromium and chromium-driver are not installed (scripts/install-test-deps.sh installs them): the browser test of the web view is skipped"
+		if os.Getenv("BM_REQUIRE_ALL") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(driver, fmt.Sprintf("--port=%d", port), "--allowed-ips=127.0.0.1")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	d := &webDriver{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		resp, err := http.Get(d.base + "/status")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chromedriver did not answer on %s: %v", d.base, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	profile := t.TempDir()
+	v := d.call("POST", "/session", map[string]any{"capabilities": map[string]any{"alwaysMatch": map[string]any{
+		"browserName": "chrome",
+		"goog:chromeOptions": map[string]any{"binary": chromium, "args": []string{"--headless", "--no-sandbox", "--disable-gpu",
+			"--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+			"--user-data-dir=" + profile, "--window-size=1200,900"}},
+	}}})
+	var sess struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := json.Unmarshal(v, &sess); err != nil || sess.SessionID == "" {
+		t.Fatalf("no webdriver session: %s", v)
+	}
+	t.Cleanup(func() {
+		req, _ := http.NewRequest("DELETE", d.base+"/session/"+sess.SessionID, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	d.session = sess.SessionID
+	return d
+}
+
+// TestUIBrowser (acceptance 1) drives Debian's headless Chromium through
+// chromedriver against a coordinator with http_basic authentication and
+// a simulated site of 8 nodes: the fleet page and the node list show the
+// 8 nodes; provide, clicked on a node's page and confirmed, moves the
+// node to cleaning and then available on that page without a reload
+// (server-sent events); a failed node's last_error is shown. Screenshots
+// of the fleet page and a node page are kept in $BM_ARTIFACTS (or the
+// test's temporary folder).
+func TestUIBrowser(t *testing.T) {
+	d := startChrome(t)
+	c := testrig.Coordinator(t, testrig.Options{Users: map[string]string{"operator": "browser test password"}})
+	testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 8, StepDuration: 400 * time.Millisecond})
+	cl := testrig.NewClient(t, c)
+	ids := make([]string, 8)
+	for i := range ids {
+		info := map[string]any{}
+		if i == 7 {
+			info["fake_fail_step"] = "erase_devices"
+		}
+		ids[i] = cl.CreateNode(fmt.Sprintf("node-%d", i), "site1", info)
+		cl.MustVerb(ids[i], "manage", nil)
+	}
+	for _, id := range ids {
+		if n := cl.WaitRest(id, 20*time.Second); n.State != "manageable" {
+			t.Fatalf("manage %s: %q %q", id, n.State, n.LastError)
+		}
+	}
+	cl.MustVerb(ids[7], "provide", nil)
+	if n := cl.WaitRest(ids[7], 20*time.Second); n.State != "clean failed" || n.LastError == "" {
+		t.Fatalf("failing node: %q %q", n.State, n.LastError)
+	}
+	failedErr := cl.Get(ids[7]).LastError
+
+	// Log in: the browser sends the operator's HTTP Basic credentials
+	// with every request of the page (fetch and EventSource too).
+	auth := base64.StdEncoding.EncodeToString([]byte(cl.User + ":" + cl.Password))
+	d.call("POST", "/goog/cdp/execute", map[string]any{"cmd": "Network.enable", "params": map[string]any{}})
+	d.call("POST", "/goog/cdp/execute", map[string]any{"cmd": "Network.setExtraHTTPHeaders",
+		"params": map[string]any{"headers": map[string]string{"Authorization": "Basic " + auth}}})
+
+	art := os.Getenv("BM_ARTIFACTS")
+	if art == "" {
+		art = t.TempDir()
+	} else if err := os.MkdirAll(art, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("web view screenshots go to %s", art)
+
+	d.open(cl.Base + "/ui/")
+	d.waitJS(`return document.getElementById("total-nodes") ? document.getElementById("total-nodes").textContent : "missing"`, "8", 10*time.Second)
+	d.waitJS(`return document.getElementById("total-failed").textContent`, "1", 5*time.Second)
+	d.waitJS(`return document.getElementById("live-status").textContent`, "live", 10*time.Second)
+	d.screenshot(art, "ui-fleet.png")
+
+	d.open(cl.Base + "/ui/nodes")
+	d.waitJS(`return String(document.querySelectorAll("#nodes tbody tr[data-uuid]").length)`, "8", 10*time.Second)
+	d.waitJS(`return document.querySelector('tr[data-uuid="`+ids[7]+`"] [data-f=last_error]').textContent`, failedErr, 5*time.Second)
+
+	// The failed node's page shows its last_error.
+	d.open(cl.Base + "/ui/nodes/" + ids[7])
+	d.waitJS(`return document.querySelector("#live [data-f=last_error]").textContent`, failedErr, 10*time.Second)
+
+	// Provide node-0 from its page.
+	d.open(cl.Base + "/ui/nodes/" + ids[0])
+	d.waitJS(`return document.getElementById("live-status").textContent`, "live", 10*time.Second)
+	d.waitJS(`return document.querySelector("#live [data-f=provision_state]").textContent`, "manageable", 5*time.Second)
+	// A mark that a reload would lose.
+	d.js(`window.notReloaded = "yes"; return ""`)
+	// Record every state the page shows, as the events bring them.
+	d.js(`window.shownStates = [];
+		var note = function () {
+			var el = document.querySelector("#live [data-f=provision_state]");
+			var s = el ? el.textContent : "";
+			if (window.shownStates[window.shownStates.length - 1] !== s) window.shownStates.push(s);
+		};
+		note();
+		new MutationObserver(note).observe(document.getElementById("live"), {subtree: true, childList: true, characterData: true});
+		return ""`)
+	d.js(`document.querySelector('button[data-action="provide"]').click(); return ""`)
+	var text string
+	_ = json.Unmarshal(d.call("GET", "/alert/text", nil), &text)
+	if !strings.Contains(text, "cleaning erases the node's disks") {
+		t.Fatalf("provide's confirmation says %q, not that cleaning erases the disks", text)
+	}
+	d.call("POST", "/alert/accept", map[string]any{})
+	// Every state the page shows, as the events bring them.
+	d.waitJS(`return document.getElementById("action-result").textContent`, "Provide: accepted; the state follows live.", 10*time.Second)
+	d.waitJS(`return document.querySelector("#live [data-f=provision_state]").textContent`, "available", 30*time.Second)
+	var shown []string
+	_ = json.Unmarshal([]byte(d.js(`return JSON.stringify(window.shownStates)`)), &shown)
+	t.Logf("states the page showed: %q", shown)
+	cleaning, after := -1, -1
+	for i, st := range shown {
+		if cleaning < 0 && (st == "cleaning" || st == "clean wait") {
+			cleaning = i
+		}
+		if cleaning >= 0 && st == "available" {
+			after = i
+		}
+	}
+	if cleaning < 0 || after < 0 {
+		t.Fatalf("the page did not show cleaning and then available: %q", shown)
+	}
+	if got := d.js(`return window.notReloaded || "reloaded"`); got != "yes" {
+		t.Fatalf("the page was reloaded: %q", got)
+	}
+	// The history timeline follows too (refreshed in place).
+	d.waitJS(`return String(document.getElementById("history").textContent.indexOf("available") >= 0)`, "true", 5*time.Second)
+	d.screenshot(art, "ui-node.png")
+	if n := cl.Get(ids[0]); n.State != "available" {
+		t.Fatalf("node-0 is %q by the API", n.State)
+	}
+}

@@ -116,6 +116,7 @@ var ironicFieldsSince = map[int][]string{
 	42: {"fault"}, 44: {"deploy_step"}, 46: {"conductor_group"}, 47: {"automated_clean"},
 	48: {"protected", "protected_reason"}, 49: {"conductor"}, 50: {"owner"}, 51: {"description"}, 52: {"allocation_uuid"},
 	61: {"retired", "retired_reason"}, 65: {"lessee"}, 66: {"network_data"}, 75: {"boot_mode", "secure_boot"}, 82: {"shard"},
+	83: {"parent_node"}, 86: {"firmware_interface"}, 87: {"service_step"},
 }
 
 // fieldsAt is the node fields Ironic shows at 1.minor, with this API's
@@ -151,7 +152,7 @@ func TestNodeFieldsByMicroversion(t *testing.T) {
 	for v := range ironicFieldsSince {
 		versions = append(versions, v, v-1)
 	}
-	versions = append(versions, 82)
+	versions = append(versions, 82, 87)
 	for _, v := range versions {
 		if v < 1 {
 			continue
@@ -238,9 +239,9 @@ func TestNodeFieldsByMicroversion(t *testing.T) {
 	}
 
 	// Above the maximum: 406, the maximum in its header.
-	a := vcurl(t, base, "1.83", "GET", "/v1/nodes/"+id, "")
-	if a.status != 406 || a.header["x-openstack-ironic-api-maximum-version"] != "1.82" {
-		t.Errorf("GET at 1.83: %d, maximum %q; want 406 and 1.82", a.status, a.header["x-openstack-ironic-api-maximum-version"])
+	a := vcurl(t, base, "1.88", "GET", "/v1/nodes/"+id, "")
+	if a.status != 406 || a.header["x-openstack-ironic-api-maximum-version"] != "1.87" {
+		t.Errorf("GET at 1.88: %d, maximum %q; want 406 and 1.87", a.status, a.header["x-openstack-ironic-api-maximum-version"])
 	}
 	// At 1.1 available was shown as null (Ironic's NOSTATE).
 	av := r.node("site1", "available")

@@ -419,8 +419,8 @@ func (s *Server) getStates(w http.ResponseWriter, r *http.Request) {
 }
 
 // MaxStepsPerRequest bounds the steps of one provision request
-// (clean_steps of a manual clean, deploy_steps of a deploy or rebuild;
-// this API has no service_steps). Ironic has no bound; a real manual
+// (clean_steps of a manual clean, deploy_steps of a deploy or rebuild,
+// service_steps of a service). Ironic has no bound; a real manual
 // clean or deploy template has a handful of steps, so 100 is far above
 // any, while each step is a command, a result and history entries, and
 // the node's whole plan is rewritten with every change of the node.
@@ -429,13 +429,14 @@ const MaxStepsPerRequest = 100
 // verbSince are the provision verbs that Ironic refuses (406) below a
 // version (its MIN_VERB_VERSIONS).
 var verbSince = map[string]int{"manage": 4, "provide": 4, "inspect": 6, "abort": 13, "clean": 15, "adopt": 17,
-	"rescue": 38, "unrescue": 38, "deploy": 73, "undeploy": 73}
+	"rescue": 38, "unrescue": 38, "deploy": 73, "undeploy": 73, "unhold": 85, "service": 87}
 
 func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Target         string          `json:"target"`
 		CleanSteps     json.RawMessage `json:"clean_steps"`
 		DeploySteps    json.RawMessage `json:"deploy_steps"`
+		ServiceSteps   json.RawMessage `json:"service_steps"`
 		RescuePassword string          `json:"rescue_password"`
 		ConfigDrive    json.RawMessage `json:"configdrive"`
 		DisableRamdisk bool            `json:"disable_ramdisk"`
@@ -453,14 +454,15 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	}
 	req := fsm.VerbRequest{Verb: fsm.Event(body.Target), RescuePassword: body.RescuePassword}
 	if !fsm.IsVerb(req.Verb) {
-		writeError(w, 400, fmt.Sprintf("%q is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort", body.Target))
+		writeError(w, 400, fmt.Sprintf("%q is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort, service", body.Target))
 		return
 	}
 	for _, x := range []struct {
 		name string
 		raw  json.RawMessage
 		dst  *[]map[string]any
-	}{{"clean_steps", body.CleanSteps, &req.CleanSteps}, {"deploy_steps", body.DeploySteps, &req.DeploySteps}} {
+	}{{"clean_steps", body.CleanSteps, &req.CleanSteps}, {"deploy_steps", body.DeploySteps, &req.DeploySteps},
+		{"service_steps", body.ServiceSteps, &req.ServiceSteps}} {
 		if len(x.raw) == 0 || string(x.raw) == "null" {
 			continue
 		}
@@ -477,6 +479,11 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.CleanSteps) > 0 && req.Verb != fsm.Clean {
 		writeError(w, 400, fmt.Sprintf("clean_steps is only valid with target \"clean\", not %q", body.Target))
+		return
+	}
+	if len(req.ServiceSteps) > 0 && req.Verb != fsm.Service {
+		// Ironic's words.
+		writeError(w, 400, fmt.Sprintf("\"service_steps\" is only valid when setting target provision state to service, not %q", body.Target))
 		return
 	}
 	if err := s.e.Verb(r.PathValue("id"), req); err != nil {

@@ -41,6 +41,7 @@ type nodeView struct {
 	DriverInternalInfo   *internalView  `json:"driver_internal_info"`
 	Extra                map[string]any `json:"extra"`
 	Fault                *string        `json:"fault"`
+	FirmwareInterface    string         `json:"firmware_interface"`
 	InspectInterface     string         `json:"inspect_interface"`
 	InspectionFinishedAt *time.Time     `json:"inspection_finished_at"`
 	InspectionStartedAt  *time.Time     `json:"inspection_started_at"`
@@ -56,6 +57,7 @@ type nodeView struct {
 	NetworkData          map[string]any `json:"network_data"`
 	NetworkInterface     string         `json:"network_interface"`
 	Owner                any            `json:"owner"`
+	ParentNode           any            `json:"parent_node"`
 	Portgroups           []linkView     `json:"portgroups"`
 	Ports                []linkView     `json:"ports"`
 	PowerInterface       string         `json:"power_interface"`
@@ -73,6 +75,7 @@ type nodeView struct {
 	Retired              *bool          `json:"retired"`
 	RetiredReason        *string        `json:"retired_reason"`
 	SecureBoot           any            `json:"secure_boot"`
+	ServiceStep          any            `json:"service_step"`
 	Shard                any            `json:"shard"`
 	SiteOnline           bool           `json:"site_online"`
 	States               []linkView     `json:"states"`
@@ -100,6 +103,8 @@ type internalView struct {
 	DeploySteps            any          `json:"deploy_steps,omitempty"`
 	Operation              any          `json:"operation,omitempty"`
 	OutstandingCommand     *commandView `json:"outstanding_command,omitempty"`
+	ServiceStepIndex       any          `json:"service_step_index,omitempty"`
+	ServiceSteps           any          `json:"service_steps,omitempty"`
 }
 
 type commandView struct {
@@ -184,6 +189,8 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		}
 		if n.Op.Phase == "deploy" {
 			internal.DeploySteps, internal.DeployStepIndex = steps, index
+		} else if n.Op.Phase == "service" {
+			internal.ServiceSteps, internal.ServiceStepIndex = steps, index
 		} else {
 			internal.CleanSteps, internal.CleanStepIndex = steps, index
 		}
@@ -220,13 +227,13 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		Maintenance: n.Maintenance, MaintenanceReason: nstr(n.MaintenanceReason), Fault: nstr(n.Fault),
 		LastError: nstr(n.LastError), Reservation: nstr(n.Reservation), RetiredReason: nstr(n.RetiredReason),
 		ResourceClass: nullable(n.ResourceClass), Description: nullable(n.Description), Owner: nullable(n.Owner),
-		CleanStep: stepOf(n.CleanStep), DeployStep: stepOf(n.DeployStep),
+		CleanStep: stepOf(n.CleanStep), DeployStep: stepOf(n.DeployStep), ServiceStep: stepOf(n.ServiceStep),
 		CreatedAt: n.CreatedAt, UpdatedAt: n.UpdatedAt,
 		NetworkInterface: ifaces.Network, BootInterface: ifaces.Boot, DeployInterface: ifaces.Deploy,
 		PowerInterface: ifaces.Power, ManagementInterface: ifaces.Management, InspectInterface: ifaces.Inspect,
 		BiosInterface: ifaces.Bios, ConsoleInterface: ifaces.Console, RaidInterface: ifaces.Raid,
 		RescueInterface: ifaces.Rescue, StorageInterface: ifaces.Storage, VendorInterface: ifaces.Vendor,
-		NetworkData: noConfig, RaidConfig: noConfig, TargetRaidConfig: noConfig,
+		FirmwareInterface: ifaces.Firmware, NetworkData: noConfig, RaidConfig: noConfig, TargetRaidConfig: noConfig,
 		Traits: []string{}, SiteOnline: online,
 		Links: links(base, "/v1/nodes/"+n.UUID), Ports: links(base, "/v1/nodes/"+n.UUID+"/ports"),
 		States: links(base, "/v1/nodes/"+n.UUID+"/states"), Portgroups: links(base, "/v1/nodes/"+n.UUID+"/portgroups"),
@@ -269,13 +276,14 @@ func rescuePasswordSet(st fsm.State) bool {
 // power and management (and bios, when it has BIOS steps), the
 // coordinator's for the rest, and Ironic's no-* where there is none.
 type nodeIfaces struct {
-	Bios, Boot, Console, Deploy, Inspect, Management, Network, Power, Raid, Rescue, Storage, Vendor string
+	Bios, Boot, Console, Deploy, Firmware, Inspect, Management, Network, Power, Raid, Rescue, Storage, Vendor string
 }
 
 // interfacesOf is the interfaces of a node of driver (as the node names
 // it), declared by decl.
 func interfacesOf(driver string, decl drivers.Declaration) nodeIfaces {
-	i := nodeIfaces{Bios: "no-bios", Boot: "pxe", Console: "no-console", Deploy: "direct", Inspect: "agent",
+	// No driver here has firmware steps: Ironic's no-firmware.
+	i := nodeIfaces{Bios: "no-bios", Boot: "pxe", Console: "no-console", Deploy: "direct", Firmware: "no-firmware", Inspect: "agent",
 		Management: driver, Network: "noop", Power: driver, Raid: "no-raid", Rescue: "agent", Storage: "noop", Vendor: "no-vendor"}
 	for _, st := range decl.CleanSteps {
 		if st.Interface == "bios" {
@@ -297,6 +305,8 @@ func (i nodeIfaces) byName(iface string) (string, bool) {
 		return i.Console, true
 	case "deploy":
 		return i.Deploy, true
+	case "firmware":
+		return i.Firmware, true
 	case "inspect":
 		return i.Inspect, true
 	case "management":
@@ -328,6 +338,7 @@ var fieldSince = map[string]int{
 	"fault": 42, "deploy_step": 44, "conductor_group": 46, "automated_clean": 47, "protected": 48, "protected_reason": 48,
 	"conductor": 49, "owner": 50, "description": 51, "allocation_uuid": 52, "retired": 61, "retired_reason": 61,
 	"lessee": 65, "network_data": 66, "boot_mode": 75, "secure_boot": 75, "shard": 82,
+	"parent_node": 83, "firmware_interface": 86, "service_step": 87,
 	"boot_interface": 31, "console_interface": 31, "deploy_interface": 31, "inspect_interface": 31,
 	"management_interface": 31, "power_interface": 31, "raid_interface": 31, "vendor_interface": 31,
 }

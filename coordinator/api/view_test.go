@@ -59,6 +59,8 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 		key, idx := "clean_steps", "clean_step_index"
 		if n.Op.Phase == "deploy" {
 			key, idx = "deploy_steps", "deploy_step_index"
+		} else if n.Op.Phase == "service" {
+			key, idx = "service_steps", "service_step_index"
 		}
 		internal[key] = steps
 		if _, at := n.Op.StepList(); at >= 0 {
@@ -113,6 +115,7 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 		"last_error": nullable(n.LastError), "reservation": nullable(n.Reservation),
 		"retired": oldRetiredView(n), "retired_reason": nullable(n.RetiredReason), "shard": nil,
 		"clean_step": oldStepView(n.CleanStep), "deploy_step": oldStepView(n.DeployStep),
+		"service_step": oldStepView(n.ServiceStep), "parent_node": nil, "firmware_interface": "no-firmware",
 		"created_at": n.CreatedAt, "updated_at": n.UpdatedAt, "provision_updated_at": provUpdated,
 		"inspection_started_at": insStart, "inspection_finished_at": insEnd,
 		"console_enabled": false, "protected": false, "automated_clean": nil, "resource_class": nullable(n.ResourceClass),

@@ -45,16 +45,31 @@ list leaves the node in clean failed with a last_error that names the step and t
 	{name: "rebuild", target: "rebuild", short: "Write the image again on a deployed node",
 		from: "active, deploy failed, error", to: "active"},
 	{name: "rescue", target: "rescue", short: "Boot a deployed node into the rescue ramdisk", args: " --rescue-password PW",
-		from: "active, rescue, rescue failed", to: "rescue"},
+		from: "active, rescue, rescue failed, service failed", to: "rescue"},
 	{name: "unrescue", target: "unrescue", short: "Boot a rescued node back into its instance",
 		from: "rescue, unrescue failed", to: "active"},
 	{name: "undeploy", target: "deleted", short: "Take a node's instance away and clean it",
-		from: "active, rescue, wait call-back, deploy failed, error, rescue failed, unrescue failed",
+		from: "active, rescue, wait call-back, deploy failed, error, rescue failed, unrescue failed, service wait, service failed",
 		to:   "available (manageable if retired), through cleaning"},
+	{name: "service", target: "service", short: "Run service steps on a deployed node, keeping its instance", args: " --service-steps FILE|-",
+		from: "active, service failed (maintenance unset)", to: "active",
+		long: `Changes a running server without re-imaging it (Ironic API 1.87). A service steps file is
+Ironic's list, run in order: [{"interface": "bios", "step": "apply_configuration",
+"args": {"settings": [{"name": "ProcTurboMode", "value": "Disabled"}]}}]. Every step and
+argument is checked before anything runs; a bad list leaves the node in service failed with a
+last_error that names the step and the argument. Out-of-band steps (bios, management) run
+through the site's edge agent with no reboot; an in-band step boots the ramdisk (service wait)
+and then the instance again. Steps that erase or rewrite the instance's disk (erase_devices,
+erase_devices_metadata, write_image) are refused (400). A step that fails leaves the node in
+service failed and in maintenance: unset maintenance, then service again, rescue, undeploy or
+abort (back to active).`},
 	{name: "abort", target: "abort", short: "Stop a node's operation where it waits",
-		from: "clean wait, inspect wait, rescue wait, wait call-back", to: "the matching failed state",
+		from: "clean wait, inspect wait, rescue wait, wait call-back, service wait, service failed",
+		to:   "the matching failed state (active from service wait and service failed)",
 		long: `Abort during an abortable step fails the node at once ("aborted by request during step X");
-during a step that cannot be aborted (write_image) the node fails as soon as the step ends.`},
+during a step that cannot be aborted (write_image) the node fails as soon as the step ends.
+Abort in service wait, as Ironic's, fails the service and boots the node back into its
+instance, in active with last_error saying it was aborted.`},
 }
 
 // verbOf returns the CLI verb of an API target ("deleted" is undeploy).
@@ -527,9 +542,13 @@ func (c *cmd) verbCmd(v verb) *cobra.Command {
 			id := a[0]
 			body := map[string]any{"target": v.target}
 			switch v.name {
-			case "clean":
+			case "clean", "service":
 				if steps == "" {
-					return usagef(`node clean needs --clean-steps FILE|-, e.g. [{"interface": "deploy", "step": "erase_devices_metadata"}]`)
+					example := `[{"interface": "deploy", "step": "erase_devices_metadata"}]`
+					if v.name == "service" {
+						example = `[{"interface": "bios", "step": "apply_configuration", "args": {"settings": [{"name": "ProcTurboMode", "value": "Disabled"}]}}]`
+					}
+					return usagef("node %s needs --%s-steps FILE|-, e.g. %s", v.name, v.name, example)
 				}
 				var b []byte
 				var err error
@@ -539,13 +558,13 @@ func (c *cmd) verbCmd(v verb) *cobra.Command {
 					b, err = os.ReadFile(steps)
 				}
 				if err != nil {
-					return fmt.Errorf("cannot read clean steps: %v", err)
+					return fmt.Errorf("cannot read %s steps: %v", v.name, err)
 				}
 				var s any
 				if err := json.Unmarshal(b, &s); err != nil {
-					return fmt.Errorf("clean steps in %s are not valid JSON: %v", steps, err)
+					return fmt.Errorf("%s steps in %s are not valid JSON: %v", v.name, steps, err)
 				}
-				body["clean_steps"] = s
+				body[v.name+"_steps"] = s
 			case "rescue":
 				if rescuePW == "" {
 					return usagef("node rescue needs --rescue-password PW, the rescue user's password")
@@ -571,6 +590,9 @@ func (c *cmd) verbCmd(v verb) *cobra.Command {
 	case "clean":
 		fs.StringVar(&steps, "clean-steps", "", "JSON list of clean steps, from a `FILE` or - for standard input (required)")
 		_ = cc.MarkFlagFilename("clean-steps", "json")
+	case "service":
+		fs.StringVar(&steps, "service-steps", "", "JSON list of service steps, from a `FILE` or - for standard input (required)")
+		_ = cc.MarkFlagFilename("service-steps", "json")
 	case "rescue":
 		fs.StringVar(&rescuePW, "rescue-password", "", "password of the rescue user (`PW`, required)")
 		_ = cc.RegisterFlagCompletionFunc("rescue-password", cobra.NoFileCompletions)

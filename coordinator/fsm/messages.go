@@ -181,7 +181,12 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 	}
 	m.stepDone(n, a, msg, what, now, out)
 	if n.Op.AbortAfter {
+		service := n.Op.Phase == "service"
 		m.failWith(n, now, out, fmt.Sprintf("aborted by request after step %s finished", a.Step.Name()), Abort)
+		if service && n.ProvisionState == ServiceFailed {
+			// As an abort during an abortable step: back to active.
+			m.serviceAbort(n, true, now, out)
+		}
 		return
 	}
 	m.advance(n, now, out)

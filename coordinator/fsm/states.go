@@ -89,6 +89,10 @@ const (
 	Undeploy Event = "deleted"
 	Abort    Event = "abort"
 	Service  Event = "service"
+	// Unhold (API 1.85) releases a node from a hold state; there are no
+	// hold states yet, so it is refused in every state, as Ironic
+	// refuses it where there is nothing to release.
+	Unhold Event = "unhold"
 )
 
 // Internal events.
@@ -101,7 +105,7 @@ const (
 
 // Verbs lists the operator verbs.
 func Verbs() []Event {
-	return []Event{Manage, Inspect, Clean, Provide, Deploy, Rebuild, RescueV, Unrescue, Undeploy, Abort, Service}
+	return []Event{Manage, Inspect, Clean, Provide, Deploy, Rebuild, RescueV, Unrescue, Undeploy, Abort, Service, Unhold}
 }
 
 // IsVerb tells whether e is an operator verb.

@@ -111,6 +111,13 @@ func TestServiceVerb(t *testing.T) {
 		t.Fatalf("at 1.87 the node lacks service_step, parent_node or firmware_interface: %v", keysOf(f))
 	}
 
+	// unhold (1.85): 406 below, and 400 at once in any state (there are
+	// no hold states yet), as Ironic where there is nothing to release.
+	provision(id, "1.84", `{"target":"unhold"}`, 406)
+	if a := provision(id, "1.87", `{"target":"unhold"}`, 400); !strings.Contains(a.body, "unhold") || !strings.Contains(a.body, "active") {
+		t.Fatalf("unhold refusal: %s", a.body)
+	}
+
 	// Refusals at 1.87: no list, a step that erases the instance's disk,
 	// service_steps with another target, too many steps.
 	provision(id, "1.87", `{"target":"service"}`, 400)

@@ -28,6 +28,9 @@ func TestNodeService(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d; stdout %q stderr %q", code, out, errOut)
 	}
+	if !strings.Contains(out, "n1: servicing → active  [bios.apply_configuration]") {
+		t.Errorf("--wait does not show the running service step:\n%s", out)
+	}
 	want := map[string]any{"target": "service", "service_steps": []any{map[string]any{"interface": "bios", "step": "apply_configuration",
 		"args": map[string]any{"settings": []any{map[string]any{"name": "ProcTurboMode", "value": "Disabled"}}}}}}
 	if len(f.bodies) != 1 || !reflect.DeepEqual(f.bodies[0], want) {

@@ -113,7 +113,7 @@ func describe(n map[string]any, state, target string) string {
 	if target != "" {
 		line += " → " + target
 	}
-	for _, k := range []string{"clean_step", "deploy_step"} {
+	for _, k := range []string{"clean_step", "deploy_step", "service_step"} {
 		if s, ok := n[k].(map[string]any); ok && s["step"] != nil {
 			line += fmt.Sprintf("  [%v.%v", s["interface"], s["step"])
 			if p, ok := s["progress"].(float64); ok && p > 0 {

@@ -24,7 +24,10 @@ func get(t *testing.T, cl *testrig.Client, path string, auth bool) (int, string)
 	if auth {
 		req.SetBasicAuth(cl.User, cl.Password)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// An events stream never ends: the body is read for at most 5 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}

@@ -476,7 +476,7 @@ func ago(now time.Time, t any) string {
 	if tt.IsZero() {
 		return "never"
 	}
-	d := now.Sub(tt).Round(time.Second)
+	d := max(0, now.Sub(tt).Round(time.Second))
 	switch {
 	case d < time.Minute:
 		return fmt.Sprintf("%ds ago", int(d.Seconds()))

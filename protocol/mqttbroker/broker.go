@@ -209,15 +209,7 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 			return nil, err
 		}
 	}
-	// The budgets are checked on the raw TCP connection, before TLS; the
-	// guard reads above TLS, so that it checks MQTT bytes.
-	rl := ratelog.New(blog, 0)
-	bl := cfg.Pool.Wrap(ln, netbudget.Options{Name: cfg.Name, Limits: cfg.Conns.Or(DefaultConnLimits), Log: blog})
-	var inner net.Listener = bl
-	if cfg.TLS != nil {
-		inner = tls.NewListener(bl, cfg.TLS)
-	}
-	gl := &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog, rl: rl, pending: make(chan struct{}, cfg.MaxPendingConnects)}
+	bl, gl := listenerStack(ln, cfg, blog)
 	if err := srv.AddListener(listeners.NewNet("mqtt", gl)); err != nil {
 		ln.Close()
 		return nil, err
@@ -228,6 +220,21 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 		}
 	}()
 	return &Broker{srv: srv, Addr: ln.Addr().String(), drop: drop, conn: bl}, nil
+}
+
+// listenerStack puts ln (the raw TCP listener) under the broker's
+// budgets: netbudget's on the raw TCP connection, before TLS (its Accept
+// also outlives failed accepts, where mochi's listener stopped for good
+// at the first error), then TLS, then the guard, which reads above TLS so
+// that it checks MQTT bytes.
+func listenerStack(ln net.Listener, cfg Config, blog *slog.Logger) (*netbudget.Listener, *guardListener) {
+	bl := cfg.Pool.Wrap(ln, netbudget.Options{Name: cfg.Name, Limits: cfg.Conns.Or(DefaultConnLimits), Log: blog})
+	var inner net.Listener = bl
+	if cfg.TLS != nil {
+		inner = tls.NewListener(bl, cfg.TLS)
+	}
+	return bl, &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog, rl: ratelog.New(blog, 0),
+		pending: make(chan struct{}, cfg.MaxPendingConnects)}
 }
 
 // Publish hands a message to the broker as its inline client, which may

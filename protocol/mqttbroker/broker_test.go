@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 func TestAllowed(t *testing.T) {
@@ -162,7 +164,14 @@ func TestAcceptOutlivesFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gl := &guardListener{Listener: &flakyListener{Listener: ln, fails: 5}, max: 1 << 10, log: slog.New(slog.DiscardHandler), pending: make(chan struct{}, 4)}
+	pool, err := netbudget.NewPoolLimit(1<<16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The broker's own listener stack (Start's), over a listener that
+	// fails its first accepts.
+	_, gl := listenerStack(&flakyListener{Listener: ln, fails: 5},
+		Config{Name: "mqtt", Pool: pool, MaxConnectSize: 1 << 10, MaxPendingConnects: 4}, slog.New(slog.DiscardHandler))
 	go func() {
 		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 			defer c.Close()

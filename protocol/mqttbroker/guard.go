@@ -25,9 +25,8 @@ import (
 // their CONNECT at once; more are closed at once, so that strangers
 // cannot take the process's file descriptors. The budgets per source
 // and the descriptor pool are netbudget's, under TLS; a connection is
-// settled there once its whole CONNECT is read. And Accept outlives a
-// failed accept (too many open files): mochi's listener stops for good at
-// the first error, which left the broker deaf until a restart.
+// settled there once its whole CONNECT is read. Failed accepts (too many
+// open files) are retried below, by netbudget's listener (listenerStack).
 type guardListener struct {
 	net.Listener
 	max     int
@@ -44,31 +43,11 @@ var connectTimeout = 10 * time.Second
 // their whole CONNECT.
 const DefaultMaxPendingConnects = 2048
 
-// acceptRetryMax is the longest wait between tries after a failed accept.
-const acceptRetryMax = time.Second
-
 func (l *guardListener) Accept() (net.Conn, error) {
-	var delay time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil, err
-			}
-			// As net/http's server: wait and try again (EMFILE, ENFILE,
-			// ECONNABORTED...), for as long as the listener is open.
-			if delay == 0 {
-				delay = 5 * time.Millisecond
-				l.log.Error("MQTT listener: accept failed; trying again until it works", "err", err)
-			} else {
-				delay = min(2*delay, acceptRetryMax)
-			}
-			time.Sleep(delay)
-			continue
-		}
-		if delay > 0 {
-			l.log.Info("MQTT listener: accepting again")
-			delay = 0
+			return nil, err
 		}
 		select {
 		case l.pending <- struct{}{}:

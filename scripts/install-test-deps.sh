@@ -21,6 +21,7 @@
 #                         and whose `-B -C 12` entries it must accept (coordinator/api/guessing_test.go)
 #   prometheus            promtool, which checks the coordinator's and the edge agent's /metrics
 #                         output (coordinator/server/metrics_test.go); its server is not run
+#   systemd               systemd-analyze, which checks the shipped units (scripts/systemd/units_test.go)
 #   chromium chromium-driver
 #                         headless Chromium driven through chromedriver (W3C WebDriver on loopback)
 #                         by the web view's browser test (coordinator/ui/browser_test.go)
@@ -32,7 +33,7 @@
 set -euo pipefail
 
 PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus
-	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 busybox iproute2 util-linux chromium chromium-driver)
+	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 busybox iproute2 util-linux chromium chromium-driver systemd)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

@@ -561,7 +561,7 @@ func TestUnitsExecStartRuns(t *testing.T) {
 
 	aargs := append(substitute(execStart(t, agentUnit), dir, "site1"), "--ca-file", filepath.Join(pki, "ca.pem"))
 	acmd := exec.Command(agent, aargs...)
-	_, aexit := startUntil(t, acmd, regexp.MustCompile(`(?i)connected`), "agent "+strings.Join(aargs, " "))
+	_, aexit := startUntil(t, acmd, regexp.MustCompile(`edge agent connected`), "agent "+strings.Join(aargs, " "))
 	if _, err := os.Stat(filepath.Join(dir, "state", "agent-site1", "outbox.key")); err != nil {
 		t.Errorf("the agent's --state-dir from the unit holds no outbox.key: %v", err)
 	}

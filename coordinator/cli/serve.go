@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -95,7 +96,7 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.StringVar(&o.brokerCA, "broker-ca-file", "", "CA (PEM) `FILE` that signs the external broker's certificate, for an mqtts:// --broker-url")
 	fs.StringVar(&o.brokerUser, "broker-username", "", "`USER` at the external broker (default: the coordinator's own)")
 	fs.StringVar(&o.brokerPW, "broker-password", "", "`PASSWORD` at the external broker (env COORDINATOR_BROKER_PASSWORD)")
-	fs.StringVar(&o.advertise, "advertise-broker-url", "", "broker `URL` written into site credentials files by site add (default: the broker's own)")
+	fs.StringVar(&o.advertise, "advertise-broker-url", "", "broker `URL` written into site credentials files by site add and site rotate (default: the broker's own address; required with a --mqtt-listen on every interface, such as 0.0.0.0:8883)")
 	fs.IntVar(&o.maxPacket, "max-packet-size", mqttbroker.DefaultMaxPacketSize, "largest MQTT packet the embedded broker reads after CONNECT, in `BYTES` (CONNECT itself: 16 KiB)")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 30*time.Minute, "a WAIT state that hears nothing this long fails (heartbeats reset it)")
 	fs.DurationVar(&o.cmdTimeout, "command-timeout", 5*time.Minute, "an out-of-band command without a result this long fails")
@@ -146,6 +147,9 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 		}
 	}
 	if err := plainMQTTCheck(o); err != nil {
+		return err
+	}
+	if err := advertiseCheck(o); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
@@ -223,4 +227,28 @@ func plainMQTTCheck(o *serveOptions) error {
 	return fmt.Errorf("refusing to serve plain MQTT on %s: site passwords, BMC passwords and ramdisk credentials would cross the network "+
 		"in the clear. Add --tls-cert FILE --tls-key FILE (the broker then speaks mqtts; 'coordinator certs' makes a lab pair), "+
 		"or listen on loopback (--mqtt-listen 127.0.0.1:1883), or, on a lab network nobody else can reach, say --mqtt-insecure", o.mqttListen)
+}
+
+// advertiseCheck refuses, before anything is opened, an embedded broker
+// on every interface (0.0.0.0, ::, or no host) without
+// --advertise-broker-url: site add and site rotate write the broker's
+// URL into the site's credentials file, and mqtt://0.0.0.0:PORT is an
+// address no edge agent can connect to.
+func advertiseCheck(o *serveOptions) error {
+	if o.brokerURL != "" || o.advertise != "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(o.mqttListen)
+	if err != nil {
+		return nil // the listener reports a malformed address itself
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return nil
+	}
+	scheme := "mqtt"
+	if o.tlsCert != "" {
+		scheme = "mqtts"
+	}
+	return fmt.Errorf("--mqtt-listen %s listens on every interface, so the broker has no address to write into site credentials files "+
+		"(site add, site rotate): add --advertise-broker-url %s://HOST:%s with the name or address the sites reach this coordinator by", o.mqttListen, scheme, port)
 }

@@ -8,9 +8,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -20,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // Realm is what a 401 answer names in WWW-Authenticate.
@@ -251,25 +251,10 @@ func (a *BasicAuth) bcrypt(user, password string) bool {
 	return err == nil && known
 }
 
-// sourceKey is what failed logins are counted by: the IP address of
-// remote (host:port), or its /64 for IPv6.
-func sourceKey(remote string) string {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	ip = ip.Unmap().WithZone("")
-	if ip.Is6() {
-		if p, err := ip.Prefix(64); err == nil {
-			return p.String()
-		}
-	}
-	return ip.String()
-}
+// sourceKey is what failed logins are counted by: the source of the
+// connection budgets (netbudget.Source), the IP address of remote
+// (host:port), or its /64 for IPv6.
+func sourceKey(remote string) string { return netbudget.Source(remote) }
 
 // guard counts failed logins per source as a token bucket: a source
 // starts with burst tries, each failure spends one, and one comes back

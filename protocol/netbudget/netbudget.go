@@ -450,6 +450,28 @@ func ConnState(prev func(net.Conn, http.ConnState)) func(net.Conn, http.ConnStat
 	}
 }
 
+// Source is the budget key of a remote address given as host:port (as
+// http.Request.RemoteAddr has it), in text: the IPv4 address (an
+// IPv4-mapped one too), or the /64 of an IPv6 one ("2001:db8:1:2::/64").
+// Other counters of the same sources (the API's failed logins) use it, so
+// that a source means one thing everywhere. What does not parse is its
+// own key.
+func Source(remote string) string {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	k := sourceOf(net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip.WithZone(""), 0)))
+	if k.Is6() {
+		return netip.PrefixFrom(k, 64).String()
+	}
+	return k.String()
+}
+
 // sourceOf is the budget key of a remote address: the IPv4 address, or
 // the /64 of an IPv6 one.
 func sourceOf(a net.Addr) netip.Addr {

@@ -337,3 +337,18 @@ func TestSourceKey(t *testing.T) {
 		}
 	}
 }
+
+// Source, the text key other counters use, means the same source.
+func TestSourceText(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.2:5":                  "127.0.0.2",
+		"[::ffff:10.0.0.1]:5":          "10.0.0.1",
+		"[2001:db8:1:2:aa:bb:cc:dd]:5": "2001:db8:1:2::/64",
+		"[fe80::1%eth0]:5":             "fe80::/64",
+		"not an address":               "not an address",
+	} {
+		if got := Source(in); got != want {
+			t.Errorf("Source(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -301,7 +301,7 @@ func newID() string {
 // the site broker (whose ramdisks the coordinator's broker then refuses).
 func presence(site string, online, relay, siteBroker bool) []byte {
 	b, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: online, Relay: online && relay,
-		SiteBroker: online && siteBroker, Sent: time.Now()})
+		SiteBroker: online && siteBroker, Software: protocol.Software(), Sent: time.Now()})
 	return b
 }
 

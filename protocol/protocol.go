@@ -271,6 +271,9 @@ type Message struct {
 	Online     bool `json:"online,omitempty"`
 	Relay      bool `json:"relay,omitempty"`
 	SiteBroker bool `json:"site_broker,omitempty"`
+	// Software, in an edge agent's presence, names its build (Software()),
+	// for the operator's eyes only (the web view's site page).
+	Software string `json:"software,omitempty"`
 
 	// Power report: the BMC's reading ("power on" or "power off"); a
 	// failed reading has Error instead. Sent is when it was read, which

@@ -189,6 +189,8 @@ type Engine struct {
 	// (reach.go); cacheBk the sites' image pre-seeds (sitecache.go).
 	reachBk *reachBook
 	cacheBk *cacheBook
+	// software is what each site's edge agent said it runs (siteview.go).
+	software sync.Map
 	// views are the readers' kept views of the nodes (views.go).
 	views viewCache
 	// fatal is the database failure that stopped the engine

@@ -610,6 +610,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		}
 		e.noteRelay(site, msg.Online, msg.Relay)
 		e.NoteSiteBroker(site, msg.Online, msg.SiteBroker)
+		e.noteSiteSoftware(site, msg.Online, msg.Software)
 		_ = e.submit(func(t *tx) error {
 			e.sitePresence(t, site, msg.Online)
 			return nil

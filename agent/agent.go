@@ -159,10 +159,14 @@ type Agent struct {
 	// outbox.go); nil only in unit tests that never Run. seq numbers the
 	// messages put in the outbox, in order; full is set while the outbox
 	// is at OutboxLimit.
-	store   *outboxStore
-	seq     uint64
-	full    bool
-	done    map[string]doneItem // command id → its result, for duplicates
+	store *outboxStore
+	seq   uint64
+	full  bool
+	done  map[string]doneItem // command id → its result, for duplicates
+	// latest is, per node, the highest command Seq started (see
+	// protocol.Message.Seq): a command with a lower one is a stale copy,
+	// and the done-records of acked commands below it can go at once.
+	latest  map[string]uint64
 	running map[string]bool
 	// busy counts the BMC commands running per node and gen counts those
 	// started: power sync does not read a node's BMC while a command
@@ -231,12 +235,13 @@ type outItem struct {
 
 // record is a done-record as the store keeps it.
 func (d doneItem) record(cmd string) *record {
-	return &record{ID: d.id, Topic: d.topic, Payload: d.payload, Cmd: cmd, At: d.at, Deadline: d.deadline, Acked: d.acked}
+	return &record{ID: d.id, Topic: d.topic, Payload: d.payload, Cmd: cmd, CmdSeq: d.cmdSeq, Node: d.node, At: d.at, Deadline: d.deadline, Acked: d.acked}
 }
 
 type doneItem struct {
 	topic, id string
 	node      string // the command's node
+	cmdSeq    uint64 // the command's Seq (0: not stamped)
 	payload   []byte
 	at        time.Time
 	// deadline is the command's: a copy arriving after it cannot run.
@@ -281,7 +286,7 @@ func New(cfg Config) *Agent {
 	if cfg.HeartbeatSummary <= 0 {
 		cfg.HeartbeatSummary = DefaultHeartbeatSummary
 	}
-	a := &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, running: map[string]bool{},
+	a := &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, latest: map[string]uint64{}, running: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
 		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{}), up: make(chan upItem, 1024),
 		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}, sent: map[string]sentBeat{}, held: map[string]protocol.Message{}}, nb: newNetbootState()}
@@ -453,9 +458,9 @@ func (a *Agent) send(topic string, m *protocol.Message, deadline time.Time) {
 		m = &f
 	}
 	now := time.Now()
-	rec := &record{ID: m.ID, Topic: topic, Payload: b, At: now, Deadline: deadline}
+	rec := &record{ID: m.ID, Topic: topic, Payload: b, Node: m.Node, At: now, Deadline: deadline}
 	if m.Kind == protocol.KindResult {
-		rec.Cmd = m.CommandID
+		rec.Cmd, rec.CmdSeq = m.CommandID, m.Seq
 	}
 	a.mu.Lock()
 	a.seq++
@@ -473,7 +478,7 @@ func (a *Agent) send(topic string, m *protocol.Message, deadline time.Time) {
 	a.mu.Lock()
 	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), cmd: rec.Cmd, node: m.Node, seq: seq}
 	if m.Kind == protocol.KindResult {
-		a.done[m.CommandID] = doneItem{topic: topic, id: m.ID, node: m.Node, payload: b, at: now, deadline: deadline, seq: seq}
+		a.done[m.CommandID] = doneItem{topic: topic, id: m.ID, node: m.Node, cmdSeq: m.Seq, payload: b, at: now, deadline: deadline, seq: seq}
 	}
 	a.noteOutbox()
 	a.mu.Unlock()
@@ -496,12 +501,18 @@ func (a *Agent) loadOutbox(s *outboxStore) error {
 	for i, r := range recs {
 		seq := seqs[i]
 		a.seq = max(a.seq, seq)
-		node := nodeOf(r.Topic, r.Payload)
+		node := r.Node
+		if node == "" {
+			node = nodeOf(r.Topic, r.Payload) // written by an older agent
+		}
 		if r.Acked.IsZero() {
 			a.outbox[r.ID] = outItem{topic: r.Topic, payload: r.Payload, sent: now, cmd: r.Cmd, node: node, seq: seq}
 		}
 		if r.Cmd != "" {
-			a.done[r.Cmd] = doneItem{topic: r.Topic, id: r.ID, node: node, payload: r.Payload, at: r.At, deadline: r.Deadline, acked: r.Acked, seq: seq}
+			a.done[r.Cmd] = doneItem{topic: r.Topic, id: r.ID, node: node, cmdSeq: r.CmdSeq, payload: r.Payload, at: r.At, deadline: r.Deadline, acked: r.Acked, seq: seq}
+			if node != "" {
+				a.latest[node] = max(a.latest[node], r.CmdSeq)
+			}
 		} else if !r.Acked.IsZero() {
 			s.later(seq, nil)
 		}
@@ -602,12 +613,16 @@ func (a *Agent) resendLoop(ctx context.Context) {
 // (a long WAN outage), so it may well send the command again, which
 // must not run twice. (A deleted node's results leave the outbox with
 // forget, and the coordinator acks those of nodes it does not know.)
+// An acked command older than one of its node already started goes at
+// once: its Seq alone refuses a copy (runBMC), so an agent keeps about
+// one done-record per node, not every command of the last minutes.
 func (a *Agent) trimDone(now time.Time) {
 	for id, d := range a.done {
 		if _, waiting := a.outbox[d.id]; waiting {
 			continue
 		}
-		if d.acked.IsZero() || (now.Sub(d.acked) > doneRetention && now.After(d.deadline)) {
+		superseded := d.cmdSeq != 0 && d.cmdSeq < a.latest[d.node]
+		if d.acked.IsZero() || (!d.acked.IsZero() && superseded) || (now.Sub(d.acked) > doneRetention && now.After(d.deadline)) {
 			delete(a.done, id)
 			a.store.later(d.seq, nil)
 		}
@@ -775,6 +790,7 @@ func (a *Agent) forget(node string) {
 	delete(a.relay.sent, node)
 	delete(a.relay.held, node)
 	delete(a.gen, node)
+	delete(a.latest, node)
 	// Its results and reports go no further: the coordinator deleted the
 	// node (and acks, without applying, any copy already on its way).
 	for id, it := range a.outbox {
@@ -887,6 +903,15 @@ func (a *Agent) runBMC(m *protocol.Message) {
 		a.mu.Unlock()
 		return
 	}
+	if m.Seq != 0 && m.Seq < a.latest[m.Node] {
+		// A copy of a command older than one this node already started:
+		// the coordinator has moved on from it, so it must not run (its
+		// done-record may be gone: see trimDone).
+		a.mu.Unlock()
+		a.metrics.stale.Inc()
+		a.log.Debug("stale BMC command not run: a newer command of the node has started", "node", m.Node, "command", m.ID, "action", m.Action)
+		return
+	}
 	if a.noteOutbox(); a.full {
 		// Its result would have no room: the command is not run, and the
 		// coordinator sends it again (see Config.OutboxLimit).
@@ -895,6 +920,9 @@ func (a *Agent) runBMC(m *protocol.Message) {
 		return
 	}
 	a.running[m.ID] = true
+	if m.Seq != 0 {
+		a.latest[m.Node] = max(a.latest[m.Node], m.Seq)
+	}
 	a.busy[m.Node]++
 	a.gen[m.Node]++
 	a.mu.Unlock()
@@ -930,7 +958,7 @@ func (a *Agent) runBMC(m *protocol.Message) {
 	if err == nil || done > 0 {
 		a.bootEnded(m, done)
 	}
-	res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, OK: err == nil}
+	res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, Seq: m.Seq, OK: err == nil}
 	if err != nil {
 		res.Error = err.Error()
 	}

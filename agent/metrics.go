@@ -27,6 +27,7 @@ type agentMetrics struct {
 	bmcOps     *prometheus.CounterVec
 	bmcSeconds *prometheus.HistogramVec
 	resent     prometheus.Counter
+	stale      prometheus.Counter
 	powerReads *prometheus.CounterVec
 }
 
@@ -40,6 +41,8 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"driver", "action"})
 	m.resent = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "results_resent_total",
 		Help: "Results and power reports sent again because the coordinator had not acknowledged them (resend interval or reconnection)."})
+	m.stale = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "stale_commands_total",
+		Help: "BMC commands not run because a newer command of the same node had already started (a late copy: broker redelivery or resend)."})
 	m.powerReads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "power_sync_reads_total",
 		Help: "Power-state reads of the site's real BMCs by power sync, by outcome (ok, error)."}, []string{"outcome"})
 	outbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "outbox_depth",
@@ -47,7 +50,7 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 	// Both outcomes exist from the start, at 0.
 	m.powerReads.WithLabelValues("ok")
 	m.powerReads.WithLabelValues("error")
-	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.powerReads, outbox,
+	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, outbox,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -79,10 +79,14 @@ const DefaultOutboxLimit = 100000
 
 // record is one message of the outbox, as stored.
 type record struct {
-	ID       string    `json:"id"`
-	Topic    string    `json:"topic"`
-	Payload  []byte    `json:"payload"`
-	Cmd      string    `json:"cmd,omitempty"` // the command a result answers
+	ID      string `json:"id"`
+	Topic   string `json:"topic"`
+	Payload []byte `json:"payload"`
+	Cmd     string `json:"cmd,omitempty"`     // the command a result answers
+	CmdSeq  uint64 `json:"cmd_seq,omitempty"` // that command's Seq
+	// Node is the node it is about: an acked result keeps no payload to
+	// read it from.
+	Node     string    `json:"node,omitempty"`
 	At       time.Time `json:"at"`
 	Deadline time.Time `json:"deadline,omitzero"`
 	Acked    time.Time `json:"acked,omitzero"`

@@ -225,6 +225,15 @@ type Message struct {
 	Token string `json:"token,omitempty"`
 
 	// Command fields.
+	//
+	// Seq, in a node's command, increases with every new command the
+	// coordinator makes for that node (a resend keeps it): a receiver
+	// that has started a command of the node with a higher Seq knows that
+	// this one is a stale copy and never runs it, so it need not remember
+	// older commands to refuse their duplicates. A result carries the Seq
+	// of the command it answers. 0: not stamped (an older coordinator, a
+	// site-wide command).
+	Seq      uint64         `json:"seq,omitempty"`
 	Action   string         `json:"action,omitempty"`
 	Deadline time.Time      `json:"deadline,omitzero"`
 	Args     map[string]any `json:"args,omitempty"`

@@ -15,7 +15,11 @@ func Software() string {
 	var b strings.Builder
 	b.WriteString("bmedge")
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		b.WriteString(" " + bi.Main.Version)
+		v := bi.Main.Version
+		if v == "" {
+			v = "(devel)" // a test binary
+		}
+		b.WriteString(" " + v)
 		var rev, dirty string
 		for _, s := range bi.Settings {
 			switch s.Key {

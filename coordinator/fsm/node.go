@@ -61,6 +61,8 @@ type Node struct {
 	Op *Operation `json:"op,omitempty"`
 	// Pending is the outstanding command: resent until its result comes.
 	Pending *Command `json:"pending,omitempty"`
+	// CmdSeq is the Seq of the node's newest command (protocol.Message).
+	CmdSeq uint64 `json:"cmd_seq,omitempty"`
 	// Deadline is when the current wait (WAIT state or command) times out.
 	Deadline time.Time `json:"deadline,omitzero"`
 

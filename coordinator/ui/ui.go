@@ -92,12 +92,16 @@ func New(e *engine.Engine, o Options) *Handler {
 		"pagelink": pageLink,
 		"add1":     func(i int) int { return i + 1 },
 		"sub1":     func(i int) int { return i - 1 },
+		"since":    since,
+		"bytes":    byteSize,
+		"table":    func(n []Summary, sel bool) nodeTable { return nodeTable{Nodes: n, Select: sel} },
 	}).ParseFS(templateFS, "templates/*.html"))
 	static, _ := fs.Sub(staticFS, "static")
 	h.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
 	h.mux.HandleFunc("GET /ui/{$}", h.fleet)
 	h.mux.HandleFunc("GET /ui/nodes", h.nodes)
 	h.mux.HandleFunc("GET /ui/nodes/{id}", h.node)
+	h.mux.HandleFunc("GET /ui/sites/{name}", h.site)
 	h.mux.HandleFunc("GET /ui/api/nodes/{id}", h.nodeJSON)
 	h.mux.HandleFunc("GET /ui/events", h.events)
 	h.mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusMovedPermanently) })
@@ -145,6 +149,7 @@ type Summary struct {
 	MaintenanceReason string    `json:"maintenance_reason"`
 	Fault             string    `json:"fault"`
 	Retired           bool      `json:"retired"`
+	RetiredReason     string    `json:"retired_reason"`
 	Step              string    `json:"step"`
 	StepProgress      float64   `json:"step_progress"`
 	StepDetail        string    `json:"step_detail"`
@@ -156,7 +161,7 @@ type Summary struct {
 func summarize(n *fsm.Node, online bool) Summary {
 	s := Summary{UUID: n.UUID, Name: n.Name, Site: n.Site, SiteOnline: online, Driver: n.Driver, State: string(n.ProvisionState),
 		Target: string(n.TargetProvisionState), Power: n.PowerState, TargetPower: n.TargetPowerState, LastError: n.LastError,
-		Maintenance: n.Maintenance, MaintenanceReason: n.MaintenanceReason, Fault: n.Fault, Retired: n.Retired,
+		Maintenance: n.Maintenance, MaintenanceReason: n.MaintenanceReason, Fault: n.Fault, Retired: n.Retired, RetiredReason: n.RetiredReason,
 		Locked: n.Reservation != "", Updated: n.UpdatedAt}
 	step := n.CleanStep
 	if step == nil {
@@ -259,6 +264,7 @@ type listPage struct {
 	State       string
 	Site        string
 	Maintenance string
+	Retired     string
 	Search      string
 	States      []string
 	Sites       []string
@@ -268,14 +274,19 @@ type listPage struct {
 func (h *Handler) nodes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	p := listPage{Title: "Nodes", Page: "nodes", State: q.Get("state"), Site: q.Get("site"), Maintenance: q.Get("maintenance"),
-		Search: strings.TrimSpace(q.Get("q")), Now: time.Now()}
+		Retired: q.Get("retired"), Search: strings.TrimSpace(q.Get("q")), Now: time.Now()}
 	p.PageNo, _ = strconv.Atoi(q.Get("page"))
 	p.PageNo = max(1, p.PageNo)
 	for _, st := range fsm.AllStates() {
 		p.States = append(p.States, string(st))
 	}
+	// Reachability is read before Each: an engine call inside Each
+	// would take the engine's read lock a second time, which waits
+	// behind a waiting writer (the loop) that waits for Each.
+	online := map[string]bool{}
 	for _, s := range h.e.Sites() {
 		p.Sites = append(p.Sites, s.Name)
+		online[s.Name] = s.Online
 	}
 	search := strings.ToLower(p.Search)
 	skip := (p.PageNo - 1) * PageSize
@@ -283,12 +294,13 @@ func (h *Handler) nodes(w http.ResponseWriter, r *http.Request) {
 		if p.State == "failed" && !failedState(string(n.ProvisionState)) ||
 			p.State != "" && p.State != "failed" && string(n.ProvisionState) != p.State || p.Site != "" && n.Site != p.Site ||
 			p.Maintenance == "true" && !n.Maintenance || p.Maintenance == "false" && n.Maintenance ||
+			p.Retired == "true" && !n.Retired || p.Retired == "false" && n.Retired ||
 			search != "" && !strings.Contains(strings.ToLower(n.Name), search) && !strings.HasPrefix(n.UUID, search) {
 			return true
 		}
 		p.Total++
 		if p.Total > skip && len(p.Nodes) < PageSize {
-			p.Nodes = append(p.Nodes, summarize(n, h.e.SiteOnline(n.Site)))
+			p.Nodes = append(p.Nodes, summarize(n, online[n.Site]))
 		}
 		return true
 	})
@@ -297,7 +309,7 @@ func (h *Handler) nodes(w http.ResponseWriter, r *http.Request) {
 		p.First, p.Last = skip+1, skip+len(p.Nodes)
 	}
 	p.Query = url.Values{}
-	for k, v := range map[string]string{"state": p.State, "site": p.Site, "maintenance": p.Maintenance, "q": p.Search} {
+	for k, v := range map[string]string{"state": p.State, "site": p.Site, "maintenance": p.Maintenance, "retired": p.Retired, "q": p.Search} {
 		if v != "" {
 			p.Query.Set(k, v)
 		}
@@ -486,6 +498,30 @@ func ago(now time.Time, t any) string {
 		return fmt.Sprintf("%dh %dm ago", int(d.Hours()), int(d.Minutes())%60)
 	}
 	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+// since is how long ago t was, without "ago" ("3h 5m").
+func since(now time.Time, t any) string { return strings.TrimSuffix(ago(now, t), " ago") }
+
+// byteSize is a size for people: 1.5 GiB.
+func byteSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
+
+// nodeTable is what the node-table template shows: nodes, with a
+// selection box each when Select.
+type nodeTable struct {
+	Nodes  []Summary
+	Select bool
 }
 
 func when(t any) string {

@@ -1,10 +1,14 @@
-// bmedge web view: live updates by server-sent events, and the node
-// page's actions sent as JSON to the /v1 API. Plain JavaScript, no build.
+// bmedge web view: live updates by server-sent events, and actions sent
+// as JSON to the /v1 API (a node's page, and a selection of nodes in the
+// node list). Plain JavaScript, no build.
 (function () {
   "use strict";
   var live = document.getElementById("live");
   var status = document.getElementById("live-status");
   var refreshTimer = null;
+  // The node list's selection, by UUID → name: it outlives the live
+  // part's refreshes.
+  var picked = new Map();
 
   function setStatus(text) { if (status) status.textContent = text; }
 
@@ -12,11 +16,13 @@
   function apply(s) {
     var boxes = document.querySelectorAll('[data-uuid="' + s.uuid + '"]');
     boxes.forEach(function (box) {
+      var row = box.tagName === "TR";
       box.querySelectorAll("[data-f]").forEach(function (el) {
         var f = el.getAttribute("data-f");
         if (s.gone) { el.textContent = f === "provision_state" ? "deleted" : ""; return; }
         var v = s[f];
-        if (f === "maintenance") v = v ? (box.tagName === "TR" ? "on" : "on" + (s.maintenance_reason ? ": " + s.maintenance_reason : "")) : (box.tagName === "TR" ? "" : "off");
+        if (f === "maintenance") v = v ? (row ? "on" : "on" + (s.maintenance_reason ? ": " + s.maintenance_reason : "")) : (row ? "" : "off");
+        if (f === "retired") v = v ? "yes" + (s.retired_reason ? ": " + s.retired_reason : "") : "no";
         if (f === "provision_state") {
           el.innerHTML = "";
           var sp = document.createElement("span");
@@ -30,6 +36,21 @@
     });
   }
 
+  // Tick again the picked nodes' boxes after the table was made anew.
+  function restorePicks() {
+    if (!live) return;
+    var boxes = live.querySelectorAll("input.pick");
+    var all = boxes.length > 0;
+    boxes.forEach(function (b) {
+      b.checked = picked.has(b.value);
+      if (!b.checked) all = false;
+    });
+    var head = document.getElementById("select-all");
+    if (head) head.checked = all;
+    var count = document.getElementById("bulk-count");
+    if (count) count.textContent = String(picked.size);
+  }
+
   // Read the live part of the page again (at most every 500 ms), without
   // touching the rest: forms and focus outside it stay as they are.
   function refresh() {
@@ -40,20 +61,27 @@
         .then(function (html) {
           refreshTimer = null;
           if (html == null) return;
-          var focused = document.activeElement && live.contains(document.activeElement);
+          var focused = document.activeElement && live.contains(document.activeElement) ? document.activeElement : null;
+          var focusKey = focused && (focused.id || (focused.value && focused.classList.contains("pick") ? focused.value : ""));
           live.innerHTML = html;
-          if (focused) live.focus();
+          restorePicks();
+          if (focused) {
+            // Keep the keyboard where it was: the same box, or the part.
+            var again = focusKey && (document.getElementById(focusKey) || live.querySelector('input.pick[value="' + focusKey + '"]'));
+            (again || live).focus();
+          }
         })
         .catch(function () { refreshTimer = null; });
     }, 500);
   }
 
-  function watching(uuid) {
+  function watching(s) {
     if (!live) return false;
     var mode = live.getAttribute("data-refresh");
     if (mode === "any") return true;
-    if (mode === "node") return live.getAttribute("data-node") === uuid;
-    return live.querySelector('[data-uuid="' + uuid + '"]') !== null;
+    if (mode === "node") return live.getAttribute("data-node") === s.uuid;
+    if (mode === "site") return live.getAttribute("data-site") === s.site || live.querySelector('[data-uuid="' + s.uuid + '"]') !== null;
+    return live.querySelector('[data-uuid="' + s.uuid + '"]') !== null;
   }
 
   if (window.EventSource && live) {
@@ -66,24 +94,23 @@
     es.addEventListener("node", function (ev) {
       var s;
       try { s = JSON.parse(ev.data); } catch (e) { return; }
-      if (!watching(s.uuid)) return;
+      if (!watching(s)) return;
       apply(s);
       refresh();
     });
     es.addEventListener("resync", function () { refresh(); });
+    // Sites' reachability and "… ago" move without a node changing: the
+    // fleet and site pages read their live part again every 15 s.
+    var mode = live.getAttribute("data-refresh");
+    if (mode === "any" || mode === "site") setInterval(refresh, 15000);
   } else {
     setStatus("not live: reload to update");
   }
 
-  // Actions of the node page.
-  var wrap = document.getElementById("live-wrap");
-  var uuid = wrap && wrap.getAttribute("data-uuid");
-  var result = document.getElementById("action-result");
-  if (!uuid || !result) return;
-
-  function api(method, path, body) {
+  // Actions: JSON requests to the /v1 API, which checks them.
+  function api(uuid, method, path, body, version) {
     var opts = { method: method, credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "Accept": "application/json", "X-OpenStack-Ironic-API-Version": "latest" } };
+      headers: { "Content-Type": "application/json", "Accept": "application/json", "X-OpenStack-Ironic-API-Version": version || "latest" } };
     if (body !== undefined) opts.body = JSON.stringify(body);
     return fetch("/v1/nodes/" + encodeURIComponent(uuid) + path, opts).then(function (r) {
       if (r.ok) return r;
@@ -99,38 +126,163 @@
     });
   }
 
-  function run(action, form) {
+  // deployParams reads a form's deploy fields; it throws an Error that
+  // says what to fix.
+  function deployParams(form) {
+    var src = form.elements.image_source.value.trim(), sum = form.elements.image_checksum.value.trim();
+    var cd = form.elements.configdrive.value.trim();
+    if (!src) throw new Error("Deploy needs an image URL (image_source).");
+    if (!/^[0-9a-fA-F]{64}([0-9a-fA-F]{64})?$/.test(sum)) throw new Error("Deploy needs the image's sha256 or sha512 as hex (image_checksum).");
+    var p = { image_source: src, image_checksum: sum };
+    if (cd) {
+      var obj;
+      try { obj = JSON.parse(cd); } catch (e) { throw new Error("The config drive is not JSON: " + e.message); }
+      if (obj === null || typeof obj !== "object" || Array.isArray(obj)) throw new Error("The config drive must be a JSON object with meta_data, network_data, user_data or vendor_data.");
+      p.configdrive = obj;
+    }
+    return p;
+  }
+
+  function run(uuid, action, p) {
     switch (action) {
-      case "maintenance-on": return api("PUT", "/maintenance", { reason: "set from the web view" });
-      case "maintenance-off": return api("DELETE", "/maintenance");
+      case "maintenance-on": return api(uuid, "PUT", "/maintenance", { reason: "set from the web view" });
+      case "maintenance-off": return api(uuid, "DELETE", "/maintenance");
+      // retired and retired_reason are fields of API version 1.61.
+      case "retire": return api(uuid, "PATCH", "", [
+        { op: "replace", path: "/retired", value: true },
+        { op: "add", path: "/retired_reason", value: "retired from the web view" }], "1.61");
+      case "unretire": return api(uuid, "PATCH", "", [{ op: "replace", path: "/retired", value: false }], "1.61");
       case "active":
-        var src = form.elements.image_source.value.trim(), sum = form.elements.image_checksum.value.trim();
-        return api("PATCH", "", [
-          { op: "add", path: "/instance_info/image_source", value: src },
-          { op: "add", path: "/instance_info/image_checksum", value: sum }
-        ]).then(function () { return api("PUT", "/states/provision", { target: "active" }); });
-      default: return api("PUT", "/states/provision", { target: action });
+        return api(uuid, "PATCH", "", [
+          { op: "add", path: "/instance_info/image_source", value: p.image_source },
+          { op: "add", path: "/instance_info/image_checksum", value: p.image_checksum }
+        ]).then(function () {
+          var body = { target: "active" };
+          // As Ironic's clients send it (a dictionary: API 1.56 and later).
+          if (p.configdrive) body.configdrive = p.configdrive;
+          return api(uuid, "PUT", "/states/provision", body);
+        });
+      default: return api(uuid, "PUT", "/states/provision", { target: action });
     }
   }
 
-  function act(btn, form) {
-    var action = btn.getAttribute("data-action");
-    if (!window.confirm(btn.getAttribute("data-confirm"))) { result.textContent = btn.textContent + ": cancelled."; return; }
-    btn.disabled = true;
-    result.textContent = btn.textContent + ": sending…";
-    run(action, form).then(function () {
-      result.textContent = btn.textContent + ": accepted; the state follows live.";
-    }, function (err) {
-      result.textContent = btn.textContent + " refused: " + err.message;
-    }).then(function () { btn.disabled = false; });
+  // What each action does, for the confirmation of a selection.
+  var effects = {
+    manage: ["Manage", "the coordinator checks each node's BMC credentials and the node becomes manageable."],
+    inspect: ["Inspect", "each node is powered on into the ramdisk to read its hardware, then powered off."],
+    provide: ["Provide", "cleaning erases each node's disks, then the node becomes available."],
+    active: ["Deploy", "the image is written to each node's disk, overwriting what is there."],
+    deleted: ["Undeploy", "each node's instance is torn down and cleaning erases the node's disks."],
+    abort: ["Abort", "what each node is doing now stops, and the node goes to a failed state."],
+    "maintenance-on": ["Maintenance on", "the coordinator stops acting on each node (power sync, timers) until maintenance is off."],
+    "maintenance-off": ["Maintenance off", "the coordinator acts on each node again."],
+    retire: ["Retire", "each node is marked retired: it can no longer be provided, and when undeployed it ends in manageable after cleaning instead of available."],
+    unretire: ["Unretire", "each node is no longer marked retired and can be provided again."]
+  };
+
+  // The node page's actions.
+  var wrap = document.getElementById("live-wrap");
+  var uuid = wrap && wrap.getAttribute("data-uuid");
+  var result = document.getElementById("action-result");
+  if (uuid && result) {
+    var act = function (btn, form) {
+      var action = btn.getAttribute("data-action"), p = null;
+      if (form) {
+        try { p = deployParams(form); } catch (e) { result.textContent = btn.textContent + ": " + e.message; return; }
+      }
+      if (!window.confirm(btn.getAttribute("data-confirm"))) { result.textContent = btn.textContent + ": cancelled."; return; }
+      btn.disabled = true;
+      result.textContent = btn.textContent + ": sending…";
+      run(uuid, action, p).then(function () {
+        result.textContent = btn.textContent + ": accepted; the state follows live.";
+      }, function (err) {
+        result.textContent = btn.textContent + " refused: " + err.message;
+      }).then(function () { btn.disabled = false; });
+    };
+    document.querySelectorAll(".buttons [data-action]").forEach(function (btn) {
+      btn.addEventListener("click", function () { act(btn, null); });
+    });
+    var deploy = document.getElementById("deploy");
+    if (deploy) deploy.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      act(deploy.querySelector("[data-action]"), deploy);
+    });
   }
 
-  document.querySelectorAll(".buttons [data-action]").forEach(function (btn) {
-    btn.addEventListener("click", function () { act(btn, null); });
+  // The node list's actions on a selection.
+  var bulk = document.getElementById("bulk");
+  var results = document.getElementById("bulk-results");
+  if (!bulk || !live || !results) return;
+  var choice = document.getElementById("bulk-action");
+  var fields = document.getElementById("bulk-deploy");
+  var showFields = function () { fields.hidden = choice.value !== "active"; };
+  choice.addEventListener("change", showFields);
+  showFields();
+
+  live.addEventListener("change", function (ev) {
+    var t = ev.target;
+    if (t.id === "select-all") {
+      live.querySelectorAll("input.pick").forEach(function (b) {
+        if (t.checked) picked.set(b.value, b.getAttribute("data-name")); else picked.delete(b.value);
+      });
+    } else if (t.classList && t.classList.contains("pick")) {
+      if (t.checked) picked.set(t.value, t.getAttribute("data-name")); else picked.delete(t.value);
+    } else {
+      return;
+    }
+    restorePicks();
   });
-  var deploy = document.getElementById("deploy");
-  if (deploy) deploy.addEventListener("submit", function (ev) {
+  restorePicks();
+
+  function line(text, cls) {
+    var li = document.createElement("li");
+    li.textContent = text;
+    if (cls) li.className = cls;
+    results.appendChild(li);
+    return li;
+  }
+
+  bulk.addEventListener("submit", function (ev) {
     ev.preventDefault();
-    act(deploy.querySelector("[data-action]"), deploy);
+    var action = choice.value, eff = effects[action], p = null;
+    results.innerHTML = "";
+    var chosen = Array.from(picked.entries());
+    if (chosen.length === 0) { line("No node is selected: tick the nodes to act on in the table.", "bad"); return; }
+    if (action === "active") {
+      try { p = deployParams(bulk); } catch (e) { line(e.message, "bad"); return; }
+    }
+    var names = chosen.map(function (c) { return c[1]; });
+    var shown = names.slice(0, 10).join(", ") + (names.length > 10 ? " and " + (names.length - 10) + " more" : "");
+    var sentence = eff[0] + " " + (names.length === 1 ? "1 node" : names.length + " nodes") + " (" + shown + "): " + eff[1];
+    if (!window.confirm(sentence)) { line(eff[0] + ": cancelled; nothing was sent."); return; }
+    var apply = document.getElementById("bulk-apply");
+    apply.disabled = true;
+    var rows = {};
+    chosen.forEach(function (c) { rows[c[0]] = line(c[1] + ": waiting…"); });
+    var ok = 0, refused = 0, next = 0;
+    var summary = line(eff[0] + ": sending to " + chosen.length + " nodes…");
+    // Four requests at a time: a page of 50 nodes goes in a few seconds
+    // without holding all the API's connections.
+    function worker() {
+      if (next >= chosen.length) return Promise.resolve();
+      var c = chosen[next++], li = rows[c[0]];
+      li.textContent = c[1] + ": sending…";
+      return run(c[0], action, p).then(function () {
+        ok++;
+        li.textContent = c[1] + ": accepted";
+        li.className = "ok";
+      }, function (err) {
+        refused++;
+        li.textContent = c[1] + ": refused: " + err.message;
+        li.className = "bad";
+      }).then(worker);
+    }
+    var workers = [];
+    for (var i = 0; i < Math.min(4, chosen.length); i++) workers.push(worker());
+    Promise.all(workers).then(function () {
+      summary.textContent = eff[0] + ": " + ok + " accepted, " + refused + " refused; the states in the table follow live.";
+      results.appendChild(summary);
+      apply.disabled = false;
+    });
   });
 })();

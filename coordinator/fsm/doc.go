@@ -16,7 +16,12 @@ func Markdown() string {
 	b.WriteString("from the coordinator: `done` (operation finished), `fail` (step error, timeout),\n")
 	b.WriteString("`wait` (an in-band step runs or the ramdisk boots), `resume` (the ramdisk answered).\n")
 	b.WriteString("A verb from a state not listed for it is refused with HTTP 400 naming the allowed verbs;\n")
-	b.WriteString("a node that the coordinator is working on (an -ING state) is locked: HTTP 409.\n\n")
+	b.WriteString("a node that the coordinator is working on (an -ING state) is locked: HTTP 409.\n")
+	b.WriteString("The reserved step `hold` (any step interface, no args) in a manual clean list, in\n")
+	b.WriteString("`deploy_steps` (where its priority puts it) or in a service list stops the node in\n")
+	b.WriteString("clean hold, deploy hold or service hold (`hold`): unlocked, with no timeout, a running ramdisk\n")
+	b.WriteString("kept. **unhold** (API 1.85) goes back to the WAIT state and on with the next step at once;\n")
+	b.WriteString("**abort** ends in the failed state (from service hold, back in active).\n\n")
 	b.WriteString("```mermaid\nstateDiagram-v2\n")
 	ids := map[State]string{}
 	for _, s := range AllStates() {

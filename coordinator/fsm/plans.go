@@ -99,6 +99,10 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 			s := *a.Step
 			s.Progress, s.Detail = 0, ""
 			n.setStep(&s)
+			if s.Step == HoldStep {
+				m.hold(n, &s, now, out)
+				return
+			}
 			if s.InBand {
 				args := s.Args
 				if s.Step == "finalize_rescue" {
@@ -137,6 +141,22 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 	}
 }
 
+// hold stops the operation at a hold step: the node rests in its hold
+// state, unlocked, with nothing outstanding and no timeout (a ramdisk
+// that runs keeps running and heartbeating) until the operator's unhold
+// or abort.
+func (m *Machine) hold(n *Node, s *StepRun, now time.Time, out *Output) {
+	m.fire(n, Hold, "", now, out)
+	n.Reservation, n.Pending, n.Deadline = "", nil, time.Time{}
+	out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(n.Op),
+		Event: fmt.Sprintf("held by step %s: unhold the node to go on with the next step, or abort it", s.Name())})
+}
+
+// holdStep is a hold step as planned (it takes no args).
+func holdStep(iface string, priority int) Action {
+	return Action{Kind: ActStep, Step: &StepRun{Interface: iface, Step: HoldStep, Priority: priority, Abortable: true}}
+}
+
 // commandSpan is the time the node's outstanding out-of-band command has:
 // CommandTimeout, for each step of a run.
 func (m *Machine) commandSpan(n *Node) time.Duration {
@@ -152,7 +172,7 @@ func (m *Machine) commandSpan(n *Node) time.Duration {
 func (m *Machine) oobRun(n *Node) []protocol.Step {
 	var run []protocol.Step
 	for _, a := range n.Op.Plan[n.Op.Index:] {
-		if a.Kind != ActStep || a.Step.InBand || len(run) == protocol.MaxOOBSteps {
+		if a.Kind != ActStep || a.Step.InBand || a.Step.Step == HoldStep || len(run) == protocol.MaxOOBSteps {
 			break
 		}
 		s := a.Step
@@ -316,9 +336,17 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 	}
 	args := map[string]map[string]any{}
 	user := AsObjects(a.Args["deploy_steps"])
+	var holds []drivers.Step
 	for i, u := range user {
 		iface, _ := u["interface"].(string)
 		name, _ := u["step"].(string)
+		if name == HoldStep {
+			// The reserved hold step runs where its priority puts it.
+			if p, ok := stepPriority(u["priority"]); ok && p > 0 {
+				holds = append(holds, drivers.Step{Interface: iface, Step: HoldStep, Priority: p, Abortable: true})
+			}
+			continue
+		}
 		idx := -1
 		for j, s := range all {
 			if s.Interface == iface && s.Step == name {
@@ -350,6 +378,16 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 		}
 	}
 	drivers.Sort(run)
+	for _, h := range holds {
+		// After the steps of its priority and interface: a hold at a
+		// step's priority holds once that step is done.
+		i := 0
+		for i < len(run) && (run[i].Priority > h.Priority || (run[i].Priority == h.Priority &&
+			drivers.InterfaceRank(run[i].Interface) <= drivers.InterfaceRank(h.Interface))) {
+			i++
+		}
+		run = append(run[:i], append([]drivers.Step{h}, run[i:]...)...)
+	}
 	return stepActions(run, args), nil
 }
 
@@ -403,6 +441,13 @@ func (m *Machine) resolveManual(n *Node, d drivers.Declaration, list []map[strin
 				return nil, fmt.Errorf("Invalid %s step %s.%s: unknown field %q; a %s step has interface, step and args", kind, iface, name, k, kind)
 			}
 		}
+		if name == HoldStep {
+			if err := checkHoldArgs(raw["args"], fmt.Sprintf("%s step %d (%s.%s)", kind, i+1, iface, name)); err != nil {
+				return nil, err
+			}
+			out = append(out, holdStep(iface, 0))
+			continue
+		}
 		args := map[string]any{}
 		if v, ok := raw["args"]; ok && v != nil {
 			a, ok := v.(map[string]any)
@@ -430,6 +475,14 @@ func (m *Machine) resolveManual(n *Node, d drivers.Declaration, list []map[strin
 			Abortable: decl.Abortable, InBand: decl.RequiresRamdisk, Args: args}})
 	}
 	return out, nil
+}
+
+// checkHoldArgs refuses args given to a hold step, which takes none.
+func checkHoldArgs(v any, at string) error {
+	if a, ok := v.(map[string]any); v == nil || (ok && len(a) == 0) {
+		return nil
+	}
+	return fmt.Errorf("Invalid %s: the hold step takes no args (it holds the node until unhold or abort); leave \"args\" out or empty", at)
 }
 
 // finish ends the operation in its target state.

@@ -148,6 +148,12 @@ func (m *Machine) checkDeploySteps(n *Node, list []map[string]any) error {
 		name, _ := raw["step"].(string)
 		prio, _ := stepPriority(raw["priority"])
 		args, _ := raw["args"].(map[string]any)
+		if name == HoldStep {
+			if err := checkHoldArgs(raw["args"], "deploy step "+iface+"."+name); err != nil {
+				return err
+			}
+			continue
+		}
 		decl, ok := drivers.Find(known, iface, name)
 		if !ok {
 			continue

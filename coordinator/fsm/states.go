@@ -27,6 +27,9 @@ const (
 	Cleaning State = "cleaning"
 	// CleanWait: an in-band clean step runs on the node, or its ramdisk boots.
 	CleanWait State = "clean wait"
+	// CleanHold: a hold step stopped the cleaning until the operator's
+	// unhold (API 1.85) or abort.
+	CleanHold State = "clean hold"
 	// CleanFailed: a clean step failed, timed out or was aborted.
 	CleanFailed State = "clean failed"
 	// Available: clean, ready to deploy.
@@ -35,6 +38,8 @@ const (
 	Deploying State = "deploying"
 	// DeployWait: an in-band deploy step runs, or the ramdisk boots.
 	DeployWait State = "wait call-back"
+	// DeployHold: a hold step stopped the deploy until unhold or abort.
+	DeployHold State = "deploy hold"
 	// DeployFailed: the deploy failed; rebuild, redeploy or undeploy.
 	DeployFailed State = "deploy failed"
 	// Active: the instance runs.
@@ -59,6 +64,9 @@ const (
 	Servicing State = "servicing"
 	// ServiceWait: an in-band service step runs, or the ramdisk boots.
 	ServiceWait State = "service wait"
+	// ServiceHold: a hold step stopped the servicing until unhold, abort
+	// (back to active) or service with new steps.
+	ServiceHold State = "service hold"
 	// ServiceFailed: a service step failed, timed out or was aborted;
 	// service again, rescue, abort (back to active) or undeploy.
 	ServiceFailed State = "service failed"
@@ -67,9 +75,9 @@ const (
 // AllStates lists every state, stable ones first in lifecycle order.
 func AllStates() []State {
 	return []State{Enroll, Verifying, Manageable, Inspecting, InspectWait, InspectFailed,
-		Cleaning, CleanWait, CleanFailed, Available, Deploying, DeployWait, DeployFailed,
+		Cleaning, CleanWait, CleanHold, CleanFailed, Available, Deploying, DeployWait, DeployHold, DeployFailed,
 		Active, Deleting, Error, Rescuing, RescueWait, RescueFailed, Rescue, Unrescuing, UnrescueFailed,
-		Servicing, ServiceWait, ServiceFailed}
+		Servicing, ServiceWait, ServiceHold, ServiceFailed}
 }
 
 // Event moves a node along the table. Verbs come from operators (their
@@ -89,9 +97,9 @@ const (
 	Undeploy Event = "deleted"
 	Abort    Event = "abort"
 	Service  Event = "service"
-	// Unhold (API 1.85) releases a node from a hold state; there are no
-	// hold states yet, so it is refused in every state, as Ironic
-	// refuses it where there is nothing to release.
+	// Unhold (API 1.85) releases a node from a hold state (clean hold,
+	// deploy hold, service hold): its operation goes on with the step
+	// after the hold step. Elsewhere it is refused, as Ironic refuses it.
 	Unhold Event = "unhold"
 )
 
@@ -101,7 +109,14 @@ const (
 	Fail   Event = "fail"   // the operation failed (step error, timeout, abort)
 	Wait   Event = "wait"   // an in-band step or the ramdisk boot is awaited
 	Resume Event = "resume" // the awaited thing arrived
+	Hold   Event = "hold"   // a hold step was reached: the node waits for unhold
 )
+
+// HoldStep is the reserved step name that holds a node (Ironic's "hold"
+// step, of any step interface): in a manual clean, deploy_steps or a
+// service list, the node stops in clean hold, deploy hold or service
+// hold until the operator's unhold (the next step runs) or abort.
+const HoldStep = "hold"
 
 // Verbs lists the operator verbs.
 func Verbs() []Event {
@@ -155,6 +170,13 @@ func Table() []Transition {
 		{Cleaning, Fail, CleanFailed},
 		{CleanWait, Fail, CleanFailed},
 		{CleanWait, Abort, CleanFailed},
+		// Hold (Ironic's state_machine.py): unhold goes back to the WAIT
+		// state, from which the operation goes on with its next step.
+		{Cleaning, Hold, CleanHold},
+		{CleanWait, Hold, CleanHold},
+		{CleanHold, Unhold, CleanWait},
+		{CleanHold, Abort, CleanFailed},
+		{CleanHold, Fail, CleanFailed},
 		{CleanFailed, Manage, Manageable},
 		{Available, Manage, Manageable},
 
@@ -168,6 +190,11 @@ func Table() []Transition {
 		{Deploying, Fail, DeployFailed},
 		{DeployWait, Fail, DeployFailed},
 		{DeployWait, Abort, DeployFailed},
+		{Deploying, Hold, DeployHold},
+		{DeployWait, Hold, DeployHold},
+		{DeployHold, Unhold, DeployWait},
+		{DeployHold, Abort, DeployFailed},
+		{DeployHold, Fail, DeployFailed},
 
 		{Active, RescueV, Rescuing},
 		{Rescue, RescueV, Rescuing},
@@ -196,8 +223,7 @@ func Table() []Transition {
 		{Deleting, Done, Manageable},
 		{Deleting, Fail, Error},
 
-		// Service (Ironic's state_machine.py; service hold, hold and
-		// unhold are not built yet).
+		// Service (Ironic's state_machine.py).
 		{Active, Service, Servicing},
 		{ServiceFailed, Service, Servicing},
 		{Servicing, Wait, ServiceWait},
@@ -210,6 +236,12 @@ func Table() []Transition {
 		{ServiceFailed, RescueV, Rescuing},
 		{ServiceWait, Undeploy, Deleting},
 		{ServiceFailed, Undeploy, Deleting},
+		{Servicing, Hold, ServiceHold},
+		{ServiceWait, Hold, ServiceHold},
+		{ServiceHold, Unhold, ServiceWait},
+		{ServiceHold, Abort, ServiceFailed},
+		{ServiceHold, Fail, ServiceFailed},
+		{ServiceHold, Service, Servicing},
 	}
 }
 
@@ -238,10 +270,11 @@ func KeepsTarget(s State) bool {
 // UpdateAllowed tells whether a node in s may be updated (PATCH): not
 // while a state transition is in progress, except in the states where
 // Ironic allows it (its UPDATE_ALLOWED_STATES: verifying, inspecting,
-// inspect wait and the failed states, besides the stable ones).
+// inspect wait, service hold and the failed states, besides the stable
+// ones).
 func UpdateAllowed(s State) bool {
 	switch s {
-	case Cleaning, CleanWait, Deploying, DeployWait, Deleting, Rescuing, RescueWait, Unrescuing, Servicing, ServiceWait:
+	case Cleaning, CleanWait, CleanHold, Deploying, DeployWait, DeployHold, Deleting, Rescuing, RescueWait, Unrescuing, Servicing, ServiceWait:
 		return false
 	}
 	return true
@@ -278,6 +311,12 @@ func MaintenanceOp(v Event) (op string, refused bool) {
 // IsWait tells whether s is a WAIT state, where the node waits for its ramdisk.
 func IsWait(s State) bool {
 	return s == InspectWait || s == CleanWait || s == DeployWait || s == RescueWait || s == ServiceWait
+}
+
+// IsHold tells whether s is a hold state, where the node waits for the
+// operator's unhold or abort: unlocked, with no timeout.
+func IsHold(s State) bool {
+	return s == CleanHold || s == DeployHold || s == ServiceHold
 }
 
 // Allowed returns the verbs allowed from state s, in table order.

@@ -308,7 +308,7 @@ func FuzzAgentMessage(f *testing.F) {
 		default:
 			return // the engine refuses other kinds from agents
 		}
-		if !IsWait(n.ProvisionState) && !Stable(n.ProvisionState) && n.Reservation == "" && n.Op != nil {
+		if !IsWait(n.ProvisionState) && !IsHold(n.ProvisionState) && !Stable(n.ProvisionState) && n.Reservation == "" && n.Op != nil {
 			t.Fatalf("node in %q works unlocked", n.ProvisionState)
 		}
 		if n.Op == nil && n.Reservation != "" {

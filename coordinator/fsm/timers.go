@@ -101,7 +101,8 @@ func (m *Machine) Recover(n *Node, now time.Time) Output {
 			Event: fmt.Sprintf("coordinator restarted; re-sending %s", describe(n, m.current(n)))})
 		return out
 	}
-	if IsWait(n.ProvisionState) {
+	if IsWait(n.ProvisionState) || IsHold(n.ProvisionState) {
+		// A held node waits for the operator, restart or not.
 		return out
 	}
 	m.fail(n, now, &out, fmt.Sprintf("coordinator restarted while node %s was in state %q with nothing outstanding; retry the operation", n.Ident(), n.ProvisionState))

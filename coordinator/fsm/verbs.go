@@ -167,21 +167,45 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		m.start(n, req.Verb, retiredTarget, "delete", []Action{powerAction(protocol.PowerOff)}, now, &out)
 	case Service:
 		m.startService(n, req.ServiceSteps, now, &out)
+	case Unhold:
+		m.unhold(n, now, &out)
 	case Abort:
 		if n.ProvisionState == ServiceFailed {
 			m.serviceAbort(n, n.BootDevice == protocol.BootPXE, now, &out)
 			return out, nil
 		}
-		wasService := n.ProvisionState == ServiceWait
+		wasService := n.ProvisionState == ServiceWait || n.ProvisionState == ServiceHold
+		// A node in service wait has booted (or is booting) its
+		// ramdisk; one held in service hold has if an in-band step ran.
+		inRamdisk := n.ProvisionState == ServiceWait || n.AgentToken != "" || n.BootNonce != ""
 		m.abort(n, now, &out)
 		if wasService && n.ProvisionState == ServiceFailed {
-			// As Ironic's _do_abort: service wait fails, then aborts
-			// from service failed back to active. A node in service
-			// wait has booted (or is booting) its ramdisk.
-			m.serviceAbort(n, true, now, &out)
+			// As Ironic's _do_abort: service wait (or hold) fails, then
+			// aborts from service failed back to active.
+			m.serviceAbort(n, inRamdisk, now, &out)
 		}
 	}
 	return out, nil
+}
+
+// unhold releases a held node (Ironic's unhold, API 1.85): it goes back
+// to the WAIT state of its operation, as Ironic's, and the operation goes
+// on at once with the step after the hold step (Ironic waits for the
+// ramdisk's next heartbeat; here the coordinator knows the plan, and a
+// clean or service of out-of-band steps has no ramdisk to wait for).
+func (m *Machine) unhold(n *Node, now time.Time, out *Output) {
+	held := n.ProvisionState
+	m.fire(n, Unhold, "", now, out)
+	if n.Op == nil {
+		return
+	}
+	if a := m.current(n); a != nil && a.Kind == ActStep && a.Step.Step == HoldStep {
+		n.Op.Index++
+	}
+	out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(n.Op),
+		Event: fmt.Sprintf("released from %s by unhold", held)})
+	n.Deadline = now.Add(m.cfg.WaitTimeout)
+	m.advance(n, now, out)
 }
 
 // needsRamdisk tells whether a verb always boots the ramdisk (a manual
@@ -270,6 +294,9 @@ func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time
 func (m *Machine) startService(n *Node, list []map[string]any, now time.Time, out *Output) {
 	d, err := m.cfg.Drivers.Get(n.Driver)
 	var actions []Action
+	// From service hold the node may be in its ramdisk (an in-band step
+	// ran before the hold): it is used, and the instance booted at the end.
+	inRamdisk := n.ProvisionState == ServiceHold && n.AgentToken != ""
 	m.begin(n, Service, Active, "service", nil, now, out)
 	n.Op.Manual = true
 	if err == nil {
@@ -287,8 +314,14 @@ func (m *Machine) startService(n *Node, list []map[string]any, now time.Time, ou
 		return
 	}
 	n.Op.Plan = actions
-	if inband {
+	switch {
+	case inband && inRamdisk:
+		// Service again from service hold: the held ramdisk runs on.
+		n.Op.Plan = append([]Action{{Kind: ActAwaitAgent}, {Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}}}, bootInstance()...)
+	case inband:
 		n.Op.Plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}})
+		n.Op.Plan = append(n.Op.Plan, bootInstance()...)
+	case inRamdisk:
 		n.Op.Plan = append(n.Op.Plan, bootInstance()...)
 	}
 	m.advance(n, now, out)

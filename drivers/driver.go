@@ -108,8 +108,11 @@ func FakeDeclaration() Declaration {
 					"delay": {Description: "seconds the fake BMC takes to reset", Required: false},
 				}},
 		},
-		DeploySteps: commonDeploySteps(),
-		SecretInfo:  []string{"fake_password"},
+		// As Ironic's BIOS interfaces: apply_configuration is also a deploy
+		// step, off (priority 0) unless a deploy template enables it.
+		DeploySteps: append(commonDeploySteps(), Step{Interface: "bios", Step: "apply_configuration", Priority: 0,
+			ArgsInfo: map[string]ArgInfo{"settings": {Description: "list of {name, value} BIOS settings; the fake BMC only checks their shape", Required: true}}}),
+		SecretInfo: []string{"fake_password"},
 	}
 }
 
@@ -142,7 +145,12 @@ func RedfishDeclaration() Declaration {
 				ArgsInfo: map[string]ArgInfo{"settings": {Description: "list of {name, value} BIOS settings; they apply at the next boot", Required: true}}},
 			{Interface: "bios", Step: "factory_reset", Priority: 0},
 		},
-		DeploySteps: commonDeploySteps(),
+		// As Ironic's redfish BIOS interface: both BIOS steps are deploy
+		// steps too, off (priority 0) unless a deploy template enables them.
+		DeploySteps: append(commonDeploySteps(),
+			Step{Interface: "bios", Step: "apply_configuration", Priority: 0,
+				ArgsInfo: map[string]ArgInfo{"settings": {Description: "list of {name, value} BIOS settings; they apply at the next boot", Required: true}}},
+			Step{Interface: "bios", Step: "factory_reset", Priority: 0}),
 	}
 }
 

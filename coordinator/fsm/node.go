@@ -38,6 +38,9 @@ type Node struct {
 	ResourceClass string `json:"resource_class,omitempty"`
 	Description   string `json:"description,omitempty"`
 	Owner         string `json:"owner,omitempty"`
+	// Traits are the node's traits (API 1.37), sorted: deploy templates
+	// and runbooks apply to a node by them.
+	Traits []string `json:"traits,omitempty"`
 	// BootDevice is the boot device the BMC was last told to use
 	// (protocol.BootPXE or BootDisk), empty until one was set.
 	BootDevice string `json:"boot_device,omitempty"`

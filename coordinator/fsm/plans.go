@@ -335,7 +335,10 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 		return nil, fmt.Errorf("Deploy of node %s failed: the ramdisk does not offer deploy.write_image (it offered %d deploy steps)", n.Ident(), len(n.CachedDeploySteps))
 	}
 	args := map[string]map[string]any{}
-	user := AsObjects(a.Args["deploy_steps"])
+	user, err := withTemplateSteps(n, all, AsObjects(a.Args["template_steps"]), AsObjects(a.Args["deploy_steps"]))
+	if err != nil {
+		return nil, err
+	}
 	var holds []drivers.Step
 	for i, u := range user {
 		iface, _ := u["interface"].(string)

@@ -35,6 +35,8 @@ import (
 //	set instance_info.K=V | driver_info.K=V | properties.K=V | retired=true|false | retired_reason=R ...
 //	maintenance on [reason=R] | maintenance off
 //	verb VERB [steps=JSON] [deploy_steps=JSON] [service_steps=JSON] [password=P]   (CLI names: deploy, undeploy, ...)
+//	     [templates=JSON] [runbook=JSON]  (deploy templates given to a deploy, a runbook used by clean or service)
+//	set traits=JSON                      the node's traits (a list), checked as PUT .../traits checks them
 //	power on|off|reboot|soft-off|TARGET
 //	bmc ok | bmc fail [error=E]          answer the outstanding out-of-band command
 //	agent hello [boot=B] [clean=standard|none|JSON] [deploy=standard|none|JSON]
@@ -318,6 +320,7 @@ func (s *scenario) do(line string) string {
 		if v, ok := o["service_steps"]; ok {
 			req.ServiceSteps = s.objects(v)
 		}
+		s.catalogArgs(o, &req)
 		out, r := s.m.Verb(s.n, req, s.now)
 		if r != nil {
 			fmt.Fprintf(&b, "refused %d: %s\n", r.httpCode(), r.Msg)
@@ -479,8 +482,19 @@ func (s *scenario) set(args []arg, b *strings.Builder) {
 	}
 	for _, a := range args[1:] {
 		switch {
+		case strings.HasPrefix(a.key, "instance_info.") && strings.HasPrefix(a.val, "["):
+			var l []any
+			if err := json.Unmarshal([]byte(a.val), &l); err != nil {
+				s.fatalf("%s: %v", a.key, err)
+			}
+			if upd.InstanceInfo == nil {
+				upd.InstanceInfo = map[string]any{}
+			}
+			upd.InstanceInfo[strings.TrimPrefix(a.key, "instance_info.")] = l
 		case strings.HasPrefix(a.key, "instance_info."):
 			put(&upd.InstanceInfo, strings.TrimPrefix(a.key, "instance_info."), a.val)
+		case a.key == "traits":
+			s.setTraits(&upd, a.val, b)
 		case strings.HasPrefix(a.key, "driver_info."):
 			put(&upd.DriverInfo, strings.TrimPrefix(a.key, "driver_info."), a.val)
 		case strings.HasPrefix(a.key, "properties."):

@@ -23,6 +23,14 @@ type VerbRequest struct {
 	// ServiceSteps is the service list (API 1.87), as decoded JSON objects.
 	ServiceSteps   []map[string]any
 	RescuePassword string
+	// Runbook names the runbook whose steps are CleanSteps or
+	// ServiceSteps (API 1.92): the node must have a trait of its name.
+	// DisableRamdisk is the runbook's: no step may need the ramdisk.
+	Runbook        string
+	DisableRamdisk bool
+	// Templates are the deploy templates a deploy or rebuild may use:
+	// those its instance_info traits name add their steps.
+	Templates []DeployTemplate
 }
 
 // NoServiceSteps are the steps service refuses: they erase or rewrite the
@@ -68,6 +76,9 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		return refuse(Invalid, "The requested action %q can not be performed on node %q while it is in state %q. Allowed there: %s.",
 			req.Verb, n.Ident(), n.ProvisionState, verbList(Allowed(n.ProvisionState)))
 	}
+	if r := m.checkRunbook(n, req); r != nil {
+		return r
+	}
 	// As Ironic (allow_provisioning_in_maintenance): manage, inspect,
 	// clean, provide, undeploy and abort start in maintenance, and the
 	// node pauses when it reaches a WAIT state; deploy, rebuild, rescue
@@ -101,6 +112,9 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 			return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
 		}
 		if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
+			return refuse(Invalid, "%v", err)
+		}
+		if err := m.checkTemplates(n, req); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 	case RescueV:
@@ -152,7 +166,8 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 	case Clean:
 		m.startManualClean(n, req.CleanSteps, now, &out)
 	case Deploy, Rebuild:
-		plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps}})
+		plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps,
+			"template_steps": templateStepObjects(matchingTemplates(n, req.Templates))}})
 		m.start(n, req.Verb, Active, "deploy", plan, now, &out)
 	case RescueV:
 		plan := append(bootRamdisk(), Action{Kind: ActStep, Step: &StepRun{Interface: "rescue", Step: "finalize_rescue", InBand: true}})

@@ -129,6 +129,12 @@ func (b *BMC) RunStep(ctx context.Context, iface, step string, args map[string]a
 		case <-time.After(time.Duration(d * float64(time.Second))):
 		}
 		return nil
+	case "bios.apply_configuration":
+		// The fake BMC keeps no BIOS: it checks the settings' shape only.
+		if l, ok := args["settings"].([]any); !ok || len(l) == 0 {
+			return fmt.Errorf("fake BMC: step bios.apply_configuration needs settings, a non-empty list of {\"name\": ..., \"value\": ...}")
+		}
+		return b.wait(ctx)
 	}
 	return fmt.Errorf("fake BMC has no step %s.%s", iface, step)
 }

@@ -87,6 +87,44 @@ func (d *webDriver) waitJS(script, want string, timeout time.Duration) {
 	d.t.Fatalf("%s: %q after %s, want %q", script, got, timeout, want)
 }
 
+// element finds one element by CSS selector and returns its id.
+func (d *webDriver) element(css string) string {
+	d.t.Helper()
+	var el map[string]string
+	_ = json.Unmarshal(d.call("POST", "/element", map[string]string{"using": "css selector", "value": css}), &el)
+	for _, id := range el {
+		return id
+	}
+	d.t.Fatalf("no element %s", css)
+	return ""
+}
+
+// keys types text into an element as a keyboard would (it takes the
+// focus first).
+func (d *webDriver) keys(css, text string) {
+	d.t.Helper()
+	d.call("POST", "/element/"+d.element(css)+"/value", map[string]string{"text": text})
+}
+
+// alert returns the text of the open confirmation and accepts it.
+func (d *webDriver) alert() string {
+	d.t.Helper()
+	var text string
+	_ = json.Unmarshal(d.call("GET", "/alert/text", nil), &text)
+	d.call("POST", "/alert/accept", map[string]any{})
+	return text
+}
+
+// unlabelled lists the page's visible form controls that have no
+// accessible name (a label around or for them, or aria-label).
+const unlabelled = `var bad = [];
+	document.querySelectorAll("input, select, textarea").forEach(function (el) {
+		if (el.type === "hidden" || el.closest("[hidden]")) return;
+		if ((el.labels && el.labels.length) || el.getAttribute("aria-label")) return;
+		bad.push(el.outerHTML.slice(0, 80));
+	});
+	return bad.join(" | ")`
+
 func (d *webDriver) screenshot(dir, name string) {
 	d.t.Helper()
 	var b64 string
@@ -144,7 +182,7 @@ func startChrome(t *testing.T) *webDriver {
 		"browserName": "chrome",
 		"goog:chromeOptions": map[string]any{"binary": chromium, "args": []string{"--headless", "--no-sandbox", "--disable-gpu",
 			"--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-			"--user-data-dir=" + profile, "--window-size=1200,900"}},
+			"--user-data-dir=" + profile, "--window-size=1280,800", "--hide-scrollbars"}},
 	}}})
 	var sess struct {
 		SessionID string `json:"sessionId"`
@@ -175,6 +213,10 @@ func TestUIBrowser(t *testing.T) {
 	c := testrig.Coordinator(t, testrig.Options{Users: map[string]string{"operator": "browser test password"}})
 	testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 8, StepDuration: 400 * time.Millisecond})
 	cl := testrig.NewClient(t, c)
+	// A second site whose agent never connected: offline on the fleet page.
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site2"}, nil); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
 	ids := make([]string, 8)
 	for i := range ids {
 		info := map[string]any{}
@@ -214,7 +256,31 @@ func TestUIBrowser(t *testing.T) {
 	d.waitJS(`return document.getElementById("total-nodes") ? document.getElementById("total-nodes").textContent : "missing"`, "8", 10*time.Second)
 	d.waitJS(`return document.getElementById("total-failed").textContent`, "1", 5*time.Second)
 	d.waitJS(`return document.getElementById("live-status").textContent`, "live", 10*time.Second)
+	if bad := d.js(unlabelled); bad != "" {
+		t.Errorf("fleet page: controls without a label: %s", bad)
+	}
 	d.screenshot(art, "ui-fleet.png")
+	if os.Getenv("BM_UI_DOCS_IMAGES") == "1" {
+		// The README's picture: BM_UI_DOCS_IMAGES=1 go test -run TestUIBrowser ./coordinator/ui/
+		b, err := os.ReadFile(filepath.Join(art, "ui-fleet.png"))
+		if err == nil {
+			err = os.WriteFile(filepath.Join("..", "..", "docs", "images", "ui-fleet.png"), b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The site page, reached from the fleet page's link.
+	d.js(`document.querySelector('#sites a[href="/ui/sites/site1"]').click(); return ""`)
+	d.waitJS(`return document.getElementById("site-nodes") ? document.getElementById("site-nodes").textContent : "missing"`, "8", 10*time.Second)
+	d.waitJS(`return String(document.querySelectorAll("#nodes tbody tr[data-uuid]").length)`, "8", 5*time.Second)
+	if sw := d.js(`return document.getElementById("site-software").textContent`); !strings.HasPrefix(sw, "bmedge ") {
+		t.Errorf("site page: the edge agent's software shows %q", sw)
+	}
+	if bad := d.js(unlabelled); bad != "" {
+		t.Errorf("site page: controls without a label: %s", bad)
+	}
 
 	d.open(cl.Base + "/ui/nodes")
 	d.waitJS(`return String(document.querySelectorAll("#nodes tbody tr[data-uuid]").length)`, "8", 10*time.Second)
@@ -270,8 +336,57 @@ func TestUIBrowser(t *testing.T) {
 	}
 	// The history timeline follows too (refreshed in place).
 	d.waitJS(`return String(document.getElementById("history").textContent.indexOf("available") >= 0)`, "true", 5*time.Second)
+	if bad := d.js(unlabelled); bad != "" {
+		t.Errorf("node page: controls without a label: %s", bad)
+	}
 	d.screenshot(art, "ui-node.png")
 	if n := cl.Get(ids[0]); n.State != "available" {
 		t.Fatalf("node-0 is %q by the API", n.State)
 	}
+
+	// Retire on a selection of the node list: node-1 ticked with the
+	// keyboard, node-0 (available: the API refuses) and node-2 clicked.
+	d.open(cl.Base + "/ui/nodes?site=site1")
+	d.waitJS(`return String(document.querySelectorAll("#nodes tbody tr[data-uuid]").length)`, "8", 10*time.Second)
+	if bad := d.js(unlabelled); bad != "" {
+		t.Errorf("node list: controls without a label: %s", bad)
+	}
+	d.keys(`input.pick[value="`+ids[1]+`"]`, " ")
+	d.js(`document.querySelector('input.pick[value="`+ids[0]+`"]').click();
+		document.querySelector('input.pick[value="`+ids[2]+`"]').click(); return ""`)
+	d.waitJS(`return document.getElementById("bulk-count").textContent`, "3", 5*time.Second)
+	d.js(`var s = document.getElementById("bulk-action"); s.value = "retire"; s.dispatchEvent(new Event("change")); return ""`)
+	d.js(`document.getElementById("bulk-apply").click(); return ""`)
+	if text := d.alert(); !strings.HasPrefix(text, "Retire 3 nodes (node-0, node-1, node-2)") || !strings.Contains(text, "can no longer be provided") {
+		t.Fatalf("retire's confirmation says %q", text)
+	}
+	d.waitJS(`var l = document.querySelectorAll("#bulk-results li"); return l.length ? l[l.length-1].textContent : ""`,
+		"Retire: 2 accepted, 1 refused; the states in the table follow live.", 10*time.Second)
+	results := d.js(`return Array.from(document.querySelectorAll("#bulk-results li")).map(function (l) { return l.textContent }).join("\n")`)
+	t.Logf("answers per node:\n%s", results)
+	if !strings.Contains(results, "node-0: refused: 409: ") || !strings.Contains(results, "node-1: accepted") || !strings.Contains(results, "node-2: accepted") {
+		t.Fatalf("answers per node:\n%s", results)
+	}
+	for i, want := range []bool{false, true, true} {
+		if n := cl.Get(ids[i]); n.Retired != want {
+			t.Fatalf("node-%d retired %v by the API, want %v", i, n.Retired, want)
+		}
+	}
+	// The table follows (the selection stays ticked).
+	d.waitJS(`return String(document.querySelectorAll("#nodes th .tag").length)`, "2", 10*time.Second)
+	if got := d.js(`return String(document.querySelectorAll("input.pick:checked").length)`); got != "3" {
+		t.Errorf("after the live refresh %s boxes are ticked, want 3", got)
+	}
+
+	// A phone's width: nothing wider than the screen but the tables'
+	// own scrolling boxes.
+	d.call("POST", "/window/rect", map[string]int{"width": 390, "height": 844})
+	for _, p := range []string{"/ui/", "/ui/nodes", "/ui/nodes/" + ids[7], "/ui/sites/site1"} {
+		d.open(cl.Base + p)
+		d.waitJS(`return document.getElementById("live-status").textContent`, "live", 10*time.Second)
+		if got := d.js(`return String(document.documentElement.scrollWidth <= window.innerWidth)`); got != "true" {
+			t.Errorf("%s at 390 px: the page is %s px wide", p, d.js(`return String(document.documentElement.scrollWidth)`))
+		}
+	}
+	d.screenshot(art, "ui-node-phone.png")
 }

@@ -246,7 +246,7 @@
     ev.preventDefault();
     var action = choice.value, eff = effects[action], p = null;
     results.innerHTML = "";
-    var chosen = Array.from(picked.entries());
+    var chosen = Array.from(picked.entries()).sort(function (a, b) { return a[1].localeCompare(b[1], undefined, { numeric: true }); });
     if (chosen.length === 0) { line("No node is selected: tick the nodes to act on in the table.", "bad"); return; }
     if (action === "active") {
       try { p = deployParams(bulk); } catch (e) { line(e.message, "bad"); return; }

@@ -352,8 +352,8 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("node list: controls without a label: %s", bad)
 	}
 	d.keys(`input.pick[value="`+ids[1]+`"]`, " ")
-	d.js(`document.querySelector('input.pick[value="`+ids[0]+`"]').click();
-		document.querySelector('input.pick[value="`+ids[2]+`"]').click(); return ""`)
+	d.js(`document.querySelector('input.pick[value="` + ids[0] + `"]').click();
+		document.querySelector('input.pick[value="` + ids[2] + `"]').click(); return ""`)
 	d.waitJS(`return document.getElementById("bulk-count").textContent`, "3", 5*time.Second)
 	d.js(`var s = document.getElementById("bulk-action"); s.value = "retire"; s.dispatchEvent(new Event("change")); return ""`)
 	d.js(`document.getElementById("bulk-apply").click(); return ""`)

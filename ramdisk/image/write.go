@@ -40,6 +40,13 @@ const (
 	DefaultStallTimeout = 60 * time.Second
 )
 
+// Disk formats Write takes (Ironic's disk_format names): raw, which may
+// come gzip- or zstd-compressed, and qcow2.
+const (
+	FormatRaw   = "raw"
+	FormatQcow2 = "qcow2"
+)
+
 // Compression formats Write recognises by their magic bytes.
 const (
 	CompressionNone = "none"
@@ -104,6 +111,12 @@ type Options struct {
 	// ChecksumAlgo is "sha256" or "sha512"; empty means infer it from the
 	// digest length (64 or 128 hex digits).
 	ChecksumAlgo string
+	// DiskFormat is the format the image must have (Ironic's
+	// instance_info image_disk_format): "raw" (also gzip- or
+	// zstd-compressed) or "qcow2"; empty means take what the magic bytes
+	// say. Any other value, or an image of another format, is refused
+	// before anything is written.
+	DiskFormat string
 	// InsecureSkipChecksum allows writing without a checksum.
 	InsecureSkipChecksum bool
 	// HTTPClient fetches URLs; nil means a client with connect, TLS and
@@ -137,10 +150,12 @@ type Options struct {
 
 // Result reports a successful Write.
 type Result struct {
-	Device       string        `json:"device"`
-	Source       string        `json:"source"`
-	Written      uint64        `json:"written_bytes"`
-	Downloaded   uint64        `json:"downloaded_bytes"`
+	Device     string `json:"device"`
+	Source     string `json:"source"`
+	Written    uint64 `json:"written_bytes"`
+	Downloaded uint64 `json:"downloaded_bytes"`
+	// Format is the disk format written: raw or qcow2.
+	Format       string        `json:"disk_format"`
 	Compression  string        `json:"compression"`
 	ChecksumAlgo string        `json:"checksum_algo,omitempty"`
 	Checksum     string        `json:"checksum,omitempty"`
@@ -160,8 +175,10 @@ type Result struct {
 // hashes it (raw images; a compressed image is hashed as it downloads). After the stream ends
 // the device is fsynced and only then is the digest compared; on
 // mismatch the device holds the unverified image and the error says so.
-// Raw images only: qcow2 and xz are refused with a message saying what to
-// do.
+// A qcow2 image (by its magic bytes) is written by writeQcow2: streamed
+// once, its tables read ahead by Range requests, its unallocated parts
+// zeroed (qcow2_write.go). xz, and qcow2 inside gzip or zstd, are refused
+// with a message saying what to do.
 func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Result, error) {
 	start := time.Now()
 	res := Result{Device: dev.Path, Source: src.String()}
@@ -170,6 +187,12 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 		return res, err
 	}
 	res.ChecksumAlgo = algo
+	wantFormat := strings.ToLower(strings.TrimSpace(opts.DiskFormat))
+	switch wantFormat {
+	case "", FormatRaw, FormatQcow2:
+	default:
+		return res, fmt.Errorf("image_disk_format %q is not supported: the ramdisk writes raw (optionally gzip- or zstd-compressed) and qcow2 images; convert the image with 'qemu-img convert -O qcow2' or '-O raw' and set image_disk_format to match (or leave it unset)", opts.DiskFormat)
+	}
 	if why := dev.Protected(); why != "" {
 		return res, fmt.Errorf("cannot write image to %s: the device is %s; choose another root device", dev.Path, why)
 	}
@@ -210,8 +233,16 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 	// (all of it still buffered: nothing has been consumed yet), before a
 	// decoder reads any further.
 	var bufHash hash.Hash
+	isQcow := bytes.HasPrefix(magic, qcowMagic)
+	res.Format = FormatRaw
+	if isQcow {
+		res.Format = FormatQcow2
+	}
+	if wantFormat != "" && wantFormat != res.Format {
+		return res, fmt.Errorf("image %s is %s but instance_info image_disk_format says %s; fix image_disk_format or the image_source", src, res.Format, wantFormat)
+	}
 	if h != nil {
-		if bytes.HasPrefix(magic, gzipMagic) || bytes.HasPrefix(magic, zstdMagic) {
+		if isQcow || bytes.HasPrefix(magic, gzipMagic) || bytes.HasPrefix(magic, zstdMagic) {
 			ahead, _ := br.Peek(br.Buffered())
 			h.Write(ahead)
 			// Hash on a goroutine of its own, so that the decoder's input
@@ -240,6 +271,9 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 		}
 		defer zr.Close()
 		stream, res.Compression = zr, CompressionZstd
+	case isQcow:
+		// Streamed by writeQcow2 below, the tables read ahead with Range
+		// requests where the server answers them.
 	case bytes.HasPrefix(magic, []byte{0xfd, '7', 'z', 'X'}):
 		return res, fmt.Errorf("image %s is xz-compressed, which is not supported; recompress it with gzip or zstd", src)
 	default:
@@ -252,7 +286,21 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 	if err != nil {
 		return res, err
 	}
-	written, werr := copyToDevice(ctx, cancel, stream, w, bufHash, dev, src, opts, cr, uint64(max(total, 0)))
+	var written uint64
+	var werr error
+	if isQcow {
+		var r ranger
+		if src.Reader == nil {
+			client := opts.HTTPClient
+			if client == nil {
+				client = defaultClient()
+			}
+			r = &httpRanger{url: src.URL, client: client, onRead: func() { timer.Reset(stall) }}
+		}
+		written, werr = writeQcow2(ctx, br, r, w, dev, src, opts, cr, uint64(max(total, 0)))
+	} else {
+		written, werr = copyToDevice(ctx, cancel, stream, w, bufHash, dev, src, opts, cr, uint64(max(total, 0)))
+	}
 	res.Written = written
 	if werr == nil && res.Compression != CompressionNone {
 		// The checksum covers the whole file: read whatever follows the
@@ -527,7 +575,7 @@ func copyToDevice(ctx context.Context, cancel context.CancelCauseFunc, stream io
 		if c.n > 0 {
 			b := c.s.buf[:c.n]
 			if next == 0 && bytes.HasPrefix(b, []byte("QFI\xfb")) {
-				return written, fmt.Errorf("image %s is qcow2, which cannot be streamed to a disk; convert it with 'qemu-img convert -O raw' (then optionally gzip or zstd it)", src)
+				return written, fmt.Errorf("image %s is a gzip- or zstd-compressed qcow2 file, which is not supported; serve the .qcow2 file itself (qemu-img convert -O qcow2 -c compresses inside it) or convert it with 'qemu-img convert -O raw' (then optionally gzip or zstd it)", src)
 			}
 			if next+uint64(c.n) > dev.SizeBytes {
 				if err := drain(); err != nil {

@@ -146,7 +146,7 @@ func TestWrite(t *testing.T) {
 		{name: "stalled server", url: srv.URL + "/stall/img.raw", opts: Options{Checksum: sha256hex(img), StallTimeout: 300 * time.Millisecond}, wantErr: "no data received for 300ms"},
 		{name: "raw image larger than device (known before writing)", url: srvBig.URL + "/ok/big.raw", opts: Options{Checksum: sha256hex(big)}, wantErr: "is larger than"},
 		{name: "gzip image larger than device (found while writing)", url: srvBig.URL + "/ok/big.gz", opts: Options{InsecureSkipChecksum: true}, wantErr: "is larger than"},
-		{name: "qcow2 refused", url: srv.URL + "/ok/qcow.img", opts: Options{InsecureSkipChecksum: true}, wantErr: "qcow2"},
+		{name: "qcow2 with an invalid header", url: srv.URL + "/ok/qcow.img", opts: Options{InsecureSkipChecksum: true}, wantErr: "qcow2 header's cluster size 2^0 is invalid"},
 		{name: "xz refused", url: srv.URL + "/ok/xz.img", opts: Options{InsecureSkipChecksum: true}, wantErr: "xz"},
 		{name: "empty image", url: srv.URL + "/ok/empty", opts: Options{InsecureSkipChecksum: true}, wantErr: "empty"},
 		{name: "not http", url: "ftp://example/img", opts: Options{InsecureSkipChecksum: true}, wantErr: "not http"},

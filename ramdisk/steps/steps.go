@@ -7,11 +7,13 @@ package steps
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 
+	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 	"github.com/bmedge/bmedge/ramdisk/image"
@@ -46,10 +48,14 @@ func erasable(devs []disk.Device) []disk.Device {
 	return out
 }
 
-// Steps implements session.Runner: erase steps only when there is a disk
-// to erase, write_image only when there is a disk to write.
+// Steps implements session.Runner: erase steps and burnin_disk only when
+// there is a disk to erase, write_image only when there is a disk to
+// write; the manual steps that need no disk always.
 func (r *Runner) Steps() (clean, deploy []protocol.Step) {
 	clean = []protocol.Step{{Interface: "deploy", Step: "inspect_hardware", Priority: 0, Abortable: true}}
+	for _, name := range []string{"verify_hardware", "burnin_cpu", "burnin_memory", "burnin_network", "erase_pstore"} {
+		clean = append(clean, protocol.Step{Interface: "deploy", Step: name, Priority: 0, Abortable: true})
+	}
 	devs, err := r.devices()
 	if err != nil {
 		r.Log.Warn("cannot list block devices; offering no disk steps", "err", err)
@@ -58,7 +64,9 @@ func (r *Runner) Steps() (clean, deploy []protocol.Step) {
 	if len(erasable(devs)) > 0 {
 		clean = append(clean,
 			protocol.Step{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true},
-			protocol.Step{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true})
+			protocol.Step{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true},
+			protocol.Step{Interface: "deploy", Step: "erase_devices_express", Priority: 0, Abortable: true},
+			protocol.Step{Interface: "deploy", Step: "burnin_disk", Priority: 0, Abortable: true})
 		deploy = []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 80}}
 	}
 	return clean, deploy
@@ -72,7 +80,22 @@ func (r *Runner) Run(ctx context.Context, step protocol.Step, progress func(floa
 	case "deploy.erase_devices_metadata":
 		return r.eraseMetadata(ctx, progress)
 	case "deploy.erase_devices":
-		return r.eraseDevices(ctx, progress)
+		return r.eraseDevices(ctx, step.Args, progress)
+	case "deploy.erase_devices_express":
+		return r.eraseExpress(ctx, step.Args)
+	case "deploy.erase_pstore":
+		return r.erasePstore(ctx)
+	case "deploy.burnin_cpu":
+		return r.burninCPU(ctx, step.Args, progress)
+	case "deploy.burnin_memory":
+		return r.burninMemory(ctx, step.Args, progress)
+	case "deploy.burnin_disk":
+		return r.burninDisk(ctx, step.Args, progress)
+	case "deploy.burnin_network":
+		s, _ := drivers.Standard("deploy", "burnin_network")
+		return nil, errors.New(s.Refused)
+	case "deploy.verify_hardware":
+		return r.verifyHardware(ctx, step.Args)
 	case "deploy.write_image":
 		return r.writeImage(ctx, step.Args, progress)
 	case "rescue.finalize_rescue":
@@ -143,12 +166,23 @@ func summary(parts []string, none string) string {
 	return strings.Join(parts, "; ")
 }
 
-func (r *Runner) eraseDevices(ctx context.Context, progress func(float64, string)) (map[string]any, error) {
+func (r *Runner) eraseDevices(ctx context.Context, args map[string]any, progress func(float64, string)) (map[string]any, error) {
 	devs, err := r.devices()
 	if err != nil {
 		return nil, err
 	}
-	devs = erasable(devs)
+	devs, skipped, err := protectedPolicy(devs, args, "erase_devices")
+	if err != nil {
+		return nil, err
+	}
+	cont, err := argBool(args, drivers.ArgContinueIfSecureEraseFail, false)
+	if err != nil {
+		return nil, err
+	}
+	hw, err := r.hardwareErasers(args)
+	if err != nil {
+		return nil, err
+	}
 	var total uint64
 	for _, d := range devs {
 		total += d.SizeBytes
@@ -156,6 +190,7 @@ func (r *Runner) eraseDevices(ctx context.Context, progress func(float64, string
 	var mu sync.Mutex
 	done := map[string]uint64{}
 	opts := r.Erase
+	opts.Hardware, opts.ContinueIfHardwareFails = hw, cont
 	opts.Progress = func(p disk.Progress) {
 		mu.Lock()
 		done[p.Device] = p.Done
@@ -172,7 +207,7 @@ func (r *Runner) eraseDevices(ctx context.Context, progress func(float64, string
 	if err != nil {
 		return nil, err
 	}
-	var parts []string
+	parts := skippedParts(skipped)
 	for _, x := range res {
 		r.Log.Info("erased", "device", x.Device, "method", x.Method, "bytes", x.Bytes, "took", x.Duration, "verified_samples", x.VerifiedSamples, "skipped", x.SkipReason)
 		if x.Skipped {
@@ -207,7 +242,8 @@ func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress f
 	if err != nil {
 		return nil, err
 	}
-	res, err := image.Write(ctx, image.Source{URL: url}, dev, image.Options{Checksum: sum, ChecksumAlgo: algo, ProcRoot: r.Erase.ProcRoot,
+	format, _ := args["image_disk_format"].(string)
+	res, err := image.Write(ctx, image.Source{URL: url}, dev, image.Options{Checksum: sum, ChecksumAlgo: algo, DiskFormat: format, ProcRoot: r.Erase.ProcRoot,
 		Progress: func(p image.Progress) {
 			if p.DownloadTotal > 0 {
 				progress(float64(p.Downloaded)/float64(p.DownloadTotal), dev.Path)
@@ -216,7 +252,11 @@ func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress f
 	if err != nil {
 		return nil, err
 	}
-	account := fmt.Sprintf("%d bytes (%s, %d downloaded) written to %s in %.1fs", res.Written, res.Compression, res.Downloaded, res.Device, res.Duration.Seconds())
+	kind := res.Compression
+	if res.Format == image.FormatQcow2 {
+		kind = image.FormatQcow2
+	}
+	account := fmt.Sprintf("%d bytes (%s, %d downloaded) written to %s in %.1fs", res.Written, kind, res.Downloaded, res.Device, res.Duration.Seconds())
 	if res.ChecksumAlgo != "" {
 		account += ", " + res.ChecksumAlgo + " verified"
 	}

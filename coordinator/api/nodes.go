@@ -439,7 +439,8 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 		ServiceSteps   json.RawMessage `json:"service_steps"`
 		RescuePassword string          `json:"rescue_password"`
 		ConfigDrive    json.RawMessage `json:"configdrive"`
-		DisableRamdisk bool            `json:"disable_ramdisk"`
+		DisableRamdisk *bool           `json:"disable_ramdisk"`
+		Runbook        json.RawMessage `json:"runbook"`
 	}
 	if !decode(w, r, &body) {
 		return
@@ -477,6 +478,9 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 		}
 		*x.dst = fsm.AsObjects(list)
 	}
+	if !s.runbookRequest(w, r, &req, body.Runbook) {
+		return
+	}
 	if len(req.CleanSteps) > 0 && req.Verb != fsm.Clean {
 		writeError(w, 400, fmt.Sprintf("clean_steps is only valid with target \"clean\", not %q", body.Target))
 		return
@@ -484,6 +488,10 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	if len(req.ServiceSteps) > 0 && req.Verb != fsm.Service {
 		// Ironic's words.
 		writeError(w, 400, fmt.Sprintf("\"service_steps\" is only valid when setting target provision state to service, not %q", body.Target))
+		return
+	}
+	if err := s.provisionExtras(r, &req, body.ConfigDrive, body.DisableRamdisk); err != nil {
+		writeErr(w, err)
 		return
 	}
 	if err := s.e.Verb(r.PathValue("id"), req); err != nil {

@@ -211,6 +211,10 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		}
 		ii[k] = v
 	}
+	if n.ConfigDrive != "" {
+		// Ironic shows a config drive masked, whichever its form.
+		ii["configdrive"] = "******"
+	}
 	// While a rescue was asked and not undone, Ironic keeps the rescue
 	// password and its hash in instance_info and shows both masked; the
 	// password itself is only in the operation here, never in a view.
@@ -234,7 +238,7 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		BiosInterface: ifaces.Bios, ConsoleInterface: ifaces.Console, RaidInterface: ifaces.Raid,
 		RescueInterface: ifaces.Rescue, StorageInterface: ifaces.Storage, VendorInterface: ifaces.Vendor,
 		FirmwareInterface: ifaces.Firmware, NetworkData: noConfig, RaidConfig: noConfig, TargetRaidConfig: noConfig,
-		Traits: []string{}, SiteOnline: online,
+		Traits: traitsOf(n), SiteOnline: online,
 		Links: links(base, "/v1/nodes/"+n.UUID), Ports: links(base, "/v1/nodes/"+n.UUID+"/ports"),
 		States: links(base, "/v1/nodes/"+n.UUID+"/states"), Portgroups: links(base, "/v1/nodes/"+n.UUID+"/portgroups"),
 		Volume: links(base, "/v1/nodes/"+n.UUID+"/volume"),

@@ -18,6 +18,12 @@ type Node struct {
 	Properties   map[string]any `json:"properties,omitempty"`
 	InstanceInfo map[string]any `json:"instance_info,omitempty"`
 	Extra        map[string]any `json:"extra,omitempty"`
+	// ConfigDrive is the config drive of the deploy (gzipped and
+	// base64-encoded ISO, or an http(s) URL), handed to the ramdisk with
+	// write_image; kept for a rebuild that gives none, as Ironic keeps
+	// instance_info/configdrive, and dropped with the instance. A secret:
+	// views show instance_info/configdrive as "******".
+	ConfigDrive string `json:"configdrive,omitempty"`
 
 	ProvisionState       State  `json:"provision_state"`
 	TargetProvisionState State  `json:"target_provision_state,omitempty"`

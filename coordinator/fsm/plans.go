@@ -110,6 +110,9 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 				}
 				if s.Step == "write_image" {
 					args = imageArgs(n.InstanceInfo, s.Args)
+					if n.ConfigDrive != "" {
+						args["configdrive"] = n.ConfigDrive
+					}
 				}
 				// Ironic's root device hints live in the node's properties.
 				if rd, ok := n.Properties["root_device"]; ok && (s.Step == "write_image" || s.Step == "inspect_hardware") {
@@ -509,7 +512,7 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 		t := now
 		n.InspectionFinishedAt = &t
 	case "delete":
-		n.InstanceInfo = nil
+		n.InstanceInfo, n.ConfigDrive = nil, ""
 		if m.cfg.AutomatedClean {
 			n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: "clean", Plan: m.autoCleanPlan(), StartedAt: now}
 			n.Reservation = m.cfg.Holder

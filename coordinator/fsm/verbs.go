@@ -23,6 +23,9 @@ type VerbRequest struct {
 	// ServiceSteps is the service list (API 1.87), as decoded JSON objects.
 	ServiceSteps   []map[string]any
 	RescuePassword string
+	// ConfigDrive, for deploy and rebuild, replaces the node's config
+	// drive (Node.ConfigDrive) when set.
+	ConfigDrive string
 	// Runbook names the runbook whose steps are CleanSteps or
 	// ServiceSteps (API 1.92): the node must have a trait of its name.
 	// DisableRamdisk is the runbook's: no step may need the ramdisk.
@@ -166,6 +169,9 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 	case Clean:
 		m.startManualClean(n, req.CleanSteps, now, &out)
 	case Deploy, Rebuild:
+		if req.ConfigDrive != "" {
+			n.ConfigDrive = req.ConfigDrive
+		}
 		plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps,
 			"template_steps": templateStepObjects(matchingTemplates(n, req.Templates))}})
 		m.start(n, req.Verb, Active, "deploy", plan, now, &out)

@@ -260,7 +260,11 @@ func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress f
 	if res.ChecksumAlgo != "" {
 		account += ", " + res.ChecksumAlgo + " verified"
 	}
-	return map[string]any{"image": asMap(res), "summary": account}, nil
+	out := map[string]any{"image": asMap(res), "summary": account}
+	if err := r.writeConfigDrive(ctx, args, dev, out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // rootHints reads Ironic's root_device hints from a step's args.

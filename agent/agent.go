@@ -7,20 +7,17 @@
 package agent
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/drivers/fake"
 	"github.com/bmedge/bmedge/drivers/ipmi"
@@ -153,21 +150,9 @@ type Agent struct {
 	log  *slog.Logger
 	link *mqttlink.Link
 
-	mu     sync.Mutex
-	outbox map[string]outItem
-	// store keeps the outbox and the done-records on disk (see
-	// outbox.go); nil only in unit tests that never Run. seq numbers the
-	// messages put in the outbox, in order; full is set while the outbox
-	// is at OutboxLimit.
-	store *outboxStore
-	seq   uint64
-	full  bool
-	done  map[string]doneItem // command id → its result, for duplicates
-	// latest is, per node, the highest command Seq started (see
-	// protocol.Message.Seq): a command with a lower one is a stale copy,
-	// and the done-records of acked commands below it can go at once.
-	latest  map[string]uint64
-	running map[string]bool
+	mu sync.Mutex
+	// ob is the durable outbox and the exactly-once command runner.
+	ob *outbox.Outbox
 	// busy counts the BMC commands running per node and gen counts those
 	// started: power sync does not read a node's BMC while a command
 	// runs on it, and drops a reading that a command crossed.
@@ -208,10 +193,6 @@ type Agent struct {
 	// before the agent connects, never changed after.
 	nb    *netbootState
 	cache *siteCache
-
-	// resending is set while resendAll runs; resendAgain asks it for
-	// one more pass (under mu).
-	resending, resendAgain bool
 }
 
 // powerSeen is the last power reading reported for a node.
@@ -221,44 +202,8 @@ type powerSeen struct {
 	failing bool
 }
 
-type outItem struct {
-	topic   string
-	payload []byte
-	sent    time.Time
-	cmd     string // the command a result answers ("" for other messages)
-	node    string // the node it is about ("" for summaries, site-wide results)
-	seq     uint64 // its record in the store
-	// memOnly marks what is never written to the store (heartbeat
-	// summaries): acking it writes nothing either.
-	memOnly bool
-}
-
-// record is a done-record as the store keeps it.
-func (d doneItem) record(cmd string) *record {
-	return &record{ID: d.id, Topic: d.topic, Payload: d.payload, Cmd: cmd, CmdSeq: d.cmdSeq, Node: d.node, At: d.at, Deadline: d.deadline, Acked: d.acked}
-}
-
-type doneItem struct {
-	topic, id string
-	node      string // the command's node
-	cmdSeq    uint64 // the command's Seq (0: not stamped)
-	payload   []byte
-	at        time.Time
-	// deadline is the command's: a copy arriving after it cannot run.
-	deadline time.Time
-	// acked is when the coordinator acknowledged the result.
-	acked time.Time
-	seq   uint64 // its record in the store
-}
-
-// doneRetention is how long a command is remembered after the
-// coordinator acknowledged its result, so that a late duplicate of the
-// command (a broker redelivery) does not run again; only the command's
-// id and deadline are kept past the ack, not the result. After that, and after
-// the command's own deadline, a duplicate cannot arrive in time to run.
-// Remembering every result for an hour made the agent grow by every
-// command of the last hour (~70 MB for 1000 nodes cycling for a minute).
-const doneRetention = 10 * time.Minute
+// DefaultOutboxLimit is the default of Config.OutboxLimit.
+const DefaultOutboxLimit = outbox.DefaultLimit
 
 // New prepares an agent; Run connects it.
 func New(cfg Config) *Agent {
@@ -281,23 +226,18 @@ func New(cfg Config) *Agent {
 		cfg.BMCConcurrency = 32
 	}
 	if cfg.OutboxLimit <= 0 {
-		cfg.OutboxLimit = DefaultOutboxLimit
+		cfg.OutboxLimit = outbox.DefaultLimit
 	}
 	if cfg.HeartbeatSummary <= 0 {
 		cfg.HeartbeatSummary = DefaultHeartbeatSummary
 	}
-	a := &Agent{cfg: cfg, log: cfg.Log, outbox: map[string]outItem{}, done: map[string]doneItem{}, latest: map[string]uint64{}, running: map[string]bool{},
-		busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
+	a := &Agent{cfg: cfg, log: cfg.Log, busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
 		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{}), up: make(chan upItem, 1024),
 		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}, sent: map[string]sentBeat{}, held: map[string]protocol.Message{}}, nb: newNetbootState()}
+	a.ob = outbox.New(outbox.Config{Site: cfg.Site, Dir: cfg.StateDir, Limit: cfg.OutboxLimit, Resend: cfg.ResendInterval, Log: cfg.Log,
+		Publish: a.publish, Resent: func(n int) { a.metrics.resent.Add(float64(n)) }})
 	a.metrics = newAgentMetrics(a)
 	return a
-}
-
-func newID() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // presence is the site's retained presence. Online, it says whether the
@@ -314,19 +254,19 @@ func presence(site string, online, relay, siteBroker bool) []byte {
 func (a *Agent) Run(ctx context.Context) error {
 	a.ctx = ctx
 	site := a.cfg.Site
-	store, err := openOutboxStore(a.cfg.StateDir, a.log)
+	store, err := outbox.OpenStore(a.cfg.StateDir, a.log)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if err := store.close(); err != nil {
+		if err := store.Close(); err != nil {
 			a.log.Error("closing the outbox in the state folder", "err", err)
 		}
 	}()
-	if err := a.loadOutbox(store); err != nil {
+	if err := a.ob.Load(store); err != nil {
 		return err
 	}
-	creds, err := store.loadCreds()
+	creds, err := store.LoadCreds()
 	if err != nil {
 		return fmt.Errorf("read the boot credentials in the state folder: %w", err)
 	}
@@ -382,7 +322,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Logger: a.log,
 		OnUp: func() {
 			a.log.Info("edge agent connected", "site", site, "broker", a.cfg.BrokerURL)
-			a.resendAll()
+			a.ob.ResendAll()
 		},
 	})
 	if err != nil {
@@ -391,7 +331,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.link = link
 	close(a.ready)
 	go a.uplink(ctx)
-	go a.resendLoop(ctx)
+	go a.ob.ResendLoop(ctx)
 	go a.summaryLoop(ctx)
 	if a.cfg.PowerSyncInterval > 0 {
 		go a.powerSyncLoop(ctx)
@@ -435,205 +375,9 @@ func (a *Agent) publish(topic string, payload []byte) {
 	}
 }
 
-// send puts a result into the outbox and publishes it; it is resent until
-// acked. deadline is the deadline of the command m answers.
-func (a *Agent) send(topic string, m *protocol.Message, deadline time.Time) {
-	b, err := protocol.Encode(m)
-	if err != nil {
-		a.log.Error("not sending invalid message", "err", err)
-		return
-	}
-	if len(b) > protocol.MaxMessageBytes && m.Kind == protocol.KindResult {
-		// The coordinator would refuse it (and the broker close the WAN
-		// connection): the command fails instead, saying why.
-		a.log.Error("a result is larger than a message may be: sent as a failure without its data", "node", m.Node, "command", m.CommandID,
-			"bytes", len(b), "limit", protocol.MaxMessageBytes)
-		f := *m
-		f.OK, f.Data = false, nil
-		f.Error = fmt.Sprintf("the edge agent's result for this command was %d bytes, larger than a message may be (%d bytes); its data and error text were dropped", len(b), protocol.MaxMessageBytes)
-		if b, err = protocol.Encode(&f); err != nil {
-			a.log.Error("not sending invalid message", "err", err)
-			return
-		}
-		m = &f
-	}
-	now := time.Now()
-	rec := &record{ID: m.ID, Topic: topic, Payload: b, Node: m.Node, At: now, Deadline: deadline}
-	if m.Kind == protocol.KindResult {
-		rec.Cmd, rec.CmdSeq = m.CommandID, m.Seq
-	}
-	a.mu.Lock()
-	a.seq++
-	seq := a.seq
-	a.mu.Unlock()
-	// On disk before it is published: a crash right after publishing
-	// cannot lose what the coordinator has not acknowledged.
-	if err := a.store.put(seq, rec); errors.Is(err, errStoreClosed) {
-		a.log.Warn("edge agent stopping: a message produced while it stops is not kept", "node", m.Node, "kind", m.Kind, "command", m.CommandID)
-		return
-	} else if err != nil {
-		a.log.Error("a result could not be written to the state folder: it is kept in memory and sent, but a crash before the coordinator acknowledges it would lose it",
-			"node", m.Node, "command", m.CommandID, "err", err)
-	}
-	a.mu.Lock()
-	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), cmd: rec.Cmd, node: m.Node, seq: seq}
-	if m.Kind == protocol.KindResult {
-		a.done[m.CommandID] = doneItem{topic: topic, id: m.ID, node: m.Node, cmdSeq: m.Seq, payload: b, at: now, deadline: deadline, seq: seq}
-	}
-	a.noteOutbox()
-	a.mu.Unlock()
-	a.publish(topic, b)
-}
-
-// loadOutbox takes the records of an earlier run from the store: the
-// unacknowledged ones are the outbox (resent once connected, in the order
-// they were written), and the results are the done-records that answer
-// duplicate commands.
-func (a *Agent) loadOutbox(s *outboxStore) error {
-	seqs, recs, err := s.load()
-	if err != nil {
-		return fmt.Errorf("read the outbox in the state folder: %w", err)
-	}
-	now := time.Now()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.store = s
-	for i, r := range recs {
-		seq := seqs[i]
-		a.seq = max(a.seq, seq)
-		node := r.Node
-		if node == "" {
-			node = nodeOf(r.Topic, r.Payload) // written by an older agent
-		}
-		if r.Acked.IsZero() {
-			a.outbox[r.ID] = outItem{topic: r.Topic, payload: r.Payload, sent: now, cmd: r.Cmd, node: node, seq: seq}
-		}
-		if r.Cmd != "" {
-			a.done[r.Cmd] = doneItem{topic: r.Topic, id: r.ID, node: node, cmdSeq: r.CmdSeq, payload: r.Payload, at: r.At, deadline: r.Deadline, acked: r.Acked, seq: seq}
-			if node != "" {
-				a.latest[node] = max(a.latest[node], r.CmdSeq)
-			}
-		} else if !r.Acked.IsZero() {
-			s.later(seq, nil)
-		}
-	}
-	if len(recs) > 0 {
-		a.log.Info("outbox loaded from the state folder: what the coordinator has not acknowledged is sent again once connected",
-			"state_dir", a.cfg.StateDir, "unacknowledged", len(a.outbox), "done_records", len(a.done))
-	}
-	a.noteOutbox()
-	return nil
-}
-
-// noteOutbox logs when the outbox reaches OutboxLimit and when it has
-// room again; a.mu is held.
-func (a *Agent) noteOutbox() {
-	switch n := len(a.outbox); {
-	case n >= a.cfg.OutboxLimit && !a.full:
-		a.full = true
-		a.log.Error("the outbox is full: results and power reports the coordinator has not acknowledged reached the limit (agent --outbox-limit); until acks make room, no new BMC command runs (the coordinator sends its commands again) and no power reading is taken; nothing is dropped",
-			"site", a.cfg.Site, "outbox", n, "limit", a.cfg.OutboxLimit, "state_dir", a.cfg.StateDir)
-	case n < a.cfg.OutboxLimit && a.full:
-		a.full = false
-		a.log.Info("the outbox has room again: BMC commands and power readings resume", "site", a.cfg.Site, "outbox", n, "limit", a.cfg.OutboxLimit)
-	}
-}
-
-// sortBySeq puts items in the order they were put in the outbox,
-// so that each node's messages are sent again in their order.
-func sortBySeq(items []outItem) {
-	slices.SortFunc(items, func(x, y outItem) int { return cmp.Compare(x.seq, y.seq) })
-}
-
-// resendAll sends the whole outbox again, in order (the link came up).
-// One runs at a time: a call while one runs makes it go once more when
-// it ends (the link came up again meanwhile), instead of a second pass
-// alongside; so a flapping link never queues the outbox many times over.
-func (a *Agent) resendAll() {
-	a.mu.Lock()
-	if a.resending {
-		a.resendAgain = true
-		a.mu.Unlock()
-		return
-	}
-	a.resending = true
-	for {
-		a.resendAgain = false
-		items := make([]outItem, 0, len(a.outbox))
-		for _, it := range a.outbox {
-			items = append(items, it)
-		}
-		a.mu.Unlock()
-		sortBySeq(items)
-		a.metrics.resent.Add(float64(len(items)))
-		for _, it := range items {
-			a.publish(it.topic, it.payload)
-		}
-		a.mu.Lock()
-		if !a.resendAgain {
-			a.resending = false
-			a.mu.Unlock()
-			return
-		}
-	}
-}
-
-func (a *Agent) resendLoop(ctx context.Context) {
-	tk := time.NewTicker(a.cfg.ResendInterval / 2)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-		}
-		now := time.Now()
-		var due []outItem
-		a.mu.Lock()
-		for id, it := range a.outbox {
-			if now.Sub(it.sent) >= a.cfg.ResendInterval {
-				it.sent = now
-				a.outbox[id] = it
-				due = append(due, it)
-			}
-		}
-		a.trimDone(now)
-		a.mu.Unlock()
-		sortBySeq(due)
-		a.metrics.resent.Add(float64(len(due)))
-		for _, it := range due {
-			a.publish(it.topic, it.payload)
-		}
-	}
-}
-
-// trimDone forgets the results of commands that can no longer come
-// again (see doneRetention); a.mu is held. A result still in the outbox
-// keeps its done-record however old: the coordinator has not heard it
-// (a long WAN outage), so it may well send the command again, which
-// must not run twice. (A deleted node's results leave the outbox with
-// forget, and the coordinator acks those of nodes it does not know.)
-// An acked command older than one of its node already started goes at
-// once: its Seq alone refuses a copy (runBMC), so an agent keeps about
-// one done-record per node, not every command of the last minutes.
-func (a *Agent) trimDone(now time.Time) {
-	for id, d := range a.done {
-		if _, waiting := a.outbox[d.id]; waiting {
-			continue
-		}
-		superseded := d.cmdSeq != 0 && d.cmdSeq < a.latest[d.node]
-		if d.acked.IsZero() || (!d.acked.IsZero() && superseded) || (now.Sub(d.acked) > doneRetention && now.After(d.deadline)) {
-			delete(a.done, id)
-			a.store.later(d.seq, nil)
-		}
-	}
-}
-
 // Outbox returns how many results wait for the coordinator's ack.
 func (a *Agent) Outbox() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.outbox)
+	return a.ob.Len()
 }
 
 func (a *Agent) handle(topic string, payload []byte) {
@@ -659,7 +403,7 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
 	case "bmc/cmd":
 		switch m.Kind {
 		case protocol.KindAck:
-			a.ack(m.AckIDs)
+			a.ob.Ack(m.AckIDs)
 		case protocol.KindCommand:
 			switch m.Action {
 			case protocol.ActionCacheImage:
@@ -728,7 +472,7 @@ func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, erro
 			console = os.DevNull
 		}
 		b = qemuvm.New(qemuvm.Config{Kernel: a.cfg.QEMU.Kernel, Initrd: a.cfg.QEMU.Initrd, Disk: str("qemu_disk"),
-			Serial: str("qemu_disk_serial"), NVMeDisk: str("qemu_nvme_disk"), NVMeSerial: str("qemu_nvme_serial"), QMP: str("qemu_qmp"), MemoryMB: mem, Console: console,
+			Serial: str("qemu_disk_serial"), NVMeDisk: str("qemu_nvme_disk"), NVMeSerial: str("qemu_nvme_serial"), DiskBlkdebug: str("qemu_disk_blkdebug"), QMP: str("qemu_qmp"), MemoryMB: mem, Console: console,
 			Cmdline: func() string { return a.ramdiskCmdline(node) }})
 	case "ipmi":
 		ib, err := ipmi.New(info, ipmi.Options{})
@@ -790,23 +534,8 @@ func (a *Agent) forget(node string) {
 	delete(a.relay.sent, node)
 	delete(a.relay.held, node)
 	delete(a.gen, node)
-	delete(a.latest, node)
-	// Its results and reports go no further: the coordinator deleted the
-	// node (and acks, without applying, any copy already on its way).
-	for id, it := range a.outbox {
-		if it.node == node && !it.memOnly {
-			delete(a.outbox, id)
-			a.store.later(it.seq, nil)
-		}
-	}
-	for cmd, d := range a.done {
-		if d.node == node {
-			delete(a.done, cmd)
-			a.store.later(d.seq, nil)
-		}
-	}
-	a.noteOutbox()
 	a.mu.Unlock()
+	a.ob.Forget(node)
 	if s != nil {
 		s.Stop()
 	}
@@ -814,7 +543,7 @@ func (a *Agent) forget(node string) {
 		go closeBMC(b)
 	}
 	if _, ok := a.bootHash.LoadAndDelete(node); ok {
-		a.store.putCred(node, nil)
+		a.ob.Store().PutCred(node, nil)
 	}
 	if a.media != nil {
 		a.media.dropParams(node)
@@ -840,19 +569,6 @@ func (a *Agent) closeBMCs() {
 	}
 }
 
-// nodeOf is the node a stored message is about: its topic's, or for a
-// message on the site's bmc/evt topic the node it names.
-func nodeOf(topic string, payload []byte) string {
-	if _, node, _, err := protocol.ParseTopic(topic); err == nil && node != "" {
-		return node
-	}
-	var m struct {
-		Node string `json:"node"`
-	}
-	_ = json.Unmarshal(payload, &m)
-	return m.Node
-}
-
 // closeBMC ends a BMC's session or VM, whichever kind of Close it has.
 func closeBMC(b drivers.BMC) {
 	switch c := b.(type) {
@@ -863,77 +579,33 @@ func closeBMC(b drivers.BMC) {
 	}
 }
 
-// redoLocked puts the stored result of a command that already ran back
-// into the outbox (unacknowledged again, on disk too) and returns it, to
-// answer a duplicate of the command without running it again; a.mu is
-// held. A result the coordinator acknowledged is not sent again: it has
-// it on disk (it acks only after its commit), so its done-record keeps
-// no payload and a duplicate is only kept from running (the payload
-// returned is nil then).
-func (a *Agent) redoLocked(cmd string) (doneItem, bool) {
-	d, ok := a.done[cmd]
-	if !ok {
-		return d, false
-	}
-	if !d.acked.IsZero() && d.payload == nil {
-		return d, true
-	}
-	a.outbox[d.id] = outItem{topic: d.topic, payload: d.payload, sent: time.Now(), cmd: cmd, node: d.node, seq: d.seq}
-	if !d.acked.IsZero() {
-		unacked := d
-		unacked.acked = time.Time{}
-		a.store.later(d.seq, unacked.record(cmd))
-	}
-	a.noteOutbox()
-	return d, true
-}
-
 func (a *Agent) runBMC(m *protocol.Message) {
-	a.mu.Lock()
-	if d, ok := a.redoLocked(m.ID); ok {
-		// A command we already ran: its result was lost or not yet acked
-		// (an acked one is not sent again).
-		a.mu.Unlock()
-		if d.payload != nil {
-			a.publish(d.topic, d.payload)
-		}
-		return
-	}
-	if a.running[m.ID] {
-		a.mu.Unlock()
-		return
-	}
-	if m.Seq != 0 && m.Seq < a.latest[m.Node] {
-		// A copy of a command older than one this node already started:
-		// the coordinator has moved on from it, so it must not run (its
-		// done-record may be gone: see trimDone).
-		a.mu.Unlock()
+	switch a.ob.Once(outbox.Command{Msg: m, CheckSeq: true, CheckFull: true,
+		Start: func() {
+			a.mu.Lock()
+			a.busy[m.Node]++
+			a.gen[m.Node]++
+			a.mu.Unlock()
+		},
+		End: func() {
+			a.mu.Lock()
+			if a.busy[m.Node]--; a.busy[m.Node] <= 0 {
+				delete(a.busy, m.Node)
+			}
+			a.mu.Unlock()
+		},
+		Run: func() *protocol.Message { return a.bmcCommand(m) }}) {
+	case outbox.Stale:
 		a.metrics.stale.Inc()
 		a.log.Debug("stale BMC command not run: a newer command of the node has started", "node", m.Node, "command", m.ID, "action", m.Action)
-		return
-	}
-	if a.noteOutbox(); a.full {
-		// Its result would have no room: the command is not run, and the
-		// coordinator sends it again (see Config.OutboxLimit).
-		a.mu.Unlock()
+	case outbox.Full:
 		a.log.Debug("BMC command not run: the outbox is full", "node", m.Node, "command", m.ID, "action", m.Action)
-		return
 	}
-	a.running[m.ID] = true
-	if m.Seq != 0 {
-		a.latest[m.Node] = max(a.latest[m.Node], m.Seq)
-	}
-	a.busy[m.Node]++
-	a.gen[m.Node]++
-	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		delete(a.running, m.ID)
-		if a.busy[m.Node]--; a.busy[m.Node] <= 0 {
-			delete(a.busy, m.Node)
-		}
-		a.mu.Unlock()
-	}()
+}
+
+// bmcCommand runs a BMC command and returns its result (nil when the
+// agent is stopping).
+func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
 	// The command ends a little before its deadline, so that its result,
 	// a failure saying what the BMC did, reaches the coordinator before
 	// the coordinator gives up on the command with less to say.
@@ -945,7 +617,7 @@ func (a *Agent) runBMC(m *protocol.Message) {
 		// and stored it would fail the node's operation after a restart.
 		// The coordinator sends the command again to the next agent.
 		a.log.Info("edge agent stopping: BMC command interrupted, no result kept", "node", m.Node, "command", m.ID, "action", m.Action)
-		return
+		return nil
 	}
 	done := len(m.OOBSteps())
 	var se *stepsError
@@ -958,14 +630,14 @@ func (a *Agent) runBMC(m *protocol.Message) {
 	if err == nil || done > 0 {
 		a.bootEnded(m, done)
 	}
-	res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, Seq: m.Seq, OK: err == nil}
+	res := &protocol.Message{Kind: protocol.KindResult, ID: outbox.NewID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, Seq: m.Seq, OK: err == nil}
 	if err != nil {
 		res.Error = err.Error()
 	}
 	if se != nil {
 		res.Data = map[string]any{protocol.StepsDone: se.done}
 	}
-	a.send(protocol.BMCEvtTopic(a.cfg.Site), res, m.Deadline)
+	return res
 }
 
 // execLimited runs a BMC command when one of the site's BMC slots is
@@ -1173,11 +845,10 @@ func (a *Agent) powerSyncRound(ctx context.Context) {
 		gen  uint64
 	}
 	var targets []target
-	a.mu.Lock()
-	if a.noteOutbox(); a.full {
-		a.mu.Unlock()
+	if a.ob.Full() {
 		return
 	}
+	a.mu.Lock()
 	for node := range a.synced {
 		b := a.bmcs[node]
 		if b == nil || a.busy[node] > 0 {
@@ -1220,7 +891,7 @@ func (a *Agent) powerSyncRound(ctx context.Context) {
 // predate its power change) or the node's BMC was replaced.
 func (a *Agent) reportPower(node string, b drivers.BMC, gen uint64, state string, err error) {
 	now := time.Now()
-	msg := &protocol.Message{Kind: protocol.KindPower, ID: newID(), Site: a.cfg.Site, Node: node, Sent: now}
+	msg := &protocol.Message{Kind: protocol.KindPower, ID: outbox.NewID(), Site: a.cfg.Site, Node: node, Sent: now}
 	a.mu.Lock()
 	seen := a.synced[node]
 	if seen == nil || a.busy[node] > 0 || a.gen[node] != gen || a.bmcs[node] != b {
@@ -1239,5 +910,5 @@ func (a *Agent) reportPower(node string, b drivers.BMC, gen uint64, state string
 		seen.known, seen.state, seen.failing = true, state, false
 	}
 	a.mu.Unlock()
-	a.send(protocol.BMCEvtTopic(a.cfg.Site), msg, time.Time{})
+	a.ob.Send(protocol.BMCEvtTopic(a.cfg.Site), msg, time.Time{})
 }

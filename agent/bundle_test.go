@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/bundletest"
 )
@@ -19,7 +20,9 @@ import (
 func TestAgentBundleRefusals(t *testing.T) {
 	a := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler)})
 	a.ctx = context.Background()
-	a.outbox["r1"] = outItem{topic: protocol.BMCEvtTopic("s1"), payload: []byte("{}"), sent: time.Now(), memOnly: true}
+	a.ob.Inspect(func(s *outbox.State) {
+		s.Items["r1"] = outbox.Item{Topic: protocol.BMCEvtTopic("s1"), Payload: []byte("{}"), Sent: time.Now(), MemOnly: true}
+	})
 	ack, err := protocol.Encode(&protocol.Message{Kind: protocol.KindAck, ID: "ack", Sent: time.Now(), AckIDs: []string{"r1"}})
 	if err != nil {
 		t.Fatal(err)

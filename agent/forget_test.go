@@ -51,20 +51,19 @@ func TestForgetDropsNodeOutbox(t *testing.T) {
 	a.forget("n1")
 	check := func(a *Agent, when string) {
 		t.Helper()
-		a.mu.Lock()
-		defer a.mu.Unlock()
+		items := a.items()
 		for _, id := range []string{"relayed", "bmc-result"} {
-			if it, ok := a.outbox[id]; ok {
-				t.Errorf("%s: the deleted node's %s is still in the outbox (topic %s)", when, id, it.topic)
+			if it, ok := items[id]; ok {
+				t.Errorf("%s: the deleted node's %s is still in the outbox (topic %s)", when, id, it.Topic)
 			}
 		}
-		if _, ok := a.done["c-bmc"]; ok {
+		if _, ok := a.hasDone("c-bmc"); ok {
 			t.Errorf("%s: the deleted node's done-record is kept", when)
 		}
-		if _, ok := a.outbox["other-result"]; !ok {
+		if _, ok := items["other-result"]; !ok {
 			t.Errorf("%s: another node's result left the outbox", when)
 		}
-		if _, ok := a.done["c-other"]; !ok {
+		if _, ok := a.hasDone("c-other"); !ok {
 			t.Errorf("%s: another node's done-record was dropped", when)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/imagecache"
+	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/netbudget"
 )
@@ -174,33 +175,18 @@ func (a *Agent) imageArgs(m *protocol.Message) *protocol.Message {
 // cacheImageCommand runs a cache_image command (coordinator site cache)
 // and sends its result.
 func (a *Agent) cacheImageCommand(m *protocol.Message) {
-	a.mu.Lock()
-	if d, ok := a.redoLocked(m.ID); ok {
-		// Ran already: its result was lost or is not acked yet (an
-		// acked one is not sent again).
-		a.mu.Unlock()
-		if d.payload != nil {
-			a.publish(d.topic, d.payload)
-		}
-		return
-	}
-	if a.running[m.ID] {
-		a.mu.Unlock()
-		return
-	}
-	a.running[m.ID] = true
-	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		delete(a.running, m.ID)
-		a.mu.Unlock()
-	}()
+	a.ob.Once(outbox.Command{Msg: m, Run: func() *protocol.Message { return a.cacheImage(m) }})
+}
+
+// cacheImage pre-seeds the image and returns the result (nil when the
+// agent is stopping).
+func (a *Agent) cacheImage(m *protocol.Message) *protocol.Message {
 	u, _ := m.Args["url"].(string)
-	res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: a.cfg.Site, CommandID: m.ID}
+	res := &protocol.Message{Kind: protocol.KindResult, ID: outbox.NewID(), Site: a.cfg.Site, CommandID: m.ID}
 	r, err := a.preseed(m)
 	if err != nil && a.ctx.Err() != nil {
 		a.log.Info("edge agent stopping: image pre-seed interrupted, no result kept", "url", imagecache.Redact(u), "command", m.ID)
-		return
+		return nil
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -212,7 +198,7 @@ func (a *Agent) cacheImageCommand(m *protocol.Message) {
 			"seconds", r.Duration.Seconds(), "command", m.ID)
 	}
 	res.Sent = time.Now()
-	a.send(protocol.BMCEvtTopic(a.cfg.Site), res, m.Deadline)
+	return res
 }
 
 func (a *Agent) preseed(m *protocol.Message) (imagecache.Result, error) {

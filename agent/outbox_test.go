@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -47,11 +48,11 @@ func storedAgent(t *testing.T, dir string, limit int, logs *syncBuffer) *Agent {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	a.ctx = ctx
-	s, err := openOutboxStore(dir, a.log)
+	s, err := outbox.OpenStore(dir, a.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.loadOutbox(s); err != nil {
+	if err := a.ob.Load(s); err != nil {
 		t.Fatal(err)
 	}
 	return a
@@ -59,13 +60,47 @@ func storedAgent(t *testing.T, dir string, limit int, logs *syncBuffer) *Agent {
 
 func (a *Agent) closeStore(t *testing.T) {
 	t.Helper()
-	if err := a.store.close(); err != nil {
+	if err := a.ob.Store().Close(); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// items is a copy of the outbox's messages, by id.
+func (a *Agent) items() map[string]outbox.Item {
+	out := map[string]outbox.Item{}
+	a.ob.Inspect(func(s *outbox.State) {
+		for id, it := range s.Items {
+			out[id] = it
+		}
+	})
+	return out
+}
+
+// doneRecs is a copy of the outbox's done-records, by command id.
+func (a *Agent) doneRecs() map[string]outbox.Done {
+	out := map[string]outbox.Done{}
+	a.ob.Inspect(func(s *outbox.State) {
+		for id, d := range s.Done {
+			out[id] = d
+		}
+	})
+	return out
+}
+
+// hasDone is the done-record of cmd, if any.
+func (a *Agent) hasDone(cmd string) (outbox.Done, bool) {
+	d, ok := a.doneRecs()[cmd]
+	return d, ok
+}
+
+// doneRec is the done-record of cmd (zero if none).
+func (a *Agent) doneRec(cmd string) outbox.Done {
+	d, _ := a.hasDone(cmd)
+	return d
+}
+
 func result(a *Agent, node, cmd, id string, deadline time.Time) {
-	a.send(protocol.BMCEvtTopic("s1"), &protocol.Message{Kind: protocol.KindResult, ID: id, Site: "s1", Node: node, Sent: time.Now(), CommandID: cmd, OK: true}, deadline)
+	a.ob.Send(protocol.BMCEvtTopic("s1"), &protocol.Message{Kind: protocol.KindResult, ID: id, Site: "s1", Node: node, Sent: time.Now(), CommandID: cmd, OK: true}, deadline)
 }
 
 func ack(t *testing.T, a *Agent, ids ...string) {
@@ -79,16 +114,9 @@ func ack(t *testing.T, a *Agent, ids ...string) {
 
 // outboxOrder is the outbox's result ids in the order they are resent.
 func outboxOrder(a *Agent) string {
-	a.mu.Lock()
-	items := make([]outItem, 0, len(a.outbox))
-	for _, it := range a.outbox {
-		items = append(items, it)
-	}
-	a.mu.Unlock()
-	sortBySeq(items)
 	var ids []string
-	for _, it := range items {
-		m, _ := protocol.Decode(it.payload)
+	for _, it := range a.ob.Ordered() {
+		m, _ := protocol.Decode(it.Payload)
 		ids = append(ids, m.ID)
 	}
 	return strings.Join(ids, " ")
@@ -107,15 +135,15 @@ func TestOutboxStoredLoadedAcked(t *testing.T) {
 	result(a, "n1", "c3", "r3", deadline)
 	result(a, "n2", "c4", "r4", deadline)
 	result(a, "n1", "c5", "r5", deadline)
-	a.send(protocol.BMCEvtTopic("s1"), &protocol.Message{Kind: protocol.KindPower, ID: "p1", Site: "s1", Node: "n1", Sent: time.Now(), PowerState: protocol.PowerOn}, time.Time{})
+	a.ob.Send(protocol.BMCEvtTopic("s1"), &protocol.Message{Kind: protocol.KindPower, ID: "p1", Site: "s1", Node: "n1", Sent: time.Now(), PowerState: protocol.PowerOn}, time.Time{})
 	ack(t, a, "r2", "p1", "r4")
 	// r4's done-record is forgotten (its retention and deadline passed).
-	a.mu.Lock()
-	d := a.done["c4"]
-	d.acked, d.deadline = time.Now().Add(-2*doneRetention), time.Now().Add(-time.Minute)
-	a.done["c4"] = d
-	a.trimDone(time.Now())
-	a.mu.Unlock()
+	a.ob.Inspect(func(s *outbox.State) {
+		d := s.Done["c4"]
+		d.Acked, d.Deadline = time.Now().Add(-2*outbox.DoneRetention), time.Now().Add(-time.Minute)
+		s.Done["c4"] = d
+	})
+	a.ob.Trim(time.Now())
 	a.closeStore(t)
 
 	b := storedAgent(t, dir, 0, nil)
@@ -124,21 +152,21 @@ func TestOutboxStoredLoadedAcked(t *testing.T) {
 		t.Fatalf("outbox after a restart: %q, want the unacknowledged results in their order, r1 r3 r5", got)
 	}
 	for _, c := range []string{"c1", "c2", "c3", "c5"} {
-		if _, ok := b.done[c]; !ok {
+		if _, ok := b.hasDone(c); !ok {
 			t.Errorf("done-record of %s lost in the restart", c)
 		}
 	}
-	if _, ok := b.done["c4"]; ok {
+	if _, ok := b.hasDone("c4"); ok {
 		t.Error("a done-record past its retention came back after the restart")
 	}
-	if b.done["c2"].acked.IsZero() || !b.done["c1"].acked.IsZero() {
+	if b.doneRec("c2").Acked.IsZero() || !b.doneRec("c1").Acked.IsZero() {
 		t.Error("acknowledged and unacknowledged done-records are mixed up after the restart")
 	}
 	// A duplicate of the acknowledged c2 is kept from running by its
 	// done-record (the agent has no BMC for n2: running it would put a
 	// failed result in the outbox), and its result is not sent again:
 	// the coordinator acked it after storing it.
-	if b.done["c2"].payload != nil {
+	if b.doneRec("c2").Payload != nil {
 		t.Error("an acknowledged done-record kept its payload through the restart")
 	}
 	b.runBMC(&protocol.Message{Kind: protocol.KindCommand, ID: "c2", Node: "n2", Driver: "fake", Action: protocol.ActionValidate, Deadline: deadline})
@@ -193,23 +221,23 @@ func TestOutboxAtRest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyFile := filepath.Join(dir, outboxKeyFile)
-	if fi, err := os.Stat(keyFile); err != nil || fi.Size() != outboxKeySize {
+	keyFile := filepath.Join(dir, outbox.KeyFile)
+	if fi, err := os.Stat(keyFile); err != nil || fi.Size() != outbox.KeySize {
 		t.Fatalf("key file: %v", err)
 	}
 	orig, _ := os.ReadFile(keyFile)
-	wrong := make([]byte, outboxKeySize)
+	wrong := make([]byte, outbox.KeySize)
 	_, _ = rand.Read(wrong)
 	if err := os.WriteFile(keyFile, wrong, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openOutboxStore(dir, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "not the key") {
+	if _, err := outbox.OpenStore(dir, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "not the key") {
 		t.Fatalf("opening with a wrong key: %v", err)
 	}
 	if err := os.Remove(keyFile); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openOutboxStore(dir, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "key file") {
+	if _, err := outbox.OpenStore(dir, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "key file") {
 		t.Fatalf("opening without the key: %v", err)
 	}
 	if err := os.WriteFile(keyFile, orig, 0o600); err != nil {
@@ -218,7 +246,7 @@ func TestOutboxAtRest(t *testing.T) {
 	if err := os.Chmod(keyFile, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openOutboxStore(dir, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+	if _, err := outbox.OpenStore(dir, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("opening with a key others may read: %v", err)
 	}
 	if err := os.Chmod(keyFile, 0o600); err != nil {
@@ -283,9 +311,7 @@ func TestOutboxLimit(t *testing.T) {
 	}
 	cancel()
 	<-ran
-	a.mu.Lock()
-	c3 := a.done["c3"].id
-	a.mu.Unlock()
+	c3 := a.doneRec("c3").ID
 	if n := bmc.ops.Load(); n != 1 || outboxOrder(a) != "r2 "+c3 {
 		t.Fatalf("after an ack made room: %d BMC operations, outbox %q", n, outboxOrder(a))
 	}
@@ -306,12 +332,12 @@ func TestOutboxConcurrentSends(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	commits := a.store.commits.Load()
+	commits := a.ob.Store().Commits()
 	a.closeStore(t)
 	t.Logf("%d results in %d commits", n, commits)
 	b := storedAgent(t, dir, 0, nil)
 	defer b.closeStore(t)
-	if b.Outbox() != n || len(b.done) != n {
-		t.Fatalf("after a restart: outbox %d, done %d, want %d each", b.Outbox(), len(b.done), n)
+	if b.Outbox() != n || len(b.doneRecs()) != n {
+		t.Fatalf("after a restart: outbox %d, done %d, want %d each", b.Outbox(), len(b.doneRecs()), n)
 	}
 }

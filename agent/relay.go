@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
@@ -265,7 +266,7 @@ func (a *Agent) noteBootCredential(node, password string) {
 		return
 	}
 	a.bootHash.Store(node, sum[:])
-	a.store.putCred(node, sum[:])
+	a.ob.Store().PutCred(node, sum[:])
 }
 
 // bootEnded forgets a node's boot credential once a command that ends
@@ -295,7 +296,7 @@ func (a *Agent) bootEnded(m *protocol.Message, done int) {
 // it), and the relay forgets its beats.
 func (a *Agent) dropBoot(node string) {
 	if _, ok := a.bootHash.LoadAndDelete(node); ok {
-		a.store.putCred(node, nil)
+		a.ob.Store().PutCred(node, nil)
 	}
 	if a.site != nil {
 		a.site.b.Disconnect("node:" + node)
@@ -383,28 +384,9 @@ func cutDetail(d string) string {
 // keep puts a relayed message into the durable outbox, unchanged, and
 // tells whether it is there (a copy already there counts).
 func (a *Agent) keep(topic string, m *protocol.Message, payload []byte) bool {
-	a.mu.Lock()
-	if _, ok := a.outbox[m.ID]; ok {
-		a.mu.Unlock()
-		return true
-	}
-	a.seq++
-	seq := a.seq
-	a.mu.Unlock()
-	rec := &record{ID: m.ID, Topic: topic, Payload: payload, At: time.Now()}
-	if err := a.store.put(seq, rec); errors.Is(err, errStoreClosed) {
-		// Not acknowledged to the ramdisk: it sends it again to the
-		// next agent.
-		return false
-	} else if err != nil {
-		a.log.Error("a relayed result could not be written to the state folder: it is kept in memory and sent, but a crash before the coordinator acknowledges it would lose it",
-			"node", m.Node, "command", m.CommandID, "err", err)
-	}
-	a.mu.Lock()
-	a.outbox[m.ID] = outItem{topic: topic, payload: payload, sent: time.Now(), node: m.Node, seq: seq}
-	a.noteOutbox()
-	a.mu.Unlock()
-	return true
+	// Not kept (the store is closing): not acknowledged to the ramdisk,
+	// which sends it again to the next agent.
+	return a.ob.Keep(topic, m, payload)
 }
 
 // toRamdisk hands a message to a node's ramdisk: its simulated session,
@@ -433,43 +415,13 @@ func (a *Agent) toRamdisk(node string, m *protocol.Message) {
 // fromCoordinator takes what the coordinator sent on a node's cmd topic.
 func (a *Agent) fromCoordinator(node string, m *protocol.Message) {
 	if m.Kind == protocol.KindAck {
-		a.ack(m.AckIDs)
+		a.ob.Ack(m.AckIDs)
 		return
 	}
 	if m.Kind == protocol.KindCommand && m.Action == protocol.ActionInbandRun {
 		m = a.imageArgs(m)
 	}
 	a.toRamdisk(node, m)
-}
-
-// ack removes what the coordinator acknowledged from the outbox; a BMC
-// command's result stays as its done-record.
-func (a *Agent) ack(ids []string) {
-	now := time.Now()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, id := range ids {
-		it, ok := a.outbox[id]
-		if !ok {
-			continue
-		}
-		delete(a.outbox, id)
-		if it.memOnly {
-			continue
-		}
-		if d, ok := a.done[it.cmd]; ok && it.cmd != "" && d.id == id {
-			// Kept as the command's done-record until its retention
-			// ends (trimDone), without its payload: the coordinator has
-			// the result, a duplicate of the command only must not run.
-			d.acked = now
-			d.payload = nil
-			a.done[it.cmd] = d
-			a.store.later(it.seq, d.record(it.cmd))
-		} else {
-			a.store.later(it.seq, nil)
-		}
-	}
-	a.noteOutbox()
 }
 
 // summaryLoop sends the heartbeat summaries.
@@ -502,10 +454,9 @@ func (a *Agent) summarize() {
 	}
 	a.relay.held = map[string]protocol.Message{}
 	for _, p := range a.relay.summary {
-		if _, ok := a.outbox[p.id]; !ok {
+		if !a.ob.Withdraw(p.id) {
 			continue
 		}
-		delete(a.outbox, p.id)
 		for _, b := range p.beats {
 			// Never delivered: it is news again.
 			delete(a.relay.sent, b.Node)
@@ -524,8 +475,8 @@ func (a *Agent) summarize() {
 			delete(cur, node)
 		}
 	}
-	queued := len(a.outbox)
 	a.mu.Unlock()
+	queued := a.ob.Len()
 	if len(cur) == 0 {
 		return
 	}
@@ -563,7 +514,7 @@ func summaryBeatOK(b *protocol.Message, site string) error {
 // coordinator would refuse, is dropped).
 func (a *Agent) sendSummary(parts []summaryPart, chunk []protocol.Message, queued int, now time.Time) []summaryPart {
 	site := a.cfg.Site
-	m := &protocol.Message{Kind: protocol.KindBeats, ID: newID(), Site: site, Sent: time.Now(), Beats: chunk, Queued: queued}
+	m := &protocol.Message{Kind: protocol.KindBeats, ID: outbox.NewID(), Site: site, Sent: time.Now(), Beats: chunk, Queued: queued}
 	b, err := protocol.Encode(m)
 	if err != nil {
 		good := make([]protocol.Message, 0, len(chunk))
@@ -598,12 +549,9 @@ func (a *Agent) sendSummary(parts []summaryPart, chunk []protocol.Message, queue
 		x := &chunk[i]
 		a.relay.sent[x.Node] = sentBeat{token: x.Token, running: x.Running, detail: x.Detail, progress: x.Progress, at: now}
 	}
-	a.seq++
-	seq := a.seq
+	a.mu.Unlock()
 	// Not written to disk: a summary is only worth its latest state,
 	// which the ramdisks' next heartbeats rebuild after a restart.
-	a.outbox[m.ID] = outItem{topic: topic, payload: b, sent: time.Now(), seq: seq, memOnly: true}
-	a.mu.Unlock()
-	a.publish(topic, b)
+	a.ob.PutMemOnly(m.ID, topic, b)
 	return append(parts, summaryPart{id: m.ID, beats: chunk})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -20,11 +21,13 @@ func TestResendAllRunsOneAtATime(t *testing.T) {
 	a.ctx = ctx
 	const msgs = 100
 	for i := range msgs {
-		p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: newID(), Site: "s1", Node: "n", Sent: time.Now(), PowerState: protocol.PowerOn})
+		p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: outbox.NewID(), Site: "s1", Node: "n", Sent: time.Now(), PowerState: protocol.PowerOn})
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.outbox[newID()] = outItem{topic: protocol.BMCEvtTopic("s1"), payload: p, sent: time.Now(), seq: uint64(i + 1)}
+		a.ob.Inspect(func(s *outbox.State) {
+			s.Items[outbox.NewID()] = outbox.Item{Topic: protocol.BMCEvtTopic("s1"), Payload: p, Sent: time.Now(), Seq: uint64(i + 1)}
+		})
 	}
 	// The uplink is busy: the queue is full, so a pass waits in publish.
 	for len(a.up) < cap(a.up) {
@@ -34,7 +37,7 @@ func TestResendAllRunsOneAtATime(t *testing.T) {
 	var wg sync.WaitGroup
 	for range calls {
 		wg.Add(1)
-		go func() { defer wg.Done(); a.resendAll() }()
+		go func() { defer wg.Done(); a.ob.ResendAll() }()
 	}
 	time.Sleep(200 * time.Millisecond) // let the calls start
 	returned := make(chan struct{})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -18,11 +19,11 @@ func seqAgent(t *testing.T, dir string) *Agent {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	a.ctx = ctx
-	s, err := openOutboxStore(dir, a.log)
+	s, err := outbox.OpenStore(dir, a.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.loadOutbox(s); err != nil {
+	if err := a.ob.Load(s); err != nil {
 		t.Fatal(err)
 	}
 	return a
@@ -43,17 +44,13 @@ func TestStaleCommandNotRun(t *testing.T) {
 			Args: map[string]any{"state": protocol.PowerOff}}
 	}
 	resultOf := func(cmd string) string {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.done[cmd].id
+		return a.doneRec(cmd).ID
 	}
 	ack := func(cmd string) {
-		a.ack([]string{resultOf(cmd)})
+		a.ob.Ack([]string{resultOf(cmd)})
 	}
 	has := func(cmd string) bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		_, ok := a.done[cmd]
+		_, ok := a.hasDone(cmd)
 		return ok
 	}
 
@@ -65,9 +62,7 @@ func TestStaleCommandNotRun(t *testing.T) {
 	ack("c0")
 	ack("c1")
 	a.runBMC(power("c2", 11))
-	a.mu.Lock()
-	a.trimDone(time.Now())
-	a.mu.Unlock()
+	a.ob.Trim(time.Now())
 	if has("c1") {
 		t.Error("the acked done-record of c1 (Seq 10) was kept after c2 (Seq 11) started; want it forgotten at once")
 	}
@@ -98,18 +93,15 @@ func TestStaleCommandNotRun(t *testing.T) {
 	a.closeStore(t)
 	b := seqAgent(t, dir)
 	b.runBMC(power("c1", 10))
-	b.mu.Lock()
-	_, ran := b.done["c1"]
-	latest := b.latest["n1"]
-	b.mu.Unlock()
+	_, ran := b.hasDone("c1")
+	var latest uint64
+	b.ob.Inspect(func(s *outbox.State) { latest = s.Latest["n1"] })
 	if ran || latest != 11 {
 		t.Fatalf("after a restart: stale c1 ran %v, latest Seq of n1 %d (want not run, 11)", ran, latest)
 	}
 	// A newer command runs.
 	b.runBMC(power("c3", 12))
-	b.mu.Lock()
-	_, ran = b.done["c3"]
-	b.mu.Unlock()
+	_, ran = b.hasDone("c3")
 	if !ran {
 		t.Fatal("after a restart, a newer command (Seq 12) did not run")
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -53,14 +54,14 @@ func TestSummariesFitMessageLimit(t *testing.T) {
 	// Two beats each a valid message of 600 KiB.
 	huge := strings.Repeat("é", 300<<10)
 	for _, node := range []string{"big1", "big2"} {
-		beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: newID(), Site: "s1", Node: node, Sent: time.Now(), Token: "t", Running: "c-" + node, Progress: 0.5, Detail: huge})
+		beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: node, Sent: time.Now(), Token: "t", Running: "c-" + node, Progress: 0.5, Detail: huge})
 	}
 	// A thousand beats with the longest detail taken whole: together
 	// over the message limit.
 	long := strings.Repeat("d", maxBeatDetail)
 	const nodes = 1000
 	for i := range nodes {
-		beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: newID(), Site: "s1", Node: fmt.Sprintf("n%04d", i), Sent: time.Now(), Token: "t", Running: "c", Progress: 0.5, Detail: long})
+		beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: fmt.Sprintf("n%04d", i), Sent: time.Now(), Token: "t", Running: "c", Progress: 0.5, Detail: long})
 	}
 	sums := drainSummaries(t, a)
 	seen := map[string]string{}
@@ -98,13 +99,13 @@ func TestSummariesFitMessageLimit(t *testing.T) {
 func TestSummaryKeepsOtherBeatsBesideBadOne(t *testing.T) {
 	a := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler)})
 	a.ctx = context.Background()
-	beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: newID(), Site: "s1", Node: "good", Sent: time.Now(), Token: "t", Running: "c1", Progress: 0.5})
-	beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: newID(), Node: "nosite", Sent: time.Now(), Token: "t", Running: "c2", Progress: 0.5})
-	nested := protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: newID(), Site: "s1", Node: "x", Sent: time.Now(), Token: "t"}
-	beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: newID(), Site: "s1", Node: "nested", Sent: time.Now(), Token: "t", Running: "c3", Beats: []protocol.Message{nested}})
+	beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: "good", Sent: time.Now(), Token: "t", Running: "c1", Progress: 0.5})
+	beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Node: "nosite", Sent: time.Now(), Token: "t", Running: "c2", Progress: 0.5})
+	nested := protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: "x", Sent: time.Now(), Token: "t"}
+	beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: "nested", Sent: time.Now(), Token: "t", Running: "c3", Beats: []protocol.Message{nested}})
 	// One of another site, put where the relay keeps beats.
 	a.mu.Lock()
-	a.relay.beats["alien"] = protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: newID(), Site: "s2", Node: "alien", Sent: time.Now(), Token: "t", Running: "c4", Progress: 0.5}
+	a.relay.beats["alien"] = protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s2", Node: "alien", Sent: time.Now(), Token: "t", Running: "c4", Progress: 0.5}
 	a.mu.Unlock()
 	sums := drainSummaries(t, a)
 	got := map[string]bool{}
@@ -133,16 +134,14 @@ func TestOversizedResultSentAsFailure(t *testing.T) {
 	a := storedAgent(t, "", 0, nil)
 	defer a.closeStore(t)
 	data := map[string]any{"blob": strings.Repeat("i", protocol.MaxMessageBytes)}
-	a.send(protocol.BMCEvtTopic("s1"), &protocol.Message{Kind: protocol.KindResult, ID: "r1", Site: "s1", Node: "n1", Sent: time.Now(), CommandID: "c1", OK: true, Data: data}, time.Now().Add(time.Hour))
-	a.mu.Lock()
-	it, ok := a.outbox["r1"]
-	a.mu.Unlock()
+	a.ob.Send(protocol.BMCEvtTopic("s1"), &protocol.Message{Kind: protocol.KindResult, ID: "r1", Site: "s1", Node: "n1", Sent: time.Now(), CommandID: "c1", OK: true, Data: data}, time.Now().Add(time.Hour))
+	it, ok := a.items()["r1"]
 	if !ok {
 		t.Fatal("no result in the outbox")
 	}
-	m, err := protocol.Decode(it.payload)
+	m, err := protocol.Decode(it.Payload)
 	if err != nil {
-		t.Fatalf("the result in the outbox (%d bytes) is refused: %v", len(it.payload), err)
+		t.Fatalf("the result in the outbox (%d bytes) is refused: %v", len(it.Payload), err)
 	}
 	if m.OK || !strings.Contains(m.Error, "larger than a message may be") || m.CommandID != "c1" {
 		t.Errorf("result sent: ok %v, error %q; want a failure of command c1 saying it was too large", m.OK, m.Error)

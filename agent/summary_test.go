@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -18,7 +19,7 @@ func TestSummaryCarriesNews(t *testing.T) {
 	a.ctx = context.Background()
 	beat := func(node, running string, progress float64) {
 		a.mu.Lock()
-		a.relay.beats[node] = protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: newID(), Site: "s1", Node: node,
+		a.relay.beats[node] = protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: node,
 			Sent: time.Now(), Token: "tok-" + node, Running: running, Progress: progress}
 		a.mu.Unlock()
 	}
@@ -34,7 +35,7 @@ func TestSummaryCarriesNews(t *testing.T) {
 				t.Fatalf("summary: %v %v", m, err)
 			}
 			if !lost {
-				a.ack([]string{m.ID})
+				a.ob.Ack([]string{m.ID})
 			}
 			got := map[string]float64{}
 			for _, b := range m.Beats {

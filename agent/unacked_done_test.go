@@ -28,10 +28,8 @@ func TestUnackedResultAnswersDuplicateAfterLongOutage(t *testing.T) {
 	if n := a.Outbox(); n != 1 {
 		t.Fatalf("outbox after the command: %d, want its result", n)
 	}
-	a.mu.Lock()
-	a.trimDone(time.Now().Add(48 * time.Hour)) // the resend loop, two days into the outage
-	_, kept := a.done["c1"]
-	a.mu.Unlock()
+	a.ob.Trim(time.Now().Add(48 * time.Hour)) // the resend loop, two days into the outage
+	_, kept := a.hasDone("c1")
 	if !kept {
 		t.Error("the done-record of an unacknowledged result was dropped")
 	}

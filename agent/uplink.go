@@ -201,15 +201,7 @@ func (a *Agent) oversized(it *upItem) bool {
 	_ = json.Unmarshal(it.payload, &m)
 	a.log.Error("message not sent: larger than a message may be; dropped", "topic", it.topic, "kind", m.Kind, "node", m.Node,
 		"bytes", len(it.payload), "limit", protocol.MaxMessageBytes)
-	a.mu.Lock()
-	if o, ok := a.outbox[m.ID]; ok && len(o.payload) == len(it.payload) {
-		delete(a.outbox, m.ID)
-		if !o.memOnly {
-			a.store.later(o.seq, nil)
-		}
-		a.noteOutbox()
-	}
-	a.mu.Unlock()
+	a.ob.Drop(m.ID, len(it.payload))
 	return true
 }
 

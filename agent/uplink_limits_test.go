@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -20,10 +21,10 @@ func TestUplinkDropsOversizedMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.mu.Lock()
-	a.seq++
-	a.outbox["big"] = outItem{topic: protocol.BMCEvtTopic("s1"), payload: big, sent: time.Now(), node: "n1", seq: a.seq}
-	a.mu.Unlock()
+	a.ob.Inspect(func(s *outbox.State) {
+		s.Seq++
+		s.Items["big"] = outbox.Item{Topic: protocol.BMCEvtTopic("s1"), Payload: big, Sent: time.Now(), Node: "n1", Seq: s.Seq}
+	})
 	a.publish(protocol.BMCEvtTopic("s1"), big)
 	for i := range 3 {
 		// After the big one, and apart from it in time: bundled with it
@@ -45,9 +46,7 @@ func TestUplinkDropsOversizedMessage(t *testing.T) {
 	if n := strings.Count(logs.String(), "edge agent connected"); n != 1 || !a.link.Up() {
 		t.Errorf("the link connected %d times; up %v", n, a.link.Up())
 	}
-	a.mu.Lock()
-	_, kept := a.outbox["big"]
-	a.mu.Unlock()
+	_, kept := a.items()["big"]
 	if kept {
 		t.Error("the oversized message is still in the outbox")
 	}

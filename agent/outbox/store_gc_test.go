@@ -1,4 +1,4 @@
-package agent
+package outbox
 
 import (
 	"crypto/rand"
@@ -46,21 +46,21 @@ func stateDirSize(t *testing.T, dir string) int64 {
 // fillOutbox writes n records as the agent does for results (written,
 // then rewritten acked), each with a payload of ~700 bytes that does not
 // compress, and returns their sequence numbers.
-func fillOutbox(t *testing.T, s *outboxStore, first uint64, n int) []uint64 {
+func fillOutbox(t *testing.T, s *Store, first uint64, n int) []uint64 {
 	t.Helper()
 	seqs := make([]uint64, 0, n)
 	for i := range n {
 		seq := first + uint64(i)
 		raw := make([]byte, 300)
 		_, _ = rand.Read(raw)
-		rec := &record{ID: "r" + hex.EncodeToString(raw[:8]), Topic: "bm/v1/s1/bmc/evt", Payload: []byte(`{"kind":"result","output":"` + hex.EncodeToString(raw) + `"}`),
+		rec := &Record{ID: "r" + hex.EncodeToString(raw[:8]), Topic: "bm/v1/s1/bmc/evt", Payload: []byte(`{"kind":"result","output":"` + hex.EncodeToString(raw) + `"}`),
 			Cmd: "c" + hex.EncodeToString(raw[8:16]), At: time.Now(), Deadline: time.Now().Add(time.Minute)}
-		if err := s.put(seq, rec); err != nil {
+		if err := s.Put(seq, rec); err != nil {
 			t.Fatal(err)
 		}
 		acked := *rec
 		acked.Acked = time.Now()
-		s.later(seq, &acked)
+		s.Later(seq, &acked)
 		seqs = append(seqs, seq)
 	}
 	return seqs
@@ -74,11 +74,11 @@ func fillOutbox(t *testing.T, s *outboxStore, first uint64, n int) []uint64 {
 func TestOutboxGCShrinksStateFolder(t *testing.T) {
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	s, err := openOutboxStore(dir, log)
+	s, err := OpenStore(dir, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { s.close() }()
+	defer func() { s.Close() }()
 	empty := stateDirSize(t, dir)
 
 	// Five rounds of 4000 records (~3 MB each written twice: as Badger's
@@ -88,16 +88,16 @@ func TestOutboxGCShrinksStateFolder(t *testing.T) {
 		all = append(all, fillOutbox(t, s, uint64(r*4000+1), 4000)...)
 	}
 	keep := fillOutbox(t, s, 1_000_000, 10)
-	if err := s.collectNow(); err != nil {
+	if err := s.CollectNow(); err != nil {
 		t.Fatal(err)
 	}
 	full := stateDirSize(t, dir)
 	t.Logf("state folder: empty %d KiB, with %d records %d KiB", empty>>10, len(all)+len(keep), full>>10)
 
 	for _, seq := range all {
-		s.later(seq, nil)
+		s.Later(seq, nil)
 	}
-	if err := s.collectNow(); err != nil {
+	if err := s.CollectNow(); err != nil {
 		t.Fatal(err)
 	}
 	after := stateDirSize(t, dir)
@@ -108,13 +108,13 @@ func TestOutboxGCShrinksStateFolder(t *testing.T) {
 	}
 
 	// The records kept are still there, after a restart too.
-	if err := s.close(); err != nil {
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if s, err = openOutboxStore(dir, log); err != nil {
+	if s, err = OpenStore(dir, log); err != nil {
 		t.Fatal(err)
 	}
-	seqs, recs, err := s.load()
+	seqs, recs, err := s.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +129,11 @@ func TestOutboxGCShrinksStateFolder(t *testing.T) {
 // agent does after forgetting the results of its last deploys).
 func TestOutboxGCWhenWritingStops(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openOutboxStore(dir, slog.New(slog.DiscardHandler))
+	s, err := OpenStore(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { s.close() }()
+	defer func() { s.Close() }()
 	seqs := fillOutbox(t, s, 1, 12000)
 	// Let the writes' own flush happen, then measure with them.
 	deadline := time.Now().Add(60 * time.Second)
@@ -143,7 +143,7 @@ func TestOutboxGCWhenWritingStops(t *testing.T) {
 	full := stateDirSize(t, dir)
 	flushes := s.flushes.Load()
 	for _, seq := range seqs {
-		s.later(seq, nil)
+		s.Later(seq, nil)
 	}
 	for s.flushes.Load() == flushes && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
@@ -185,11 +185,11 @@ func TestOutboxFlushFailures(t *testing.T) {
 		steps = append(steps, step)
 		return fail[step]
 	})
-	s, err := openOutboxStore(dir, log, kvstore.WithFaults(faults))
+	s, err := OpenStore(dir, log, kvstore.WithFaults(faults))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { s.close() }()
+	defer func() { s.Close() }()
 	took := func() string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -200,26 +200,26 @@ func TestOutboxFlushFailures(t *testing.T) {
 	seqs := fillOutbox(t, s, 1, 3000)
 	keep := fillOutbox(t, s, 100_000, 5)
 	for _, seq := range seqs {
-		s.later(seq, nil)
+		s.Later(seq, nil)
 	}
 
 	// 1. The flush's first write fails (the store's own flush, too, if
 	// it came first).
-	err = s.collectNow()
+	err = s.CollectNow()
 	if err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("collection with the flush's write failing: %v, want the write's error", err)
 	}
 	if st := took(); strings.Contains(st, "drop") || s.flushes.Load() != 0 {
 		t.Fatalf("after the flush's write failed the store went on (steps %s, flushes %d); DropPrefix must not follow a failed write", st, s.flushes.Load())
 	}
-	if err := s.put(200_000, &record{ID: "after", Topic: "t", Payload: []byte("{}"), At: time.Now()}); err != nil {
+	if err := s.Put(200_000, &Record{ID: "after", Topic: "t", Payload: []byte("{}"), At: time.Now()}); err != nil {
 		t.Fatalf("a write after a failed flush: %v", err)
 	}
 	before := stateDirSize(t, dir)
 	mu.Lock()
 	fail = map[string]error{}
 	mu.Unlock()
-	if err := s.collectNow(); err != nil {
+	if err := s.CollectNow(); err != nil {
 		t.Fatalf("the next collection: %v", err)
 	}
 	if st := took(); !strings.Contains(st, "write,drop") || s.flushes.Load() < 1 {
@@ -234,27 +234,27 @@ func TestOutboxFlushFailures(t *testing.T) {
 	fail = map[string]error{"drop": errors.New("injected: while trying to flush memtable: too many open files")}
 	mu.Unlock()
 	// (an acked record: something for a flush to do)
-	if err := s.put(300_000, &record{ID: "last", Topic: "t", Payload: []byte("{}"), At: time.Now(), Acked: time.Now()}); err != nil {
+	if err := s.Put(300_000, &Record{ID: "last", Topic: "t", Payload: []byte("{}"), At: time.Now(), Acked: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	err = s.collectNow()
+	err = s.CollectNow()
 	if err == nil || !strings.Contains(err.Error(), "restart the edge agent") {
 		t.Fatalf("collection with DropPrefix failing: %v, want an error that says to restart the agent", err)
 	}
-	err = s.put(400_000, &record{ID: "lost", Topic: "t", Payload: []byte("{}"), At: time.Now()})
+	err = s.Put(400_000, &Record{ID: "lost", Topic: "t", Payload: []byte("{}"), At: time.Now()})
 	if err == nil || !strings.Contains(err.Error(), "restart the edge agent") {
 		t.Fatalf("a write after DropPrefix failed: %v, want an error that says to restart the agent", err)
 	}
-	if err := s.close(); err == nil {
+	if err := s.Close(); err == nil {
 		t.Fatal("close of a broken store reported no error")
 	}
 	// A real failure leaves Badger open at close (the process's exit
 	// then releases its directory lock); an injected one leaves it
 	// sound, and kvstore's Close closes it, so it opens again here.
-	if s, err = openOutboxStore(dir, log); err != nil {
+	if s, err = OpenStore(dir, log); err != nil {
 		t.Fatalf("reopening after the store broke: %v", err)
 	}
-	got, _, err := s.load()
+	got, _, err := s.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

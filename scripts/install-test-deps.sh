@@ -34,6 +34,10 @@ set -euo pipefail
 
 PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus
 	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 busybox iproute2 util-linux chromium chromium-driver systemd)
+# cloud-init: its own config drive reader (read_config_drive) checks the config drives the ramdisk writes
+PACKAGES+=(cloud-init)
+# fdisk: sfdisk, an independent partition table reader for the config drive tests
+PACKAGES+=(fdisk)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

@@ -106,6 +106,9 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("POST /v1/sites/{name}/cache", s.cacheImage)
 	m.HandleFunc("POST /v1/sites/{name}/credentials", s.rotateSite)
 	m.HandleFunc("DELETE /v1/sites/{name}", s.deleteSite)
+	s.registerCatalog(m)
+	m.HandleFunc("POST /v1/backup", (&backupHandler{s: s}).ServeHTTP)
+	s.registerCompat(m)
 	m.HandleFunc("/", s.notFound)
 	return s
 }

@@ -17,12 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/bmc"
 	"github.com/bmedge/bmedge/agent/outbox"
-	"github.com/bmedge/bmedge/drivers"
-	"github.com/bmedge/bmedge/drivers/fake"
-	"github.com/bmedge/bmedge/drivers/ipmi"
-	"github.com/bmedge/bmedge/drivers/qemuvm"
-	"github.com/bmedge/bmedge/drivers/redfish"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 	"github.com/bmedge/bmedge/protocol/netbudget"
@@ -153,18 +149,9 @@ type Agent struct {
 	mu sync.Mutex
 	// ob is the durable outbox and the exactly-once command runner.
 	ob *outbox.Outbox
-	// busy counts the BMC commands running per node and gen counts those
-	// started: power sync does not read a node's BMC while a command
-	// runs on it, and drops a reading that a command crossed.
-	busy map[string]int
-	gen  map[string]uint64
-	// synced holds the nodes whose power state is polled (a command on
-	// their real BMC succeeded once, so the credentials work) and what
-	// was last reported for each.
-	synced   map[string]*powerSeen
-	bmcs     map[string]drivers.BMC
-	creds    map[string][2]string      // node → ramdisk MQTT credentials from the last boot command
-	info     map[string]map[string]any // node → last driver_info seen
+	// bmcs are the site's BMCs (agent/bmc).
+	bmcs     *bmc.Set
+	creds    map[string][2]string // node → ramdisk MQTT credentials from the last boot command
 	sessions map[string]*session.Session
 	ctx      context.Context
 	caPin    string // pin of CAFile's CA, for the ramdisks' bm.ca
@@ -173,8 +160,6 @@ type Agent struct {
 	// boots the ramdisk from virtual media.
 	media  *mediaServer
 	vmBoot map[string]bool
-	// bmcSlots bounds the BMC commands running at once.
-	bmcSlots chan struct{}
 	// metrics are served on Config.MetricsListen (metricsAddr, bound).
 	metrics     *agentMetrics
 	metricsAddr string
@@ -193,13 +178,6 @@ type Agent struct {
 	// before the agent connects, never changed after.
 	nb    *netbootState
 	cache *siteCache
-}
-
-// powerSeen is the last power reading reported for a node.
-type powerSeen struct {
-	known   bool   // a reading was reported
-	state   string // its power state, "" for a failure
-	failing bool
 }
 
 // DefaultOutboxLimit is the default of Config.OutboxLimit.
@@ -231,11 +209,16 @@ func New(cfg Config) *Agent {
 	if cfg.HeartbeatSummary <= 0 {
 		cfg.HeartbeatSummary = DefaultHeartbeatSummary
 	}
-	a := &Agent{cfg: cfg, log: cfg.Log, busy: map[string]int{}, gen: map[string]uint64{}, synced: map[string]*powerSeen{},
-		bmcs: map[string]drivers.BMC{}, creds: map[string][2]string{}, info: map[string]map[string]any{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, bmcSlots: make(chan struct{}, cfg.BMCConcurrency), ready: make(chan struct{}), up: make(chan upItem, 1024),
+	a := &Agent{cfg: cfg, log: cfg.Log, creds: map[string][2]string{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, ready: make(chan struct{}), up: make(chan upItem, 1024),
 		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}, sent: map[string]sentBeat{}, held: map[string]protocol.Message{}}, nb: newNetbootState()}
 	a.ob = outbox.New(outbox.Config{Site: cfg.Site, Dir: cfg.StateDir, Limit: cfg.OutboxLimit, Resend: cfg.ResendInterval, Log: cfg.Log,
 		Publish: a.publish, Resent: func(n int) { a.metrics.resent.Add(float64(n)) }})
+	a.bmcs = bmc.New(bmc.Config{Site: cfg.Site, Log: cfg.Log, Builders: a.builders(), Concurrency: cfg.BMCConcurrency,
+		PowerSyncInterval: cfg.PowerSyncInterval, PowerSyncConcurrency: cfg.PowerSyncConcurrency,
+		Report:  func(m *protocol.Message) { a.ob.Send(protocol.BMCEvtTopic(cfg.Site), m, time.Time{}) },
+		Paused:  a.ob.Full,
+		Observe: func(err error) { a.observePowerRead(err) },
+		NewID:   outbox.NewID})
 	a.metrics = newAgentMetrics(a)
 	return a
 }
@@ -333,16 +316,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.uplink(ctx)
 	go a.ob.ResendLoop(ctx)
 	go a.summaryLoop(ctx)
-	if a.cfg.PowerSyncInterval > 0 {
-		go a.powerSyncLoop(ctx)
-	}
+	go a.bmcs.PowerSyncLoop(ctx)
 	<-ctx.Done()
 	a.mu.Lock()
 	for _, r := range a.sessions {
 		r.Stop()
 	}
 	a.mu.Unlock()
-	a.closeBMCs()
+	a.bmcs.CloseAll()
 	// A clean stop: say offline ourselves (the will is for crashes).
 	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = link.Publish(pctx, protocol.SitePresenceTopic(site), presence(site, false, false, false), true)
@@ -423,76 +404,6 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
 	}
 }
 
-// bmc returns the node's BMC: a simulated one for the fake driver while
-// the site has room, a QEMU VM for the development driver, the real BMC
-// for ipmi and redfish.
-func (a *Agent) bmc(node, driver string, info map[string]any) (drivers.BMC, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if info != nil {
-		a.info[node] = info
-	}
-	if b, ok := a.bmcs[node]; ok {
-		// A real BMC built from older driver_info (say, before the
-		// operator fixed a password) is replaced.
-		if s, ok := b.(interface{ SameInfo(map[string]any) bool }); !ok || info == nil || s.SameInfo(info) {
-			return b, nil
-		}
-		// Closing waits for the old BMC's running operation and logs
-		// out, which a slow BMC makes long: not under the agent's lock.
-		go closeBMC(b)
-		delete(a.bmcs, node)
-	}
-	str := func(k string) string { v, _ := info[k].(string); return v }
-	var b drivers.BMC
-	switch driver {
-	case "fake":
-		n := 0
-		for _, x := range a.bmcs {
-			if _, ok := x.(*fake.BMC); ok {
-				n++
-			}
-		}
-		if n >= a.cfg.Sim.Nodes {
-			return nil, fmt.Errorf("site %s simulates %d nodes and all are taken; start the agent with a larger --simulate", a.cfg.Site, a.cfg.Sim.Nodes)
-		}
-		opts := fake.Options{Delay: a.cfg.Sim.BMCDelay, FailValidate: str("fake_fail_validate")}
-		opts.OnPower = func(state, boot string) { a.onPower(node, state, boot) }
-		b = fake.New(opts)
-	case "qemu-dev":
-		if a.cfg.QEMU.Kernel == "" {
-			return nil, fmt.Errorf("edge agent of site %s has no ramdisk for qemu-dev nodes; start it with --qemu-kernel and --qemu-initrd", a.cfg.Site)
-		}
-		mem := 1024
-		if v, ok := info["qemu_memory_mb"].(float64); ok {
-			mem = int(v)
-		}
-		console := str("qemu_console")
-		if console == "" {
-			console = os.DevNull
-		}
-		b = qemuvm.New(qemuvm.Config{Kernel: a.cfg.QEMU.Kernel, Initrd: a.cfg.QEMU.Initrd, Disk: str("qemu_disk"),
-			Serial: str("qemu_disk_serial"), NVMeDisk: str("qemu_nvme_disk"), NVMeSerial: str("qemu_nvme_serial"), DiskBlkdebug: str("qemu_disk_blkdebug"), QMP: str("qemu_qmp"), MemoryMB: mem, Console: console,
-			Cmdline: func() string { return a.ramdiskCmdline(node) }})
-	case "ipmi":
-		ib, err := ipmi.New(info, ipmi.Options{})
-		if err != nil {
-			return nil, err
-		}
-		b = ib
-	case "redfish":
-		rb, err := redfish.New(info, redfish.Options{Logger: a.log})
-		if err != nil {
-			return nil, err
-		}
-		b = rb
-	default:
-		return nil, fmt.Errorf("this edge agent does not drive %q BMCs yet (it knows ipmi, redfish, fake and qemu-dev)", driver)
-	}
-	a.bmcs[node] = b
-	return b, nil
-}
-
 // ramdiskCmdline is the kernel command line that tells a node's ramdisk
 // who it is and how to reach the broker.
 func (a *Agent) ramdiskCmdline(node string) string {
@@ -509,7 +420,7 @@ func (a *Agent) ramdiskCmdline(node string) string {
 	}
 	// A node's own parameters (driver_info qemu_cmdline, e.g. a static
 	// address) come last, so they win over the agent's.
-	if extra, _ := a.info[node]["qemu_cmdline"].(string); extra != "" {
+	if extra, _ := a.bmcs.Info(node)["qemu_cmdline"].(string); extra != "" {
 		line += " " + extra
 	}
 	return line
@@ -520,27 +431,20 @@ func (a *Agent) ramdiskCmdline(node string) string {
 // simulated ramdisk (and so a simulated node's slot), and its results and
 // reports still in the outbox or kept as done-records.
 func (a *Agent) forget(node string) {
+	a.bmcs.Forget(node)
 	a.mu.Lock()
-	b := a.bmcs[node]
 	s := a.sessions[node]
-	delete(a.bmcs, node)
 	delete(a.creds, node)
-	delete(a.info, node)
-	delete(a.synced, node)
 	delete(a.vmBoot, node)
 	delete(a.sessions, node)
 	delete(a.relay.beats, node)
 	delete(a.relay.seen, node)
 	delete(a.relay.sent, node)
 	delete(a.relay.held, node)
-	delete(a.gen, node)
 	a.mu.Unlock()
 	a.ob.Forget(node)
 	if s != nil {
 		s.Stop()
-	}
-	if b != nil {
-		go closeBMC(b)
 	}
 	if _, ok := a.bootHash.LoadAndDelete(node); ok {
 		a.ob.Store().PutCred(node, nil)
@@ -553,48 +457,11 @@ func (a *Agent) forget(node string) {
 	a.log.Info("node deleted at the coordinator: forgotten", "node", node)
 }
 
-// closeBMCs powers off every VM this agent started and ends its BMC
-// sessions. Not under a.mu: a BMC's Close waits for its running
-// operation, which may need a.mu (a qemu-dev power-on asks for the
-// ramdisk's command line).
-func (a *Agent) closeBMCs() {
-	a.mu.Lock()
-	bmcs := make([]drivers.BMC, 0, len(a.bmcs))
-	for _, b := range a.bmcs {
-		bmcs = append(bmcs, b)
-	}
-	a.mu.Unlock()
-	for _, b := range bmcs {
-		closeBMC(b)
-	}
-}
-
-// closeBMC ends a BMC's session or VM, whichever kind of Close it has.
-func closeBMC(b drivers.BMC) {
-	switch c := b.(type) {
-	case interface{ Close() }:
-		c.Close()
-	case interface{ Close() error }:
-		_ = c.Close()
-	}
-}
-
 func (a *Agent) runBMC(m *protocol.Message) {
 	switch a.ob.Once(outbox.Command{Msg: m, CheckSeq: true, CheckFull: true,
-		Start: func() {
-			a.mu.Lock()
-			a.busy[m.Node]++
-			a.gen[m.Node]++
-			a.mu.Unlock()
-		},
-		End: func() {
-			a.mu.Lock()
-			if a.busy[m.Node]--; a.busy[m.Node] <= 0 {
-				delete(a.busy, m.Node)
-			}
-			a.mu.Unlock()
-		},
-		Run: func() *protocol.Message { return a.bmcCommand(m) }}) {
+		Start: func() { a.bmcs.Begin(m.Node) },
+		End:   func() { a.bmcs.End(m.Node) },
+		Run:   func() *protocol.Message { return a.bmcCommand(m) }}) {
 	case outbox.Stale:
 		a.metrics.stale.Inc()
 		a.log.Debug("stale BMC command not run: a newer command of the node has started", "node", m.Node, "command", m.ID, "action", m.Action)
@@ -619,13 +486,11 @@ func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
 		a.log.Info("edge agent stopping: BMC command interrupted, no result kept", "node", m.Node, "command", m.ID, "action", m.Action)
 		return nil
 	}
-	done := len(m.OOBSteps())
-	var se *stepsError
-	if errors.As(err, &se) {
-		done = se.done
-	}
+	done := bmc.StepsDone(m, err)
+	var se *bmc.StepsError
+	errors.As(err, &se)
 	if err == nil {
-		a.commandDone(m)
+		a.bmcs.CommandDone(m)
 	}
 	if err == nil || done > 0 {
 		a.bootEnded(m, done)
@@ -635,7 +500,7 @@ func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
 		res.Error = err.Error()
 	}
 	if se != nil {
-		res.Data = map[string]any{protocol.StepsDone: se.done}
+		res.Data = map[string]any{protocol.StepsDone: se.Done}
 	}
 	return res
 }
@@ -643,13 +508,7 @@ func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
 // execLimited runs a BMC command when one of the site's BMC slots is
 // free (Config.BMCConcurrency), or fails when ctx ends first.
 func (a *Agent) execLimited(ctx context.Context, m *protocol.Message) error {
-	select {
-	case a.bmcSlots <- struct{}{}:
-		defer func() { <-a.bmcSlots }()
-		return a.execBMC(ctx, m)
-	case <-ctx.Done():
-		return fmt.Errorf("edge agent of site %s: %d BMC operations were running (its limit, agent --bmc-concurrency) until this command's deadline", a.cfg.Site, cap(a.bmcSlots))
-	}
+	return a.bmcs.Limited(ctx, func() error { return a.execBMC(ctx, m) })
 }
 
 // resultMargin is the time kept back from a command's deadline for its
@@ -660,69 +519,7 @@ func resultMargin(left time.Duration) time.Duration {
 
 func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) (err error) {
 	defer a.observeBMC(m, time.Now(), &err)
-	b, err := a.bmc(m.Node, m.Driver, m.DriverInfo)
-	if err != nil {
-		return err
-	}
-	if u, _ := m.Args[protocol.ArgAgentUsername].(string); u != "" {
-		p, _ := m.Args[protocol.ArgAgentPassword].(string)
-		a.mu.Lock()
-		a.creds[m.Node] = [2]string{u, p}
-		a.mu.Unlock()
-		a.noteBootCredential(m.Node, p)
-		a.netbootNoteArgs(m.Node, m.Args)
-	}
-	switch m.Action {
-	case protocol.ActionValidate:
-		return b.Validate(ctx)
-	case protocol.ActionPower:
-		if d, _ := m.Args[protocol.ArgBootDevice].(string); d != "" {
-			if err := a.setBootDevice(ctx, m.Node, b, d); err != nil {
-				return fmt.Errorf("setting boot device %s: %w", d, err)
-			}
-		}
-		s, _ := m.Args["state"].(string)
-		return a.setPower(ctx, m.Node, b, s)
-	case protocol.ActionBootDev:
-		d, _ := m.Args["device"].(string)
-		return a.setBootDevice(ctx, m.Node, b, d)
-	case protocol.ActionOOBStep:
-		steps := m.OOBSteps()
-		for i := range steps {
-			if err := a.runOOBStep(ctx, m.Node, b, &steps[i]); err != nil {
-				if len(steps) == 1 {
-					return err
-				}
-				return &stepsError{done: i, err: fmt.Errorf("step %s.%s: %w", steps[i].Interface, steps[i].Step, err)}
-			}
-		}
-		return nil
-	}
-	return fmt.Errorf("edge agent cannot run action %q", m.Action)
-}
-
-// stepsError is the failure of one step of a run of several: done steps
-// succeeded before it.
-type stepsError struct {
-	done int
-	err  error
-}
-
-func (e *stepsError) Error() string { return e.err.Error() }
-func (e *stepsError) Unwrap() error { return e.err }
-
-// runOOBStep runs the deploy steps every driver shares on the BMC
-// interface, and hands the rest to the driver.
-func (a *Agent) runOOBStep(ctx context.Context, node string, b drivers.BMC, s *protocol.Step) error {
-	switch s.Interface + "." + s.Step {
-	case "deploy.prepare_instance_boot":
-		return a.setBootDevice(ctx, node, b, protocol.BootDisk)
-	case "deploy.tear_down_agent":
-		return a.setPower(ctx, node, b, protocol.PowerOff)
-	case "deploy.boot_instance":
-		return a.setPower(ctx, node, b, protocol.PowerOn)
-	}
-	return b.RunStep(ctx, s.Interface, s.Step, s.Args)
+	return a.bmcs.Exec(ctx, m, booter{a})
 }
 
 func (a *Agent) onPower(node, state, boot string) {
@@ -736,7 +533,7 @@ func (a *Agent) onPower(node, state, boot string) {
 		return
 	}
 	opts := a.cfg.Sim
-	info := a.info[node]
+	info := a.bmcs.Info(node)
 	if s, _ := info["fake_fail_step"].(string); s != "" {
 		opts.FailStep = s
 	}
@@ -775,140 +572,4 @@ func (a *Agent) onPower(node, state, boot string) {
 		}
 		s.Run(a.ctx)
 	}()
-}
-
-// commandDone starts power sync of a node whose real BMC just ran a
-// command (its credentials work), and takes a power command's outcome as
-// the last reading: the coordinator records it from the result, so
-// reporting it again would only add a message.
-func (a *Agent) commandDone(m *protocol.Message) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	b := a.bmcs[m.Node]
-	if _, sim := b.(*fake.BMC); b == nil || sim {
-		// Simulated BMCs are not polled: a simulated site of thousands
-		// of nodes stays quiet and cheap.
-		return
-	}
-	seen := a.synced[m.Node]
-	if seen == nil {
-		a.synced[m.Node] = &powerSeen{}
-		return
-	}
-	if !seen.known {
-		return
-	}
-	state := ""
-	switch m.Action {
-	case protocol.ActionPower:
-		state, _ = m.Args["state"].(string)
-	case protocol.ActionOOBStep:
-		if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.tear_down_agent" {
-			state = protocol.PowerOff
-		} else if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.boot_instance" {
-			state = protocol.PowerOn
-		}
-	}
-	switch state {
-	case "":
-		return
-	case protocol.PowerReboot, protocol.PowerSoftReboot:
-		state = protocol.PowerOn
-	case protocol.PowerSoftOff:
-		state = protocol.PowerOff
-	}
-	seen.state, seen.failing = state, false
-}
-
-// powerSyncLoop reads the power state of the site's real BMCs every
-// PowerSyncInterval; a round ends before the next begins, so a slow BMC
-// delays the round rather than piling up reads.
-func (a *Agent) powerSyncLoop(ctx context.Context) {
-	tk := time.NewTicker(a.cfg.PowerSyncInterval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-		}
-		a.powerSyncRound(ctx)
-	}
-}
-
-// powerSyncRound reads every polled BMC once, PowerSyncConcurrency at a
-// time, and reports changes and failures.
-func (a *Agent) powerSyncRound(ctx context.Context) {
-	type target struct {
-		node string
-		bmc  drivers.BMC
-		gen  uint64
-	}
-	var targets []target
-	if a.ob.Full() {
-		return
-	}
-	a.mu.Lock()
-	for node := range a.synced {
-		b := a.bmcs[node]
-		if b == nil || a.busy[node] > 0 {
-			// A command runs on it: a reading now could race its power
-			// change; the next round reads it.
-			continue
-		}
-		targets = append(targets, target{node, b, a.gen[node]})
-	}
-	a.mu.Unlock()
-	// A read may take up to the interval (at least 2 s, for a BMC that
-	// must open a session; at most 30 s, so a dead BMC is noticed).
-	timeout := min(max(a.cfg.PowerSyncInterval, 2*time.Second), 30*time.Second)
-	sem := make(chan struct{}, a.cfg.PowerSyncConcurrency)
-	var wg sync.WaitGroup
-	for _, tg := range targets {
-		select {
-		case <-ctx.Done():
-			return
-		case sem <- struct{}{}:
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			rctx, cancel := context.WithTimeout(ctx, timeout)
-			state, err := tg.bmc.PowerState(rctx)
-			cancel()
-			a.observePowerRead(err)
-			if ctx.Err() != nil {
-				return
-			}
-			a.reportPower(tg.node, tg.bmc, tg.gen, state, err)
-		}()
-	}
-	wg.Wait()
-}
-
-// reportPower sends a reading if it is a change or a failure, unless a
-// command started on the node since the read began (the reading may
-// predate its power change) or the node's BMC was replaced.
-func (a *Agent) reportPower(node string, b drivers.BMC, gen uint64, state string, err error) {
-	now := time.Now()
-	msg := &protocol.Message{Kind: protocol.KindPower, ID: outbox.NewID(), Site: a.cfg.Site, Node: node, Sent: now}
-	a.mu.Lock()
-	seen := a.synced[node]
-	if seen == nil || a.busy[node] > 0 || a.gen[node] != gen || a.bmcs[node] != b {
-		a.mu.Unlock()
-		return
-	}
-	if err != nil {
-		msg.Error = err.Error()
-		seen.known, seen.state, seen.failing = true, "", true
-	} else {
-		if seen.known && !seen.failing && seen.state == state {
-			a.mu.Unlock()
-			return
-		}
-		msg.PowerState = state
-		seen.known, seen.state, seen.failing = true, state, false
-	}
-	a.mu.Unlock()
-	a.ob.Send(protocol.BMCEvtTopic(a.cfg.Site), msg, time.Time{})
 }

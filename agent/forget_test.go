@@ -15,12 +15,10 @@ import (
 func TestForgetDropsNodeState(t *testing.T) {
 	a := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler)})
 	a.ctx = context.Background()
-	a.gen["n1"] = 3
+	a.bmcs.SetGen("n1", 3)
 	a.netbootNoteArgs("n1", map[string]any{protocol.ArgBootMACs: []any{"52:54:00:00:00:01"}})
 	a.forget("n1")
-	a.mu.Lock()
-	_, gen := a.gen["n1"]
-	a.mu.Unlock()
+	_, gen := a.bmcs.Gen("n1")
 	a.nb.mu.Lock()
 	_, macs := a.nb.macs["n1"]
 	_, fresh := a.nb.fresh["n1"]

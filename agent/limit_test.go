@@ -47,7 +47,7 @@ func TestBMCConcurrencyBound(t *testing.T) {
 	a := New(Config{Site: "s1", BMCConcurrency: 2, Log: slog.New(slog.DiscardHandler)})
 	b := &countingBMC{release: make(chan struct{})}
 	for _, n := range []string{"n1", "n2", "n3", "n4", "n5"} {
-		a.bmcs[n] = b
+		a.bmcs.Put(n, "test", b)
 	}
 	cmd := func(node string) *protocol.Message {
 		return &protocol.Message{Node: node, Driver: "test", Action: protocol.ActionValidate}

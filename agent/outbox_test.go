@@ -276,7 +276,7 @@ func TestOutboxLimit(t *testing.T) {
 	a := storedAgent(t, "", 2, &logs)
 	defer a.closeStore(t)
 	bmc := &recordingBMC{}
-	a.bmcs["n3"] = bmc
+	a.bmcs.Put("n3", "test", bmc)
 	deadline := time.Now().Add(time.Minute)
 	result(a, "n1", "c1", "r1", deadline)
 	result(a, "n2", "c2", "r2", deadline)

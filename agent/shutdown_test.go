@@ -29,10 +29,10 @@ func TestCloseBMCsWithPowerOnRunning(t *testing.T) {
 	a := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler)})
 	a.ctx = context.Background()
 	b := &lockedBMC{}
-	a.bmcs["n1"] = b
+	a.bmcs.Put("n1", "test", b)
 	b.mu.Lock() // the power-on starts
 	closed := make(chan struct{})
-	go func() { a.closeBMCs(); close(closed) }() // Run's shutdown
+	go func() { a.bmcs.CloseAll(); close(closed) }() // Run's shutdown
 	// Give closeBMCs time to reach b.Close (without the fix, with a.mu
 	// held); too short a wait can only make the test pass wrongly.
 	time.Sleep(50 * time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/bmc"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -32,7 +33,7 @@ func TestOOBStepRun(t *testing.T) {
 	if err := a.execBMC(context.Background(), m); err != nil {
 		t.Fatalf("the deploy's tail failed: %v", err)
 	}
-	b, err := a.bmc("n1", "fake", nil)
+	b, err := a.bmcs.Get("n1", "fake", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +42,8 @@ func TestOOBStepRun(t *testing.T) {
 	}
 
 	err = a.execBMC(context.Background(), cmd(prep, down, bogus, boot))
-	var se *stepsError
-	if !errors.As(err, &se) || se.done != 2 || !strings.Contains(err.Error(), "step management.no_such_step: fake BMC has no step") {
+	var se *bmc.StepsError
+	if !errors.As(err, &se) || se.Done != 2 || !strings.Contains(err.Error(), "step management.no_such_step: fake BMC has no step") {
 		t.Fatalf("a run failing at its third step: %v (%#v)", err, se)
 	}
 	if p, _ := b.PowerState(context.Background()); p != protocol.PowerOff {
@@ -51,7 +52,7 @@ func TestOOBStepRun(t *testing.T) {
 
 	// One step alone fails as before, without a count.
 	err = a.execBMC(context.Background(), &protocol.Message{Kind: protocol.KindCommand, ID: "c2", Node: "n1", Action: protocol.ActionOOBStep, Driver: "fake", Step: &bogus})
-	var one *stepsError
+	var one *bmc.StepsError
 	if err == nil || errors.As(err, &one) {
 		t.Fatalf("one failing step: %v, want its own error without a count", err)
 	}

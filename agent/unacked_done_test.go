@@ -20,7 +20,7 @@ func TestUnackedResultAnswersDuplicateAfterLongOutage(t *testing.T) {
 	defer cancel()
 	a.ctx = ctx
 	bmc := &recordingBMC{}
-	a.bmcs["n1"] = bmc
+	a.bmcs.Put("n1", "test", bmc)
 	// Its deadline was moved by the coordinator for the outage: ahead.
 	cmd := &protocol.Message{Kind: protocol.KindCommand, ID: "c1", Node: "n1", Driver: "test", Action: protocol.ActionPower,
 		Args: map[string]any{"state": protocol.PowerReboot}, Deadline: time.Now().Add(3 * time.Hour)}

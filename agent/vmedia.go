@@ -219,7 +219,7 @@ func (a *Agent) bootParams(node string) string {
 	if o.Params != "" {
 		line += " " + o.Params
 	}
-	if extra, _ := a.info[node]["kernel_append_params"].(string); extra != "" {
+	if extra, _ := a.bmcs.Info(node)["kernel_append_params"].(string); extra != "" {
 		line += " " + extra
 	}
 	return line

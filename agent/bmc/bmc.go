@@ -1,0 +1,363 @@
+// Package bmc is the edge agent's part that owns the site's BMCs: it
+// builds each node's BMC from the driver registry (drivers.Registry: one
+// builder per declared driver, no other list of drivers), runs BMC
+// commands within the site's concurrency bound, and polls the power
+// state of the real BMCs (power sync), reporting only changes and
+// failures. Booting the ramdisk (virtual media, network boot) is not
+// its business: a command's boot device and power changes go through
+// the Booter it is given.
+package bmc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// Builder builds a node's BMC for one driver.
+type Builder struct {
+	// New builds the BMC from the node's driver_info; have is how many
+	// BMCs of this driver the site holds already. It runs under the
+	// set's lock and must not call the set.
+	New func(node string, info map[string]any, have int) (drivers.BMC, error)
+	// NoPowerSync: BMCs of this driver are not polled (simulated ones:
+	// a simulated site of thousands of nodes stays quiet and cheap).
+	NoPowerSync bool
+}
+
+// Booter does what a command's boot device and power changes need
+// besides the BMC call: virtual media, network boot (agent/boot).
+type Booter interface {
+	SetBootDevice(ctx context.Context, node string, b drivers.BMC, device string) error
+	SetPower(ctx context.Context, node string, b drivers.BMC, state string) error
+	// NoteArgs takes a command's ramdisk boot arguments (its boot
+	// credential, MACs) before it runs.
+	NoteArgs(node string, args map[string]any)
+}
+
+// Config configures the BMC set.
+type Config struct {
+	Site string
+	Log  *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Registry is the driver registry (default drivers.Builtin()).
+	Registry *drivers.Registry
+	// Builders, by the registry's driver name, build the BMCs; a driver
+	// of the registry without one is refused at use, saying so.
+	Builders map[string]Builder
+	// Concurrency bounds the BMC commands run at once (default 32).
+	Concurrency int
+	// PowerSyncInterval: how often the polled BMCs are read (0: never);
+	// PowerSyncConcurrency bounds the reads at once (default 8).
+	PowerSyncInterval    time.Duration
+	PowerSyncConcurrency int
+	// Report sends a power report (the outbox); Paused tells power sync
+	// to take no reading (the outbox is full); Observe counts a read.
+	Report  func(m *protocol.Message)
+	Paused  func() bool
+	Observe func(err error)
+	// NewID makes a message id.
+	NewID func() string
+}
+
+// Set holds the site's BMCs.
+type Set struct {
+	cfg   Config
+	log   *slog.Logger
+	slots chan struct{}
+
+	mu    sync.Mutex
+	bmcs  map[string]drivers.BMC
+	kind  map[string]string         // node → its BMC's driver
+	info  map[string]map[string]any // node → last driver_info seen
+	busy  map[string]int            // BMC commands running per node
+	gen   map[string]uint64         // BMC commands started per node
+	synce map[string]*powerSeen     // polled nodes and what was last reported
+}
+
+// powerSeen is the last power reading reported for a node.
+type powerSeen struct {
+	known   bool   // a reading was reported
+	state   string // its power state, "" for a failure
+	failing bool
+}
+
+// New returns an empty set.
+func New(cfg Config) *Set {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Registry == nil {
+		r, err := drivers.NewRegistry(drivers.Builtin()...)
+		if err != nil {
+			panic(err) // the built-in declarations are checked by drivers' tests
+		}
+		cfg.Registry = r
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 32
+	}
+	if cfg.PowerSyncConcurrency <= 0 {
+		cfg.PowerSyncConcurrency = 8
+	}
+	if cfg.Report == nil {
+		cfg.Report = func(*protocol.Message) {}
+	}
+	if cfg.Paused == nil {
+		cfg.Paused = func() bool { return false }
+	}
+	if cfg.Observe == nil {
+		cfg.Observe = func(error) {}
+	}
+	if cfg.NewID == nil {
+		cfg.NewID = func() string {
+			b := make([]byte, 12)
+			_, _ = rand.Read(b)
+			return hex.EncodeToString(b)
+		}
+	}
+	return &Set{cfg: cfg, log: cfg.Log, slots: make(chan struct{}, cfg.Concurrency),
+		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{},
+		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}}
+}
+
+// known lists the registry's drivers this set can build.
+func (s *Set) known() string {
+	var out []string
+	for _, n := range s.cfg.Registry.Names() {
+		if _, ok := s.cfg.Builders[n]; ok {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// Get returns the node's BMC, built for driver from info (nil info: the
+// last seen). A BMC built from older driver_info (say, before the
+// operator fixed a password) is replaced.
+func (s *Set) Get(node, driver string, info map[string]any) (drivers.BMC, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if info != nil {
+		s.info[node] = info
+	}
+	if b, ok := s.bmcs[node]; ok {
+		if si, ok := b.(interface{ SameInfo(map[string]any) bool }); !ok || info == nil || si.SameInfo(info) {
+			return b, nil
+		}
+		// Closing waits for the old BMC's running operation and logs
+		// out, which a slow BMC makes long: not under the lock.
+		go closeBMC(b)
+		delete(s.bmcs, node)
+		delete(s.kind, node)
+	}
+	decl, err := s.cfg.Registry.Get(driver)
+	build, ok := s.cfg.Builders[decl.Name]
+	if err != nil || !ok {
+		return nil, fmt.Errorf("this edge agent does not drive %q BMCs yet (it knows %s)", driver, s.known())
+	}
+	have := 0
+	for _, k := range s.kind {
+		if k == decl.Name {
+			have++
+		}
+	}
+	b, err := build.New(node, s.info[node], have)
+	if err != nil {
+		return nil, err
+	}
+	s.bmcs[node] = b
+	s.kind[node] = decl.Name
+	return b, nil
+}
+
+// Put sets a node's BMC, built elsewhere (tests), as of driver.
+func (s *Set) Put(node, driver string, b drivers.BMC) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bmcs[node] = b
+	s.kind[node] = driver
+}
+
+// Info is the node's last driver_info seen (nil if none).
+func (s *Set) Info(node string) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info[node]
+}
+
+// Gen is how many BMC commands started on the node, and whether the set
+// counts any for it.
+func (s *Set) Gen(node string) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, ok := s.gen[node]
+	return g, ok
+}
+
+// SetGen sets the node's command count (tests).
+func (s *Set) SetGen(node string, g uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen[node] = g
+}
+
+// Begin notes a BMC command starting on the node: power sync does not
+// read a node's BMC while a command runs on it, and drops a reading a
+// command crossed. End notes its end.
+func (s *Set) Begin(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy[node]++
+	s.gen[node]++
+}
+
+// End: see Begin.
+func (s *Set) End(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy[node]--; s.busy[node] <= 0 {
+		delete(s.busy, node)
+	}
+}
+
+// Forget drops the node's BMC (closed, in the background), its
+// driver_info, power polling and command count.
+func (s *Set) Forget(node string) {
+	s.mu.Lock()
+	b := s.bmcs[node]
+	delete(s.bmcs, node)
+	delete(s.kind, node)
+	delete(s.info, node)
+	delete(s.synce, node)
+	delete(s.gen, node)
+	s.mu.Unlock()
+	if b != nil {
+		go closeBMC(b)
+	}
+}
+
+// CloseAll powers off every VM the set started and ends its BMC
+// sessions. Not under the lock: a BMC's Close waits for its running
+// operation, which may need the set (a qemu-dev power-on asks for the
+// ramdisk's command line, which reads the node's driver_info).
+func (s *Set) CloseAll() {
+	s.mu.Lock()
+	bmcs := make([]drivers.BMC, 0, len(s.bmcs))
+	for _, b := range s.bmcs {
+		bmcs = append(bmcs, b)
+	}
+	s.mu.Unlock()
+	for _, b := range bmcs {
+		closeBMC(b)
+	}
+}
+
+// closeBMC ends a BMC's session or VM, whichever kind of Close it has.
+func closeBMC(b drivers.BMC) {
+	switch c := b.(type) {
+	case interface{ Close() }:
+		c.Close()
+	case interface{ Close() error }:
+		_ = c.Close()
+	}
+}
+
+// Limited runs fn when one of the site's BMC slots is free
+// (Config.Concurrency), or fails when ctx ends first.
+func (s *Set) Limited(ctx context.Context, fn func() error) error {
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+		return fn()
+	case <-ctx.Done():
+		return fmt.Errorf("edge agent of site %s: %d BMC operations were running (its limit, agent --bmc-concurrency) until this command's deadline", s.cfg.Site, cap(s.slots))
+	}
+}
+
+// Exec runs a BMC command's action on the node's BMC.
+func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error {
+	b, err := s.Get(m.Node, m.Driver, m.DriverInfo)
+	if err != nil {
+		return err
+	}
+	if u, _ := m.Args[protocol.ArgAgentUsername].(string); u != "" {
+		boot.NoteArgs(m.Node, m.Args)
+	}
+	switch m.Action {
+	case protocol.ActionValidate:
+		return b.Validate(ctx)
+	case protocol.ActionPower:
+		if d, _ := m.Args[protocol.ArgBootDevice].(string); d != "" {
+			if err := boot.SetBootDevice(ctx, m.Node, b, d); err != nil {
+				return fmt.Errorf("setting boot device %s: %w", d, err)
+			}
+		}
+		st, _ := m.Args["state"].(string)
+		return boot.SetPower(ctx, m.Node, b, st)
+	case protocol.ActionBootDev:
+		d, _ := m.Args["device"].(string)
+		return boot.SetBootDevice(ctx, m.Node, b, d)
+	case protocol.ActionOOBStep:
+		steps := m.OOBSteps()
+		for i := range steps {
+			if err := runOOBStep(ctx, m.Node, b, boot, &steps[i]); err != nil {
+				if len(steps) == 1 {
+					return err
+				}
+				return &StepsError{Done: i, Err: fmt.Errorf("step %s.%s: %w", steps[i].Interface, steps[i].Step, err)}
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("edge agent cannot run action %q", m.Action)
+}
+
+// StepsError is the failure of one step of a run of several: Done steps
+// succeeded before it.
+type StepsError struct {
+	Done int
+	Err  error
+}
+
+func (e *StepsError) Error() string { return e.Err.Error() }
+func (e *StepsError) Unwrap() error { return e.Err }
+
+// StepsDone is how many of m's out-of-band steps succeeded, given the
+// command's outcome err.
+func StepsDone(m *protocol.Message, err error) int {
+	var se *StepsError
+	if errors.As(err, &se) {
+		return se.Done
+	}
+	return len(m.OOBSteps())
+}
+
+// runOOBStep runs the deploy steps every driver shares on the BMC
+// interface, and hands the rest to the driver.
+func runOOBStep(ctx context.Context, node string, b drivers.BMC, boot Booter, s *protocol.Step) error {
+	switch s.Interface + "." + s.Step {
+	case "deploy.prepare_instance_boot":
+		return boot.SetBootDevice(ctx, node, b, protocol.BootDisk)
+	case "deploy.tear_down_agent":
+		return boot.SetPower(ctx, node, b, protocol.PowerOff)
+	case "deploy.boot_instance":
+		return boot.SetPower(ctx, node, b, protocol.PowerOn)
+	}
+	return b.RunStep(ctx, s.Interface, s.Step, s.Args)
+}

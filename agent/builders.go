@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/bmedge/bmedge/agent/bmc"
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/drivers/fake"
+	"github.com/bmedge/bmedge/drivers/ipmi"
+	"github.com/bmedge/bmedge/drivers/qemuvm"
+	"github.com/bmedge/bmedge/drivers/redfish"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// builders build each driver of the registry (drivers.Builtin) for this
+// agent, by the registry's driver name: a simulated BMC for the fake
+// driver while the site has room, a QEMU VM for the development driver,
+// the real BMC for ipmi and redfish. TestBuildersCoverRegistry keeps
+// them and the registry the same list.
+func (a *Agent) builders() map[string]bmc.Builder {
+	str := func(info map[string]any, k string) string { v, _ := info[k].(string); return v }
+	return map[string]bmc.Builder{
+		"fake": {NoPowerSync: true, New: func(node string, info map[string]any, have int) (drivers.BMC, error) {
+			if have >= a.cfg.Sim.Nodes {
+				return nil, fmt.Errorf("site %s simulates %d nodes and all are taken; start the agent with a larger --simulate", a.cfg.Site, a.cfg.Sim.Nodes)
+			}
+			opts := fake.Options{Delay: a.cfg.Sim.BMCDelay, FailValidate: str(info, "fake_fail_validate")}
+			opts.OnPower = func(state, boot string) { a.onPower(node, state, boot) }
+			return fake.New(opts), nil
+		}},
+		"qemu-dev": {New: func(node string, info map[string]any, _ int) (drivers.BMC, error) {
+			if a.cfg.QEMU.Kernel == "" {
+				return nil, fmt.Errorf("edge agent of site %s has no ramdisk for qemu-dev nodes; start it with --qemu-kernel and --qemu-initrd", a.cfg.Site)
+			}
+			mem := 1024
+			if v, ok := info["qemu_memory_mb"].(float64); ok {
+				mem = int(v)
+			}
+			console := str(info, "qemu_console")
+			if console == "" {
+				console = os.DevNull
+			}
+			return qemuvm.New(qemuvm.Config{Kernel: a.cfg.QEMU.Kernel, Initrd: a.cfg.QEMU.Initrd, Disk: str(info, "qemu_disk"),
+				Serial: str(info, "qemu_disk_serial"), NVMeDisk: str(info, "qemu_nvme_disk"), NVMeSerial: str(info, "qemu_nvme_serial"), QMP: str(info, "qemu_qmp"), MemoryMB: mem, Console: console,
+				Cmdline: func() string { return a.ramdiskCmdline(node) }}), nil
+		}},
+		"ipmi": {New: func(_ string, info map[string]any, _ int) (drivers.BMC, error) {
+			return ipmi.New(info, ipmi.Options{})
+		}},
+		"redfish": {New: func(_ string, info map[string]any, _ int) (drivers.BMC, error) {
+			return redfish.New(info, redfish.Options{Logger: a.log})
+		}},
+	}
+}
+
+// booter is how the BMC part reaches virtual media and network boot.
+type booter struct{ a *Agent }
+
+func (b booter) SetBootDevice(ctx context.Context, node string, x drivers.BMC, device string) error {
+	return b.a.setBootDevice(ctx, node, x, device)
+}
+
+func (b booter) SetPower(ctx context.Context, node string, x drivers.BMC, state string) error {
+	return b.a.setPower(ctx, node, x, state)
+}
+
+func (b booter) NoteArgs(node string, args map[string]any) {
+	u, _ := args[protocol.ArgAgentUsername].(string)
+	p, _ := args[protocol.ArgAgentPassword].(string)
+	b.a.mu.Lock()
+	b.a.creds[node] = [2]string{u, p}
+	b.a.mu.Unlock()
+	b.a.noteBootCredential(node, p)
+	b.a.netbootNoteArgs(node, args)
+}

@@ -26,9 +26,9 @@ import (
 // API versions served. 1.11 made new nodes start in enroll; 1.82 (node
 // shards, always null here) is Ironic 21.4's newest; 1.83 parent_node
 // (always null), 1.84 continue_inspection (not served: the ramdisk's
-// inventory comes over MQTT), 1.85 unhold (no hold states yet: refused in
-// every state), 1.86 firmware_interface (no-firmware), 1.87 the service
-// verb and service_step.
+// inventory comes over MQTT), 1.85 unhold (releases a node from clean,
+// deploy or service hold), 1.86 firmware_interface (no-firmware), 1.87
+// the service verb and service_step.
 const (
 	MinVersion = "1.1"
 	MaxVersion = "1.87"

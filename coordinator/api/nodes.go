@@ -455,7 +455,7 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	}
 	req := fsm.VerbRequest{Verb: fsm.Event(body.Target), RescuePassword: body.RescuePassword}
 	if !fsm.IsVerb(req.Verb) {
-		writeError(w, 400, fmt.Sprintf("%q is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort, service", body.Target))
+		writeError(w, 400, fmt.Sprintf("%q is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort, service, unhold", body.Target))
 		return
 	}
 	for _, x := range []struct {

@@ -1,0 +1,349 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/bootmedia"
+	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/protocol/ratelog"
+)
+
+// RamdiskOptions configure how the edge agent boots the ramdisk on nodes
+// whose BMC has virtual media (redfish): it serves the shared ramdisk ISO
+// and, for each boot, a small image of that boot's parameters over HTTP
+// on the site network; the BMC fetches both.
+type RamdiskOptions struct {
+	// ISO is the bootable ramdisk image (make ramdisk:
+	// build/ramdisk/bmramdisk.iso). Without it, nodes that boot from
+	// virtual media cannot boot the ramdisk.
+	ISO string
+	// BrokerURL is the MQTT broker as the ramdisks reach it.
+	BrokerURL string
+	// Params are kernel-style parameters added to every boot's
+	// parameters (say bm.gw= and bm.dns= of the site network); a node's
+	// driver_info kernel_append_params come after them.
+	Params string
+	// Listen is the address of the media server (host:port on the site
+	// network, reachable by the BMCs).
+	Listen string
+	// URL is the media server as the BMCs reach it (default http://Listen).
+	URL string
+	// Conns are the media server's connection budgets (fields <= 0:
+	// DefaultMediaConns').
+	Conns netbudget.Limits
+}
+
+// paramsTTL bounds how long a boot's parameters image is served when no
+// power-off or boot-device change ends the boot first.
+const paramsTTL = 2 * time.Hour
+
+// mediaServer serves the ramdisk ISO to everyone who asks (it holds no
+// secret) and each boot's parameters image (which holds the boot's MQTT
+// credentials) under a random 128-bit name, only until the boot ends.
+type mediaServer struct {
+	iso  string
+	base string
+	log  *slog.Logger
+	srv  *http.Server
+	ln   net.Listener
+
+	mu     sync.Mutex
+	images map[string]*paramsImage // by token
+	byNode map[string]string       // node → token
+
+	// refused logs the requests for unknown or ended boot parameters at
+	// a bounded rate: anybody on the site network may ask for names.
+	refusedOnce sync.Once
+	refused     *ratelog.Limiter
+}
+
+type paramsImage struct {
+	node    string
+	data    []byte
+	created time.Time
+}
+
+func newMediaServer(opts RamdiskOptions, log *slog.Logger) (*mediaServer, error) {
+	st, err := os.Stat(opts.ISO)
+	if err != nil {
+		return nil, fmt.Errorf("ramdisk ISO: %w (build it with make ramdisk)", err)
+	}
+	if st.IsDir() || st.Size() < 32*1024 {
+		return nil, fmt.Errorf("ramdisk ISO %s is not an ISO image (%d bytes); build it with make ramdisk", opts.ISO, st.Size())
+	}
+	if opts.Listen == "" {
+		return nil, errors.New("--media-listen is required with --ramdisk-iso: the address on the site network where the BMCs fetch the ramdisk")
+	}
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("media server: %w", err)
+	}
+	base := strings.TrimSuffix(opts.URL, "/")
+	if base == "" {
+		base = "http://" + ln.Addr().String()
+	}
+	ln = budgeted(ln, "media", opts.Conns, DefaultMediaConns, log)
+	m := &mediaServer{iso: opts.ISO, base: base, log: log, ln: ln, images: map[string]*paramsImage{}, byNode: map[string]string{}}
+	m.srv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10, ConnState: netbudget.ConnState(nil)}
+	return m, nil
+}
+
+func (m *mediaServer) serve() {
+	if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		m.log.Error("media server stopped", "err", err)
+	}
+}
+
+func (m *mediaServer) close() { _ = m.srv.Close() }
+
+// ISOURL is where the BMCs fetch the ramdisk ISO.
+func (m *mediaServer) ISOURL() string { return m.base + "/ramdisk.iso" }
+
+// ServeHTTP answers GET and HEAD (with ranges: BMCs read media in pieces).
+func (m *mediaServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	switch {
+	case r.URL.Path == "/ramdisk.iso":
+		f, err := os.Open(m.iso)
+		if err != nil {
+			m.log.Error("media server: ramdisk ISO", "err", err)
+			http.Error(w, "ramdisk ISO unavailable", http.StatusInternalServerError)
+			return
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			http.Error(w, "ramdisk ISO unavailable", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		http.ServeContent(w, r, "ramdisk.iso", st.ModTime(), f)
+	case strings.HasPrefix(r.URL.Path, "/boot/") && strings.HasSuffix(r.URL.Path, "/params.img"):
+		token := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/boot/"), "/params.img")
+		m.mu.Lock()
+		img := m.images[token]
+		if img != nil && time.Since(img.created) > paramsTTL {
+			m.dropLocked(img.node)
+			img = nil
+		}
+		m.mu.Unlock()
+		if img == nil {
+			// The log never shows the name: it is the image's password.
+			// One line per interval, with the count (ratelog).
+			m.refusedOnce.Do(func() { m.refused = ratelog.New(m.log, 0) })
+			m.refused.Warn("unknown params", "media server: unknown or ended boot parameters", "remote", r.RemoteAddr)
+			http.NotFound(w, r)
+			return
+		}
+		m.log.Debug("media server: boot parameters served", "node", img.node, "remote", r.RemoteAddr)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Cache-Control", "no-store")
+		http.ServeContent(w, r, "params.img", img.created, bytes.NewReader(img.data))
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// addParams makes the parameters image of a node's new boot and returns
+// its URL; the node's previous boot's image is no longer served.
+func (m *mediaServer) addParams(node, params string) (string, error) {
+	data, err := bootmedia.ParamsImage(params)
+	if err != nil {
+		return "", fmt.Errorf("boot parameters of node %s: %w", node, err)
+	}
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(b)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropLocked(node)
+	m.images[token] = &paramsImage{node: node, data: data, created: time.Now()}
+	m.byNode[node] = token
+	return m.base + "/boot/" + token + "/params.img", nil
+}
+
+// dropParams stops serving a node's parameters image: its boot ended.
+func (m *mediaServer) dropParams(node string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropLocked(node)
+}
+
+func (m *mediaServer) dropLocked(node string) {
+	if t, ok := m.byNode[node]; ok {
+		delete(m.images, t)
+		delete(m.byNode, node)
+	}
+}
+
+// mediaBooter is a BMC that boots the ramdisk from virtual media.
+type mediaBooter interface {
+	BootFromMedia(ctx context.Context, isoURL, paramsURL string) error
+	EjectBootMedia(ctx context.Context) error
+}
+
+// bootParams are the kernel-style parameters of a node's ramdisk boot: who
+// it is, where its broker is and with what credential, the CA pin, then
+// the site's and the node's own additions (driver_info
+// kernel_append_params, as Ironic names them), which win.
+func (a *Agent) bootParams(node string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.creds[node]
+	o := a.cfg.Ramdisk
+	url, pin := a.ramdiskBroker(o.BrokerURL)
+	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, a.cfg.Site, url, c[0], c[1])
+	if pin != "" {
+		line += " bm.ca=" + pin
+	}
+	if o.Params != "" {
+		line += " " + o.Params
+	}
+	if extra, _ := a.bmcs.Info(node)["kernel_append_params"].(string); extra != "" {
+		line += " " + extra
+	}
+	return line
+}
+
+// setBootDevice sets a node's boot device. For a BMC with virtual media,
+// "pxe" (the coordinator's "boot the ramdisk") is remembered and done at
+// the next power-on, when the boot's credentials are known; "disk" ejects
+// the ramdisk's media first.
+func (a *Agent) setBootDevice(ctx context.Context, node string, b interface {
+	SetBootDevice(context.Context, string) error
+}, device string) error {
+	mb, ok := b.(mediaBooter)
+	if !ok {
+		// Network boot serves the BMCs without virtual media (ipmi);
+		// simulated and qemu-dev nodes boot the ramdisk by themselves.
+		if _, self := b.(drivers.SelfBooter); !self {
+			if err := a.netbootBootDevice(node, device); err != nil {
+				return err
+			}
+		}
+		return b.SetBootDevice(ctx, device)
+	}
+	if device == protocol.BootPXE {
+		if a.media == nil {
+			return fmt.Errorf("this edge agent cannot boot the ramdisk on node %s: its BMC boots from virtual media and the agent serves no ramdisk ISO; start the agent with --ramdisk-iso (make ramdisk builds build/ramdisk/bmramdisk.iso), --media-listen and --ramdisk-broker-url", node)
+		}
+		a.mu.Lock()
+		a.vmBoot[node] = true
+		a.mu.Unlock()
+		return nil
+	}
+	a.mu.Lock()
+	was := a.vmBoot[node]
+	delete(a.vmBoot, node)
+	a.mu.Unlock()
+	if was && a.media != nil {
+		a.media.dropParams(node)
+		if err := mb.EjectBootMedia(ctx); err != nil {
+			return fmt.Errorf("eject the ramdisk's virtual media: %w", err)
+		}
+	}
+	return b.SetBootDevice(ctx, device)
+}
+
+// softOff asks the node's operating system to shut down through its BMC
+// and forces the power off when it has not within 60 % of the command's
+// time left (Ironic's soft power off). BMCs of the simulated and qemu-dev
+// drivers have no operating system to ask: they are switched off.
+func (a *Agent) softOff(ctx context.Context, node string, b interface {
+	SetPower(context.Context, string) error
+}) error {
+	timeout := 5 * time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl) * 6 / 10
+	}
+	switch s := b.(type) {
+	case interface {
+		SoftPowerOff(context.Context, time.Duration) (bool, error)
+	}:
+		forced, err := s.SoftPowerOff(ctx, timeout)
+		if forced {
+			a.log.Info("soft power off: the OS did not shut down in time; powered off by force", "node", node, "timeout", timeout.Round(time.Second))
+		}
+		return err
+	case interface {
+		SoftPowerOff(context.Context, time.Duration) error
+	}:
+		return s.SoftPowerOff(ctx, timeout)
+	}
+	return b.SetPower(ctx, protocol.PowerOff)
+}
+
+// setPower switches a node's power. A power-on of a node that is to boot
+// the ramdisk from virtual media first inserts the ISO and this boot's
+// parameters and sets a one-time boot from the CD; a power-off ends the
+// boot and ejects them.
+func (a *Agent) setPower(ctx context.Context, node string, b interface {
+	SetPower(context.Context, string) error
+}, state string) error {
+	switch state {
+	case protocol.PowerSoftOff, protocol.PowerSoftReboot:
+		if err := a.softOff(ctx, node, b); err != nil {
+			return err
+		}
+		// Off now: a soft power off goes on as a power off (which ends a
+		// ramdisk boot's media), a soft reboot as a power on.
+		if state == protocol.PowerSoftReboot {
+			state = protocol.PowerOn
+		} else {
+			state = protocol.PowerOff
+		}
+	}
+	mb, ok := b.(mediaBooter)
+	a.mu.Lock()
+	vm := ok && a.vmBoot[node] && a.media != nil
+	a.mu.Unlock()
+	if !vm {
+		// Network boot: BMCs without virtual media that do not boot the
+		// ramdisk by themselves (ipmi).
+		if _, self := b.(drivers.SelfBooter); !ok && !self {
+			if err := a.netbootPower(node, state); err != nil {
+				return err
+			}
+		}
+		return b.SetPower(ctx, state)
+	}
+	if state == protocol.PowerOff {
+		a.media.dropParams(node)
+		if err := b.SetPower(ctx, state); err != nil {
+			return err
+		}
+		if err := mb.EjectBootMedia(ctx); err != nil {
+			return fmt.Errorf("powered off, but the ramdisk's virtual media did not eject: %w", err)
+		}
+		return nil
+	}
+	paramsURL, err := a.media.addParams(node, a.bootParams(node))
+	if err != nil {
+		return err
+	}
+	if err := mb.BootFromMedia(ctx, a.media.ISOURL(), paramsURL); err != nil {
+		a.media.dropParams(node)
+		return fmt.Errorf("boot the ramdisk from virtual media: %w", err)
+	}
+	return b.SetPower(ctx, state)
+}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/bmc"
+	"github.com/bmedge/bmedge/agent/boot"
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
@@ -80,7 +81,7 @@ type Config struct {
 	QEMU QEMUOptions
 	// Ramdisk says how nodes whose BMC has virtual media (redfish) boot
 	// the ramdisk: the ISO this agent serves and the broker it names.
-	Ramdisk   RamdiskOptions
+	Ramdisk   boot.RamdiskOptions
 	Site      string
 	BrokerURL string
 	Username  string
@@ -133,7 +134,7 @@ type Config struct {
 	// DefaultHeartbeatSummary).
 	HeartbeatSummary time.Duration
 	// Netboot serves network boot to nodes without virtual media.
-	Netboot NetbootOptions
+	Netboot boot.NetbootOptions
 	// Cache is the site's image cache.
 	Cache ImageCacheOptions
 	Sim   SimOptions
@@ -150,16 +151,11 @@ type Agent struct {
 	// ob is the durable outbox and the exactly-once command runner.
 	ob *outbox.Outbox
 	// bmcs are the site's BMCs (agent/bmc).
-	bmcs     *bmc.Set
-	creds    map[string][2]string // node → ramdisk MQTT credentials from the last boot command
+	bmcs *bmc.Set
+	// boot prepares and ends the nodes' ramdisk boots (agent/boot).
+	boot     *boot.Boot
 	sessions map[string]*session.Session
 	ctx      context.Context
-	caPin    string // pin of CAFile's CA, for the ramdisks' bm.ca
-	// media serves the ramdisk ISO and the boots' parameters (nil
-	// without Ramdisk.ISO); vmBoot holds the nodes whose next power-on
-	// boots the ramdisk from virtual media.
-	media  *mediaServer
-	vmBoot map[string]bool
 	// metrics are served on Config.MetricsListen (metricsAddr, bound).
 	metrics     *agentMetrics
 	metricsAddr string
@@ -168,15 +164,11 @@ type Agent struct {
 	// up queues what goes to the coordinator, for uplink.
 	up chan upItem
 	// site is the site broker (nil without one); relay is the relay's
-	// bookkeeping (under mu); bootHash holds the SHA-256 of each node's
-	// current boot credential ([]byte), for the site broker.
-	site     *siteBroker
-	relay    relayState
-	bootHash sync.Map
-	// nb is the network boot state (a server only when configured) and
-	// cache the site image cache (nil without one); both set by Run
+	// bookkeeping (under mu).
+	site  *siteBroker
+	relay relayState
+	// cache is the site image cache (nil without one), set by Run
 	// before the agent connects, never changed after.
-	nb    *netbootState
 	cache *siteCache
 }
 
@@ -209,8 +201,8 @@ func New(cfg Config) *Agent {
 	if cfg.HeartbeatSummary <= 0 {
 		cfg.HeartbeatSummary = DefaultHeartbeatSummary
 	}
-	a := &Agent{cfg: cfg, log: cfg.Log, creds: map[string][2]string{}, sessions: map[string]*session.Session{}, vmBoot: map[string]bool{}, ready: make(chan struct{}), up: make(chan upItem, 1024),
-		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}, sent: map[string]sentBeat{}, held: map[string]protocol.Message{}}, nb: newNetbootState()}
+	a := &Agent{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}, ready: make(chan struct{}), up: make(chan upItem, 1024),
+		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}, sent: map[string]sentBeat{}, held: map[string]protocol.Message{}}}
 	a.ob = outbox.New(outbox.Config{Site: cfg.Site, Dir: cfg.StateDir, Limit: cfg.OutboxLimit, Resend: cfg.ResendInterval, Log: cfg.Log,
 		Publish: a.publish, Resent: func(n int) { a.metrics.resent.Add(float64(n)) }})
 	a.bmcs = bmc.New(bmc.Config{Site: cfg.Site, Log: cfg.Log, Builders: a.builders(), Concurrency: cfg.BMCConcurrency,
@@ -219,6 +211,17 @@ func New(cfg Config) *Agent {
 		Paused:  a.ob.Full,
 		Observe: func(err error) { a.observePowerRead(err) },
 		NewID:   outbox.NewID})
+	a.boot = boot.New(boot.Config{Site: cfg.Site, Log: cfg.Log, Ramdisk: cfg.Ramdisk, Netboot: cfg.Netboot,
+		QEMUBrokerURL: cfg.QEMU.BrokerURL, QEMUCmdline: cfg.QEMU.Cmdline,
+		SiteBroker: func() (string, string, bool) {
+			if a.site == nil {
+				return "", "", false
+			}
+			return a.site.url, a.site.pin, true
+		},
+		Info:    a.bmcs.Info,
+		PutCred: func(node string, h []byte) { a.ob.Store().PutCred(node, h) },
+		Dropped: a.bootDropped})
 	a.metrics = newAgentMetrics(a)
 	return a
 }
@@ -253,9 +256,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the boot credentials in the state folder: %w", err)
 	}
-	for node, h := range creds {
-		a.bootHash.Store(node, h)
-	}
+	a.boot.LoadCreds(creds)
 	if err := a.serveMetrics(ctx); err != nil {
 		return err
 	}
@@ -264,33 +265,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		if tc, err = mqttlink.TLSFromCAFile(a.cfg.CAFile); err != nil {
 			return err
 		}
-		if a.caPin, err = mqttlink.PinOfFile(a.cfg.CAFile); err != nil {
+		pin, err := mqttlink.PinOfFile(a.cfg.CAFile)
+		if err != nil {
 			return err
 		}
+		a.boot.SetCAPin(pin)
 	}
 	stopSite, err := a.startSiteBroker()
 	if err != nil {
 		return err
 	}
 	defer stopSite()
-	if a.cfg.Ramdisk.ISO != "" {
-		if a.cfg.Ramdisk.BrokerURL == "" && a.site == nil {
-			return errors.New("--ramdisk-iso needs a broker for the ramdisks: --site-broker-listen (the site broker this agent runs) or --ramdisk-broker-url")
-		}
-		m, err := newMediaServer(a.cfg.Ramdisk, a.log)
-		if err != nil {
-			return err
-		}
-		a.media = m
-		go m.serve()
-		defer m.close()
-		a.log.Info("media server up: BMCs fetch the ramdisk from "+m.ISOURL(), "listen", m.ln.Addr().String())
-	}
-	stopNetboot, err := a.startNetboot(ctx)
+	stopBoot, err := a.boot.Start(ctx)
 	if err != nil {
 		return err
 	}
-	defer stopNetboot()
+	defer stopBoot()
 	stopCache, err := a.startImageCache(ctx)
 	if err != nil {
 		return err
@@ -394,7 +384,7 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
 				a.forget(m.Node)
 				return
 			case protocol.ActionEndBoot:
-				a.endBoot(m.Node)
+				a.boot.End(m.Node)
 				return
 			}
 			go a.runBMC(m)
@@ -402,28 +392,6 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
 	case "cmd":
 		a.fromCoordinator(node, m)
 	}
-}
-
-// ramdiskCmdline is the kernel command line that tells a node's ramdisk
-// who it is and how to reach the broker.
-func (a *Agent) ramdiskCmdline(node string) string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c := a.creds[node]
-	url, pin := a.ramdiskBroker(a.cfg.QEMU.BrokerURL)
-	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, a.cfg.Site, url, c[0], c[1])
-	if pin != "" {
-		line += " bm.ca=" + pin
-	}
-	if a.cfg.QEMU.Cmdline != "" {
-		line += " " + a.cfg.QEMU.Cmdline
-	}
-	// A node's own parameters (driver_info qemu_cmdline, e.g. a static
-	// address) come last, so they win over the agent's.
-	if extra, _ := a.bmcs.Info(node)["qemu_cmdline"].(string); extra != "" {
-		line += " " + extra
-	}
-	return line
 }
 
 // forget drops everything the agent holds for a deleted node: its BMC
@@ -434,8 +402,6 @@ func (a *Agent) forget(node string) {
 	a.bmcs.Forget(node)
 	a.mu.Lock()
 	s := a.sessions[node]
-	delete(a.creds, node)
-	delete(a.vmBoot, node)
 	delete(a.sessions, node)
 	delete(a.relay.beats, node)
 	delete(a.relay.seen, node)
@@ -446,14 +412,7 @@ func (a *Agent) forget(node string) {
 	if s != nil {
 		s.Stop()
 	}
-	if _, ok := a.bootHash.LoadAndDelete(node); ok {
-		a.ob.Store().PutCred(node, nil)
-	}
-	if a.media != nil {
-		a.media.dropParams(node)
-	}
-	_ = a.netbootBootDevice(node, protocol.BootDisk)
-	a.netbootForget(node)
+	a.boot.Forget(node)
 	a.log.Info("node deleted at the coordinator: forgotten", "node", node)
 }
 
@@ -493,7 +452,7 @@ func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
 		a.bmcs.CommandDone(m)
 	}
 	if err == nil || done > 0 {
-		a.bootEnded(m, done)
+		a.boot.Ended(m, done)
 	}
 	res := &protocol.Message{Kind: protocol.KindResult, ID: outbox.NewID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, Seq: m.Seq, OK: err == nil}
 	if err != nil {
@@ -519,7 +478,7 @@ func resultMargin(left time.Duration) time.Duration {
 
 func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) (err error) {
 	defer a.observeBMC(m, time.Now(), &err)
-	return a.bmcs.Exec(ctx, m, booter{a})
+	return a.bmcs.Exec(ctx, m, a.boot)
 }
 
 func (a *Agent) onPower(node, state, boot string) {

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"os"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/bmedge/bmedge/drivers/ipmi"
 	"github.com/bmedge/bmedge/drivers/qemuvm"
 	"github.com/bmedge/bmedge/drivers/redfish"
-	"github.com/bmedge/bmedge/protocol"
 )
 
 // builders build each driver of the registry (drivers.Builtin) for this
@@ -44,7 +42,7 @@ func (a *Agent) builders() map[string]bmc.Builder {
 			}
 			return qemuvm.New(qemuvm.Config{Kernel: a.cfg.QEMU.Kernel, Initrd: a.cfg.QEMU.Initrd, Disk: str(info, "qemu_disk"),
 				Serial: str(info, "qemu_disk_serial"), NVMeDisk: str(info, "qemu_nvme_disk"), NVMeSerial: str(info, "qemu_nvme_serial"), QMP: str(info, "qemu_qmp"), MemoryMB: mem, Console: console,
-				Cmdline: func() string { return a.ramdiskCmdline(node) }}), nil
+				Cmdline: func() string { return a.boot.RamdiskCmdline(node) }}), nil
 		}},
 		"ipmi": {New: func(_ string, info map[string]any, _ int) (drivers.BMC, error) {
 			return ipmi.New(info, ipmi.Options{})
@@ -53,25 +51,4 @@ func (a *Agent) builders() map[string]bmc.Builder {
 			return redfish.New(info, redfish.Options{Logger: a.log})
 		}},
 	}
-}
-
-// booter is how the BMC part reaches virtual media and network boot.
-type booter struct{ a *Agent }
-
-func (b booter) SetBootDevice(ctx context.Context, node string, x drivers.BMC, device string) error {
-	return b.a.setBootDevice(ctx, node, x, device)
-}
-
-func (b booter) SetPower(ctx context.Context, node string, x drivers.BMC, state string) error {
-	return b.a.setPower(ctx, node, x, state)
-}
-
-func (b booter) NoteArgs(node string, args map[string]any) {
-	u, _ := args[protocol.ArgAgentUsername].(string)
-	p, _ := args[protocol.ArgAgentPassword].(string)
-	b.a.mu.Lock()
-	b.a.creds[node] = [2]string{u, p}
-	b.a.mu.Unlock()
-	b.a.noteBootCredential(node, p)
-	b.a.netbootNoteArgs(node, args)
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/bmedge/bmedge/agent/boot"
 	"log/slog"
 	"net"
 
@@ -14,13 +15,13 @@ import (
 // header is read (each server's ReadHeaderTimeout closes it after 10 s).
 var (
 	// DefaultMediaConns: the BMCs fetch the ISO, each from its own
-	// address, a few range requests at once.
-	DefaultMediaConns = netbudget.Limits{MaxConns: 1024, MaxPerSource: 64, MaxPendingPerSource: 16}
+	// address, a few range requests at once (agent/boot's).
+	DefaultMediaConns = boot.DefaultMediaConns
 	// DefaultImageCacheConns: the nodes' ramdisks fetch their images.
 	DefaultImageCacheConns = netbudget.Limits{MaxConns: 1024, MaxPerSource: 64, MaxPendingPerSource: 16}
 	// DefaultNetbootHTTPConns: iPXE fetches a script, a kernel and an
-	// initramfs per boot.
-	DefaultNetbootHTTPConns = netbudget.Limits{MaxConns: 1024, MaxPerSource: 64, MaxPendingPerSource: 16}
+	// initramfs per boot (agent/boot's).
+	DefaultNetbootHTTPConns = boot.DefaultNetbootHTTPConns
 	// DefaultMetricsConns: a scraper or two, on loopback by default.
 	DefaultMetricsConns = netbudget.Limits{MaxConns: 64, MaxPerSource: 16, MaxPendingPerSource: 8}
 )
@@ -30,3 +31,13 @@ var (
 func budgeted(ln net.Listener, name string, lim, def netbudget.Limits, log *slog.Logger) net.Listener {
 	return netbudget.Default().Wrap(ln, netbudget.Options{Name: name, Limits: lim.Or(def), Log: log})
 }
+
+// RamdiskOptions and NetbootOptions are agent/boot's (virtual media and
+// network boot of the ramdisk).
+type (
+	RamdiskOptions = boot.RamdiskOptions
+	NetbootOptions = boot.NetbootOptions
+)
+
+// DefaultNetbootKernelParams is agent/boot's.
+const DefaultNetbootKernelParams = boot.DefaultNetbootKernelParams

@@ -16,13 +16,10 @@ func TestForgetDropsNodeState(t *testing.T) {
 	a := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler)})
 	a.ctx = context.Background()
 	a.bmcs.SetGen("n1", 3)
-	a.netbootNoteArgs("n1", map[string]any{protocol.ArgBootMACs: []any{"52:54:00:00:00:01"}})
+	a.boot.NoteArgs("n1", map[string]any{protocol.ArgBootMACs: []any{"52:54:00:00:00:01"}})
 	a.forget("n1")
 	_, gen := a.bmcs.Gen("n1")
-	a.nb.mu.Lock()
-	_, macs := a.nb.macs["n1"]
-	_, fresh := a.nb.fresh["n1"]
-	a.nb.mu.Unlock()
+	macs, fresh := a.boot.NetbootNoted("n1")
 	if gen || macs || fresh {
 		t.Errorf("after forget: gen kept %v, netboot MACs kept %v, fresh flag kept %v", gen, macs, fresh)
 	}

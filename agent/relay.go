@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -212,19 +210,6 @@ func (a *Agent) SiteBrokerAddr() string {
 	return a.site.b.Addr
 }
 
-// ramdiskBroker is the broker URL and CA pin a booting ramdisk is given:
-// the site broker when there is one, else fallback (the broker the
-// operator named for the ramdisks) with the pin of Config.CAFile.
-func (a *Agent) ramdiskBroker(fallback string) (url, pin string) {
-	if a.site != nil {
-		return a.site.url, a.site.pin
-	}
-	if strings.HasPrefix(fallback, "mqtts://") {
-		pin = a.caPin
-	}
-	return fallback, pin
-}
-
 // siteCreds admits to the site broker only the ramdisks of the nodes this
 // agent is booting, each with its boot's credential (from the power
 // command that boots it), under its own client ID, to its own topics.
@@ -238,15 +223,7 @@ func (c siteCreds) Authenticate(user, password, clientID string) error {
 	if clientID != "ramdisk-"+node {
 		return fmt.Errorf("client ID %q does not belong to node %s (use %q)", clientID, node, "ramdisk-"+node)
 	}
-	h, ok := c.a.bootHash.Load(node)
-	if !ok {
-		return errors.New("this edge agent is not booting that node (an earlier boot's credential, or an unknown node)")
-	}
-	sum := sha256.Sum256([]byte(password))
-	if subtle.ConstantTimeCompare(sum[:], h.([]byte)) != 1 {
-		return errors.New("not the credential of the node's current boot")
-	}
-	return nil
+	return c.a.boot.Admit(node, password)
 }
 
 func (c siteCreds) Prefix(user string) (string, bool) {
@@ -257,47 +234,10 @@ func (c siteCreds) Prefix(user string) (string, bool) {
 	return protocol.TopicPrefix + "/site/" + c.a.cfg.Site + "/node/" + node + "/", true
 }
 
-// noteBootCredential remembers a node's boot credential for the site
-// broker (its hash only, also in the state folder so that a restarted
-// agent still admits the ramdisk of a boot under way).
-func (a *Agent) noteBootCredential(node, password string) {
-	sum := sha256.Sum256([]byte(password))
-	if old, ok := a.bootHash.Load(node); ok && subtle.ConstantTimeCompare(old.([]byte), sum[:]) == 1 {
-		return
-	}
-	a.bootHash.Store(node, sum[:])
-	a.ob.Store().PutCred(node, sum[:])
-}
-
-// bootEnded forgets a node's boot credential once a command that ends
-// the boot succeeded (power off, tear_down_agent): the site broker no
-// longer admits that ramdisk, nor lets a connected one publish. done is
-// how many of an oob_step command's steps succeeded.
-func (a *Agent) bootEnded(m *protocol.Message, done int) {
-	off := false
-	switch m.Action {
-	case protocol.ActionPower:
-		s, _ := m.Args["state"].(string)
-		off = protocol.PowerIsOff(s)
-	case protocol.ActionOOBStep:
-		steps := m.OOBSteps()
-		for _, s := range steps[:min(done, len(steps))] {
-			off = off || s.Interface+"."+s.Step == "deploy.tear_down_agent"
-		}
-	}
-	if !off {
-		return
-	}
-	a.dropBoot(m.Node)
-}
-
-// dropBoot forgets a node's ramdisk boot at the site: the site broker no
-// longer admits its credential (and closes the connections that used
-// it), and the relay forgets its beats.
-func (a *Agent) dropBoot(node string) {
-	if _, ok := a.bootHash.LoadAndDelete(node); ok {
-		a.ob.Store().PutCred(node, nil)
-	}
+// bootDropped: a node's ramdisk boot ended at the site (its credential
+// is no longer admitted, agent/boot): the site broker closes the
+// connections that used it, and the relay forgets its beats.
+func (a *Agent) bootDropped(node string) {
 	if a.site != nil {
 		a.site.b.Disconnect("node:" + node)
 	}

@@ -38,7 +38,7 @@ func TestCloseBMCsWithPowerOnRunning(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	powered := make(chan struct{})
 	go func() {
-		_ = a.ramdiskCmdline("n1") // qemuvm's Config.Cmdline, under the BMC's lock
+		_ = a.boot.RamdiskCmdline("n1") // qemuvm's Config.Cmdline, under the BMC's lock
 		b.mu.Unlock()
 		close(powered)
 	}()

@@ -1,4 +1,4 @@
-package agent
+package boot
 
 import (
 	"bytes"
@@ -96,7 +96,7 @@ func newMediaServer(opts RamdiskOptions, log *slog.Logger) (*mediaServer, error)
 	if base == "" {
 		base = "http://" + ln.Addr().String()
 	}
-	ln = budgeted(ln, "media", opts.Conns, DefaultMediaConns, log)
+	ln = netbudget.Default().Wrap(ln, netbudget.Options{Name: "media", Limits: opts.Conns.Or(DefaultMediaConns), Log: log})
 	m := &mediaServer{iso: opts.ISO, base: base, log: log, ln: ln, images: map[string]*paramsImage{}, byNode: map[string]string{}}
 	m.srv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10, ConnState: netbudget.ConnState(nil)}
 	return m, nil
@@ -206,20 +206,20 @@ type mediaBooter interface {
 // it is, where its broker is and with what credential, the CA pin, then
 // the site's and the node's own additions (driver_info
 // kernel_append_params, as Ironic names them), which win.
-func (a *Agent) bootParams(node string) string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c := a.creds[node]
-	o := a.cfg.Ramdisk
-	url, pin := a.ramdiskBroker(o.BrokerURL)
-	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, a.cfg.Site, url, c[0], c[1])
+func (p *Boot) bootParams(node string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.creds[node]
+	o := p.cfg.Ramdisk
+	url, pin := p.ramdiskBroker(o.BrokerURL)
+	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=%s bm.password=%s", node, p.cfg.Site, url, c[0], c[1])
 	if pin != "" {
 		line += " bm.ca=" + pin
 	}
 	if o.Params != "" {
 		line += " " + o.Params
 	}
-	if extra, _ := a.bmcs.Info(node)["kernel_append_params"].(string); extra != "" {
+	if extra, _ := p.cfg.Info(node)["kernel_append_params"].(string); extra != "" {
 		line += " " + extra
 	}
 	return line
@@ -229,7 +229,7 @@ func (a *Agent) bootParams(node string) string {
 // "pxe" (the coordinator's "boot the ramdisk") is remembered and done at
 // the next power-on, when the boot's credentials are known; "disk" ejects
 // the ramdisk's media first.
-func (a *Agent) setBootDevice(ctx context.Context, node string, b interface {
+func (p *Boot) setBootDevice(ctx context.Context, node string, b interface {
 	SetBootDevice(context.Context, string) error
 }, device string) error {
 	mb, ok := b.(mediaBooter)
@@ -237,27 +237,27 @@ func (a *Agent) setBootDevice(ctx context.Context, node string, b interface {
 		// Network boot serves the BMCs without virtual media (ipmi);
 		// simulated and qemu-dev nodes boot the ramdisk by themselves.
 		if _, self := b.(drivers.SelfBooter); !self {
-			if err := a.netbootBootDevice(node, device); err != nil {
+			if err := p.netbootBootDevice(node, device); err != nil {
 				return err
 			}
 		}
 		return b.SetBootDevice(ctx, device)
 	}
 	if device == protocol.BootPXE {
-		if a.media == nil {
+		if p.media == nil {
 			return fmt.Errorf("this edge agent cannot boot the ramdisk on node %s: its BMC boots from virtual media and the agent serves no ramdisk ISO; start the agent with --ramdisk-iso (make ramdisk builds build/ramdisk/bmramdisk.iso), --media-listen and --ramdisk-broker-url", node)
 		}
-		a.mu.Lock()
-		a.vmBoot[node] = true
-		a.mu.Unlock()
+		p.mu.Lock()
+		p.vmBoot[node] = true
+		p.mu.Unlock()
 		return nil
 	}
-	a.mu.Lock()
-	was := a.vmBoot[node]
-	delete(a.vmBoot, node)
-	a.mu.Unlock()
-	if was && a.media != nil {
-		a.media.dropParams(node)
+	p.mu.Lock()
+	was := p.vmBoot[node]
+	delete(p.vmBoot, node)
+	p.mu.Unlock()
+	if was && p.media != nil {
+		p.media.dropParams(node)
 		if err := mb.EjectBootMedia(ctx); err != nil {
 			return fmt.Errorf("eject the ramdisk's virtual media: %w", err)
 		}
@@ -269,7 +269,7 @@ func (a *Agent) setBootDevice(ctx context.Context, node string, b interface {
 // and forces the power off when it has not within 60 % of the command's
 // time left (Ironic's soft power off). BMCs of the simulated and qemu-dev
 // drivers have no operating system to ask: they are switched off.
-func (a *Agent) softOff(ctx context.Context, node string, b interface {
+func (p *Boot) softOff(ctx context.Context, node string, b interface {
 	SetPower(context.Context, string) error
 }) error {
 	timeout := 5 * time.Minute
@@ -282,7 +282,7 @@ func (a *Agent) softOff(ctx context.Context, node string, b interface {
 	}:
 		forced, err := s.SoftPowerOff(ctx, timeout)
 		if forced {
-			a.log.Info("soft power off: the OS did not shut down in time; powered off by force", "node", node, "timeout", timeout.Round(time.Second))
+			p.log.Info("soft power off: the OS did not shut down in time; powered off by force", "node", node, "timeout", timeout.Round(time.Second))
 		}
 		return err
 	case interface {
@@ -297,12 +297,12 @@ func (a *Agent) softOff(ctx context.Context, node string, b interface {
 // the ramdisk from virtual media first inserts the ISO and this boot's
 // parameters and sets a one-time boot from the CD; a power-off ends the
 // boot and ejects them.
-func (a *Agent) setPower(ctx context.Context, node string, b interface {
+func (p *Boot) setPower(ctx context.Context, node string, b interface {
 	SetPower(context.Context, string) error
 }, state string) error {
 	switch state {
 	case protocol.PowerSoftOff, protocol.PowerSoftReboot:
-		if err := a.softOff(ctx, node, b); err != nil {
+		if err := p.softOff(ctx, node, b); err != nil {
 			return err
 		}
 		// Off now: a soft power off goes on as a power off (which ends a
@@ -314,21 +314,21 @@ func (a *Agent) setPower(ctx context.Context, node string, b interface {
 		}
 	}
 	mb, ok := b.(mediaBooter)
-	a.mu.Lock()
-	vm := ok && a.vmBoot[node] && a.media != nil
-	a.mu.Unlock()
+	p.mu.Lock()
+	vm := ok && p.vmBoot[node] && p.media != nil
+	p.mu.Unlock()
 	if !vm {
 		// Network boot: BMCs without virtual media that do not boot the
 		// ramdisk by themselves (ipmi).
 		if _, self := b.(drivers.SelfBooter); !ok && !self {
-			if err := a.netbootPower(node, state); err != nil {
+			if err := p.netbootPower(node, state); err != nil {
 				return err
 			}
 		}
 		return b.SetPower(ctx, state)
 	}
 	if state == protocol.PowerOff {
-		a.media.dropParams(node)
+		p.media.dropParams(node)
 		if err := b.SetPower(ctx, state); err != nil {
 			return err
 		}
@@ -337,12 +337,12 @@ func (a *Agent) setPower(ctx context.Context, node string, b interface {
 		}
 		return nil
 	}
-	paramsURL, err := a.media.addParams(node, a.bootParams(node))
+	paramsURL, err := p.media.addParams(node, p.bootParams(node))
 	if err != nil {
 		return err
 	}
-	if err := mb.BootFromMedia(ctx, a.media.ISOURL(), paramsURL); err != nil {
-		a.media.dropParams(node)
+	if err := mb.BootFromMedia(ctx, p.media.ISOURL(), paramsURL); err != nil {
+		p.media.dropParams(node)
 		return fmt.Errorf("boot the ramdisk from virtual media: %w", err)
 	}
 	return b.SetPower(ctx, state)

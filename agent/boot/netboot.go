@@ -1,4 +1,4 @@
-package agent
+package boot
 
 import (
 	"context"
@@ -74,7 +74,7 @@ type netbootState struct {
 // netboots holds each running agent's network boot state.
 // netbootState returns the agent's network boot state: one with no
 // server when network boot is not configured.
-func (a *Agent) netbootState() *netbootState { return a.nb }
+func (p *Boot) netbootState() *netbootState { return p.nb }
 
 func newNetbootState() *netbootState {
 	return &netbootState{macs: map[string][]net.HardwareAddr{}, fresh: map[string]bool{}, pxe: map[string]bool{}}
@@ -82,8 +82,8 @@ func newNetbootState() *netbootState {
 
 // startNetboot starts the network boot services when configured; stop
 // ends them.
-func (a *Agent) startNetboot(ctx context.Context) (stop func(), err error) {
-	o := a.cfg.Netboot
+func (p *Boot) startNetboot(ctx context.Context) (stop func(), err error) {
+	o := p.cfg.Netboot
 	if o.Interface == "" {
 		if o.Kernel != "" || o.Initrd != "" || o.Range != "" || o.Address != "" || o.Router != "" || o.DNS != "" {
 			return nil, fmt.Errorf("--netboot-kernel, --netboot-initrd, --netboot-dhcp-range, --netboot-address, --netboot-router and --netboot-dns go with --netboot-interface (the site network's interface, where the agent serves network boot)")
@@ -92,7 +92,7 @@ func (a *Agent) startNetboot(ctx context.Context) (stop func(), err error) {
 	}
 	st := newNetbootState()
 	cfg := netboot.Config{Interface: o.Interface, Mode: o.Mode, LeaseTime: o.LeaseTime, HTTPPort: o.HTTPPort, TFTPPort: o.TFTPPort,
-		DHCPPort: o.DHCPPort, IPXEDir: o.IPXEDir, Kernel: o.Kernel, Initrd: o.Initrd, TTL: o.TTL, Log: a.log,
+		DHCPPort: o.DHCPPort, IPXEDir: o.IPXEDir, Kernel: o.Kernel, Initrd: o.Initrd, TTL: o.TTL, Log: p.log,
 		HTTPConns: o.HTTPConns.Or(DefaultNetbootHTTPConns)}
 	ip := func(flag, v string) (net.IP, error) {
 		if v == "" {
@@ -137,17 +137,17 @@ func (a *Agent) startNetboot(ctx context.Context) (stop func(), err error) {
 		return nil, err
 	}
 	st.srv = srv
-	a.nb = st
+	p.nb = st
 	return func() { srv.Close() }, nil
 }
 
 // netbootNoteArgs takes what a BMC command tells about a node's boot
 // (args.boot_macs of a power command that boots it).
-func (a *Agent) netbootNoteArgs(node string, args map[string]any) {
-	st := a.netbootState()
+func (p *Boot) netbootNoteArgs(node string, args map[string]any) {
+	st := p.netbootState()
 	macs, err := netboot.ParseMACs(args[protocol.ArgBootMACs])
 	if err != nil {
-		a.log.Warn("network boot: the boot command's MACs are not usable", "node", node, "err", err)
+		p.log.Warn("network boot: the boot command's MACs are not usable", "node", node, "err", err)
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -156,8 +156,8 @@ func (a *Agent) netbootNoteArgs(node string, args map[string]any) {
 }
 
 // netbootForget drops what the BMC commands told about a deleted node.
-func (a *Agent) netbootForget(node string) {
-	st := a.netbootState()
+func (p *Boot) netbootForget(node string) {
+	st := p.netbootState()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	delete(st.macs, node)
@@ -167,8 +167,8 @@ func (a *Agent) netbootForget(node string) {
 
 // netbootBootDevice is called when a node without virtual media gets boot
 // device pxe (the ramdisk) or disk (its boot ended).
-func (a *Agent) netbootBootDevice(node, device string) error {
-	st := a.netbootState()
+func (p *Boot) netbootBootDevice(node, device string) error {
+	st := p.netbootState()
 	if device == protocol.BootPXE {
 		if st.srv == nil {
 			return fmt.Errorf("this edge agent cannot boot the ramdisk on node %s: its BMC has no virtual media and the agent does not serve network boot; start the agent with --netboot-interface IFACE (the site network), --netboot-kernel and --netboot-initrd (make ramdisk builds build/ramdisk/vmlinuz and initramfs.cpio.xz), and --netboot-dhcp-range FIRST-LAST or --netboot-dhcp-mode proxy (docs/netboot.md)", node)
@@ -192,8 +192,8 @@ func (a *Agent) netbootBootDevice(node, device string) error {
 // the boot device is pxe arms the node's network boot with this boot's
 // kernel command line; a power-off, or a power-on without a new boot,
 // disarms it.
-func (a *Agent) netbootPower(node, state string) error {
-	st := a.netbootState()
+func (p *Boot) netbootPower(node, state string) error {
+	st := p.netbootState()
 	st.mu.Lock()
 	fresh, pxe, macs := st.fresh[node], st.pxe[node], st.macs[node]
 	delete(st.fresh, node)
@@ -205,11 +205,11 @@ func (a *Agent) netbootPower(node, state string) error {
 		st.srv.Disarm(node)
 		return nil
 	}
-	params := a.bootParams(node)
+	params := p.bootParams(node)
 	if strings.Contains(" "+params+" ", " bm.broker= ") {
 		return fmt.Errorf("this edge agent cannot boot the ramdisk on node %s by network boot: it knows no broker for the ramdisks; start it with the site broker (--site-broker-listen) or --ramdisk-broker-url", node)
 	}
-	kp := a.cfg.Netboot.KernelParams
+	kp := p.cfg.Netboot.KernelParams
 	if kp == "" {
 		kp = DefaultNetbootKernelParams
 	}

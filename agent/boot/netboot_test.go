@@ -1,4 +1,4 @@
-package agent
+package boot
 
 import (
 	"context"
@@ -45,9 +45,7 @@ func TestNetbootHooks(t *testing.T) {
 	srv := a.netbootState().srv
 	boot := func(macs ...any) {
 		t.Helper()
-		a.mu.Lock()
-		a.creds["n1"] = [2]string{"node:n1", "pw"}
-		a.mu.Unlock()
+		a.SetCreds("n1", "node:n1", "pw")
 		a.netbootNoteArgs("n1", map[string]any{protocol.ArgAgentUsername: "node:n1", protocol.ArgBootMACs: macs})
 	}
 	if err := a.netbootBootDevice("n1", protocol.BootPXE); err != nil {

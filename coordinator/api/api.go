@@ -195,7 +195,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A resource of a later version than the request's does not exist
 	// for it (Ironic: 404).
 	if res, since := resourceSince(r.URL.Path); minor < since {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("The resource %s could not be found: %s is in API version 1.%d and later, and this request asked for 1.%d", r.URL.Path, res, since, minor))
+		writeError(w, catalogSinceMethod(res, r.Method), fmt.Sprintf("The resource %s could not be found: %s is in API version 1.%d and later, and this request asked for 1.%d", r.URL.Path, res, since, minor))
 		return
 	}
 	// Ironic takes collection paths with a trailing slash too
@@ -443,7 +443,7 @@ var v1Resources = []struct {
 	name  string
 	since int
 }{{"chassis", 1}, {"nodes", 1}, {"ports", 1}, {"drivers", 1}, {"lookup", 22}, {"heartbeat", 22}, {"portgroups", 23},
-	{"volume", 32}, {"conductors", 49}, {"allocations", 52}, {"events", 54}, {"deploy_templates", 55}, {"shards", 82}}
+	{"volume", 32}, {"conductors", 49}, {"allocations", 52}, {"events", 54}, {"deploy_templates", 55}, {"shards", 82}, {"runbooks", 92}}
 
 // v1 is GET /v1 in Ironic's shape: media_types an object, links self
 // and describedby, the version document, and a self and a bookmark link

@@ -52,6 +52,16 @@ func (s *Server) provisionExtras(r *http.Request, req *fsm.VerbRequest, cd json.
 			}
 		}
 	}
+	if configdrive.Empty(cd) {
+		return nil
+	}
+	if req.Verb != fsm.Deploy && !(req.Verb == fsm.Rebuild && minor >= minorRebuildConfigDrive) {
+		targets := "active"
+		if minor >= minorRebuildConfigDrive {
+			targets += ", rebuild"
+		}
+		return invalid("Adding a config drive is only supported when setting provision state to %s", targets)
+	}
 	p, err := configdrive.Parse(cd, minor >= minorBuildConfigDrive, minor >= minorConfigDriveVendor)
 	var ce *configdrive.Error
 	if errors.As(err, &ce) {
@@ -63,20 +73,13 @@ func (s *Server) provisionExtras(r *http.Request, req *fsm.VerbRequest, cd json.
 	if p == nil {
 		return nil
 	}
-	if req.Verb != fsm.Deploy && !(req.Verb == fsm.Rebuild && minor >= minorRebuildConfigDrive) {
-		targets := "active"
-		if minor >= minorRebuildConfigDrive {
-			targets += ", rebuild"
-		}
-		return invalid("Adding a config drive is only supported when setting provision state to %s", targets)
-	}
 	if p.Kind != configdrive.KindJSON {
 		req.ConfigDrive = p.Value
 		return nil
 	}
 	var node configdrive.Node
 	err = s.e.View(r.PathValue("id"), func(n *fsm.Node, _ bool) error {
-		node = configdrive.Node{UUID: n.UUID, Name: n.Name}
+		node = configdrive.Node{UUID: n.UUID, Name: n.Name, NetworkData: n.NetworkData}
 		return nil
 	})
 	if err != nil {

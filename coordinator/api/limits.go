@@ -179,7 +179,8 @@ func checkNodeLimits(n *fsm.Node) error {
 	for _, f := range []struct {
 		name string
 		m    map[string]any
-	}{{"driver_info", n.DriverInfo}, {"properties", n.Properties}, {"instance_info", n.InstanceInfo}, {"extra", n.Extra}} {
+	}{{"driver_info", n.DriverInfo}, {"properties", n.Properties}, {"instance_info", n.InstanceInfo}, {"extra", n.Extra},
+		{"network_data", n.NetworkData}} {
 		if err := checkMapSize(f.name, f.m); err != nil {
 			return err
 		}

@@ -257,8 +257,8 @@ func TestNodeFieldsByMicroversion(t *testing.T) {
 // version is 406 and changes nothing (Ironic: PATCH /retired at 1.60 →
 // 406), the same PATCH at the field's version is 200; PATCH
 // /maintenance_reason is 400 (not a field Ironic's PATCH takes) and
-// /maintenance is 200; network_data is 406 before 1.66 and 400 from it,
-// saying why it is not kept.
+// /maintenance is 200; network_data is 406 before 1.66 (kept from 1.66:
+// TestConfigDriveAPI).
 func TestPatchByMicroversion(t *testing.T) {
 	r := newVersionRig(t)
 	id := r.node("site1", "manageable")
@@ -288,7 +288,6 @@ func TestPatchByMicroversion(t *testing.T) {
 		{"1.82", `[{"op":"replace","path":"/maintenance_reason","value":"disk"}]`, 400, "maintenance"},
 		{"1.82", `[{"op":"add","path":"/maintenance","value":true},{"op":"add","path":"/maintenance_reason","value":"disk"}]`, 400, "/maintenance_reason"},
 		{"1.65", `[{"op":"add","path":"/network_data","value":{"links":[]}}]`, 406, "1.66"},
-		{"1.66", `[{"op":"add","path":"/network_data","value":{"links":[]}}]`, 400, "configdrive"},
 		{"1.30", `[{"op":"add","path":"/deploy_interface","value":"direct"}]`, 406, "1.31"},
 		{"1.49", `[{"op":"add","path":"/owner","value":"me"}]`, 406, "1.50"},
 	} {

@@ -26,7 +26,7 @@ type patchOp struct {
 	Value json.RawMessage `json:"value"`
 }
 
-var mapFields = map[string]bool{"driver_info": true, "properties": true, "instance_info": true, "extra": true}
+var mapFields = map[string]bool{"driver_info": true, "properties": true, "instance_info": true, "extra": true, "network_data": true}
 var scalarFields = map[string]bool{"name": true, "driver": true, "conductor_group": true, "retired": true, "retired_reason": true,
 	"maintenance": true, "description": true, "resource_class": true, "owner": true,
 	// The hardware interfaces: checkInterfacePatch has refused a change
@@ -66,11 +66,6 @@ func checkPatchVersion(ops []patchOp, minor int) error {
 		switch f := patchField(op.Path); {
 		case f == "maintenance_reason":
 			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: Cannot patch /maintenance_reason: the reason is set with maintenance, by PUT /v1/nodes/{node}/maintenance with {\"reason\": \"...\"} (baremetal node maintenance set --reason TEXT NODE)", i+1)}
-		case f == "network_data" && fieldAt(f, minor):
-			// Ironic keeps network_data and writes it into the config
-			// drive it builds; this coordinator builds none, so a value
-			// would be kept and never used.
-			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: Cannot patch /network_data: this coordinator does not build config drives, so it would never be used; pass the network configuration in the configdrive of the deploy (baremetal node deploy --config-drive)", i+1)}
 		case !ironicPatchable[f]:
 			return nil
 		}
@@ -352,6 +347,8 @@ func fieldMap(n *fsm.Node, f string) *map[string]any {
 		return &n.Properties
 	case "instance_info":
 		return &n.InstanceInfo
+	case "network_data":
+		return &n.NetworkData
 	}
 	return &n.Extra
 }

@@ -126,7 +126,7 @@ func (c *cmd) nodeCmd() *cobra.Command {
 			g.AddCommand(sub)
 		}
 	}
-	add("records", c.nodeCreate(), c.nodeList(), c.nodeShow(), c.nodeSet(false), c.nodeSet(true), c.nodeDelete())
+	add("records", c.nodeCreate(), c.nodeList(), c.nodeShow(), c.nodeSet(false), c.nodeSet(true), c.nodeDelete(), c.nodeTraitCmd())
 	for _, v := range verbs {
 		add("verbs", c.verbCmd(v))
 	}
@@ -526,7 +526,7 @@ func verbError(err error, v verb) error {
 
 func (c *cmd) verbCmd(v verb) *cobra.Command {
 	var w waitFlag
-	var steps, rescuePW string
+	var steps, rescuePW, runbook string
 	long := fmt.Sprintf("From: %s.\nTo: %s.\nAPI target: %s.", v.from, v.to, v.target)
 	if v.long != "" {
 		long += "\n\n" + v.long
@@ -555,6 +555,13 @@ func (c *cmd) verbCmd(v verb) *cobra.Command {
 				if steps == "-" {
 					b, err = io.ReadAll(c.stdin)
 				} else {
+				if runbook != "" {
+					if steps != "" {
+						return usagef("node %s takes either --%s-steps or --runbook, not both", v.name, v.name)
+					}
+					body["runbook"] = runbook
+					break
+				}
 					b, err = os.ReadFile(steps)
 				}
 				if err != nil {
@@ -588,10 +595,10 @@ func (c *cmd) verbCmd(v verb) *cobra.Command {
 	fs := cc.Flags()
 	switch v.name {
 	case "clean":
-		fs.StringVar(&steps, "clean-steps", "", "JSON list of clean steps, from a `FILE` or - for standard input (required)")
+		fs.StringVar(&steps, "clean-steps", "", "JSON list of clean steps, from a `FILE` or - for standard input (required unless --runbook)")
 		_ = cc.MarkFlagFilename("clean-steps", "json")
 	case "service":
-		fs.StringVar(&steps, "service-steps", "", "JSON list of service steps, from a `FILE` or - for standard input (required)")
+		fs.StringVar(&steps, "service-steps", "", "JSON list of service steps, from a `FILE` or - for standard input (required unless --runbook)")
 		_ = cc.MarkFlagFilename("service-steps", "json")
 	case "rescue":
 		fs.StringVar(&rescuePW, "rescue-password", "", "password of the rescue user (`PW`, required)")
@@ -605,6 +612,11 @@ func (c *cmd) nodeWait() *cobra.Command {
 	var w waitFlag
 	cc := c.nodeArg("wait NODE", "Follow a node until it rests, without starting anything", nil)
 	cc.Long = "Follows the node as --wait does, without starting anything: exits 0 when it rests where\nits operation was going (or already rests in a state that is not a failure), 1 with\nlast_error when it rests anywhere else, 2 after --wait SECONDS."
+	}
+	if v.name == "clean" || v.name == "service" {
+		fs.StringVar(&runbook, "runbook", "", "run the steps of this `RUNBOOK` (name or UUID; the node needs a trait of its name) instead of --"+v.name+"-steps")
+	}
+	switch v.name {
 	cc.Example = "  coordinator node wait n2\n  coordinator node wait n2 --wait 600"
 	cc.RunE = func(_ *cobra.Command, a []string) error {
 		cl, err := c.apiClient()

@@ -85,10 +85,10 @@ func invalid(format string, a ...any) error {
 // vendorData say whether the request's API version takes the JSON form
 // (1.56) and vendor_data in it (1.59); they are refused with 400 below.
 func Parse(raw json.RawMessage, jsonForm, vendorData bool) (*Parsed, error) {
-	s := strings.TrimSpace(string(raw))
-	if s == "" || s == "null" || s == `""` || s == "{}" {
+	if Empty(raw) {
 		return nil, nil
 	}
+	s := strings.TrimSpace(string(raw))
 	switch s[0] {
 	case '{':
 		if !jsonForm {
@@ -107,6 +107,13 @@ func Parse(raw json.RawMessage, jsonForm, vendorData bool) (*Parsed, error) {
 		return parseString(v)
 	}
 	return nil, invalid("it must be a JSON object (meta_data, network_data, user_data, vendor_data), a gzipped and base64-encoded ISO 9660 or VFAT image, or an http(s) URL of one")
+}
+
+// Empty tells a configdrive field that gives none (missing, null, "" or
+// {}: Ironic ignores what Python finds false).
+func Empty(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s == "" || s == "null" || s == `""` || s == "{}"
 }
 
 func parseSpec(raw json.RawMessage, vendorData bool) (*Spec, error) {

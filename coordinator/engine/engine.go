@@ -196,6 +196,8 @@ type Engine struct {
 	// fatal is the database failure that stopped the engine
 	// (storefail.go).
 	fatal fatalState
+	// cat holds the deploy templates and runbooks (catalog.go).
+	cat catalog
 }
 
 type request struct {
@@ -368,6 +370,9 @@ func (e *Engine) load() error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := e.loadCatalog(); err != nil {
 		return err
 	}
 	return e.loadReach()

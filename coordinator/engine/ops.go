@@ -218,6 +218,10 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 		if err != nil {
 			return err
 		}
+		if req.Verb == fsm.Deploy || req.Verb == fsm.Rebuild {
+			// The deploy templates its instance_info traits name.
+			req.Templates = e.templatesNamed(fsm.InstanceTraits(n))
+		}
 		if r := e.m.CheckVerb(n, req); r != nil {
 			return refused(r)
 		}

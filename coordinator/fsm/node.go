@@ -24,6 +24,10 @@ type Node struct {
 	// instance_info/configdrive, and dropped with the instance. A secret:
 	// views show instance_info/configdrive as "******".
 	ConfigDrive string `json:"configdrive,omitempty"`
+	// NetworkData is the node's network_data (API 1.66): the static
+	// network written into a config drive built from the JSON form when
+	// the config drive gives none.
+	NetworkData map[string]any `json:"network_data,omitempty"`
 
 	ProvisionState       State  `json:"provision_state"`
 	TargetProvisionState State  `json:"target_provision_state,omitempty"`

@@ -28,6 +28,16 @@ type webDriver struct {
 
 func (d *webDriver) call(method, path string, body any) json.RawMessage {
 	d.t.Helper()
+	v, code, b := d.try(method, path, body)
+	if code != 200 {
+		d.t.Fatalf("webdriver %s %s: %d %s", method, path, code, b)
+	}
+	return v
+}
+
+// try is call that returns a refusal instead of failing the test.
+func (d *webDriver) try(method, path string, body any) (json.RawMessage, int, []byte) {
+	d.t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -48,10 +58,10 @@ func (d *webDriver) call(method, path string, body any) json.RawMessage {
 		Value json.RawMessage `json:"value"`
 	}
 	b, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != 200 {
+	if err := json.Unmarshal(b, &out); err != nil {
 		d.t.Fatalf("webdriver %s %s: %d %s", method, path, resp.StatusCode, b)
 	}
-	return out.Value
+	return out.Value, resp.StatusCode, b
 }
 
 // js runs script in the page and returns its result as a string.
@@ -100,10 +110,19 @@ func (d *webDriver) element(css string) string {
 }
 
 // keys types text into an element as a keyboard would (it takes the
-// focus first).
+// focus first). The live part of a page may be made anew between finding
+// the element and typing: it is found again then.
 func (d *webDriver) keys(css, text string) {
 	d.t.Helper()
-	d.call("POST", "/element/"+d.element(css)+"/value", map[string]string{"text": text})
+	for i := 0; ; i++ {
+		_, code, b := d.try("POST", "/element/"+d.element(css)+"/value", map[string]string{"text": text})
+		if code == 200 {
+			return
+		}
+		if i == 10 || !strings.Contains(string(b), "stale element") {
+			d.t.Fatalf("typing into %s: %d %s", css, code, b)
+		}
+	}
 }
 
 // alert returns the text of the open confirmation and accepts it.

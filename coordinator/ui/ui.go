@@ -456,12 +456,19 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			fl.Flush()
 			continue
 		}
+		ids := make([]string, 0, len(pending))
 		for id := range pending {
 			delete(pending, id)
-			if only != "" && id != only {
-				continue
+			if only == "" || id == only {
+				ids = append(ids, id)
 			}
-			s, ok := h.summary(id)
+		}
+		// One read of the engine for a burst (a few nodes per hold of its
+		// read lock), not one per node: under thousands of changes a
+		// second, a stream that waited for the lock per node fell behind.
+		views := h.e.Views(ids, "", false, func(n *fsm.Node, online bool) any { return summarize(n, online) }, nil)
+		for i, id := range ids {
+			s, ok := views[i].(Summary)
 			if !ok {
 				s = Summary{UUID: id, Gone: true}
 			}

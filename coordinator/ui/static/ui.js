@@ -5,7 +5,7 @@
   "use strict";
   var live = document.getElementById("live");
   var status = document.getElementById("live-status");
-  var refreshTimer = null;
+  var refreshTimer = null, lastRefresh = 0;
   // The node list's selection, by UUID → name: it outlives the live
   // part's refreshes.
   var picked = new Map();
@@ -51,11 +51,13 @@
     if (count) count.textContent = String(picked.size);
   }
 
-  // Read the live part of the page again (at most every 500 ms), without
-  // touching the rest: forms and focus outside it stay as they are.
+  // Read the live part of the page again (at once, then at most every
+  // 500 ms), without touching the rest: forms and focus outside it stay
+  // as they are.
   function refresh() {
     if (!live || refreshTimer) return;
     refreshTimer = setTimeout(function () {
+      lastRefresh = Date.now();
       fetch(location.href, { headers: { "X-UI-Fragment": "1" }, credentials: "same-origin" })
         .then(function (r) { return r.ok ? r.text() : null; })
         .then(function (html) {
@@ -72,7 +74,7 @@
           }
         })
         .catch(function () { refreshTimer = null; });
-    }, 500);
+    }, Math.max(0, lastRefresh + 500 - Date.now()));
   }
 
   function watching(s) {

@@ -8,9 +8,11 @@
 //     the node list filtered to the failed nodes and its last page, and a
 //     site's page (-samples times each, one after the other, whole body
 //     read);
+//
 //   - the browser (Debian's headless Chromium through chromedriver, when
 //     both are installed): DOMContentLoaded and load of the fleet page and
 //     of the first page of the node list, from the navigation's start;
+//
 //   - the live update: from a node's change in the coordinator (its
 //     updated_at, stamped by the engine as it applies the change) to the
 //     event on an open /ui/events stream (a Go client), and to the new
@@ -18,8 +20,8 @@
 //     MutationObserver), at rest and while -churn-clients other clients
 //     change other nodes as fast as the API takes it.
 //
-//	go run ./scripts/bench-ui -nodes 10000
-//	make bench-ui
+//     go run ./scripts/bench-ui -nodes 10000
+//     make bench-ui
 package main
 
 import (

@@ -91,3 +91,11 @@ clean:
 WAN_NODES ?= 50
 bench-wan:
 	WAN_NODES=$(WAN_NODES) GO=$(GO) scripts/bench-wan/run.sh
+
+# The web view with UI_NODES simulated nodes over 10 sites: server time of the
+# fleet page and the node list, DOMContentLoaded in headless Chromium, and the
+# delay from a node's change to an open page (not part of make test): make bench-ui
+.PHONY: bench-ui
+UI_NODES ?= 10000
+bench-ui:
+	$(GO) run ./scripts/bench-ui -nodes $(UI_NODES)

@@ -203,6 +203,12 @@ func (m *Machine) newCommand(n *Node, topic string, msg *protocol.Message, now t
 	msg.Node = n.UUID
 	msg.Sent = now
 	msg.Deadline = now.Add(m.cfg.CommandTimeout)
+	// Each new command of the node gets a higher Seq, which lets the edge
+	// agent refuse stale copies of older ones without remembering them.
+	// It starts from the clock so that it also grows over a node deleted
+	// and enrolled again, or a store restored from a backup.
+	n.CmdSeq = max(n.CmdSeq+1, uint64(max(now.UnixNano(), 0)))
+	msg.Seq = n.CmdSeq
 	n.Pending = &Command{ID: msg.ID, Topic: topic, Msg: msg, LastSent: now, Attempts: 1}
 	out.Send = append(out.Send, Outgoing{Topic: topic, Msg: msg})
 }
@@ -224,12 +230,6 @@ func (m *Machine) sendOOB(n *Node, action string, args map[string]any, step *Ste
 		case protocol.PowerSoftOff:
 			n.TargetPowerState = protocol.PowerOff
 		}
-	// Each new command of the node gets a higher Seq, which lets the edge
-	// agent refuse stale copies of older ones without remembering them.
-	// It starts from the clock so that it also grows over a node deleted
-	// and enrolled again, or a store restored from a backup.
-	n.CmdSeq = max(n.CmdSeq+1, uint64(max(now.UnixNano(), 0)))
-	msg.Seq = n.CmdSeq
 		if !protocol.PowerIsOff(s) {
 			// Every boot gets a credential of its own. Only its nonce is
 			// kept here; the engine derives the credential from it when it

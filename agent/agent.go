@@ -20,6 +20,7 @@ import (
 	"github.com/bmedge/bmedge/agent/bmc"
 	"github.com/bmedge/bmedge/agent/boot"
 	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 	"github.com/bmedge/bmedge/protocol/netbudget"
@@ -128,7 +129,7 @@ type Config struct {
 	OutboxLimit int
 	// SiteBroker is the site's own MQTT broker, which the ramdisks use;
 	// the agent relays between it and the coordinator (relay.go).
-	SiteBroker SiteBrokerOptions
+	SiteBroker relay.SiteBrokerOptions
 	// HeartbeatSummary is how often the latest heartbeats of the site's
 	// ramdisks go to the coordinator, as one message (default
 	// DefaultHeartbeatSummary).
@@ -161,12 +162,10 @@ type Agent struct {
 	metricsAddr string
 	// ready is closed once link is set: callbacks may fire before Dial returns.
 	ready chan struct{}
-	// up queues what goes to the coordinator, for uplink.
-	up chan upItem
-	// site is the site broker (nil without one); relay is the relay's
-	// bookkeeping (under mu).
-	site  *siteBroker
-	relay relayState
+	// up is the way to the coordinator; relay the site broker and the
+	// relay of the ramdisks' messages (agent/relay).
+	up    *relay.Uplink
+	relay *relay.Relay
 	// cache is the site image cache (nil without one), set by Run
 	// before the agent connects, never changed after.
 	cache *siteCache
@@ -201,8 +200,7 @@ func New(cfg Config) *Agent {
 	if cfg.HeartbeatSummary <= 0 {
 		cfg.HeartbeatSummary = DefaultHeartbeatSummary
 	}
-	a := &Agent{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}, ready: make(chan struct{}), up: make(chan upItem, 1024),
-		relay: relayState{beats: map[string]protocol.Message{}, seen: map[string]string{}, sent: map[string]sentBeat{}, held: map[string]protocol.Message{}}}
+	a := &Agent{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}, ready: make(chan struct{})}
 	a.ob = outbox.New(outbox.Config{Site: cfg.Site, Dir: cfg.StateDir, Limit: cfg.OutboxLimit, Resend: cfg.ResendInterval, Log: cfg.Log,
 		Publish: a.publish, Resent: func(n int) { a.metrics.resent.Add(float64(n)) }})
 	a.bmcs = bmc.New(bmc.Config{Site: cfg.Site, Log: cfg.Log, Builders: a.builders(), Concurrency: cfg.BMCConcurrency,
@@ -213,15 +211,16 @@ func New(cfg Config) *Agent {
 		NewID:   outbox.NewID})
 	a.boot = boot.New(boot.Config{Site: cfg.Site, Log: cfg.Log, Ramdisk: cfg.Ramdisk, Netboot: cfg.Netboot,
 		QEMUBrokerURL: cfg.QEMU.BrokerURL, QEMUCmdline: cfg.QEMU.Cmdline,
-		SiteBroker: func() (string, string, bool) {
-			if a.site == nil {
-				return "", "", false
-			}
-			return a.site.url, a.site.pin, true
-		},
-		Info:    a.bmcs.Info,
-		PutCred: func(node string, h []byte) { a.ob.Store().PutCred(node, h) },
-		Dropped: a.bootDropped})
+		SiteBroker: func() (string, string, bool) { return a.relay.Broker() },
+		Info:       a.bmcs.Info,
+		PutCred:    func(node string, h []byte) { a.ob.Store().PutCred(node, h) },
+		Dropped:    func(node string) { a.relay.Dropped(node) }})
+	a.up = relay.NewUplink(relay.UplinkConfig{Site: cfg.Site, Log: cfg.Log, Drop: a.ob.Drop,
+		Publish: func(ctx context.Context, topic string, payload []byte) error {
+			return a.link.Publish(ctx, topic, payload, false)
+		}})
+	a.relay = relay.New(relay.Config{Site: cfg.Site, Log: cfg.Log, Summary: cfg.HeartbeatSummary, SiteBroker: cfg.SiteBroker, CAFile: cfg.CAFile,
+		Admit: a.boot.Admit, Up: a.publish, Outbox: a.ob, Local: a.deliverLocal, ImageArgs: a.imageArgs, NewID: outbox.NewID})
 	a.metrics = newAgentMetrics(a)
 	return a
 }
@@ -271,7 +270,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.boot.SetCAPin(pin)
 	}
-	stopSite, err := a.startSiteBroker()
+	stopSite, err := a.relay.Start(ctx)
 	if err != nil {
 		return err
 	}
@@ -291,7 +290,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
 		Handler:       a.handle,
 		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, false, false, false),
-		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, true, a.relays(), a.site != nil),
+		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, true, a.relays(), a.relay.Addr() != ""),
 		Logger: a.log,
 		OnUp: func() {
 			a.log.Info("edge agent connected", "site", site, "broker", a.cfg.BrokerURL)
@@ -303,9 +302,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.link = link
 	close(a.ready)
-	go a.uplink(ctx)
+	go a.up.Run(ctx)
 	go a.ob.ResendLoop(ctx)
-	go a.summaryLoop(ctx)
+	go a.relay.SummaryLoop(ctx)
 	go a.bmcs.PowerSyncLoop(ctx)
 	<-ctx.Done()
 	a.mu.Lock()
@@ -332,66 +331,26 @@ func (a *Agent) AwaitUp(ctx context.Context) error {
 	return a.link.AwaitUp(ctx)
 }
 
-// publish queues a message for the coordinator; uplink sends it, in
-// order, bundled with what is queued about the same time. It waits while
-// the queue is full (at most 10 s: what is in the outbox is sent again
-// later, and ramdisks repeat their hellos and heartbeats).
-func (a *Agent) publish(topic string, payload []byte) {
-	ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
-	defer cancel()
-	select {
-	case a.up <- upItem{topic: topic, payload: payload}:
-	case <-ctx.Done():
-		a.log.Debug("publish queue full; will resend", "topic", topic)
+// publish queues a message for the coordinator (relay.Uplink.Publish).
+func (a *Agent) publish(topic string, payload []byte) { a.up.Publish(a.ctx, topic, payload) }
+
+// fromRamdisk takes a message a simulated ramdisk published.
+func (a *Agent) fromRamdisk(topic string, payload []byte) { a.relay.FromRamdisk(topic, payload) }
+
+// deliverLocal hands a message to a node's simulated ramdisk, if it runs.
+func (a *Agent) deliverLocal(node string, m *protocol.Message) bool {
+	a.mu.Lock()
+	r := a.sessions[node]
+	a.mu.Unlock()
+	if r != nil {
+		r.Deliver(m)
 	}
+	return r != nil
 }
 
 // Outbox returns how many results wait for the coordinator's ack.
 func (a *Agent) Outbox() int {
 	return a.ob.Len()
-}
-
-func (a *Agent) handle(topic string, payload []byte) {
-	site, node, leaf, err := protocol.ParseTopic(topic)
-	if err != nil || site != a.cfg.Site {
-		a.log.Warn("message rejected", "topic", topic, "reason", "not a topic of this site")
-		return
-	}
-	if leaf == "bmc/cmd" && protocol.IsBundle(payload) {
-		a.handleBundle(payload)
-		return
-	}
-	m, err := protocol.Decode(payload)
-	if err != nil {
-		a.log.Warn("message rejected", "topic", topic, "reason", err)
-		return
-	}
-	a.handleOne(leaf, node, m)
-}
-
-func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
-	switch leaf {
-	case "bmc/cmd":
-		switch m.Kind {
-		case protocol.KindAck:
-			a.ob.Ack(m.AckIDs)
-		case protocol.KindCommand:
-			switch m.Action {
-			case protocol.ActionCacheImage:
-				go a.cacheImageCommand(m)
-				return
-			case protocol.ActionForget:
-				a.forget(m.Node)
-				return
-			case protocol.ActionEndBoot:
-				a.boot.End(m.Node)
-				return
-			}
-			go a.runBMC(m)
-		}
-	case "cmd":
-		a.fromCoordinator(node, m)
-	}
 }
 
 // forget drops everything the agent holds for a deleted node: its BMC
@@ -403,11 +362,8 @@ func (a *Agent) forget(node string) {
 	a.mu.Lock()
 	s := a.sessions[node]
 	delete(a.sessions, node)
-	delete(a.relay.beats, node)
-	delete(a.relay.seen, node)
-	delete(a.relay.sent, node)
-	delete(a.relay.held, node)
 	a.mu.Unlock()
+	a.relay.Forget(node)
 	a.ob.Forget(node)
 	if s != nil {
 		s.Stop()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"github.com/bmedge/bmedge/agent/boot"
+	"github.com/bmedge/bmedge/agent/relay"
 	"log/slog"
 	"net"
 
@@ -41,3 +42,12 @@ type (
 
 // DefaultNetbootKernelParams is agent/boot's.
 const DefaultNetbootKernelParams = boot.DefaultNetbootKernelParams
+
+// SiteBrokerOptions are agent/relay's (the site broker).
+type SiteBrokerOptions = relay.SiteBrokerOptions
+
+// DefaultHeartbeatSummary is agent/relay's.
+const DefaultHeartbeatSummary = relay.DefaultHeartbeatSummary
+
+// SiteBrokerAddr is the site broker's bound address ("" without one).
+func (a *Agent) SiteBrokerAddr() string { return a.relay.Addr() }

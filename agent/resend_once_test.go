@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -30,8 +31,8 @@ func TestResendAllRunsOneAtATime(t *testing.T) {
 		})
 	}
 	// The uplink is busy: the queue is full, so a pass waits in publish.
-	for len(a.up) < cap(a.up) {
-		a.up <- upItem{topic: "filler"}
+	for len(a.up.Queue()) < cap(a.up.Queue()) {
+		a.up.Queue() <- relay.Item{Topic: "filler"}
 	}
 	const calls = 10
 	var wg sync.WaitGroup
@@ -45,8 +46,8 @@ func TestResendAllRunsOneAtATime(t *testing.T) {
 	copies := 0
 	for {
 		select {
-		case it := <-a.up:
-			if it.topic != "filler" {
+		case it := <-a.up.Queue():
+			if it.Topic != "filler" {
 				copies++
 			}
 			continue
@@ -54,8 +55,8 @@ func TestResendAllRunsOneAtATime(t *testing.T) {
 		}
 		break
 	}
-	for len(a.up) > 0 {
-		if it := <-a.up; it.topic != "filler" {
+	for len(a.up.Queue()) > 0 {
+		if it := <-a.up.Queue(); it.Topic != "filler" {
 			copies++
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -20,23 +21,23 @@ func beatFrom(t *testing.T, a *Agent, m *protocol.Message) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.fromRamdisk(protocol.NodeEvtTopic("s1", m.Node), p)
+	a.relay.FromRamdisk(protocol.NodeEvtTopic("s1", m.Node), p)
 }
 
 // drainSummaries runs summarize and decodes every summary it queued,
 // failing on any the coordinator would refuse.
 func drainSummaries(t *testing.T, a *Agent) []*protocol.Message {
 	t.Helper()
-	for len(a.up) > 0 { // the fresh heartbeats, sent at once
-		<-a.up
+	for len(a.up.Queue()) > 0 { // the fresh heartbeats, sent at once
+		<-a.up.Queue()
 	}
-	a.summarize()
+	a.relay.Summarize()
 	var out []*protocol.Message
-	for len(a.up) > 0 {
-		it := <-a.up
-		m, err := protocol.Decode(it.payload)
+	for len(a.up.Queue()) > 0 {
+		it := <-a.up.Queue()
+		m, err := protocol.Decode(it.Payload)
 		if err != nil {
-			t.Fatalf("a summary of %d bytes is refused by the coordinator's Decode (limit %d): %v", len(it.payload), protocol.MaxMessageBytes, err)
+			t.Fatalf("a summary of %d bytes is refused by the coordinator's Decode (limit %d): %v", len(it.Payload), protocol.MaxMessageBytes, err)
 		}
 		out = append(out, m)
 	}
@@ -45,7 +46,7 @@ func drainSummaries(t *testing.T, a *Agent) []*protocol.Message {
 
 // TestSummariesFitMessageLimit checks that heartbeat summaries stay
 // within protocol.MaxMessageBytes, however long the beats' details: a
-// detail longer than maxBeatDetail is cut (marked, at a character's
+// detail longer than relay.MaxBeatDetail is cut (marked, at a character's
 // start), and beats whose details are long but allowed are spread over
 // several summaries, every beat in one of them.
 func TestSummariesFitMessageLimit(t *testing.T) {
@@ -58,7 +59,7 @@ func TestSummariesFitMessageLimit(t *testing.T) {
 	}
 	// A thousand beats with the longest detail taken whole: together
 	// over the message limit.
-	long := strings.Repeat("d", maxBeatDetail)
+	long := strings.Repeat("d", relay.MaxBeatDetail)
 	const nodes = 1000
 	for i := range nodes {
 		beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: fmt.Sprintf("n%04d", i), Sent: time.Now(), Token: "t", Running: "c", Progress: 0.5, Detail: long})
@@ -66,8 +67,8 @@ func TestSummariesFitMessageLimit(t *testing.T) {
 	sums := drainSummaries(t, a)
 	seen := map[string]string{}
 	for _, m := range sums {
-		if len(m.Beats) > maxBeatsPerSummary {
-			t.Errorf("a summary carries %d beats; at most %d", len(m.Beats), maxBeatsPerSummary)
+		if len(m.Beats) > relay.MaxBeatsPerSummary {
+			t.Errorf("a summary carries %d beats; at most %d", len(m.Beats), relay.MaxBeatsPerSummary)
 		}
 		for _, b := range m.Beats {
 			seen[b.Node] = b.Detail
@@ -78,8 +79,8 @@ func TestSummariesFitMessageLimit(t *testing.T) {
 	}
 	for _, node := range []string{"big1", "big2"} {
 		d := seen[node]
-		if len(d) > maxBeatDetail || !strings.HasSuffix(d, detailCut) || !utf8.ValidString(d) || !strings.HasPrefix(huge, strings.TrimSuffix(d, detailCut)) {
-			t.Errorf("%s's detail of %d bytes was carried as %d bytes (want at most %d, a prefix marked %q)", node, len(huge), len(d), maxBeatDetail, detailCut)
+		if len(d) > relay.MaxBeatDetail || !strings.HasSuffix(d, relay.DetailCut) || !utf8.ValidString(d) || !strings.HasPrefix(huge, strings.TrimSuffix(d, relay.DetailCut)) {
+			t.Errorf("%s's detail of %d bytes was carried as %d bytes (want at most %d, a prefix marked %q)", node, len(huge), len(d), relay.MaxBeatDetail, relay.DetailCut)
 		}
 	}
 	if seen["n0000"] != long {
@@ -104,9 +105,9 @@ func TestSummaryKeepsOtherBeatsBesideBadOne(t *testing.T) {
 	nested := protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: "x", Sent: time.Now(), Token: "t"}
 	beatFrom(t, a, &protocol.Message{Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: "nested", Sent: time.Now(), Token: "t", Running: "c3", Beats: []protocol.Message{nested}})
 	// One of another site, put where the relay keeps beats.
-	a.mu.Lock()
-	a.relay.beats["alien"] = protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s2", Node: "alien", Sent: time.Now(), Token: "t", Running: "c4", Progress: 0.5}
-	a.mu.Unlock()
+	a.relay.Inspect(func(st *relay.State) {
+		st.Beats["alien"] = protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s2", Node: "alien", Sent: time.Now(), Token: "t", Running: "c4", Progress: 0.5}
+	})
 	sums := drainSummaries(t, a)
 	got := map[string]bool{}
 	for _, m := range sums {
@@ -117,10 +118,11 @@ func TestSummaryKeepsOtherBeatsBesideBadOne(t *testing.T) {
 	if !got["good"] || !got["nosite"] || got["nested"] || got["alien"] {
 		t.Errorf("the summaries carry %v; want good and nosite only", got)
 	}
-	a.mu.Lock()
-	_, goodSent := a.relay.sent["good"]
-	_, alienSent := a.relay.sent["alien"]
-	a.mu.Unlock()
+	var goodSent, alienSent bool
+	a.relay.Inspect(func(st *relay.State) {
+		_, goodSent = st.Sent["good"]
+		_, alienSent = st.Sent["alien"]
+	})
 	if !goodSent || alienSent {
 		t.Errorf("marked sent: good %v (want true), alien %v (want false)", goodSent, alienSent)
 	}

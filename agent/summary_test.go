@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -18,19 +19,19 @@ func TestSummaryCarriesNews(t *testing.T) {
 	a := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler)})
 	a.ctx = context.Background()
 	beat := func(node, running string, progress float64) {
-		a.mu.Lock()
-		a.relay.beats[node] = protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: node,
-			Sent: time.Now(), Token: "tok-" + node, Running: running, Progress: progress}
-		a.mu.Unlock()
+		a.relay.Inspect(func(st *relay.State) {
+			st.Beats[node] = protocol.Message{V: protocol.Version, Kind: protocol.KindHeartbeat, ID: outbox.NewID(), Site: "s1", Node: node,
+				Sent: time.Now(), Token: "tok-" + node, Running: running, Progress: progress}
+		})
 	}
 	// summary runs summarize and returns the nodes it carried (none if
 	// it sent nothing); the coordinator acks it unless lost is set.
 	lost := false
 	summary := func() map[string]float64 {
-		a.summarize()
+		a.relay.Summarize()
 		select {
-		case it := <-a.up:
-			m, err := protocol.Decode(it.payload)
+		case it := <-a.up.Queue():
+			m, err := protocol.Decode(it.Payload)
 			if err != nil || m.Kind != protocol.KindBeats {
 				t.Fatalf("summary: %v %v", m, err)
 			}
@@ -61,11 +62,11 @@ func TestSummaryCarriesNews(t *testing.T) {
 		t.Fatalf("third summary carried %v; want only n2 (new step)", got)
 	}
 	// n1's held beat goes once beatRefresh has passed since it was sent.
-	a.mu.Lock()
-	s := a.relay.sent["n1"]
-	s.at = time.Now().Add(-beatRefresh)
-	a.relay.sent["n1"] = s
-	a.mu.Unlock()
+	a.relay.Inspect(func(st *relay.State) {
+		s := st.Sent["n1"]
+		s.At = time.Now().Add(-relay.BeatRefresh)
+		st.Sent["n1"] = s
+	})
 	if got := summary(); len(got) != 1 || got["n1"] != 0.15 {
 		t.Fatalf("after the refresh: %v; want n1's latest beat", got)
 	}

@@ -1,18 +1,19 @@
-package agent
+package relay
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	neturl "net/url"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
-	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
@@ -64,60 +65,166 @@ type SiteBrokerOptions struct {
 // ramdisks go up, as one message.
 const DefaultHeartbeatSummary = 10 * time.Second
 
-// maxBeatsPerSummary and maxSummaryBytes bound one summary message (a
+// MaxBeatsPerSummary and maxSummaryBytes bound one summary message (a
 // site of 10,000 simulated nodes sends several): well under
 // protocol.MaxBeats, and small enough to be bundled with other messages
 // (uplink sends a message of more than half a bundle alone), far under
 // protocol.MaxMessageBytes, which the coordinator refuses past.
-// maxBeatDetail bounds a heartbeat's detail as the relay takes it (a
-// longer one is cut, with detailCut at its end): a ramdisk's detail is
+// MaxBeatDetail bounds a heartbeat's detail as the relay takes it (a
+// longer one is cut, with DetailCut at its end): a ramdisk's detail is
 // meant to be short, and a summary carries a thousand of them.
 const (
-	maxBeatsPerSummary = 1000
+	MaxBeatsPerSummary = 1000
 	maxSummaryBytes    = protocol.MaxBundleBytes/2 - 4096
-	maxBeatDetail      = 1024
-	detailCut          = " [cut]"
+	MaxBeatDetail      = 1024
+	DetailCut          = " [cut]"
 )
 
-// relayState is the relay's bookkeeping, under Agent.mu.
-type relayState struct {
-	// beats holds each node's latest heartbeat since the last summary.
-	beats map[string]protocol.Message
-	// seen is the step each node's ramdisk was last seen running.
-	seen map[string]string
+// State is the relay's bookkeeping, under its lock (Inspect).
+type State struct {
+	// Beats holds each node's latest heartbeat since the last summary.
+	Beats map[string]protocol.Message
+	// Seen is the step each node's ramdisk was last seen running.
+	Seen map[string]string
 	// summary are the outbox entries of the last summary (its beats
 	// too), replaced by the next one when still unacknowledged.
 	summary []summaryPart
-	// sent is what the summaries last carried for each node; held are
+	// Sent is what the summaries last carried for each node; Held are
 	// beats left out of a summary as no news (see newsBeat), carried to
 	// the next.
-	sent map[string]sentBeat
-	held map[string]protocol.Message
+	Sent map[string]SentBeat
+	Held map[string]protocol.Message
 }
 
-// sentBeat is what a summary last carried for a node, and when.
-type sentBeat struct {
-	token, running, detail string
-	progress               float64
-	at                     time.Time
+// SentBeat is what a summary last carried for a node, and when.
+type SentBeat struct {
+	Token, Running, Detail string
+	Progress               float64
+	At                     time.Time
 }
 
-// beatRefresh is how often a node whose heartbeats bring no news is in a
+// Outbox is what the relay needs of the durable outbox (agent/outbox).
+type Outbox interface {
+	// Keep stores a relayed result unchanged (false: not kept).
+	Keep(topic string, m *protocol.Message, payload []byte) bool
+	Ack(ids []string)
+	// Withdraw takes an unacknowledged message back (a summary).
+	Withdraw(id string) bool
+	// PutMemOnly holds and publishes a message never written to disk.
+	PutMemOnly(id, topic string, payload []byte)
+	Len() int
+}
+
+// Config configures the relay.
+type Config struct {
+	Site string
+	Log  *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Summary is how often the heartbeat summary goes up (default
+	// DefaultHeartbeatSummary).
+	Summary    time.Duration
+	SiteBroker SiteBrokerOptions
+	// CAFile is the agent's CA file (--ca-file): the site broker's CA
+	// when SiteBroker.CAFile is not set.
+	CAFile string
+	// Admit checks a ramdisk's boot credential (agent/boot).
+	Admit func(node, password string) error
+	// Up queues a message for the coordinator (the uplink).
+	Up func(topic string, payload []byte)
+	// Outbox keeps relayed results and the summaries.
+	Outbox Outbox
+	// Local delivers a message to a node's ramdisk when it runs in this
+	// process (a simulated one) and tells whether it did.
+	Local func(node string, m *protocol.Message) bool
+	// ImageArgs rewrites an in-band step's image for the site cache.
+	ImageArgs func(m *protocol.Message) *protocol.Message
+	// NewID makes a message id.
+	NewID func() string
+}
+
+// Relay is the site broker and the relay between it (and the simulated
+// ramdisks) and the coordinator.
+type Relay struct {
+	cfg  Config
+	log  *slog.Logger
+	ctx  context.Context
+	site *siteBroker // nil without one; set by Start
+
+	mu sync.Mutex
+	st State
+}
+
+// New returns the relay; Start starts its site broker.
+func New(cfg Config) *Relay {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Summary <= 0 {
+		cfg.Summary = DefaultHeartbeatSummary
+	}
+	if cfg.Local == nil {
+		cfg.Local = func(string, *protocol.Message) bool { return false }
+	}
+	if cfg.ImageArgs == nil {
+		cfg.ImageArgs = func(m *protocol.Message) *protocol.Message { return m }
+	}
+	return &Relay{cfg: cfg, log: cfg.Log, ctx: context.Background(), st: State{Beats: map[string]protocol.Message{}, Seen: map[string]string{},
+		Sent: map[string]SentBeat{}, Held: map[string]protocol.Message{}}}
+}
+
+// Inspect calls fn with the relay's bookkeeping under its lock (tests).
+func (r *Relay) Inspect(fn func(*State)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fn(&r.st)
+}
+
+// Start starts the site broker when configured; stop ends it. ctx bounds
+// what the relay publishes on it.
+func (r *Relay) Start(ctx context.Context) (stop func(), err error) {
+	r.ctx = ctx
+	return r.start()
+}
+
+// Broker is the site broker as the ramdisks reach it (ok false without
+// one).
+func (r *Relay) Broker() (url, pin string, ok bool) {
+	if r.site == nil {
+		return "", "", false
+	}
+	return r.site.url, r.site.pin, true
+}
+
+// Forget drops what the relay holds of a deleted node.
+func (r *Relay) Forget(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.st.Beats, node)
+	delete(r.st.Seen, node)
+	delete(r.st.Sent, node)
+	delete(r.st.Held, node)
+}
+
+// BeatRefresh is how often a node whose heartbeats bring no news is in a
 // summary all the same (its agent_last_heartbeat, and the touch that
 // keeps its WAIT state alive, as Ironic's heartbeat does); progressStep
 // is the change in progress that is news.
 const (
-	beatRefresh  = time.Minute
+	BeatRefresh  = time.Minute
 	progressStep = 0.1
 )
 
 // newsBeat tells whether b is news against what the summaries last
 // carried for its node: a new boot or step, a new detail, progress moved
-// by progressStep or reached 1, or beatRefresh passed.
-func newsBeat(last sentBeat, ok bool, b *protocol.Message, now time.Time) bool {
-	return !ok || b.Token != last.token || b.Running != last.running || b.Detail != last.detail ||
-		math.Abs(b.Progress-last.progress) >= progressStep || (b.Progress == 1 && last.progress != 1) ||
-		now.Sub(last.at) >= beatRefresh
+// by progressStep or reached 1, or BeatRefresh passed.
+func newsBeat(last SentBeat, ok bool, b *protocol.Message, now time.Time) bool {
+	return !ok || b.Token != last.Token || b.Running != last.Running || b.Detail != last.Detail ||
+		math.Abs(b.Progress-last.Progress) >= progressStep || (b.Progress == 1 && last.Progress != 1) ||
+		now.Sub(last.At) >= BeatRefresh
 }
 
 type summaryPart struct {
@@ -132,9 +239,9 @@ type siteBroker struct {
 	pin string
 }
 
-// startSiteBroker starts the site broker when configured.
-func (a *Agent) startSiteBroker() (stop func(), err error) {
-	o := a.cfg.SiteBroker
+// start starts the site broker when configured.
+func (r *Relay) start() (stop func(), err error) {
+	o := r.cfg.SiteBroker
 	if o.Listen == "" {
 		return func() {}, nil
 	}
@@ -156,7 +263,7 @@ func (a *Agent) startSiteBroker() (stop func(), err error) {
 		scheme = "mqtts://"
 		ca := o.CAFile
 		if ca == "" {
-			ca = a.cfg.CAFile
+			ca = r.cfg.CAFile
 		}
 		if ca == "" {
 			return nil, errors.New("the site broker's TLS needs the CA that signed its certificate (--site-broker-ca, or --ca-file when the same CA signs both brokers), so that the ramdisks can verify it")
@@ -165,9 +272,9 @@ func (a *Agent) startSiteBroker() (stop func(), err error) {
 			return nil, fmt.Errorf("site broker CA: %w", err)
 		}
 	}
-	site := a.cfg.Site
-	b, err := mqttbroker.Start(cfg, siteCreds{a}, a.log, map[string]mqttbroker.Handler{
-		protocol.TopicPrefix + "/site/" + site + "/node/+/evt": a.fromRamdisk,
+	site := r.cfg.Site
+	b, err := mqttbroker.Start(cfg, siteCreds{r}, r.log, map[string]mqttbroker.Handler{
+		protocol.TopicPrefix + "/site/" + site + "/node/+/evt": r.FromRamdisk,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("site broker: %w; pick another address with --site-broker-listen", err)
@@ -177,8 +284,8 @@ func (a *Agent) startSiteBroker() (stop func(), err error) {
 		_ = b.Close()
 		return nil, err
 	}
-	a.site = &siteBroker{b: b, url: url, pin: pin}
-	a.log.Info("site broker up: the site's ramdisks connect to "+url, "listen", b.Addr)
+	r.site = &siteBroker{b: b, url: url, pin: pin}
+	r.log.Info("site broker up: the site's ramdisks connect to "+url, "listen", b.Addr)
 	return func() { _ = b.Close() }, nil
 }
 
@@ -202,18 +309,18 @@ func siteBrokerURL(given, scheme, bound string) (string, error) {
 	return u.Scheme + "://" + u.Host, nil
 }
 
-// SiteBrokerAddr is the site broker's bound address ("" without one).
-func (a *Agent) SiteBrokerAddr() string {
-	if a.site == nil {
+// Addr is the site broker's bound address ("" without one).
+func (r *Relay) Addr() string {
+	if r.site == nil {
 		return ""
 	}
-	return a.site.b.Addr
+	return r.site.b.Addr
 }
 
 // siteCreds admits to the site broker only the ramdisks of the nodes this
 // agent is booting, each with its boot's credential (from the power
 // command that boots it), under its own client ID, to its own topics.
-type siteCreds struct{ a *Agent }
+type siteCreds struct{ r *Relay }
 
 func (c siteCreds) Authenticate(user, password, clientID string) error {
 	node, ok := strings.CutPrefix(user, "node:")
@@ -223,7 +330,7 @@ func (c siteCreds) Authenticate(user, password, clientID string) error {
 	if clientID != "ramdisk-"+node {
 		return fmt.Errorf("client ID %q does not belong to node %s (use %q)", clientID, node, "ramdisk-"+node)
 	}
-	return c.a.boot.Admit(node, password)
+	return c.r.cfg.Admit(node, password)
 }
 
 func (c siteCreds) Prefix(user string) (string, bool) {
@@ -231,142 +338,138 @@ func (c siteCreds) Prefix(user string) (string, bool) {
 	if !ok || node == "" || strings.ContainsAny(node, "/+#") {
 		return "", false
 	}
-	return protocol.TopicPrefix + "/site/" + c.a.cfg.Site + "/node/" + node + "/", true
+	return protocol.TopicPrefix + "/site/" + c.r.cfg.Site + "/node/" + node + "/", true
 }
 
-// bootDropped: a node's ramdisk boot ended at the site (its credential
+// Dropped: a node's ramdisk boot ended at the site (its credential
 // is no longer admitted, agent/boot): the site broker closes the
 // connections that used it, and the relay forgets its beats.
-func (a *Agent) bootDropped(node string) {
-	if a.site != nil {
-		a.site.b.Disconnect("node:" + node)
+func (r *Relay) Dropped(node string) {
+	if r.site != nil {
+		r.site.b.Disconnect("node:" + node)
 	}
-	a.mu.Lock()
-	delete(a.relay.seen, node)
-	delete(a.relay.sent, node)
-	delete(a.relay.held, node)
-	a.mu.Unlock()
+	r.mu.Lock()
+	delete(r.st.Seen, node)
+	delete(r.st.Sent, node)
+	delete(r.st.Held, node)
+	r.mu.Unlock()
 }
 
-// fromRamdisk takes a message a ramdisk of the site published (on the
+// FromRamdisk takes a message a ramdisk of the site published (on the
 // site broker, or a simulated one directly).
-func (a *Agent) fromRamdisk(topic string, payload []byte) {
+func (r *Relay) FromRamdisk(topic string, payload []byte) {
 	site, node, leaf, err := protocol.ParseTopic(topic)
-	if err != nil || site != a.cfg.Site || leaf != "evt" {
-		a.log.Warn("ramdisk message rejected", "topic", topic, "reason", "not a node event topic of this site")
+	if err != nil || site != r.cfg.Site || leaf != "evt" {
+		r.log.Warn("ramdisk message rejected", "topic", topic, "reason", "not a node event topic of this site")
 		return
 	}
 	m, err := protocol.Decode(payload)
 	if err != nil {
-		a.log.Warn("ramdisk message rejected", "topic", topic, "reason", err)
+		r.log.Warn("ramdisk message rejected", "topic", topic, "reason", err)
 		return
 	}
 	if m.Node != node || (m.Site != "" && m.Site != site) {
-		a.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q of site %q but came on node %q's topic", m.Node, m.Site, node))
+		r.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q of site %q but came on node %q's topic", m.Node, m.Site, node))
 		return
 	}
 	switch m.Kind {
 	case protocol.KindHello:
-		a.publish(topic, payload)
+		r.cfg.Up(topic, payload)
 	case protocol.KindHeartbeat:
 		// Taken in as a summary carries it (protocol.KindBeats): a
 		// heartbeat of this site, with no summary nested in it, and a
 		// short detail. One a summary would refuse would make its whole
 		// chunk fail to encode.
 		if len(m.Beats) > 0 {
-			a.log.Warn("ramdisk message rejected", "topic", topic, "reason", "a heartbeat carries no beats")
+			r.log.Warn("ramdisk message rejected", "topic", topic, "reason", "a heartbeat carries no beats")
 			return
 		}
 		if m.Site == "" {
 			m.Site = site
 		}
-		if len(m.Detail) > maxBeatDetail {
+		if len(m.Detail) > MaxBeatDetail {
 			m.Detail = cutDetail(m.Detail)
 			b, err := protocol.Encode(m)
 			if err != nil {
-				a.log.Warn("ramdisk message rejected", "topic", topic, "reason", err)
+				r.log.Warn("ramdisk message rejected", "topic", topic, "reason", err)
 				return
 			}
 			payload = b
 		}
-		a.mu.Lock()
-		a.relay.beats[node] = *m
-		fresh := m.Running != "" && a.relay.seen[node] != m.Running
+		r.mu.Lock()
+		r.st.Beats[node] = *m
+		fresh := m.Running != "" && r.st.Seen[node] != m.Running
 		if m.Running != "" {
-			a.relay.seen[node] = m.Running
+			r.st.Seen[node] = m.Running
 		}
-		a.mu.Unlock()
+		r.mu.Unlock()
 		if fresh {
-			a.publish(topic, payload)
+			r.cfg.Up(topic, payload)
 		}
 	case protocol.KindResult:
-		if !a.keep(topic, m, payload) {
+		if !r.keep(topic, m, payload) {
 			return
 		}
 		// The agent holds it now, on disk: the ramdisk may forget it.
-		a.toRamdisk(node, &protocol.Message{Kind: protocol.KindAck, Site: site, Node: node, Sent: time.Now(), AckIDs: []string{m.ID}})
-		a.publish(topic, payload)
+		r.ToRamdisk(node, &protocol.Message{Kind: protocol.KindAck, Site: site, Node: node, Sent: r.cfg.Now(), AckIDs: []string{m.ID}})
+		r.cfg.Up(topic, payload)
 	default:
-		a.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q does not come from ramdisks", m.Kind))
+		r.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q does not come from ramdisks", m.Kind))
 	}
 }
 
-// cutDetail shortens a heartbeat's detail to maxBeatDetail bytes, at a
-// character's start, marked with detailCut.
+// cutDetail shortens a heartbeat's detail to MaxBeatDetail bytes, at a
+// character's start, marked with DetailCut.
 func cutDetail(d string) string {
-	n := maxBeatDetail - len(detailCut)
+	n := MaxBeatDetail - len(DetailCut)
 	for n > 0 && !utf8.RuneStart(d[n]) {
 		n--
 	}
-	return d[:n] + detailCut
+	return d[:n] + DetailCut
 }
 
 // keep puts a relayed message into the durable outbox, unchanged, and
 // tells whether it is there (a copy already there counts).
-func (a *Agent) keep(topic string, m *protocol.Message, payload []byte) bool {
+func (r *Relay) keep(topic string, m *protocol.Message, payload []byte) bool {
 	// Not kept (the store is closing): not acknowledged to the ramdisk,
 	// which sends it again to the next agent.
-	return a.ob.Keep(topic, m, payload)
+	return r.cfg.Outbox.Keep(topic, m, payload)
 }
 
-// toRamdisk hands a message to a node's ramdisk: its simulated session,
+// ToRamdisk hands a message to a node's ramdisk: its simulated session,
 // or the site broker.
-func (a *Agent) toRamdisk(node string, m *protocol.Message) {
-	a.mu.Lock()
-	r := a.sessions[node]
-	a.mu.Unlock()
-	if r != nil {
-		r.Deliver(m)
+func (r *Relay) ToRamdisk(node string, m *protocol.Message) {
+	if r.cfg.Local(node, m) {
 		return
 	}
-	if a.site == nil {
+	if r.site == nil {
 		return
 	}
 	b, err := protocol.Encode(m)
 	if err != nil {
-		a.log.Error("not relaying an invalid message", "node", node, "err", err)
+		r.log.Error("not relaying an invalid message", "node", node, "err", err)
 		return
 	}
-	if err := a.site.b.Publish(a.ctx, protocol.NodeCmdTopic(a.cfg.Site, node), b, false); err != nil {
-		a.log.Warn("site broker refused a message for a ramdisk", "node", node, "err", err)
+	if err := r.site.b.Publish(r.ctx, protocol.NodeCmdTopic(r.cfg.Site, node), b, false); err != nil {
+		r.log.Warn("site broker refused a message for a ramdisk", "node", node, "err", err)
 	}
 }
 
-// fromCoordinator takes what the coordinator sent on a node's cmd topic.
-func (a *Agent) fromCoordinator(node string, m *protocol.Message) {
+// FromCoordinator takes what the coordinator sent on a node's cmd topic.
+func (r *Relay) FromCoordinator(node string, m *protocol.Message) {
 	if m.Kind == protocol.KindAck {
-		a.ob.Ack(m.AckIDs)
+		r.cfg.Outbox.Ack(m.AckIDs)
 		return
 	}
 	if m.Kind == protocol.KindCommand && m.Action == protocol.ActionInbandRun {
-		m = a.imageArgs(m)
+		m = r.cfg.ImageArgs(m)
 	}
-	a.toRamdisk(node, m)
+	r.ToRamdisk(node, m)
 }
 
-// summaryLoop sends the heartbeat summaries.
-func (a *Agent) summaryLoop(ctx context.Context) {
-	tk := time.NewTicker(a.cfg.HeartbeatSummary)
+// SummaryLoop sends the heartbeat summaries.
+func (r *Relay) SummaryLoop(ctx context.Context) {
+	tk := time.NewTicker(r.cfg.Summary)
 	defer tk.Stop()
 	for {
 		select {
@@ -374,49 +477,49 @@ func (a *Agent) summaryLoop(ctx context.Context) {
 			return
 		case <-tk.C:
 		}
-		a.summarize()
+		r.Summarize()
 	}
 }
 
-// summarize sends one summary of the heartbeats since the last one. A
+// Summarize sends one summary of the heartbeats since the last one. A
 // previous summary still unacknowledged (the WAN is down) is withdrawn
 // and its nodes' beats carried into this one, so that the outbox holds
 // one summary at most, with each node's latest beat.
-func (a *Agent) summarize() {
-	now := time.Now()
-	a.mu.Lock()
-	cur := a.relay.beats
-	a.relay.beats = map[string]protocol.Message{}
-	for node, b := range a.relay.held {
+func (r *Relay) Summarize() {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	cur := r.st.Beats
+	r.st.Beats = map[string]protocol.Message{}
+	for node, b := range r.st.Held {
 		if _, ok := cur[node]; !ok {
 			cur[node] = b
 		}
 	}
-	a.relay.held = map[string]protocol.Message{}
-	for _, p := range a.relay.summary {
-		if !a.ob.Withdraw(p.id) {
+	r.st.Held = map[string]protocol.Message{}
+	for _, p := range r.st.summary {
+		if !r.cfg.Outbox.Withdraw(p.id) {
 			continue
 		}
 		for _, b := range p.beats {
 			// Never delivered: it is news again.
-			delete(a.relay.sent, b.Node)
+			delete(r.st.Sent, b.Node)
 			if _, ok := cur[b.Node]; !ok {
 				cur[b.Node] = b
 			}
 		}
 	}
-	a.relay.summary = nil
+	r.st.summary = nil
 	// Only news crosses the WAN; the rest waits for the next summary. A
 	// beat counts as sent once its summary is made (sendSummary).
 	for node, b := range cur {
-		last, ok := a.relay.sent[node]
+		last, ok := r.st.Sent[node]
 		if !newsBeat(last, ok, &b, now) {
-			a.relay.held[node] = b
+			r.st.Held[node] = b
 			delete(cur, node)
 		}
 	}
-	a.mu.Unlock()
-	queued := a.ob.Len()
+	r.mu.Unlock()
+	queued := r.cfg.Outbox.Len()
 	if len(cur) == 0 {
 		return
 	}
@@ -426,13 +529,13 @@ func (a *Agent) summarize() {
 	}
 	var parts []summaryPart
 	for len(all) > 0 {
-		n := min(len(all), maxBeatsPerSummary)
-		parts = a.sendSummary(parts, all[:n:n], queued, now)
+		n := min(len(all), MaxBeatsPerSummary)
+		parts = r.sendSummary(parts, all[:n:n], queued, now)
 		all = all[n:]
 	}
-	a.mu.Lock()
-	a.relay.summary = parts
-	a.mu.Unlock()
+	r.mu.Lock()
+	r.st.summary = parts
+	r.mu.Unlock()
 }
 
 // summaryBeatOK applies the rules a summary has for each of its beats.
@@ -452,15 +555,15 @@ func summaryBeatOK(b *protocol.Message, site string) error {
 // chunk; a summary larger than maxSummaryBytes is split in two, until it
 // fits (a single beat larger than protocol.MaxMessageBytes, which the
 // coordinator would refuse, is dropped).
-func (a *Agent) sendSummary(parts []summaryPart, chunk []protocol.Message, queued int, now time.Time) []summaryPart {
-	site := a.cfg.Site
-	m := &protocol.Message{Kind: protocol.KindBeats, ID: outbox.NewID(), Site: site, Sent: time.Now(), Beats: chunk, Queued: queued}
+func (r *Relay) sendSummary(parts []summaryPart, chunk []protocol.Message, queued int, now time.Time) []summaryPart {
+	site := r.cfg.Site
+	m := &protocol.Message{Kind: protocol.KindBeats, ID: r.cfg.NewID(), Site: site, Sent: r.cfg.Now(), Beats: chunk, Queued: queued}
 	b, err := protocol.Encode(m)
 	if err != nil {
 		good := make([]protocol.Message, 0, len(chunk))
 		for i := range chunk {
 			if err := summaryBeatOK(&chunk[i], site); err != nil {
-				a.log.Warn("heartbeat left out of the summary", "node", chunk[i].Node, "reason", err)
+				r.log.Warn("heartbeat left out of the summary", "node", chunk[i].Node, "reason", err)
 				continue
 			}
 			good = append(good, chunk[i])
@@ -470,28 +573,28 @@ func (a *Agent) sendSummary(parts []summaryPart, chunk []protocol.Message, queue
 		}
 		chunk, m.Beats = good, good
 		if b, err = protocol.Encode(m); err != nil {
-			a.log.Error("heartbeat summary not sent", "beats", len(chunk), "err", err)
+			r.log.Error("heartbeat summary not sent", "beats", len(chunk), "err", err)
 			return parts
 		}
 	}
 	if len(b) > maxSummaryBytes && len(chunk) > 1 {
 		h := len(chunk) / 2
-		parts = a.sendSummary(parts, chunk[:h:h], queued, now)
-		return a.sendSummary(parts, chunk[h:], queued, now)
+		parts = r.sendSummary(parts, chunk[:h:h], queued, now)
+		return r.sendSummary(parts, chunk[h:], queued, now)
 	}
 	if len(b) > protocol.MaxMessageBytes {
-		a.log.Error("heartbeat left out of the summary", "node", chunk[0].Node, "reason", fmt.Sprintf("%d bytes, larger than a message may be", len(b)))
+		r.log.Error("heartbeat left out of the summary", "node", chunk[0].Node, "reason", fmt.Sprintf("%d bytes, larger than a message may be", len(b)))
 		return parts
 	}
 	topic := protocol.BMCEvtTopic(site)
-	a.mu.Lock()
+	r.mu.Lock()
 	for i := range chunk {
 		x := &chunk[i]
-		a.relay.sent[x.Node] = sentBeat{token: x.Token, running: x.Running, detail: x.Detail, progress: x.Progress, at: now}
+		r.st.Sent[x.Node] = SentBeat{Token: x.Token, Running: x.Running, Detail: x.Detail, Progress: x.Progress, At: now}
 	}
-	a.mu.Unlock()
+	r.mu.Unlock()
 	// Not written to disk: a summary is only worth its latest state,
 	// which the ramdisks' next heartbeats rebuild after a restart.
-	a.ob.PutMemOnly(m.ID, topic, b)
+	r.cfg.Outbox.PutMemOnly(m.ID, topic, b)
 	return append(parts, summaryPart{id: m.ID, beats: chunk})
 }

@@ -1,9 +1,10 @@
-package agent
+package relay
 
 import (
 	"compress/flate"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -25,9 +26,55 @@ const (
 	uplinkInFlight = 16
 )
 
-type upItem struct {
-	topic   string
-	payload []byte
+// Item is a message queued for the coordinator.
+type Item struct {
+	Topic   string
+	Payload []byte
+}
+
+// UplinkConfig configures the uplink.
+type UplinkConfig struct {
+	Site string
+	Log  *slog.Logger
+	// Publish publishes on the WAN link (once Run runs).
+	Publish func(ctx context.Context, topic string, payload []byte) error
+	// Drop takes a message that can never be sent out of the outbox.
+	Drop func(id string, size int)
+}
+
+// Uplink is the way to the coordinator: a queue and its sender.
+type Uplink struct {
+	cfg UplinkConfig
+	log *slog.Logger
+	q   chan Item
+}
+
+// NewUplink returns an uplink with an empty queue.
+func NewUplink(cfg UplinkConfig) *Uplink {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Drop == nil {
+		cfg.Drop = func(string, int) {}
+	}
+	return &Uplink{cfg: cfg, log: cfg.Log, q: make(chan Item, 1024)}
+}
+
+// Queue is the uplink's queue (tests fill and drain it).
+func (u *Uplink) Queue() chan Item { return u.q }
+
+// Publish queues a message for the coordinator; Run sends it, in order,
+// bundled with what is queued about the same time. It waits while the
+// queue is full (at most 10 s, or until ctx ends: what is in the outbox
+// is sent again later, and ramdisks repeat their hellos and heartbeats).
+func (u *Uplink) Publish(ctx context.Context, topic string, payload []byte) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	select {
+	case u.q <- Item{Topic: topic, Payload: payload}:
+	case <-ctx.Done():
+		u.log.Debug("publish queue full; will resend", "topic", topic)
+	}
 }
 
 // Order: the coordinator must get each node's messages in the order the
@@ -104,8 +151,8 @@ func (f *inFlight) wake() {
 // coordinator has the result before it), while holding a summary until
 // every node it carries has nothing in flight holds the whole site's
 // beats back behind its slowest node (docs/benchmarks.md, "WAN").
-func upKeys(keys map[string]struct{}, it *upItem) {
-	if _, node, _, err := protocol.ParseTopic(it.topic); err == nil && node != "" {
+func upKeys(keys map[string]struct{}, it *Item) {
+	if _, node, _, err := protocol.ParseTopic(it.Topic); err == nil && node != "" {
 		keys[node] = struct{}{}
 		return
 	}
@@ -113,41 +160,41 @@ func upKeys(keys map[string]struct{}, it *upItem) {
 		Kind string `json:"kind"`
 		Node string `json:"node"`
 	}
-	_ = json.Unmarshal(it.payload, &m)
+	_ = json.Unmarshal(it.Payload, &m)
 	if m.Kind == protocol.KindBeats {
 		return
 	}
 	keys[m.Node] = struct{}{}
 }
 
-// uplink sends what publish queues until ctx ends.
-func (a *Agent) uplink(ctx context.Context) {
+// Run sends what Publish queues until ctx ends.
+func (u *Uplink) Run(ctx context.Context) {
 	fl := newInFlight()
 	stop := context.AfterFunc(ctx, fl.wake)
 	defer stop()
-	site := a.cfg.Site
-	var carry *upItem
+	site := u.cfg.Site
+	var carry *Item
 	for {
-		var first upItem
+		var first Item
 		if carry != nil {
 			first, carry = *carry, nil
 		} else {
 			select {
 			case <-ctx.Done():
 				return
-			case first = <-a.up:
+			case first = <-u.q:
 			}
 		}
-		if a.oversized(&first) {
+		if u.oversized(&first) {
 			continue
 		}
 		keys := map[string]struct{}{}
 		upKeys(keys, &first)
-		rec := protocol.BundleRecord{Topic: first.topic, Payload: first.payload}
+		rec := protocol.BundleRecord{Topic: first.Topic, Payload: first.Payload}
 		size := protocol.BundleSize(site, rec)
 		if size > protocol.MaxBundleBytes/2 {
 			// A large message (an inventory) goes on its own.
-			if !a.sendUp(ctx, fl, keys, nil, &first) {
+			if !u.sendUp(ctx, fl, keys, nil, &first) {
 				return
 			}
 			continue
@@ -162,11 +209,11 @@ func (a *Agent) uplink(ctx context.Context) {
 				return
 			case <-timer.C:
 				break gather
-			case it := <-a.up:
-				if a.oversized(&it) {
+			case it := <-u.q:
+				if u.oversized(&it) {
 					continue
 				}
-				r := protocol.BundleRecord{Topic: it.topic, Payload: it.payload}
+				r := protocol.BundleRecord{Topic: it.Topic, Payload: it.Payload}
 				s := protocol.BundleSize(site, r)
 				if size+s > protocol.MaxBundleBytes || s > protocol.MaxBundleBytes/2 {
 					carry = &it
@@ -178,7 +225,7 @@ func (a *Agent) uplink(ctx context.Context) {
 			}
 		}
 		timer.Stop()
-		if !a.sendUp(ctx, fl, keys, recs, nil) {
+		if !u.sendUp(ctx, fl, keys, recs, nil) {
 			return
 		}
 	}
@@ -189,8 +236,8 @@ func (a *Agent) uplink(ctx context.Context) {
 // coordinator would refuse), and takes it out of the outbox, where it
 // would be sent again for ever. It should never come: results too large
 // are replaced by a failure (send), summaries split.
-func (a *Agent) oversized(it *upItem) bool {
-	if len(it.payload) <= protocol.MaxMessageBytes {
+func (u *Uplink) oversized(it *Item) bool {
+	if len(it.Payload) <= protocol.MaxMessageBytes {
 		return false
 	}
 	var m struct {
@@ -198,10 +245,10 @@ func (a *Agent) oversized(it *upItem) bool {
 		Node string `json:"node"`
 		Kind string `json:"kind"`
 	}
-	_ = json.Unmarshal(it.payload, &m)
-	a.log.Error("message not sent: larger than a message may be; dropped", "topic", it.topic, "kind", m.Kind, "node", m.Node,
-		"bytes", len(it.payload), "limit", protocol.MaxMessageBytes)
-	a.ob.Drop(m.ID, len(it.payload))
+	_ = json.Unmarshal(it.Payload, &m)
+	u.log.Error("message not sent: larger than a message may be; dropped", "topic", it.Topic, "kind", m.Kind, "node", m.Node,
+		"bytes", len(it.Payload), "limit", protocol.MaxMessageBytes)
+	u.cfg.Drop(m.ID, len(it.Payload))
 	return true
 }
 
@@ -209,15 +256,15 @@ func (a *Agent) oversized(it *upItem) bool {
 // goroutine once fl lets it go (see Order); false once ctx ended. A
 // failed publish is left to the outbox's resend (results, reports) or to
 // the ramdisks (hello, heartbeat), as before bundling.
-func (a *Agent) sendUp(ctx context.Context, fl *inFlight, keySet map[string]struct{}, recs []protocol.BundleRecord, one *upItem) bool {
-	topic := protocol.BMCEvtTopic(a.cfg.Site)
+func (u *Uplink) sendUp(ctx context.Context, fl *inFlight, keySet map[string]struct{}, recs []protocol.BundleRecord, one *Item) bool {
+	topic := protocol.BMCEvtTopic(u.cfg.Site)
 	var payload []byte
 	if one != nil {
-		topic, payload = one.topic, one.payload
+		topic, payload = one.Topic, one.Payload
 	} else {
-		b, err := protocol.EncodeBundle(a.cfg.Site, recs, flate.BestSpeed)
+		b, err := protocol.EncodeBundle(u.cfg.Site, recs, flate.BestSpeed)
 		if err != nil {
-			a.log.Error("bundle not made; its messages are sent again later", "messages", len(recs), "err", err)
+			u.log.Error("bundle not made; its messages are sent again later", "messages", len(recs), "err", err)
 			return true
 		}
 		payload = b
@@ -233,40 +280,9 @@ func (a *Agent) sendUp(ctx context.Context, fl *inFlight, keySet map[string]stru
 		defer fl.release(keys)
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := a.link.Publish(pctx, topic, payload, false); err != nil {
-			a.log.Debug("publish failed; will resend", "topic", topic, "messages", max(len(recs), 1), "err", err)
+		if err := u.cfg.Publish(pctx, topic, payload); err != nil {
+			u.log.Debug("publish failed; will resend", "topic", topic, "messages", max(len(recs), 1), "err", err)
 		}
 	}()
 	return true
-}
-
-// handleBundle takes a bundle the coordinator sent on the site's bmc/cmd
-// topic: each message is handled as if it had come on its own topic.
-func (a *Agent) handleBundle(payload []byte) {
-	recs, err := protocol.DecodeBundle(a.cfg.Site, payload)
-	if err != nil {
-		a.log.Warn("bundle rejected", "topic", protocol.BMCCmdTopic(a.cfg.Site), "reason", err)
-		return
-	}
-	for _, r := range recs {
-		_, node, leaf, _ := protocol.ParseTopic(r.Topic)
-		if leaf != "cmd" && leaf != "bmc/cmd" {
-			a.log.Warn("message rejected", "topic", r.Topic, "reason", "only command topics may be in the coordinator's bundle")
-			continue
-		}
-		m, err := protocol.Decode(r.Payload)
-		if err != nil {
-			a.log.Warn("message rejected", "topic", r.Topic, "reason", err)
-			continue
-		}
-		a.handleOne(leaf, node, m)
-	}
-}
-
-// relays tells whether every ramdisk of the site reaches the coordinator
-// through this agent: it runs the site broker, or no ramdisk is told
-// another broker (simulated nodes only). Its presence says so, and the
-// coordinator then bundles everything for the site.
-func (a *Agent) relays() bool {
-	return a.site != nil || (a.cfg.Ramdisk.BrokerURL == "" && a.cfg.QEMU.Kernel == "")
 }

@@ -35,6 +35,18 @@ import (
 //     coordinator/testrig. scripts/ (benchmarks, labs, tools) is not a
 //     program and may import anything too.
 //
+// Inside a program, arrows run down only (partViolations):
+//
+//   - No package depends on a package of its own program that holds it
+//     (an ancestor folder): agent/relay never imports agent, which
+//     wires the parts. An upward arrow is what ties a part back to the
+//     type it was cut from. A command (package main: agent/cmd/agent, a
+//     generator) stands on top of what it runs and is exempt.
+//   - The folders right under a program (its parts: agent/outbox,
+//     agent/bmc...) do not depend on each other in a circle, counting
+//     every package under each folder: a part reaches another only
+//     through what the wiring hands it.
+//
 // Only the packages that build for the machine running the test are
 // checked (go list's build context), as the binaries built there are.
 
@@ -126,7 +138,91 @@ func importViolations(module string, pkgs []listedPackage) []string {
 			}
 		}
 	}
+	out = append(out, partViolations(module, pkgs)...)
 	sort.Strings(out)
+	return out
+}
+
+// partViolations returns one line per upward arrow and per circle of
+// parts inside a program (see the rule above).
+func partViolations(module string, pkgs []listedPackage) []string {
+	short := func(path string) string { return strings.TrimPrefix(path, module+"/") }
+	// part is the folder right under the program holding path ("" for
+	// the program's own package).
+	part := func(path string) string {
+		rest := strings.TrimPrefix(short(path), top(module, path))
+		rest = strings.TrimPrefix(rest, "/")
+		first, _, _ := strings.Cut(rest, "/")
+		return first
+	}
+	var out []string
+	edges := map[string]map[string]bool{} // program/part → parts it depends on
+	for _, p := range pkgs {
+		home := top(module, p.ImportPath)
+		if !isProgram(home) || p.Name == "testrig" {
+			continue
+		}
+		for _, d := range p.Deps {
+			if top(module, d) != home {
+				continue
+			}
+			if strings.HasPrefix(p.ImportPath, d+"/") && p.Name != "main" {
+				how := "depends on"
+				for _, i := range p.Imports {
+					if i == d {
+						how = "imports"
+					}
+				}
+				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
+					": an arrow back up inside "+home+"/; a package never uses the package of a folder holding it (hand it what it needs instead)")
+			}
+			from, to := part(p.ImportPath), part(d)
+			if from == "" || to == "" || from == to {
+				continue
+			}
+			k := home + "/" + from
+			if edges[k] == nil {
+				edges[k] = map[string]bool{}
+			}
+			edges[k][home+"/"+to] = true
+		}
+	}
+	// A circle of parts: a part that reaches itself.
+	var nodes []string
+	for n := range edges {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	for _, start := range nodes {
+		seen := map[string]bool{}
+		var path []string
+		var walk func(n string) bool
+		walk = func(n string) bool {
+			var next []string
+			for m := range edges[n] {
+				next = append(next, m)
+			}
+			sort.Strings(next)
+			for _, m := range next {
+				if m == start {
+					path = append(path, m)
+					return true
+				}
+				if !seen[m] {
+					seen[m] = true
+					path = append(path, m)
+					if walk(m) {
+						return true
+					}
+					path = path[:len(path)-1]
+				}
+			}
+			return false
+		}
+		if walk(start) {
+			out = append(out, start+" → "+strings.Join(path, " → ")+": a circle of parts; one of them must stop depending on the next")
+		}
+	}
 	return out
 }
 
@@ -254,6 +350,14 @@ func TestImportRuleCases(t *testing.T) {
 			[]string{"coordinator/server depends on agent: the program coordinator/", "coordinator/server imports coordinator/testrig: a testrig package"}},
 		{"a shared library imports a program", []listedPackage{pkg("drivers/x", "x", "agent")},
 			[]string{"drivers/x imports agent: the shared library drivers/"}},
+		{"an agent part imports the agent", []listedPackage{pkg("agent/relay", "relay", "protocol", "agent")},
+			[]string{"agent/relay imports agent: an arrow back up inside agent/"}},
+		{"through a sibling", []listedPackage{pkg("agent/relay", "relay", "agent/outbox"), pkg("agent/outbox", "outbox", "agent/outbox/store"), pkg("agent/outbox/store", "store", "agent")},
+			[]string{"agent/outbox depends on agent: an arrow back up", "agent/outbox/store imports agent: an arrow back up", "agent/relay depends on agent: an arrow back up"}},
+		{"parts in a circle", []listedPackage{pkg("agent/bmc", "bmc", "agent/boot/media"), pkg("agent/boot/media", "media", "protocol"), pkg("agent/boot", "boot", "agent/bmc")},
+			[]string{"agent/bmc → agent/boot → agent/bmc: a circle of parts", "agent/boot → agent/bmc → agent/boot: a circle of parts"}},
+		{"a command stands on top", []listedPackage{pkg("agent/cmd/agent", "main", "agent")}, nil},
+		{"parts in a row", []listedPackage{pkg("agent/bmc", "bmc", "agent/boot/media"), pkg("agent/boot/media", "media", "protocol"), pkg("agent/boot", "boot", "agent/outbox"), pkg("agent/outbox", "outbox")}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

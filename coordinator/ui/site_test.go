@@ -68,3 +68,32 @@ func TestUISitePage(t *testing.T) {
 		t.Errorf("the fleet page does not link to the site page")
 	}
 }
+
+// TestUINodePageInventory: a node's page says it is not inspected yet,
+// then, after inspect, shows its inventory (CPU, memory, disks,
+// interfaces) and its clean steps with the ramdisk's in-band ones.
+func TestUINodePageInventory(t *testing.T) {
+	c := testrig.Coordinator(t, testrig.Options{})
+	testrig.Site(t, c, "east", agent.SimOptions{Nodes: 1, StepDuration: 20 * time.Millisecond})
+	cl := testrig.NewClient(t, c)
+	id := cl.CreateNode("n1", "east", nil)
+	cl.MustVerb(id, "manage", nil)
+	cl.WaitRest(id, 20*time.Second)
+	_, body := get(t, cl, "/ui/nodes/"+id, false)
+	if !strings.Contains(body, "Not inspected yet") || !strings.Contains(body, "listed once it has booted") {
+		t.Fatalf("before inspection the node page says:\n%s", body)
+	}
+	cl.MustVerb(id, "inspect", nil)
+	if n := cl.WaitRest(id, 20*time.Second); n.State != "manageable" {
+		t.Fatalf("inspect: %q %q", n.State, n.LastError)
+	}
+	_, body = get(t, cl, "/ui/nodes/"+id, false)
+	for _, want := range []string{`<dl class="facts" id="inventory">`, "Simulated CPU", "<code>/dev/sda</code>", "eth0 <code>52:54:00:", "<code>deploy.erase_devices</code>", "in the ramdisk"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("after inspection the node page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "listed once it has booted") {
+		t.Errorf("after inspection the node page still says the in-band steps are not known")
+	}
+}

@@ -332,7 +332,10 @@ type nodePage struct {
 	Node    Summary
 	History []fsm.HistoryEntry
 	Ports   []engine.Port
-	Now     time.Time
+	// Inventory is nil until the node was inspected.
+	Inventory *inventoryView
+	Steps     stepsView
+	Now       time.Time
 }
 
 func (h *Handler) node(w http.ResponseWriter, r *http.Request) {
@@ -351,6 +354,10 @@ func (h *Handler) node(w http.ResponseWriter, r *http.Request) {
 		p.History = append(p.History, hist[i])
 	}
 	p.Ports, _ = h.e.Ports(s.UUID)
+	if inv, err := h.e.Inventory(s.UUID); err == nil {
+		p.Inventory = viewInventory(inv)
+	}
+	p.Steps.Steps, p.Steps.Known, _ = h.e.CleanSteps(s.UUID, 0)
 	h.render(w, r, "node", p)
 }
 

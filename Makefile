@@ -2,7 +2,7 @@
 GO ?= go
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build run run-lab bench-bmc vbmc test test-unit fuzz bench soak bench-ramdisk states-doc cli-doc deps ramdisk clean
+.PHONY: build run run-lab bench-bmc vbmc test test-unit fuzz bench soak bench-ramdisk states-doc steps-doc cli-doc deps ramdisk clean
 
 build:
 	$(GO) build -o bin/ ./coordinator/cmd/coordinator ./agent/cmd/agent
@@ -73,6 +73,10 @@ bench-ramdisk: ramdisk
 
 states-doc:
 	$(GO) run ./coordinator/fsm/gen docs/states.md
+
+# docs/steps.md, the step catalogue, from the step declarations (drivers/).
+steps-doc:
+	$(GO) run ./drivers/gen docs/steps.md
 
 # docs/cli.md from the coordinator's command tree (coordinator/cli).
 cli-doc:

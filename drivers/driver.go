@@ -157,11 +157,11 @@ func RedfishDeclaration() Declaration {
 // InbandCleanSteps are the in-band steps a standard ramdisk offers, used by
 // the simulated ramdisk; a real ramdisk reports its own.
 func InbandCleanSteps() []Step {
-	return []Step{
+	return append([]Step{
 		{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true, RequiresRamdisk: true},
-		{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true, RequiresRamdisk: true},
+		{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true, RequiresRamdisk: true, ArgsInfo: eraseDeviceArgs},
 		{Interface: "deploy", Step: "inspect_hardware", Priority: 0, Abortable: true, RequiresRamdisk: true},
-	}
+	}, inbandMoreCleanSteps()...)
 }
 
 // InbandDeploySteps are the in-band deploy steps of a standard ramdisk.

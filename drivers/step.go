@@ -46,6 +46,17 @@ type Step struct {
 	ArgsInfo map[string]ArgInfo `json:"argsinfo,omitempty"`
 	// RequiresRamdisk is true for in-band steps, run by the ramdisk agent.
 	RequiresRamdisk bool `json:"requires_ramdisk"`
+
+	// Doc says what the step does, in a sentence or two for operators
+	// (docs/steps.md); it is not part of the API.
+	Doc string `json:"-"`
+	// NeedsBMC says what the step needs from the node's BMC (docs/steps.md);
+	// empty means: in-band steps need the BMC only to boot the ramdisk,
+	// out-of-band steps the BMC's support of the step.
+	NeedsBMC string `json:"-"`
+	// Refused, when set, is why the step cannot run here (what is
+	// missing); a manual clean that names it is refused at once with it.
+	Refused string `json:"-"`
 }
 
 // Name is "interface.step", the way operators and logs name a step.
@@ -125,4 +136,137 @@ func CheckArgs(decl Step, args map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// Argument names of the in-band steps. They are IPA's driver_info names:
+// the coordinator fills a step's declared arguments that the clean step
+// does not set from the node's driver_info (see fsm), so an operator can
+// set them per node as with IPA, or per clean step.
+const (
+	ArgBurninCPUTimeout          = "agent_burnin_cpu_timeout"
+	ArgBurninCPUWorkers          = "agent_burnin_cpu_cpu"
+	ArgBurninVMTimeout           = "agent_burnin_vm_timeout"
+	ArgBurninVMWorkers           = "agent_burnin_vm_vm"
+	ArgBurninVMBytes             = "agent_burnin_vm_vm-bytes"
+	ArgBurninDiskRuntime         = "agent_burnin_fio_disk_runtime"
+	ArgBurninDiskLoops           = "agent_burnin_fio_disk_loops"
+	ArgBurninNetworkRuntime      = "agent_burnin_fio_network_runtime"
+	ArgBurninNetworkConfig       = "agent_burnin_fio_network_config"
+	ArgEraseSkipReadOnly         = "agent_erase_skip_read_only"
+	ArgEraseSkipRemovable        = "agent_erase_skip_removable"
+	ArgContinueIfSecureEraseFail = "agent_continue_if_secure_erase_failed"
+	ArgEnableNVMeSecureErase     = "agent_enable_nvme_secure_erase"
+	ArgEnableATASecureErase      = "agent_enable_ata_secure_erase"
+	// ArgNodeProperties is set by the coordinator, never by the operator:
+	// the node's properties that deploy.verify_hardware checks.
+	ArgNodeProperties = "node_properties"
+)
+
+// VerifiedProperties are the node.properties deploy.verify_hardware checks.
+var VerifiedProperties = []string{"cpus", "memory_mb", "local_gb", "cpu_arch"}
+
+// ArgMemoryTolerance is verify_hardware's tolerance for memory_mb.
+const ArgMemoryTolerance = "memory_tolerance_percent"
+
+var eraseDeviceArgs = map[string]ArgInfo{
+	ArgEraseSkipReadOnly:         {Description: "true: skip read-only devices (said in the result) instead of failing the step, as IPA's driver_internal_info flag; default false"},
+	ArgEraseSkipRemovable:        {Description: "true: skip removable devices that are not virtual media (said in the result) instead of failing the step; default false (not an IPA flag: IPA erases them)"},
+	ArgContinueIfSecureEraseFail: {Description: "true: when a hardware erase (NVMe Format, ATA Security Erase) fails, fall back to overwriting the device; default false (the step fails)"},
+	ArgEnableNVMeSecureErase:     {Description: "false: do not use NVMe Format on NVMe devices; default true"},
+	ArgEnableATASecureErase:      {Description: "false: do not use ATA Security Erase on ATA devices; default true"},
+}
+
+// inbandMoreCleanSteps are the standard ramdisk's manual clean steps
+// (priority 0) besides erase and inspection: burn-in, express erase,
+// pstore, hardware verification.
+func inbandMoreCleanSteps() []Step {
+	return []Step{
+		{Interface: "deploy", Step: "erase_devices_express", Priority: 0, Abortable: true, RequiresRamdisk: true,
+			ArgsInfo: map[string]ArgInfo{
+				ArgContinueIfSecureEraseFail: {Description: "true: a device with no hardware erase (or whose hardware erase fails) gets its metadata erased instead (IPA's express fallback); default false: the step fails naming the device"},
+				ArgEnableNVMeSecureErase:     eraseDeviceArgs[ArgEnableNVMeSecureErase],
+				ArgEnableATASecureErase:      eraseDeviceArgs[ArgEnableATASecureErase],
+			},
+			Doc: "Hardware erase only: NVMe Format NVM with a cryptographic or user-data secure erase, ATA Security Erase (enhanced when offered) where the drive supports it. " +
+				"A device with neither fails the step naming it and the fallback argument. Read-only devices, virtual media and removable devices are skipped and listed in the result, as IPA's express erase does."},
+		{Interface: "deploy", Step: "erase_pstore", Priority: 0, Abortable: true, RequiresRamdisk: true,
+			Doc: "Removes the kernel's persistent crash records (pstore: EFI variables, ERST, ramoops) that a previous tenant's kernel left; the result lists what was removed."},
+		{Interface: "deploy", Step: "burnin_cpu", Priority: 0, Abortable: true, RequiresRamdisk: true,
+			ArgsInfo: map[string]ArgInfo{
+				ArgBurninCPUTimeout: {Description: "seconds to run; default 86400 (24 h, IPA's); also read from driver_info"},
+				ArgBurninCPUWorkers: {Description: "workers (one per CPU each); 0 (default) means one per online CPU; also read from driver_info"},
+			},
+			Doc: "Loads every CPU with a compute loop (SHA-256 chains recomputed and compared across workers) for the duration; a wrong result fails the step. " +
+				"The result has the operations per second per worker and the errors found."},
+		{Interface: "deploy", Step: "burnin_memory", Priority: 0, Abortable: true, RequiresRamdisk: true,
+			ArgsInfo: map[string]ArgInfo{
+				ArgBurninVMTimeout: {Description: "seconds to run; default 86400 (24 h, IPA's); also read from driver_info"},
+				ArgBurninVMWorkers: {Description: "workers sharing the tested memory; 0 (default) means one per online CPU; also read from driver_info"},
+				ArgBurninVMBytes:   {Description: "memory to test: \"N%\" of the available memory or a size such as \"512M\" or \"2G\"; default and ceiling 90% of the available memory less 64 MiB for the ramdisk; also read from driver_info"},
+			},
+			Doc: "Writes patterns (address-derived, walking ones, inverted) over a bounded share of the free memory and reads them back, again and again for the duration; a mismatch fails the step naming the offset. " +
+				"The result has the bytes checked, MB/s and errors found."},
+		{Interface: "deploy", Step: "burnin_disk", Priority: 0, Abortable: true, RequiresRamdisk: true,
+			ArgsInfo: map[string]ArgInfo{
+				ArgBurninDiskRuntime: {Description: "seconds to run; 0 (default) means run agent_burnin_fio_disk_loops full passes instead; also read from driver_info"},
+				ArgBurninDiskLoops:   {Description: "full write-read-verify passes over each disk when the runtime is 0; default 4; also read from driver_info"},
+				ArgEraseSkipReadOnly: {Description: "true: skip read-only devices instead of failing; default false"},
+			},
+			Doc: "Destructive: writes a checksummed pattern over each disk with O_DIRECT, reads it back and verifies it, all disks at once, for the duration or number of passes. " +
+				"An I/O error or a mismatch fails the step with a last_error naming the device and offset. The result has MB/s written and read, bytes verified and errors per device."},
+		{Interface: "deploy", Step: "burnin_network", Priority: 0, Abortable: true, RequiresRamdisk: true,
+			ArgsInfo: map[string]ArgInfo{
+				ArgBurninNetworkRuntime: {Description: "seconds each direction runs; default 21600 (IPA's)"},
+				ArgBurninNetworkConfig:  {Description: "static pairing {\"role\": \"writer\"|\"reader\", \"partner\": address} (IPA's)"},
+			},
+			Refused: "deploy.burnin_network is not available: it needs two nodes of a site paired with an authenticated channel between their ramdisks " +
+				"(a per-pair secret and each partner's site address handed out by the coordinator), which this system does not provide yet; IPA's pairing (a tooz backend or a static partner, with an unauthenticated fio listener) is not offered",
+			Doc: "Network burn-in between two paired nodes (IPA's writer/reader). Declared for compatibility; refused at validation until the coordinator pairs nodes with an authenticated channel."},
+		{Interface: "deploy", Step: "verify_hardware", Priority: 0, Abortable: true, RequiresRamdisk: true,
+			ArgsInfo: map[string]ArgInfo{
+				ArgMemoryTolerance: {Description: "how far (in percent) the memory found may be below or above properties/memory_mb; default 5 (the kernel reserves some memory)"},
+			},
+			Doc: "Collects the inventory and checks it against the node's properties cpus, cpu_arch, memory_mb and local_gb (the root disk, with the node's root_device hints); " +
+				"a difference fails the step naming the property, the expected and the found value. Properties that are not set are not checked; none set fails the step."},
+	}
+}
+
+// standardDocs documents steps declared before Doc existed, by name.
+var standardDocs = map[string]Step{
+	"deploy.erase_devices_metadata": {Doc: "Zeroes the partition tables and file system signatures (start and end of each disk and partition) of every writable disk; read-only, removable and virtual media devices are skipped and listed."},
+	"deploy.erase_devices": {Doc: "Erases every disk and verifies it reads back as zeros: NVMe Format or ATA Security Erase where the drive supports it (IPA's order), else discard/write-zeroes offload, else overwriting with zeros. " +
+		"Virtual media are skipped; a read-only or removable device fails the step unless its skip argument is set; a failed hardware erase fails the step unless agent_continue_if_secure_erase_failed is set."},
+	"deploy.inspect_hardware":      {Doc: "Collects the hardware inventory (CPUs, memory, disks, NICs) and the properties cpus, memory_mb, local_gb, cpu_arch."},
+	"deploy.write_image":           {Doc: "Downloads the instance image, verifies its checksum and writes it to the root disk chosen by the root_device hints."},
+	"deploy.prepare_instance_boot": {Doc: "Sets the node to boot the written instance from its disk."},
+	"deploy.tear_down_agent":       {Doc: "Powers the node off, ending the ramdisk's boot."},
+	"deploy.boot_instance":         {Doc: "Powers the node on into the instance."},
+	"management.reset_bmc":         {Doc: "Resets the BMC (Redfish Manager.Reset, IPMI cold reset) and waits for it to answer again.", NeedsBMC: "a BMC reset action"},
+	"management.fake_reset_bmc":    {Doc: "The fake driver's stand-in for reset_bmc: waits `delay` seconds.", NeedsBMC: "nothing (fake)"},
+	"bios.apply_configuration":     {Doc: "Sets BIOS settings through the BMC; they take effect at the next boot.", NeedsBMC: "Redfish Bios with a Settings resource"},
+	"bios.factory_reset":           {Doc: "Resets the BIOS settings to the factory defaults through the BMC.", NeedsBMC: "Redfish Bios.ResetBios"},
+	"rescue.finalize_rescue":       {Doc: "Leaves the ramdisk running for the operator."},
+}
+
+// Documented returns s with Doc and NeedsBMC filled from the standard
+// documentation when the declaration leaves them empty.
+func Documented(s Step) Step {
+	if d, ok := standardDocs[s.Name()]; ok {
+		if s.Doc == "" {
+			s.Doc = d.Doc
+		}
+		if s.NeedsBMC == "" {
+			s.NeedsBMC = d.NeedsBMC
+		}
+	}
+	return s
+}
+
+// Standard returns the standard ramdisk's declaration of an in-band clean
+// or deploy step, with its arguments and refusal.
+func Standard(iface, step string) (Step, bool) {
+	if s, ok := Find(InbandCleanSteps(), iface, step); ok {
+		return s, true
+	}
+	return Find(InbandDeploySteps(), iface, step)
 }

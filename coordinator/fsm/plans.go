@@ -124,6 +124,7 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 						args["root_device"] = rd
 					}
 				}
+				args = inbandArgs(n, &s, args)
 				m.sendInband(n, &s, args, now, out)
 				m.enterWait(n, now, out)
 				return
@@ -462,9 +463,12 @@ func (m *Machine) resolveManual(n *Node, d drivers.Declaration, list []map[strin
 			}
 			args = a
 		}
+		if std, ok := drivers.Standard(iface, name); ok && std.Refused != "" {
+			return nil, fmt.Errorf("Invalid %s step %s.%s: %s", kind, iface, name, std.Refused)
+		}
 		decl, found := drivers.Find(d.CleanSteps, iface, name)
 		if !found {
-			decl, found = drivers.Find(n.CachedCleanSteps, iface, name)
+			decl, found = drivers.Find(withStandardArgs(n.CachedCleanSteps), iface, name)
 			if !found {
 				if !inbandKnown {
 					// Checked once the ramdisk has said which steps it has.
@@ -577,7 +581,7 @@ func (m *Machine) SortedStepsView(n *Node, minPriority int) (steps []drivers.Ste
 	if err != nil {
 		return nil, false, err
 	}
-	all := append(append([]drivers.Step{}, d.CleanSteps...), n.CachedCleanSteps...)
+	all := append(append([]drivers.Step{}, d.CleanSteps...), withStandardArgs(n.CachedCleanSteps)...)
 	for i := range all {
 		if p, ok := m.cfg.PriorityOverrides[all[i].Name()]; ok {
 			all[i].Priority = p
@@ -591,4 +595,77 @@ func (m *Machine) SortedStepsView(n *Node, minPriority int) (steps []drivers.Ste
 	}
 	drivers.Sort(out)
 	return out, !n.StepsCachedAt.IsZero(), nil
+}
+
+// withStandardArgs gives the in-band steps a ramdisk offered the argsinfo
+// of the standard ramdisk's declaration of the same step (the wire
+// carries none): the coordinator, not the ramdisk, says which arguments a
+// step takes.
+func withStandardArgs(offered []drivers.Step) []drivers.Step {
+	out := make([]drivers.Step, len(offered))
+	for i, s := range offered {
+		if std, ok := drivers.Standard(s.Interface, s.Step); ok && s.ArgsInfo == nil {
+			s.ArgsInfo = std.ArgsInfo
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// inbandArgs completes an in-band step's args: a declared argument the
+// step does not set is taken from the node's driver_info when set there
+// (IPA's habit: agent_burnin_*, agent_erase_* live in driver_info), and
+// deploy.verify_hardware gets the node properties it checks.
+func inbandArgs(n *Node, s *StepRun, args map[string]any) map[string]any {
+	std, ok := drivers.Standard(s.Interface, s.Step)
+	if !ok {
+		return args
+	}
+	var add map[string]any
+	for name := range std.ArgsInfo {
+		if _, set := args[name]; set {
+			continue
+		}
+		if v, ok := n.DriverInfo[name]; ok {
+			if add == nil {
+				add = map[string]any{}
+			}
+			add[name] = v
+		}
+	}
+	if s.Interface == "deploy" && s.Step == "verify_hardware" {
+		props := map[string]any{}
+		for _, k := range append([]string{"root_device"}, drivers.VerifiedProperties...) {
+			if v, ok := n.Properties[k]; ok {
+				props[k] = v
+			}
+		}
+		if add == nil {
+			add = map[string]any{}
+		}
+		add[drivers.ArgNodeProperties] = props
+	}
+	if add == nil {
+		return args
+	}
+	out := maps.Clone(args)
+	if out == nil {
+		out = map[string]any{}
+	}
+	maps.Copy(out, add)
+	return out
+}
+
+// refusedSteps fails a clean list that names a step the standard ramdisk
+// declares but cannot run here (drivers.Step.Refused), saying what is
+// missing, before anything starts.
+func refusedSteps(list []map[string]any) error {
+	for i, raw := range list {
+		iface, _ := raw["interface"].(string)
+		name, _ := raw["step"].(string)
+		if std, ok := drivers.Standard(iface, name); ok && std.Refused != "" {
+			return fmt.Errorf("Invalid clean step %d (%s.%s): %s", i+1, iface, name, std.Refused)
+		}
+	}
+	return nil
 }

@@ -617,7 +617,9 @@ func (s *scenario) bmc(ok bool, errText, done string, b *strings.Builder) {
 func standardSteps(l []drivers.Step) []protocol.Step {
 	var out []protocol.Step
 	for _, d := range l {
-		if d.Step == "inspect_hardware" {
+		// The standard ramdisk's automated steps; the manual-only ones
+		// (inspection, burn-in, verification...) are left out.
+		if d.Priority == 0 {
 			continue
 		}
 		out = append(out, protocol.Step{Interface: d.Interface, Step: d.Step, Priority: d.Priority, Abortable: d.Abortable})

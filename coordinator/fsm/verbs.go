@@ -107,6 +107,9 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if err := CheckCleanStepsSchema(req.CleanSteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
+		if err := refusedSteps(req.CleanSteps); err != nil {
+			return refuse(Invalid, "%v", err)
+		}
 	case Deploy, Rebuild:
 		if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
 			return refuse(Invalid, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())

@@ -26,6 +26,10 @@ type Config struct {
 	Initrd string // ramdisk initramfs
 	Disk   string // raw disk image
 	Serial string // disk serial (serial=)
+	// DiskBlkdebug, if set, is a QEMU blkdebug configuration file put
+	// between the disk and its image, so that tests can make the disk
+	// return I/O errors (e.g. [inject-error] on read_aio at a sector).
+	DiskBlkdebug string
 	// NVMeDisk, if set, is a second raw disk image behind an emulated
 	// NVMe controller, with serial NVMeSerial.
 	NVMeDisk, NVMeSerial string
@@ -69,6 +73,9 @@ func New(cfg Config) *BMC {
 // Validate implements drivers.BMC: the files the VM needs exist.
 func (b *BMC) Validate(ctx context.Context) error {
 	files := []string{b.cfg.Kernel, b.cfg.Initrd, b.cfg.Disk}
+	if b.cfg.DiskBlkdebug != "" {
+		files = append(files, b.cfg.DiskBlkdebug)
+	}
 	if b.cfg.NVMeDisk != "" {
 		files = append(files, b.cfg.NVMeDisk)
 	}
@@ -107,10 +114,14 @@ func (b *BMC) stopLocked() {
 // boot the ramdisk again over the network: the crash-only ramdisk comes
 // back clean. Power-off from inside ends QEMU.
 func (b *BMC) startLocked() error {
+	drive0 := fmt.Sprintf("if=none,id=d0,file=%s,format=raw", b.cfg.Disk)
+	if b.cfg.DiskBlkdebug != "" {
+		drive0 = fmt.Sprintf("if=none,id=d0,driver=raw,file.driver=blkdebug,file.config=%s,file.image.driver=file,file.image.filename=%s", b.cfg.DiskBlkdebug, b.cfg.Disk)
+	}
 	args := []string{"-m", strconv.Itoa(b.cfg.MemoryMB), "-smp", strconv.Itoa(b.cfg.CPUs), "-nographic",
 		"-display", "none", "-monitor", "none", "-serial", "file:" + b.cfg.Console,
 		// Debian's QEMU refuses serial= on -drive: give it to the device.
-		"-drive", fmt.Sprintf("if=none,id=d0,file=%s,format=raw", b.cfg.Disk),
+		"-drive", drive0,
 		"-device", "virtio-blk-pci,drive=d0,serial=" + b.cfg.Serial,
 		"-device", "virtio-rng-pci", "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"}
 	if b.cfg.QMP != "" {

@@ -91,6 +91,10 @@ type EraseOptions struct {
 	// Parallelism bounds how many devices EraseAll erases at once; 0
 	// means all of them.
 	Parallelism int
+	// ContinueIfHardwareFails makes a hardware erase that fails fall back
+	// to the next method (IPA's agent_continue_if_secure_erase_failed)
+	// instead of failing the erase; the failure is kept in the notes.
+	ContinueIfHardwareFails bool
 	// Progress, if set, is called after each chunk; EraseAll calls it
 	// from several goroutines at once, so it must be safe for that.
 	Progress func(Progress)
@@ -194,7 +198,11 @@ func eraseWithBestMethod(ctx context.Context, dev Device, opts EraseOptions, rep
 				continue
 			}
 			if err := h.Run(ctx, dev, m); err != nil {
-				return "", notes, fmt.Errorf("erase of %s by %s failed: %w; retry, or disable hardware erase to fall back to overwriting", dev.Path, m, err)
+				if opts.ContinueIfHardwareFails && ctx.Err() == nil {
+					notes = append(notes, fmt.Sprintf("%s failed (%v); fell back as agent_continue_if_secure_erase_failed asks", m, err))
+					break
+				}
+				return "", notes, fmt.Errorf("erase of %s by %s failed: %w; retry, or set agent_continue_if_secure_erase_failed=true to fall back to overwriting", dev.Path, m, err)
 			}
 			report(dev.SizeBytes)
 			return m, notes, nil

@@ -13,12 +13,10 @@ import (
 )
 
 // DefaultHardwareErasers returns the hardware erasers Erase tries when
-// EraseOptions.Hardware is nil. ATA secure erase is deliberately absent:
-// it needs a drive password dance over SG_IO that can leave a drive locked
-// if interrupted, and it could not be tested here; a caller can supply its
-// own HardwareEraser for it.
+// EraseOptions.Hardware is nil, in IPA's order: NVMe Format for NVMe
+// namespaces, ATA Security Erase for the other drives that support it.
 func DefaultHardwareErasers() []HardwareEraser {
-	return []HardwareEraser{NVMeFormat{}}
+	return []HardwareEraser{NVMeFormat{}, ATASecurityErase{}}
 }
 
 // NVMeFormat erases an NVMe namespace with the Format NVM admin command,

@@ -58,17 +58,18 @@ func TestStepsOfferedByHardware(t *testing.T) {
 	vm.VirtualMedia = true
 	rm.Removable = true
 	pm.ParamsMedium = true
+	const noDisk = "inspect_hardware,verify_hardware,burnin_cpu,burnin_memory,burnin_network,erase_pstore"
 	for _, c := range []struct {
 		name         string
 		devs         []disk.Device
 		err          error
 		clean, deplo string
 	}{
-		{"a writable disk", []disk.Device{d}, nil, "inspect_hardware,erase_devices_metadata,erase_devices", "write_image"},
-		{"no disk", nil, nil, "inspect_hardware", ""},
-		{"only read-only and virtual media", []disk.Device{ro, vm}, nil, "inspect_hardware", ""},
-		{"only removable and the parameters medium", []disk.Device{rm, pm}, nil, "inspect_hardware", ""},
-		{"listing fails", nil, errors.New("no sysfs"), "inspect_hardware", ""},
+		{"a writable disk", []disk.Device{d}, nil, noDisk + ",erase_devices_metadata,erase_devices,erase_devices_express,burnin_disk", "write_image"},
+		{"no disk", nil, nil, noDisk, ""},
+		{"only read-only and virtual media", []disk.Device{ro, vm}, nil, noDisk, ""},
+		{"only removable and the parameters medium", []disk.Device{rm, pm}, nil, noDisk, ""},
+		{"listing fails", nil, errors.New("no sysfs"), noDisk, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clean, deploy := runner(c.devs, c.err).Steps()
@@ -106,14 +107,25 @@ func (p *progressLog) fn(f float64, _ string) {
 	p.last, p.n = f, p.n+1
 }
 
-func TestEraseDevicesSkipsReadOnlyAndReportsMethods(t *testing.T) {
+// As IPA: a read-only device fails erase_devices, naming it and the
+// argument that skips it, before anything is written; with the argument
+// it is skipped and the result says so.
+func TestEraseDevicesReadOnlyFailsUnlessSkipped(t *testing.T) {
 	a, b := junk(t, "vda", 1<<20), junk(t, "vdb", 3<<20+512)
-	ro := junk(t, "sr0", 64<<10)
+	ro := junk(t, "sdr", 64<<10)
 	ro.ReadOnly = true
 	before, _ := os.ReadFile(ro.Path)
+	beforeA, _ := os.ReadFile(a.Path)
 	r := runner([]disk.Device{a, b, ro}, nil)
 	var pl progressLog
-	res, err := r.Run(t.Context(), protocol.Step{Interface: "deploy", Step: "erase_devices"}, pl.fn)
+	_, err := r.Run(t.Context(), protocol.Step{Interface: "deploy", Step: "erase_devices"}, pl.fn)
+	if err == nil || !strings.Contains(err.Error(), ro.Path+" is read-only") || !strings.Contains(err.Error(), "agent_erase_skip_read_only=true") {
+		t.Fatalf("erase_devices with a read-only device: %v; want a refusal naming it and agent_erase_skip_read_only", err)
+	}
+	if got, _ := os.ReadFile(a.Path); !bytes.Equal(got, beforeA) {
+		t.Fatal("a refused erase_devices wrote to a disk")
+	}
+	res, err := r.Run(t.Context(), protocol.Step{Interface: "deploy", Step: "erase_devices", Args: map[string]any{"agent_erase_skip_read_only": "true"}}, pl.fn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,8 +156,8 @@ func TestEraseDevicesSkipsReadOnlyAndReportsMethods(t *testing.T) {
 			t.Errorf("summary %q lacks %q", sum, want)
 		}
 	}
-	if strings.Contains(sum, ro.Path) {
-		t.Errorf("summary %q names the read-only device, which erase_devices never touches", sum)
+	if !strings.Contains(sum, ro.Path+" skipped (read-only, agent_erase_skip_read_only)") {
+		t.Errorf("summary %q does not say the read-only device was skipped and why", sum)
 	}
 }
 

@@ -1,0 +1,41 @@
+package fsm
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/bmedge/bmedge/drivers"
+)
+
+// In-band steps get their declared arguments from driver_info when the
+// clean step does not set them (IPA's agent_burnin_*), never anything
+// else from driver_info; verify_hardware gets the properties it checks.
+func TestInbandArgs(t *testing.T) {
+	n := &Node{
+		DriverInfo: map[string]any{"agent_burnin_cpu_timeout": "60", "agent_burnin_cpu_cpu": 2.0, "redfish_password": "secret", "agent_burnin_vm_timeout": 5.0},
+		Properties: map[string]any{"cpus": 4.0, "memory_mb": 1024.0, "capabilities": "boot_mode:uefi", "root_device": map[string]any{"serial": "D0"}},
+	}
+	got := inbandArgs(n, &StepRun{Interface: "deploy", Step: "burnin_cpu"}, map[string]any{"agent_burnin_cpu_cpu": 1.0})
+	want := map[string]any{"agent_burnin_cpu_timeout": "60", "agent_burnin_cpu_cpu": 1.0}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("burnin_cpu args = %v, want %v", got, want)
+	}
+	got = inbandArgs(n, &StepRun{Interface: "deploy", Step: "verify_hardware"}, nil)
+	want = map[string]any{drivers.ArgNodeProperties: map[string]any{"cpus": 4.0, "memory_mb": 1024.0, "root_device": map[string]any{"serial": "D0"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("verify_hardware args = %v, want %v", got, want)
+	}
+	if got := inbandArgs(n, &StepRun{Interface: "deploy", Step: "erase_devices_metadata"}, nil); got != nil {
+		t.Fatalf("erase_devices_metadata args = %v, want none", got)
+	}
+}
+
+// The steps a ramdisk offered carry the standard declaration's argsinfo,
+// so that a manual clean's arguments are checked against it.
+func TestWithStandardArgs(t *testing.T) {
+	offered := []drivers.Step{{Interface: "deploy", Step: "burnin_disk", RequiresRamdisk: true}, {Interface: "deploy", Step: "vendor_thing", RequiresRamdisk: true}}
+	got := withStandardArgs(offered)
+	if _, ok := got[0].ArgsInfo["agent_burnin_fio_disk_runtime"]; !ok || got[1].ArgsInfo != nil || offered[0].ArgsInfo != nil {
+		t.Fatalf("argsinfo %v / %v (offered changed: %v)", got[0].ArgsInfo, got[1].ArgsInfo, offered[0].ArgsInfo)
+	}
+}

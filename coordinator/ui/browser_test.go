@@ -407,5 +407,5 @@ func TestUIBrowser(t *testing.T) {
 			t.Errorf("%s at 390 px: the page is %s px wide", p, d.js(`return String(document.documentElement.scrollWidth)`))
 		}
 	}
-	d.screenshot(art, "ui-node-phone.png")
+	d.screenshot(art, "ui-site-phone.png")
 }

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/bmedge/bmedge/agent/bmc"
+	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// runBMC runs a BMC command through the one exactly-once runner
+// (agent/outbox) on the site's BMCs (agent/bmc).
+func (a *Agent) runBMC(m *protocol.Message) {
+	switch a.ob.Once(outbox.Command{Msg: m, CheckSeq: true, CheckFull: true,
+		Start: func() { a.bmcs.Begin(m.Node) },
+		End:   func() { a.bmcs.End(m.Node) },
+		Run:   func() *protocol.Message { return a.bmcCommand(m) }}) {
+	case outbox.Stale:
+		a.metrics.stale.Inc()
+		a.log.Debug("stale BMC command not run: a newer command of the node has started", "node", m.Node, "command", m.ID, "action", m.Action)
+	case outbox.Full:
+		a.log.Debug("BMC command not run: the outbox is full", "node", m.Node, "command", m.ID, "action", m.Action)
+	}
+}
+
+// bmcCommand runs a BMC command and returns its result (nil when the
+// agent is stopping).
+func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
+	// The command ends a little before its deadline, so that its result,
+	// a failure saying what the BMC did, reaches the coordinator before
+	// the coordinator gives up on the command with less to say.
+	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline.Add(-resultMargin(time.Until(m.Deadline))))
+	defer cancel()
+	err := a.execLimited(ctx, m)
+	if err != nil && a.ctx.Err() != nil {
+		// The agent is stopping: its failure says nothing about the BMC,
+		// and stored it would fail the node's operation after a restart.
+		// The coordinator sends the command again to the next agent.
+		a.log.Info("edge agent stopping: BMC command interrupted, no result kept", "node", m.Node, "command", m.ID, "action", m.Action)
+		return nil
+	}
+	done := bmc.StepsDone(m, err)
+	var se *bmc.StepsError
+	errors.As(err, &se)
+	if err == nil {
+		a.bmcs.CommandDone(m)
+	}
+	if err == nil || done > 0 {
+		a.boot.Ended(m, done)
+	}
+	res := &protocol.Message{Kind: protocol.KindResult, ID: outbox.NewID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, Seq: m.Seq, OK: err == nil}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	if se != nil {
+		res.Data = map[string]any{protocol.StepsDone: se.Done}
+	}
+	return res
+}
+
+// execLimited runs a BMC command when one of the site's BMC slots is
+// free (Config.BMCConcurrency), or fails when ctx ends first.
+func (a *Agent) execLimited(ctx context.Context, m *protocol.Message) error {
+	return a.bmcs.Limited(ctx, func() error { return a.execBMC(ctx, m) })
+}
+
+// resultMargin is the time kept back from a command's deadline for its
+// result to travel: a tenth of the time left, at most 5 s.
+func resultMargin(left time.Duration) time.Duration {
+	return min(max(left/10, 0), 5*time.Second)
+}
+
+func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) (err error) {
+	defer a.observeBMC(m, time.Now(), &err)
+	return a.bmcs.Exec(ctx, m, a.boot)
+}

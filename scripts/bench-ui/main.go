@@ -80,12 +80,16 @@ func main() {
 }
 
 type bench struct {
-	o    options
-	co   *loadrig.Coord
-	api  *loadrig.API
-	ids  []string
-	hc   *http.Client
-	site string
+	o   options
+	co  *loadrig.Coord
+	api *loadrig.API
+	ids []string
+	// first is the nodes of the node list's first page; watched the
+	// first of them, whose changes the live-update delay is measured on.
+	first   map[string]bool
+	watched string
+	hc      *http.Client
+	site    string
 }
 
 func run(ctx context.Context, o options) (err error) {
@@ -140,9 +144,13 @@ func run(ctx context.Context, o options) (err error) {
 		var changes atomic.Int64
 		cctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		// Other nodes than the measured one (the first), past the node
-		// list's first page.
-		pool := b.ids[len(b.ids)/2:]
+		// Other nodes than those of the node list's first page.
+		var pool []string
+		for _, id := range b.ids {
+			if !b.first[id] {
+				pool = append(pool, id)
+			}
+		}
 		for c := 0; c < o.churn; c++ {
 			wg.Add(1)
 			go func(c int) {
@@ -263,6 +271,28 @@ func (b *bench) setup(ctx context.Context, tmp string) error {
 	h, err := b.histogram(ctx)
 	if err != nil {
 		return err
+	}
+	// The nodes the node list's first page shows (in creation order,
+	// which concurrent creates do not keep in name order).
+	resp, err := b.hc.Get(b.co.APIURL + "/ui/nodes")
+	if err != nil {
+		return err
+	}
+	page, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	b.first = map[string]bool{}
+	for _, part := range strings.Split(string(page), `<tr data-uuid="`)[1:] {
+		id, _, _ := strings.Cut(part, `"`)
+		if b.watched == "" {
+			b.watched = id
+		}
+		b.first[id] = true
+	}
+	if b.watched == "" {
+		return errors.New("the node list's first page shows no node")
 	}
 	fmt.Printf("bench-ui: %d nodes over %d sites (%s) ready in %.1f s; coordinator pid %d (separate process, no authentication)\n",
 		o.nodes, o.sites, h, time.Since(t0).Seconds(), b.co.PID)
@@ -433,7 +463,7 @@ type sseEvent struct {
 // event on a Go events stream and (with wd) to the value in the node
 // list page open in Chromium.
 func (b *bench) liveDelay(ctx context.Context, wd *webDriver, label string) error {
-	id := b.ids[0]
+	id := b.watched
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(sctx, "GET", b.co.APIURL+"/ui/events", nil)

@@ -172,11 +172,11 @@ func (c *cmd) newRoot() *cobra.Command {
 	_ = root.RegisterFlagCompletionFunc("column", cobra.NoFileCompletions)
 
 	root.AddGroup(&cobra.Group{ID: "server", Title: "Server:"}, &cobra.Group{ID: "client", Title: "Client of the API:"})
-	for _, sub := range []*cobra.Command{c.serveCmd(), c.certsCmd()} {
+	for _, sub := range []*cobra.Command{c.serveCmd(), c.certsCmd(), c.restoreCmd()} {
 		sub.GroupID = "server"
 		root.AddCommand(sub)
 	}
-	for _, sub := range []*cobra.Command{c.siteCmd(), c.nodeCmd(), c.portCmd(), c.templateCmd(), c.runbookCmd()} {
+	for _, sub := range []*cobra.Command{c.siteCmd(), c.nodeCmd(), c.portCmd(), c.templateCmd(), c.runbookCmd(), c.backupCmd()} {
 		sub.GroupID = "client"
 		root.AddCommand(sub)
 	}

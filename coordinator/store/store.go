@@ -53,6 +53,10 @@ type Store struct {
 
 	// parts is how many transactions the last Commit took (for tests).
 	parts int
+
+	// snaps are the running backups' reads, which Close ends first
+	// (backup.go).
+	snaps snapshots
 }
 
 // Sizes of the database's parts; see Open for why.
@@ -174,6 +178,7 @@ func (s *Store) Close() error {
 		s.pending = nil
 	}
 	s.gc.Unlock()
+	s.snaps.stop()
 	// (A test's injected failure leaves Badger sound: kvstore closes
 	// it, and the test opens the folder again in the same process.)
 	return s.db.Close()

@@ -1,0 +1,121 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Trailers of a backup's answer: sent after its last byte, since only
+// then is it known how it ended.
+const (
+	// BackupErrorTrailer says why a backup ended before its end (the
+	// answer was already 200 when it failed).
+	BackupErrorTrailer = "Bmedge-Backup-Error"
+	// BackupKeysTrailer and BackupNodesTrailer count what a whole backup
+	// holds.
+	BackupKeysTrailer  = "Bmedge-Backup-Keys"
+	BackupNodesTrailer = "Bmedge-Backup-Nodes"
+)
+
+// backupStall is how long one write of a backup to its client may take:
+// a client that stops reading is cut off, so that it cannot keep the
+// database's snapshot (and the one backup slot) for ever.
+const backupStall = 2 * time.Minute
+
+// backupHandler serves POST /v1/backup: the coordinator's database as an
+// encrypted backup (engine.Backup), one at a time. It is an operator's
+// request like any other (with --auth http_basic every user of the
+// htpasswd file is an administrator: there are no roles), and the engine
+// goes on while it streams.
+type backupHandler struct {
+	s       *Server
+	running atomic.Bool
+}
+
+func (b *backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The request takes no fields: an empty body or {}.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "cannot read request body: "+err.Error())
+		return
+	}
+	if t := bytes.TrimSpace(body); len(t) > 0 && !bytes.Equal(bytes.Join(bytes.Fields(t), nil), []byte("{}")) {
+		writeError(w, http.StatusBadRequest, "POST /v1/backup takes no fields: send an empty body or {}")
+		return
+	}
+	if !b.running.CompareAndSwap(false, true) {
+		w.Header().Set("Retry-After", "60")
+		writeError(w, http.StatusConflict, "A backup of this coordinator is already running, and one runs at a time: wait for it to end, then try again.")
+		return
+	}
+	defer b.running.Store(false)
+	start := time.Now()
+	out := &backupWriter{w: w, rc: http.NewResponseController(w)}
+	info, err := b.s.e.Backup(r.Context(), out)
+	if !out.started {
+		// Nothing was sent: an ordinary error answer.
+		if err == nil {
+			err = errors.New("the backup wrote nothing")
+		}
+		b.s.log.Warn("backup refused", "err", err)
+		writeErr(w, err)
+		return
+	}
+	h := w.Header()
+	if err != nil {
+		msg := err.Error()
+		if out.err != nil {
+			msg = "the client stopped reading: " + out.err.Error()
+		}
+		h.Set(BackupErrorTrailer, strings.ReplaceAll(msg, "\n", " "))
+		b.s.log.Warn("backup ended before its end", "err", msg, "bytes", out.n, "took", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	h.Set(BackupKeysTrailer, strconv.Itoa(info.Keys))
+	h.Set(BackupNodesTrailer, strconv.Itoa(info.Nodes))
+	b.s.log.Info("backup sent", "keys", info.Keys, "nodes", info.Nodes, "bytes", out.n, "read_ts", info.ReadTs,
+		"took", time.Since(start).Round(time.Millisecond))
+}
+
+// backupWriter sends the answer's header at the first byte (an error
+// before it is an ordinary error answer), and bounds each write by
+// backupStall.
+type backupWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+	n       int64
+	err     error
+}
+
+func (b *backupWriter) Write(p []byte) (int, error) {
+	if !b.started {
+		b.started = true
+		h := b.w.Header()
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Cache-Control", "no-store")
+		h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="coordinator-%s.backup"`, time.Now().UTC().Format("20060102T150405Z")))
+		h.Set("Trailer", BackupErrorTrailer+", "+BackupKeysTrailer+", "+BackupNodesTrailer)
+		b.w.WriteHeader(http.StatusOK)
+	}
+	// A writer that cannot have a deadline (a test's recorder) writes
+	// without one.
+	_ = b.rc.SetWriteDeadline(time.Now().Add(backupStall))
+	n, err := b.w.Write(p)
+	b.n += int64(n)
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection (the backup's
+// write deadlines).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

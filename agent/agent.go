@@ -18,6 +18,7 @@ import (
 	"github.com/bmedge/bmedge/agent/boot"
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/agent/relay"
+	"github.com/bmedge/bmedge/agent/sim"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 	"github.com/bmedge/bmedge/protocol/session"
@@ -35,9 +36,10 @@ type Agent struct {
 	// bmcs are the site's BMCs (agent/bmc).
 	bmcs *bmc.Set
 	// boot prepares and ends the nodes' ramdisk boots (agent/boot).
-	boot     *boot.Boot
-	sessions map[string]*session.Session
-	ctx      context.Context
+	boot *boot.Boot
+	// sim runs the simulated ramdisks (agent/sim, --simulate).
+	sim *sim.Sim
+	ctx context.Context
 	// metrics are served on Config.MetricsListen (metricsAddr, bound).
 	metrics     *agentMetrics
 	metricsAddr string
@@ -81,7 +83,7 @@ func New(cfg Config) *Agent {
 	if cfg.HeartbeatSummary <= 0 {
 		cfg.HeartbeatSummary = DefaultHeartbeatSummary
 	}
-	a := &Agent{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}, ready: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: cfg.Log, ready: make(chan struct{})}
 	a.ob = outbox.New(outbox.Config{Site: cfg.Site, Dir: cfg.StateDir, Limit: cfg.OutboxLimit, Resend: cfg.ResendInterval, Log: cfg.Log,
 		Publish: a.publish, Resent: func(n int) { a.metrics.resent.Add(float64(n)) }})
 	a.bmcs = bmc.New(bmc.Config{Site: cfg.Site, Log: cfg.Log, Builders: a.builders(), Concurrency: cfg.BMCConcurrency,
@@ -102,6 +104,11 @@ func New(cfg Config) *Agent {
 		}})
 	a.relay = relay.New(relay.Config{Site: cfg.Site, Log: cfg.Log, Summary: cfg.HeartbeatSummary, SiteBroker: cfg.SiteBroker, CAFile: cfg.CAFile,
 		Admit: a.boot.Admit, Up: a.publish, Outbox: a.ob, Local: a.deliverLocal, ImageArgs: a.imageArgs, NewID: outbox.NewID})
+	a.sim = sim.New(sim.Config{Site: cfg.Site, Log: cfg.Log, Opts: cfg.Sim, ResendInterval: cfg.ResendInterval, Info: a.bmcs.Info,
+		Transport: agentTransport{a}, Context: func() context.Context { return a.ctx },
+		Runner: func(node string, opts sim.Options, reboot func()) session.Runner {
+			return &simRunner{a: a, node: node, opts: opts, reboot: reboot}
+		}})
 	a.metrics = newAgentMetrics(a)
 	return a
 }
@@ -188,11 +195,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.relay.SummaryLoop(ctx)
 	go a.bmcs.PowerSyncLoop(ctx)
 	<-ctx.Done()
-	a.mu.Lock()
-	for _, r := range a.sessions {
-		r.Stop()
-	}
-	a.mu.Unlock()
+	a.sim.StopAll()
 	a.bmcs.CloseAll()
 	// A clean stop: say offline ourselves (the will is for crashes).
 	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -220,13 +223,7 @@ func (a *Agent) fromRamdisk(topic string, payload []byte) { a.relay.FromRamdisk(
 
 // deliverLocal hands a message to a node's simulated ramdisk, if it runs.
 func (a *Agent) deliverLocal(node string, m *protocol.Message) bool {
-	a.mu.Lock()
-	r := a.sessions[node]
-	a.mu.Unlock()
-	if r != nil {
-		r.Deliver(m)
-	}
-	return r != nil
+	return a.sim.Deliver(node, m)
 }
 
 // Outbox returns how many results wait for the coordinator's ack.
@@ -240,67 +237,9 @@ func (a *Agent) Outbox() int {
 // reports still in the outbox or kept as done-records.
 func (a *Agent) forget(node string) {
 	a.bmcs.Forget(node)
-	a.mu.Lock()
-	s := a.sessions[node]
-	delete(a.sessions, node)
-	a.mu.Unlock()
 	a.relay.Forget(node)
 	a.ob.Forget(node)
-	if s != nil {
-		s.Stop()
-	}
+	a.sim.Forget(node)
 	a.boot.Forget(node)
 	a.log.Info("node deleted at the coordinator: forgotten", "node", node)
-}
-
-func (a *Agent) onPower(node, state, boot string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if r := a.sessions[node]; r != nil {
-		r.Stop()
-		delete(a.sessions, node)
-	}
-	if state == protocol.PowerOff || boot != protocol.BootPXE {
-		return
-	}
-	opts := a.cfg.Sim
-	info := a.bmcs.Info(node)
-	if s, _ := info["fake_fail_step"].(string); s != "" {
-		opts.FailStep = s
-	}
-	if s, _ := info["fake_die_step"].(string); s != "" {
-		opts.DieStep = s
-	}
-	if s, _ := info["fake_reboot_step"].(string); s != "" {
-		opts.RebootStep = s
-	}
-	if s, _ := info["fake_no_boot"].(string); s == "true" {
-		opts.NoBoot = true
-	}
-	if s, _ := info["fake_step_seconds"].(string); s != "" {
-		var f float64
-		if _, err := fmt.Sscanf(s, "%g", &f); err == nil {
-			opts.StepDuration = time.Duration(f * float64(time.Second))
-		}
-	}
-	if opts.NoBoot {
-		return
-	}
-	s := session.New(session.Config{Site: a.cfg.Site, Node: node, Heartbeat: opts.Heartbeat, ResendInterval: a.cfg.ResendInterval,
-		Runner: &simRunner{a: a, node: node, opts: opts, reboot: func() {
-			// As a crash-only agent does: the node reboots into a new
-			// ramdisk boot that the coordinator did not ask for.
-			go a.onPower(node, protocol.PowerOn, protocol.BootPXE)
-		}}, Transport: agentTransport{a}, Log: a.log})
-	a.sessions[node] = s
-	go func() {
-		select {
-		case <-a.ctx.Done():
-			return
-		case <-s.Stopped():
-			return
-		case <-time.After(opts.BootDelay):
-		}
-		s.Run(a.ctx)
-	}()
 }

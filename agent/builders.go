@@ -6,7 +6,6 @@ import (
 
 	"github.com/bmedge/bmedge/agent/bmc"
 	"github.com/bmedge/bmedge/drivers"
-	"github.com/bmedge/bmedge/drivers/fake"
 	"github.com/bmedge/bmedge/drivers/ipmi"
 	"github.com/bmedge/bmedge/drivers/qemuvm"
 	"github.com/bmedge/bmedge/drivers/redfish"
@@ -21,12 +20,7 @@ func (a *Agent) builders() map[string]bmc.Builder {
 	str := func(info map[string]any, k string) string { v, _ := info[k].(string); return v }
 	return map[string]bmc.Builder{
 		"fake": {NoPowerSync: true, New: func(node string, info map[string]any, have int) (drivers.BMC, error) {
-			if have >= a.cfg.Sim.Nodes {
-				return nil, fmt.Errorf("site %s simulates %d nodes and all are taken; start the agent with a larger --simulate", a.cfg.Site, a.cfg.Sim.Nodes)
-			}
-			opts := fake.Options{Delay: a.cfg.Sim.BMCDelay, FailValidate: str(info, "fake_fail_validate")}
-			opts.OnPower = func(state, boot string) { a.onPower(node, state, boot) }
-			return fake.New(opts), nil
+			return a.sim.NewBMC(node, info, have) // a.sim is built after the BMC set
 		}},
 		"qemu-dev": {New: func(node string, info map[string]any, _ int) (drivers.BMC, error) {
 			if a.cfg.QEMU.Kernel == "" {

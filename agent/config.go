@@ -9,6 +9,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent/boot"
 	"github.com/bmedge/bmedge/agent/relay"
+	"github.com/bmedge/bmedge/agent/sim"
 	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
@@ -36,20 +37,8 @@ func LoadCredentials(path string) (Credentials, error) {
 	return c, nil
 }
 
-// SimOptions shape the simulated nodes. Per node, driver_info keys
-// fake_fail_step, fake_die_step, fake_reboot_step, fake_no_boot and
-// fake_step_seconds override them (for failure injection in tests).
-type SimOptions struct {
-	Nodes        int
-	StepDuration time.Duration
-	BootDelay    time.Duration
-	Heartbeat    time.Duration
-	BMCDelay     time.Duration
-	FailStep     string // every node fails this in-band step
-	DieStep      string // every node's ramdisk dies during this step
-	RebootStep   string // every node's ramdisk reboots on its own during this step
-	NoBoot       bool   // no ramdisk ever boots
-}
+// SimOptions shape the simulated nodes (agent/sim's Options).
+type SimOptions = sim.Options
 
 // QEMUOptions configure the development driver qemu-dev: the ramdisk the
 // VMs boot and the broker address as the guests see it.

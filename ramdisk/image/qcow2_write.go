@@ -538,7 +538,7 @@ func (q *qcowWriter) close() {
 // the same file (nil: none). It returns the disk bytes written: the whole
 // virtual size once it succeeds. The caller fsyncs and compares the
 // checksum.
-func writeQcow2(ctx context.Context, br *bufio.Reader, r ranger, w *disk.Writer, dev disk.Device, src Source, opts Options, cr *countingReader, total uint64) (uint64, error) {
+func writeQcow2(ctx context.Context, br *bufio.Reader, r ranger, w deviceWriter, dev disk.Device, src Source, opts Options, cr *countingReader, total uint64) (uint64, error) {
 	head, _ := br.Peek(4096)
 	h, err := parseQcowHeader(head)
 	if errors.Is(err, errQcowShortHeader) {
@@ -624,7 +624,7 @@ func qcowErr(ctx context.Context, src Source, written uint64, err error) error {
 // block device (the device or the kernel writes the zeros, no buffer
 // passes through the ramdisk), else writes of a zero buffer. done gets
 // each range's length as it is done.
-func zeroRanges(ctx context.Context, w *disk.Writer, dev disk.Device, opts Options, ranges [][2]uint64, done func(uint64)) error {
+func zeroRanges(ctx context.Context, w deviceWriter, dev disk.Device, opts Options, ranges [][2]uint64, done func(uint64)) error {
 	if len(ranges) == 0 {
 		return nil
 	}

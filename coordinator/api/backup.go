@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -24,10 +25,15 @@ const (
 	BackupNodesTrailer = "Bmedge-Backup-Nodes"
 )
 
-// backupStall is how long one write of a backup to its client may take:
-// a client that stops reading is cut off, so that it cannot keep the
-// database's snapshot (and the one backup slot) for ever.
-const backupStall = 2 * time.Minute
+// backupStall is how long one write of a backup to its client may take,
+// and backupMax how long a whole backup may: a client that stops reading,
+// or reads a trickle, is cut off, so that it cannot keep the database's
+// snapshot (which holds back Badger's compaction of older versions) and
+// the one backup slot for ever.
+const (
+	backupStall = 2 * time.Minute
+	backupMax   = time.Hour
+)
 
 // backupHandler serves POST /v1/backup: the coordinator's database as an
 // encrypted backup (engine.Backup), one at a time. It is an operator's
@@ -58,7 +64,12 @@ func (b *backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer b.running.Store(false)
 	start := time.Now()
 	out := &backupWriter{w: w, rc: http.NewResponseController(w)}
-	info, err := b.s.e.Backup(r.Context(), out)
+	ctx, cancel := context.WithTimeout(r.Context(), backupMax)
+	defer cancel()
+	info, err := b.s.e.Backup(ctx, out)
+	if ctx.Err() == context.DeadlineExceeded {
+		err = fmt.Errorf("the backup took longer than %s, the most one may take; read it faster (or from closer)", backupMax)
+	}
 	if !out.started {
 		// Nothing was sent: an ordinary error answer.
 		if err == nil {

@@ -15,6 +15,8 @@
 #   ipxe-qemu ovmf qemu-system-x86
 #                         QEMU VMs that boot by PXE on the network boot tests' site network
 #                         (UEFI firmware, NIC ROMs); make ramdisk installs them too
+#   qemu-utils            qemu-img, which makes the qcow2 images the ramdisk's image writer is tested with
+#                         (ramdisk/image, ramdisk/steps, ramdisk/e2e_test.go)
 #   busybox               udhcpc, an independent DHCP client for the network boot tests
 #   iproute2 util-linux   ip (bridges, taps, veths) and nsenter for those tests' network namespaces
 #   apache2-utils         htpasswd, whose `-B` entries (bcrypt cost 5) the coordinator must refuse
@@ -33,7 +35,7 @@
 set -euo pipefail
 
 PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus
-	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 busybox iproute2 util-linux chromium chromium-driver systemd)
+	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 qemu-utils busybox iproute2 util-linux chromium chromium-driver systemd)
 # cloud-init: its own config drive reader (read_config_drive) checks the config drives the ramdisk writes
 PACKAGES+=(cloud-init)
 # fdisk: sfdisk, an independent partition table reader for the config drive tests

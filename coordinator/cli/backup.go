@@ -33,7 +33,8 @@ it needs that db.key: keep a copy of the key apart from the backups, as you keep
 passwords; without it the backup cannot be read by anyone, you included.
 
 One backup runs at a time: another one meanwhile is refused (HTTP 409). With --auth
-http_basic it needs an htpasswd user's credentials, as every request does. The file is
+http_basic it needs an htpasswd user's credentials, as every request does. A backup may
+take an hour at most, and is given up when nothing arrives for 5 minutes. The file is
 written beside FILE under a temporary name and renamed to FILE once the coordinator has
 sent it whole; an interrupted backup leaves no FILE. FILE must not exist.`
 

@@ -133,7 +133,19 @@ func checkBlock(buf []byte, off uint64, pass uint32) string {
 func burnInOne(ctx context.Context, dev Device, opts BurnInOptions) (res BurnInResult) {
 	res.Device = dev.Path
 	start := time.Now()
+	// phase is the write or read time being measured, so that a burn-in
+	// that fails part-way still reports the rate it reached.
+	var phase *time.Duration
+	var phaseStart time.Time
+	begin := func(p *time.Duration) { phase, phaseStart = p, time.Now() }
+	stop := func() {
+		if phase != nil {
+			*phase += time.Since(phaseStart)
+			phase = nil
+		}
+	}
 	defer func() {
+		stop()
 		res.Seconds = time.Since(start).Seconds()
 		if s := res.writeDur.Seconds(); s > 0 {
 			res.WriteMBps = float64(res.BytesWritten) / 1e6 / s
@@ -200,7 +212,7 @@ func burnInOne(ctx context.Context, dev Device, opts BurnInOptions) (res BurnInR
 			}
 			end := min(off+window, size)
 			// Write the window.
-			t0 := time.Now()
+			begin(&res.writeDur)
 			for o := off; o < end; o += uint64(chunk) {
 				n := min(uint64(chunk), end-o)
 				for b := uint64(0); b < n; b += burnBlock {
@@ -219,9 +231,9 @@ func burnInOne(ctx context.Context, dev Device, opts BurnInOptions) (res BurnInR
 				}
 				dropCache(w)
 			}
-			res.writeDur += time.Since(t0)
+			stop()
 			// Read it back and verify.
-			t0 = time.Now()
+			begin(&res.read)
 			for o := off; o < end; o += uint64(chunk) {
 				n := min(uint64(chunk), end-o)
 				got, err := w.ReadAt(buf[:n], int64(o))
@@ -240,7 +252,7 @@ func burnInOne(ctx context.Context, dev Device, opts BurnInOptions) (res BurnInR
 				}
 				res.BytesVerified += n
 			}
-			res.read += time.Since(t0)
+			stop()
 			off = end
 			progress(pass, off)
 		}

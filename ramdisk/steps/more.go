@@ -161,8 +161,10 @@ func protectedPolicy(devs []disk.Device, args map[string]any, step string) (targ
 	var refused []string
 	for _, d := range devs {
 		switch {
-		case d.ParamsMedium || d.VirtualMedia:
-			skipped[d.Path] = d.Protected()
+		case d.ParamsMedium:
+			skipped[d.Path] = "the boot parameters medium"
+		case d.VirtualMedia:
+			skipped[d.Path] = "virtual media"
 		case d.ReadOnly:
 			if !skipRO {
 				refused = append(refused, fmt.Sprintf("%s is read-only (set %s=true to skip it)", d.Path, drivers.ArgEraseSkipReadOnly))

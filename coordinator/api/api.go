@@ -28,11 +28,15 @@ import (
 // (always null), 1.84 continue_inspection (not served: the ramdisk's
 // inventory comes over MQTT), 1.85 unhold (releases a node from clean,
 // deploy or service hold), 1.86 firmware_interface (no-firmware), 1.87
-// the service verb and service_step.
+// the service verb and service_step, 1.88 port names (refused: not kept),
+// 1.89 virtual media attach (not served), 1.90 OVN VTEP keys of
+// local_link_connection (refused: not kept), 1.91 .json in names (never
+// stripped here, at any version), 1.92 runbooks
+// (docs/ironic-compat.md).
 const (
 	MinVersion = "1.1"
-	MaxVersion = "1.87"
-	maxMinor   = 87
+	MaxVersion = "1.92"
+	maxMinor   = 92
 )
 
 // maxLimit is the longest page of a list (Ironic's max_limit).

@@ -514,8 +514,15 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 		Node     string         `json:"node"`
 		Extra    map[string]any `json:"extra"`
 		PXE      *bool          `json:"pxe_enabled"`
+		// Not kept here: refused rather than ignored (templates.go).
+		Name      any `json:"name"`
+		LocalLink any `json:"local_link_connection"`
 	}
 	if !decode(w, r, &body) {
+		return
+	}
+	if msg := portFieldsRefused(body.Name, body.LocalLink); msg != "" {
+		writeError(w, 400, msg)
 		return
 	}
 	node := body.NodeUUID

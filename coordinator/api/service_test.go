@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	bmapi "github.com/bmedge/bmedge/coordinator/api"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 )
 
@@ -94,12 +95,12 @@ func TestServiceVerb(t *testing.T) {
 	oob := `{"target":"service","service_steps":[{"interface":"management","step":"fake_reset_bmc","args":{"delay":0.05}}]}`
 	inband := `{"target":"service","service_steps":[{"interface":"deploy","step":"inspect_hardware"}]}`
 
-	// Below 1.87 the verb does not exist (Ironic: 406), and the maximum
-	// version says 1.87.
+	// Below 1.87 the verb does not exist (Ironic: 406); the maximum
+	// version is the API's.
 	id := activeNode("svc1")
 	a := provision(id, "1.86", oob, 406)
-	if a.header["x-openstack-ironic-api-maximum-version"] != "1.87" {
-		t.Fatalf("maximum version %q, want 1.87", a.header["x-openstack-ironic-api-maximum-version"])
+	if a.header["x-openstack-ironic-api-maximum-version"] != bmapi.MaxVersion {
+		t.Fatalf("maximum version %q, want %s", a.header["x-openstack-ironic-api-maximum-version"], bmapi.MaxVersion)
 	}
 	if n := get(id); n.State != "active" {
 		t.Fatalf("refused verb moved the node to %q", n.State)

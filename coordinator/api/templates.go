@@ -391,3 +391,18 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// portFieldsRefused says why a port's name (API 1.88) or
+// local_link_connection (1.19; OVN VTEP switch keys 1.90) is refused:
+// this coordinator keeps neither (no port names; its network interface is
+// noop, so no switch is ever configured from a port), and a field that
+// would be accepted and ignored is refused instead.
+func portFieldsRefused(name, llc any) string {
+	switch {
+	case name != nil:
+		return "Port names (API 1.88) are not kept by this coordinator: leave out \"name\"; ports are named by their MAC address and UUID"
+	case llc != nil:
+		return "local_link_connection is not kept by this coordinator: its network interface is noop, so no switch port is configured from it; leave it out"
+	}
+	return ""
+}

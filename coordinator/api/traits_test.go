@@ -20,7 +20,9 @@ import (
 // the node); PUT of the whole list, PUT of one trait (204, Location),
 // GET, DELETE of one and of all; refusals: a name that is neither a
 // standard nor a CUSTOM_ trait, more than 50, a body with PUT of one
-// trait, a trait the node does not have (404), a PATCH of /traits.
+// trait, a trait the node does not have (404), a PATCH of /traits. And
+// port name (1.88) and local_link_connection (1.90), which ports here do
+// not keep, refused (400) rather than ignored.
 func TestNodeTraits(t *testing.T) {
 	c := testrig.Coordinator(t, testrig.Options{})
 	testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 1})
@@ -106,6 +108,20 @@ func TestNodeTraits(t *testing.T) {
 	do("1.37", "DELETE", "/traits", "", 204)
 	if got := traits(); len(got) != 0 {
 		t.Fatalf("after removing all: %v", got)
+	}
+
+	// What 1.88 and 1.90 add to ports is not kept here: refused, not
+	// ignored (the maximum version, 1.92, rests on it).
+	for _, body := range []string{
+		`{"address": "52:54:00:00:00:01", "node_uuid": "` + id + `", "name": "eth0"}`,
+		`{"address": "52:54:00:00:00:01", "node_uuid": "` + id + `", "local_link_connection": {"port_id": "1", "switch_id": "aa:bb:cc:dd:ee:ff"}}`,
+	} {
+		if a := vcurl(t, base, "1.92", "POST", "/v1/ports", body); a.status != 400 {
+			t.Fatalf("port create %s: %d, want 400: %s", body, a.status, a.body)
+		}
+	}
+	if a := vcurl(t, base, "1.92", "GET", "/v1/ports?node="+id, ""); a.status != 200 || strings.Contains(a.body, "52:54:00:00:00:01") {
+		t.Fatalf("a refused port was created: %d %s", a.status, a.body)
 	}
 }
 

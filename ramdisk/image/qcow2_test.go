@@ -252,6 +252,12 @@ func TestWriteQcow2Refusals(t *testing.T) {
 	ext, _ := os.ReadFile(filepath.Join(dir, "ext.qcow2"))
 	qemuImg(t, "create", "-f", "qcow2", "-o", "extended_l2=on", filepath.Join(dir, "l2x.qcow2"), "1M")
 	l2x, _ := os.ReadFile(filepath.Join(dir, "l2x.qcow2"))
+	others := map[string][]byte{}
+	for _, f := range []string{"vmdk", "vhdx", "vdi", "qed"} {
+		p := filepath.Join(dir, "img."+f)
+		qemuImg(t, "convert", "-f", "raw", "-O", f, filepath.Join(dir, "raw.img"), p)
+		others[f], _ = os.ReadFile(p)
+	}
 	unknown := append([]byte(nil), good...)
 	unknown[72+7] |= 1 << 5
 	corrupt := append([]byte(nil), good...)
@@ -277,7 +283,7 @@ func TestWriteQcow2Refusals(t *testing.T) {
 		"good.qcow2": good, "goodc.qcow2": goodc, "overlay.qcow2": overlay, "enc.qcow2": enc, "ext.qcow2": ext, "l2x.qcow2": l2x,
 		"unknown.qcow2": unknown, "corrupt.qcow2": corrupt, "v4.qcow2": v4, "ends.qcow2": ends,
 		"cut.qcow2": good[:len(good)/2], "cutc.qcow2": goodc[:len(goodc)-1000], "header.qcow2": good[:50],
-		"raw.img": raw,
+		"raw.img": raw, "img.vmdk": others["vmdk"], "img.vhdx": others["vhdx"], "img.vdi": others["vdi"], "img.qed": others["qed"],
 	}
 	srv, _ := qcowServer(t, files)
 	cases := []struct {
@@ -304,6 +310,10 @@ func TestWriteQcow2Refusals(t *testing.T) {
 		{"larger than the device", "/range/good.qcow2", Options{InsecureSkipChecksum: true}, 1 << 20, "virtual size of 2097152 bytes, larger than"},
 		{"disk_format raw, image qcow2", "/range/good.qcow2", Options{InsecureSkipChecksum: true, DiskFormat: "raw"}, 0, "is qcow2 but instance_info image_disk_format says raw"},
 		{"disk_format qcow2, image raw", "/range/raw.img", Options{InsecureSkipChecksum: true, DiskFormat: "qcow2"}, 0, "is raw but instance_info image_disk_format says qcow2"},
+		{"VMDK", "/plain/img.vmdk", Options{InsecureSkipChecksum: true}, 0, "is VMDK, which the ramdisk does not write"},
+		{"VHDX", "/plain/img.vhdx", Options{InsecureSkipChecksum: true}, 0, "is VHDX, which"},
+		{"VDI", "/plain/img.vdi", Options{InsecureSkipChecksum: true}, 0, "is VDI, which"},
+		{"QED", "/plain/img.qed", Options{InsecureSkipChecksum: true}, 0, "is QED, which"},
 		{"disk_format vmdk", "/range/good.qcow2", Options{InsecureSkipChecksum: true, DiskFormat: "vmdk"}, 0, `image_disk_format "vmdk" is not supported`},
 	}
 	for _, c := range cases {

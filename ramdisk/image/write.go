@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/sha512"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -274,6 +275,8 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 	case isQcow:
 		// Streamed by writeQcow2 below, the tables read ahead with Range
 		// requests where the server answers them.
+	case otherFormat(br) != "":
+		return res, fmt.Errorf("image %s is %s, which the ramdisk does not write; convert it with 'qemu-img convert -O qcow2' (or -O raw)", src, otherFormat(br))
 	case bytes.HasPrefix(magic, []byte{0xfd, '7', 'z', 'X'}):
 		return res, fmt.Errorf("image %s is xz-compressed, which is not supported; recompress it with gzip or zstd", src)
 	default:
@@ -631,6 +634,24 @@ func copyToDevice(ctx context.Context, cancel context.CancelCauseFunc, stream io
 			return written, fmt.Errorf("reading image %s failed after %d bytes were written: %w; the device holds a partial image, write again", src, written, readErr(ctx, c.err))
 		}
 	}
+}
+
+// otherFormat names the virtual disk formats other than qcow2 that start
+// with a magic of their own (qemu's probes), which written as they are
+// would leave a disk that boots nothing; "" for any other image.
+func otherFormat(br *bufio.Reader) string {
+	head, _ := br.Peek(68)
+	switch {
+	case bytes.HasPrefix(head, []byte("KDMV")), bytes.HasPrefix(head, []byte("# Disk DescriptorFile")):
+		return "VMDK"
+	case bytes.HasPrefix(head, []byte("vhdxfile")):
+		return "VHDX"
+	case len(head) >= 68 && binary.LittleEndian.Uint32(head[64:]) == 0xbeda107f:
+		return "VDI"
+	case bytes.HasPrefix(head, []byte("QED\x00")):
+		return "QED"
+	}
+	return ""
 }
 
 // fill reads into buf until it is full, the stream ends (io.EOF, a clean

@@ -38,7 +38,9 @@ var verbs = []verb{
 		from: "manageable", to: "manageable",
 		long: `A clean steps file is Ironic's list: [{"interface": "deploy", "step": "erase_devices_metadata",
 "args": {}}], run in order. Every step and argument is checked before anything runs; a bad
-list leaves the node in clean failed with a last_error that names the step and the argument.`},
+list leaves the node in clean failed with a last_error that names the step and the argument.
+The reserved step {"interface": "deploy", "step": "hold"} stops the node there in clean hold
+(its ramdisk kept running, no timeout) until 'node unhold NODE' or 'node abort NODE'.`},
 	{name: "deploy", target: "active", short: "Write the image of instance_info to a node and boot it",
 		from: "available (needs instance_info/image_source)", to: "active",
 		long: "Set the image first: node set NODE --instance-info image_source=URL --instance-info image_checksum=sha256:HEX."},
@@ -62,10 +64,19 @@ through the site's edge agent with no reboot; an in-band step boots the ramdisk 
 and then the instance again. Steps that erase or rewrite the instance's disk (erase_devices,
 erase_devices_metadata, write_image) are refused (400). A step that fails leaves the node in
 service failed and in maintenance: unset maintenance, then service again, rescue, undeploy or
-abort (back to active).`},
+abort (back to active). The step {"interface": "deploy", "step": "hold"} stops the node in
+service hold until 'node unhold NODE', 'node abort NODE' (back to active) or service again.`},
+	{name: "unhold", target: "unhold", short: "Release a node that a hold step stopped, going on with its next step",
+		from: "clean hold, deploy hold, service hold", to: "where the held operation was going",
+		long: `A hold step ({"interface": "deploy", "step": "hold"} in clean steps, service steps or deploy
+steps) stops a node in clean hold, deploy hold or service hold: unlocked, with no timeout,
+its ramdisk (if booted) kept running, so that the operator can look at it. unhold (Ironic API
+1.85) takes it back to its WAIT state and on with the step after the hold; abort stops the
+operation instead. With --wait, unhold follows the node until it rests, or until another
+hold step stops it.`},
 	{name: "abort", target: "abort", short: "Stop a node's operation where it waits",
-		from: "clean wait, inspect wait, rescue wait, wait call-back, service wait, service failed",
-		to:   "the matching failed state (active from service wait and service failed)",
+		from: "clean wait, inspect wait, rescue wait, wait call-back, service wait, clean hold, deploy hold, service hold, service failed",
+		to:   "the matching failed state (active from service wait, service hold and service failed)",
 		long: `Abort during an abortable step fails the node at once ("aborted by request during step X");
 during a step that cannot be aborted (write_image) the node fails as soon as the step ends.
 Abort in service wait, as Ironic's, fails the service and boots the node back into its
@@ -92,7 +103,7 @@ func verbTable() string {
 	return b.String()
 }
 
-const waitUsage = "follow the node until it rests, printing its state and step; exit 1 with last_error when it rests anywhere but the verb's target; with SECONDS (--wait 600 or --wait=600) exit 2 after that long"
+const waitUsage = "follow the node until it rests, printing its state and step; exit 1 with last_error when it rests anywhere but the verb's target, 0 when it rests there or a hold step holds it; with SECONDS (--wait 600 or --wait=600) exit 2 after that long"
 
 var nodeLong = `Nodes are enrolled with create, changed with set and unset, and moved through Ironic's
 state machine by one verb each (docs/states.md has the whole machine):
@@ -100,8 +111,9 @@ state machine by one verb each (docs/states.md has the whole machine):
 ` + verbTable() + `
 ` + "`--wait[=SECONDS]`" + ` follows the node, printing each state and the running step with its
 progress (on a terminal, one live line with the time so far), and exits 0 when it rests
-in the verb's target, 1 with last_error when it rests anywhere else (a failed state, or
-back where it came from), 2 when SECONDS pass; the operation carries on at the
+in the verb's target (or a hold step holds it: clean hold, deploy hold, service hold), 1
+with last_error when it rests anywhere else (a failed state, or back where it came from),
+2 when SECONDS pass; the operation carries on at the
 coordinator after a timeout or Ctrl-C, and ` + "`node wait NODE`" + ` follows it again.
 
 Values of K=V flags that look like integers, booleans or JSON become those types.`
@@ -543,6 +555,13 @@ func (c *cmd) verbCmd(v verb) *cobra.Command {
 			body := map[string]any{"target": v.target}
 			switch v.name {
 			case "clean", "service":
+				if runbook != "" {
+					if steps != "" {
+						return usagef("node %s takes either --%s-steps or --runbook, not both", v.name, v.name)
+					}
+					body["runbook"] = runbook
+					break
+				}
 				if steps == "" {
 					example := `[{"interface": "deploy", "step": "erase_devices_metadata"}]`
 					if v.name == "service" {
@@ -555,13 +574,6 @@ func (c *cmd) verbCmd(v verb) *cobra.Command {
 				if steps == "-" {
 					b, err = io.ReadAll(c.stdin)
 				} else {
-				if runbook != "" {
-					if steps != "" {
-						return usagef("node %s takes either --%s-steps or --runbook, not both", v.name, v.name)
-					}
-					body["runbook"] = runbook
-					break
-				}
 					b, err = os.ReadFile(steps)
 				}
 				if err != nil {
@@ -600,6 +612,11 @@ func (c *cmd) verbCmd(v verb) *cobra.Command {
 	case "service":
 		fs.StringVar(&steps, "service-steps", "", "JSON list of service steps, from a `FILE` or - for standard input (required unless --runbook)")
 		_ = cc.MarkFlagFilename("service-steps", "json")
+	}
+	if v.name == "clean" || v.name == "service" {
+		fs.StringVar(&runbook, "runbook", "", "run the steps of this `RUNBOOK` (name or UUID; the node needs a trait of its name) instead of --"+v.name+"-steps")
+	}
+	switch v.name {
 	case "rescue":
 		fs.StringVar(&rescuePW, "rescue-password", "", "password of the rescue user (`PW`, required)")
 		_ = cc.RegisterFlagCompletionFunc("rescue-password", cobra.NoFileCompletions)
@@ -612,11 +629,6 @@ func (c *cmd) nodeWait() *cobra.Command {
 	var w waitFlag
 	cc := c.nodeArg("wait NODE", "Follow a node until it rests, without starting anything", nil)
 	cc.Long = "Follows the node as --wait does, without starting anything: exits 0 when it rests where\nits operation was going (or already rests in a state that is not a failure), 1 with\nlast_error when it rests anywhere else, 2 after --wait SECONDS."
-	}
-	if v.name == "clean" || v.name == "service" {
-		fs.StringVar(&runbook, "runbook", "", "run the steps of this `RUNBOOK` (name or UUID; the node needs a trait of its name) instead of --"+v.name+"-steps")
-	}
-	switch v.name {
 	cc.Example = "  coordinator node wait n2\n  coordinator node wait n2 --wait 600"
 	cc.RunE = func(_ *cobra.Command, a []string) error {
 		cl, err := c.apiClient()
@@ -630,13 +642,22 @@ func (c *cmd) nodeWait() *cobra.Command {
 }
 
 func (c *cmd) nodePower() *cobra.Command {
-	targets := []string{"on", "off", "reboot"}
-	api := map[string]string{"on": "power on", "off": "power off", "reboot": "rebooted"}
+	var w waitFlag
+	targets := []string{"on", "off", "reboot", "soft-off", "soft-reboot"}
+	api := map[string]string{"on": "power on", "off": "power off", "reboot": "rebooting", "soft-off": "soft power off", "soft-reboot": "soft rebooting"}
 	cc := clientCmd(&cobra.Command{
-		Use:   "power NODE on|off|reboot",
+		Use:   "power NODE on|off|reboot|soft-off|soft-reboot",
 		Short: "Power a resting node on or off, or reboot it",
-		Long:  "Asks the site's edge agent to power the node through its BMC; refused while the node is\nunder an operation.",
-		Args:  args("NODE", "on|off|reboot"),
+		Long: `Asks the site's edge agent to power the node through its BMC (Ironic's PUT states/power:
+power on, power off, rebooting, soft power off, soft rebooting); refused (409) while the node
+is under an operation. soft-off and soft-reboot ask the operating system to shut down first
+(IPMI soft-off, Redfish GracefulShutdown) and force the power off if it has not in time.
+
+Without --wait the command returns once the coordinator took the request; the power state
+changes when the BMC has answered ('node show NODE -c power_state'). With --wait it follows
+the node until the BMC has answered: exit 0 when the node is in the power state asked for
+(power on after a reboot), 1 with last_error when the change failed, 2 after SECONDS.`,
+		Args: args("NODE", "on|off|reboot|soft-off|soft-reboot"),
 		ValidArgsFunction: func(cc *cobra.Command, a []string, s string) ([]string, cobra.ShellCompDirective) {
 			if len(a) == 1 {
 				return targets, cobra.ShellCompDirectiveNoFileComp
@@ -646,7 +667,7 @@ func (c *cmd) nodePower() *cobra.Command {
 		RunE: func(_ *cobra.Command, a []string) error {
 			target := api[a[1]]
 			if target == "" {
-				return usagef("power %q is not known; use on, off or reboot", a[1])
+				return usagef("power %q is not known; use on, off, reboot, soft-off or soft-reboot", a[1])
 			}
 			cl, err := c.apiClient()
 			if err != nil {
@@ -655,11 +676,19 @@ func (c *cmd) nodePower() *cobra.Command {
 			if _, _, err := cl.do("PUT", nodePath(a[0], "/states/power"), map[string]string{"target": target}, nil); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.out, "node %s: power %s requested\n", a[0], a[1])
-			return nil
+			if !w.on {
+				fmt.Fprintf(c.out, "node %s: power %s requested\n", a[0], a[1])
+				return nil
+			}
+			want := "power on"
+			if a[1] == "off" || a[1] == "soft-off" {
+				want = "power off"
+			}
+			return c.followPower(cl, a[0], a[1], want, time.Duration(w.secs)*time.Second)
 		},
 	}, false)
-	cc.Example = "  coordinator node power n1 reboot"
+	cc.Example = "  coordinator node power n1 reboot --wait\n  coordinator node power n1 soft-off --wait 300"
+	addWait(cc.Flags(), &w, "follow the node until the BMC has answered; exit 0 in the power state asked for, 1 with last_error when the change failed; with SECONDS (--wait 300 or --wait=300) exit 2 after that long")
 	return cc
 }
 
@@ -675,11 +704,11 @@ func (c *cmd) nodeSteps() *cobra.Command {
 			return err
 		}
 		if code == 202 {
-			fmt.Fprintf(c.err, "%s (Retry-Request-After: %s)\n", resp.Message, hdr.Get("Retry-Request-After"))
+			fmt.Fprintln(c.err, retrySentence(resp.Message, hdr.Get("Retry-Request-After"), id))
 		}
 		return c.table(resp.Steps, []string{"interface", "step", "priority", "abortable", "requires_ramdisk"})
 	})
-	cc.Long = "Lists the clean steps of the node's driver and ramdisk, in the order they run. Until the\nnode's ramdisk has reported its steps (after inspect or a cleaning), the API answers 202\nand says why."
+	cc.Long = "Lists the clean steps of the node's driver and ramdisk, in the order they run. Until the\nnode's ramdisk has reported its steps (after inspect or a cleaning), only the driver's\nout-of-band steps are listed, and a note on standard error says when to ask again."
 	cc.Example = "  coordinator node steps n1 --min-priority 1    # what automated cleaning runs"
 	cc.Flags().IntVar(&min, "min-priority", 0, "only steps with at least this priority (`N`)")
 	_ = cc.RegisterFlagCompletionFunc("min-priority", cobra.NoFileCompletions)

@@ -4,14 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"gopkg.in/yaml.v3"
 )
 
-// formats are the values of -f, as the baremetal CLI's.
-var formats = []string{"table", "json", "yaml"}
+// formats are the values of -f, as the baremetal CLI's: value prints
+// bare values for scripts (a list's rows one per line with their values
+// separated by spaces, a record's values one per line), as openstack
+// clients' -f value does.
+var formats = []string{"table", "json", "yaml", "value"}
 
 func knownFormat(f string) bool {
 	for _, x := range formats {
@@ -102,6 +106,16 @@ func (c *cmd) table(rows []map[string]any, cols []string) error {
 	if err != nil {
 		return err
 	}
+	if c.format == "value" {
+		for _, r := range rows {
+			vals := make([]string, len(picked))
+			for i, col := range picked {
+				vals[i] = valueCell(r[col])
+			}
+			fmt.Fprintln(c.out, strings.Join(vals, " "))
+		}
+		return nil
+	}
 	if c.format != "table" {
 		if rows == nil {
 			rows = []map[string]any{}
@@ -147,6 +161,29 @@ func cell(v any) string {
 	return fmt.Sprint(v)
 }
 
+// valueCell is a value as -f value prints it: as openstack clients
+// print them (None for a null, True and False), lists and objects as
+// JSON, strings bare.
+func valueCell(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "None"
+	case bool:
+		if x {
+			return "True"
+		}
+		return "False"
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case map[string]any, []any:
+		b, _ := json.Marshal(x)
+		return string(b)
+	}
+	return fmt.Sprint(v)
+}
+
 // record prints one object as field/value lines, or JSON or YAML; -c
 // picks the fields.
 func (c *cmd) record(v map[string]any) error {
@@ -160,6 +197,12 @@ func (c *cmd) record(v map[string]any) error {
 	picked, err := c.pick(keys, []map[string]any{v})
 	if err != nil {
 		return err
+	}
+	if c.format == "value" {
+		for _, k := range picked {
+			fmt.Fprintln(c.out, valueCell(v[k]))
+		}
+		return nil
 	}
 	if c.format != "table" {
 		if len(c.columns) > 0 {

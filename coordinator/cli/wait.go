@@ -51,6 +51,14 @@ func (c *cmd) follow(cl *client, id, verb string, limit time.Duration) error {
 		}
 		p.update(time.Since(start), id, describe(n, state, target))
 		resv, _ := n["reservation"].(string)
+		if resv == "" && fsm.IsHold(fsm.State(state)) {
+			// A hold step stopped the operation where the operator
+			// asked: waiting on would wait for the operator himself.
+			p.end()
+			fmt.Fprintf(c.err, "node %s is held in %s%s; go on with 'coordinator node unhold %s', or stop with 'coordinator node abort %s'\n",
+				id, state, heldBy(n), id, id)
+			return nil
+		}
 		// At rest: unlocked in a stable state (a failed state may keep
 		// its target, as Ironic's deploy failed → active does).
 		if resv == "" && (target == "" || fsm.Stable(fsm.State(state))) {
@@ -92,6 +100,16 @@ func (c *cmd) follow(cl *client, id, verb string, limit time.Duration) error {
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// heldBy names the hold step that holds a node (" by step deploy.hold").
+func heldBy(n map[string]any) string {
+	for _, k := range []string{"clean_step", "deploy_step", "service_step"} {
+		if s, ok := n[k].(map[string]any); ok && s["step"] != nil {
+			return fmt.Sprintf(" by step %v.%v", s["interface"], s["step"])
+		}
+	}
+	return ""
 }
 
 // interrupted says, after Ctrl-C, that only the waiting stopped.

@@ -52,6 +52,10 @@ type siteCache struct {
 	// the cache (a resent command or ten thousand nodes log it once).
 	mu     sync.Mutex
 	passed map[string]bool
+	// drives passes config drive URLs through (configdrive.go), at
+	// driveBase + token.
+	drives    *driveProxy
+	driveBase string
 }
 
 // firstPass tells whether src is logged as not cached for the first time.
@@ -119,13 +123,16 @@ func (a *Agent) startImageCache(ctx context.Context) (stop func(), err error) {
 	ln = budgeted(ln, "image-cache", lim, DefaultImageCacheConns, a.log)
 	mux := http.NewServeMux()
 	mux.Handle(imagecache.PathPrefix, c.Handler())
+	drives := newDriveProxy(o.Client)
+	mux.Handle(DrivePathPrefix, drives)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: netbudget.ConnState(nil)}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("image cache listener stopped", "err", err)
 		}
 	}()
-	sc := &siteCache{c: c, base: base + imagecache.PathPrefix, addr: ln.Addr().String(), passed: map[string]bool{}}
+	sc := &siteCache{c: c, base: base + imagecache.PathPrefix, addr: ln.Addr().String(), passed: map[string]bool{},
+		drives: drives, driveBase: base + DrivePathPrefix}
 	a.cache = sc
 	st := c.Stats()
 	a.log.Info("image cache up: nodes fetch their images from "+sc.base+"…", "listen", sc.addr, "dir", o.Dir,
@@ -145,6 +152,7 @@ func (a *Agent) imageArgs(m *protocol.Message) *protocol.Message {
 	if sc == nil || m.Step == nil || m.Step.Interface != "deploy" || m.Step.Step != "write_image" {
 		return m
 	}
+	m = sc.driveArgs(m)
 	str := func(k string) string { v, _ := m.Step.Args[k].(string); return v }
 	src := str("image_source")
 	if src == "" || strings.HasPrefix(src, sc.base) {

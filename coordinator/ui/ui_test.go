@@ -49,12 +49,12 @@ func TestUIAuthAndCSRF(t *testing.T) {
 	}
 	id := cl.CreateNode("n1", "site1", nil)
 	for _, p := range []string{"/ui/", "/ui", "/ui/nodes", "/ui/nodes?state=enroll", "/ui/nodes/" + id, "/ui/api/nodes/" + id,
-		"/ui/events", "/ui/events?node=" + id, "/ui/static/ui.js", "/ui/static/ui.css", "/ui/nope"} {
+		"/ui/sites/site1", "/ui/events", "/ui/events?node=" + id, "/ui/static/ui.js", "/ui/static/ui.css", "/ui/nope"} {
 		if code, _ := get(t, cl, p, false); code != 401 {
 			t.Errorf("GET %s without credentials: %d, want 401", p, code)
 		}
 	}
-	for _, p := range []string{"/ui/", "/ui/nodes", "/ui/nodes/" + id, "/ui/api/nodes/" + id, "/ui/static/ui.js"} {
+	for _, p := range []string{"/ui/", "/ui/nodes", "/ui/nodes/" + id, "/ui/sites/site1", "/ui/api/nodes/" + id, "/ui/static/ui.js"} {
 		if code, _ := get(t, cl, p, true); code != 200 {
 			t.Errorf("GET %s with credentials: %d, want 200", p, code)
 		}

@@ -29,14 +29,18 @@ const (
 	qcowMaxClusterBits = 21
 	// qcowMaxL1Bytes is qemu's limit on the L1 table (QCOW_MAX_L1_SIZE).
 	qcowMaxL1Bytes = 32 << 20
-	// qcowMaxExtents bounds the data extents (runs of contiguous
-	// clusters, or single compressed clusters) kept in memory while the
-	// image streams: 24 bytes each, 48 MiB at most. A compressed image
-	// with 64 KiB clusters holds up to 128 GiB of data within it.
-	qcowMaxExtents = 1 << 21
+	// qcowMaxExtents bounds the extents (runs of contiguous clusters,
+	// single compressed clusters, tables) kept in memory while the image
+	// streams: 40 bytes each with their place in the queue, and 32 more
+	// for a table read ahead (its digest): at most 72 MiB. A compressed
+	// image with 64 KiB clusters holds up to 64 GiB of data within it.
+	// (A variable for the tests.)
+	defaultQcowMaxExtents = 1 << 20
 	// qcowMaxRun caps one uncompressed extent.
 	qcowMaxRun = 1 << 30
 )
+
+var qcowMaxExtents = defaultQcowMaxExtents
 
 // Incompatible feature bits of a version 3 header.
 const (
@@ -247,7 +251,7 @@ func (h *qcowHeader) parseQcowL2(l2 []byte, l1Index uint64, exts []extent) ([]ex
 				return exts, refuse("qcow2 L2 entry for disk offset %d points out of range; the image is corrupt", guest)
 			}
 			if len(exts) >= qcowMaxExtents {
-				return exts, errTooManyExtents
+				return exts, errTooManyExtents()
 			}
 			exts = append(exts, extent{host: coff, guest: guest, n: uint32(csize), kind: extCompressed, sum: -1})
 			continue
@@ -267,11 +271,13 @@ func (h *qcowHeader) parseQcowL2(l2 []byte, l1Index uint64, exts []extent) ([]ex
 			}
 		}
 		if len(exts) >= qcowMaxExtents {
-			return exts, errTooManyExtents
+			return exts, errTooManyExtents()
 		}
 		exts = append(exts, extent{host: off, guest: guest, n: uint32(h.clusterSize), kind: extData, sum: -1})
 	}
 	return exts, nil
 }
 
-var errTooManyExtents = refuse("the qcow2 image is fragmented into more than %d separate pieces, more than the ramdisk keeps track of; rewrite it with 'qemu-img convert -O qcow2' (64 KiB clusters) or deploy it as raw", qcowMaxExtents)
+func errTooManyExtents() error {
+	return refuse("the qcow2 image is fragmented into more than %d separate pieces, more than the ramdisk keeps track of; rewrite it with 'qemu-img convert -O qcow2' (64 KiB clusters) or deploy it as raw", qcowMaxExtents)
+}

@@ -365,3 +365,20 @@ func BenchmarkWriteQcow2(b *testing.B) {
 		})
 	}
 }
+
+// TestWriteQcow2TooFragmented: an image with more separate pieces than the
+// writer keeps track of is refused, both ways of reading its tables (the
+// bound is lowered to what a small image reaches).
+func TestWriteQcow2TooFragmented(t *testing.T) {
+	raw := holeyImage(2 << 20)
+	img := qcowFixture(t, t.TempDir(), raw, "frag.qcow2", "-o", "cluster_size=4096")
+	defer func(n int) { qcowMaxExtents = n }(qcowMaxExtents)
+	qcowMaxExtents = 3
+	srv, _ := qcowServer(t, map[string][]byte{"frag.qcow2": img})
+	for _, mode := range []string{"range", "plain"} {
+		_, err := Write(t.Context(), Source{URL: srv.URL + "/" + mode + "/frag.qcow2"}, targetFile(t, 3<<20), Options{InsecureSkipChecksum: true})
+		if err == nil || !strings.Contains(err.Error(), "fragmented into more than 3 separate pieces") {
+			t.Errorf("%s: err = %v, want the image refused as too fragmented", mode, err)
+		}
+	}
+}

@@ -265,7 +265,7 @@ func (q *qcowWriter) readAhead(ctx context.Context, r ranger) error {
 				return err
 			}
 			if len(q.exts) >= qcowMaxExtents {
-				return errTooManyExtents
+				return errTooManyExtents()
 			}
 			q.exts = append(q.exts, extent{host: t.off, guest: t.l1, n: uint32(cs), kind: extL2, sum: int32(len(q.sums))})
 			q.sums = append(q.sums, sha256.Sum256(tb))
@@ -397,7 +397,7 @@ func (q *qcowWriter) finish(a *activeExtent) error {
 			return err
 		}
 		if len(q.exts)+len(exts) > qcowMaxExtents {
-			return errTooManyExtents
+			return errTooManyExtents()
 		}
 		for _, x := range exts {
 			if err := q.add(x); err != nil {

@@ -63,7 +63,7 @@ func TestCatalogCLI(t *testing.T) {
 	if out := ok("deploy-template", "list"); !strings.Contains(out, "CUSTOM_BIOS_TUNED") || !strings.Contains(out, tmpl["uuid"].(string)) {
 		t.Fatalf("deploy-template list: %s", out)
 	}
-	if code, _, errOut := run(strings.Replace(steps, "150", "160", 1), "deploy-template", "set", "CUSTOM_BIOS_TUNED", "--steps", "-", "--unset-extra", "team"); code != 0 {
+	if code, _, errOut := run(strings.Replace(steps, "150", "160", 1), "deploy-template", "set", "CUSTOM_BIOS_TUNED", "--steps", "-", "--remove-extra", "team"); code != 0 {
 		t.Fatalf("deploy-template set --steps -: %s", errOut)
 	}
 	if out := ok("deploy-template", "show", "CUSTOM_BIOS_TUNED", "-f", "json"); !strings.Contains(out, `"priority": 160`) || strings.Contains(out, "hpc") {

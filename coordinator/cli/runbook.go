@@ -80,9 +80,9 @@ func (c *cmd) runbookCmd() *cobra.Command {
 	var name, setSteps, setOwner string
 	var setPublic bool
 	setExtra := kv{}
-	var unsetExtra list
+	var removeExtra list
 	set := clientCmd(&cobra.Command{
-		Use:   "set RUNBOOK [--name NAME] [--steps JSON|FILE|-] [--public=true|false] [--owner PROJECT] [--extra K=V]... [--unset-extra K]...",
+		Use:   "set RUNBOOK [--name NAME] [--steps JSON|FILE|-] [--public=true|false] [--owner PROJECT] [--extra K=V]... [--remove-extra K]...",
 		Short: "Change a runbook",
 		Long: `Renames a runbook, replaces its steps, sets or removes its extra fields, makes it
 public or not, or gives it an owner (a public runbook has none: --public=false --owner P
@@ -90,7 +90,7 @@ in one command). disable_ramdisk cannot be changed (as Ironic): create another r
 		Example: "  coordinator runbook set CUSTOM_FIRMWARE_2026 --steps firmware-v2.json\n  coordinator runbook set CUSTOM_FIRMWARE_2026 --public=false --owner proj1",
 		Args:    args("RUNBOOK"),
 		RunE: func(cc *cobra.Command, a []string) error {
-			ops, err := c.commonPatch(name, setSteps, setExtra, unsetExtra)
+			ops, err := c.commonPatch(name, setSteps, setExtra, removeExtra)
 			if err != nil {
 				return err
 			}
@@ -113,7 +113,7 @@ in one command). disable_ramdisk cannot be changed (as Ironic): create another r
 	fs.BoolVar(&setPublic, "public", false, "make the runbook public (true) or not (false); clears its owner")
 	fs.StringVar(&setOwner, "owner", "", "set the owner `PROJECT` (\"\" removes it)")
 	fs.Var(setExtra, "extra", "set an extra field `K=V` (repeatable)")
-	fs.Var(&unsetExtra, "unset-extra", "remove the extra field `K` (repeatable)")
+	fs.Var(&removeExtra, "remove-extra", "remove the extra field `K` (repeatable)")
 
 	return c.groupCmd("runbook", "Create, list, change and delete runbooks (steps approved for nodes by trait)", runbookLong,
 		create, c.catalogList(k), c.catalogShow(k), set, c.catalogDelete(k))

@@ -238,15 +238,15 @@ func (c *cmd) templateCmd() *cobra.Command {
 
 	var name, setSteps string
 	setExtra := kv{}
-	var unsetExtra list
+	var removeExtra list
 	set := clientCmd(&cobra.Command{
-		Use:     "set TEMPLATE [--name NAME] [--steps JSON|FILE|-] [--extra K=V]... [--unset-extra K]...",
+		Use:     "set TEMPLATE [--name NAME] [--steps JSON|FILE|-] [--extra K=V]... [--remove-extra K]...",
 		Short:   "Change a deploy template",
 		Long:    "Renames a deploy template, replaces its steps, or sets or removes its extra fields.",
 		Example: "  coordinator deploy-template set CUSTOM_BIOS_TUNED --steps bios-tuned-v2.json\n  coordinator deploy-template set CUSTOM_BIOS_TUNED --extra owner=hpc",
 		Args:    args("TEMPLATE"),
 		RunE: func(_ *cobra.Command, a []string) error {
-			ops, err := c.commonPatch(name, setSteps, setExtra, unsetExtra)
+			ops, err := c.commonPatch(name, setSteps, setExtra, removeExtra)
 			if err != nil {
 				return err
 			}
@@ -257,7 +257,7 @@ func (c *cmd) templateCmd() *cobra.Command {
 	fs.StringVar(&name, "name", "", "new `NAME` (a trait name)")
 	fs.StringVar(&setSteps, "steps", "", "replace the steps: JSON text, a `FILE`, or - for standard input")
 	fs.Var(setExtra, "extra", "set an extra field `K=V` (repeatable)")
-	fs.Var(&unsetExtra, "unset-extra", "remove the extra field `K` (repeatable)")
+	fs.Var(&removeExtra, "remove-extra", "remove the extra field `K` (repeatable)")
 
 	return c.groupCmd("deploy-template", "Create, list, change and delete deploy templates (steps a deploy's traits ask for)", templateLong,
 		create, c.catalogList(k), c.catalogShow(k), set, c.catalogDelete(k))

@@ -40,10 +40,6 @@ import (
 
 const site = "soak"
 
-// agentDoneRetention is the edge agent's doneRetention (agent/agent.go):
-// how long it keeps a result after the coordinator's ack.
-const agentDoneRetention = 10 * time.Minute
-
 type options struct {
 	cycles      int
 	nodes       int
@@ -93,7 +89,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp folder (data dir, coordinator log)")
 	flag.StringVar(&o.agentBin, "agent", "", "edge agent binary to run (default: build ./agent/cmd/agent into a temp folder)")
 	flag.DurationVar(&o.agentIdle, "agent-idle", envDuration("AGENT_IDLE", 0), "after the last cycle, leave everything idle this long and measure once more (env AGENT_IDLE; 0: do not). The edge agent keeps each result 10 minutes after the coordinator's ack, to answer a late duplicate of its command, so its state folder holds the results of every cycle of the last 10 minutes: with -agent-idle 11m the last row shows what is left once they are forgotten")
-	flag.DurationVar(&o.cycleMin, "cycle-min", envDuration("CYCLE_MIN", 0), "make setup and each cycle last at least this long, idle after its measurement (env CYCLE_MIN; 0: no pause). The edge agent keeps each result for 10 minutes after its ack, so without a pause its state folder and memory hold the results of every cycle so far and grow until 10 minutes after the start, by design; with -cycle-min 6m they hold two cycles' results from cycle 2 on, and growth beyond that is what the soak looks for")
+	flag.DurationVar(&o.cycleMin, "cycle-min", envDuration("CYCLE_MIN", 0), "make setup and each cycle last at least this long, idle after its measurement (env CYCLE_MIN; 0: no pause): cycles spread over time, as a real fleet's are, instead of back to back")
 	flag.BoolVar(&o.inprocess, "inprocess", false, "run the coordinator and the edge agent inside this process (for -heap-profiles; RSS is then of all three)")
 	flag.StringVar(&o.heapDir, "heap-profiles", "", "write a heap profile of this process into this folder after each cycle (with -inprocess: the coordinator's too)")
 	flag.Float64Var(&o.growth, "max-growth", 1.25, "target: RSS and data folder after the last cycle at most this many times their value after cycle 2")
@@ -646,11 +642,6 @@ func (s *soak) report(base sample, samples []sample, idle *sample) bool {
 		ok = ok && good
 	}
 	fmt.Printf("target: after cycle %d within %.2f× of cycle 2\n", last.cycle, s.o.growth)
-	if 2*s.o.cycleMin <= agentDoneRetention {
-		fmt.Printf("  (the edge agent keeps each result %s after its ack: with cycles closer than %s (-cycle-min %s) its state folder and memory\n"+
-			"   hold the results of more cycles at cycle %d than at cycle 2, by design; -cycle-min %s compares like with like)\n",
-			agentDoneRetention, agentDoneRetention/2, s.o.cycleMin, last.cycle, agentDoneRetention/2+time.Minute)
-	}
 	check("coordinator RSS at rest after the cycle", kbMiB(ref.rss), kbMiB(last.rss), "MiB")
 	check("coordinator data folder at rest", mib(ref.du), mib(last.du), "MiB")
 	check("coordinator peak RSS during the cycle", kbMiB(ref.peakRSS), kbMiB(last.peakRSS), "MiB")

@@ -375,6 +375,10 @@ func TestUIBrowser(t *testing.T) {
 		document.querySelector('input.pick[value="` + ids[2] + `"]').click(); return ""`)
 	d.waitJS(`return document.getElementById("bulk-count").textContent`, "3", 5*time.Second)
 	d.js(`var s = document.getElementById("bulk-action"); s.value = "retire"; s.dispatchEvent(new Event("change")); return ""`)
+	// Deploy's fields show only for Deploy.
+	if got := d.js(`return String(document.getElementById("bulk-deploy").offsetHeight)`); got != "0" {
+		t.Errorf("the deploy fields show (%s px high) with Retire chosen", got)
+	}
 	d.js(`document.getElementById("bulk-apply").click(); return ""`)
 	if text := d.alert(); !strings.HasPrefix(text, "Retire 3 nodes (node-0, node-1, node-2)") || !strings.Contains(text, "can no longer be provided") {
 		t.Fatalf("retire's confirmation says %q", text)
@@ -396,6 +400,8 @@ func TestUIBrowser(t *testing.T) {
 	if got := d.js(`return String(document.querySelectorAll("input.pick:checked").length)`); got != "3" {
 		t.Errorf("after the live refresh %s boxes are ticked, want 3", got)
 	}
+
+	d.screenshot(art, "ui-nodes.png")
 
 	// A phone's width: nothing wider than the screen but the tables'
 	// own scrolling boxes.

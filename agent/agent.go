@@ -1,9 +1,10 @@
 // Package agent is the edge agent of one site: it holds the site's MQTT
-// link to the coordinator, runs out-of-band commands on the site's BMCs,
-// keeps every result in an outbox until the coordinator acknowledges it,
-// and (first form) simulates the site's nodes and their ramdisk agents
-// speaking the real protocol. It must never decide a node's lifecycle:
-// it does what the coordinator's commands say.
+// link to the coordinator and wires the parts that do the site's work,
+// each in its own package with its own state and lock: the durable
+// outbox and exactly-once command runner (agent/outbox), the BMCs
+// (agent/bmc), ramdisk boots (agent/boot), the site broker and relay
+// (agent/relay) and the simulator (agent/sim). It must never decide a
+// node's lifecycle: it does what the coordinator's commands say.
 package agent
 
 import (

@@ -206,38 +206,52 @@ func TestBaremetalCLICompat(t *testing.T) {
 	testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 1})
 	api := testrig.NewClient(t, c)
 	bm := newBMCLI(t, "http://"+c.APIAddr)
-	id := api.CreateNode("cli1", "site1", nil)
+	api.CreateNode("cli1", "site1", nil)
 
-	var conductors []map[string]any
-	if bm.json(&conductors, "conductor", "list", "-f", "json") {
-		if len(conductors) != 2 || conductors[0]["Hostname"] != "coordinator" || conductors[1]["Hostname"] != "site1" || conductors[1]["Conductor Group"] != "site1" {
-			t.Errorf("conductor list: %v", conductors)
-		}
-	}
-	var cond map[string]any
-	if bm.json(&cond, "conductor", "show", "site1", "-f", "json") && cond["conductor_group"] != "site1" {
-		t.Errorf("conductor show site1: %v", cond)
-	}
-	for _, cmd := range [][]string{{"node", "vif", "list", "cli1"}, {"chassis", "list"}, {"allocation", "list"}, {"node", "passthru", "list", "cli1"}} {
-		if r, ok := bm.ok(append(cmd, "-f", "json")...); ok && strings.TrimSpace(r.stdout) != "[]" {
-			t.Errorf("%s: %q, want an empty list", r, r.stdout)
-		}
-	}
-	var con map[string]any
-	if bm.json(&con, "node", "console", "show", "cli1", "-f", "json") && con["console_enabled"] != false {
-		t.Errorf("console show: %v", con)
-	}
-	if r := bm.run("node", "inject", "nmi", "cli1"); r.code == 0 || !strings.Contains(r.stderr, "does not support inject_nmi") {
-		t.Errorf("inject nmi: exit %d, stderr %q; want a failure with Ironic's message", r.code, r.stderr)
-	}
+	// Independent commands run at once: each is a Python start (~2 s).
+	var ev string
 	var hist []map[string]any
-	if !bm.json(&hist, "node", "history", "list", "cli1", "-f", "json") || len(hist) == 0 {
-		t.Fatalf("history list: %v", hist)
-	}
-	ev, _ := hist[0]["UUID"].(string)
+	parallel(t, func() {
+		var conductors []map[string]any
+		if bm.json(&conductors, "conductor", "list", "-f", "json") {
+			if len(conductors) != 2 || conductors[0]["Hostname"] != "coordinator" || conductors[1]["Hostname"] != "site1" || conductors[1]["Conductor Group"] != "site1" {
+				t.Errorf("conductor list: %v", conductors)
+			}
+		}
+	}, func() {
+		var cond map[string]any
+		if bm.json(&cond, "conductor", "show", "site1", "-f", "json") && cond["conductor_group"] != "site1" {
+			t.Errorf("conductor show site1: %v", cond)
+		}
+	}, func() {
+		for _, cmd := range [][]string{{"node", "vif", "list", "cli1"}, {"chassis", "list"}} {
+			if r, ok := bm.ok(append(cmd, "-f", "json")...); ok && strings.TrimSpace(r.stdout) != "[]" {
+				t.Errorf("%s: %q, want an empty list", r, r.stdout)
+			}
+		}
+	}, func() {
+		for _, cmd := range [][]string{{"allocation", "list"}, {"node", "passthru", "list", "cli1"}} {
+			if r, ok := bm.ok(append(cmd, "-f", "json")...); ok && strings.TrimSpace(r.stdout) != "[]" {
+				t.Errorf("%s: %q, want an empty list", r, r.stdout)
+			}
+		}
+	}, func() {
+		var con map[string]any
+		if bm.json(&con, "node", "console", "show", "cli1", "-f", "json") && con["console_enabled"] != false {
+			t.Errorf("console show: %v", con)
+		}
+		if r := bm.run("node", "inject", "nmi", "cli1"); r.code == 0 || !strings.Contains(r.stderr, "does not support inject_nmi") {
+			t.Errorf("inject nmi: exit %d, stderr %q; want a failure with Ironic's message", r.code, r.stderr)
+		}
+	}, func() {
+		if !bm.json(&hist, "node", "history", "list", "cli1", "-f", "json") || len(hist) == 0 {
+			t.Errorf("history list: %v", hist)
+			return
+		}
+		ev, _ = hist[0]["UUID"].(string)
+	})
 	var one map[string]any
 	if bm.json(&one, "node", "history", "get", "cli1", ev, "-f", "json") && (one["uuid"] != ev || one["event"] != hist[0]["Description of the event"]) {
 		t.Errorf("history get %s: %v, want %v", ev, one, hist[0])
 	}
-	_ = id
 }

@@ -210,8 +210,12 @@ func (m *Machine) checkRunbook(n *Node, req VerbRequest) *Refusal {
 		if decl, ok := drivers.Find(d.CleanSteps, iface, name); ok && !decl.RequiresRamdisk {
 			continue
 		}
-		return refuse(Invalid, "%s step %s.%s requires booting a ramdisk, and runbook %s has disable_ramdisk set; only out-of-band steps of driver %s can run with it",
-			kind, iface, name, req.Runbook, n.Driver)
+		by := "disable_ramdisk is set"
+		if req.Runbook != "" {
+			by = "runbook " + req.Runbook + " has disable_ramdisk set"
+		}
+		return refuse(Invalid, "%s step %s.%s requires booting a ramdisk, and %s; only out-of-band steps of driver %s can run with it",
+			kind, iface, name, by, n.Driver)
 	}
 	return nil
 }

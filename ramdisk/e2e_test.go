@@ -3,6 +3,7 @@ package ramdisk_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,7 +81,8 @@ func sha(b []byte) string {
 // TestQEMURamdisk boots the real ramdisk in QEMU against the real
 // coordinator: inspect, provide (both disks, virtio and NVMe, then read
 // all zeroes; the NVMe one by Format NVM), deploy a raw image, undeploy, a
-// wrong checksum, rebuild with a zstd image.
+// wrong checksum, rebuild with a zstd image, rebuild with a compressed
+// qcow2 image made by qemu-img (the disk's range compared by sha256).
 func TestQEMURamdisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU several times")
@@ -108,6 +111,15 @@ func TestQEMURamdisk(t *testing.T) {
 	zw.Write(img[:32<<20])
 	zw.Close()
 	files := map[string][]byte{"/raw.img": img, "/img.zst": zst.Bytes()}
+	// A qcow2 image made by qemu-img from a raw image of random data,
+	// compressible data and holes: compressed, plain and unallocated
+	// clusters. Served with Range requests, as the site cache serves a
+	// cached image.
+	qraw, qcow := qcowImage(t, dir)
+	if qcow != nil {
+		files["/img.qcow2"] = qcow
+	}
+	var qcowRanges atomic.Int32
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +128,13 @@ func TestQEMURamdisk(t *testing.T) {
 		b, ok := files[r.URL.Path]
 		if !ok {
 			http.NotFound(w, r)
+			return
+		}
+		if strings.HasSuffix(r.URL.Path, ".qcow2") {
+			if r.Header.Get("Range") != "" {
+				qcowRanges.Add(1)
+			}
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
 			return
 		}
 		w.Write(b)
@@ -236,6 +255,64 @@ func TestQEMURamdisk(t *testing.T) {
 	if !bytes.Equal(readHead(t, diskPath, 32<<20), img[:32<<20]) {
 		t.Fatal("the disk does not hold the decompressed zstd image after rebuild")
 	}
+
+	// A qcow2 image: the disk's first virtual-size bytes read as the raw
+	// image it was made from, its holes zeroed over the zstd image.
+	if qcow == nil {
+		return
+	}
+	patch(map[string]any{"op": "add", "path": "/instance_info/image_source", "value": imgURL("/img.qcow2")},
+		map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(qcow)},
+		map[string]any{"op": "add", "path": "/instance_info/image_disk_format", "value": "qcow2"})
+	step("rebuild", "active", nil, 5*time.Minute)
+	historyHas(t, cl, "deploy step deploy.write_image done: "+itoa(len(qraw))+" bytes (qcow2, "+itoa(len(qcow))+" downloaded) written to /dev/vda")
+	if got := sha(readHead(t, diskPath, len(qraw))); got != sha(qraw) {
+		t.Fatalf("the disk's first %d bytes have sha256 %s, the raw image %s", len(qraw), got, sha(qraw))
+	}
+	if qcowRanges.Load() == 0 {
+		t.Fatal("the ramdisk read the qcow2 image's tables without Range requests")
+	}
+}
+
+// qcowImage makes a 40 MiB raw image (per MiB: random data, zeros, or
+// compressible text) and its qcow2 made by 'qemu-img convert -O qcow2
+// -c'. Without qemu-img it returns nil (the test fails under
+// BM_REQUIRE_ALL=1).
+func qcowImage(t *testing.T, dir string) (raw, qcow []byte) {
+	t.Helper()
+	qemuImg, err := exec.LookPath("qemu-img")
+	if err != nil {
+		if os.Getenv("BM_REQUIRE_ALL") == "1" {
+			t.Fatalf("qemu-img is missing (Debian package qemu-utils): %v", err)
+		}
+		t.Log("qemu-img is missing: no qcow2 deploy (install Debian's qemu-utils)")
+		return nil, nil
+	}
+	raw = make([]byte, 40<<20)
+	rng := rand.New(rand.NewPCG(9, 10))
+	text := bytes.Repeat([]byte("a qcow2 image deployed by the bmedge ramdisk\n"), 1<<15)
+	for i := 0; i < len(raw); i += 1 << 20 {
+		switch (i >> 20) % 3 {
+		case 0:
+			for j := i; j < i+1<<20; j += 8 {
+				binary.LittleEndian.PutUint64(raw[j:], rng.Uint64())
+			}
+		case 2:
+			copy(raw[i:i+1<<20], text)
+		}
+	}
+	rawPath, qcowPath := filepath.Join(dir, "q.raw"), filepath.Join(dir, "q.qcow2")
+	if err := os.WriteFile(rawPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(qemuImg, "convert", "-c", "-f", "raw", "-O", "qcow2", rawPath, qcowPath).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img convert: %v\n%s", err, out)
+	}
+	qcow, err = os.ReadFile(qcowPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, qcow
 }
 
 // TestQEMURamdiskCrashOnly: the real ramdisk, given a kernel command line

@@ -215,8 +215,14 @@ func Write(path string, sectorSize int, img []byte) (Result, error) {
 	return res, nil
 }
 
+// readWriterAt is the disk: a device or file, or memory in tests.
+type readWriterAt interface {
+	io.ReaderAt
+	io.WriterAt
+}
+
 type diskIO struct {
-	f       *os.File
+	f       readWriterAt
 	ss      int64
 	sectors int64
 }

@@ -237,7 +237,7 @@ var standardDocs = map[string]Step{
 	"deploy.erase_devices": {Doc: "Erases every disk and verifies it reads back as zeros: NVMe Format or ATA Security Erase where the drive supports it (IPA's order), else discard/write-zeroes offload, else overwriting with zeros. " +
 		"Virtual media are skipped; a read-only or removable device fails the step unless its skip argument is set; a failed hardware erase fails the step unless agent_continue_if_secure_erase_failed is set."},
 	"deploy.inspect_hardware":      {Doc: "Collects the hardware inventory (CPUs, memory, disks, NICs) and the properties cpus, memory_mb, local_gb, cpu_arch."},
-	"deploy.write_image":           {Doc: "Downloads the instance image, verifies its checksum and writes it to the root disk chosen by the root_device hints."},
+	"deploy.write_image":           {Doc: "Downloads the instance image, verifies its checksum and writes it to the root disk chosen by the root_device hints; then the deploy's config drive, if any, into the image's config-2 partition or a new one at the end of the disk (docs/deploy.md)."},
 	"deploy.prepare_instance_boot": {Doc: "Sets the node to boot the written instance from its disk."},
 	"deploy.tear_down_agent":       {Doc: "Powers the node off, ending the ramdisk's boot."},
 	"deploy.boot_instance":         {Doc: "Powers the node on into the instance."},

@@ -225,7 +225,7 @@ func (e *Engine) handleBundle(site string, payload []byte) {
 	}
 	for _, r := range recs {
 		if !strings.HasSuffix(r.Topic, "/evt") {
-			e.log.Warn("message rejected", "topic", r.Topic, "reason", "only event topics may be in an edge agent's bundle")
+			e.rejects.Warn("message rejected", "message rejected", "topic", r.Topic, "reason", "only event topics may be in an edge agent's bundle")
 			continue
 		}
 		e.HandleMessage(r.Topic, r.Payload)

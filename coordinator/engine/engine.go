@@ -30,6 +30,7 @@ import (
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttbroker"
+	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // Publisher sends MQTT messages.
@@ -147,9 +148,14 @@ type Site struct {
 type Engine struct {
 	cfg Config
 	log *slog.Logger
-	m   *fsm.Machine
-	st  *store.Store
-	pub Publisher
+	// rejects logs refused messages (a stale token, a wrong topic) at a
+	// bounded rate: a cycling fleet makes some in every cycle (a
+	// ramdisk's last heartbeat crossing its power-off), and an agent gone
+	// wrong could make them without end.
+	rejects *ratelog.Limiter
+	m       *fsm.Machine
+	st      *store.Store
+	pub     Publisher
 
 	mu         sync.RWMutex
 	nodes      map[string]*fsm.Node
@@ -295,6 +301,7 @@ func New(cfg Config) (*Engine, error) {
 		reqs: make(chan *request, 8192), stopped: make(chan struct{}), hist: map[string]*histState{}, fatal: newFatalState(),
 		reachBk: &reachBook{sites: map[string]*siteReach{}, saveEvery: reachSaveInterval}, cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
 	e.m = fsm.New(cfg.Machine)
+	e.rejects = ratelog.New(cfg.Log, 0)
 	if err := e.load(); err != nil {
 		st.Close()
 		return nil, err
@@ -448,7 +455,7 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 	case out.Reject != "" && out.Late:
 		t.e.log.Info("message ignored", "node", n.Ident(), "reason", out.Reject)
 	case out.Reject != "":
-		t.e.log.Warn("message rejected", "node", n.Ident(), "reason", out.Reject)
+		t.e.rejects.Warn("message rejected", "message rejected", "node", n.Ident(), "reason", out.Reject)
 	}
 	if out.Changed {
 		t.dirty[n.UUID] = n

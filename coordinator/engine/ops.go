@@ -590,7 +590,7 @@ func (e *Engine) CleanSteps(ident string, minPriority int) (steps []drivers.Step
 func (e *Engine) HandleMessage(topic string, payload []byte) {
 	site, nodeID, leaf, err := protocol.ParseTopic(topic)
 	if err != nil {
-		e.log.Warn("message rejected", "topic", topic, "reason", err)
+		e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", err)
 		return
 	}
 	if leaf == "cmd" || leaf == "bmc/cmd" {
@@ -605,7 +605,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 	}
 	msg, err := protocol.Decode(payload)
 	if err != nil {
-		e.log.Warn("message rejected", "topic", topic, "reason", err)
+		e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", err)
 		return
 	}
 	if leaf == "presence" {
@@ -630,14 +630,14 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		return
 	}
 	if leaf == "evt" && (msg.Node != nodeID || msg.Node == "") {
-		e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q but came on node %q's topic", msg.Node, nodeID))
+		e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q but came on node %q's topic", msg.Node, nodeID))
 		return
 	}
 	_ = e.submit(func(t *tx) error {
 		e.noteSiteHeard(t, site)
 		n, ok := e.nodes[msg.Node]
 		if !ok || n.Site != site {
-			e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("node %q is not a node of site %q", msg.Node, site))
+			e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", fmt.Sprintf("node %q is not a node of site %q", msg.Node, site))
 			switch {
 			case (msg.Kind == protocol.KindPower || msg.Kind == protocol.KindResult) && leaf == "bmc/evt":
 				// The agent polls a deleted node's BMC until it restarts,
@@ -665,7 +665,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 			e.cfg.Metrics.Acked()
 		case protocol.KindPower:
 			if leaf != "bmc/evt" {
-				e.log.Warn("message rejected", "topic", topic, "reason", "power reports come from the edge agent on the site's bmc/evt topic")
+				e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", "power reports come from the edge agent on the site's bmc/evt topic")
 				return nil
 			}
 			t.run(n, func() fsm.Output { return e.m.PowerReport(n, msg, t.now) })
@@ -681,7 +681,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 			}
 			t.run(n, func() fsm.Output { return e.m.Heartbeat(n, msg, t.now) })
 		default:
-			e.log.Warn("message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q is not accepted from agents", msg.Kind))
+			e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q is not accepted from agents", msg.Kind))
 		}
 		return nil
 	}, false)

@@ -453,7 +453,7 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 	t.forget(n.UUID)
 	switch {
 	case out.Reject != "" && out.Late:
-		t.e.log.Info("message ignored", "node", n.Ident(), "reason", out.Reject)
+		t.e.rejects.Info("message ignored", "message ignored", "node", n.Ident(), "reason", out.Reject)
 	case out.Reject != "":
 		t.e.rejects.Warn("message rejected", "message rejected", "node", n.Ident(), "reason", out.Reject)
 	}

@@ -52,4 +52,9 @@ func TestRejectedMessagesLoggedAtABoundedRate(t *testing.T) {
 	if lines == 0 || lines > 4 {
 		t.Fatalf("%d \"message rejected\" lines for 600 refused messages; want 1 to 4 (one per interval, with a count)\n%s", lines, logs.String())
 	}
+	// A late heartbeat (its boot's token withdrawn) is ignored, at INFO,
+	// also at a bounded rate.
+	if lines := strings.Count(logs.String(), `msg="message ignored"`); lines > 4 {
+		t.Fatalf("%d \"message ignored\" lines for 300 late heartbeats; want at most 4", lines)
+	}
 }

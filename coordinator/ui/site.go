@@ -82,7 +82,7 @@ func (h *Handler) site(w http.ResponseWriter, r *http.Request) {
 func shownURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "(an URL that does not parse)"
+		return "(a URL that does not parse)"
 	}
 	u.User = nil
 	if u.RawQuery != "" {

@@ -97,7 +97,7 @@ func TestEmptyBodyCSRFRefusedOnEveryRoute(t *testing.T) {
 		if _, after, ok := strings.Cut(r, " "); ok {
 			p = after
 		}
-		p = strings.NewReplacer("{$}", "", "{id}", "n1", "{name}", "s2").Replace(p)
+		p = strings.NewReplacer("{$}", "", "{id}", "n1", "{name}", "s2", "{trait}", "CUSTOM_X", "{hostname}", "h", "{event}", "e", "{vif}", "v").Replace(p)
 		if strings.Contains(p, "{") {
 			t.Fatalf("route %q has a wildcard this test does not fill", r)
 		}

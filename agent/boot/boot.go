@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
@@ -35,8 +36,11 @@ var (
 
 // Config configures the boot part.
 type Config struct {
-	Site    string
-	Log     *slog.Logger
+	Site string
+	Log  *slog.Logger
+	// Now is the clock (default time.Now): a boot's parameters image is
+	// served for paramsTTL of it.
+	Now     func() time.Time
 	Ramdisk RamdiskOptions
 	Netboot NetbootOptions
 	// QEMUBrokerURL and QEMUCmdline: the broker as a qemu-dev VM sees
@@ -86,6 +90,9 @@ func New(cfg Config) *Boot {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.SiteBroker == nil {
 		cfg.SiteBroker = func() (string, string, bool) { return "", "", false }
 	}
@@ -113,6 +120,7 @@ func (p *Boot) Start(ctx context.Context) (stop func(), err error) {
 		if err != nil {
 			return nil, err
 		}
+		m.now = p.cfg.Now
 		p.media = m
 		go m.serve()
 		stopMedia = m.close

@@ -55,6 +55,7 @@ const paramsTTL = 2 * time.Hour
 // secret) and each boot's parameters image (which holds the boot's MQTT
 // credentials) under a random 128-bit name, only until the boot ends.
 type mediaServer struct {
+	now  func() time.Time
 	iso  string
 	base string
 	log  *slog.Logger
@@ -97,7 +98,7 @@ func newMediaServer(opts RamdiskOptions, log *slog.Logger) (*mediaServer, error)
 		base = "http://" + ln.Addr().String()
 	}
 	ln = netbudget.Default().Wrap(ln, netbudget.Options{Name: "media", Limits: opts.Conns.Or(DefaultMediaConns), Log: log})
-	m := &mediaServer{iso: opts.ISO, base: base, log: log, ln: ln, images: map[string]*paramsImage{}, byNode: map[string]string{}}
+	m := &mediaServer{now: time.Now, iso: opts.ISO, base: base, log: log, ln: ln, images: map[string]*paramsImage{}, byNode: map[string]string{}}
 	m.srv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10, ConnState: netbudget.ConnState(nil)}
 	return m, nil
 }
@@ -140,7 +141,7 @@ func (m *mediaServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		token := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/boot/"), "/params.img")
 		m.mu.Lock()
 		img := m.images[token]
-		if img != nil && time.Since(img.created) > paramsTTL {
+		if img != nil && m.now().Sub(img.created) > paramsTTL {
 			m.dropLocked(img.node)
 			img = nil
 		}
@@ -177,7 +178,7 @@ func (m *mediaServer) addParams(node, params string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.dropLocked(node)
-	m.images[token] = &paramsImage{node: node, data: data, created: time.Now()}
+	m.images[token] = &paramsImage{node: node, data: data, created: m.now()}
 	m.byNode[node] = token
 	return m.base + "/boot/" + token + "/params.img", nil
 }

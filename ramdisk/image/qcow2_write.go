@@ -47,10 +47,12 @@ const qcowMaxBuffered = 64 << 20
 // ranger reads byte ranges of the image file.
 type ranger interface {
 	// readRange fills p with the file's bytes at off, or fails;
-	// errNoRange means the server does not do Range requests.
+	// errNoRange means the server ignored or refused it.
 	readRange(ctx context.Context, p []byte, off uint64) error
 }
 
+// errNoRange: the server ignored or refused a Range request; the tables
+// are then read from the stream.
 var errNoRange = errors.New("the server does not answer Range requests")
 
 // httpRanger reads ranges with HTTP Range requests.
@@ -80,14 +82,11 @@ func (r *httpRanger) readRange(ctx context.Context, p []byte, off uint64) error 
 		return err
 	}
 	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusPartialContent:
-	case http.StatusOK:
+	if resp.StatusCode != http.StatusPartialContent {
+		// 200 (Range ignored), or a refusal (416 for a range past the
+		// end, a proxy's 403): read the tables from the stream, which
+		// says what is wrong with the file if anything is.
 		return errNoRange
-	case http.StatusRequestedRangeNotSatisfiable:
-		return fmt.Errorf("bytes %d-%d lie past the end of the file: %w", off, end, io.ErrUnexpectedEOF)
-	default:
-		return fmt.Errorf("a Range request was answered %s", resp.Status)
 	}
 	cr := strings.TrimPrefix(resp.Header.Get("Content-Range"), "bytes ")
 	span, _, _ := strings.Cut(cr, "/")

@@ -297,6 +297,7 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 			client := opts.HTTPClient
 			if client == nil {
 				client = defaultClient()
+				defer client.CloseIdleConnections()
 			}
 			r = &httpRanger{url: src.URL, client: client, onRead: func() { timer.Reset(stall) }}
 		}

@@ -142,7 +142,6 @@ type deviceWriter interface {
 // qcowWriter writes one qcow2 image as its bytes stream by.
 type qcowWriter struct {
 	h    qcowHeader
-	src  string
 	dev  deviceWriter
 	exts []extent
 	// pending holds the indices of the extents not reached yet, by host
@@ -151,14 +150,12 @@ type qcowWriter struct {
 	active  []*activeExtent
 	// pos is the file offset of the next streamed byte; the stream's
 	// bytes from lo are still at hand.
-	pos, lo uint64
-	// fromStream: the tables are read from the stream (no Range).
-	fromStream bool
-	sums       [][32]byte
-	buffered   int
-	cluster    []byte
-	inflater   io.ReadCloser
-	zstdDec    *zstd.Decoder
+	pos, lo  uint64
+	sums     [][32]byte
+	buffered int
+	cluster  []byte
+	inflater io.ReadCloser
+	zstdDec  *zstd.Decoder
 	// written counts the disk bytes written (data, inflated clusters).
 	written uint64
 }
@@ -188,8 +185,8 @@ func (h *extHeap) Pop() any {
 	return x
 }
 
-func newQcowWriter(h qcowHeader, src string, dev deviceWriter) *qcowWriter {
-	q := &qcowWriter{h: h, src: src, dev: dev}
+func newQcowWriter(h qcowHeader, dev deviceWriter) *qcowWriter {
+	q := &qcowWriter{h: h, dev: dev}
 	q.pending.exts = &q.exts
 	return q
 }
@@ -291,7 +288,6 @@ func (q *qcowWriter) tableErr(err error, what string, off uint64) error {
 
 // fromStart prepares reading the tables from the stream itself.
 func (q *qcowWriter) fromStart() error {
-	q.fromStream = true
 	return q.add(extent{host: q.h.l1Offset, n: uint32(q.h.l1Bytes()), kind: extL1, sum: -1})
 }
 
@@ -549,12 +545,12 @@ func writeQcow2(ctx context.Context, br *bufio.Reader, r ranger, w deviceWriter,
 	if h.size > dev.SizeBytes {
 		return 0, fmt.Errorf("image %s is qcow2 with a virtual size of %d bytes, larger than %s (%d bytes); choose a larger root device or a smaller image", src, h.size, dev.Path, dev.SizeBytes)
 	}
-	q := newQcowWriter(h, src.String(), w)
+	q := newQcowWriter(h, w)
 	defer q.close()
 	if r != nil {
 		err = q.readAhead(ctx, r)
 		if errors.Is(err, errNoRange) {
-			q = newQcowWriter(h, src.String(), w)
+			q = newQcowWriter(h, w)
 			defer q.close()
 			err = q.fromStart()
 		}

@@ -153,11 +153,11 @@ func networkData(addr string) map[string]any {
 	}
 }
 
-// TestQEMUConfigDrive: one QEMU node deploys a GPT raw image and then
-// rebuilds with an MBR raw image, each with a JSON config drive
-// (hostname, an SSH key, static network_data); the second JSON drive
-// goes through Debian's `baremetal node rebuild --config-drive JSON` and
-// takes its network from the node's network_data field.
+// TestQEMUConfigDrive: one QEMU node deploys a GPT raw image (Debian's
+// `baremetal node deploy --config-drive JSON`) and then rebuilds with an
+// MBR raw image (PUT provision), each with a JSON config drive (hostname,
+// an SSH key, static network_data; the second takes its network from the
+// node's network_data field).
 // Then `baremetal node rebuild --config-drive DIR` (the CLI builds a
 // gzipped, base64-encoded ISO with xorrisofs). (A URL config drive takes
 // the same path but for its download: ramdisk/configdrive's TestImage,
@@ -257,12 +257,12 @@ func TestQEMUConfigDrive(t *testing.T) {
 		}
 	}
 
-	t.Run("gpt-json", func(t *testing.T) {
+	t.Run("gpt-json-cli", func(t *testing.T) {
 		image("/gpt.img", gpt)
-		cl.MustVerb(id, "active", map[string]any{"configdrive": map[string]any{
+		bm("node", "deploy", "vm1", "--config-drive", jsonString(map[string]any{
 			"meta_data":    map[string]any{"hostname": "gpt-host", "public_keys": map[string]any{"ops": key}},
 			"network_data": networkData("192.0.2.10"),
-			"user_data":    "#cloud-config\nruncmd: [true]\n"}})
+			"user_data":    "#cloud-config\nruncmd: [true]\n"}))
 		got := wait("deploy", "active", 5*time.Minute)
 		if got.InstanceInfo["configdrive"] != "******" {
 			t.Errorf("instance_info.configdrive shows %v, want ******", got.InstanceInfo["configdrive"])
@@ -283,7 +283,7 @@ func TestQEMUConfigDrive(t *testing.T) {
 		historyHas(t, cl, "into a new partition at the end of the disk 2 (gpt")
 	})
 
-	t.Run("mbr-json-cli", func(t *testing.T) {
+	t.Run("mbr-json", func(t *testing.T) {
 		// The disk's end holds the GPT image's config drive and backup
 		// GPT: wipe it so that nothing stale passes for new.
 		f, err := os.OpenFile(diskPath, os.O_WRONLY, 0)
@@ -298,8 +298,8 @@ func TestQEMUConfigDrive(t *testing.T) {
 		if code := cl.Do("PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/network_data", "value": networkData("192.0.2.20")}}, nil); code != 200 {
 			t.Fatalf("patch network_data: %d", code)
 		}
-		cdJSON := jsonString(map[string]any{"meta_data": map[string]any{"hostname": "mbr-host", "public_keys": map[string]any{"ops": key}}})
-		bm("node", "rebuild", "vm1", "--config-drive", cdJSON)
+		cl.MustVerb(id, "rebuild", map[string]any{"configdrive": map[string]any{
+			"meta_data": map[string]any{"hostname": "mbr-host", "public_keys": map[string]any{"ops": key}}}})
 		wait("rebuild", "active", 5*time.Minute)
 		label, ci := readConfigDrive(t, diskPath)
 		if label != "dos" {

@@ -154,6 +154,14 @@ func TestDeployTemplates(t *testing.T) {
 		t.Fatalf("a deploy that asked for no template ran a BIOS step: %.1500s", hist)
 	}
 
+	// Secret-looking step arguments are masked in every answer, as
+	// Ironic's mask_dict_password.
+	sec := call("1.55", "POST", "/v1/deploy_templates", `{"name": "CUSTOM_SECRET", "steps": [{"interface": "vendor", "step": "x", "args": {"admin_password": "s3cret-pw", "nested": {"token": "s3cret-tok"}}, "priority": 0}]}`, 201)
+	for _, a := range []vAnswer{sec, call("1.55", "GET", "/v1/deploy_templates/CUSTOM_SECRET", "", 200), call("1.55", "GET", "/v1/deploy_templates?detail=True", "", 200)} {
+		if strings.Contains(a.body, "s3cret") || !strings.Contains(a.body, "******") {
+			t.Fatalf("a secret step argument is shown: %.500s", a.body)
+		}
+	}
 	call("1.55", "DELETE", "/v1/deploy_templates/CUSTOM_BIOS_TUNED", "", 204)
 	call("1.55", "GET", "/v1/deploy_templates/"+uuid, "", 404)
 	call("1.54", "DELETE", "/v1/deploy_templates/CUSTOM_OTHER", "", 405)

@@ -136,10 +136,9 @@ func stepOf(s *fsm.StepRun) any {
 	if s == nil {
 		return noStep
 	}
-	v := stepJSON{Interface: s.Interface, Step: s.Step, Priority: s.Priority, Abortable: s.Abortable, Args: s.Args, RequiresRamdisk: s.InBand}
-	if v.Args == nil {
-		v.Args = map[string]any{}
-	}
+	// Secret-looking arguments (a deploy template's or runbook's BIOS
+	// password, say) are masked, as Ironic masks them in its step lists.
+	v := stepJSON{Interface: s.Interface, Step: s.Step, Priority: s.Priority, Abortable: s.Abortable, Args: maskArgs(s.Args), RequiresRamdisk: s.InBand}
 	if s.Progress > 0 {
 		v.Progress = s.Progress
 	}

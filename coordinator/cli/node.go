@@ -538,7 +538,7 @@ func verbError(err error, v verb) error {
 
 func (c *cmd) verbCmd(v verb) *cobra.Command {
 	var w waitFlag
-	var steps, rescuePW, runbook string
+	var steps, rescuePW, runbook, configDrive string
 	long := fmt.Sprintf("From: %s.\nTo: %s.\nAPI target: %s.", v.from, v.to, v.target)
 	if v.long != "" {
 		long += "\n\n" + v.long
@@ -584,6 +584,14 @@ func (c *cmd) verbCmd(v verb) *cobra.Command {
 					return fmt.Errorf("%s steps in %s are not valid JSON: %v", v.name, steps, err)
 				}
 				body[v.name+"_steps"] = s
+			case "deploy", "rebuild":
+				if configDrive != "" {
+					cd, err := configDriveValue(configDrive)
+					if err != nil {
+						return err
+					}
+					body["configdrive"] = cd
+				}
 			case "rescue":
 				if rescuePW == "" {
 					return usagef("node rescue needs --rescue-password PW, the rescue user's password")
@@ -617,6 +625,8 @@ func (c *cmd) verbCmd(v verb) *cobra.Command {
 		fs.StringVar(&runbook, "runbook", "", "run the steps of this `RUNBOOK` (name or UUID; the node needs a trait of its name) instead of --"+v.name+"-steps")
 	}
 	switch v.name {
+	case "deploy", "rebuild":
+		fs.StringVar(&configDrive, "config-drive", "", configDriveUsage)
 	case "rescue":
 		fs.StringVar(&rescuePW, "rescue-password", "", "password of the rescue user (`PW`, required)")
 		_ = cc.RegisterFlagCompletionFunc("rescue-password", cobra.NoFileCompletions)

@@ -208,9 +208,10 @@ func inbandMoreCleanSteps() []Step {
 				"The result has the bytes checked, MB/s and errors found."},
 		{Interface: "deploy", Step: "burnin_disk", Priority: 0, Abortable: true, RequiresRamdisk: true,
 			ArgsInfo: map[string]ArgInfo{
-				ArgBurninDiskRuntime: {Description: "seconds to run; 0 (default) means run agent_burnin_fio_disk_loops full passes instead; also read from driver_info"},
-				ArgBurninDiskLoops:   {Description: "full write-read-verify passes over each disk when the runtime is 0; default 4; also read from driver_info"},
-				ArgEraseSkipReadOnly: {Description: "true: skip read-only devices instead of failing; default false"},
+				ArgBurninDiskRuntime:  {Description: "seconds to run; 0 (default) means run agent_burnin_fio_disk_loops full passes instead; also read from driver_info"},
+				ArgBurninDiskLoops:    {Description: "full write-read-verify passes over each disk when the runtime is 0; default 4; also read from driver_info"},
+				ArgEraseSkipReadOnly:  {Description: "true: skip read-only devices (said in the result) instead of failing; default false"},
+				ArgEraseSkipRemovable: {Description: "true: skip removable devices that are not virtual media (said in the result) instead of failing; default false"},
 			},
 			Doc: "Destructive: writes a checksummed pattern over each disk with O_DIRECT, reads it back and verifies it, all disks at once, for the duration or number of passes. " +
 				"An I/O error or a mismatch fails the step with a last_error naming the device and offset. The result has MB/s written and read, bytes verified and errors per device."},

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 	"github.com/bmedge/bmedge/ramdisk/inventory"
@@ -88,5 +89,26 @@ func TestErasePstore(t *testing.T) {
 	}
 	if sum, _ := res["summary"].(string); sum != "2 pstore records removed from "+store+": console-ramoops-0, dmesg-efi-1" {
 		t.Fatalf("summary %q", sum)
+	}
+}
+
+// A removable device fails the destructive steps naming the argument that
+// skips it, and that argument is one the step declares (so that the
+// coordinator accepts it).
+func TestRemovableRefusedWithADeclaredArgument(t *testing.T) {
+	a := junk(t, "vda", 1<<20)
+	rm := junk(t, "sdu", 1<<20)
+	rm.Removable = true
+	r := runner([]disk.Device{a, rm}, nil)
+	for _, step := range []string{"burnin_disk", "erase_devices"} {
+		_, err := r.Run(t.Context(), protocol.Step{Interface: "deploy", Step: step, Args: map[string]any{"agent_burnin_fio_disk_loops": 1}}, func(float64, string) {})
+		if err == nil || !strings.Contains(err.Error(), rm.Path+" is removable (set agent_erase_skip_removable=true") {
+			t.Fatalf("%s: %v", step, err)
+		}
+		for _, arg := range []string{"agent_erase_skip_removable", "agent_erase_skip_read_only"} {
+			if decl, _ := drivers.Standard("deploy", step); decl.ArgsInfo[arg].Description == "" {
+				t.Errorf("deploy.%s does not declare %s, which its refusal names", step, arg)
+			}
+		}
 	}
 }

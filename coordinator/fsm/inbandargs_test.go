@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/bmedge/bmedge/drivers"
@@ -37,5 +38,18 @@ func TestWithStandardArgs(t *testing.T) {
 	got := withStandardArgs(offered)
 	if _, ok := got[0].ArgsInfo["agent_burnin_fio_disk_runtime"]; !ok || got[1].ArgsInfo != nil || offered[0].ArgsInfo != nil {
 		t.Fatalf("argsinfo %v / %v (offered changed: %v)", got[0].ArgsInfo, got[1].ArgsInfo, offered[0].ArgsInfo)
+	}
+}
+
+// Service never runs the destructive in-band steps.
+func TestServiceRefusesDestructiveSteps(t *testing.T) {
+	for _, step := range []string{"burnin_disk", "erase_devices_express"} {
+		err := CheckServiceSteps("n1", []map[string]any{{"interface": "deploy", "step": step}})
+		if err == nil || !strings.Contains(err.Error(), "is not allowed as a service step") {
+			t.Errorf("service with %s: %v", step, err)
+		}
+	}
+	if err := CheckServiceSteps("n1", []map[string]any{{"interface": "deploy", "step": "burnin_cpu"}}); err != nil {
+		t.Errorf("service with burnin_cpu: %v", err)
 	}
 }

@@ -43,6 +43,8 @@ var NoServiceSteps = map[string]string{
 	"erase_devices":          "it erases every disk of the node, the instance's included",
 	"erase_devices_metadata": "it erases the partition tables and file system signatures of the node's disks, the instance's included",
 	"write_image":            "it writes an image over the instance's disk; rebuild the node to re-image it",
+	"erase_devices_express":  "it erases every disk of the node by hardware, the instance's included",
+	"burnin_disk":            "it writes test patterns over every disk of the node, the instance's included",
 }
 
 // CheckServiceSteps checks a service list before anything starts: its

@@ -187,7 +187,7 @@ func inbandMoreCleanSteps() []Step {
 				ArgEnableNVMeSecureErase:     eraseDeviceArgs[ArgEnableNVMeSecureErase],
 				ArgEnableATASecureErase:      eraseDeviceArgs[ArgEnableATASecureErase],
 			},
-			Doc: "Hardware erase only: NVMe Format NVM with a cryptographic or user-data secure erase, ATA Security Erase (enhanced when offered) where the drive supports it. " +
+			Doc: "Hardware erase only: NVMe Format NVM with a cryptographic or user-data secure erase, ATA Security Erase (the normal erase, which writes zeros, so that the read-back check holds) where the drive supports it. " +
 				"A device with neither fails the step naming it and the fallback argument. Read-only devices, virtual media and removable devices are skipped and listed in the result, as IPA's express erase does."},
 		{Interface: "deploy", Step: "erase_pstore", Priority: 0, Abortable: true, RequiresRamdisk: true,
 			Doc: "Removes the kernel's persistent crash records (pstore: EFI variables, ERST, ramoops) that a previous tenant's kernel left; the result lists what was removed."},

@@ -68,7 +68,7 @@ func label(v string, known ...string) string {
 // observeBMC records a BMC command that began at start; *err is its
 // outcome, read when the command returns (execBMC defers it).
 func (a *Agent) observeBMC(m *protocol.Message, start time.Time, err *error) {
-	driver := label(m.Driver, "fake", "qemu-dev", "ipmi", "redfish")
+	driver := label(m.Driver, a.bmcs.Drivers()...) // the registry's, as the BMC part builds them
 	action := label(m.Action, protocol.ActionValidate, protocol.ActionPower, protocol.ActionBootDev, protocol.ActionOOBStep)
 	outcome := "ok"
 	switch {

@@ -135,8 +135,8 @@ func New(cfg Config) *Set {
 		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}}
 }
 
-// known lists the registry's drivers this set can build.
-func (s *Set) known() string {
+// Drivers lists the registry's drivers this set can build, sorted.
+func (s *Set) Drivers() []string {
 	var out []string
 	for _, n := range s.cfg.Registry.Names() {
 		if _, ok := s.cfg.Builders[n]; ok {
@@ -144,8 +144,11 @@ func (s *Set) known() string {
 		}
 	}
 	slices.Sort(out)
-	return strings.Join(out, ", ")
+	return out
 }
+
+// known lists the registry's drivers this set can build, for messages.
+func (s *Set) known() string { return strings.Join(s.Drivers(), ", ") }
 
 // Get returns the node's BMC, built for driver from info (nil info: the
 // last seen). A BMC built from older driver_info (say, before the

@@ -236,7 +236,7 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		PowerInterface: ifaces.Power, ManagementInterface: ifaces.Management, InspectInterface: ifaces.Inspect,
 		BiosInterface: ifaces.Bios, ConsoleInterface: ifaces.Console, RaidInterface: ifaces.Raid,
 		RescueInterface: ifaces.Rescue, StorageInterface: ifaces.Storage, VendorInterface: ifaces.Vendor,
-		FirmwareInterface: ifaces.Firmware, NetworkData: orEmpty(n.NetworkData), RaidConfig: noConfig, TargetRaidConfig: noConfig,
+		FirmwareInterface: ifaces.Firmware, NetworkData: orEmpty(n.NetworkData), RaidConfig: orEmpty(n.RaidConfig), TargetRaidConfig: orEmpty(n.TargetRaidConfig),
 		Traits: traitsOf(n), SiteOnline: online,
 		Links: links(base, "/v1/nodes/"+n.UUID), Ports: links(base, "/v1/nodes/"+n.UUID+"/ports"),
 		States: links(base, "/v1/nodes/"+n.UUID+"/states"), Portgroups: links(base, "/v1/nodes/"+n.UUID+"/portgroups"),

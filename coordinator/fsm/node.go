@@ -28,6 +28,11 @@ type Node struct {
 	// network written into a config drive built from the JSON form when
 	// the config drive gives none.
 	NetworkData map[string]any `json:"network_data,omitempty"`
+	// TargetRaidConfig is the RAID configuration raid.create_configuration
+	// builds (API 1.12, Ironic's schema, set with PUT .../states/raid);
+	// RaidConfig is the one the last RAID step reported, read-only.
+	TargetRaidConfig map[string]any `json:"target_raid_config,omitempty"`
+	RaidConfig       map[string]any `json:"raid_config,omitempty"`
 
 	ProvisionState       State  `json:"provision_state"`
 	TargetProvisionState State  `json:"target_provision_state,omitempty"`

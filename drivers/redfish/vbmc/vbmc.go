@@ -58,6 +58,12 @@ type Config struct {
 	Name string
 	// Logger receives what the BMC does (never a password); default discards.
 	Logger *slog.Logger
+	// NoSimpleUpdate leaves UpdateService.SimpleUpdate out, so that
+	// clients must push images (MultipartHttpPushUri), as some BMCs do.
+	NoSimpleUpdate bool
+	// UpdateDelay is how long an update task runs once it has the image
+	// (default 200 ms).
+	UpdateDelay time.Duration
 }
 
 // SystemConfig describes one system behind a BMC.
@@ -73,6 +79,13 @@ type SystemConfig struct {
 	BootMode string
 	// CPUs and MemoryGiB are reported in the system's summaries (default 2 and 4).
 	CPUs, MemoryGiB int
+	// Firmware are the initial versions of bios, bmc and nic
+	// (DefaultFirmware for those not given).
+	Firmware map[string]string
+	// DriveCount and DriveBytes describe the RAID controller's drives
+	// (default 4 of 100 GiB).
+	DriveCount int
+	DriveBytes int64
 }
 
 // DefaultBiosAttributes returns a small, typical set of BIOS attributes.
@@ -86,6 +99,7 @@ func DefaultBiosAttributes() map[string]any {
 		"TimeZone":           "UTC",
 		"BootDelaySeconds":   float64(0),
 		"SecureBootEnable":   false,
+		"SystemServiceTag":   "VBMC0001",
 	}
 }
 
@@ -147,6 +161,10 @@ type system struct {
 	media                             map[Slot]mediaState
 	lastPowerErr                      string
 	queued                            int
+	fw, fwPending                     map[string]string
+	drives                            []drive
+	volumes                           []*volume
+	volSeq                            int
 }
 
 // BMC is one virtual Redfish BMC. It is an http.Handler.
@@ -167,6 +185,8 @@ type BMC struct {
 	requestLog  []string
 	mgrResets   int
 	sessionsMax int
+	tasks       []*task
+	taskSeq     int
 }
 
 // New returns a BMC for cfg.
@@ -185,6 +205,9 @@ func New(cfg Config) (*BMC, error) {
 	}
 	if cfg.Name == "" {
 		cfg.Name = "bmedge virtual BMC"
+	}
+	if cfg.UpdateDelay <= 0 {
+		cfg.UpdateDelay = 200 * time.Millisecond
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -227,6 +250,23 @@ func New(cfg Config) (*BMC, error) {
 		}
 		if s.memGiB == 0 {
 			s.memGiB = 4
+		}
+		s.fw, s.fwPending = DefaultFirmware(), map[string]string{}
+		for k, v := range sc.Firmware {
+			if _, ok := s.fw[k]; !ok || v == "" {
+				return nil, fmt.Errorf("vbmc: system %s: firmware component %q is not one of bios, bmc, nic (or has no version)", id, k)
+			}
+			s.fw[k] = v
+		}
+		nd, db := sc.DriveCount, sc.DriveBytes
+		if nd <= 0 {
+			nd = 4
+		}
+		if db <= 0 {
+			db = 100 << 30
+		}
+		for i := 0; i < nd; i++ {
+			s.drives = append(s.drives, drive{id: fmt.Sprintf("Disk.Bay.%d", i), bytes: db})
 		}
 		// A single system's manager has the name most BMCs use; with
 		// several, each system gets its own, as sushy-tools does.
@@ -539,6 +579,8 @@ func (b *BMC) route(w http.ResponseWriter, r *http.Request, segs []string) {
 			}
 		case n == 5 && at(2, "Bios") && at(3, "Actions") && at(4, "Bios.ResetBios"):
 			b.post(w, r, func() { b.resetBios(w, r, s) })
+		case n >= 3 && at(2, "Storage"):
+			b.routeStorage(w, r, s, segs[3:])
 		default:
 			notFound(w, r)
 		}
@@ -566,6 +608,38 @@ func (b *BMC) route(w http.ResponseWriter, r *http.Request, segs []string) {
 		default:
 			notFound(w, r)
 		}
+	case at(0, "UpdateService") && n == 1:
+		b.get(w, r, b.updateService)
+	case at(0, "UpdateService") && n == 2 && at(1, "FirmwareInventory"):
+		b.get(w, r, b.firmwareInventory)
+	case at(0, "UpdateService") && n == 3 && at(1, "FirmwareInventory"):
+		fs, comp := b.fwByID(segs[2])
+		if fs == nil {
+			notFound(w, r)
+			return
+		}
+		b.get(w, r, func() any { return b.firmwareItem(fs, comp) })
+	case at(0, "UpdateService") && n == 3 && at(1, "Actions") && at(2, "UpdateService.SimpleUpdate"):
+		b.post(w, r, func() { b.simpleUpdate(w, r) })
+	case at(0, "UpdateService") && n == 2 && at(1, "upload"):
+		b.post(w, r, func() { b.multipartUpdate(w, r) })
+	case at(0, "TaskService") && n == 1:
+		b.get(w, r, b.taskService)
+	case at(0, "TaskService") && at(1, "Tasks") && n == 2:
+		b.get(w, r, b.taskCollection)
+	case at(0, "TaskService") && at(1, "Tasks") && n == 3:
+		t := b.findTask(segs[2])
+		if t == nil {
+			notFound(w, r)
+			return
+		}
+		b.get(w, r, func() any { return b.taskResource(t) })
+	case at(0, "Registries") && n == 1:
+		b.get(w, r, b.registryCollection)
+	case at(0, "Registries") && n == 2 && segs[1] == biosRegistryID:
+		b.get(w, r, b.registryFile)
+	case at(0, "Registries") && n == 3 && segs[1] == biosRegistryID && segs[2] == "BiosAttributeRegistry":
+		b.get(w, r, b.registryResource)
 	case at(0, "SessionService") && n == 1:
 		b.get(w, r, b.sessionService)
 	case at(0, "SessionService") && at(1, "Sessions") && n == 2:
@@ -695,6 +769,9 @@ func (b *BMC) serviceRoot() any {
 		"Systems":        odataID(root + "/Systems"),
 		"Managers":       odataID(root + "/Managers"),
 		"SessionService": odataID(root + "/SessionService"),
+		"UpdateService":  odataID(root + "/UpdateService"),
+		"TaskService":    odataID(root + "/TaskService"),
+		"Registries":     odataID(root + "/Registries"),
 		"Links":          map[string]any{"Sessions": odataID(root + "/SessionService/Sessions")},
 	}
 }
@@ -778,6 +855,8 @@ func (b *BMC) systemResource(s *system) any {
 		"ProcessorSummary": map[string]any{"Count": s.cpus, "Status": map[string]any{"State": "Enabled", "Health": "OK"}},
 		"MemorySummary":    map[string]any{"TotalSystemMemoryGiB": s.memGiB, "Status": map[string]any{"State": "Enabled", "Health": "OK"}},
 		"Bios":             odataID(sysPath(s) + "/Bios"),
+		"BiosVersion":      s.fw[ComponentBIOS],
+		"Storage":          odataID(sysPath(s) + "/Storage"),
 		"Links":            map[string]any{"ManagedBy": []any{odataID(mgrPath(s))}},
 		"Actions": map[string]any{
 			"#ComputerSystem.Reset": map[string]any{
@@ -946,6 +1025,7 @@ func (b *BMC) applyReset(ctx context.Context, s *system, rt ResetType) error {
 			s.pending = map[string]any{}
 			s.biosAppliedAt = time.Now()
 		}
+		activateFirmware(s, ComponentBIOS, ComponentNIC)
 	}
 	return nil
 }
@@ -1034,6 +1114,14 @@ func (b *BMC) patchBiosSettings(w http.ResponseWriter, r *http.Request, s *syste
 			unknown = append(unknown, k)
 			continue
 		}
+		if ra, ok := registryAttr(s, k); ok {
+			if why := checkAttr(k, ra, v); why != "" {
+				writeError(w, http.StatusBadRequest, "PropertyValueIncorrect",
+					fmt.Sprintf("The value %v for the property Attributes/%s is not acceptable: %s (see %s).", v, k, why, root+"/Registries/"+biosRegistryID),
+					"Correct the value for the property in the request body and resubmit the request if the operation failed.")
+				return
+			}
+		}
 		if fmt.Sprintf("%T", cur) != fmt.Sprintf("%T", v) {
 			writeError(w, http.StatusBadRequest, "PropertyValueTypeError",
 				fmt.Sprintf("The value %v for the property Attributes/%s is of a different type than the property can accept.", v, k),
@@ -1076,7 +1164,7 @@ func (b *BMC) managerResource(s *system) any {
 		"ManagerType":     "BMC",
 		"UUID":            b.uuid,
 		"Model":           "vBMC",
-		"FirmwareVersion": "1.0",
+		"FirmwareVersion": b.firmwareVersion(s, ComponentBMC),
 		"Status":          map[string]any{"State": "Enabled", "Health": "OK"},
 		"VirtualMedia":    odataID(mgrPath(s) + "/VirtualMedia"),
 		"Links":           map[string]any{"ManagerForServers": []any{odataID(sysPath(s))}},
@@ -1105,6 +1193,11 @@ func (b *BMC) resetManager(w http.ResponseWriter, r *http.Request, s *system) {
 		}
 	}
 	b.mu.Lock()
+	for _, other := range b.systems {
+		if other.managerID == s.managerID {
+			activateFirmware(other, ComponentBMC)
+		}
+	}
 	b.mgrResets++
 	b.sessions = map[string]*session{}
 	b.awayUntil = time.Now().Add(b.cfg.ResetDowntime)

@@ -229,8 +229,27 @@ func inbandMoreCleanSteps() []Step {
 			},
 			Doc: "Collects the inventory and checks it against the node's properties cpus, cpu_arch, memory_mb and local_gb (the root disk, with the node's root_device hints); " +
 				"a difference fails the step naming the property, the expected and the found value. Properties that are not set are not checked; none set fails the step."},
+		{Interface: "raid", Step: "create_configuration", Priority: 0, Abortable: false, RequiresRamdisk: true,
+			ArgsInfo: map[string]ArgInfo{
+				ArgRaidCreateRoot:    {Description: "false: do not create the root volume (the logical disk with is_root_volume) of target_raid_config; default true"},
+				ArgRaidCreateNonroot: {Description: "false: create only the root volume of target_raid_config; default true"},
+			},
+			Doc: "Builds the node's target_raid_config as Linux software RAID (controller \"software\"), as IPA does: a GPT on each holder disk (every disk, or those physical_disks names), one partition per logical disk on each, " +
+				"an md array (metadata 1.2) over them per logical disk, the root volume first (/dev/md0, RAID-1). The disks must hold no partitions (run raid.delete_configuration or erase first). " +
+				"The result, with each array's device and members, becomes the node's raid_config; deploy.write_image then writes the image to the root array."},
+		{Interface: "raid", Step: "delete_configuration", Priority: 0, Abortable: false, RequiresRamdisk: true,
+			Doc: "Deletes every software RAID array: assembles what the disks hold, stops each array, zeroes the md superblock of every member (mdadm --zero-superblock) and the partition tables of the holder disks; " +
+				"the node's raid_config becomes empty. The result lists the arrays stopped and the members zeroed."},
 	}
 }
+
+// Arguments of raid.create_configuration (Ironic's). The coordinator adds
+// ArgTargetRaidConfig, the node's target_raid_config, never the operator.
+const (
+	ArgRaidCreateRoot    = "create_root_volume"
+	ArgRaidCreateNonroot = "create_nonroot_volumes"
+	ArgTargetRaidConfig  = "target_raid_config"
+)
 
 // standardDocs documents steps declared before Doc existed, by name.
 var standardDocs = map[string]Step{

@@ -130,6 +130,27 @@ rm -f "$MODDIR"/*.bin "$MODDIR/modules.builtin.modinfo"
 find "$STAGE" -exec touch -h -d @0 {} +
 log "kernel $KVER: $nmods modules ($(du -sk "$MODDIR" | cut -f1) KiB) for: $WANT"
 
+# --- mdadm -------------------------------------------------------------------
+# Software RAID (raid.create_configuration) runs Debian's mdadm: its
+# package's binary, with the shared libraries it links (from this host's
+# libc6 and libudev1, the same Debian release) and the dynamic loader.
+MDEB=$(ls "$CACHE"/mdadm_*_amd64.deb 2>/dev/null | sort -V | tail -n1 || true)
+if [ -z "$MDEB" ]; then
+  log "apt-get download mdadm"
+  mdl() { (cd "$CACHE" && apt-get download -q -o APT::Sandbox::User=root mdadm >/dev/null); }
+  mdl || { apt_update; mdl; } || die "apt-get download mdadm failed"
+  MDEB=$(ls "$CACHE"/mdadm_*_amd64.deb | sort -V | tail -n1)
+fi
+MROOT=$CACHE/$(basename "$MDEB" .deb)
+[ -x "$MROOT/sbin/mdadm" ] || { rm -rf "$MROOT"; dpkg -x "$MDEB" "$MROOT"; }
+install -D -m 0755 "$MROOT/sbin/mdadm" "$STAGE/sbin/mdadm"
+for lib in $(ldd "$MROOT/sbin/mdadm" | awk '$2 == "=>" { print $3 } $1 ~ /^\// { print $1 }'); do
+  real=$(readlink -f "$lib")
+  install -D -m 0644 "$real" "$STAGE$lib"
+done
+find "$STAGE" -exec touch -h -d @0 {} +
+log "mdadm: $(basename "$MDEB") with $(ldd "$MROOT/sbin/mdadm" | grep -c '/')" libraries
+
 # --- u-root ------------------------------------------------------------------
 export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-0}
@@ -164,7 +185,7 @@ CPIO=$OUT/initramfs.cpio
 # u-root finds go through GOROOT (a -trimpath build of it has none compiled in).
 GOROOT=$(go env GOROOT) PATH="$(go env GOROOT)/bin:$PATH" "$TOOLS/u-root" -o "$CPIO.tmp" \
   -uinitcmd=bmramdisk -defaultsh=gosh \
-  -skip-ldd -files "$STAGE/lib:lib" \
+  -skip-ldd -files "$STAGE/lib:lib" -files "$STAGE/lib64:lib64" -files "$STAGE/sbin/mdadm:sbin/mdadm" \
   "${CMDS[@]}" "$AGENT" 2>"$OUT/u-root.log" || { cat "$OUT/u-root.log" >&2; die "u-root failed"; }
 mv "$CPIO.tmp" "$CPIO"
 

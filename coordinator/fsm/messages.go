@@ -240,6 +240,9 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 			n.Properties = props
 		}
 	}
+	if a.Kind == ActStep && a.Step.InBand && a.Step.Interface == "raid" {
+		raidDone(n, a.Step.Step, msg.Data, now)
+	}
 	if a.Kind == ActStep && a.Step.InBand {
 		event := fmt.Sprintf("%s done", what)
 		if sum := resultSummary(msg.Data); sum != "" {

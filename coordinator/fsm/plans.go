@@ -645,6 +645,12 @@ func inbandArgs(n *Node, s *StepRun, args map[string]any) map[string]any {
 		}
 		add[drivers.ArgNodeProperties] = props
 	}
+	if s.Interface == "raid" && s.Step == "create_configuration" && len(n.TargetRaidConfig) > 0 {
+		if add == nil {
+			add = map[string]any{}
+		}
+		add[drivers.ArgTargetRaidConfig] = n.TargetRaidConfig
+	}
 	if add == nil {
 		return args
 	}

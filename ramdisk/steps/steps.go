@@ -66,7 +66,9 @@ func (r *Runner) Steps() (clean, deploy []protocol.Step) {
 			protocol.Step{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true},
 			protocol.Step{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true},
 			protocol.Step{Interface: "deploy", Step: "erase_devices_express", Priority: 0, Abortable: true},
-			protocol.Step{Interface: "deploy", Step: "burnin_disk", Priority: 0, Abortable: true})
+			protocol.Step{Interface: "deploy", Step: "burnin_disk", Priority: 0, Abortable: true},
+			protocol.Step{Interface: "raid", Step: "create_configuration", Priority: 0},
+			protocol.Step{Interface: "raid", Step: "delete_configuration", Priority: 0})
 		deploy = []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 80}}
 	}
 	return clean, deploy
@@ -96,6 +98,10 @@ func (r *Runner) Run(ctx context.Context, step protocol.Step, progress func(floa
 		return nil, errors.New(s.Refused)
 	case "deploy.verify_hardware":
 		return r.verifyHardware(ctx, step.Args)
+	case "raid.create_configuration":
+		return r.raidCreate(ctx, step.Args)
+	case "raid.delete_configuration":
+		return r.raidDelete(ctx)
 	case "deploy.write_image":
 		return r.writeImage(ctx, step.Args, progress)
 	case "rescue.finalize_rescue":

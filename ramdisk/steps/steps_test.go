@@ -65,7 +65,7 @@ func TestStepsOfferedByHardware(t *testing.T) {
 		err          error
 		clean, deplo string
 	}{
-		{"a writable disk", []disk.Device{d}, nil, noDisk + ",erase_devices_metadata,erase_devices,erase_devices_express,burnin_disk", "write_image"},
+		{"a writable disk", []disk.Device{d}, nil, noDisk + ",erase_devices_metadata,erase_devices,erase_devices_express,burnin_disk,create_configuration,delete_configuration", "write_image"},
 		{"no disk", nil, nil, noDisk, ""},
 		{"only read-only and virtual media", []disk.Device{ro, vm}, nil, noDisk, ""},
 		{"only removable and the parameters medium", []disk.Device{rm, pm}, nil, noDisk, ""},
@@ -78,8 +78,12 @@ func TestStepsOfferedByHardware(t *testing.T) {
 			}
 			for _, s := range clean {
 				want := map[string]int{"inspect_hardware": 0, "erase_devices_metadata": 99, "erase_devices": 10}[s.Step]
-				if s.Priority != want || s.Interface != "deploy" {
-					t.Errorf("%s: interface %s priority %d, want deploy %d", s.Step, s.Interface, s.Priority, want)
+				iface := map[string]string{"create_configuration": "raid", "delete_configuration": "raid"}[s.Step]
+				if iface == "" {
+					iface = "deploy"
+				}
+				if s.Priority != want || s.Interface != iface {
+					t.Errorf("%s: interface %s priority %d, want %s %d", s.Step, s.Interface, s.Priority, iface, want)
 				}
 			}
 		})
@@ -87,8 +91,8 @@ func TestStepsOfferedByHardware(t *testing.T) {
 }
 
 func TestUnknownStep(t *testing.T) {
-	_, err := runner(nil, nil).Run(t.Context(), protocol.Step{Interface: "raid", Step: "create_configuration"}, func(float64, string) {})
-	if err == nil || !strings.Contains(err.Error(), "raid.create_configuration") {
+	_, err := runner(nil, nil).Run(t.Context(), protocol.Step{Interface: "raid", Step: "no_such_step"}, func(float64, string) {})
+	if err == nil || !strings.Contains(err.Error(), "raid.no_such_step") {
 		t.Fatalf("unknown step: %v", err)
 	}
 }

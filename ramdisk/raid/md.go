@@ -1,0 +1,370 @@
+package raid
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/bmedge/bmedge/ramdisk/disk"
+	"github.com/bmedge/bmedge/ramdisk/image"
+	"golang.org/x/sys/unix"
+)
+
+// Options tune Create and Delete; the zero value is right for the ramdisk.
+type Options struct {
+	Log *slog.Logger
+	// Mdadm is the mdadm binary; default "mdadm" from PATH.
+	Mdadm string
+	// LoadModules loads the md kernel modules; nil means none is loaded
+	// (a kernel with md built in).
+	LoadModules func(names ...string) error
+	// SysRoot is sysfs ("" means /sys), for listing md devices.
+	SysRoot string
+}
+
+func (o Options) mdadm(ctx context.Context, args ...string) (string, error) {
+	bin := o.Mdadm
+	if bin == "" {
+		bin = "mdadm"
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	err := cmd.Run()
+	s := strings.TrimSpace(out.String())
+	if o.Log != nil {
+		o.Log.Info("mdadm", "args", strings.Join(args, " "), "err", err, "out", s)
+	}
+	if err != nil {
+		return s, fmt.Errorf("mdadm %s: %v: %s", strings.Join(args, " "), err, s)
+	}
+	return s, nil
+}
+
+func (o Options) sysRoot() string {
+	if o.SysRoot == "" {
+		return "/sys"
+	}
+	return o.SysRoot
+}
+
+// Array is one md array built or deleted, for the step's result.
+type Array struct {
+	Device     string   `json:"device"`
+	VolumeName string   `json:"volume_name"`
+	RaidLevel  string   `json:"raid_level"`
+	Members    []string `json:"members"`
+	SizeBytes  uint64   `json:"size_bytes,omitempty"`
+}
+
+// partPath is the device node of partition n of disk path.
+func partPath(path string, n int) string {
+	if last := path[len(path)-1]; last >= '0' && last <= '9' {
+		return fmt.Sprintf("%sp%d", path, n)
+	}
+	return fmt.Sprintf("%s%d", path, n)
+}
+
+// holders picks each logical disk's disks: those its physical_disks
+// hints name (a disk once each), else every candidate disk.
+func holders(devs []disk.Device, ld LogicalDisk) ([]disk.Device, error) {
+	if len(ld.PhysicalDisks) == 0 {
+		return devs, nil
+	}
+	var out []disk.Device
+	left := append([]disk.Device(nil), devs...)
+	for _, h := range ld.PhysicalDisks {
+		b, _ := json.Marshal(h)
+		var hints image.RootDeviceHints
+		if err := json.Unmarshal(b, &hints); err != nil {
+			return nil, fmt.Errorf("physical_disks hint %s: %w", b, err)
+		}
+		d, err := image.SelectRoot(left, hints)
+		if err != nil {
+			return nil, fmt.Errorf("physical_disks hint %s: %w", b, err)
+		}
+		out = append(out, d)
+		for i := range left {
+			if left[i].Path == d.Path {
+				left = append(left[:i], left[i+1:]...)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// Create builds cfg's logical disks on devs (the writable, fixed disks)
+// and returns the raid_config to report (cfg with each array's device,
+// members and, for the root volume, root_device_hint) and the arrays.
+func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, createNonroot bool, o Options) (map[string]any, []Array, error) {
+	if o.LoadModules != nil {
+		if err := o.LoadModules("raid0", "raid1", "raid10"); err != nil {
+			return nil, nil, fmt.Errorf("load the md kernel modules: %w", err)
+		}
+	}
+	// The root volume first: it becomes /dev/md0.
+	var lds []LogicalDisk
+	for _, ld := range cfg.LogicalDisks {
+		if ld.IsRootVolume && createRoot {
+			lds = append([]LogicalDisk{ld}, lds...)
+		} else if !ld.IsRootVolume && createNonroot {
+			lds = append(lds, ld)
+		}
+	}
+	if len(lds) == 0 {
+		return nil, nil, fmt.Errorf("nothing to create: create_root_volume and create_nonroot_volumes leave no logical disk of target_raid_config")
+	}
+	// Each logical disk's holders; every holder gets one partition per
+	// logical disk it holds.
+	perLD := make([][]disk.Device, len(lds))
+	var all []disk.Device
+	seen := map[string]bool{}
+	for i, ld := range lds {
+		hs, err := holders(devs, ld)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(hs) < 2 {
+			return nil, nil, fmt.Errorf("software RAID needs at least two disks for each logical disk; found %d usable disk(s)", len(hs))
+		}
+		if ld.RaidLevel == "1+0" && len(hs) < 4 {
+			return nil, nil, fmt.Errorf("RAID 1+0 needs at least four disks (two mirrored pairs); found %d", len(hs))
+		}
+		perLD[i] = hs
+		for _, h := range hs {
+			if !seen[h.Path] {
+				seen[h.Path] = true
+				all = append(all, h)
+			}
+		}
+	}
+	var withParts []string
+	for _, d := range all {
+		if len(d.Partitions) > 0 {
+			withParts = append(withParts, d.Path)
+		}
+	}
+	if len(withParts) > 0 {
+		return nil, nil, fmt.Errorf("partitions detected on devices %s during RAID config: run raid.delete_configuration or deploy.erase_devices_metadata first", strings.Join(withParts, ", "))
+	}
+	// Partition every holder: its logical disks in order.
+	index := map[string]map[int]int{} // disk -> logical disk -> partition number
+	for _, d := range all {
+		var sizes []uint64
+		var names []string
+		var which []int
+		for i, ld := range lds {
+			for _, h := range perLD[i] {
+				if h.Path != d.Path {
+					continue
+				}
+				s, err := ld.sizeBytes()
+				if err != nil {
+					return nil, nil, err
+				}
+				sizes, which = append(sizes, s), append(which, i)
+				names = append(names, volumeName(ld, i))
+			}
+		}
+		sector := d.LogicalBlockSize
+		if sector == 0 {
+			sector = 512
+		}
+		parts, err := layout(sizes, names, d.SizeBytes, sector)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", d.Path, err)
+		}
+		if err := partition(d.Path, d.SizeBytes, sector, parts); err != nil {
+			return nil, nil, err
+		}
+		index[d.Path] = map[int]int{}
+		for k, i := range which {
+			index[d.Path][i] = k + 1
+		}
+	}
+	var arrays []Array
+	var reported []any
+	for i, ld := range lds {
+		md := fmt.Sprintf("/dev/md%d", i)
+		var members []string
+		for _, h := range perLD[i] {
+			p := partPath(h.Path, index[h.Path][i])
+			if err := waitNode(ctx, p); err != nil {
+				return nil, arrays, err
+			}
+			members = append(members, p)
+		}
+		name := volumeName(ld, i)
+		args := []string{"--create", md, "--force", "--run", "--metadata=1.2", "--homehost=any", "--level", Levels[ld.RaidLevel],
+			"--name", name, "--raid-devices", fmt.Sprint(len(members))}
+		if _, err := o.mdadm(ctx, append(args, members...)...); err != nil {
+			return nil, arrays, fmt.Errorf("create md device %s on %s: %w", md, strings.Join(members, " "), err)
+		}
+		a := Array{Device: md, VolumeName: name, RaidLevel: ld.RaidLevel, Members: members}
+		a.SizeBytes = readSize(filepath.Join(o.sysRoot(), "block", filepath.Base(md), "size"))
+		arrays = append(arrays, a)
+		b, _ := json.Marshal(ld)
+		var r map[string]any
+		_ = json.Unmarshal(b, &r)
+		r["volume_name"] = name
+		r["controller"] = "software"
+		r["device"] = md
+		r["members"] = members
+		if ld.IsRootVolume {
+			r["root_device_hint"] = map[string]any{"name": md}
+		}
+		reported = append(reported, r)
+	}
+	return map[string]any{"logical_disks": reported}, arrays, nil
+}
+
+func volumeName(ld LogicalDisk, i int) string {
+	if ld.VolumeName != "" {
+		return ld.VolumeName
+	}
+	return fmt.Sprintf("md%d", i)
+}
+
+func readSize(path string) uint64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &n)
+	return n * 512
+}
+
+// partition writes the GPT and has the kernel read it again.
+func partition(path string, size, sector uint64, parts []part) error {
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_EXCL, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	if err := writeGPT(f, size, sector, parts); err != nil {
+		return err
+	}
+	return rereadPartitions(f)
+}
+
+func rereadPartitions(f *os.File) error {
+	var err error
+	for i := 0; i < 20; i++ {
+		if err = unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0); err == nil || err == unix.ENOTTY {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("the kernel did not re-read the partition table of %s: %w", f.Name(), err)
+}
+
+// waitNode waits for a device node to appear (devtmpfs).
+func waitNode(ctx context.Context, path string) error {
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("partition %s did not appear after the partition table was written", path)
+}
+
+// DeleteResult is what Delete did.
+type DeleteResult struct {
+	Stopped []Array  `json:"stopped"`
+	Zeroed  []string `json:"superblocks_zeroed"`
+	Wiped   []string `json:"partition_tables_zeroed"`
+}
+
+// Delete removes every software RAID on devs, as IPA's
+// delete_configuration: it assembles what the disks hold, stops every md
+// array, zeroes the md superblock of every member (and of any partition
+// or disk of devs that still has one) and then the disks' partition
+// tables (wipe, given each disk as listed after the arrays stopped).
+func Delete(ctx context.Context, devs func() ([]disk.Device, error), wipe func(disk.Device) error, o Options) (DeleteResult, error) {
+	var res DeleteResult
+	if o.LoadModules != nil {
+		if err := o.LoadModules("raid0", "raid1", "raid10"); err != nil {
+			return res, fmt.Errorf("load the md kernel modules: %w", err)
+		}
+	}
+	_, _ = o.mdadm(ctx, "--assemble", "--scan") // exits non-zero when nothing is found
+	for pass := 0; pass < 2; pass++ {
+		mds, err := filepath.Glob(filepath.Join(o.sysRoot(), "block", "md*"))
+		if err != nil {
+			return res, err
+		}
+		sort.Strings(mds)
+		for _, m := range mds {
+			name := filepath.Base(m)
+			members := mdMembers(m)
+			if _, err := o.mdadm(ctx, "--stop", "/dev/"+name); err != nil {
+				return res, fmt.Errorf("stop software RAID device /dev/%s: %w", name, err)
+			}
+			res.Stopped = append(res.Stopped, Array{Device: "/dev/" + name, Members: members})
+			for _, p := range members {
+				if _, err := o.mdadm(ctx, "--zero-superblock", p); err != nil {
+					return res, fmt.Errorf("remove the md superblock of %s: %w", p, err)
+				}
+				res.Zeroed = append(res.Zeroed, p)
+			}
+		}
+	}
+	list, err := devs()
+	if err != nil {
+		return res, err
+	}
+	for _, d := range list {
+		cands := []string{d.Path}
+		for _, p := range d.Partitions {
+			cands = append(cands, p.Path)
+		}
+		for _, c := range cands {
+			if _, err := o.mdadm(ctx, "--examine", c); err != nil {
+				continue // no md superblock
+			}
+			if _, err := o.mdadm(ctx, "--zero-superblock", c); err != nil {
+				return res, fmt.Errorf("remove the md superblock of %s: %w", c, err)
+			}
+			res.Zeroed = append(res.Zeroed, c)
+		}
+		if len(d.Partitions) > 0 && wipe != nil {
+			if err := wipe(d); err != nil {
+				return res, fmt.Errorf("zero the partition table of %s: %w", d.Path, err)
+			}
+			res.Wiped = append(res.Wiped, d.Path)
+		}
+	}
+	return res, nil
+}
+
+// mdMembers lists an md device's members from sysfs (its slaves).
+func mdMembers(sysDir string) []string {
+	ents, err := os.ReadDir(filepath.Join(sysDir, "slaves"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, "/dev/"+e.Name())
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,88 @@
+package steps
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/ramdisk/disk"
+	"github.com/bmedge/bmedge/ramdisk/raid"
+	"github.com/u-root/u-root/pkg/kmodule"
+)
+
+// raidOptions are the software RAID options of the live ramdisk: mdadm
+// from PATH, the md modules loaded from /lib/modules.
+func (r *Runner) raidOptions() raid.Options {
+	bin := "mdadm"
+	if _, err := os.Stat("/sbin/mdadm"); err == nil {
+		bin = "/sbin/mdadm"
+	}
+	// mdadm keeps its map of arrays in /run/mdadm.
+	_ = os.MkdirAll("/run/mdadm", 0o700)
+	return raid.Options{Log: r.Log, Mdadm: bin, LoadModules: func(names ...string) error {
+		prober, err := kmodule.NewProber(kmodule.ProbeOpts{})
+		if err != nil {
+			return err
+		}
+		for _, m := range names {
+			if err := prober.Probe(m, ""); err != nil && !strings.Contains(err.Error(), "exists") {
+				return fmt.Errorf("module %s: %w", m, err)
+			}
+		}
+		return nil
+	}}
+}
+
+func (r *Runner) raidCreate(ctx context.Context, args map[string]any) (map[string]any, error) {
+	cfg, err := raid.Parse(args[drivers.ArgTargetRaidConfig])
+	if err != nil {
+		return nil, err
+	}
+	root, err := argBool(args, drivers.ArgRaidCreateRoot, true)
+	if err != nil {
+		return nil, err
+	}
+	nonroot, err := argBool(args, drivers.ArgRaidCreateNonroot, true)
+	if err != nil {
+		return nil, err
+	}
+	devs, err := r.devices()
+	if err != nil {
+		return nil, err
+	}
+	rc, arrays, err := raid.Create(ctx, cfg, erasable(devs), root, nonroot, r.raidOptions())
+	if err != nil {
+		return nil, err
+	}
+	var parts []string
+	for _, a := range arrays {
+		parts = append(parts, fmt.Sprintf("%s (%s, RAID-%s, %d bytes) on %s", a.Device, a.VolumeName, a.RaidLevel, a.SizeBytes, strings.Join(a.Members, " ")))
+	}
+	return map[string]any{"raid_config": rc, "arrays": arrays, "summary": summary(parts, "no array")}, nil
+}
+
+func (r *Runner) raidDelete(ctx context.Context) (map[string]any, error) {
+	res, err := raid.Delete(ctx, func() ([]disk.Device, error) {
+		devs, err := r.devices()
+		return erasable(devs), err
+	}, func(d disk.Device) error {
+		_, err := disk.EraseMetadata(ctx, d, r.Erase)
+		return err
+	}, r.raidOptions())
+	if err != nil {
+		return nil, err
+	}
+	var parts []string
+	for _, a := range res.Stopped {
+		parts = append(parts, fmt.Sprintf("%s stopped", a.Device))
+	}
+	if len(res.Zeroed) > 0 {
+		parts = append(parts, "superblocks zeroed on "+strings.Join(res.Zeroed, " "))
+	}
+	if len(res.Wiped) > 0 {
+		parts = append(parts, "partition tables zeroed on "+strings.Join(res.Wiped, " "))
+	}
+	return map[string]any{"raid_config": map[string]any{}, "deleted": asMap(res), "summary": summary(parts, "no software RAID found")}, nil
+}

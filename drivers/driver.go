@@ -139,18 +139,19 @@ func RedfishDeclaration() Declaration {
 		Name:         "redfish",
 		RequiredInfo: []string{"redfish_address"},
 		SecretInfo:   []string{"redfish_password"},
-		CleanSteps: []Step{
+		CleanSteps: append([]Step{
 			{Interface: "management", Step: "reset_bmc", Priority: 0},
 			{Interface: "bios", Step: "apply_configuration", Priority: 0,
 				ArgsInfo: map[string]ArgInfo{"settings": {Description: "list of {name, value} BIOS settings; they apply at the next boot", Required: true}}},
 			{Interface: "bios", Step: "factory_reset", Priority: 0},
-		},
+		}, redfishFirmwareRAIDCleanSteps()...),
 		// As Ironic's redfish BIOS interface: both BIOS steps are deploy
 		// steps too, off (priority 0) unless a deploy template enables them.
 		DeploySteps: append(commonDeploySteps(),
 			Step{Interface: "bios", Step: "apply_configuration", Priority: 0,
 				ArgsInfo: map[string]ArgInfo{"settings": {Description: "list of {name, value} BIOS settings; they apply at the next boot", Required: true}}},
-			Step{Interface: "bios", Step: "factory_reset", Priority: 0}),
+			Step{Interface: "bios", Step: "factory_reset", Priority: 0},
+			redfishRAIDApply()),
 	}
 }
 

@@ -112,6 +112,9 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if err := refusedSteps(req.CleanSteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
+		if err := m.cfg.Drivers.RefusedSteps(n.Driver, false, req.CleanSteps); err != nil {
+			return refuse(Invalid, "%v", err)
+		}
 	case Deploy, Rebuild:
 		if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
 			return refuse(Invalid, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
@@ -120,6 +123,9 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 			return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
 		}
 		if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
+			return refuse(Invalid, "%v", err)
+		}
+		if err := m.cfg.Drivers.RefusedSteps(n.Driver, true, req.DeploySteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 		if err := m.checkTemplates(n, req); err != nil {

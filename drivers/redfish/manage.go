@@ -13,6 +13,8 @@ import (
 	"github.com/stmcginnis/gofish"
 	"github.com/stmcginnis/gofish/schemas"
 
+	"github.com/bmedge/bmedge/drivers"
+
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -609,6 +611,11 @@ func (b *BMC) ResetBMC(ctx context.Context) error {
 		return err
 	}
 	defer b.unlock()
+	return b.resetBMC(ctx)
+}
+
+// resetBMC is ResetBMC for a caller that holds the lock.
+func (b *BMC) resetBMC(ctx context.Context) error {
 	err := b.do(ctx, "reset the BMC", func(c *gofish.APIClient) error {
 		sys, err := b.getSystem(c)
 		if err != nil {
@@ -686,6 +693,70 @@ func (b *BMC) RunStep(ctx context.Context, iface, step string, args map[string]a
 		return b.FactoryResetBIOS(ctx)
 	case "management.reset_bmc":
 		return b.ResetBMC(ctx)
+	case "firmware.update":
+		updates, err := drivers.ParseFirmwareSettings(args["settings"])
+		if err != nil {
+			return err
+		}
+		_, err = b.UpdateFirmware(ctx, updates)
+		return err
+	case "raid.create_configuration":
+		return b.runRAIDStep(ctx, "raid.create_configuration", args, drivers.ArgTargetRaidConfig, false)
+	case "raid.apply_configuration":
+		return b.runRAIDStep(ctx, "raid.apply_configuration", args, drivers.ArgRaidConfig, true)
+	case "raid.delete_configuration":
+		return b.DeleteRAID(ctx)
 	}
-	return fmt.Errorf("redfish driver has no step %s.%s; it has bios.apply_configuration, bios.factory_reset and management.reset_bmc", iface, step)
+	return fmt.Errorf("redfish driver has no step %s.%s; it has bios.apply_configuration, bios.factory_reset, management.reset_bmc, "+
+		"firmware.update, raid.create_configuration, raid.apply_configuration and raid.delete_configuration", iface, step)
+}
+
+// runRAIDStep creates the logical disks of args[configArg] (Ironic's
+// create_configuration and apply_configuration), honouring
+// create_root_volume, create_nonroot_volumes (default true) and
+// delete_existing (default false for create, true for apply).
+func (b *BMC) runRAIDStep(ctx context.Context, step string, args map[string]any, configArg string, deleteDefault bool) error {
+	raw, ok := args[configArg]
+	if !ok {
+		return fmt.Errorf("step %s: argument %s is missing", step, configArg)
+	}
+	disks, err := drivers.ParseTargetRAIDConfig(raw)
+	if err != nil {
+		return fmt.Errorf("step %s: %s: %v", step, configArg, err)
+	}
+	flag := func(name string, def bool) (bool, error) {
+		v, ok := args[name]
+		if !ok {
+			return def, nil
+		}
+		bv, ok := v.(bool)
+		if !ok {
+			return false, fmt.Errorf("step %s: argument %s must be true or false, not %v", step, name, v)
+		}
+		return bv, nil
+	}
+	root, err := flag(drivers.ArgRaidCreateRoot, true)
+	if err != nil {
+		return err
+	}
+	nonroot, err := flag(drivers.ArgRaidCreateNonroot, true)
+	if err != nil {
+		return err
+	}
+	del, err := flag(drivers.ArgDeleteExisting, deleteDefault)
+	if err != nil {
+		return err
+	}
+	var want []drivers.LogicalDisk
+	for _, d := range disks {
+		if d.IsRootVolume && root || !d.IsRootVolume && nonroot {
+			want = append(want, d)
+		}
+	}
+	if len(want) == 0 {
+		return fmt.Errorf("step %s: nothing to create: %s=%v and %s=%v leave none of the %d logical disks", step,
+			drivers.ArgRaidCreateRoot, root, drivers.ArgRaidCreateNonroot, nonroot, len(disks))
+	}
+	_, err = b.CreateRAID(ctx, want, del)
+	return err
 }

@@ -66,6 +66,15 @@ type Options struct {
 	// BMCResetTimeout is how long reset_bmc waits for the BMC to answer
 	// again (default 5 min).
 	BMCResetTimeout time.Duration
+	// FirmwareTimeout bounds the wait for a firmware update task
+	// (default 60 min).
+	FirmwareTimeout time.Duration
+	// FirmwareVerifyTimeout is how long, after the activating reset, the
+	// driver waits for the component to report a new version (default 5 min).
+	FirmwareVerifyTimeout time.Duration
+	// MaxFirmwareBytes bounds an image the driver downloads, to verify
+	// its checksum or to push it (default 512 MiB; a push holds it in memory).
+	MaxFirmwareBytes int64
 }
 
 func (o *Options) defaults() {
@@ -95,6 +104,15 @@ func (o *Options) defaults() {
 	}
 	if o.BMCResetTimeout <= 0 {
 		o.BMCResetTimeout = 5 * time.Minute
+	}
+	if o.FirmwareTimeout <= 0 {
+		o.FirmwareTimeout = 60 * time.Minute
+	}
+	if o.FirmwareVerifyTimeout <= 0 {
+		o.FirmwareVerifyTimeout = 5 * time.Minute
+	}
+	if o.MaxFirmwareBytes <= 0 {
+		o.MaxFirmwareBytes = 512 << 20
 	}
 }
 

@@ -488,7 +488,6 @@ func activateFirmware(s *system, comps ...string) {
 	}
 }
 
-
 func (b *BMC) firmwareVersion(s *system, comp string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()

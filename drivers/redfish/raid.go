@@ -1,0 +1,480 @@
+package redfish
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/stmcginnis/gofish"
+
+	"github.com/bmedge/bmedge/drivers"
+)
+
+var _ drivers.RAIDBMC = (*BMC)(nil)
+
+// Hardware RAID through Redfish Storage/Volumes, as Ironic's redfish
+// RAID interface: a logical disk of target_raid_config becomes a POST to
+// a storage's Volumes with RAIDType (raid_level "1+0" is RAID10),
+// CapacityBytes (size_gb GiB; left out for "MAX", so that the
+// controller gives the largest size) and Links.Drives (physical_disks,
+// drive Ids; chosen among the free drives when not given, honouring
+// number_of_physical_disks, disk_type and interface_type). controller
+// names a storage by its Id. As in Ironic, "MAX" needs physical_disks.
+
+const gib = int64(1) << 30
+
+// raidTypes maps Ironic's raid_level to Redfish's RAIDType.
+var raidTypes = map[string]string{"0": "RAID0", "1": "RAID1", "5": "RAID5", "6": "RAID6", "1+0": "RAID10", "5+0": "RAID50", "6+0": "RAID60"}
+
+// raidDisks is the least and most drives of a level (0: no bound).
+var raidDisks = map[string][2]int{"0": {1, 0}, "1": {2, 2}, "5": {3, 0}, "6": {4, 0}, "1+0": {4, 0}, "5+0": {6, 0}, "6+0": {8, 0}}
+
+type storageDoc struct {
+	ODataID            string `json:"@odata.id"`
+	ID                 string `json:"Id"`
+	StorageControllers []struct {
+		SupportedRAIDTypes []string `json:"SupportedRAIDTypes"`
+	} `json:"StorageControllers"`
+	Drives  []link `json:"Drives"`
+	Volumes link   `json:"Volumes"`
+
+	drives  []driveDoc
+	volumes []volumeDoc
+}
+
+type driveDoc struct {
+	ODataID       string `json:"@odata.id"`
+	ID            string `json:"Id"`
+	CapacityBytes int64  `json:"CapacityBytes"`
+	MediaType     string `json:"MediaType"`
+	Protocol      string `json:"Protocol"`
+}
+
+type volumeDoc struct {
+	ODataID       string `json:"@odata.id"`
+	ID            string `json:"Id"`
+	Name          string `json:"Name"`
+	RAIDType      string `json:"RAIDType"`
+	CapacityBytes int64  `json:"CapacityBytes"`
+	Links         struct {
+		Drives []link `json:"Drives"`
+	} `json:"Links"`
+}
+
+func (s *storageDoc) raidTypes() []string {
+	var out []string
+	for _, c := range s.StorageControllers {
+		out = append(out, c.SupportedRAIDTypes...)
+	}
+	return out
+}
+
+func (s *storageDoc) driveByURI(uri string) *driveDoc {
+	for i := range s.drives {
+		if s.drives[i].ODataID == uri {
+			return &s.drives[i]
+		}
+	}
+	return nil
+}
+
+func (s *storageDoc) volume(v volumeDoc) drivers.Volume {
+	level := v.RAIDType
+	for l, t := range raidTypes {
+		if t == v.RAIDType {
+			level = l
+		}
+	}
+	out := drivers.Volume{ID: v.ID, Name: v.Name, RAIDLevel: level, SizeGB: int(v.CapacityBytes / gib), Controller: s.ID, PhysicalDisks: []string{}}
+	for _, d := range v.Links.Drives {
+		id := d.ID[strings.LastIndex(d.ID, "/")+1:]
+		if dd := s.driveByURI(d.ID); dd != nil {
+			id = dd.ID
+		}
+		out.PhysicalDisks = append(out.PhysicalDisks, id)
+	}
+	return out
+}
+
+// storages reads the system's storage subsystems with their drives and volumes.
+func (b *BMC) storages(c *gofish.APIClient) ([]*storageDoc, error) {
+	uri, err := b.findSystem(c)
+	if err != nil {
+		return nil, err
+	}
+	var sys struct {
+		Storage link `json:"Storage"`
+	}
+	if err := getJSON(c, uri, &sys); err != nil {
+		return nil, err
+	}
+	if sys.Storage.ID == "" {
+		return nil, fmt.Errorf("system %s has no Storage resource: the BMC offers no hardware RAID over Redfish", uri)
+	}
+	var col collectionDoc
+	if err := getJSON(c, sys.Storage.ID, &col); err != nil {
+		return nil, err
+	}
+	var out []*storageDoc
+	for _, m := range col.Members {
+		s := &storageDoc{}
+		if err := getJSON(c, m.ID, s); err != nil {
+			return nil, err
+		}
+		for _, d := range s.Drives {
+			var dd driveDoc
+			if err := getJSON(c, d.ID, &dd); err != nil {
+				return nil, err
+			}
+			s.drives = append(s.drives, dd)
+		}
+		if s.Volumes.ID != "" {
+			var vc collectionDoc
+			if err := getJSON(c, s.Volumes.ID, &vc); err != nil {
+				return nil, err
+			}
+			for _, v := range vc.Members {
+				var vd volumeDoc
+				if err := getJSON(c, v.ID, &vd); err != nil {
+					return nil, err
+				}
+				s.volumes = append(s.volumes, vd)
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// RAIDVolumes lists the volumes of every storage of the system.
+func (b *BMC) RAIDVolumes(ctx context.Context) ([]drivers.Volume, error) {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.unlock()
+	var out []drivers.Volume
+	err := b.do(ctx, "read the RAID volumes", func(c *gofish.APIClient) error {
+		st, err := b.storages(c)
+		if err != nil {
+			return err
+		}
+		out = nil
+		for _, s := range st {
+			for _, v := range s.volumes {
+				out = append(out, s.volume(v))
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteRAID deletes every volume of the system.
+func (b *BMC) DeleteRAID(ctx context.Context) error {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	return b.deleteVolumes(ctx)
+}
+
+func (b *BMC) deleteVolumes(ctx context.Context) error {
+	var st []*storageDoc
+	if err := b.do(ctx, "read the RAID volumes", func(c *gofish.APIClient) error {
+		var err error
+		st, err = b.storages(c)
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, s := range st {
+		for _, v := range s.volumes {
+			var task string
+			err := b.do(ctx, "delete RAID volume "+v.ID, func(c *gofish.APIClient) error {
+				resp, err := c.Delete(v.ODataID)
+				if statusOf(err) == http.StatusNotFound {
+					return nil // gone already (a retried delete)
+				}
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode == http.StatusAccepted {
+					task = resp.Header.Get("Location")
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if task != "" {
+				if err := b.waitTask(ctx, task); err != nil {
+					return err
+				}
+			}
+			b.log.Info("redfish RAID volume deleted", "volume", v.ODataID)
+		}
+	}
+	return nil
+}
+
+// CreateRAID implements drivers.RAIDBMC.
+func (b *BMC) CreateRAID(ctx context.Context, disks []drivers.LogicalDisk, deleteExisting bool) ([]drivers.Volume, error) {
+	ctx, cancel := reserve(ctx)
+	defer cancel()
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.unlock()
+	if deleteExisting {
+		if err := b.deleteVolumes(ctx); err != nil {
+			return nil, err
+		}
+	}
+	ordered := append([]drivers.LogicalDisk(nil), disks...)
+	sort.SliceStable(ordered, func(i, j int) bool { return ordered[i].IsRootVolume && !ordered[j].IsRootVolume })
+	var created []drivers.Volume
+	for i, ld := range ordered {
+		v, err := b.createVolume(ctx, ld)
+		if err != nil {
+			return created, fmt.Errorf("RAID logical disk %d of %d (RAID %s, %s): %w", i+1, len(ordered), ld.RAIDLevel, sizeText(ld), err)
+		}
+		v.IsRootVolume = ld.IsRootVolume
+		created = append(created, v)
+	}
+	return created, nil
+}
+
+func sizeText(ld drivers.LogicalDisk) string {
+	if ld.SizeMax {
+		return "size MAX"
+	}
+	return fmt.Sprintf("%d GiB", ld.SizeGB)
+}
+
+// plan picks the storage and drives of a logical disk.
+func plan(st []*storageDoc, ld drivers.LogicalDisk) (*storageDoc, []driveDoc, error) {
+	rt, ok := raidTypes[ld.RAIDLevel]
+	if !ok {
+		return nil, nil, fmt.Errorf("raid_level %s has no Redfish RAIDType; this driver takes %s", ld.RAIDLevel, "0, 1, 5, 6, 1+0, 5+0, 6+0")
+	}
+	if ld.SharePhysicalDisks {
+		return nil, nil, fmt.Errorf("share_physical_disks is not supported by the redfish RAID of this system; give each logical disk its own drives")
+	}
+	if ld.SizeMax && len(ld.PhysicalDisks) == 0 {
+		return nil, nil, fmt.Errorf("size_gb \"MAX\" needs physical_disks (as in Ironic's redfish RAID)")
+	}
+	var s *storageDoc
+	for _, c := range st {
+		switch {
+		case ld.Controller != "":
+			if c.ID == ld.Controller {
+				s = c
+			}
+		case len(ld.PhysicalDisks) > 0:
+			for _, d := range c.drives {
+				if d.ID == ld.PhysicalDisks[0] {
+					s = c
+				}
+			}
+		case s == nil && (len(c.raidTypes()) == 0 || containsString(c.raidTypes(), rt)):
+			s = c
+		}
+	}
+	if s == nil {
+		var ids []string
+		for _, c := range st {
+			ids = append(ids, c.ID)
+		}
+		return nil, nil, fmt.Errorf("no storage controller matches (controller %q, physical_disks %v); the system has %s", ld.Controller, ld.PhysicalDisks, orNone(ids))
+	}
+	if types := s.raidTypes(); len(types) > 0 && !containsString(types, rt) {
+		return nil, nil, fmt.Errorf("controller %s does not offer %s (it offers %s)", s.ID, rt, strings.Join(types, ", "))
+	}
+	used := map[string]string{}
+	for _, v := range s.volumes {
+		for _, d := range v.Links.Drives {
+			used[d.ID] = v.ID
+		}
+	}
+	var chosen []driveDoc
+	if len(ld.PhysicalDisks) > 0 {
+		for _, id := range ld.PhysicalDisks {
+			var found *driveDoc
+			for i := range s.drives {
+				if s.drives[i].ID == id {
+					found = &s.drives[i]
+				}
+			}
+			if found == nil {
+				var have []string
+				for _, d := range s.drives {
+					have = append(have, d.ID)
+				}
+				return nil, nil, fmt.Errorf("controller %s has no drive %s (it has %s)", s.ID, id, orNone(have))
+			}
+			if v, busy := used[found.ODataID]; busy {
+				return nil, nil, fmt.Errorf("drive %s belongs to volume %s already; delete it first (delete_existing)", id, v)
+			}
+			chosen = append(chosen, *found)
+		}
+	} else {
+		want := ld.NumberOfPhysicalDisks
+		if want == 0 {
+			want = raidDisks[ld.RAIDLevel][0]
+		}
+		for _, d := range s.drives {
+			if _, busy := used[d.ODataID]; busy || len(chosen) == want {
+				continue
+			}
+			if ld.DiskType != "" && !strings.EqualFold(d.MediaType, ld.DiskType) {
+				continue
+			}
+			if ld.InterfaceType != "" && !strings.EqualFold(d.Protocol, ld.InterfaceType) {
+				continue
+			}
+			if int64(ld.SizeGB)*gib > d.CapacityBytes*int64(want) {
+				continue
+			}
+			chosen = append(chosen, d)
+		}
+		if len(chosen) < want {
+			return nil, nil, fmt.Errorf("controller %s has %d free drives that fit (disk_type %q, interface_type %q); RAID %s needs %d", s.ID, len(chosen), ld.DiskType, ld.InterfaceType, ld.RAIDLevel, want)
+		}
+	}
+	lim := raidDisks[ld.RAIDLevel]
+	if len(chosen) < lim[0] || lim[1] > 0 && len(chosen) > lim[1] {
+		return nil, nil, fmt.Errorf("RAID %s takes %s drives, not %d", ld.RAIDLevel, diskRange(lim), len(chosen))
+	}
+	if ld.NumberOfPhysicalDisks > 0 && len(chosen) != ld.NumberOfPhysicalDisks {
+		return nil, nil, fmt.Errorf("number_of_physical_disks is %d but physical_disks names %d", ld.NumberOfPhysicalDisks, len(chosen))
+	}
+	return s, chosen, nil
+}
+
+func diskRange(l [2]int) string {
+	if l[1] == l[0] {
+		return fmt.Sprint(l[0])
+	}
+	return fmt.Sprintf("at least %d", l[0])
+}
+
+func containsString(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func sameDrives(v volumeDoc, chosen []driveDoc) bool {
+	if len(v.Links.Drives) != len(chosen) {
+		return false
+	}
+	set := map[string]bool{}
+	for _, d := range v.Links.Drives {
+		set[d.ID] = true
+	}
+	for _, d := range chosen {
+		if !set[d.ODataID] {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *BMC) createVolume(ctx context.Context, ld drivers.LogicalDisk) (drivers.Volume, error) {
+	var out drivers.Volume
+	var task string
+	var s *storageDoc
+	var chosen []driveDoc
+	err := b.do(ctx, "create a RAID volume", func(c *gofish.APIClient) error {
+		st, err := b.storages(c)
+		if err != nil {
+			return err
+		}
+		s, chosen, err = plan(st, ld)
+		if err != nil {
+			return &planError{err}
+		}
+		body := map[string]any{"RAIDType": raidTypes[ld.RAIDLevel]}
+		if !ld.SizeMax {
+			body["CapacityBytes"] = int64(ld.SizeGB) * gib
+		}
+		var links []any
+		for _, d := range chosen {
+			links = append(links, map[string]any{"@odata.id": d.ODataID})
+		}
+		body["Links"] = map[string]any{"Drives": links}
+		if ld.VolumeName != "" {
+			body["Name"] = ld.VolumeName
+		}
+		resp, err := c.Post(s.Volumes.ID, body)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusAccepted {
+			task = resp.Header.Get("Location")
+			return nil
+		}
+		var v volumeDoc
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(data, &v) != nil || v.ID == "" {
+			if loc := resp.Header.Get("Location"); loc != "" {
+				if err := getJSON(c, loc, &v); err != nil {
+					return err
+				}
+			}
+		}
+		out = s.volume(v)
+		return nil
+	})
+	var pe *planError
+	if errors.As(err, &pe) {
+		return out, pe.err
+	}
+	if err != nil {
+		return out, err
+	}
+	if task != "" {
+		if err := b.waitTask(ctx, task); err != nil {
+			return out, err
+		}
+		err = b.do(ctx, "read the RAID volumes", func(c *gofish.APIClient) error {
+			st, err := b.storages(c)
+			if err != nil {
+				return err
+			}
+			for _, s2 := range st {
+				for _, v := range s2.volumes {
+					if sameDrives(v, chosen) {
+						out = s2.volume(v)
+						return nil
+					}
+				}
+			}
+			return fmt.Errorf("the BMC's task to create the volume completed, but no volume spans drives %v", ld.PhysicalDisks)
+		})
+		if err != nil {
+			return out, err
+		}
+	}
+	b.log.Info("redfish RAID volume created", "volume", out.ID, "raid_level", out.RAIDLevel, "size_gb", out.SizeGB, "drives", out.PhysicalDisks)
+	return out, nil
+}
+
+// planError is a logical disk the BMC's storage cannot take: not retried.
+type planError struct{ err error }
+
+func (e *planError) Error() string { return e.err.Error() }

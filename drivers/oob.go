@@ -114,7 +114,7 @@ func ParseFirmwareSettings(raw any) ([]FirmwareUpdate, error) {
 	const usage = `a list of {"component": "bios"|"bmc"|"nic:<id>", "url": "http(s)://...", "checksum": "sha256:<hex>" (optional), "wait": seconds (optional)}`
 	items, ok := raw.([]any)
 	if !ok || len(items) == 0 {
-		return nil, fmt.Errorf("step firmware.update: argument settings must be a non-empty %s", usage)
+		return nil, fmt.Errorf("step firmware.update: argument settings must be a non-empty list: %s", usage)
 	}
 	var out []FirmwareUpdate
 	for i, it := range items {

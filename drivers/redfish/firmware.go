@@ -12,8 +12,11 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -320,11 +323,11 @@ func (b *BMC) updateOne(ctx context.Context, u drivers.FirmwareUpdate) error {
 			if target != "" {
 				params["Targets"] = []string{target}
 			}
-			pj, _ := json.Marshal(params)
-			resp, err = c.PostMultipart(us.MultipartHTTPPushURI, map[string]io.Reader{
-				"UpdateParameters": bytes.NewReader(pj),
-				"UpdateFile":       bytes.NewReader(image),
-			})
+			body, ctype, merr := multipartImage(params, u.URL, image)
+			if merr != nil {
+				return merr
+			}
+			resp, err = c.RunRawRequestWithHeaders(http.MethodPost, us.MultipartHTTPPushURI, bytes.NewReader(body), ctype, nil)
 		}
 		if err != nil {
 			return err
@@ -505,4 +508,39 @@ func (b *BMC) fetchImage(ctx context.Context, u drivers.FirmwareUpdate, w io.Wri
 		}
 	}
 	return nil
+}
+
+// multipartImage builds a Redfish multipart push body: an UpdateParameters
+// JSON part and an UpdateFile file part named after the image's URL.
+func multipartImage(params map[string]any, imageURL string, image []byte) ([]byte, string, error) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	h := make(textproto.MIMEHeader)
+	h.Set("Content-Disposition", `form-data; name="UpdateParameters"`)
+	h.Set("Content-Type", "application/json")
+	pw, err := mw.CreatePart(h)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := json.NewEncoder(pw).Encode(params); err != nil {
+		return nil, "", err
+	}
+	name := "firmware.bin"
+	if pu, err := url.Parse(imageURL); err == nil && path.Base(pu.Path) != "/" && path.Base(pu.Path) != "." {
+		name = path.Base(pu.Path)
+	}
+	h = make(textproto.MIMEHeader)
+	h.Set("Content-Disposition", fmt.Sprintf(`form-data; name="UpdateFile"; filename=%q`, name))
+	h.Set("Content-Type", "application/octet-stream")
+	fw, err := mw.CreatePart(h)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := fw.Write(image); err != nil {
+		return nil, "", err
+	}
+	if err := mw.Close(); err != nil {
+		return nil, "", err
+	}
+	return buf.Bytes(), mw.FormDataContentType(), nil
 }

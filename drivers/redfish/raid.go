@@ -290,6 +290,18 @@ func plan(st []*storageDoc, ld drivers.LogicalDisk) (*storageDoc, []driveDoc, er
 			s = c
 		}
 	}
+	if s == nil && ld.Controller == "" && len(ld.PhysicalDisks) == 0 && len(st) > 0 {
+		s = st[0] // none offers the type: say so below
+	}
+	if s == nil && ld.Controller == "" && len(ld.PhysicalDisks) > 0 {
+		var have []string
+		for _, c := range st {
+			for _, d := range c.drives {
+				have = append(have, d.ID)
+			}
+		}
+		return nil, nil, fmt.Errorf("the system has no drive %s (it has %s)", ld.PhysicalDisks[0], orNone(have))
+	}
 	if s == nil {
 		var ids []string
 		for _, c := range st {

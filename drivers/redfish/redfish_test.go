@@ -562,7 +562,7 @@ func TestBIOSSteps(t *testing.T) {
 	if st, _ := r.bmc.State("1"); st.Bios["ProcVirtualization"] != "Enabled" || st.BiosResetPending {
 		t.Fatalf("after factory reset and reboot: %+v", st)
 	}
-	mustContain(t, d.RunStep(c, "raid", "create_configuration", nil), "no step raid.create_configuration")
+	mustContain(t, d.RunStep(c, "raid", "frobnicate", nil), "no step raid.frobnicate")
 }
 
 func TestResetBMC(t *testing.T) {

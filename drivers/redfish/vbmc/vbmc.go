@@ -1114,6 +1114,12 @@ func (b *BMC) patchBiosSettings(w http.ResponseWriter, r *http.Request, s *syste
 			unknown = append(unknown, k)
 			continue
 		}
+		if fmt.Sprintf("%T", cur) != fmt.Sprintf("%T", v) {
+			writeError(w, http.StatusBadRequest, "PropertyValueTypeError",
+				fmt.Sprintf("The value %v for the property Attributes/%s is of a different type than the property can accept.", v, k),
+				"Correct the value for the property in the request body and resubmit the request if the operation failed.")
+			return
+		}
 		if ra, ok := registryAttr(s, k); ok {
 			if why := checkAttr(k, ra, v); why != "" {
 				writeError(w, http.StatusBadRequest, "PropertyValueIncorrect",
@@ -1121,12 +1127,6 @@ func (b *BMC) patchBiosSettings(w http.ResponseWriter, r *http.Request, s *syste
 					"Correct the value for the property in the request body and resubmit the request if the operation failed.")
 				return
 			}
-		}
-		if fmt.Sprintf("%T", cur) != fmt.Sprintf("%T", v) {
-			writeError(w, http.StatusBadRequest, "PropertyValueTypeError",
-				fmt.Sprintf("The value %v for the property Attributes/%s is of a different type than the property can accept.", v, k),
-				"Correct the value for the property in the request body and resubmit the request if the operation failed.")
-			return
 		}
 	}
 	if len(unknown) > 0 {

@@ -163,8 +163,9 @@ func (standinRunner) Run(ctx context.Context, step protocol.Step, progress func(
 // behind the virtual Redfish BMC, at a site whose edge agent runs in real
 // mode, is serviced through curl at API version 1.87 with
 // bios.apply_configuration: the node returns to active without a
-// ramdisk boot (the step is out-of-band), its boot device still the
-// disk and its instance_info unchanged; the BMC's Redfish Bios settings
+// ramdisk boot (the step is out-of-band) and without a restart of the
+// instance, its boot device still the disk and its instance_info
+// unchanged; the BMC's Redfish Bios settings
 // resource, read with curl, holds the new values, which the BIOS shows
 // after the next reset. The node is deployed first with a stand-in for
 // the ramdisk ISO (mediaRamdiskMachine), booted from the virtual CD.
@@ -297,10 +298,10 @@ func TestRedfishServiceBIOSOnActiveNode(t *testing.T) {
 	if m.cdBoots() != boots {
 		t.Fatalf("service booted the ramdisk (%d CD boots, %d before) for an out-of-band step", m.cdBoots(), boots)
 	}
-	for _, s := range m.Starts()[starts:] {
-		if s.Device != vbmc.BootHdd {
-			t.Fatalf("during service the machine started from %s; want only its disk (the instance)", s.Device)
-		}
+	// Nor is the instance restarted: the settings wait for its
+	// operator's reboot (docs/ironic-compat.md).
+	if s := m.Starts()[starts:]; len(s) != 0 || !m.PoweredOn() {
+		t.Fatalf("during service the machine started %d times (%v), powered on %v; want the instance left running", len(s), s, m.PoweredOn())
 	}
 	if st, _ := b.State(sysID); st.BootTarget != vbmc.BootHdd || st.MediaInserted || st.USBInserted {
 		t.Fatalf("after service the BMC shows %+v; want the disk as boot device, no media", st)

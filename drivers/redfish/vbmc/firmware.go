@@ -493,3 +493,9 @@ func (b *BMC) firmwareVersion(s *system, comp string) string {
 	defer b.mu.Unlock()
 	return s.fw[comp]
 }
+
+func (t *task) running(b *BMC) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return t.state == TaskRunning
+}

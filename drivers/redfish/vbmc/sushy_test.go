@@ -2,6 +2,8 @@ package vbmc_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,5 +69,45 @@ func TestSushyDrivesTheVBMC(t *testing.T) {
 	}
 	if n := l.bmc.Sessions(); n != 0 {
 		t.Fatalf("%d sessions left open after sushy logged out", n)
+	}
+}
+
+// TestSushyFirmwareVolumesRegistry runs python3-sushy through the vBMC's
+// SimpleUpdate (a task that completes and one that fails, the version
+// changing only at the next start), volume create/refuse/delete and the
+// BIOS attribute registry with a PATCH refused by its bounds.
+func TestSushyFirmwareVolumesRegistry(t *testing.T) {
+	py := requireSushy(t)
+	files := map[string][]byte{
+		"/bios.bin": vbmc.FirmwareImage(vbmc.ComponentBIOS, "1.1.0"),
+		"/fail.bin": vbmc.FirmwareImage(vbmc.ComponentBIOS, "2.0.0", "fail=flash write error"),
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if data, ok := files[r.URL.Path]; ok {
+			_, _ = w.Write(data)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	l := newLab(t, vbmc.Config{UpdateDelay: 50 * time.Millisecond})
+	script, err := filepath.Abs("testdata/sushy_oob.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, py, script, l.url, "admin", "s3cret", srv.URL+"/bios.bin", srv.URL+"/fail.bin").CombinedOutput()
+	t.Logf("sushy:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "ALL OK") {
+		t.Fatalf("sushy check failed: %v", err)
+	}
+	installed, pending, err := l.bmc.Firmware("1")
+	if err != nil || installed["bios"] != "1.1.0" || len(pending) != 0 {
+		t.Fatalf("firmware after sushy: %v %v %v", installed, pending, err)
+	}
+	tasks := l.bmc.Tasks()
+	if len(tasks) != 2 || tasks[0].State != vbmc.TaskCompleted || tasks[1].State != vbmc.TaskException {
+		t.Fatalf("tasks: %+v", tasks)
 	}
 }

@@ -18,8 +18,15 @@
 // sessions (with a limit), Basic and token authentication, systems with
 // power, boot override and a reset action, BIOS attributes with pending
 // settings applied at the next start, managers with a reset action and a
-// virtual CD. Faults can be injected per BMC: slow answers, 5xx answers,
-// power changes that take a while to show. Errors have Redfish's shape.
+// virtual CD. Besides (firmware.go, storage.go, registry.go): an
+// UpdateService with SimpleUpdate (the BMC fetches ImageURI) and a
+// multipart push, whose tasks (TaskService, 202 while running) end
+// Completed or Exception; a FirmwareInventory (BIOS, BMC, NIC) whose
+// versions change at the reset each needs; a RAID controller with drives
+// and Volumes (RAID0/1/10, POST and DELETE); a BIOS attribute registry
+// that Bios/Settings PATCHes are checked against. Faults can be injected
+// per BMC: slow answers, 5xx answers, power changes that take a while to
+// show. Errors have Redfish's shape.
 package vbmc
 
 import (
@@ -633,7 +640,17 @@ func (b *BMC) route(w http.ResponseWriter, r *http.Request, segs []string) {
 			notFound(w, r)
 			return
 		}
-		b.get(w, r, func() any { return b.taskResource(t) })
+		// While the task runs its resource answers 202, as a task
+		// monitor does (clients such as sushy poll until it stops).
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			methodNotAllowed(w, r)
+			return
+		}
+		status := http.StatusOK
+		if t.running(b) {
+			status = http.StatusAccepted
+		}
+		writeJSON(w, status, b.taskResource(t))
 	case at(0, "Registries") && n == 1:
 		b.get(w, r, b.registryCollection)
 	case at(0, "Registries") && n == 2 && segs[1] == biosRegistryID:

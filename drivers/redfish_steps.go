@@ -58,13 +58,13 @@ func redfishRAIDApply() Step {
 		NeedsBMC: "Redfish Storage with Drives and a Volumes collection that takes POST and DELETE"}
 }
 
-// CheckDriverRefused fails a clean or deploy step list that names a step
-// the driver declares as Refused (not available yet), saying why.
-func CheckDriverRefused(d Declaration, deploy bool, list []map[string]any) error {
+// CheckDriverRefused fails a step list of kind "clean", "service" (both
+// checked against the clean steps) or "deploy" that names a step the
+// driver declares as Refused (not available yet), saying why.
+func CheckDriverRefused(d Declaration, kind string, list []map[string]any) error {
 	decls := d.CleanSteps
-	kind := "clean"
-	if deploy {
-		decls, kind = d.DeploySteps, "deploy"
+	if kind == "deploy" {
+		decls = d.DeploySteps
 	}
 	for i, raw := range list {
 		iface, _ := raw["interface"].(string)
@@ -78,7 +78,7 @@ func CheckDriverRefused(d Declaration, deploy bool, list []map[string]any) error
 
 // RefusedSteps is CheckDriverRefused for the named driver; nil for an
 // unknown driver (refused elsewhere) or a nil registry.
-func (r *Registry) RefusedSteps(driver string, deploy bool, list []map[string]any) error {
+func (r *Registry) RefusedSteps(driver, kind string, list []map[string]any) error {
 	if r == nil {
 		return nil
 	}
@@ -86,5 +86,5 @@ func (r *Registry) RefusedSteps(driver string, deploy bool, list []map[string]an
 	if err != nil {
 		return nil
 	}
-	return CheckDriverRefused(d, deploy, list)
+	return CheckDriverRefused(d, kind, list)
 }

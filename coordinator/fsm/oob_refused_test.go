@@ -31,6 +31,11 @@ func TestRedfishStepsRefusedUntilWired(t *testing.T) {
 	if r == nil || r.Reason != Invalid || !strings.Contains(r.Msg, "not yet available at the edge") {
 		t.Fatalf("deploy with raid.apply_configuration: %+v", r)
 	}
+	n.ProvisionState = Active
+	r = m.CheckVerb(n, VerbRequest{Verb: Service, ServiceSteps: []map[string]any{fw}})
+	if r == nil || r.Reason != Invalid || !strings.Contains(r.Msg, "Invalid service step 1 (firmware.update)") {
+		t.Fatalf("service with firmware.update: %+v", r)
+	}
 	// The software RAID steps of the ramdisk stay available to redfish nodes.
 	n.ProvisionState = Manageable
 	if r := m.CheckVerb(n, VerbRequest{Verb: Clean, CleanSteps: []map[string]any{{"interface": "raid", "step": "delete_configuration"}}}); r != nil {

@@ -112,7 +112,7 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if err := refusedSteps(req.CleanSteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
-		if err := m.cfg.Drivers.RefusedSteps(n.Driver, false, req.CleanSteps); err != nil {
+		if err := m.cfg.Drivers.RefusedSteps(n.Driver, "clean", req.CleanSteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 	case Deploy, Rebuild:
@@ -125,7 +125,7 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
-		if err := m.cfg.Drivers.RefusedSteps(n.Driver, true, req.DeploySteps); err != nil {
+		if err := m.cfg.Drivers.RefusedSteps(n.Driver, "deploy", req.DeploySteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 		if err := m.checkTemplates(n, req); err != nil {
@@ -137,6 +137,9 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		}
 	case Service:
 		if err := CheckServiceSteps(n.Ident(), req.ServiceSteps); err != nil {
+			return refuse(Invalid, "%v", err)
+		}
+		if err := m.cfg.Drivers.RefusedSteps(n.Driver, "service", req.ServiceSteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 	case Abort:

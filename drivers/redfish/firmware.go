@@ -486,7 +486,7 @@ func (b *BMC) fetchImage(ctx context.Context, u drivers.FirmwareUpdate, w io.Wri
 	if err != nil {
 		return fmt.Errorf("the image URL does not parse: %v", err)
 	}
-	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("download the image: %v", strings.ReplaceAll(err.Error(), u.URL, redactURL(u.URL)))

@@ -40,6 +40,8 @@ PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy op
 PACKAGES+=(cloud-init)
 # fdisk: sfdisk, an independent partition table reader for the config drive tests
 PACKAGES+=(fdisk)
+# sshpass, openssh-client: OpenSSH's client logs in to the rescue ramdisk (ramdisk/rescue, ramdisk/rescue_e2e_test.go)
+PACKAGES+=(sshpass openssh-client)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

@@ -146,7 +146,7 @@ MROOT=$CACHE/$(basename "$MDEB" .deb)
 install -D -m 0755 "$MROOT/sbin/mdadm" "$STAGE/sbin/mdadm"
 for lib in $(ldd "$MROOT/sbin/mdadm" | awk '$2 == "=>" { print $3 } $1 ~ /^\// { print $1 }'); do
   real=$(readlink -f "$lib")
-  install -D -m 0644 "$real" "$STAGE$lib"
+  install -D -m 0755 "$real" "$STAGE$lib" # the loader must be executable
 done
 find "$STAGE" -exec touch -h -d @0 {} +
 log "mdadm: $(basename "$MDEB") with $(ldd "$MROOT/sbin/mdadm" | grep -c '/')" libraries

@@ -337,8 +337,10 @@ func Delete(ctx context.Context, devs func() ([]disk.Device, error), wipe func(d
 			cands = append(cands, p.Path)
 		}
 		for _, c := range cands {
-			if _, err := o.mdadm(ctx, "--examine", c); err != nil {
-				continue // no md superblock
+			// --examine also succeeds on a partition table (mdadm's
+			// gpt and mbr pseudo-metadata): only the md magic counts.
+			if out, err := o.mdadm(ctx, "--examine", c); err != nil || !strings.Contains(out, "a92b4efc") {
+				continue
 			}
 			if _, err := o.mdadm(ctx, "--zero-superblock", c); err != nil {
 				return res, fmt.Errorf("remove the md superblock of %s: %w", c, err)

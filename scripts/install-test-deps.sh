@@ -42,6 +42,8 @@ PACKAGES+=(cloud-init)
 PACKAGES+=(fdisk)
 # sshpass, openssh-client: OpenSSH's client logs in to the rescue ramdisk (ramdisk/rescue, ramdisk/rescue_e2e_test.go)
 PACKAGES+=(sshpass openssh-client)
+# mdadm: reads the software RAID members on the disk files of a QEMU node (ramdisk/raid_e2e_test.go)
+PACKAGES+=(mdadm)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

@@ -14,6 +14,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/ramdisk/rescue/shacrypt"
 )
 
 // Mask replaces secret values of driver_info with Ironic's "******".
@@ -453,7 +454,7 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, tooNew("the provision verb "+shortQuote(body.Target), since, apiMinor(r)))
 		return
 	}
-	req := fsm.VerbRequest{Verb: fsm.Event(body.Target), RescuePassword: body.RescuePassword}
+	req := fsm.VerbRequest{Verb: fsm.Event(body.Target)}
 	if !fsm.IsVerb(req.Verb) {
 		writeError(w, 400, fmt.Sprintf("%q is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort, service, unhold", body.Target))
 		return
@@ -489,6 +490,21 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 		// Ironic's words.
 		writeError(w, 400, fmt.Sprintf("\"service_steps\" is only valid when setting target provision state to service, not %q", body.Target))
 		return
+	}
+	if body.RescuePassword != "" && req.Verb != fsm.RescueV {
+		// Ironic's words.
+		writeError(w, 400, "\"rescue_password\" is only valid when setting target provision state to rescue")
+		return
+	}
+	if req.Verb == fsm.RescueV && strings.TrimSpace(body.RescuePassword) != "" {
+		// Only the hash goes on: the coordinator keeps it and the rescue
+		// ramdisk checks logins against it; the password itself ends here.
+		h, err := shacrypt.Hash(body.RescuePassword)
+		if err != nil {
+			writeError(w, 400, "rescue_password: "+err.Error()+"; choose a shorter one")
+			return
+		}
+		req.HashedRescuePassword = h
 	}
 	if err := s.provisionExtras(r, &req, body.ConfigDrive, body.DisableRamdisk); err != nil {
 		writeErr(w, err)

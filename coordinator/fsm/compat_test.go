@@ -103,7 +103,7 @@ func TestCompatMaintenance(t *testing.T) {
 			path: []State{Deleting, Cleaning, CleanWait}, state: CleanWait, target: Available},
 		{name: "deploy refused", cites: row, setup: inMaintenance(Available), do: verbDo(Deploy, VerbRequest{}), code: 400, state: Available},
 		{name: "rebuild refused", cites: row, setup: inMaintenance(Active), do: verbDo(Rebuild, VerbRequest{}), code: 400, state: Active},
-		{name: "rescue refused", cites: row, setup: inMaintenance(Active), do: verbDo(RescueV, VerbRequest{RescuePassword: "p"}), code: 400, state: Active},
+		{name: "rescue refused", cites: row, setup: inMaintenance(Active), do: verbDo(RescueV, VerbRequest{HashedRescuePassword: "$6$saltstring$xwVXmdoFwkuFfkvrCnFqepsb1G.0z7.VoLCq69.god.O.zXvYSQsLM/oDMuI05ufmibO/tzUYEh4IPt9kZAc0."}), code: 400, state: Active},
 		{name: "unrescue refused", cites: row, setup: inMaintenance(Rescue), do: verbDo(Unrescue, VerbRequest{}), code: 400, state: Rescue},
 		{name: "power change completes", cites: `"PUT /states/power {…} | any | 202"`, setup: inMaintenance(Manageable),
 			do: func(w *world) *Refusal {

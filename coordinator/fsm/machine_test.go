@@ -160,7 +160,7 @@ func TestFullLifecycle(t *testing.T) {
 	}
 	w.verb(Rebuild, VerbRequest{})
 	w.want(Active)
-	w.verb(RescueV, VerbRequest{RescuePassword: "pw"})
+	w.verb(RescueV, VerbRequest{HashedRescuePassword: "$6$saltstring$xwVXmdoFwkuFfkvrCnFqepsb1G.0z7.VoLCq69.god.O.zXvYSQsLM/oDMuI05ufmibO/tzUYEh4IPt9kZAc0."})
 	w.want(Rescue)
 	w.verb(Unrescue, VerbRequest{})
 	w.want(Active)
@@ -234,7 +234,7 @@ func TestRefusals(t *testing.T) {
 			n := &Node{UUID: "u", Name: "n", Driver: "fake", Site: "s", ProvisionState: s,
 				InstanceInfo: map[string]any{"image_source": "http://i"}}
 			_, allowed := Next(s, v, "")
-			req := VerbRequest{Verb: v, RescuePassword: "p", CleanSteps: []map[string]any{{"interface": "management", "step": "fake_reset_bmc"}},
+			req := VerbRequest{Verb: v, HashedRescuePassword: "$6$saltstring$xwVXmdoFwkuFfkvrCnFqepsb1G.0z7.VoLCq69.god.O.zXvYSQsLM/oDMuI05ufmibO/tzUYEh4IPt9kZAc0.", CleanSteps: []map[string]any{{"interface": "management", "step": "fake_reset_bmc"}},
 				ServiceSteps: []map[string]any{{"interface": "management", "step": "fake_reset_bmc"}}}
 			if IsWait(s) {
 				n.Op = &Operation{Phase: "clean", Plan: []Action{{Kind: ActAwaitAgent}}}

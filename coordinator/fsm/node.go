@@ -172,9 +172,11 @@ type Operation struct {
 	// AbortAfter is set when abort was asked during a step that cannot be
 	// aborted: the operation fails when that step ends.
 	AbortAfter bool `json:"abort_after,omitempty"`
-	// RescuePassword is handed to the rescue ramdisk. Hidden.
-	RescuePassword string    `json:"rescue_password,omitempty"`
-	StartedAt      time.Time `json:"started_at"`
+	// HashedRescuePassword is the SHA-crypt hash of the rescue password,
+	// handed to the rescue ramdisk (Ironic's hashed_rescue_password; the
+	// password itself is never kept). Hidden.
+	HashedRescuePassword string    `json:"hashed_rescue_password,omitempty"`
+	StartedAt            time.Time `json:"started_at"`
 }
 
 // StepList returns the clean or deploy steps of the operation's plan in

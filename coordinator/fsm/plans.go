@@ -106,7 +106,8 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 			if s.InBand {
 				args := s.Args
 				if s.Step == "finalize_rescue" {
-					args = map[string]any{"rescue_password": n.Op.RescuePassword}
+					// Ironic's agent_client: the hash, marked as one.
+					args = map[string]any{"rescue_password": n.Op.HashedRescuePassword, "hashed": true}
 				}
 				if s.Step == "write_image" {
 					args = imageArgs(n.InstanceInfo, s.Args)

@@ -310,7 +310,7 @@ func (s *scenario) do(line string) string {
 		if len(words) < 2 {
 			s.fatalf("verb needs a verb")
 		}
-		req := VerbRequest{Verb: cliVerb(words[1]), RescuePassword: o.get("password", "")}
+		req := VerbRequest{Verb: cliVerb(words[1]), HashedRescuePassword: o.get("hashed_password", "")}
 		if v, ok := o["steps"]; ok {
 			req.CleanSteps = s.objects(v)
 		}

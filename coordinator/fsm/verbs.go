@@ -8,6 +8,7 @@ import (
 
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/imagechecksum"
+	"github.com/bmedge/bmedge/ramdisk/rescue/shacrypt"
 )
 
 // This file holds the operator's verbs: the checks Ironic makes before a
@@ -21,8 +22,12 @@ type VerbRequest struct {
 	// DeploySteps are extra or overriding deploy steps.
 	DeploySteps []map[string]any
 	// ServiceSteps is the service list (API 1.87), as decoded JSON objects.
-	ServiceSteps   []map[string]any
-	RescuePassword string
+	ServiceSteps []map[string]any
+	// HashedRescuePassword is the SHA-crypt hash of the rescue password
+	// (Ironic's hashed_rescue_password): all that the node keeps and the
+	// rescue ramdisk gets. The API hashes the operator's rescue_password;
+	// the password itself never reaches the machine.
+	HashedRescuePassword string
 	// ConfigDrive, for deploy and rebuild, replaces the node's config
 	// drive (Node.ConfigDrive) when set.
 	ConfigDrive string
@@ -132,8 +137,11 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 			return refuse(Invalid, "%v", err)
 		}
 	case RescueV:
-		if req.RescuePassword == "" {
+		if req.HashedRescuePassword == "" {
 			return refuse(Invalid, "A non-empty rescue_password is required to rescue node %s", n.Ident())
+		}
+		if err := shacrypt.Check(req.HashedRescuePassword); err != nil {
+			return refuse(Invalid, "Cannot rescue node %s: hashed_rescue_password: %v", n.Ident(), err)
 		}
 	case Service:
 		if err := CheckServiceSteps(n.Ident(), req.ServiceSteps); err != nil {
@@ -193,7 +201,7 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		plan := append(bootRamdisk(), Action{Kind: ActStep, Step: &StepRun{Interface: "rescue", Step: "finalize_rescue", InBand: true}})
 		m.start(n, req.Verb, Rescue, "rescue", plan, now, &out)
 		if n.Op != nil {
-			n.Op.RescuePassword = req.RescuePassword
+			n.Op.HashedRescuePassword = req.HashedRescuePassword
 		}
 	case Unrescue:
 		plan := []Action{powerAction(protocol.PowerOff), bootDevAction(protocol.BootDisk), powerAction(protocol.PowerOn)}

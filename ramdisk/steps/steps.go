@@ -27,6 +27,9 @@ type Runner struct {
 	List func() ([]disk.Device, error)
 	// Erase tunes erasure (tests inject openers; the zero value is real).
 	Erase disk.EraseOptions
+	// Rescue starts the operator's login for finalize_rescue with the
+	// SHA-crypt hash of the rescue password; nil: this ramdisk has none.
+	Rescue func(hash string) (map[string]any, error)
 }
 
 func (r *Runner) devices() ([]disk.Device, error) {
@@ -105,11 +108,23 @@ func (r *Runner) Run(ctx context.Context, step protocol.Step, progress func(floa
 	case "deploy.write_image":
 		return r.writeImage(ctx, step.Args, progress)
 	case "rescue.finalize_rescue":
-		// The rescue ramdisk keeps running with its agent; a login for the
-		// operator is not built into this image yet.
-		return map[string]any{"rescue": "ramdisk running"}, nil
+		return r.finalizeRescue(step.Args)
 	}
 	return nil, fmt.Errorf("this ramdisk has no step %s.%s", step.Interface, step.Step)
+}
+
+// finalizeRescue starts the rescue login with the hashed password, as
+// Ironic sends it: {"rescue_password": HASH, "hashed": true}. A clear
+// password is refused: the coordinator only ever holds the hash.
+func (r *Runner) finalizeRescue(args map[string]any) (map[string]any, error) {
+	hash, _ := args["rescue_password"].(string)
+	if hashed, _ := args["hashed"].(bool); !hashed || hash == "" {
+		return nil, errors.New("finalize_rescue needs the SHA-crypt hash of the rescue password with hashed=true; this ramdisk takes no clear password")
+	}
+	if r.Rescue == nil {
+		return nil, errors.New("this ramdisk has no rescue login")
+	}
+	return r.Rescue(hash)
 }
 
 // asMap turns a result struct into the JSON object the wire carries.
@@ -244,7 +259,7 @@ func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress f
 	if err != nil {
 		return nil, err
 	}
-	dev, err := image.SelectRoot(devs, hints)
+	dev, err := r.rootDevice(ctx, devs, hints)
 	if err != nil {
 		return nil, err
 	}

@@ -19,13 +19,17 @@ import (
 	neturl "net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
 	"github.com/bmedge/bmedge/protocol/session"
 	"github.com/bmedge/bmedge/ramdisk/boot"
 	"github.com/bmedge/bmedge/ramdisk/disk"
+	"github.com/bmedge/bmedge/ramdisk/rescue"
 	"github.com/bmedge/bmedge/ramdisk/steps"
 )
 
@@ -60,7 +64,7 @@ func serve(ctx context.Context, p boot.Params) error {
 		url = "mqtt://" + url
 	}
 	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	runner := &steps.Runner{Log: log}
+	runner := &steps.Runner{Log: log, Rescue: rescueLogin(log)}
 	var (
 		link *mqttlink.Link
 		err  error
@@ -187,7 +191,52 @@ func run(ctx context.Context, p boot.Params) error {
 		return fmt.Errorf("network: %w", err)
 	}
 	logger.Printf("ready node=%s ip=%s iface=%s mac=%s", p.Node, ni.Addr, ni.Iface, ni.MAC)
+	nodeAddr = fmt.Sprint(ni.Addr)
 	return nil
+}
+
+// nodeAddr is the node's address on the site network, for the rescue login.
+var nodeAddr string
+
+// rescueLogin is finalize_rescue's login (ramdisk/rescue): an SSH server on
+// port 22 and a prompt on the serial console, for the user rescue with the
+// password whose hash the coordinator sent. A resent finalize_rescue with
+// the same hash keeps the running login; another hash replaces it.
+func rescueLogin(log *slog.Logger) func(hash string) (map[string]any, error) {
+	var (
+		mu     sync.Mutex
+		srv    *rescue.Server
+		cur    string
+		cancel context.CancelFunc
+	)
+	return func(hash string) (map[string]any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if srv == nil || hash != cur {
+			if srv != nil {
+				cancel()
+				srv.Close()
+			}
+			s, err := rescue.Start(rescue.Config{Hash: hash, Listen: ":22", Log: log})
+			if err != nil {
+				return nil, fmt.Errorf("rescue login: %w", err)
+			}
+			var ctx context.Context
+			ctx, cancel = context.WithCancel(context.Background())
+			srv, cur = s, hash
+			cmdline, _ := boot.ReadCmdlineText()
+			tty := rescue.ConsoleDevice(cmdline)
+			go func() {
+				if err := s.Console(ctx, tty); err != nil && ctx.Err() == nil {
+					logger.Printf("rescue login on %s: %v", tty, err)
+				}
+			}()
+			fp := ssh.FingerprintSHA256(s.HostKey())
+			logger.Printf("rescue: SSH for user %s on %s port 22 (host key %s) and on the console %s", rescue.User, nodeAddr, fp, tty)
+		}
+		return map[string]any{"rescue": fmt.Sprintf("login as %s: ssh %s (port 22), or the serial console", rescue.User, nodeAddr),
+			"ssh_host_key_fingerprint": ssh.FingerprintSHA256(srv.HostKey())}, nil
+	}
 }
 
 // fatal is the crash-only exit: log, then reboot so that the node comes

@@ -191,7 +191,7 @@ func TestRedfishServiceBIOSOnActiveNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.close(); srv.Close(); b.Close() })
+	t.Cleanup(func() { srv.Close(); m.close(); b.Close() })
 	sysID := b.SystemIDs()[0]
 
 	c := testrig.Coordinator(t, testrig.Options{})

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +71,9 @@ for method, path, ctype in reqs:
 print(json.dumps(out))
 `
 
+// wildcard is a path wildcard of a route pattern ({id}, {rest...}).
+var wildcard = regexp.MustCompile(`\{[A-Za-z_][A-Za-z0-9_]*(\.\.\.)?\}`)
+
 // TestEmptyBodyCSRFRefusedOnEveryRoute walks every route of the API and
 // sends POST, PUT and PATCH with an empty body and a content type that a
 // web page may send to any origin (a form, multipart, text/plain) or
@@ -98,7 +102,10 @@ func TestEmptyBodyCSRFRefusedOnEveryRoute(t *testing.T) {
 			p = after
 		}
 		p = strings.NewReplacer("{$}", "", "{id}", "n1", "{name}", "s2", "{trait}", "CUSTOM_X", "{hostname}", "h", "{event}", "e", "{vif}", "v").Replace(p)
-		if strings.Contains(p, "{") {
+		// Any other wildcard (a route added later) gets its own name:
+		// the refusal comes before routing, so any value reaches it.
+		p = wildcard.ReplaceAllStringFunc(p, func(w string) string { return strings.Trim(w, "{}.") })
+		if strings.ContainsAny(p, "{}") {
 			t.Fatalf("route %q has a wildcard this test does not fill", r)
 		}
 		if !seen[p] {

@@ -1,19 +1,45 @@
 package ramdisk_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 )
+
+// raidLab is a QEMU lab whose automated cleaning runs the software RAID
+// steps as Ironic's operators set them up ([deploy]
+// delete_configuration_priority and create_configuration_priority):
+// raid.delete_configuration before the erase steps, raid.create_configuration
+// after them, so that the node is deployed onto its arrays.
+func raidLab(t *testing.T, kernel, initrd string) *testrig.Client {
+	t.Helper()
+	o := testrig.Options{Machine: fsm.Config{WaitTimeout: 3 * time.Minute,
+		PriorityOverrides: map[string]int{"raid.delete_configuration": 100, "raid.create_configuration": 5}}}
+	c := testrig.Coordinator(t, o)
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
+		t.Fatalf("site: %d", code)
+	}
+	sb := agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: "mqtt://10.0.2.2"}
+	testrig.StartAgentConfig(t, creds, agent.Config{SiteBroker: sb, QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd}})
+	return cl
+}
 
 // curlAt is curl at an API version: the independent client of the RAID
 // API checks.
@@ -88,13 +114,16 @@ func examine(t *testing.T, disk string, off int64) (string, bool) {
 
 // TestQEMUSoftwareRAID: a QEMU node with two disks (virtio and NVMe) gets
 // a target_raid_config (RAID-1 root, RAID-0 data) through PUT
-// .../states/raid, cleans with raid.create_configuration; the host's
-// mdadm finds the md superblocks on both disk files and raid_config shows
-// the arrays. raid.delete_configuration then leaves no superblock and no
+// .../states/raid; provide's automated cleaning runs
+// raid.delete_configuration, the erase steps and raid.create_configuration;
+// the host's mdadm finds the md superblocks on both disk files and
+// raid_config shows the arrays. The deploy writes the image to the root
+// array: both mirrors hold it after the members' data offset. After the
+// undeploy a manual raid.delete_configuration leaves no superblock and no
 // partition table. The API refusals are checked with curl.
 func TestQEMUSoftwareRAID(t *testing.T) {
 	if testing.Short() {
-		t.Skip("boots QEMU twice")
+		t.Skip("boots QEMU four times")
 	}
 	kernel, initrd := need(t)
 	for _, tool := range []string{"mdadm", "curl"} {
@@ -105,8 +134,28 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 			t.Skipf("%s is missing (Debian package %s)", tool, tool)
 		}
 	}
-	cl := qemuLab(t, kernel, initrd, false)
+	cl := raidLab(t, kernel, initrd)
 	dir := t.TempDir()
+	// The image to deploy onto the root array, served on loopback (the
+	// guest reaches it as 10.0.2.2).
+	img := make([]byte, 8<<20)
+	for i := range img {
+		img[i] = byte(i*7 + i>>12)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/root.img" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(img)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	imgURL := "http://10.0.2.2:" + itoa(ln.Addr().(*net.TCPAddr).Port) + "/root.img"
 	disks := []string{filepath.Join(dir, "raid1.raw"), filepath.Join(dir, "nvme.raw")}
 	for _, d := range disks {
 		if err := os.WriteFile(d, nil, 0o644); err != nil {
@@ -163,16 +212,19 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 		t.Errorf("target_raid_config at 1.11: %d %s; want 406", code, body)
 	}
 
-	clean := func(step string) testrig.Node {
+	verb := func(v, want string, extra map[string]any) testrig.Node {
 		t.Helper()
-		cl.MustVerb(n.UUID, "clean", map[string]any{"clean_steps": []map[string]any{{"interface": "raid", "step": step}}})
+		cl.MustVerb(n.UUID, v, extra)
 		got := cl.WaitRest(n.UUID, 6*time.Minute)
-		if got.State != "manageable" {
-			t.Fatalf("clean with raid.%s ended in %q: %s", step, got.State, got.LastError)
+		if got.State != want {
+			t.Fatalf("%s ended in %q: %s", v, got.State, got.LastError)
 		}
 		return got
 	}
-	clean("create_configuration")
+	// Automated cleaning, with the priorities Ironic's operators give
+	// the RAID steps: delete, erase, create.
+	verb("provide", "available", nil)
+	historyRe(t, cl, "raid1", `(?s)raid\.delete_configuration done.*deploy\.erase_devices_metadata done.*deploy\.erase_devices done.*raid\.create_configuration done`)
 	var node struct {
 		RaidConfig struct {
 			LogicalDisks []map[string]any `json:"logical_disks"`
@@ -208,7 +260,37 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 		}
 	}
 
-	clean("delete_configuration")
+	// Deploy: write_image finds the root array (assembled anew in this
+	// boot) and writes the image to it; both mirrors hold it.
+	if code := cl.Do("PATCH", "/v1/nodes/raid1", []map[string]any{
+		{"op": "add", "path": "/instance_info/image_source", "value": imgURL},
+		{"op": "add", "path": "/instance_info/image_checksum", "value": sha(img)}}, nil); code != 200 {
+		t.Fatalf("patch instance_info: %d", code)
+	}
+	verb("active", "active", nil)
+	historyRe(t, cl, "raid1", `deploy step deploy\.write_image done: 8388608 bytes \(none, 8388608 downloaded\) written to /dev/md[0-9]+`)
+	for _, d := range disks {
+		part := gptParts(t, d)[0][0]
+		out, _ := examine(t, d, part)
+		m := regexp.MustCompile(`Data Offset : ([0-9]+) sectors`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("mdadm --examine of %s after deploy shows no data offset:\n%s", filepath.Base(d), out)
+		}
+		off, _ := strconv.ParseInt(m[1], 10, 64)
+		f, err := os.Open(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(img))
+		_, err = f.ReadAt(got, part+off*512)
+		f.Close()
+		if err != nil || !bytes.Equal(got, img) {
+			t.Errorf("%s does not hold the image in its root array member (data offset %d sectors): %v", filepath.Base(d), off, err)
+		}
+	}
+	verb("deleted", "available", nil)
+	verb("manage", "manageable", nil)
+	verb("clean", "manageable", map[string]any{"clean_steps": []map[string]any{{"interface": "raid", "step": "delete_configuration"}}})
 	var after struct {
 		RaidConfig map[string]any `json:"raid_config"`
 	}

@@ -106,8 +106,10 @@ func holders(devs []disk.Device, ld LogicalDisk) ([]disk.Device, error) {
 }
 
 // Create builds cfg's logical disks on devs (the writable, fixed disks)
-// and returns the raid_config to report (cfg with each array's device,
-// members and, for the root volume, root_device_hint) and the arrays.
+// and returns the raid_config to report (cfg with each array's device and
+// members; no root_device_hint: md numbers change when a later boot
+// assembles the arrays, and write_image finds the root array itself) and
+// the arrays.
 func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, createNonroot bool, o Options) (map[string]any, []Array, error) {
 	if o.LoadModules != nil {
 		if err := o.LoadModules("raid0", "raid1", "raid10"); err != nil {
@@ -222,9 +224,6 @@ func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, cre
 		r["controller"] = "software"
 		r["device"] = md
 		r["members"] = members
-		if ld.IsRootVolume {
-			r["root_device_hint"] = map[string]any{"name": md}
-		}
 		reported = append(reported, r)
 	}
 	return map[string]any{"logical_disks": reported}, arrays, nil
@@ -369,4 +368,46 @@ func mdMembers(sysDir string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Root finds the software RAID root volume Create built on devs: the md
+// array whose members are the first partitions of the disks (Create puts
+// the root volume first). It assembles the arrays the disks hold first
+// (a fresh ramdisk boot has none running). found is false, without
+// error, when no first partition holds an md superblock.
+func Root(ctx context.Context, devs []disk.Device, o Options) (md string, found bool, err error) {
+	var firsts []string
+	for _, d := range devs {
+		for _, p := range d.Partitions {
+			if p.Number == 1 {
+				firsts = append(firsts, p.Path)
+			}
+		}
+	}
+	member := ""
+	for _, p := range firsts {
+		if out, err := o.mdadm(ctx, "--examine", p); err == nil && strings.Contains(out, "a92b4efc") {
+			member = p
+			break
+		}
+	}
+	if member == "" {
+		return "", false, nil
+	}
+	if o.LoadModules != nil {
+		if err := o.LoadModules("raid0", "raid1", "raid10"); err != nil {
+			return "", false, fmt.Errorf("load the md kernel modules: %w", err)
+		}
+	}
+	_, _ = o.mdadm(ctx, "--assemble", "--scan")
+	mds, _ := filepath.Glob(filepath.Join(o.sysRoot(), "block", "md*"))
+	sort.Strings(mds)
+	for _, m := range mds {
+		for _, s := range mdMembers(m) {
+			if s == member {
+				return "/dev/" + filepath.Base(m), true, nil
+			}
+		}
+	}
+	return "", false, fmt.Errorf("%s holds a software RAID member but no array with it could be assembled (mdadm --assemble --scan); run raid.delete_configuration and raid.create_configuration again", member)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/ramdisk/disk"
+	"github.com/bmedge/bmedge/ramdisk/image"
 	"github.com/bmedge/bmedge/ramdisk/raid"
 	"github.com/u-root/u-root/pkg/kmodule"
 )
@@ -33,6 +34,22 @@ func (r *Runner) raidOptions() raid.Options {
 		}
 		return nil
 	}}
+}
+
+// rootDevice is write_image's target: without root device hints, the
+// software RAID root volume when the disks hold one (as IPA writes to
+// the root array), else the disk image.SelectRoot picks.
+func (r *Runner) rootDevice(ctx context.Context, devs []disk.Device, hints image.RootDeviceHints) (disk.Device, error) {
+	if hints.IsZero() {
+		md, found, err := raid.Root(ctx, erasable(devs), r.raidOptions())
+		if err != nil {
+			return disk.Device{}, err
+		}
+		if found {
+			return disk.FromPath(md, "")
+		}
+	}
+	return image.SelectRoot(devs, hints)
 }
 
 func (r *Runner) raidCreate(ctx context.Context, args map[string]any) (map[string]any, error) {

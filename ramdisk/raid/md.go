@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -295,8 +296,9 @@ type DeleteResult struct {
 // Delete removes every software RAID on devs, as IPA's
 // delete_configuration: it assembles what the disks hold, stops every md
 // array, zeroes the md superblock of every member (and of any partition
-// or disk of devs that still has one) and then the disks' partition
-// tables (wipe, given each disk as listed after the arrays stopped).
+// or disk of devs that still has one) and then the partition tables of
+// the disks that held them (wipe, given each disk as listed after the
+// arrays stopped); other disks are left alone.
 func Delete(ctx context.Context, devs func() ([]disk.Device, error), wipe func(disk.Device) error, o Options) (DeleteResult, error) {
 	var res DeleteResult
 	if o.LoadModules != nil {
@@ -346,7 +348,13 @@ func Delete(ctx context.Context, devs func() ([]disk.Device, error), wipe func(d
 			}
 			res.Zeroed = append(res.Zeroed, c)
 		}
-		if len(d.Partitions) > 0 && wipe != nil {
+		// Only the holder disks lose their partition tables (IPA's
+		// delete_configuration): a disk no array used keeps its data.
+		holder := false
+		for _, c := range cands {
+			holder = holder || slices.Contains(res.Zeroed, c)
+		}
+		if holder && len(d.Partitions) > 0 && wipe != nil {
 			if err := wipe(d); err != nil {
 				return res, fmt.Errorf("zero the partition table of %s: %w", d.Path, err)
 			}

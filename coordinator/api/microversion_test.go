@@ -186,7 +186,7 @@ func TestNodeFieldsByMicroversion(t *testing.T) {
 			t.Errorf("%s_interface = %v, want the driver's default %v", iface, got, want)
 		}
 	}
-	for f, want := range map[string]string{"console_interface": "no-console", "raid_interface": "no-raid", "rescue_interface": "agent",
+	for f, want := range map[string]string{"console_interface": "no-console", "raid_interface": "agent", "rescue_interface": "agent",
 		"storage_interface": "noop", "vendor_interface": "no-vendor"} {
 		if n[f] != want {
 			t.Errorf("%s = %v, want %s", f, n[f], want)
@@ -358,8 +358,9 @@ func TestInterfacePatch(t *testing.T) {
 
 // TestValidateIronicShape: validate answers for every non-vendor
 // interface of Ironic 21.4, each {"result": true} or {"result": false,
-// "reason": ...}: storage (noop) passes, console and raid (no-console,
-// no-raid) fail with Ironic's UnsupportedDriverExtension message.
+// "reason": ...}: storage (noop) and raid (agent: the ramdisk's software
+// RAID) pass, console (no-console) fails with Ironic's
+// UnsupportedDriverExtension message.
 func TestValidateIronicShape(t *testing.T) {
 	r := newVersionRig(t)
 	id := r.node("site1", "manageable")
@@ -377,14 +378,16 @@ func TestValidateIronicShape(t *testing.T) {
 			t.Errorf("validate %s: %v; want result true without a reason or false with one", k, x)
 		}
 	}
-	for _, k := range []string{"console", "raid"} {
+	for _, k := range []string{"console"} {
 		c, _ := v[k].(map[string]any)
 		if c["result"] != false || c["reason"] != "Driver fake does not support "+k+" (disabled or not implemented)." {
 			t.Errorf("validate %s: %v", k, c)
 		}
 	}
-	if c, _ := v["storage"].(map[string]any); c["result"] != true {
-		t.Errorf("validate storage: %v", v["storage"])
+	for _, k := range []string{"storage", "raid"} {
+		if c, _ := v[k].(map[string]any); c["result"] != true {
+			t.Errorf("validate %s: %v", k, v[k])
+		}
 	}
 }
 

@@ -591,7 +591,7 @@ func (s *Server) getDriver(w http.ResponseWriter, r *http.Request) {
 	v := map[string]any{"name": d.Name, "hosts": []string{"coordinator"}, "type": "dynamic",
 		"links": link(r, "/v1/drivers/"+d.Name), "properties": link(r, "/v1/drivers/"+d.Name+"/properties")}
 	ifaces := map[string]string{"bios": "no-bios", "boot": "pxe", "console": "no-console", "deploy": "direct", "firmware": "no-firmware",
-		"inspect": "agent", "management": d.Name, "network": "noop", "power": d.Name, "raid": "no-raid", "rescue": "agent",
+		"inspect": "agent", "management": d.Name, "network": "noop", "power": d.Name, "raid": "agent", "rescue": "agent",
 		"storage": "noop", "vendor": "no-vendor"}
 	for _, st := range d.CleanSteps {
 		if st.Interface == "bios" {

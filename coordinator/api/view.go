@@ -287,7 +287,7 @@ type nodeIfaces struct {
 func interfacesOf(driver string, decl drivers.Declaration) nodeIfaces {
 	// No driver here has firmware steps: Ironic's no-firmware.
 	i := nodeIfaces{Bios: "no-bios", Boot: "pxe", Console: "no-console", Deploy: "direct", Firmware: "no-firmware", Inspect: "agent",
-		Management: driver, Network: "noop", Power: driver, Raid: "no-raid", Rescue: "agent", Storage: "noop", Vendor: "no-vendor"}
+		Management: driver, Network: "noop", Power: driver, Raid: "agent", Rescue: "agent", Storage: "noop", Vendor: "no-vendor"}
 	for _, st := range decl.CleanSteps {
 		if st.Interface == "bios" {
 			i.Bios = driver

@@ -126,7 +126,7 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 		"links": link(r, "/v1/nodes/"+n.UUID), "ports": link(r, "/v1/nodes/"+n.UUID+"/ports"),
 		"states": link(r, "/v1/nodes/"+n.UUID+"/states"),
 		// Added with issue 21: the rest of Ironic's node fields.
-		"bios_interface": bios, "console_interface": "no-console", "raid_interface": "no-raid", "rescue_interface": "agent",
+		"bios_interface": bios, "console_interface": "no-console", "raid_interface": "agent", "rescue_interface": "agent",
 		"storage_interface": "noop", "vendor_interface": "no-vendor", "protected_reason": nil,
 		"network_data": map[string]any{}, "raid_config": map[string]any{}, "target_raid_config": map[string]any{},
 		"portgroups": link(r, "/v1/nodes/"+n.UUID+"/portgroups"), "volume": link(r, "/v1/nodes/"+n.UUID+"/volume"),

@@ -450,7 +450,9 @@ func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
 	ok := InterfaceCheck{Result: &yes}
 	fail := func(reason string) InterfaceCheck { return InterfaceCheck{Result: &no, Reason: reason} }
 	unsupported := InterfaceCheck{Reason: "not supported"}
-	out := map[string]InterfaceCheck{"console": unsupported, "raid": unsupported, "network": ok}
+	// raid is Ironic's "agent" RAID interface: the ramdisk's software
+	// RAID, whose target_raid_config was validated when it was set.
+	out := map[string]InterfaceCheck{"console": unsupported, "raid": ok, "network": ok}
 	d, err := m.cfg.Drivers.Get(n.Driver)
 	if err != nil {
 		for _, k := range []string{"power", "management", "boot", "deploy", "inspect", "rescue", "bios"} {

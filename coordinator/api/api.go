@@ -88,6 +88,7 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("PUT /v1/nodes/{id}/states/provision", s.provision)
 	m.HandleFunc("PUT /v1/nodes/{id}/states/power", s.power)
 	m.HandleFunc("PUT /v1/nodes/{id}/states/raid", s.setRaid)
+	m.HandleFunc("GET /v1/drivers/{name}/raid/logical_disk_properties", s.raidProperties)
 	m.HandleFunc("PUT /v1/nodes/{id}/maintenance", s.setMaintenance)
 	m.HandleFunc("DELETE /v1/nodes/{id}/maintenance", s.unsetMaintenance)
 	m.HandleFunc("GET /v1/nodes/{id}/cleaning/steps", s.cleanSteps)

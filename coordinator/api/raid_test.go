@@ -54,8 +54,9 @@ func TestValidateRaidConfig(t *testing.T) {
 
 // TestRaidBaremetalCLI: Ironic's own client sets, shows and unsets
 // target_raid_config (baremetal node set --target-raid-config), and
-// reports the API's refusal of a software RAID 5; curl sees the 406 below
-// API 1.12 and the 404 of an unknown node.
+// reports the API's refusal of a software RAID 5, and lists the logical
+// disk properties (baremetal driver raid property list); curl sees the
+// 406 below API 1.12 and the 404s of an unknown node and driver.
 func TestRaidBaremetalCLI(t *testing.T) {
 	requireTool(t, baremetalPath, "python3-ironicclient")
 	r := newVersionRig(t)
@@ -83,6 +84,22 @@ func TestRaidBaremetalCLI(t *testing.T) {
 	}
 	if bm.json(&unset, "--os-baremetal-api-version", "1.12", "node", "show", id, "-f", "json", "-c", "target_raid_config") && (unset.Target == nil || len(unset.Target) != 0) {
 		t.Errorf("after unset: target_raid_config %v; want {}", unset.Target)
+	}
+	var props []map[string]string
+	if bm.json(&props, "--os-baremetal-api-version", "1.12", "driver", "raid", "property", "list", "fake", "-f", "json") {
+		found := map[string]bool{}
+		for _, p := range props {
+			found[p["Property"]] = strings.HasSuffix(p["Description"], ".")
+		}
+		if len(props) != 10 || !found["raid_level"] || !found["size_gb"] || !found["physical_disks"] {
+			t.Errorf("driver raid property list: %v", props)
+		}
+	}
+	if a := vcurl(t, r.api.Base, "1.11", "GET", "/v1/drivers/fake/raid/logical_disk_properties", ""); a.status != 406 {
+		t.Errorf("logical_disk_properties at 1.11: %d %s; want 406", a.status, a.body)
+	}
+	if a := vcurl(t, r.api.Base, "1.12", "GET", "/v1/drivers/nope/raid/logical_disk_properties", ""); a.status != 404 {
+		t.Errorf("logical_disk_properties of an unknown driver: %d %s; want 404", a.status, a.body)
 	}
 	if a := vcurl(t, r.api.Base, "1.11", "PUT", "/v1/nodes/"+id+"/states/raid", cfg); a.status != 406 {
 		t.Errorf("PUT states/raid at 1.11: %d %s; want 406", a.status, a.body)

@@ -262,11 +262,6 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 	return v
 }
 
-// noConfig is the empty object shown for network_data, raid_config and
-// target_raid_config, which this API does not keep yet; it is shared by
-// every view and never changed.
-var noConfig = map[string]any{}
-
 // rescuePasswordSet says whether Ironic holds a rescue password in the
 // instance_info of a node in state st: from the rescue verb until
 // unrescue ends (a failed rescue removes it).

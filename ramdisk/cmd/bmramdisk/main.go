@@ -191,7 +191,7 @@ func run(ctx context.Context, p boot.Params) error {
 		return fmt.Errorf("network: %w", err)
 	}
 	logger.Printf("ready node=%s ip=%s iface=%s mac=%s", p.Node, ni.Addr, ni.Iface, ni.MAC)
-	nodeAddr = fmt.Sprint(ni.Addr)
+	nodeAddr = ni.Addr.Addr().String()
 	return nil
 }
 
@@ -231,11 +231,13 @@ func rescueLogin(log *slog.Logger) func(hash string) (map[string]any, error) {
 					logger.Printf("rescue login on %s: %v", tty, err)
 				}
 			}()
-			fp := ssh.FingerprintSHA256(s.HostKey())
-			logger.Printf("rescue: SSH for user %s on %s port 22 (host key %s) and on the console %s", rescue.User, nodeAddr, fp, tty)
+			logger.Printf("rescue: SSH for user %s on %s port 22 (host key %s) and on the console %s", rescue.User, nodeAddr, ssh.FingerprintSHA256(s.HostKey()), tty)
 		}
-		return map[string]any{"rescue": fmt.Sprintf("login as %s: ssh %s (port 22), or the serial console", rescue.User, nodeAddr),
-			"ssh_host_key_fingerprint": ssh.FingerprintSHA256(srv.HostKey())}, nil
+		fp := ssh.FingerprintSHA256(srv.HostKey())
+		// The summary goes into the node's history: the operator checks
+		// the host key of the first login against it.
+		return map[string]any{"summary": fmt.Sprintf("rescue login: ssh %s@%s (port 22, host key %s) or the serial console", rescue.User, nodeAddr, fp),
+			"ssh_host_key_fingerprint": fp}, nil
 	}
 }
 

@@ -20,9 +20,9 @@ import (
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/agent/sim"
+	"github.com/bmedge/bmedge/agent/sitecache"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
-	"github.com/bmedge/bmedge/protocol/session"
 )
 
 // Agent is a running edge agent.
@@ -50,9 +50,9 @@ type Agent struct {
 	// relay of the ramdisks' messages (agent/relay).
 	up    *relay.Uplink
 	relay *relay.Relay
-	// cache is the site image cache (nil without one), set by Run
-	// before the agent connects, never changed after.
-	cache *siteCache
+	// cache is the site image cache as the nodes reach it
+	// (agent/sitecache; off without Config.Cache.Dir).
+	cache *sitecache.Cache
 }
 
 // DefaultOutboxLimit is the default of Config.OutboxLimit.
@@ -93,6 +93,7 @@ func New(cfg Config) *Agent {
 		Paused:  a.ob.Full,
 		Observe: func(err error) { a.observePowerRead(err) },
 		NewID:   outbox.NewID})
+	a.cache = sitecache.New(sitecache.Config{Site: cfg.Site, Log: cfg.Log, Opts: cfg.Cache, SimNodes: cfg.Sim.Nodes})
 	a.boot = boot.New(boot.Config{Site: cfg.Site, Log: cfg.Log, Ramdisk: cfg.Ramdisk, Netboot: cfg.Netboot,
 		QEMUBrokerURL: cfg.QEMU.BrokerURL, QEMUCmdline: cfg.QEMU.Cmdline,
 		SiteBroker: func() (string, string, bool) { return a.relay.Broker() },
@@ -104,12 +105,9 @@ func New(cfg Config) *Agent {
 			return a.link.Publish(ctx, topic, payload, false)
 		}})
 	a.relay = relay.New(relay.Config{Site: cfg.Site, Log: cfg.Log, Summary: cfg.HeartbeatSummary, SiteBroker: cfg.SiteBroker, CAFile: cfg.CAFile,
-		Admit: a.boot.Admit, Up: a.publish, Outbox: a.ob, Local: a.deliverLocal, ImageArgs: a.imageArgs, NewID: outbox.NewID})
+		Admit: a.boot.Admit, Up: a.publish, Outbox: a.ob, Local: a.deliverLocal, ImageArgs: a.cache.ImageArgs, NewID: outbox.NewID})
 	a.sim = sim.New(sim.Config{Site: cfg.Site, Log: cfg.Log, Opts: cfg.Sim, ResendInterval: cfg.ResendInterval, Info: a.bmcs.Info,
-		Transport: agentTransport{a}, Context: func() context.Context { return a.ctx },
-		Runner: func(node string, opts sim.Options, reboot func()) session.Runner {
-			return &simRunner{a: a, node: node, opts: opts, reboot: reboot}
-		}})
+		Transport: agentTransport{a}, Context: func() context.Context { return a.ctx }, CacheBase: a.cache.Base})
 	a.metrics = newAgentMetrics(a)
 	return a
 }
@@ -169,7 +167,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopBoot()
-	stopCache, err := a.startImageCache(ctx)
+	stopCache, err := a.cache.Start(ctx)
 	if err != nil {
 		return err
 	}
@@ -219,8 +217,20 @@ func (a *Agent) AwaitUp(ctx context.Context) error {
 // publish queues a message for the coordinator (relay.Uplink.Publish).
 func (a *Agent) publish(topic string, payload []byte) { a.up.Publish(a.ctx, topic, payload) }
 
-// fromRamdisk takes a message a simulated ramdisk published.
-func (a *Agent) fromRamdisk(topic string, payload []byte) { a.relay.FromRamdisk(topic, payload) }
+// agentTransport hands a simulated node's messages to the edge agent's
+// relay, as the site broker does a real ramdisk's.
+type agentTransport struct{ a *Agent }
+
+func (t agentTransport) Publish(ctx context.Context, topic string, payload []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t.a.relay.FromRamdisk(topic, payload)
+	return nil
+}
+
+// ImageCacheAddr is the address the image cache listens on ("" without one).
+func (a *Agent) ImageCacheAddr() string { return a.cache.Addr() }
 
 // deliverLocal hands a message to a node's simulated ramdisk, if it runs.
 func (a *Agent) deliverLocal(node string, m *protocol.Message) bool {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/bmc"
+	"github.com/bmedge/bmedge/agent/imagecache"
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 )
@@ -75,4 +76,36 @@ func resultMargin(left time.Duration) time.Duration {
 func (a *Agent) execBMC(ctx context.Context, m *protocol.Message) (err error) {
 	defer a.observeBMC(m, time.Now(), &err)
 	return a.bmcs.Exec(ctx, m, a.boot)
+}
+
+// cacheImageCommand runs a cache_image command (coordinator site cache)
+// and sends its result.
+func (a *Agent) cacheImageCommand(m *protocol.Message) {
+	a.ob.Once(outbox.Command{Msg: m, Run: func() *protocol.Message { return a.cacheImage(m) }})
+}
+
+// cacheImage pre-seeds the image and returns the result (nil when the
+// agent is stopping).
+func (a *Agent) cacheImage(m *protocol.Message) *protocol.Message {
+	u, _ := m.Args["url"].(string)
+	res := &protocol.Message{Kind: protocol.KindResult, ID: outbox.NewID(), Site: a.cfg.Site, CommandID: m.ID}
+	// Within the command's deadline, less the time its result needs.
+	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline.Add(-resultMargin(time.Until(m.Deadline))))
+	defer cancel()
+	r, err := a.cache.Preseed(ctx, m)
+	if err != nil && a.ctx.Err() != nil {
+		a.log.Info("edge agent stopping: image pre-seed interrupted, no result kept", "url", imagecache.Redact(u), "command", m.ID)
+		return nil
+	}
+	if err != nil {
+		res.Error = err.Error()
+		a.log.Warn("image pre-seed failed", "url", imagecache.Redact(u), "command", m.ID, "err", err)
+	} else {
+		res.OK = true
+		res.Data = map[string]any{"url": imagecache.Redact(u), "size": r.Size, "already_cached": r.AlreadyCached, "seconds": r.Duration.Seconds()}
+		a.log.Info("image pre-seeded in the site cache", "url", imagecache.Redact(u), "size", r.Size, "already_cached", r.AlreadyCached,
+			"seconds", r.Duration.Seconds(), "command", m.ID)
+	}
+	res.Sent = time.Now()
+	return res
 }

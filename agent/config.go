@@ -10,6 +10,7 @@ import (
 	"github.com/bmedge/bmedge/agent/boot"
 	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/agent/sim"
+	"github.com/bmedge/bmedge/agent/sitecache"
 	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
@@ -39,6 +40,16 @@ func LoadCredentials(path string) (Credentials, error) {
 
 // SimOptions shape the simulated nodes (agent/sim's Options).
 type SimOptions = sim.Options
+
+// ImageCacheOptions configure the site's image cache (agent/sitecache's
+// Options; docs/imagecache.md).
+type ImageCacheOptions = sitecache.Options
+
+// DefaultImageCacheBytes is the image cache's size cap when none is given.
+const DefaultImageCacheBytes = sitecache.DefaultBytes
+
+// DrivePathPrefix is where the site cache's listener serves config drives.
+const DrivePathPrefix = sitecache.DrivePathPrefix
 
 // QEMUOptions configure the development driver qemu-dev: the ramdisk the
 // VMs boot and the broker address as the guests see it.

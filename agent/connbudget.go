@@ -3,6 +3,7 @@ package agent
 import (
 	"github.com/bmedge/bmedge/agent/boot"
 	"github.com/bmedge/bmedge/agent/relay"
+	"github.com/bmedge/bmedge/agent/sitecache"
 	"log/slog"
 	"net"
 
@@ -18,8 +19,9 @@ var (
 	// DefaultMediaConns: the BMCs fetch the ISO, each from its own
 	// address, a few range requests at once (agent/boot's).
 	DefaultMediaConns = boot.DefaultMediaConns
-	// DefaultImageCacheConns: the nodes' ramdisks fetch their images.
-	DefaultImageCacheConns = netbudget.Limits{MaxConns: 1024, MaxPerSource: 64, MaxPendingPerSource: 16}
+	// DefaultImageCacheConns: the nodes' ramdisks fetch their images
+	// (agent/sitecache's).
+	DefaultImageCacheConns = sitecache.DefaultConns
 	// DefaultNetbootHTTPConns: iPXE fetches a script, a kernel and an
 	// initramfs per boot (agent/boot's).
 	DefaultNetbootHTTPConns = boot.DefaultNetbootHTTPConns

@@ -37,7 +37,7 @@ func TestForgetDropsNodeOutbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.fromRamdisk(protocol.NodeEvtTopic("s1", "n1"), p)
+	a.relay.FromRamdisk(protocol.NodeEvtTopic("s1", "n1"), p)
 	result(a, "n1", "c-bmc", "bmc-result", time.Now().Add(time.Hour))
 	result(a, "n2", "c-other", "other-result", time.Now().Add(time.Hour))
 	if n := a.Outbox(); n != 3 {

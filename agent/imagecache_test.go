@@ -28,7 +28,7 @@ func TestImageArgs(t *testing.T) {
 	sum := "sha256:" + hex.EncodeToString(h[:])
 
 	a := New(Config{Site: "s1", Cache: ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30}})
-	stop, err := a.startImageCache(context.Background())
+	stop, err := a.cache.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestImageArgs(t *testing.T) {
 	base := "http://" + a.ImageCacheAddr() + "/images/"
 
 	m := writeImageCmd(map[string]any{"image_source": origin.URL + "/x.raw", "image_checksum": sum, "root_device": map[string]any{"size": 10}})
-	out := a.imageArgs(m)
+	out := a.cache.ImageArgs(m)
 	src, _ := out.Step.Args["image_source"].(string)
 	if !strings.HasPrefix(src, base) || out.Step.Args["image_checksum"] != sum || out.Step.Args["root_device"] == nil {
 		t.Fatalf("rewritten args %v", out.Step.Args)
@@ -44,21 +44,21 @@ func TestImageArgs(t *testing.T) {
 	if m.Step.Args["image_source"] != origin.URL+"/x.raw" {
 		t.Fatalf("imageArgs changed the command it was given: %v", m.Step.Args)
 	}
-	if again := a.imageArgs(out); again.Step.Args["image_source"] != src {
+	if again := a.cache.ImageArgs(out); again.Step.Args["image_source"] != src {
 		t.Errorf("a cache URL was rewritten again: %v", again.Step.Args)
 	}
-	if err := a.simFetchImage(context.Background(), src, out.Step.Args); err != nil {
+	if err := a.sim.FetchImage(context.Background(), src, out.Step.Args); err != nil {
 		t.Fatalf("simulated ramdisk through the cache: %v", err)
 	}
 	// os_hash wins over image_checksum, as in the ramdisk.
 	m2 := writeImageCmd(map[string]any{"image_source": origin.URL + "/y.raw", "image_checksum": "junk",
 		"image_os_hash_algo": "sha256", "image_os_hash_value": strings.Repeat("1", 64)})
-	out2 := a.imageArgs(m2)
+	out2 := a.cache.ImageArgs(m2)
 	src2, _ := out2.Step.Args["image_source"].(string)
 	if !strings.HasPrefix(src2, base) {
 		t.Fatalf("os_hash image not cached: %v", out2.Step.Args)
 	}
-	if err := a.simFetchImage(context.Background(), src2, out2.Step.Args); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+	if err := a.sim.FetchImage(context.Background(), src2, out2.Step.Args); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
 		t.Errorf("simulated ramdisk, wrong checksum: %v", err)
 	}
 
@@ -69,12 +69,12 @@ func TestImageArgs(t *testing.T) {
 		{Kind: protocol.KindCommand, Action: protocol.ActionInbandRun, Step: &protocol.Step{Interface: "deploy", Step: "erase_devices", Args: map[string]any{"image_source": origin.URL}}},
 		{Kind: protocol.KindCommand, Action: protocol.ActionAbort},
 	} {
-		if out := a.imageArgs(m); out != m {
+		if out := a.cache.ImageArgs(m); out != m {
 			t.Errorf("imageArgs changed %v", m.Step)
 		}
 	}
 	// A simulated ramdisk without a cache in between fetches nothing.
-	if err := a.simFetchImage(context.Background(), "http://127.0.0.1:1/bench.img", nil); err != nil {
+	if err := a.sim.FetchImage(context.Background(), "http://127.0.0.1:1/bench.img", nil); err != nil {
 		t.Errorf("plain origin URL: %v", err)
 	}
 }

@@ -36,15 +36,15 @@ func TestSimWriteImage(t *testing.T) {
 	dead.Close()
 
 	a := New(Config{Site: "s1", Cache: ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30}})
-	stop, err := a.startImageCache(context.Background())
+	stop, err := a.cache.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	r := &simRunner{a: a, node: "n1"}
+	r := a.sim.Runner("n1", SimOptions{})
 	// run is the step as the agent hands it to the ramdisk (imageArgs).
 	run := func(args map[string]any) error {
-		m := a.imageArgs(writeImageCmd(args))
+		m := a.cache.ImageArgs(writeImageCmd(args))
 		_, err := r.Run(context.Background(), *m.Step, func(float64, string) {})
 		return err
 	}
@@ -116,7 +116,7 @@ func TestSimWriteImage(t *testing.T) {
 	}
 
 	// No image cache: the simulated nodes have no network.
-	plain := &simRunner{a: New(Config{Site: "s2"}), node: "n2"}
+	plain := New(Config{Site: "s2"}).sim.Runner("n2", SimOptions{})
 	m := writeImageCmd(map[string]any{"image_source": deadURL})
 	if _, err := plain.Run(context.Background(), *m.Step, func(float64, string) {}); err != nil {
 		t.Errorf("site without an image cache: %v", err)

@@ -44,9 +44,10 @@ type Config struct {
 	Info func(node string) map[string]any
 	// Transport carries a simulated ramdisk's messages to the relay.
 	Transport session.Transport
-	// Runner is the hardware of a simulated node's ramdisk; reboot
-	// starts a new boot of it on its own.
-	Runner func(node string, opts Options, reboot func()) session.Runner
+	// CacheBase is the URL prefix of the site image cache's images in
+	// this process ("" without one): a simulated write_image fetches
+	// such an image as a real ramdisk would.
+	CacheBase func() string
 	// Context is the context the simulated ramdisks run in (the
 	// agent's, once it runs).
 	Context func() context.Context
@@ -74,6 +75,9 @@ func New(cfg Config) *Sim {
 	}
 	if cfg.Context == nil {
 		cfg.Context = context.Background
+	}
+	if cfg.CacheBase == nil {
+		cfg.CacheBase = func() string { return "" }
 	}
 	return &Sim{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}}
 }
@@ -134,11 +138,7 @@ func (s *Sim) OnPower(node, state, boot string) {
 	}
 	ctx := s.cfg.Context()
 	r := session.New(session.Config{Site: s.cfg.Site, Node: node, Heartbeat: opts.Heartbeat, ResendInterval: s.cfg.ResendInterval,
-		Runner: s.cfg.Runner(node, opts, func() {
-			// As a crash-only agent does: the node reboots into a new
-			// ramdisk boot that the coordinator did not ask for.
-			go s.OnPower(node, protocol.PowerOn, protocol.BootPXE)
-		}), Transport: s.cfg.Transport, Log: s.log})
+		Runner: s.Runner(node, opts), Transport: s.cfg.Transport, Log: s.log})
 	s.sessions[node] = r
 	go func() {
 		select {
@@ -150,6 +150,16 @@ func (s *Sim) OnPower(node, state, boot string) {
 		}
 		r.Run(ctx)
 	}()
+}
+
+// Runner is the hardware of a simulated node's ramdisk with opts: a
+// ramdisk that reboots on its own starts a new boot of the node.
+func (s *Sim) Runner(node string, opts Options) session.Runner {
+	return &simRunner{s: s, node: node, opts: opts, reboot: func() {
+		// As a crash-only agent does: the node reboots into a new
+		// ramdisk boot that the coordinator did not ask for.
+		go s.OnPower(node, protocol.PowerOn, protocol.BootPXE)
+	}}
 }
 
 // Deliver hands a message to the node's simulated ramdisk and tells

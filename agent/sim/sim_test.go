@@ -9,15 +9,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/session"
 )
-
-type noSteps struct{}
-
-func (noSteps) Steps() (clean, deploy []protocol.Step) { return nil, nil }
-func (noSteps) Run(context.Context, protocol.Step, func(float64, string)) (map[string]any, error) {
-	return nil, nil
-}
 
 // hellos counts the hello messages the simulated ramdisks publish.
 type hellos struct {
@@ -49,7 +41,7 @@ func TestSimulatedRamdisks(t *testing.T) {
 	defer cancel()
 	s := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler), Opts: Options{Nodes: 2, Heartbeat: time.Hour}, ResendInterval: time.Hour,
 		Info: func(node string) map[string]any { return info[node] }, Transport: tr, Context: func() context.Context { return ctx },
-		Runner: func(string, Options, func()) session.Runner { return noSteps{} }})
+	})
 	waitHello := func(node string, n int) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); tr.count(node) < n; time.Sleep(5 * time.Millisecond) {

@@ -1,4 +1,4 @@
-package agent
+package sitecache
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bmedge/bmedge/protocol"
 )
 
 // TestConfigDriveThroughCache: a write_image command's config drive URL
@@ -31,21 +33,21 @@ func TestConfigDriveThroughCache(t *testing.T) {
 	}))
 	t.Cleanup(origin.Close)
 	dir := t.TempDir()
-	a := New(Config{Site: "s1", Cache: ImageCacheOptions{Dir: dir, Listen: "127.0.0.1:0", MaxBytes: 1 << 30}})
-	stop, err := a.startImageCache(context.Background())
+	sc := New(Config{Site: "s1", Opts: Options{Dir: dir, Listen: "127.0.0.1:0", MaxBytes: 1 << 30}})
+	stop, err := sc.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	base := "http://" + a.ImageCacheAddr() + DrivePathPrefix
+	base := "http://" + sc.Addr() + DrivePathPrefix
 
 	m := writeImageCmd(map[string]any{"image_source": origin.URL + "/img", "configdrive": origin.URL + "/cd?sig=abc"})
-	out := a.imageArgs(m)
+	out := sc.ImageArgs(m)
 	u, _ := out.Step.Args["configdrive"].(string)
 	if !strings.HasPrefix(u, base) || m.Step.Args["configdrive"] != origin.URL+"/cd?sig=abc" {
 		t.Fatalf("configdrive %q (given %v), want a URL under %s and the command unchanged", u, m.Step.Args["configdrive"], base)
 	}
-	if again := a.imageArgs(m); again.Step.Args["configdrive"] != u {
+	if again := sc.ImageArgs(m); again.Step.Args["configdrive"] != u {
 		t.Errorf("a resent command got another URL: %v", again.Step.Args["configdrive"])
 	}
 	resp, err := http.Get(u)
@@ -70,7 +72,7 @@ func TestConfigDriveThroughCache(t *testing.T) {
 	}
 	m2 := writeImageCmd(map[string]any{"image_source": origin.URL + "/img", "configdrive": origin.URL + "/gone?sig=abc"})
 	m2.ID = "c2"
-	u2, _ := a.imageArgs(m2).Step.Args["configdrive"].(string)
+	u2, _ := sc.ImageArgs(m2).Step.Args["configdrive"].(string)
 	resp, err = http.Get(u2)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +83,12 @@ func TestConfigDriveThroughCache(t *testing.T) {
 		t.Errorf("origin refusal: %s %q; want 502 naming the origin's 403 without the query", resp.Status, body)
 	}
 	m3 := writeImageCmd(map[string]any{"image_source": origin.URL + "/img", "configdrive": "H4sIAAAA"})
-	if out := a.imageArgs(m3); out.Step.Args["configdrive"] != "H4sIAAAA" {
+	if out := sc.ImageArgs(m3); out.Step.Args["configdrive"] != "H4sIAAAA" {
 		t.Errorf("an inline config drive was changed: %v", out.Step.Args["configdrive"])
 	}
+}
+
+func writeImageCmd(args map[string]any) *protocol.Message {
+	return &protocol.Message{Kind: protocol.KindCommand, ID: "c1", Node: "n1", Action: protocol.ActionInbandRun,
+		Step: &protocol.Step{Interface: "deploy", Step: "write_image", Args: args}}
 }

@@ -1,4 +1,4 @@
-package agent
+package sim
 
 import (
 	"context"
@@ -25,9 +25,9 @@ import (
 // reports a plausible inventory. The protocol around it is the real
 // ramdisk's (protocol/session).
 type simRunner struct {
-	a    *Agent
+	s    *Sim
 	node string
-	opts SimOptions
+	opts Options
 	// reboot restarts the node's simulated ramdisk as a new boot.
 	reboot func()
 }
@@ -67,7 +67,7 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 		}
 	}
 	if name == "write_image" {
-		if err := r.a.simWriteImage(ctx, step.Args); err != nil {
+		if err := r.s.writeImage(ctx, step.Args); err != nil {
 			return nil, err
 		}
 	}
@@ -121,19 +121,7 @@ func (r *simRunner) inventory() map[string]any {
 	}
 }
 
-// agentTransport hands a simulated node's messages to the edge agent's
-// relay, as the site broker does a real ramdisk's (relay.go).
-type agentTransport struct{ a *Agent }
-
-func (t agentTransport) Publish(ctx context.Context, topic string, payload []byte) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	t.a.fromRamdisk(topic, payload)
-	return nil
-}
-
-// simWriteImage is a simulated ramdisk's write_image up to the disk. On a
+// writeImage is a simulated ramdisk's write_image up to the disk. On a
 // site with an image cache (make run's, the benchmark's) it does what the
 // real ramdisk (ramdisk/steps, ramdisk/image) does where an operator can
 // see it: it needs image_source and a sha256 or sha512 checksum, downloads
@@ -142,12 +130,13 @@ func (t agentTransport) Publish(ctx context.Context, topic string, payload []byt
 // the step's error, so the deploy's last_error. On a site without an
 // image cache (the test rigs, make soak) the simulated nodes have no
 // network: the image is not fetched.
-func (a *Agent) simWriteImage(ctx context.Context, args map[string]any) error {
+func (s *Sim) writeImage(ctx context.Context, args map[string]any) error {
 	src, _ := args["image_source"].(string)
 	if src == "" {
 		return errors.New("write_image needs instance_info/image_source")
 	}
-	if a.cache == nil {
+	base := s.cfg.CacheBase()
+	if base == "" {
 		return nil
 	}
 	// The ramdisk's rule on checksums (ramdisk/steps writeImage and
@@ -177,8 +166,8 @@ func (a *Agent) simWriteImage(ctx context.Context, args map[string]any) error {
 	default:
 		return fmt.Errorf("checksum algorithm %q is not supported; use sha256 or sha512", c.Algo)
 	}
-	if strings.HasPrefix(src, a.cache.base) {
-		return a.simFetchImage(ctx, src, args)
+	if strings.HasPrefix(src, base) {
+		return s.FetchImage(ctx, src, args)
 	}
 	return simFetchOrigin(ctx, src, imagecache.Checksum{Algo: c.Algo, Hex: c.Hex})
 }
@@ -228,4 +217,60 @@ func simFetchOrigin(ctx context.Context, src string, sum imagecache.Checksum) er
 		return fmt.Errorf("checksum mismatch for %s: expected %s %s, actual %s %s; fix the image or its checksum and deploy again", shown, sum.Algo, sum.Hex, sum.Algo, got)
 	}
 	return nil
+}
+
+// FetchImage is what a simulated ramdisk's write_image does with its
+// image: when its image_source is the site cache of this process (the
+// agent took the image through its cache), it downloads it as a real
+// ramdisk would and verifies the checksum, so that simulated deploys
+// exercise the cache. writeImage calls it, after the ramdisk's checksum
+// rule, and fetches any other URL from its origin.
+func (s *Sim) FetchImage(ctx context.Context, url string, args map[string]any) error {
+	if base := s.cfg.CacheBase(); base == "" || !strings.HasPrefix(url, base) {
+		return nil
+	}
+	str := func(k string) string { v, _ := args[k].(string); return v }
+	sum, err := imagecache.ParseChecksum(str("image_checksum"), str("image_os_hash_algo"), str("image_os_hash_value"))
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot download the image from the site cache: %w", err)
+	}
+	defer resp.Body.Close()
+	if err := cacheRefused(resp); err != nil {
+		return err
+	}
+	h := imagecache.NewHash(sum)
+	n, err := io.Copy(h, resp.Body)
+	if err != nil {
+		err = fmt.Errorf("image download from the site cache was cut after %d bytes (%w)", n, err)
+		// As a ramdisk that retries would: the cache remembers why its
+		// download failed for a while and says so.
+		if again, aerr := http.DefaultClient.Do(req.Clone(ctx)); aerr == nil {
+			if why := cacheRefused(again); why != nil {
+				err = fmt.Errorf("%w; %w", err, why)
+			}
+			again.Body.Close()
+		}
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sum.Hex {
+		return fmt.Errorf("image from the site cache has %s %s, expected %s", sum.Algo, got, sum.Hex)
+	}
+	return nil
+}
+
+// cacheRefused is the error of a cache answer that is not the image.
+func cacheRefused(resp *http.Response) error {
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return fmt.Errorf("the site cache answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
 }

@@ -1,4 +1,4 @@
-package agent
+package sitecache
 
 import (
 	"context"
@@ -155,7 +155,7 @@ func redactURL(u string) string {
 
 // driveArgs returns m with a write_image configdrive URL replaced by the
 // site cache's pass-through URL for it (m itself is not changed).
-func (sc *siteCache) driveArgs(m *protocol.Message) *protocol.Message {
+func (sc *Cache) driveArgs(m *protocol.Message) *protocol.Message {
 	v, _ := m.Step.Args["configdrive"].(string)
 	lower := strings.ToLower(v)
 	if sc.drives == nil || !(strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://")) || strings.HasPrefix(v, sc.driveBase) {

@@ -1,0 +1,230 @@
+// Package sitecache is the edge agent's part that runs the site's image
+// cache for the nodes: its listener, the rewriting of a write_image
+// step's image (and config drive URL) to go through it, and image
+// pre-seeds. The cache itself (one download per image, checksums) is
+// agent/imagecache's.
+package sitecache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bmedge/bmedge/agent/imagecache"
+	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/netbudget"
+)
+
+// DefaultBytes is the image cache's size cap when none is given.
+const DefaultBytes = 50 << 30
+
+// DefaultConns are the listener's connection budgets: the nodes'
+// ramdisks fetch their images. A connection is pending until its first
+// request header is read.
+var DefaultConns = netbudget.Limits{MaxConns: 1024, MaxPerSource: 64, MaxPendingPerSource: 16}
+
+// Options configure the site's image cache (docs/imagecache.md).
+// Without Dir there is none: nodes fetch their images from the origin.
+type Options struct {
+	// Dir holds the cached images (created 0700).
+	Dir string
+	// MaxBytes caps the cached images plus the downloads running (default
+	// DefaultBytes); the least recently used go first.
+	MaxBytes int64
+	// Listen is where the site's nodes fetch images (host:port on the
+	// site network); required with Dir.
+	Listen string
+	// URL is the cache as the nodes reach it, when not http://LISTEN
+	// (behind NAT, or a name).
+	URL string
+	// Client fetches from the origins (nil: imagecache's default).
+	Client *http.Client
+	// Conns are the listener's connection budgets (fields <= 0:
+	// DefaultConns').
+	Conns netbudget.Limits
+}
+
+// Config configures the site cache part.
+type Config struct {
+	Site string
+	Log  *slog.Logger
+	Opts Options
+	// SimNodes is how many nodes the agent simulates: their ramdisks all
+	// fetch from this host, one source for all of them.
+	SimNodes int
+}
+
+// Cache is the site's image cache as the agent runs it; without
+// Options.Dir it is off, and every method says so or leaves things be.
+type Cache struct {
+	cfg Config
+	log *slog.Logger
+	// on is set by Start once the cache runs; never changed after.
+	on   bool
+	c    *imagecache.Cache
+	base string // URL prefix of the images as the nodes reach them
+	addr string // address bound
+	// passed holds the image URLs already logged as not taken through
+	// the cache (a resent command or ten thousand nodes log it once).
+	mu     sync.Mutex
+	passed map[string]bool
+	// drives passes config drive URLs through (configdrive.go), at
+	// driveBase + token.
+	drives    *driveProxy
+	driveBase string
+}
+
+// New returns the part; Start starts the cache when configured.
+func New(cfg Config) *Cache {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Cache{cfg: cfg, log: cfg.Log, passed: map[string]bool{}}
+}
+
+// firstPass tells whether src is logged as not cached for the first time.
+func (sc *Cache) firstPass(src string) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.passed[src] {
+		return false
+	}
+	if len(sc.passed) >= 1000 {
+		clear(sc.passed)
+	}
+	sc.passed[src] = true
+	return true
+}
+
+// Addr is the address the image cache listens on ("" without one).
+func (sc *Cache) Addr() string {
+	if !sc.on {
+		return ""
+	}
+	return sc.addr
+}
+
+// Base is the URL prefix of the cached images as the nodes reach them
+// ("" without a cache).
+func (sc *Cache) Base() string {
+	if !sc.on {
+		return ""
+	}
+	return sc.base
+}
+
+// Start starts the site image cache when configured; stop ends it.
+func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
+	o := sc.cfg.Opts
+	if o.Dir == "" {
+		if o.Listen != "" || o.URL != "" {
+			return nil, errors.New("--image-cache-listen and --image-cache-url go with --image-cache-dir, the folder of the site's image cache")
+		}
+		return func() {}, nil
+	}
+	if o.Listen == "" {
+		return nil, errors.New("--image-cache-dir needs --image-cache-listen: the address on the site network where the nodes fetch their images")
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultBytes
+	}
+	c, err := imagecache.Open(imagecache.Options{Dir: o.Dir, MaxBytes: o.MaxBytes, Client: o.Client, Log: sc.log})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("--image-cache-listen %s: %w", o.Listen, err)
+	}
+	base := strings.TrimSuffix(o.URL, "/")
+	if base == "" {
+		base = "http://" + ln.Addr().String()
+	}
+	lim := o.Conns.Or(DefaultConns)
+	if n := sc.cfg.SimNodes; n > 0 {
+		// The simulated nodes' ramdisks all fetch from this host: one
+		// source for all of them.
+		lim.MaxConns += n
+		lim.MaxPerSource += n
+		lim.MaxPendingPerSource += n
+	}
+	ln = netbudget.Default().Wrap(ln, netbudget.Options{Name: "image-cache", Limits: lim.Or(DefaultConns), Log: sc.log})
+	mux := http.NewServeMux()
+	mux.Handle(imagecache.PathPrefix, c.Handler())
+	drives := newDriveProxy(o.Client)
+	mux.Handle(DrivePathPrefix, drives)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: netbudget.ConnState(nil)}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			sc.log.Error("image cache listener stopped", "err", err)
+		}
+	}()
+	sc.c, sc.base, sc.addr, sc.drives, sc.driveBase = c, base+imagecache.PathPrefix, ln.Addr().String(), drives, base+DrivePathPrefix
+	sc.on = true
+	st := c.Stats()
+	sc.log.Info("image cache up: nodes fetch their images from "+sc.base+"…", "listen", sc.addr, "dir", o.Dir,
+		"max_bytes", o.MaxBytes, "images", st.Images, "bytes", st.Bytes)
+	return func() {
+		_ = srv.Close()
+		c.Close()
+	}, nil
+}
+
+// ImageArgs returns the in-band command the ramdisk gets: a write_image
+// step's image_source is replaced by the cache's URL for it when the
+// cache is on. m is not changed. An image the cache cannot take (no
+// checksum, not http(s)) is left to the ramdisk, which fetches it itself.
+func (sc *Cache) ImageArgs(m *protocol.Message) *protocol.Message {
+	if !sc.on || m.Step == nil || m.Step.Interface != "deploy" || m.Step.Step != "write_image" {
+		return m
+	}
+	m = sc.driveArgs(m)
+	str := func(k string) string { v, _ := m.Step.Args[k].(string); return v }
+	src := str("image_source")
+	if src == "" || strings.HasPrefix(src, sc.base) {
+		return m
+	}
+	sum, err := imagecache.ParseChecksum(str("image_checksum"), str("image_os_hash_algo"), str("image_os_hash_value"))
+	if err == nil {
+		err = imagecache.CheckURL(src)
+	}
+	var token string
+	if err == nil {
+		token, err = sc.c.Register(src, sum)
+	}
+	if err != nil {
+		if sc.firstPass(src) {
+			sc.log.Warn("image not taken through the site cache; the nodes fetch it from its origin (logged once per image)", "node", m.Node, "url", imagecache.Redact(src), "reason", err)
+		}
+		return m
+	}
+	c := *m
+	step := *m.Step
+	step.Args = maps.Clone(m.Step.Args)
+	step.Args["image_source"] = sc.base + token
+	c.Step = &step
+	return &c
+}
+
+// Preseed fetches a cache_image command's image into the cache, within
+// ctx.
+func (sc *Cache) Preseed(ctx context.Context, m *protocol.Message) (imagecache.Result, error) {
+	if !sc.on {
+		return imagecache.Result{}, fmt.Errorf("the edge agent of site %s has no image cache (start it with --image-cache-dir and --image-cache-listen)", sc.cfg.Site)
+	}
+	u, _ := m.Args["url"].(string)
+	cs, _ := m.Args["checksum"].(string)
+	sum, err := imagecache.ParseChecksum(cs, "", "")
+	if err != nil {
+		return imagecache.Result{}, err
+	}
+	return sc.c.Fetch(ctx, u, sum)
+}

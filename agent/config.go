@@ -113,7 +113,7 @@ type Config struct {
 	// reached still store theirs (at most BMCConcurrency more).
 	OutboxLimit int
 	// SiteBroker is the site's own MQTT broker, which the ramdisks use;
-	// the agent relays between it and the coordinator (relay.go).
+	// the agent relays between it and the coordinator (agent/relay).
 	SiteBroker relay.SiteBrokerOptions
 	// HeartbeatSummary is how often the latest heartbeats of the site's
 	// ramdisks go to the coordinator, as one message (default

@@ -169,5 +169,6 @@ func InbandCleanSteps() []Step {
 func InbandDeploySteps() []Step {
 	return []Step{
 		{Interface: "deploy", Step: "write_image", Priority: 80, Abortable: false, RequiresRamdisk: true},
+		inbandRAIDApply(),
 	}
 }

@@ -240,7 +240,22 @@ func inbandMoreCleanSteps() []Step {
 		{Interface: "raid", Step: "delete_configuration", Priority: 0, Abortable: false, RequiresRamdisk: true,
 			Doc: "Deletes every software RAID array: assembles what the disks hold, stops each array, zeroes the md superblock of every member (mdadm --zero-superblock) and the partition tables of the holder disks; " +
 				"the node's raid_config becomes empty. The result lists the arrays stopped and the members zeroed."},
+		inbandRAIDApply(),
 	}
+}
+
+// inbandRAIDApply is the ramdisk's raid.apply_configuration, a clean and
+// a deploy step (Ironic's AgentRAID): software RAID from its argument.
+func inbandRAIDApply() Step {
+	return Step{Interface: "raid", Step: "apply_configuration", Priority: 0, Abortable: false, RequiresRamdisk: true,
+		ArgsInfo: map[string]ArgInfo{
+			ArgRaidConfig:        {Required: true, Description: "The RAID configuration to apply: {\"logical_disks\": [...]} in target_raid_config's schema, every logical disk with \"controller\": \"software\""},
+			ArgDeleteExisting:    {Description: "true (default): delete every software RAID array first, as raid.delete_configuration; false: the disks must hold no partitions"},
+			ArgRaidCreateRoot:    {Description: "false: do not create the root volume (is_root_volume) of raid_config; default true"},
+			ArgRaidCreateNonroot: {Description: "false: create only the root volume of raid_config; default true"},
+		},
+		Doc: "raid.create_configuration with the configuration given as the raid_config argument instead of the node's target_raid_config, after raid.delete_configuration unless delete_existing is false; " +
+			"the result becomes the node's raid_config. A clean and a deploy step (priority 0: it runs when a clean step list or a deploy template names it)."}
 }
 
 // Arguments of raid.create_configuration (Ironic's). The coordinator adds

@@ -120,10 +120,11 @@ func examine(t *testing.T, disk string, off int64) (string, bool) {
 // raid_config shows the arrays. The deploy writes the image to the root
 // array: both mirrors hold it after the members' data offset. After the
 // undeploy a manual raid.delete_configuration leaves no superblock and no
-// partition table. The API refusals are checked with curl.
+// partition table; raid.apply_configuration then builds the RAID-1 its
+// argument gives. The API refusals are checked with curl.
 func TestQEMUSoftwareRAID(t *testing.T) {
 	if testing.Short() {
-		t.Skip("boots QEMU four times")
+		t.Skip("boots QEMU five times")
 	}
 	kernel, initrd := need(t)
 	for _, tool := range []string{"mdadm", "curl"} {
@@ -309,6 +310,40 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 			if out, ok := examine(t, d, off); ok || !strings.Contains(out, "No md superblock detected") {
 				t.Errorf("mdadm --examine of %s at %d MiB after delete: found %v\n%s", filepath.Base(d), off>>20, ok, out)
 			}
+		}
+	}
+
+	// raid.apply_configuration: the configuration as its argument; a
+	// clean without it fails before anything runs, naming the argument.
+	if code, body := curlAt(t, cl, "latest", "PUT", "/v1/nodes/raid1/states/provision",
+		`{"target": "clean", "clean_steps": [{"interface": "raid", "step": "apply_configuration", "args": {"delete_existing": false}}]}`); code != 202 {
+		t.Fatalf("clean with apply_configuration without raid_config: %d %s", code, body)
+	}
+	if got := cl.WaitRest(n.UUID, time.Minute); got.State != "clean failed" || !strings.Contains(got.LastError, `required argument "raid_config" is missing`) {
+		t.Errorf("apply_configuration without raid_config ended in %q: %s; want clean failed naming raid_config", got.State, got.LastError)
+	}
+	verb("manage", "manageable", nil)
+	verb("clean", "manageable", map[string]any{"clean_steps": []map[string]any{{"interface": "raid", "step": "apply_configuration",
+		"args": map[string]any{"raid_config": map[string]any{"logical_disks": []map[string]any{
+			{"size_gb": "MAX", "raid_level": "1", "controller": "software", "is_root_volume": true}}}}}}})
+	var applied struct {
+		RaidConfig struct {
+			LogicalDisks []map[string]any `json:"logical_disks"`
+		} `json:"raid_config"`
+	}
+	if code := cl.Do("GET", "/v1/nodes/raid1", nil, &applied); code != 200 {
+		t.Fatalf("get node: %d", code)
+	}
+	if lds := applied.RaidConfig.LogicalDisks; len(lds) != 1 || lds[0]["device"] != "/dev/md0" || lds[0]["size_gb"] != "MAX" {
+		t.Errorf("raid_config after apply_configuration: %+v", applied.RaidConfig)
+	}
+	for _, d := range disks {
+		parts := gptParts(t, d)
+		if len(parts) != 1 || parts[0][0] != 8<<20 {
+			t.Fatalf("%s after apply_configuration: partitions %v, want one at 8 MiB", filepath.Base(d), parts)
+		}
+		if out, ok := examine(t, d, parts[0][0]); !ok || !strings.Contains(out, "Raid Level : raid1") {
+			t.Errorf("mdadm --examine of %s after apply_configuration: %v\n%s", filepath.Base(d), ok, out)
 		}
 	}
 }

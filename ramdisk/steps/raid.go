@@ -57,6 +57,43 @@ func (r *Runner) raidCreate(ctx context.Context, args map[string]any) (map[strin
 	if err != nil {
 		return nil, err
 	}
+	return r.raidBuild(ctx, cfg, args)
+}
+
+// raidApply is raid.apply_configuration: raid_config from the argument,
+// the existing arrays deleted first unless delete_existing is false.
+func (r *Runner) raidApply(ctx context.Context, args map[string]any) (map[string]any, error) {
+	rc, ok := args[drivers.ArgRaidConfig]
+	if !ok {
+		return nil, fmt.Errorf("raid.apply_configuration needs the raid_config argument: {\"logical_disks\": [...]} in target_raid_config's schema")
+	}
+	cfg, err := raid.Parse(rc)
+	if err != nil {
+		return nil, fmt.Errorf("raid_config: %w", err)
+	}
+	del, err := argBool(args, drivers.ArgDeleteExisting, true)
+	if err != nil {
+		return nil, err
+	}
+	var deleted string
+	if del {
+		out, err := r.raidDelete(ctx)
+		if err != nil {
+			return nil, err
+		}
+		deleted, _ = out["summary"].(string)
+	}
+	out, err := r.raidBuild(ctx, cfg, args)
+	if err != nil {
+		return nil, err
+	}
+	if del {
+		out["summary"] = "deleted: " + deleted + "; created: " + out["summary"].(string)
+	}
+	return out, nil
+}
+
+func (r *Runner) raidBuild(ctx context.Context, cfg raid.Config, args map[string]any) (map[string]any, error) {
 	root, err := argBool(args, drivers.ArgRaidCreateRoot, true)
 	if err != nil {
 		return nil, err

@@ -71,8 +71,10 @@ func (r *Runner) Steps() (clean, deploy []protocol.Step) {
 			protocol.Step{Interface: "deploy", Step: "erase_devices_express", Priority: 0, Abortable: true},
 			protocol.Step{Interface: "deploy", Step: "burnin_disk", Priority: 0, Abortable: true},
 			protocol.Step{Interface: "raid", Step: "create_configuration", Priority: 0},
-			protocol.Step{Interface: "raid", Step: "delete_configuration", Priority: 0})
-		deploy = []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 80}}
+			protocol.Step{Interface: "raid", Step: "delete_configuration", Priority: 0},
+			protocol.Step{Interface: "raid", Step: "apply_configuration", Priority: 0})
+		deploy = []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 80},
+			{Interface: "raid", Step: "apply_configuration", Priority: 0}}
 	}
 	return clean, deploy
 }
@@ -105,6 +107,8 @@ func (r *Runner) Run(ctx context.Context, step protocol.Step, progress func(floa
 		return r.raidCreate(ctx, step.Args)
 	case "raid.delete_configuration":
 		return r.raidDelete(ctx)
+	case "raid.apply_configuration":
+		return r.raidApply(ctx, step.Args)
 	case "deploy.write_image":
 		return r.writeImage(ctx, step.Args, progress)
 	case "rescue.finalize_rescue":

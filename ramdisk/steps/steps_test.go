@@ -65,7 +65,7 @@ func TestStepsOfferedByHardware(t *testing.T) {
 		err          error
 		clean, deplo string
 	}{
-		{"a writable disk", []disk.Device{d}, nil, noDisk + ",erase_devices_metadata,erase_devices,erase_devices_express,burnin_disk,create_configuration,delete_configuration", "write_image"},
+		{"a writable disk", []disk.Device{d}, nil, noDisk + ",erase_devices_metadata,erase_devices,erase_devices_express,burnin_disk,create_configuration,delete_configuration,apply_configuration", "write_image,apply_configuration"},
 		{"no disk", nil, nil, noDisk, ""},
 		{"only read-only and virtual media", []disk.Device{ro, vm}, nil, noDisk, ""},
 		{"only removable and the parameters medium", []disk.Device{rm, pm}, nil, noDisk, ""},
@@ -78,7 +78,7 @@ func TestStepsOfferedByHardware(t *testing.T) {
 			}
 			for _, s := range clean {
 				want := map[string]int{"inspect_hardware": 0, "erase_devices_metadata": 99, "erase_devices": 10}[s.Step]
-				iface := map[string]string{"create_configuration": "raid", "delete_configuration": "raid"}[s.Step]
+				iface := map[string]string{"create_configuration": "raid", "delete_configuration": "raid", "apply_configuration": "raid"}[s.Step]
 				if iface == "" {
 					iface = "deploy"
 				}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -260,6 +261,9 @@ func validateSoftwareRaid(lds []any, software int) error {
 			maxes++
 		}
 		if n, ok := ld["volume_name"].(string); ok {
+			if !mdName.MatchString(n) {
+				errs = append(errs, fmt.Sprintf("logical disk %d: volume_name %s is not a valid md array name: 1 to 32 letters, digits, '.', '_' or '-', not starting with '-'", i, shortQuote(n)))
+			}
 			if names[n] {
 				errs = append(errs, fmt.Sprintf("duplicate software RAID device name %s", n))
 			}
@@ -292,6 +296,10 @@ func validateSoftwareRaid(lds []any, software int) error {
 	}
 	return nil
 }
+
+// mdName is what a software RAID volume_name may be: md metadata 1.2
+// keeps 32 bytes of name, and mdadm takes it as an argument.
+var mdName = regexp.MustCompile(`^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31}$`)
 
 func contains(list []string, s string) bool {
 	for _, x := range list {

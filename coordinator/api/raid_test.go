@@ -35,6 +35,9 @@ func TestValidateRaidConfig(t *testing.T) {
 		{`{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "software", "volume_name": "a"}, {"size_gb": 1, "raid_level": "0", "controller": "software", "volume_name": "a"}]}`, "duplicate software RAID device name a"},
 		{`{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "software", "physical_disks": ["/dev/sda", "/dev/sdb"]}]}`, "root device hints"},
 		{`{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "software", "number_of_physical_disks": 2}]}`, "number_of_physical_disks is not supported for software RAID"},
+		{`{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "software", "volume_name": "--zero"}]}`, "not a valid md array name"},
+		{`{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "software", "volume_name": "a234567890123456789012345678901234"}]}`, "not a valid md array name"},
+		{`{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "software", "volume_name": "root-1.a_b"}]}`, ""},
 	} {
 		dec := json.NewDecoder(strings.NewReader(c.cfg))
 		dec.UseNumber()

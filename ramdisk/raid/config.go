@@ -9,6 +9,7 @@ package raid
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -27,6 +28,10 @@ type LogicalDisk struct {
 type Config struct {
 	LogicalDisks []LogicalDisk `json:"logical_disks"`
 }
+
+// mdName is what a volume_name may be: md metadata 1.2 keeps 32 bytes of
+// name, and mdadm takes it as an argument.
+var mdName = regexp.MustCompile(`^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31}$`)
 
 // Levels are the md levels built, in Ironic's names.
 var Levels = map[string]string{"0": "0", "1": "1", "1+0": "10"}
@@ -98,6 +103,9 @@ func Parse(v any) (Config, error) {
 		}
 		if ld.IsRootVolume {
 			roots++
+		}
+		if ld.VolumeName != "" && !mdName.MatchString(ld.VolumeName) {
+			errs = append(errs, fmt.Sprintf("logical disk %d: volume_name %q is not a valid md array name: 1 to 32 letters, digits, '.', '_' or '-', not starting with '-'", i, ld.VolumeName))
 		}
 		if len(ld.PhysicalDisks) == 1 {
 			errs = append(errs, fmt.Sprintf("logical disk %d: physical_disks needs at least 2 root device hints", i))

@@ -78,6 +78,7 @@ func TestParse(t *testing.T) {
 	for cfg, want := range map[string]string{
 		`{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "software", "is_root_volume": true}, {"size_gb": "MAX", "raid_level": "1+0", "controller": "software"}]}`: "",
 		`null`: "no target_raid_config",
+		`{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "software", "volume_name": "-x"}]}`:                                                 "not a valid md array name",
 		`{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "RAID.Integrated.1-1"}]}`:                                                           "no logical disk with controller",
 		`{"logical_disks": [{"size_gb": 1, "raid_level": "0", "controller": "software"}]}`:                                                                      "RAID-1 for the first",
 		`{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "software"}, {"size_gb": 1, "raid_level": "5", "controller": "software"}]}`:         `RAID level "5" is not built here`,

@@ -14,7 +14,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/ramdisk/rescue/shacrypt"
+	"github.com/bmedge/bmedge/protocol/shacrypt"
 )
 
 // Mask replaces secret values of driver_info with Ironic's "******".

@@ -8,7 +8,7 @@ import (
 
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/imagechecksum"
-	"github.com/bmedge/bmedge/ramdisk/rescue/shacrypt"
+	"github.com/bmedge/bmedge/protocol/shacrypt"
 )
 
 // This file holds the operator's verbs: the checks Ironic makes before a

@@ -29,7 +29,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/bmedge/bmedge/protocol/ratelog"
-	"github.com/bmedge/bmedge/ramdisk/rescue/shacrypt"
+	"github.com/bmedge/bmedge/protocol/shacrypt"
 )
 
 // User is the only user name the rescue login accepts (Ironic's).

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/ramdisk/rescue/shacrypt"
+	"github.com/bmedge/bmedge/protocol/shacrypt"
 )
 
 func needTools(t *testing.T, tools ...string) {

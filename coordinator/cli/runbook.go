@@ -56,16 +56,7 @@ func (c *cmd) runbookCmd() *cobra.Command {
 			if owner != "" {
 				body["owner"] = owner
 			}
-			cl, err := c.apiClient()
-			if err != nil {
-				return err
-			}
-			var v map[string]any
-			if _, _, err := cl.do("POST", k.path(""), body, &v); err != nil {
-				return err
-			}
-			delete(v, "links")
-			return c.record(v)
+			return c.postRecord(k.path(""), body)
 		},
 	}, true)
 	fs := create.Flags()

@@ -218,16 +218,7 @@ func (c *cmd) templateCmd() *cobra.Command {
 			if id != "" {
 				body["uuid"] = id
 			}
-			cl, err := c.apiClient()
-			if err != nil {
-				return err
-			}
-			var v map[string]any
-			if _, _, err := cl.do("POST", k.path(""), body, &v); err != nil {
-				return err
-			}
-			delete(v, "links")
-			return c.record(v)
+			return c.postRecord(k.path(""), body)
 		},
 	}, true)
 	fs := create.Flags()
@@ -289,4 +280,19 @@ func (c *cmd) commonPatch(name, steps string, extra kv, unset list) ([]map[strin
 // jsonPointer escapes one JSON Pointer token (RFC 6901).
 func jsonPointer(s string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
+
+// postRecord creates a catalog record (a deploy template, a runbook) and
+// prints what the API answered, without its links.
+func (c *cmd) postRecord(path string, body map[string]any) error {
+	cl, err := c.apiClient()
+	if err != nil {
+		return err
+	}
+	var v map[string]any
+	if _, _, err := cl.do("POST", path, body, &v); err != nil {
+		return err
+	}
+	delete(v, "links")
+	return c.record(v)
 }

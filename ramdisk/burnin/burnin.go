@@ -103,21 +103,7 @@ func CPU(ctx context.Context, opts CPUOptions) (CPUResult, error) {
 			}
 		}()
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-wait:
-	for {
-		select {
-		case <-done:
-			break wait
-		case <-tick.C:
-			if opts.Progress != nil && opts.Duration > 0 {
-				opts.Progress(min(1, float64(time.Since(start))/float64(opts.Duration)))
-			}
-		}
-	}
+	waitReporting(&wg, start, opts.Duration, opts.Progress)
 	res.Seconds = time.Since(start).Seconds()
 	res.Rounds, res.Errors = rounds.Load(), errs.Load()
 	if res.Seconds > 0 {
@@ -291,21 +277,7 @@ func Memory(ctx context.Context, opts MemoryOptions) (MemoryResult, error) {
 			}
 		}()
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-wait:
-	for {
-		select {
-		case <-done:
-			break wait
-		case <-tick.C:
-			if opts.Progress != nil && opts.Duration > 0 {
-				opts.Progress(min(1, float64(time.Since(start))/float64(opts.Duration)))
-			}
-		}
-	}
+	waitReporting(&wg, start, opts.Duration, opts.Progress)
 	res.Seconds = time.Since(start).Seconds()
 	res.BytesChecked, res.Passes, res.Errors = checked.Load(), passes.Load()/uint64(workers), errs.Load()
 	if p := firstErr.Load(); p != nil {
@@ -359,4 +331,23 @@ func checkWords(part []uint64, base, seed uint64, invert bool) (bad, at, got, wa
 		}
 	}
 	return
+}
+
+// waitReporting waits for the workers of a burn-in, reporting the share
+// of duration gone by each second (when progress is set).
+func waitReporting(wg *sync.WaitGroup, start time.Time, duration time.Duration, progress func(float64)) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			if progress != nil && duration > 0 {
+				progress(min(1, float64(time.Since(start))/float64(duration)))
+			}
+		}
+	}
 }

@@ -76,13 +76,12 @@ func (s *Server) consoleOnce(ctx context.Context, path string) error {
 	if !s.consoleLogin(f, echo) {
 		return nil
 	}
-	select {
-	case s.sessions <- struct{}{}:
-	default:
-		fmt.Fprintf(f, "at most %d rescue sessions at once\r\n", s.cfg.MaxSessions)
+	release, ok := s.AcquireSession()
+	if !ok {
+		fmt.Fprintf(f, "at most %d rescue sessions at once\r\n", s.MaxSessions())
 		return nil
 	}
-	defer func() { <-s.sessions }()
+	defer release()
 	cmd := exec.Command(s.cfg.Shell)
 	cmd.Dir = "/"
 	cmd.Env = append(append([]string{}, s.cfg.Env...), "TERM=vt100")
@@ -137,7 +136,7 @@ func (s *Server) consoleLogin(rw io.ReadWriter, echo func(bool)) bool {
 	if !ok {
 		return false
 	}
-	if err := s.check(user, pw); err != nil {
+	if err := s.Check(user, pw); err != nil {
 		fmt.Fprint(rw, "Login incorrect\r\n")
 		return false
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -114,54 +113,6 @@ func errorsAs(err error, target **exec.ExitError) bool {
 		*target = e
 	}
 	return ok
-}
-
-// TestFailedTriesLimited: once the failure budget is spent, even the
-// right password is refused until it refills.
-func TestFailedTriesLimited(t *testing.T) {
-	needTools(t, "ssh", "sshpass")
-	const pw = "Rescue-Pa55-limit"
-	s, logs := start(t, pw, Config{FailBurst: 2, FailEvery: time.Hour})
-	for range 2 {
-		if _, err := sshLogin(t, s, "rescue", "wrong", "true"); err == nil {
-			t.Fatal("a wrong password logged in")
-		}
-	}
-	if out, err := sshLogin(t, s, "rescue", pw, "echo in"); err == nil {
-		t.Fatalf("the right password was checked with the failure budget spent: %q", out)
-	}
-	if !strings.Contains(logs.String(), "too many failed tries") {
-		t.Fatalf("the spent budget is not logged:\n%s", logs)
-	}
-}
-
-// TestSessionBudget: with one session allowed, a second concurrent
-// session is refused while the first runs.
-func TestSessionBudget(t *testing.T) {
-	needTools(t, "ssh", "sshpass")
-	const pw = "Rescue-Pa55-budget"
-	s, _ := start(t, pw, Config{MaxSessions: 1})
-	dir := t.TempDir()
-	flag := filepath.Join(dir, "started")
-	done := make(chan string, 1)
-	go func() {
-		out, _ := sshLogin(t, s, "rescue", pw, "touch "+flag+"; sleep 3; echo first-done")
-		done <- out
-	}()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(flag); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first session never ran")
-		}
-	}
-	if out, err := sshLogin(t, s, "rescue", pw, "echo second"); err == nil || strings.Contains(out, "second\n") {
-		t.Fatalf("a second session ran beside the first: %q", out)
-	}
-	if out := <-done; !strings.Contains(out, "first-done") {
-		t.Fatalf("first session: %q", out)
-	}
 }
 
 // TestConsoleLogin: the serial console's prompt refuses an empty user,

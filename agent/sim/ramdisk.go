@@ -28,6 +28,8 @@ type simRunner struct {
 	s    *Sim
 	node string
 	opts Options
+	// boot is which of the node's ramdisk boots this is (Sim.boots).
+	boot uint64
 	// reboot restarts the node's simulated ramdisk as a new boot.
 	reboot func()
 }
@@ -87,6 +89,9 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 	}
 	if name == "inspect_hardware" {
 		return r.inventory(), nil
+	}
+	if step.Interface == "rescue" && name == "finalize_rescue" {
+		return r.finalizeRescue(step.Args)
 	}
 	return nil, nil
 }

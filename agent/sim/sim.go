@@ -31,6 +31,9 @@ type Options struct {
 	DieStep      string // every node's ramdisk dies during this step
 	RebootStep   string // every node's ramdisk reboots on its own during this step
 	NoBoot       bool   // no ramdisk ever boots
+	// PowerWatch, when set, is told of every power change of a
+	// simulated BMC (state and boot device), as a test counts power-ons.
+	PowerWatch func(node, state, bootDevice string)
 }
 
 // Config configures the simulator.
@@ -60,6 +63,10 @@ type Sim struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session.Session
+	// boots counts each node's ramdisk boots; rescues are the running
+	// rescue logins (rescue.go), each of one boot.
+	boots   map[string]uint64
+	rescues map[string]*rescueLogin
 }
 
 // New returns the simulator.
@@ -79,7 +86,7 @@ func New(cfg Config) *Sim {
 	if cfg.CacheBase == nil {
 		cfg.CacheBase = func() string { return "" }
 	}
-	return &Sim{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}}
+	return &Sim{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}, boots: map[string]uint64{}, rescues: map[string]*rescueLogin{}}
 }
 
 // NewBMC builds a simulated BMC for node while the site has room (have:
@@ -90,7 +97,12 @@ func (s *Sim) NewBMC(node string, info map[string]any, have int) (drivers.BMC, e
 	}
 	fv, _ := info["fake_fail_validate"].(string)
 	opts := fake.Options{Delay: s.cfg.Opts.BMCDelay, FailValidate: fv}
-	opts.OnPower = func(state, boot string) { s.OnPower(node, state, boot) }
+	opts.OnPower = func(state, boot string) {
+		if w := s.cfg.Opts.PowerWatch; w != nil {
+			w(node, state, boot)
+		}
+		s.OnPower(node, state, boot)
+	}
 	return fake.New(opts), nil
 }
 
@@ -121,7 +133,8 @@ func (s *Sim) options(node string) Options {
 }
 
 // OnPower is a simulated node's power change: any ramdisk it ran stops,
-// and a power-on from the network boots a new one after BootDelay.
+// with its rescue login, and a power-on from the network boots a new one
+// after BootDelay.
 func (s *Sim) OnPower(node, state, boot string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -129,6 +142,8 @@ func (s *Sim) OnPower(node, state, boot string) {
 		r.Stop()
 		delete(s.sessions, node)
 	}
+	s.boots[node]++
+	s.stopRescueLocked(node)
 	if state == protocol.PowerOff || boot != protocol.BootPXE {
 		return
 	}
@@ -138,7 +153,7 @@ func (s *Sim) OnPower(node, state, boot string) {
 	}
 	ctx := s.cfg.Context()
 	r := session.New(session.Config{Site: s.cfg.Site, Node: node, Heartbeat: opts.Heartbeat, ResendInterval: s.cfg.ResendInterval,
-		Runner: s.Runner(node, opts), Transport: s.cfg.Transport, Log: s.log})
+		Runner: s.runner(node, opts, s.boots[node]), Transport: s.cfg.Transport, Log: s.log})
 	s.sessions[node] = r
 	go func() {
 		select {
@@ -155,7 +170,15 @@ func (s *Sim) OnPower(node, state, boot string) {
 // Runner is the hardware of a simulated node's ramdisk with opts: a
 // ramdisk that reboots on its own starts a new boot of the node.
 func (s *Sim) Runner(node string, opts Options) session.Runner {
-	return &simRunner{s: s, node: node, opts: opts, reboot: func() {
+	s.mu.Lock()
+	boot := s.boots[node]
+	s.mu.Unlock()
+	return s.runner(node, opts, boot)
+}
+
+// runner is node's ramdisk of its boot-th boot.
+func (s *Sim) runner(node string, opts Options, boot uint64) *simRunner {
+	return &simRunner{s: s, node: node, opts: opts, boot: boot, reboot: func() {
 		// As a crash-only agent does: the node reboots into a new
 		// ramdisk boot that the coordinator did not ask for.
 		go s.OnPower(node, protocol.PowerOn, protocol.BootPXE)
@@ -179,17 +202,25 @@ func (s *Sim) Forget(node string) {
 	s.mu.Lock()
 	r := s.sessions[node]
 	delete(s.sessions, node)
+	s.boots[node]++
+	s.stopRescueLocked(node)
 	s.mu.Unlock()
 	if r != nil {
 		r.Stop()
 	}
 }
 
-// StopAll stops every simulated ramdisk (the agent stops).
+// StopAll stops every simulated ramdisk and rescue login (the agent
+// stops).
 func (s *Sim) StopAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, r := range s.sessions {
+	for node, r := range s.sessions {
 		r.Stop()
+		s.boots[node]++
+	}
+	for node := range s.rescues {
+		s.boots[node]++
+		s.stopRescueLocked(node)
 	}
 }

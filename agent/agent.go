@@ -92,6 +92,7 @@ func New(cfg Config) *Agent {
 		Report:  func(m *protocol.Message) { a.ob.Send(protocol.BMCEvtTopic(cfg.Site), m, time.Time{}) },
 		Paused:  a.ob.Full,
 		Observe: func(err error) { a.observePowerRead(err) },
+		BlobURL: func(ctx context.Context, u, sum string) (string, error) { return a.cache.BlobURL(ctx, u, sum) },
 		NewID:   outbox.NewID})
 	a.cache = sitecache.New(sitecache.Config{Site: cfg.Site, Log: cfg.Log, Opts: cfg.Cache, SimNodes: cfg.Sim.Nodes})
 	a.boot = boot.New(boot.Config{Site: cfg.Site, Log: cfg.Log, Ramdisk: cfg.Ramdisk, Netboot: cfg.Netboot,

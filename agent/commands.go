@@ -34,6 +34,7 @@ func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
 	// the coordinator gives up on the command with less to say.
 	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline.Add(-resultMargin(time.Until(m.Deadline))))
 	defer cancel()
+	ctx, data := bmc.WithData(ctx)
 	err := a.execLimited(ctx, m)
 	if err != nil && a.ctx.Err() != nil {
 		// The agent is stopping: its failure says nothing about the BMC,
@@ -55,8 +56,12 @@ func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
 	if err != nil {
 		res.Error = err.Error()
 	}
+	res.Data = data()
 	if se != nil {
-		res.Data = map[string]any{protocol.StepsDone: se.Done}
+		if res.Data == nil {
+			res.Data = map[string]any{}
+		}
+		res.Data[protocol.StepsDone] = se.Done
 	}
 	return res
 }

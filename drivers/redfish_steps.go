@@ -6,14 +6,14 @@ import (
 )
 
 // The Redfish driver's firmware and hardware RAID steps, with Ironic's
-// names and argsinfo. The driver (drivers/redfish) carries them out, but
-// the edge agent does not run them yet: firmware.update needs the agent
-// to serve each image to the BMC from the site's cache (one WAN transfer
-// per site, checksum verified first) and to report the versions back,
-// and raid.apply_configuration needs the resulting raid_config stored.
-// Until then each carries Refused, and the coordinator refuses a clean
-// or deploy that names one at once (400) instead of failing it at the
-// edge. raid.create_configuration and raid.delete_configuration are not
+// names and argsinfo. The driver (drivers/redfish) carries them out.
+// firmware.update runs through the edge agent (agent/bmc), which serves
+// each image to the BMC from the site's image cache (one WAN transfer
+// per site, checksum verified first) and reports the versions back.
+// raid.apply_configuration needs the resulting raid_config stored: until
+// then it carries Refused, and the coordinator refuses a clean or deploy
+// that names it at once (400) instead of failing it at the edge.
+// raid.create_configuration and raid.delete_configuration are not
 // declared here: the standard ramdisk's software RAID steps of the same
 // names serve every driver; the driver's hardware RAID variants
 // (RunStep) wait for a per-node raid_interface choosing them, as Ironic's
@@ -34,11 +34,11 @@ func redfishFirmwareRAIDCleanSteps() []Step {
 	return []Step{
 		{Interface: "firmware", Step: "update", Priority: 0, Abortable: false,
 			ArgsInfo: map[string]ArgInfo{"settings": {Required: true,
-				Description: "A list of dicts with firmware components to be updated: {\"component\": \"bios\"|\"bmc\"|\"nic:<id>\", \"url\": image URL, \"checksum\": \"sha256:<hex>\" (optional), \"wait\": seconds to pause after it (optional)}"}},
-			Refused: refusedAtEdge("firmware.update", "serving the image from the site's cache and recording the versions"),
-			Doc: "Updates firmware components in the order given through Redfish UpdateService: SimpleUpdate with the image's URL when the BMC offers it, else a multipart push; waits for the BMC's task, " +
-				"performs the reset the component needs (a BMC reset for bmc, a system restart for bios and nic, leaving the power as it was) and fails unless the component then reports a different version. " +
-				"A checksum is verified on the image before the BMC gets it.",
+				Description: "A list of dicts with firmware components to be updated: {\"component\": \"bios\"|\"bmc\"|\"nic:<id>\", \"url\": image URL, \"checksum\": \"sha256:<hex>\" (sha512 and md5 too; required at the edge), \"wait\": seconds to pause after it (optional)}"}},
+			Doc: "Updates firmware components in the order given through Redfish UpdateService. The edge agent first fetches every image into the site's image cache (one WAN transfer per site) and verifies its checksum there; " +
+				"the BMC then gets it from the cache (SimpleUpdate with the cache's URL when the BMC offers it, else a multipart push), never the origin's URL. The driver waits for the BMC's task, " +
+				"performs the reset the component needs (a BMC reset for bmc, a system restart for bios and nic, leaving the power as it was) and fails unless the component then reports a different version; " +
+				"the versions read back are the node's firmware list (GET /v1/nodes/{node}/firmware). Needs the site's image cache (agent --image-cache-dir).",
 			NeedsBMC: "Redfish UpdateService (SimpleUpdate or MultipartHttpPushUri), TaskService tasks, FirmwareInventory or BiosVersion/FirmwareVersion"},
 		redfishRAIDApply(),
 	}

@@ -69,6 +69,21 @@ func (m *Message) OOBSteps() []Step {
 // out-of-band steps: how many succeeded before the one that failed.
 const StepsDone = "steps_done"
 
+// Result data keys of BMC commands that read a node's firmware and BIOS
+// (the edge agent reads them at manage, after firmware.update and after
+// the BIOS steps): DataFirmware holds the components read,
+// [{"component", "current_version"}]; DataBIOS the BIOS settings,
+// [{"name", "value", and the registry fields of Ironic's API 1.74}].
+// Both are bounded: at most MaxFirmwareComponents components and
+// MaxBIOSSettings settings of at most MaxBIOSBytes encoded.
+const (
+	DataFirmware          = "firmware"
+	DataBIOS              = "bios"
+	MaxFirmwareComponents = 64
+	MaxBIOSSettings       = 2048
+	MaxBIOSBytes          = 512 << 10
+)
+
 // MaxBeats bounds the heartbeats in one summary.
 const MaxBeats = 4096
 

@@ -69,6 +69,10 @@ type Config struct {
 	Observe func(err error)
 	// NewID makes a message id.
 	NewID func() string
+	// BlobURL fetches a firmware image into the site's image cache,
+	// verifies its checksum and returns the URL the BMCs fetch it from
+	// (agent/sitecache); nil: no cache, firmware.update is refused.
+	BlobURL func(ctx context.Context, url, checksum string) (string, error)
 }
 
 // Set holds the site's BMCs.
@@ -304,7 +308,13 @@ func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error 
 	}
 	switch m.Action {
 	case protocol.ActionValidate:
-		return b.Validate(ctx)
+		if err := b.Validate(ctx); err != nil {
+			return err
+		}
+		// As Ironic's verify: the firmware and BIOS caches (firmware.go).
+		s.readFirmware(ctx, m.Node, b)
+		s.readBIOS(ctx, m.Node, b)
+		return nil
 	case protocol.ActionPower:
 		if d, _ := m.Args[protocol.ArgBootDevice].(string); d != "" {
 			if err := boot.SetBootDevice(ctx, m.Node, b, d); err != nil {
@@ -319,7 +329,7 @@ func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error 
 	case protocol.ActionOOBStep:
 		steps := m.OOBSteps()
 		for i := range steps {
-			if err := runOOBStep(ctx, m.Node, b, boot, &steps[i]); err != nil {
+			if err := s.runOOBStep(ctx, m.Node, b, boot, &steps[i]); err != nil {
 				if len(steps) == 1 {
 					return err
 				}
@@ -353,7 +363,7 @@ func StepsDone(m *protocol.Message, err error) int {
 
 // runOOBStep runs the deploy steps every driver shares on the BMC
 // interface, and hands the rest to the driver.
-func runOOBStep(ctx context.Context, node string, b drivers.BMC, boot Booter, s *protocol.Step) error {
+func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot Booter, s *protocol.Step) error {
 	switch s.Interface + "." + s.Step {
 	case "deploy.prepare_instance_boot":
 		return boot.SetBootDevice(ctx, node, b, protocol.BootDisk)
@@ -361,6 +371,14 @@ func runOOBStep(ctx context.Context, node string, b drivers.BMC, boot Booter, s 
 		return boot.SetPower(ctx, node, b, protocol.PowerOff)
 	case "deploy.boot_instance":
 		return boot.SetPower(ctx, node, b, protocol.PowerOn)
+	case "firmware.update":
+		return set.updateFirmware(ctx, node, b, s.Args)
 	}
-	return b.RunStep(ctx, s.Interface, s.Step, s.Args)
+	if err := b.RunStep(ctx, s.Interface, s.Step, s.Args); err != nil {
+		return err
+	}
+	if s.Interface == "bios" {
+		set.readBIOS(ctx, node, b)
+	}
+	return nil
 }

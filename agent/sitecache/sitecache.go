@@ -214,6 +214,30 @@ func (sc *Cache) ImageArgs(m *protocol.Message) *protocol.Message {
 	return &c
 }
 
+// BlobURL fetches a firmware image into the cache and verifies its
+// checksum (once per site: every node naming the same URL and checksum
+// shares the one download), then returns the URL the site's BMCs fetch
+// it from: the cache's, under the image's token. The origin URL and its
+// credentials never reach a BMC, and a BMC never sees an image whose
+// checksum did not match.
+func (sc *Cache) BlobURL(ctx context.Context, src, checksum string) (string, error) {
+	if !sc.on {
+		return "", fmt.Errorf("the edge agent of site %s has no image cache (start it with --image-cache-dir and --image-cache-listen): firmware images reach the BMCs only through it, checksum verified", sc.cfg.Site)
+	}
+	sum, err := imagecache.ParseChecksum(checksum, "", "")
+	if err != nil {
+		return "", err
+	}
+	if _, err := sc.c.Fetch(ctx, src, sum); err != nil {
+		return "", err
+	}
+	token, err := sc.c.Register(src, sum)
+	if err != nil {
+		return "", err
+	}
+	return sc.base + token, nil
+}
+
 // Preseed fetches a cache_image command's image into the cache, within
 // ctx.
 func (sc *Cache) Preseed(ctx context.Context, m *protocol.Message) (imagecache.Result, error) {

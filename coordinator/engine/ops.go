@@ -199,6 +199,8 @@ func (e *Engine) DeleteNode(ident string) error {
 		}
 		t.batch.Delete(store.NodePrefix + n.UUID)
 		t.batch.Delete(store.InventoryPrefix + n.UUID)
+		t.batch.Delete(store.FirmwarePrefix + n.UUID)
+		t.batch.Delete(store.BIOSPrefix + n.UUID)
 		delete(e.hist, n.UUID)
 		return nil
 	})
@@ -633,6 +635,10 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q but came on node %q's topic", msg.Node, nodeID))
 		return
 	}
+	var oob *oobReport // firmware and BIOS read by the edge agent (firmware.go)
+	if leaf == "bmc/evt" {
+		oob = readOOBReport(msg)
+	}
 	_ = e.submit(func(t *tx) error {
 		e.noteSiteHeard(t, site)
 		n, ok := e.nodes[msg.Node]
@@ -660,7 +666,11 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		}
 		switch msg.Kind {
 		case protocol.KindResult:
+			fresh := oob != nil && n.Pending != nil && !n.Pending.InBand && msg.CommandID == n.Pending.ID
 			t.run(n, func() fsm.Output { return e.m.Result(n, msg, t.now) })
+			if fresh {
+				t.keepOOBReport(n, oob)
+			}
 			t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
 			e.cfg.Metrics.Acked()
 		case protocol.KindPower:

@@ -62,6 +62,8 @@ type serveOptions struct {
 	maxPacket, maxClean, maxDeploy, histMax    int
 	waitTimeout, cmdTimeout, resend, tick      time.Duration
 	autoClean, forcePower, verbose             bool
+	fastTrack                                  bool
+	fastTrackTimeout                           time.Duration
 	prio                                       kv
 	mqttInsecure                               bool
 	fdReserve                                  int
@@ -104,6 +106,11 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.DurationVar(&o.tick, "tick", time.Second, "how often timeouts and resends are checked")
 	fs.BoolVar(&o.autoClean, "automated-clean", true, "run automated cleaning on provide and after undeploy")
 	fs.BoolVar(&o.forcePower, "force-power-state-during-sync", true, "when an edge agent reports a resting node's BMC in another power state than recorded, power it back (false: record the BMC's state; docs/drivers.md, Power-state sync)")
+	fs.BoolVar(&o.fastTrack, "fast-track", false, "fast track (Ironic's [deploy]fast_track): after inspect or a cleaning the node stays powered on in its ramdisk, "+
+		"and its next inspect, provide, clean or deploy within --fast-track-timeout starts in that ramdisk without a power cycle (the running boot's "+
+		"credential and agent token go on; a new boot still gets new ones). A node's driver_info fast_track=true|false overrides it (docs/deploy.md, Fast track)")
+	fs.DurationVar(&o.fastTrackTimeout, "fast-track-timeout", fsm.DefaultFastTrackTimeout, "with fast track, a ramdisk counts as running if it heartbeated within this `DURATION` "+
+		"(Ironic's [deploy]fast_track_timeout, 300 s), and a node kept in its ramdisk that no operation used this long after the last one ended is powered off")
 	fs.Var(o.prio, "clean-step-priority", "override an automated clean step's priority: `interface.step=N` (0 disables); repeatable")
 	fs.IntVar(&o.maxClean, "max-concurrent-clean", 1000, "`N` nodes that may run a manual clean at once (more get HTTP 500 with Ironic's message; provide is not capped)")
 	fs.IntVar(&o.maxDeploy, "max-concurrent-deploy", 1000, "`N` nodes that may deploy at once (more get HTTP 500 with Ironic's message)")
@@ -146,6 +153,9 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 			return usagef("--%s-max-connections, --%[1]s-max-connections-per-source and --%[1]s-max-pending-per-source must be at least 1", l.name)
 		}
 	}
+	if o.fastTrackTimeout < time.Second {
+		return usagef("--fast-track-timeout %s: give at least 1s (default %s, Ironic's fast_track_timeout); a ramdisk heartbeats every few seconds", o.fastTrackTimeout, fsm.DefaultFastTrackTimeout)
+	}
 	if err := plainMQTTCheck(o); err != nil {
 		return err
 	}
@@ -158,7 +168,8 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 		BrokerURL: o.brokerURL, BrokerUser: o.brokerUser, BrokerPassword: o.brokerPW, AdvertisedBrokerURL: o.advertise,
 		Auth: o.auth, HTPasswd: o.htpasswd, TLSCert: o.tlsCert, TLSKey: o.tlsKey, BrokerCAFile: o.brokerCA, MaxPacketSize: o.maxPacket,
 		Machine: fsm.Config{WaitTimeout: o.waitTimeout, CommandTimeout: o.cmdTimeout, ResendInterval: o.resend,
-			AutomatedClean: o.autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: o.forcePower},
+			AutomatedClean: o.autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: o.forcePower,
+			FastTrack: o.fastTrack, FastTrackTimeout: o.fastTrackTimeout},
 		MaxConcurrentClean: o.maxClean, MaxConcurrentDeploy: o.maxDeploy, TickInterval: o.tick, HistoryMaxEntries: o.histMax, Log: log,
 		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns})
 	if err != nil {

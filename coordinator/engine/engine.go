@@ -635,7 +635,9 @@ func (e *Engine) ticker() {
 		case <-tk.C:
 			e.submit(func(t *tx) error {
 				for _, n := range e.nodes {
-					if n.Op == nil {
+					// A resting node is ticked only while it keeps its
+					// ramdisk for fast track (powered off at the timeout).
+					if n.Op == nil && n.FastTrackUntil.IsZero() {
 						continue
 					}
 					online := e.siteOnline[n.Site]

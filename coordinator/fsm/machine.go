@@ -40,6 +40,17 @@ type Config struct {
 	// node's BMC in another power state than recorded, power it back to
 	// the recorded state. Without it the reading is recorded instead.
 	ForcePowerStateDuringSync bool
+	// FastTrack (Ironic's [deploy]fast_track; serve's --fast-track):
+	// an inspection or a cleaning leaves the node's ramdisk running,
+	// powered on, and the next operation within FastTrackTimeout uses it
+	// without a reboot (fasttrack.go). A node's driver_info/fast_track
+	// overrides it.
+	FastTrack bool
+	// FastTrackTimeout (Ironic's [deploy]fast_track_timeout, default
+	// DefaultFastTrackTimeout): a heartbeat older than this is no sign
+	// of a running ramdisk, and a kept ramdisk that no operation used
+	// this long after the last one ended is powered off.
+	FastTrackTimeout time.Duration
 }
 
 // Check is the start-time check of the configuration, for the coordinator
@@ -130,6 +141,9 @@ func New(cfg Config) *Machine {
 	}
 	if cfg.Holder == "" {
 		cfg.Holder = "coordinator"
+	}
+	if cfg.FastTrackTimeout <= 0 {
+		cfg.FastTrackTimeout = DefaultFastTrackTimeout
 	}
 	return &Machine{cfg: cfg}
 }
@@ -282,6 +296,8 @@ func withdrawToken(n *Node) {
 		n.PastBoots = appendBoot(n.PastBoots, n.BootID)
 	}
 	n.AgentToken, n.BootID, n.BootNonce = "", "", ""
+	// No boot, nothing to fast-track.
+	n.FastTrackUntil = time.Time{}
 }
 
 // appendBoot adds id to the last few boots remembered.

@@ -95,6 +95,11 @@ type Node struct {
 	// that a late hello from one of them is not taken for a new boot.
 	PastBoots     []string  `json:"past_boots,omitempty"`
 	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
+	// FastTrackUntil is set while the node rests with the ramdisk its
+	// last operation kept running (fast track): the next operation
+	// until then may use it without a reboot, and at that time the node
+	// is powered off if none did. Zero otherwise.
+	FastTrackUntil time.Time `json:"fast_track_until,omitzero"`
 	// Cached in-band steps, as the ramdisk reported them.
 	CachedCleanSteps  []drivers.Step `json:"cached_clean_steps,omitempty"`
 	CachedDeploySteps []drivers.Step `json:"cached_deploy_steps,omitempty"`
@@ -158,6 +163,9 @@ type Action struct {
 	Action string         `json:"action,omitempty"` // for ActOOB: protocol action
 	Args   map[string]any `json:"args,omitempty"`
 	Step   *StepRun       `json:"step,omitempty"`
+	// EndsRamdisk marks the power-off that ends an inspection's or a
+	// cleaning's ramdisk boot: fast track skips it and keeps the ramdisk.
+	EndsRamdisk bool `json:"ends_ramdisk,omitempty"`
 }
 
 // Operation is what the node is doing: the verb that started it and the
@@ -177,6 +185,9 @@ type Operation struct {
 	// password itself is never kept). Hidden.
 	HashedRescuePassword string    `json:"hashed_rescue_password,omitempty"`
 	StartedAt            time.Time `json:"started_at"`
+	// KeptRamdisk is set when fast track skipped the operation's closing
+	// power-off: at its end the node rests with its ramdisk running.
+	KeptRamdisk bool `json:"kept_ramdisk,omitempty"`
 }
 
 // StepList returns the clean or deploy steps of the operation's plan in

@@ -35,7 +35,7 @@ func (m *Machine) autoCleanPlan() []Action {
 	if !m.cfg.AutomatedClean {
 		return nil
 	}
-	return append(bootRamdisk(), Action{Kind: ActPlanClean}, powerAction(protocol.PowerOff))
+	return append(bootRamdisk(), Action{Kind: ActPlanClean}, endRamdisk())
 }
 
 // ensureWorking puts a node that waits back into its -ING state and locks it.
@@ -68,6 +68,12 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 		}
 		switch a.Kind {
 		case ActOOB:
+			if a.EndsRamdisk && m.keepRamdisk(n, now) {
+				// Fast track: the ramdisk stays up for the next operation.
+				n.Op.KeptRamdisk = true
+				n.Op.Index++
+				continue
+			}
 			if a.Action == protocol.ActionValidate {
 				if err := m.checkDriverInfo(n); err != nil {
 					m.fail(n, now, out, err.Error())
@@ -504,7 +510,18 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 	op := n.Op
 	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
 	n.CleanStep, n.DeployStep, n.ServiceStep = nil, nil, nil
-	if op.Phase != "rescue" && op.Phase != "boot_device" {
+	switch {
+	case op.KeptRamdisk && n.AgentToken != "":
+		// Fast track: the boot goes on, its token and credential too,
+		// until the next operation uses it or the timeout powers it off.
+		n.FastTrackUntil = now.Add(m.cfg.FastTrackTimeout)
+		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(op),
+			Event: fmt.Sprintf("fast track: the ramdisk (boot %s) stays up for the next operation until %s; the node is powered off then if none came",
+				n.BootID, n.FastTrackUntil.UTC().Format(time.RFC3339))})
+	case !n.FastTrackUntil.IsZero() && n.AgentToken != "":
+		// An operation that did not use the kept ramdisk (out-of-band
+		// steps only): it runs on until its timeout.
+	case op.Phase != "rescue" && op.Phase != "boot_device":
 		// The operation is over, and so is its boot (a rescued node keeps
 		// its ramdisk until unrescue powers it off; setting the boot
 		// device ends no boot).

@@ -67,6 +67,19 @@ func (m *Machine) PowerReport(n *Node, msg *protocol.Message, now time.Time) Out
 	}
 	recorded := n.PowerState
 	n.UpdatedAt = now
+	if !n.FastTrackUntil.IsZero() && protocol.PowerIsOff(state) {
+		// The node that kept its ramdisk for fast track was powered off
+		// behind the coordinator's back: its boot is over, and nothing
+		// powers it back on into a ramdisk no operation waits for.
+		n.PowerState = state
+		if n.BootNonce != "" {
+			m.endBoot(n, now, &out)
+		}
+		withdrawToken(n)
+		out.History = append(out.History, HistoryEntry{Time: now, Severity: "WARNING", EventType: "power",
+			Event: fmt.Sprintf("power state changed behind the coordinator's back: BMC reports %s while the node kept its ramdisk for fast track; recording %s, the ramdisk boot is over", state, state)})
+		return out
+	}
 	if recorded == "" {
 		n.PowerState = state
 		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: "power",

@@ -14,7 +14,10 @@ import (
 // silence the coordinator cannot hear.
 func (m *Machine) Tick(n *Node, now time.Time, siteOnline bool) Output {
 	var out Output
-	if n.Op == nil || (n.Maintenance && IsWait(n.ProvisionState)) {
+	if n.Op == nil {
+		return m.fastTrackExpire(n, now, siteOnline)
+	}
+	if n.Maintenance && IsWait(n.ProvisionState) {
 		return out
 	}
 	a := m.current(n)

@@ -96,6 +96,11 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 	if op, refused := MaintenanceOp(req.Verb); refused && n.Maintenance {
 		return refuse(Invalid, "The %s operation can't be performed on node %s because it's in maintenance mode. (maintenance reason: %q; unset maintenance first)", op, n.Ident(), n.MaintenanceReason)
 	}
+	if needsRamdisk(req.Verb, m.cfg.AutomatedClean) || req.Verb == Clean {
+		if _, err := m.FastTrackEnabled(n); err != nil {
+			return refuse(Invalid, "%v", err)
+		}
+	}
 	if needsRamdisk(req.Verb, m.cfg.AutomatedClean) {
 		if d, err := m.cfg.Drivers.Get(n.Driver); err == nil && d.NoRamdiskBoot != "" {
 			return refuse(Invalid, "Cannot %s node %s: it needs the ramdisk, and %s. Nodes of driver %s can be managed, powered and cleaned with out-of-band steps for now.",
@@ -184,7 +189,7 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		n.InspectionStartedAt, n.InspectionFinishedAt = &t, nil
 		plan := append(bootRamdisk(),
 			Action{Kind: ActStep, Step: &StepRun{Interface: "deploy", Step: "inspect_hardware", InBand: true, Abortable: true}},
-			powerAction(protocol.PowerOff))
+			endRamdisk())
 		m.start(n, req.Verb, Manageable, "inspect", plan, now, &out)
 	case Provide:
 		m.start(n, req.Verb, retiredTarget, "clean", m.autoCleanPlan(), now, &out)
@@ -264,8 +269,12 @@ func needsRamdisk(v Event, automatedClean bool) bool {
 }
 
 // start enters the -ING state of verb and runs the plan as far as it goes.
+// A fast-trackable node (fasttrack.go) skips the plan's reboot into the
+// ramdisk and uses the one it runs.
 func (m *Machine) start(n *Node, verb Event, target State, phase string, plan []Action, now time.Time, out *Output) {
+	ft, _ := m.FastTrackable(n, now)
 	m.begin(n, verb, target, phase, plan, now, out)
+	m.fastTrackStart(n, ft, now, out)
 	m.advance(n, now, out)
 }
 
@@ -312,12 +321,13 @@ func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time
 		err = fmt.Errorf("Cannot clean node %s with in-band steps: %s; only out-of-band steps can run on it for now", n.Ident(), d.NoRamdiskBoot)
 	}
 	if inband {
-		plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}}, powerAction(protocol.PowerOff))
+		plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}}, endRamdisk())
 	} else {
 		plan = actions
 	}
 	// A bad list fails before any step is current: nothing ran, so no
 	// maintenance is set.
+	ft, _ := m.FastTrackable(n, now)
 	m.begin(n, Clean, Manageable, "clean", nil, now, out)
 	n.Op.Manual = true
 	if err != nil {
@@ -325,6 +335,7 @@ func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time
 		return
 	}
 	n.Op.Plan = plan
+	m.fastTrackStart(n, ft, now, out)
 	m.advance(n, now, out)
 }
 

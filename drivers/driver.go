@@ -2,8 +2,10 @@ package drivers
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Declaration is what the coordinator knows of a driver without asking
@@ -151,19 +153,23 @@ func RedfishDeclaration() Declaration {
 			Step{Interface: "bios", Step: "apply_configuration", Priority: 0,
 				ArgsInfo: map[string]ArgInfo{"settings": {Description: "list of {name, value} BIOS settings; they apply at the next boot", Required: true}}},
 			Step{Interface: "bios", Step: "factory_reset", Priority: 0},
-			redfishRAIDApply()),
+			redfishRAIDApply(), redfishRAIDDelete()),
 	}
 }
 
 // InbandCleanSteps are the in-band steps a standard ramdisk offers, used by
-// the simulated ramdisk; a real ramdisk reports its own.
-func InbandCleanSteps() []Step {
+// the simulated ramdisk; a real ramdisk reports its own. Each call returns
+// a new slice of the same steps (built once: the coordinator asks for them
+// on every plan); their ArgsInfo maps are shared and must not be changed.
+func InbandCleanSteps() []Step { return slices.Clone(inbandCleanSteps()) }
+
+var inbandCleanSteps = sync.OnceValue(func() []Step {
 	return append([]Step{
 		{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true, RequiresRamdisk: true},
 		{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true, RequiresRamdisk: true, ArgsInfo: eraseDeviceArgs},
 		{Interface: "deploy", Step: "inspect_hardware", Priority: 0, Abortable: true, RequiresRamdisk: true},
 	}, inbandMoreCleanSteps()...)
-}
+})
 
 // InbandDeploySteps are the in-band deploy steps of a standard ramdisk.
 func InbandDeploySteps() []Step {

@@ -10,20 +10,11 @@ import (
 // firmware.update runs through the edge agent (agent/bmc), which serves
 // each image to the BMC from the site's image cache (one WAN transfer
 // per site, checksum verified first) and reports the versions back.
-// raid.apply_configuration needs the resulting raid_config stored: until
-// then it carries Refused, and the coordinator refuses a clean or deploy
-// that names it at once (400) instead of failing it at the edge.
-// raid.create_configuration and raid.delete_configuration are not
-// declared here: the standard ramdisk's software RAID steps of the same
-// names serve every driver; the driver's hardware RAID variants
-// (RunStep) wait for a per-node raid_interface choosing them, as Ironic's
-// raid_interface "redfish" does.
-
-const notYetAtEdge = " is not yet available at the edge: the Redfish driver can run it, but the edge agent does not pass it on yet (%s); it is listed so that clients see Ironic's catalogue"
-
-func refusedAtEdge(step, what string) string {
-	return step + fmt.Sprintf(notYetAtEdge, what)
-}
+// The hardware RAID steps (raid.create_configuration,
+// raid.apply_configuration, raid.delete_configuration) run out of band
+// through the edge agent for a node whose raid_interface is redfish
+// (drivers/raidiface.go); the resulting raid_config comes back in the
+// command's result and is stored on the node.
 
 var raidFlagArgs = map[string]ArgInfo{
 	ArgRaidCreateRoot:    {Description: "false: do not create the root volume (is_root_volume) of the configuration; default true"},
@@ -40,7 +31,7 @@ func redfishFirmwareRAIDCleanSteps() []Step {
 				"performs the reset the component needs (a BMC reset for bmc, a system restart for bios and nic, leaving the power as it was) and fails unless the component then reports a different version; " +
 				"the versions read back are the node's firmware list (GET /v1/nodes/{node}/firmware). Needs the site's image cache (agent --image-cache-dir).",
 			NeedsBMC: "Redfish UpdateService (SimpleUpdate or MultipartHttpPushUri), TaskService tasks, FirmwareInventory or BiosVersion/FirmwareVersion"},
-		redfishRAIDApply(),
+		redfishRAIDApply(), redfishRAIDCreate(), redfishRAIDDelete(),
 	}
 }
 
@@ -52,10 +43,38 @@ func redfishRAIDApply() Step {
 			ArgRaidCreateNonroot: raidFlagArgs[ArgRaidCreateNonroot],
 			ArgDeleteExisting:    {Description: "true: delete every existing volume first; default true"},
 		},
-		Refused: refusedAtEdge("raid.apply_configuration", "storing the resulting raid_config"),
-		Doc: "Creates the raid_config argument (target_raid_config's schema) as Redfish volumes: raid_level 0, 1, 5, 6, 1+0, 5+0, 6+0 as RAIDType, size_gb in GiB or \"MAX\" (needs physical_disks), " +
-			"physical_disks as drive Ids (else free drives are chosen, honouring number_of_physical_disks, disk_type and interface_type), controller as the storage Id; the root volume first. A clean and a deploy step (off unless a deploy template names it).",
-		NeedsBMC: "Redfish Storage with Drives and a Volumes collection that takes POST and DELETE"}
+		Doc: "Hardware RAID (raid_interface redfish): creates the raid_config argument (target_raid_config's schema) as Redfish volumes: raid_level 0, 1, 5, 6, 1+0, 5+0, 6+0 as RAIDType, size_gb in GiB or \"MAX\" (needs physical_disks), " +
+			"physical_disks as drive Ids (else free drives are chosen, honouring number_of_physical_disks, disk_type and interface_type), controller as the storage Id; the root volume first. " +
+			"The volumes read back from the BMC become the node's raid_config. A clean and a deploy step (off unless a deploy template names it).",
+		NeedsBMC: redfishRAIDNeeds}
+}
+
+// The hardware RAID steps run out of band on the edge agent, for a node
+// whose raid_interface is redfish (Ironic's RedfishRAID); a node with
+// raid_interface agent has the ramdisk's software RAID steps of the same
+// names instead, and one with no-raid neither (drivers/raidiface.go).
+// Each reads the system's volumes back afterwards: they are the node's
+// raid_config, as Ironic's redfish update_raid_config.
+
+const redfishRAIDNeeds = "Redfish Storage with Drives and a Volumes collection that takes POST and DELETE"
+
+func redfishRAIDCreate() Step {
+	return Step{Interface: "raid", Step: "create_configuration", Priority: 0, Abortable: false,
+		ArgsInfo: map[string]ArgInfo{
+			ArgRaidCreateRoot:    {Description: "false: do not create the root volume (the logical disk with is_root_volume) of target_raid_config; default true"},
+			ArgRaidCreateNonroot: {Description: "false: create only the root volume of target_raid_config; default true"},
+			ArgDeleteExisting:    {Description: "true: delete every existing volume of the system first; default false (Ironic's)"},
+		},
+		Doc: "Hardware RAID (raid_interface redfish): creates the node's target_raid_config as Redfish volumes on the BMC's storage controller, without booting the ramdisk " +
+			"(levels, sizes, drives and controller as raid.apply_configuration). The volumes read back from the BMC, the root volume marked is_root_volume, become the node's raid_config.",
+		NeedsBMC: redfishRAIDNeeds}
+}
+
+func redfishRAIDDelete() Step {
+	return Step{Interface: "raid", Step: "delete_configuration", Priority: 0, Abortable: false,
+		Doc: "Hardware RAID (raid_interface redfish): deletes every Redfish volume of the system (waiting for the BMC's task when it answers 202), without booting the ramdisk; " +
+			"the node's raid_config becomes empty. A clean and a deploy step.",
+		NeedsBMC: redfishRAIDNeeds}
 }
 
 // CheckDriverRefused fails a step list of kind "clean", "service" (both

@@ -234,11 +234,11 @@ func inbandMoreCleanSteps() []Step {
 				ArgRaidCreateRoot:    {Description: "false: do not create the root volume (the logical disk with is_root_volume) of target_raid_config; default true"},
 				ArgRaidCreateNonroot: {Description: "false: create only the root volume of target_raid_config; default true"},
 			},
-			Doc: "Builds the node's target_raid_config as Linux software RAID (controller \"software\"), as IPA does: a GPT on each holder disk (every disk, or those physical_disks names), one partition per logical disk on each, " +
+			Doc: "Software RAID (raid_interface agent, the default): builds the node's target_raid_config as Linux software RAID (controller \"software\"), as IPA does: a GPT on each holder disk (every disk, or those physical_disks names), one partition per logical disk on each, " +
 				"an md array (metadata 1.2) over them per logical disk, the root volume first (/dev/md0, RAID-1). The disks must hold no partitions (run raid.delete_configuration or erase first). " +
 				"The result, with each array's device and members, becomes the node's raid_config; deploy.write_image then writes the image to the root array."},
 		{Interface: "raid", Step: "delete_configuration", Priority: 0, Abortable: false, RequiresRamdisk: true,
-			Doc: "Deletes every software RAID array: assembles what the disks hold, stops each array, zeroes the md superblock of every member (mdadm --zero-superblock) and the partition tables of the holder disks; " +
+			Doc: "Software RAID (raid_interface agent, the default): deletes every software RAID array: assembles what the disks hold, stops each array, zeroes the md superblock of every member (mdadm --zero-superblock) and the partition tables of the holder disks; " +
 				"the node's raid_config becomes empty. The result lists the arrays stopped and the members zeroed."},
 		inbandRAIDApply(),
 	}
@@ -254,7 +254,7 @@ func inbandRAIDApply() Step {
 			ArgRaidCreateRoot:    {Description: "false: do not create the root volume (is_root_volume) of raid_config; default true"},
 			ArgRaidCreateNonroot: {Description: "false: create only the root volume of raid_config; default true"},
 		},
-		Doc: "raid.create_configuration with the configuration given as the raid_config argument instead of the node's target_raid_config, after raid.delete_configuration unless delete_existing is false; " +
+		Doc: "Software RAID (raid_interface agent, the default): raid.create_configuration with the configuration given as the raid_config argument instead of the node's target_raid_config, after raid.delete_configuration unless delete_existing is false; " +
 			"the result becomes the node's raid_config. A clean and a deploy step (priority 0: it runs when a clean step list or a deploy template names it)."}
 }
 

@@ -52,12 +52,20 @@ step does not give is taken from there.
 	for _, ph := range phases {
 		byName := map[string]*entry{}
 		var order []string
+		// A driver's out-of-band step of an in-band step's name (the
+		// hardware RAID steps) is a variant of its own.
+		key := func(s Step) string {
+			if _, dup := Find(ph.inband, s.Interface, s.Step); dup && !s.RequiresRamdisk {
+				return s.Name() + variantSuffix
+			}
+			return s.Name()
+		}
 		add := func(s Step, driver string) {
-			e, ok := byName[s.Name()]
+			e, ok := byName[key(s)]
 			if !ok {
 				e = &entry{step: Documented(s)}
-				byName[s.Name()] = e
-				order = append(order, s.Name())
+				byName[key(s)] = e
+				order = append(order, key(s))
 			}
 			if driver != "" {
 				e.drivers = append(e.drivers, driver)
@@ -65,7 +73,7 @@ step does not give is taken from there.
 		}
 		for _, s := range ph.inband {
 			add(s, "")
-			byName[s.Name()].drivers = ramdiskDrivers
+			byName[key(s)].drivers = ramdiskDrivers
 		}
 		for _, d := range decls {
 			for _, s := range ph.steps(d) {
@@ -80,12 +88,13 @@ step does not give is taken from there.
 		fmt.Fprintf(&b, "## %s\n\n", ph.title)
 		b.WriteString("| Step | Priority | Abortable | Runs | Drivers | Needs from the BMC |\n|---|---|---|---|---|---|\n")
 		for _, s := range steps {
-			fmt.Fprintf(&b, "| [`%s`](#%s) | %d | %s | %s | %s | %s |\n", s.Name(), anchor(ph.title, s), s.Priority, yesNo(s.Abortable),
-				where(s), strings.Join(byName[s.Name()].drivers, ", "), needs(s))
+			suffix := strings.TrimPrefix(key(s), s.Name())
+			fmt.Fprintf(&b, "| [`%s`%s](#%s) | %d | %s | %s | %s | %s |\n", s.Name(), suffix, anchor(ph.title, s)+anchorSuffix(suffix), s.Priority, yesNo(s.Abortable),
+				where(s), strings.Join(byName[key(s)].drivers, ", "), needs(s))
 		}
 		b.WriteString("\n")
 		for _, s := range steps {
-			fmt.Fprintf(&b, "### %s: `%s`\n\n", strings.TrimSuffix(ph.title, "s"), s.Name())
+			fmt.Fprintf(&b, "### %s: `%s`%s\n\n", strings.TrimSuffix(ph.title, "s"), s.Name(), strings.TrimPrefix(key(s), s.Name()))
 			doc := s.Doc
 			if doc == "" {
 				doc = "(No description declared.)"
@@ -112,6 +121,16 @@ step does not give is taken from there.
 		}
 	}
 	return b.String()
+}
+
+// variantSuffix names a driver's out-of-band variant of an in-band step.
+const variantSuffix = " (out-of-band)"
+
+func anchorSuffix(suffix string) string {
+	if suffix == "" {
+		return ""
+	}
+	return "-out-of-band"
 }
 
 func anchor(phase string, s Step) string {

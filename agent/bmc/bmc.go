@@ -371,6 +371,8 @@ func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot
 		return boot.SetPower(ctx, node, b, protocol.PowerOff)
 	case "deploy.boot_instance":
 		return boot.SetPower(ctx, node, b, protocol.PowerOn)
+	case "raid.create_configuration", "raid.apply_configuration", "raid.delete_configuration":
+		return runRAIDStep(ctx, b, s)
 	case "firmware.update":
 		return set.updateFirmware(ctx, node, b, s.Args)
 	}

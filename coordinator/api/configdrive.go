@@ -106,6 +106,7 @@ func (s *Server) checkNoRamdisk(id string, steps []map[string]any) error {
 		if err != nil {
 			return invalid("%v", err)
 		}
+		d = d.ForRAIDInterface(n.RaidInterface)
 		for i, st := range steps {
 			iface, _ := st["interface"].(string)
 			name, _ := st["step"].(string)

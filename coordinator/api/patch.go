@@ -91,8 +91,8 @@ func checkInterfacePatch(n *fsm.Node, ops []patchOp, have nodeIfaces) error {
 		f := patchField(op.Path)
 		iface, ok := strings.CutSuffix(f, "_interface")
 		cur, known := have.byName(iface)
-		if !ok || !known || op.Path != "/"+f || op.Op == "remove" {
-			continue
+		if !ok || !known || op.Path != "/"+f || op.Op == "remove" || f == "raid_interface" {
+			continue // raid_interface: checkRAIDInterfacePatch (raid.go)
 		}
 		var want any
 		if err := json.Unmarshal(op.Value, &want); err != nil || want == nil || want == cur {
@@ -400,6 +400,8 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 		n.Description, err = str()
 	case "owner":
 		n.Owner, err = str()
+	case "raid_interface":
+		n.RaidInterface, err = str()
 	default:
 		// A hardware interface, which checkInterfacePatch has checked.
 		_, err = str()
@@ -435,10 +437,16 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := s.e.PatchNode(r.PathValue("id"), func(n *fsm.Node) error {
 		decl, _ := s.e.Machine().Config().Drivers.Get(n.Driver)
+		if err := checkRAIDInterfacePatch(n, ops); err != nil {
+			return err
+		}
 		if err := checkInterfacePatch(n, ops, interfacesOf(n.Driver, decl)); err != nil {
 			return err
 		}
 		if err := applyPatch(n, ops); err != nil {
+			return err
+		}
+		if err := s.checkRAIDInterface(n); err != nil {
 			return err
 		}
 		if err := checkNodeLimits(n); err != nil {
@@ -594,14 +602,15 @@ func (s *Server) getDriver(w http.ResponseWriter, r *http.Request) {
 		"inspect": "agent", "management": d.Name, "network": "noop", "power": d.Name, "raid": "agent", "rescue": "agent",
 		"storage": "noop", "vendor": "no-vendor"}
 	for _, st := range d.CleanSteps {
-		if st.Interface == "bios" {
-			ifaces["bios"] = d.Name
+		if st.Interface == "bios" || st.Interface == "firmware" {
+			ifaces[st.Interface] = d.Name
 		}
 	}
 	for k, i := range ifaces {
 		v["default_"+k+"_interface"] = i
 		v["enabled_"+k+"_interfaces"] = []string{i}
 	}
+	v["enabled_raid_interfaces"] = d.RAIDInterfaces()
 	writeJSON(w, 200, v)
 }
 

@@ -3,11 +3,16 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/bmedge/bmedge/coordinator/engine"
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/drivers"
 )
 
 // PUT /v1/nodes/{id}/states/raid (API 1.12) sets a node's
@@ -45,6 +50,18 @@ func (s *Server) setRaid(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		cfg = norm
+		// As Ironic's raid interface validate_raid_config: what the
+		// node's raid_interface can build.
+		err = s.e.View(r.PathValue("id"), func(n *fsm.Node, _ bool) error { return checkRaidForInterface(n, cfg) })
+		var ee *engine.Error
+		if errors.As(err, &ee) {
+			writeErr(w, err)
+			return
+		}
+		if err != nil {
+			writeError(w, 400, err.Error())
+			return
+		}
 	}
 	if err := s.e.SetTargetRaidConfig(r.PathValue("id"), cfg); err != nil {
 		writeErr(w, err)
@@ -344,4 +361,106 @@ func (s *Server) raidProperties(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, logicalDiskPropertyDocs)
+}
+
+// checkRAIDInterfacePatch answers a patch of raid_interface (API 1.31)
+// before it is applied, as Ironic's conductor does: the value must be a
+// string (remove or null resets it to the default, agent); a change is
+// 409 outside enroll, inspecting, inspect wait, manageable and available
+// unless the node is in maintenance. Whether the node's driver supports
+// the value is checkRAIDInterface's, once the patch (which may change
+// the driver too) is applied.
+func checkRAIDInterfacePatch(n *fsm.Node, ops []patchOp) error {
+	for i, op := range ops {
+		if op.Path != "/raid_interface" {
+			continue
+		}
+		want := drivers.RAIDDefault
+		if op.Op != "remove" {
+			var v any
+			if err := json.Unmarshal(op.Value, &v); err != nil {
+				continue // not JSON: applyPatch refuses it
+			}
+			if v != nil {
+				s, ok := v.(string)
+				if !ok {
+					return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: /raid_interface must be a string: agent, no-raid or the driver's own (redfish)", i+1)}
+				}
+				want = s
+			}
+		}
+		if want == drivers.RAIDInterfaceOf(n.RaidInterface) || !fsm.UpdateAllowed(n.ProvisionState) {
+			continue // no change, or CheckUpdate refuses the whole patch with 409
+		}
+		switch n.ProvisionState {
+		case fsm.Enroll, fsm.Inspecting, fsm.InspectWait, fsm.Manageable, fsm.Available:
+		default:
+			if !n.Maintenance {
+				return &engine.Error{Kind: engine.Conflict, Msg: fmt.Sprintf("Node %s can not have raid_interface updated unless it is in one of allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode. Current state is '%s'.", n.Ident(), n.ProvisionState)}
+			}
+		}
+	}
+	return nil
+}
+
+// checkRAIDInterface refuses, with Ironic's IncompatibleInterface 400, a
+// patched node whose raid_interface its (possibly new) driver does not
+// support.
+func (s *Server) checkRAIDInterface(n *fsm.Node) error {
+	if n.RaidInterface == "" {
+		return nil
+	}
+	d, err := s.e.Machine().Config().Drivers.Get(n.Driver)
+	if err != nil {
+		return nil // the engine refuses an unknown driver
+	}
+	if n.RaidInterface == drivers.RAIDDefault {
+		n.RaidInterface = "" // stored as the default, which it is
+		return nil
+	}
+	ok := d.RAIDInterfaces()
+	if contains(ok, n.RaidInterface) {
+		return nil
+	}
+	impl := "'" + n.RaidInterface + "'" // Ironic's quotes, for a plain name
+	if !ifaceName.MatchString(n.RaidInterface) {
+		impl = shortQuote(n.RaidInterface)
+	}
+	return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("raid interface implementation %s is not supported by hardware type %s. It supports %s: agent is software RAID built by the ramdisk, %s",
+		impl, d.Name, strings.Join(ok, ", "), hardwareRAIDHint(d))}
+}
+
+// ifaceName is what an interface implementation's name looks like.
+var ifaceName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+func hardwareRAIDHint(d drivers.Declaration) string {
+	if hw := d.HardwareRAID(); hw != "" {
+		return hw + " the BMC's hardware RAID (out of band, no ramdisk boot), no-raid none."
+	}
+	return "no-raid none (this driver has no hardware RAID)."
+}
+
+// checkRaidForInterface checks a target_raid_config against the node's
+// raid_interface: no-raid takes none (Ironic's UnsupportedDriverExtension),
+// a hardware RAID interface refuses the software controller and, as
+// Ironic's redfish RAID, interface_type scsi.
+func checkRaidForInterface(n *fsm.Node, cfg map[string]any) error {
+	iface := drivers.RAIDInterfaceOf(n.RaidInterface)
+	if iface == drivers.RAIDNone {
+		return fmt.Errorf("Driver %s does not support raid (disabled or not implemented): node %s has raid_interface no-raid; set it to agent or to its driver's hardware RAID (baremetal node set %s --raid-interface agent) first", n.Driver, n.Ident(), n.Ident())
+	}
+	if iface == drivers.RAIDAgent {
+		return nil
+	}
+	lds, _ := cfg["logical_disks"].([]any)
+	for i, x := range lds {
+		ld, _ := x.(map[string]any)
+		if c, _ := ld["controller"].(string); c == "software" {
+			return fmt.Errorf("logical disk %d: controller \"software\" is Linux software RAID, which the ramdisk builds with raid_interface agent; node %s has raid_interface %s (the BMC's hardware RAID): name a controller of the BMC's storage (its Id) or leave controller out", i, n.Ident(), iface)
+		}
+		if t, _ := ld["interface_type"].(string); t == "scsi" {
+			return fmt.Errorf("logical disk %d: interface type `scsi` not supported by Redfish RAID (Ironic's); use sas or sata", i)
+		}
+	}
+	return nil
 }

@@ -221,6 +221,7 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		ii["rescue_password"], ii["hashed_rescue_password"] = "******", "******"
 	}
 	ifaces := interfacesOf(n.Driver, decl)
+	ifaces.Raid = drivers.RAIDInterfaceOf(n.RaidInterface)
 	v := &nodeView{
 		UUID: n.UUID, Name: nstr(n.Name), Driver: n.Driver, ConductorGroup: n.Site, Conductor: "coordinator",
 		DriverInfo: Mask(n.DriverInfo, decl), Properties: orEmpty(n.Properties), InstanceInfo: ii,
@@ -280,12 +281,16 @@ type nodeIfaces struct {
 // interfacesOf is the interfaces of a node of driver (as the node names
 // it), declared by decl.
 func interfacesOf(driver string, decl drivers.Declaration) nodeIfaces {
-	// No driver here has firmware steps: Ironic's no-firmware.
+	// bios and firmware are the driver's where it has such steps
+	// (redfish), else Ironic's no-bios and no-firmware.
 	i := nodeIfaces{Bios: "no-bios", Boot: "pxe", Console: "no-console", Deploy: "direct", Firmware: "no-firmware", Inspect: "agent",
 		Management: driver, Network: "noop", Power: driver, Raid: "agent", Rescue: "agent", Storage: "noop", Vendor: "no-vendor"}
 	for _, st := range decl.CleanSteps {
-		if st.Interface == "bios" {
+		switch st.Interface {
+		case "bios":
 			i.Bios = driver
+		case "firmware":
+			i.Firmware = driver
 		}
 	}
 	return i

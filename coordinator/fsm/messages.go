@@ -240,8 +240,11 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 			n.Properties = props
 		}
 	}
-	if a.Kind == ActStep && a.Step.InBand && a.Step.Interface == "raid" {
-		raidDone(n, a.Step.Step, msg.Data, now)
+	if a.Kind == ActStep && a.Step.Interface == "raid" {
+		// In-band (software RAID) or out of band (the BMC's).
+		if err := raidDone(n, a.Step.Step, msg.Data, now); err != nil {
+			out.History = append(out.History, HistoryEntry{Time: now, Severity: "ERROR", EventType: eventType(n.Op), Event: err.Error()})
+		}
 	}
 	if a.Kind == ActStep && a.Step.InBand {
 		event := fmt.Sprintf("%s done", what)

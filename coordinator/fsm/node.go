@@ -33,6 +33,9 @@ type Node struct {
 	// RaidConfig is the one the last RAID step reported, read-only.
 	TargetRaidConfig map[string]any `json:"target_raid_config,omitempty"`
 	RaidConfig       map[string]any `json:"raid_config,omitempty"`
+	// RaidInterface is the node's raid_interface (drivers/raidiface.go):
+	// "" for the default (agent), or one its driver supports.
+	RaidInterface string `json:"raid_interface,omitempty"`
 
 	ProvisionState       State  `json:"provision_state"`
 	TargetProvisionState State  `json:"target_provision_state,omitempty"`

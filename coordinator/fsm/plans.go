@@ -187,7 +187,7 @@ func (m *Machine) oobRun(n *Node) []protocol.Step {
 			break
 		}
 		s := a.Step
-		run = append(run, protocol.Step{Interface: s.Interface, Step: s.Step, Args: s.Args, Priority: s.Priority, Abortable: s.Abortable})
+		run = append(run, protocol.Step{Interface: s.Interface, Step: s.Step, Args: oobArgs(n, s), Priority: s.Priority, Abortable: s.Abortable})
 	}
 	return run
 }
@@ -224,7 +224,7 @@ func (m *Machine) newCommand(n *Node, topic string, msg *protocol.Message, now t
 func (m *Machine) sendOOB(n *Node, action string, args map[string]any, step *StepRun, now time.Time, out *Output) {
 	msg := &protocol.Message{Action: action, Args: args, Driver: n.Driver, DriverInfo: n.DriverInfo}
 	if step != nil {
-		msg.Step = &protocol.Step{Interface: step.Interface, Step: step.Step, Args: step.Args, Priority: step.Priority, Abortable: step.Abortable}
+		msg.Step = &protocol.Step{Interface: step.Interface, Step: step.Step, Args: oobArgs(n, step), Priority: step.Priority, Abortable: step.Abortable}
 	}
 	if action == protocol.ActionPower {
 		// A power cycle ends the ramdisk's boot: its token dies with it.
@@ -298,7 +298,7 @@ func (m *Machine) requiredCleanSteps() []string {
 // planSteps computes the clean or deploy steps now that the ramdisk's
 // steps are cached on the node.
 func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
-	d, err := m.cfg.Drivers.Get(n.Driver)
+	d, err := m.nodeDriver(n)
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +322,7 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 				n.Ident(), strings.Join(missing, ", "), len(n.CachedCleanSteps))
 		}
 		var all []drivers.Step
-		for _, s := range append(append([]drivers.Step{}, d.CleanSteps...), standardPriorities(n.CachedCleanSteps, drivers.InbandCleanSteps())...) {
+		for _, s := range append(append([]drivers.Step{}, d.CleanSteps...), standardPriorities(raidInband(n, n.CachedCleanSteps), drivers.InbandCleanSteps())...) {
 			if p, ok := m.cfg.PriorityOverrides[s.Name()]; ok {
 				s.Priority = p
 			}
@@ -341,7 +341,7 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 		return stepActions(all, nil), nil
 	}
 	// Deploy: driver's deploy steps plus the ramdisk's, user overrides on top.
-	all := append(append([]drivers.Step{}, d.DeploySteps...), standardPriorities(n.CachedDeploySteps, drivers.InbandDeploySteps())...)
+	all := append(append([]drivers.Step{}, d.DeploySteps...), standardPriorities(raidInband(n, n.CachedDeploySteps), drivers.InbandDeploySteps())...)
 	if _, ok := drivers.Find(all, "deploy", "write_image"); !ok {
 		return nil, fmt.Errorf("Deploy of node %s failed: the ramdisk does not offer deploy.write_image (it offered %d deploy steps)", n.Ident(), len(n.CachedDeploySteps))
 	}
@@ -475,7 +475,7 @@ func (m *Machine) resolveManual(n *Node, d drivers.Declaration, list []map[strin
 		}
 		decl, found := drivers.Find(d.CleanSteps, iface, name)
 		if !found {
-			decl, found = drivers.Find(withStandardArgs(n.CachedCleanSteps), iface, name)
+			decl, found = drivers.Find(withStandardArgs(raidInband(n, n.CachedCleanSteps)), iface, name)
 			if !found {
 				if !inbandKnown {
 					// Checked once the ramdisk has said which steps it has.
@@ -595,11 +595,11 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 // the cached in-band ones, with priority overrides, sorted, filtered by
 // minPriority. known is false when the ramdisk has not reported yet.
 func (m *Machine) SortedStepsView(n *Node, minPriority int) (steps []drivers.Step, known bool, err error) {
-	d, err := m.cfg.Drivers.Get(n.Driver)
+	d, err := m.nodeDriver(n)
 	if err != nil {
 		return nil, false, err
 	}
-	all := append(append([]drivers.Step{}, d.CleanSteps...), withStandardArgs(n.CachedCleanSteps)...)
+	all := append(append([]drivers.Step{}, d.CleanSteps...), withStandardArgs(raidInband(n, n.CachedCleanSteps))...)
 	for i := range all {
 		if p, ok := m.cfg.PriorityOverrides[all[i].Name()]; ok {
 			all[i].Priority = p

@@ -114,7 +114,7 @@ const CoreDeployStep = "deploy.write_image"
 // and its ramdisk's (as cached at its last boot, or the standard
 // ramdisk's when it never booted one).
 func (m *Machine) knownDeploySteps(n *Node) ([]drivers.Step, error) {
-	d, err := m.cfg.Drivers.Get(n.Driver)
+	d, err := m.nodeDriver(n)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (m *Machine) knownDeploySteps(n *Node) ([]drivers.Step, error) {
 	if len(inband) == 0 {
 		inband = drivers.InbandDeploySteps()
 	}
-	return append(append([]drivers.Step{}, d.DeploySteps...), standardPriorities(inband, drivers.InbandDeploySteps())...), nil
+	return append(append([]drivers.Step{}, d.DeploySteps...), standardPriorities(raidInband(n, inband), drivers.InbandDeploySteps())...), nil
 }
 
 // checkDeploySteps checks user deploy_steps as Ironic does before a

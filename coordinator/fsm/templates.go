@@ -196,7 +196,7 @@ func (m *Machine) checkRunbook(n *Node, req VerbRequest) *Refusal {
 	if !req.DisableRamdisk {
 		return nil
 	}
-	d, err := m.cfg.Drivers.Get(n.Driver)
+	d, err := m.nodeDriver(n)
 	if err != nil {
 		return refuse(Invalid, "%v", err)
 	}

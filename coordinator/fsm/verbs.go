@@ -122,7 +122,7 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if err := refusedSteps(req.CleanSteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
-		if err := m.cfg.Drivers.RefusedSteps(n.Driver, "clean", req.CleanSteps); err != nil {
+		if err := m.refusedSteps(n, "clean", req.CleanSteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 	case Deploy, Rebuild:
@@ -135,7 +135,7 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
-		if err := m.cfg.Drivers.RefusedSteps(n.Driver, "deploy", req.DeploySteps); err != nil {
+		if err := m.refusedSteps(n, "deploy", req.DeploySteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 		if err := m.checkTemplates(n, req); err != nil {
@@ -152,7 +152,7 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if err := CheckServiceSteps(n.Ident(), req.ServiceSteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
-		if err := m.cfg.Drivers.RefusedSteps(n.Driver, "service", req.ServiceSteps); err != nil {
+		if err := m.refusedSteps(n, "service", req.ServiceSteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 	case Abort:
@@ -307,7 +307,7 @@ func (m *Machine) checkDriverInfo(n *Node) error {
 }
 
 func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time, out *Output) {
-	d, err := m.cfg.Drivers.Get(n.Driver)
+	d, err := m.nodeDriver(n)
 	var actions []Action
 	if err == nil {
 		actions, err = m.resolveManual(n, d, list, len(n.CachedCleanSteps) > 0)
@@ -346,7 +346,7 @@ func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time
 // before anything runs, in service failed with a message naming the step
 // and the argument at fault.
 func (m *Machine) startService(n *Node, list []map[string]any, now time.Time, out *Output) {
-	d, err := m.cfg.Drivers.Get(n.Driver)
+	d, err := m.nodeDriver(n)
 	var actions []Action
 	// From service hold the node may be in its ramdisk (an in-band step
 	// ran before the hold): it is used, and the instance booted at the end.
@@ -461,9 +461,13 @@ func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
 	ok := InterfaceCheck{Result: &yes}
 	fail := func(reason string) InterfaceCheck { return InterfaceCheck{Result: &no, Reason: reason} }
 	unsupported := InterfaceCheck{Reason: "not supported"}
-	// raid is Ironic's "agent" RAID interface: the ramdisk's software
-	// RAID, whose target_raid_config was validated when it was set.
+	// raid is the node's RAID interface (agent: the ramdisk's software
+	// RAID; redfish: the BMC's), whose target_raid_config was validated
+	// when it was set; no-raid is Ironic's unsupported interface.
 	out := map[string]InterfaceCheck{"console": unsupported, "raid": ok, "network": ok}
+	if noRAID(n) {
+		out["raid"] = unsupported
+	}
 	d, err := m.cfg.Drivers.Get(n.Driver)
 	if err != nil {
 		for _, k := range []string{"power", "management", "boot", "deploy", "inspect", "rescue", "bios"} {

@@ -700,12 +700,9 @@ func (b *BMC) RunStep(ctx context.Context, iface, step string, args map[string]a
 		}
 		_, err = b.UpdateFirmware(ctx, updates)
 		return err
-	case "raid.create_configuration":
-		return b.runRAIDStep(ctx, "raid.create_configuration", args, drivers.ArgTargetRaidConfig, false)
-	case "raid.apply_configuration":
-		return b.runRAIDStep(ctx, "raid.apply_configuration", args, drivers.ArgRaidConfig, true)
-	case "raid.delete_configuration":
-		return b.DeleteRAID(ctx)
+	case "raid.create_configuration", "raid.apply_configuration", "raid.delete_configuration":
+		_, err := b.RunRAIDStep(ctx, iface+"."+step, args)
+		return err
 	}
 	return fmt.Errorf("redfish driver has no step %s.%s; it has bios.apply_configuration, bios.factory_reset, management.reset_bmc, "+
 		"firmware.update, raid.create_configuration, raid.apply_configuration and raid.delete_configuration", iface, step)
@@ -715,14 +712,14 @@ func (b *BMC) RunStep(ctx context.Context, iface, step string, args map[string]a
 // create_configuration and apply_configuration), honouring
 // create_root_volume, create_nonroot_volumes (default true) and
 // delete_existing (default false for create, true for apply).
-func (b *BMC) runRAIDStep(ctx context.Context, step string, args map[string]any, configArg string, deleteDefault bool) error {
+func (b *BMC) runRAIDStep(ctx context.Context, step string, args map[string]any, configArg string, deleteDefault bool) ([]drivers.Volume, error) {
 	raw, ok := args[configArg]
 	if !ok {
-		return fmt.Errorf("step %s: argument %s is missing", step, configArg)
+		return nil, fmt.Errorf("step %s: argument %s is missing", step, configArg)
 	}
 	disks, err := drivers.ParseTargetRAIDConfig(raw)
 	if err != nil {
-		return fmt.Errorf("step %s: %s: %v", step, configArg, err)
+		return nil, fmt.Errorf("step %s: %s: %v", step, configArg, err)
 	}
 	flag := func(name string, def bool) (bool, error) {
 		v, ok := args[name]
@@ -737,15 +734,15 @@ func (b *BMC) runRAIDStep(ctx context.Context, step string, args map[string]any,
 	}
 	root, err := flag(drivers.ArgRaidCreateRoot, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nonroot, err := flag(drivers.ArgRaidCreateNonroot, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	del, err := flag(drivers.ArgDeleteExisting, deleteDefault)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var want []drivers.LogicalDisk
 	for _, d := range disks {
@@ -754,9 +751,8 @@ func (b *BMC) runRAIDStep(ctx context.Context, step string, args map[string]any,
 		}
 	}
 	if len(want) == 0 {
-		return fmt.Errorf("step %s: nothing to create: %s=%v and %s=%v leave none of the %d logical disks", step,
+		return nil, fmt.Errorf("step %s: nothing to create: %s=%v and %s=%v leave none of the %d logical disks", step,
 			drivers.ArgRaidCreateRoot, root, drivers.ArgRaidCreateNonroot, nonroot, len(disks))
 	}
-	_, err = b.CreateRAID(ctx, want, del)
-	return err
+	return b.CreateRAID(ctx, want, del)
 }

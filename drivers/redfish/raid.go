@@ -490,3 +490,70 @@ func (b *BMC) createVolume(ctx context.Context, ld drivers.LogicalDisk) (drivers
 type planError struct{ err error }
 
 func (e *planError) Error() string { return e.err.Error() }
+
+var _ drivers.RAIDStepper = (*BMC)(nil)
+
+// RunRAIDStep implements drivers.RAIDStepper: raid.create_configuration
+// (the node's target_raid_config, which the coordinator passes as the
+// target_raid_config argument; delete_existing default false),
+// raid.apply_configuration (the raid_config argument; delete_existing
+// default true) and raid.delete_configuration. Afterwards the system's
+// volumes are read back: they are the raid_config returned, in Ironic's
+// shape (update_raid_config's id, name, controller, size_gb, raid_level,
+// with physical_disks and, for the root volume this step created,
+// is_root_volume).
+func (b *BMC) RunRAIDStep(ctx context.Context, step string, args map[string]any) (map[string]any, error) {
+	var created []drivers.Volume
+	var err error
+	switch step {
+	case "raid.create_configuration":
+		if _, ok := args[drivers.ArgTargetRaidConfig]; !ok {
+			return nil, fmt.Errorf("step raid.create_configuration: the node has no target_raid_config; set one with PUT /v1/nodes/{node}/states/raid (API 1.12; baremetal node set NODE --target-raid-config FILE), " +
+				`e.g. {"logical_disks": [{"size_gb": 100, "raid_level": "1", "is_root_volume": true}]}`)
+		}
+		created, err = b.runRAIDStep(ctx, step, args, drivers.ArgTargetRaidConfig, false)
+	case "raid.apply_configuration":
+		created, err = b.runRAIDStep(ctx, step, args, drivers.ArgRaidConfig, true)
+	case "raid.delete_configuration":
+		err = b.DeleteRAID(ctx)
+	default:
+		return nil, fmt.Errorf("redfish driver has no RAID step %s; it has raid.create_configuration, raid.apply_configuration and raid.delete_configuration", step)
+	}
+	if err != nil {
+		return nil, err
+	}
+	vols, err := b.RAIDVolumes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("step %s done, but reading the volumes back failed: %w", step, err)
+	}
+	return RAIDConfig(vols, created)
+}
+
+// RAIDConfig is raid_config in Ironic's shape for the volumes read back,
+// the root volume among created marked is_root_volume. It fails when
+// the BMC reports more than drivers.MaxRAIDVolumes volumes.
+func RAIDConfig(vols, created []drivers.Volume) (map[string]any, error) {
+	if len(vols) > drivers.MaxRAIDVolumes {
+		return nil, fmt.Errorf("the BMC reports %d RAID volumes, more than the %d a node's raid_config holds", len(vols), drivers.MaxRAIDVolumes)
+	}
+	root := map[string]bool{}
+	for _, v := range created {
+		if v.IsRootVolume {
+			root[v.Controller+"/"+v.ID] = true
+		}
+	}
+	lds := make([]any, 0, len(vols))
+	for _, v := range vols {
+		disks := make([]any, 0, len(v.PhysicalDisks))
+		for _, d := range v.PhysicalDisks {
+			disks = append(disks, d)
+		}
+		ld := map[string]any{"id": v.ID, "name": v.Name, "controller": v.Controller, "size_gb": v.SizeGB,
+			"raid_level": v.RAIDLevel, "physical_disks": disks}
+		if root[v.Controller+"/"+v.ID] {
+			ld["is_root_volume"] = true
+		}
+		lds = append(lds, ld)
+	}
+	return map[string]any{"logical_disks": lds}, nil
+}

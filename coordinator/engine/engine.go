@@ -204,6 +204,9 @@ type Engine struct {
 	fatal fatalState
 	// cat holds the deploy templates and runbooks (catalog.go).
 	cat catalog
+	// cats are the step lists ramdisks offered, stored once each
+	// (stepcat.go).
+	cats *stepCats
 }
 
 type request struct {
@@ -302,6 +305,7 @@ func New(cfg Config) (*Engine, error) {
 		reachBk: &reachBook{sites: map[string]*siteReach{}, saveEvery: reachSaveInterval}, cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
 	e.m = fsm.New(cfg.Machine)
 	e.rejects = ratelog.New(cfg.Log, 0)
+	e.cats = newStepCats()
 	if err := e.load(); err != nil {
 		st.Close()
 		return nil, err
@@ -337,21 +341,27 @@ func loadSecret(path string) ([]byte, error) {
 }
 
 func (e *Engine) load() error {
+	if err := e.loadStepCats(); err != nil {
+		return err
+	}
 	err := e.st.Scan(store.NodePrefix, func(_ string, v []byte) error {
-		var n fsm.Node
-		if err := json.Unmarshal(v, &n); err != nil {
+		n, err := e.decodeNode(v)
+		if err != nil {
 			return fmt.Errorf("corrupt node record: %w", err)
 		}
-		e.nodes[n.UUID] = &n
-		e.publishAuth(&n)
-		e.cfg.Metrics.Loaded(&n)
+		e.nodes[n.UUID] = n
+		e.publishAuth(n)
+		e.cfg.Metrics.Loaded(n)
 		if n.Name != "" {
 			e.names[n.Name] = n.UUID
 		}
-		e.phaseCount[phaseOf(&n)]++
+		e.phaseCount[phaseOf(n)]++
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := e.dropUnusedStepCats(); err != nil {
 		return err
 	}
 	err = e.st.Scan(store.PortPrefix, func(_ string, v []byte) error {
@@ -493,7 +503,7 @@ func (t *tx) run(n *fsm.Node, fn func() fsm.Output) {
 func (e *Engine) commit(t *tx) error {
 	for _, n := range t.dirty {
 		t.forget(n.UUID)
-		b, err := json.Marshal(n)
+		b, err := e.encodeNode(t, n)
 		if err != nil {
 			return err
 		}

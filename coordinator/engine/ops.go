@@ -146,9 +146,14 @@ func (e *Engine) Each(fn func(n *fsm.Node) bool) {
 }
 
 func clone(n *fsm.Node) *fsm.Node {
-	b, _ := json.Marshal(n)
+	// The ramdisk's step lists are never changed in place (stepcat.go):
+	// the copy shares them instead of copying them through JSON.
+	s := *n
+	s.CachedCleanSteps, s.CachedDeploySteps = nil, nil
+	b, _ := json.Marshal(&s)
 	var c fsm.Node
 	_ = json.Unmarshal(b, &c)
+	c.CachedCleanSteps, c.CachedDeploySteps = n.CachedCleanSteps, n.CachedDeploySteps
 	return &c
 }
 

@@ -5,6 +5,8 @@
 // the node it gets back and sends the messages it is handed.
 package fsm
 
+import "sync"
+
 // State is a provision state, spelled as Ironic spells it on the API.
 type State string
 
@@ -319,11 +321,15 @@ func IsHold(s State) bool {
 	return s == CleanHold || s == DeployHold || s == ServiceHold
 }
 
+// table is Table() built once: Next runs for every message and verb.
+// Nothing changes it.
+var table = sync.OnceValue(Table)
+
 // Allowed returns the verbs allowed from state s, in table order.
 func Allowed(s State) []Event {
 	var out []Event
 	seen := map[Event]bool{}
-	for _, t := range Table() {
+	for _, t := range table() {
 		if t.From == s && IsVerb(t.Event) && !seen[t.Event] {
 			out = append(out, t.Event)
 			seen[t.Event] = true
@@ -338,7 +344,7 @@ func Allowed(s State) []Event {
 func Next(s State, e Event, want State) (State, bool) {
 	var first State
 	found := false
-	for _, t := range Table() {
+	for _, t := range table() {
 		if t.From == s && t.Event == e {
 			if want == "" || t.To == want {
 				return t.To, true

@@ -153,7 +153,7 @@ func RedfishDeclaration() Declaration {
 			Step{Interface: "bios", Step: "apply_configuration", Priority: 0,
 				ArgsInfo: map[string]ArgInfo{"settings": {Description: "list of {name, value} BIOS settings; they apply at the next boot", Required: true}}},
 			Step{Interface: "bios", Step: "factory_reset", Priority: 0},
-			redfishRAIDApply()),
+			redfishRAIDApply(), redfishRAIDDelete()),
 	}
 }
 

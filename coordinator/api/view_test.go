@@ -88,10 +88,13 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 	case fsm.Rescuing, fsm.RescueWait, fsm.Rescue, fsm.Unrescuing:
 		ii["rescue_password"], ii["hashed_rescue_password"] = "******", "******"
 	}
-	bios := "no-bios"
+	bios, firmware := "no-bios", "no-firmware"
 	for _, st := range decl.CleanSteps {
 		if st.Interface == "bios" {
 			bios = n.Driver
+		}
+		if st.Interface == "firmware" {
+			firmware = n.Driver
 		}
 	}
 	var provUpdated any
@@ -115,7 +118,7 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 		"last_error": nullable(n.LastError), "reservation": nullable(n.Reservation),
 		"retired": oldRetiredView(n), "retired_reason": nullable(n.RetiredReason), "shard": nil,
 		"clean_step": oldStepView(n.CleanStep), "deploy_step": oldStepView(n.DeployStep),
-		"service_step": oldStepView(n.ServiceStep), "parent_node": nil, "firmware_interface": "no-firmware",
+		"service_step": oldStepView(n.ServiceStep), "parent_node": nil, "firmware_interface": firmware,
 		"created_at": n.CreatedAt, "updated_at": n.UpdatedAt, "provision_updated_at": provUpdated,
 		"inspection_started_at": insStart, "inspection_finished_at": insEnd,
 		"console_enabled": false, "protected": false, "automated_clean": nil, "resource_class": nullable(n.ResourceClass),

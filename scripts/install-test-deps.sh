@@ -40,7 +40,7 @@ PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy op
 PACKAGES+=(cloud-init)
 # fdisk: sfdisk, an independent partition table reader for the config drive tests
 PACKAGES+=(fdisk)
-# sshpass, openssh-client: OpenSSH's client logs in to the rescue ramdisk (ramdisk/rescue, ramdisk/rescue_e2e_test.go)
+# sshpass, openssh-client: OpenSSH's client logs in to the rescue ramdisk (ramdisk/rescue, ramdisk/rescue_e2e_test.go) and to make run's simulated rescue login (protocol/rescuessh, agent/sim, coordinator/cli/readme_test.go)
 PACKAGES+=(sshpass openssh-client)
 # mdadm: reads the software RAID members on the disk files of a QEMU node (ramdisk/raid_e2e_test.go)
 PACKAGES+=(mdadm)

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -83,6 +85,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 	// Each line runs in a shell of its own, after the files sourced by
 	// the lines before it (". build/run/image.env").
 	var sourced []string
+	rescue := &rescueCheck{}
 	for i, line := range walkthrough(t) {
 		wantFail := strings.Contains(line, "# fails")
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -101,7 +104,9 @@ func TestReadmeWalkthrough(t *testing.T) {
 		if strings.HasPrefix(line, ". ") {
 			sourced = append(sourced, line)
 		}
+		rescue.after(t, line, string(out))
 	}
+	rescue.done(t)
 	if len(sourced) == 0 {
 		t.Errorf("the walk-through sources no image.env: its deploys do not use the image make run serves")
 	}
@@ -132,6 +137,98 @@ func TestReadmeWalkthrough(t *testing.T) {
 	// from make run's image server.
 	if b, err := os.ReadFile(filepath.Join(run, "imageserver.log")); err != nil || !strings.Contains(string(b), "GET /demo.raw") {
 		t.Errorf("the image server was not asked for the image (%v):\n%s", err, b)
+	}
+}
+
+// rescueCheck logs in to the walk-through's rescued node as its reader
+// would, with OpenSSH's client: the password from the rescue line, the
+// address from the line that shows the node's rescue login; a wrong
+// password is refused, and after the unrescue line nothing listens.
+type rescueCheck struct {
+	password, addr, hostKey string
+	loggedIn, closed        bool
+}
+
+var (
+	rescuePasswordRE = regexp.MustCompile(`node rescue \S+ --rescue-password '([^']+)'`)
+	rescueLoginRE    = regexp.MustCompile(`ssh -p (\d+) rescue@(127\.0\.0\.\d+) \(host key (SHA256:[^)\s]+)\)`)
+)
+
+func (c *rescueCheck) after(t *testing.T, line, out string) {
+	t.Helper()
+	if m := rescuePasswordRE.FindStringSubmatch(line); m != nil {
+		c.password = m[1]
+		return
+	}
+	if m := rescueLoginRE.FindStringSubmatch(out); m != nil && c.password != "" && c.addr == "" {
+		c.addr, c.hostKey = net.JoinHostPort(m[2], m[1]), m[3]
+		for _, tool := range []string{"ssh", "sshpass"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				if os.Getenv("BM_REQUIRE_ALL") == "1" {
+					t.Fatalf("%s is missing (scripts/install-test-deps.sh installs it): %v", tool, err)
+				}
+				t.Logf("%s is missing (scripts/install-test-deps.sh installs it): the rescue login is not tried", tool)
+				c.loggedIn = true
+				return
+			}
+		}
+		out, err := c.ssh(t, c.password, "hostname; uname -a")
+		if err != nil || !strings.Contains(out, "Linux ") {
+			t.Fatalf("ssh -p %s rescue@%s with the walk-through's password: %v\n%s", m[1], m[2], err, out)
+		}
+		// The client saw the host key the node's history names.
+		if !strings.Contains(out, "Server host key: ssh-ed25519 "+c.hostKey) {
+			t.Errorf("the rescue login's host key is not %s, the one the history names:\n%s", c.hostKey, out)
+		}
+		if out, err := c.ssh(t, c.password+"-wrong", "echo logged-in"); err == nil || strings.Contains(out, "\nlogged-in") {
+			t.Errorf("a wrong rescue password logged in: %v\n%s", err, out)
+		}
+		c.loggedIn = true
+		return
+	}
+	if strings.Contains(line, "node unrescue ") && c.addr != "" {
+		if conn, err := net.DialTimeout("tcp", c.addr, 2*time.Second); err == nil {
+			conn.Close()
+			t.Errorf("the rescue login at %s still listens after unrescue", c.addr)
+		}
+		c.closed = true
+	}
+}
+
+func (c *rescueCheck) ssh(t *testing.T, password, command string) (string, error) {
+	host, port, _ := net.SplitHostPort(c.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sshpass", "-p", password, "ssh", "-v", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no",
+		"-o", "UserKnownHostsFile=/dev/null", "-o", "PreferredAuthentications=password", "-o", "PubkeyAuthentication=no",
+		"-o", "NumberOfPasswordPrompts=1", "-o", "ConnectTimeout=10", "-p", port, "rescue@"+host, command)
+	out, err := cmd.CombinedOutput()
+	t.Logf("$ sshpass -p *** ssh -p %s rescue@%s %q: %v\n%s", port, host, command, err, grepNot(string(out), "debug1:"))
+	return string(out), err
+}
+
+// grepNot drops the lines that start with prefix.
+func grepNot(s, prefix string) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(l, prefix) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func (c *rescueCheck) done(t *testing.T) {
+	t.Helper()
+	switch {
+	case c.password == "":
+		t.Errorf("the walk-through rescues no node with --rescue-password")
+	case c.addr == "":
+		t.Errorf("no walk-through line after the rescue shows where to log in (ssh -p PORT rescue@127.0.0.1 (host key ...))")
+	case !c.loggedIn:
+		t.Errorf("the rescue login was not tried")
+	case !c.closed:
+		t.Errorf("the walk-through does not unrescue the node after its rescue login")
 	}
 }
 

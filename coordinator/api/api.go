@@ -27,7 +27,7 @@ import (
 // shards, always null here) is Ironic 21.4's newest; 1.83 parent_node
 // (always null), 1.84 continue_inspection (not served: the ramdisk's
 // inventory comes over MQTT), 1.85 unhold (releases a node from clean,
-// deploy or service hold), 1.86 firmware_interface (no-firmware), 1.87
+// deploy or service hold), 1.86 firmware_interface and node firmware, 1.87
 // the service verb and service_step, 1.88 port names (refused: not kept),
 // 1.89 virtual media attach (not served), 1.90 OVN VTEP keys of
 // local_link_connection (refused: not kept), 1.91 .json in names (never

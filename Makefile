@@ -67,7 +67,8 @@ soak:
 	$(GO) run ./scripts/soak -cycles $(CYCLES) -nodes $(NODES)
 
 # The ramdisk's erase and image write against dd on one loop device, its
-# peak RSS, and boot → first heartbeat in QEMU (root; builds the image first).
+# peak RSS, boot → first heartbeat in QEMU, and inspect → provide → deploy
+# with and without fast track (root; builds the image first).
 bench-ramdisk: ramdisk
 	$(GO) run ./scripts/bench-ramdisk
 

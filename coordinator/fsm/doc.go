@@ -21,7 +21,9 @@ func Markdown() string {
 	b.WriteString("`deploy_steps` (where its priority puts it) or in a service list stops the node in\n")
 	b.WriteString("clean hold, deploy hold or service hold (`hold`): unlocked, with no timeout, a running ramdisk\n")
 	b.WriteString("kept. **unhold** (API 1.85) goes back to the WAIT state and on with the next step at once;\n")
-	b.WriteString("**abort** ends in the failed state (from service hold, back in active).\n\n")
+	b.WriteString("**abort** ends in the failed state (from service hold, back in active).\n")
+	b.WriteString("Fast track (docs/deploy.md) adds no state: an inspection or a cleaning ends in its stable\n")
+	b.WriteString("state with the ramdisk still running, and the next operation runs in it with no `wait` for a boot.\n\n")
 	b.WriteString("```mermaid\nstateDiagram-v2\n")
 	ids := map[State]string{}
 	for _, s := range AllStates() {

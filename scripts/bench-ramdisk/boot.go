@@ -245,10 +245,22 @@ func bootBench(ctx context.Context, cfg config, tmp, kernel, initrd string, clea
 	mh, mhb := median(hellos), median(hbs)
 	fmt.Printf("  median of %d: QEMU start → hello %s (each: %s), → first heartbeat %s (each: %s); verb → QEMU start %s\n\n",
 		len(hbs), secs(mh), durations(hellos), secs(mhb), durations(hbs), startDelay(median(starts)))
-	return []row{
+	rows := []row{
 		{fmt.Sprintf("boot → hello, QEMU TCG (median of %d)", len(hellos)), secs(mh), "-", "-"},
 		{fmt.Sprintf("boot → first heartbeat, QEMU TCG (median of %d)", len(hbs)), secs(mhb) + " (" + durations(hbs) + ")", "≤ 10 s", metOrMissed(mhb <= targetHeartbeat)},
-	}, nil
+	}
+	if cfg.fastTrack {
+		r, err := fastTrackBench(ctx, cl, id, cleanups)
+		if err != nil {
+			tailLog()
+			if b, rerr := os.ReadFile(console); rerr == nil {
+				fmt.Fprintf(os.Stderr, "VM console (last 3 KiB):\n%s\n", tail(b, 3072))
+			}
+			return rows, err
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
 }
 
 // startDelay prints the verb → QEMU start delay, which is below the

@@ -33,7 +33,7 @@ const maxLine = 4096
 const rescueHelp = `This is the simulated rescue login of a node of make run's simulated site:
 no real system is behind it. Built-in commands:
   help                    this text
-  hostname                the node's name
+  hostname                the node (its UUID)
   uname [-a|-s|-n|-r|-m]  the kernel
   cat FILE...             /proc/cmdline, /proc/version, /proc/cpuinfo, /proc/meminfo,
                           /proc/uptime, /etc/hostname

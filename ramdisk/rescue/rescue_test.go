@@ -3,6 +3,7 @@ package rescue
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/bmedge/bmedge/protocol/shacrypt"
 )
@@ -159,5 +162,42 @@ func TestConsoleDevice(t *testing.T) {
 		if got := ConsoleDevice(in); got != want {
 			t.Errorf("ConsoleDevice(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestPtySession: a session that asks for a terminal runs the shell on
+// a pty (the shell sees a terminal, its TERM is the client's) and its
+// exit status comes back.
+func TestPtySession(t *testing.T) {
+	if _, err := os.Stat("/dev/ptmx"); err != nil {
+		t.Skip("no /dev/ptmx here")
+	}
+	const pw = "Rescue-Pa55-pty"
+	s, _ := start(t, pw, Config{Shell: "/bin/sh"})
+	c, err := ssh.Dial("tcp", s.Addr().String(), &ssh.ClientConfig{User: User, Auth: []ssh.AuthMethod{ssh.Password(pw)},
+		HostKeyCallback: ssh.FixedHostKey(s.HostKey()), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.RequestPty("xterm-test", 24, 80, ssh.TerminalModes{}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	sess.Stdout = &out
+	sess.Stdin = strings.NewReader("test -t 0 && echo tty-$TERM; exit 5\n")
+	if err := sess.Shell(); err != nil {
+		t.Fatal(err)
+	}
+	var ee *ssh.ExitError
+	if err := sess.Wait(); !errors.As(err, &ee) || ee.ExitStatus() != 5 {
+		t.Errorf("shell on a pty ended with %v, want exit status 5", err)
+	}
+	if !strings.Contains(out.String(), "tty-xterm-test") {
+		t.Errorf("the shell did not run on a terminal with the client's TERM: %q", out.String())
 	}
 }

@@ -170,6 +170,9 @@ func TestFirmwareUpdateThroughTheSiteCache(t *testing.T) {
 	if out := baremetalCLI(t, c.APIAddr, "node", "bios", "setting", "list", "fw0", "-f", "json"); !strings.Contains(out, `"ProcVirtualization"`) {
 		t.Fatalf("baremetal node bios setting list: %s", out)
 	}
+	if out := baremetalCLI(t, c.APIAddr, "node", "bios", "setting", "show", "fw0", "ProcVirtualization", "-f", "json"); !strings.Contains(out, `"value": "`+fmt.Sprint(before.BIOS["ProcVirtualization"])+`"`) {
+		t.Fatalf("baremetal node bios setting show: %s; sushy reads %v", out, before.BIOS["ProcVirtualization"])
+	}
 
 	// firmware.update on both nodes at once: the image crosses the WAN once.
 	clean := func(id, path, checksum string) {

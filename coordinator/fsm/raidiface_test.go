@@ -47,6 +47,27 @@ func TestRAIDInterfaceRoutesSteps(t *testing.T) {
 	if where() {
 		t.Fatal("raid_interface redfish: raid.create_configuration is listed in band")
 	}
+	applyInband := func() bool {
+		t.Helper()
+		known, err := m.knownDeploySteps(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found, inband := 0, false
+		for _, s := range known {
+			if s.Name() == "raid.apply_configuration" {
+				found++
+				inband = s.RequiresRamdisk
+			}
+		}
+		if found != 1 {
+			t.Fatalf("raid_interface %q: the deploy steps have raid.apply_configuration %d times", n.RaidInterface, found)
+		}
+		return inband
+	}
+	if applyInband() {
+		t.Fatal("raid_interface redfish: the deploy step raid.apply_configuration is in band")
+	}
 	out, r := m.Verb(n, VerbRequest{Verb: Clean, CleanSteps: create}, now)
 	if r != nil {
 		t.Fatalf("clean refused: %s", r.Msg)
@@ -97,8 +118,8 @@ func TestRAIDInterfaceRoutesSteps(t *testing.T) {
 
 	// agent: the ramdisk's step, which boots the ramdisk first.
 	n.RaidInterface = ""
-	if !where() {
-		t.Fatal("raid_interface agent: raid.create_configuration is listed out of band")
+	if !where() || !applyInband() {
+		t.Fatal("raid_interface agent: raid.create_configuration or the deploy step raid.apply_configuration is out of band")
 	}
 	out, r = m.Verb(n, VerbRequest{Verb: Clean, CleanSteps: create}, now)
 	if r != nil || len(out.Send) != 1 || out.Send[0].Msg.Action != protocol.ActionPower {

@@ -11,9 +11,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/testrig"
 )
 
@@ -153,19 +156,43 @@ func networkData(addr string) map[string]any {
 	}
 }
 
+// qemuCacheLab is qemuLab (without TLS) whose edge agent also runs the
+// site image cache, which the VMs reach at 10.0.2.2: write_image's image
+// and a URL config drive reach the ramdisk through it.
+func qemuCacheLab(t *testing.T, kernel, initrd string) *testrig.Client {
+	t.Helper()
+	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{WaitTimeout: 3 * time.Minute}})
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
+		t.Fatalf("site: %d", code)
+	}
+	cache := testrig.FreeAddr(t)
+	_, port, _ := net.SplitHostPort(cache)
+	testrig.StartAgentConfig(t, creds, agent.Config{
+		SiteBroker: agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: "mqtt://10.0.2.2"},
+		QEMU:       agent.QEMUOptions{Kernel: kernel, Initrd: initrd},
+		Cache:      agent.ImageCacheOptions{Dir: t.TempDir(), Listen: cache, URL: "http://10.0.2.2:" + port}})
+	return cl
+}
+
 // TestQEMUConfigDrive: one QEMU node deploys a GPT raw image (Debian's
 // `baremetal node deploy --config-drive JSON`) and then rebuilds with an
 // MBR raw image (PUT provision), each with a JSON config drive (hostname,
 // an SSH key, static network_data; the second takes its network from the
 // node's network_data field).
 // Then `baremetal node rebuild --config-drive DIR` (the CLI builds a
-// gzipped, base64-encoded ISO with xorrisofs). (A URL config drive takes
-// the same path but for its download: ramdisk/configdrive's TestImage,
-// agent's TestConfigDriveThroughCache.) After each, the test reads the VM's disk on the
-// host: one partition labelled config-2 (new at the end of the disk for
-// the images without one, the existing one afterwards), and cloud-init's
-// own read_config_drive returns the hostname, key and network sent. The
-// API shows the config drive masked.
+// gzipped, base64-encoded ISO with xorrisofs), and a rebuild whose
+// config drive is a URL (PUT provision) of such an ISO, made by the
+// CLI's own code (ironicclient's make_configdrive). The images and that
+// URL are on the test's server at 127.0.0.1, which the VM cannot reach
+// (its loopback is its own): they reach it only through the site cache
+// (the image cached, the config drive streamed through, never stored).
+// After each, the test reads the VM's disk on the host: one partition
+// labelled config-2 (new at the end of the disk for the images without
+// one, the existing one afterwards), and cloud-init's own
+// read_config_drive returns the hostname, key and network sent. The API
+// shows the config drive masked.
 func TestQEMUConfigDrive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU several times")
@@ -193,12 +220,17 @@ func TestQEMUConfigDrive(t *testing.T) {
 	mbr := partedImage(t, dir, "dos", 8<<20, 13)
 	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEdgeTestKeyOnly ops@site"
 	files := map[string][]byte{"/gpt.img": gpt, "/mbr.img": mbr}
+	var filesMu sync.Mutex
+	gets := map[string]int{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		filesMu.Lock()
 		b, ok := files[r.URL.Path]
+		gets[r.URL.Path]++
+		filesMu.Unlock()
 		if !ok {
 			http.NotFound(w, r)
 			return
@@ -207,9 +239,9 @@ func TestQEMUConfigDrive(t *testing.T) {
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	base := "http://10.0.2.2:" + itoa(ln.Addr().(*net.TCPAddr).Port)
+	base := "http://" + ln.Addr().String()
 
-	cl := qemuLab(t, kernel, initrd, false)
+	cl := qemuCacheLab(t, kernel, initrd)
 	console := filepath.Join(dir, "console.log")
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -321,6 +353,37 @@ func TestQEMUConfigDrive(t *testing.T) {
 		wait("rebuild", "active", 5*time.Minute)
 		_, ci := readConfigDrive(t, diskPath)
 		checkDrive(t, ci, "dir-host", key, "192.0.2.30")
+	})
+
+	t.Run("iso-url-cache", func(t *testing.T) {
+		// A URL config drive (Ironic takes one as configdrive): the
+		// gzipped, base64-encoded ISO of a directory, as Debian's
+		// ironicclient makes it.
+		cdDir := filepath.Join(dir, "cd-url")
+		latest := filepath.Join(cdDir, "openstack", "latest")
+		os.MkdirAll(latest, 0o700)
+		os.WriteFile(filepath.Join(latest, "meta_data.json"), []byte(`{"uuid": "`+id+`", "hostname": "url-host", "public_keys": {"ops": "`+key+`"}}`), 0o600)
+		os.WriteFile(filepath.Join(latest, "network_data.json"), []byte(jsonString(networkData("192.0.2.40"))), 0o600)
+		out, err := exec.Command("/usr/bin/python3", "-c", "import sys\nfrom ironicclient.common.utils import make_configdrive\nsys.stdout.write(make_configdrive(sys.argv[1]).decode())", cdDir).Output()
+		if err != nil || len(out) < 100 {
+			t.Fatalf("ironicclient's make_configdrive: %v %q", err, out)
+		}
+		filesMu.Lock()
+		files["/cd.b64"] = out
+		filesMu.Unlock()
+		cl.MustVerb(id, "rebuild", map[string]any{"configdrive": base + "/cd.b64"})
+		got := wait("rebuild", "active", 5*time.Minute)
+		if got.InstanceInfo["configdrive"] != "******" {
+			t.Errorf("instance_info.configdrive shows %v, want ******", got.InstanceInfo["configdrive"])
+		}
+		_, ci := readConfigDrive(t, diskPath)
+		checkDrive(t, ci, "url-host", key, "192.0.2.40")
+		filesMu.Lock()
+		n := gets["/cd.b64"]
+		filesMu.Unlock()
+		if n < 1 {
+			t.Errorf("the config drive's URL was never fetched")
+		}
 	})
 
 }

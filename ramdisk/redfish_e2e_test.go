@@ -2,6 +2,7 @@ package ramdisk_test
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,7 +60,11 @@ func qemuCmdlines(t *testing.T, dir string) []string {
 // records the VM's properties; provide erases the disk; deploy writes the
 // image, leaves the boot device on the disk and power-cycles the VM;
 // undeploy cleans again. The ramdisk reaches the broker over mqtts with
-// the CA pin from its parameters medium.
+// the CA pin from its parameters medium. Inspect → provide → deploy
+// powers the VM on into the ramdisk three times (counted at the BMC's
+// machine); then, with driver_info/fast_track=true (fast track), the same
+// sequence powers it on into the ramdisk once: inspection and cleaning
+// leave it running, and provide and deploy start in it.
 func TestRedfishQEMURamdisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU several times")
@@ -112,8 +118,9 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	starts := &startCounter{Machine: machine}
 	bmc, err := vbmc.New(vbmc.Config{Username: "admin", Password: "s3cret",
-		Systems: []vbmc.SystemConfig{{Machine: machine, BootMode: vbmc.ModeLegacy, CPUs: 1, MemoryGiB: 1}}, Logger: testrig.Logger(t)})
+		Systems: []vbmc.SystemConfig{{Machine: starts, BootMode: vbmc.ModeLegacy, CPUs: 1, MemoryGiB: 1}}, Logger: testrig.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +205,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	}
 
 	// Inspect: the VM boots the ISO from the virtual CD.
+	starts.reset()
 	cl.MustVerb(id, "inspect", nil)
 	// The VM was running (it booted its empty disk after the reset): a
 	// new QEMU starts from the CD.
@@ -267,9 +275,99 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 		}
 	}
 
+	if got := starts.get(); strings.Join(got, ",") != "Cd,Cd,Cd,Hdd" {
+		t.Fatalf("inspect → provide → deploy started the VM from %v; want the ramdisk's CD three times, then the disk", got)
+	}
+
 	// Undeploy: cleaned again through a new ramdisk boot.
 	step("deleted", "available", nil, 8*time.Minute)
 	if off := firstNonZero(t, diskPath); off >= 0 {
 		t.Fatalf("after undeploy's cleaning the disk has a non-zero byte at %d", off)
 	}
+
+	// Fast track (driver_info/fast_track, as Ironic's per-node switch of
+	// [deploy]fast_track): inspect → provide → deploy again, from a VM
+	// that is off. The ramdisk boots once; inspection and cleaning leave
+	// the VM on with its media, and the next operation starts in it.
+	if st, _ := bmc.State(sysID); st.PowerState != "Off" {
+		t.Fatalf("after undeploy the VM is %s, want Off", st.PowerState)
+	}
+	if code := cl.Do("PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/driver_info/fast_track", "value": "true"}}, nil); code != 200 {
+		t.Fatalf("patch fast_track: %d", code)
+	}
+	starts.reset()
+	ftStart := time.Now()
+	step("manage", "manageable", nil, 30*time.Second)
+	step("inspect", "manageable", nil, 4*time.Minute)
+	if st, _ := bmc.State(sysID); st.PowerState != "On" || !st.MediaInserted {
+		t.Fatalf("fast track: after inspection the BMC shows %+v; want the VM on in its ramdisk", st)
+	}
+	// Data on the disk for provide's erase to remove (written in place:
+	// the VM runs with the disk open).
+	if f, err := os.OpenFile(diskPath, os.O_WRONLY, 0); err != nil {
+		t.Fatal(err)
+	} else if _, err := f.WriteAt(img, 0); err != nil || f.Close() != nil {
+		t.Fatalf("write the disk: %v", err)
+	}
+	step("provide", "available", nil, 8*time.Minute)
+	if off := firstNonZero(t, diskPath); off >= 0 {
+		t.Fatalf("fast track: after cleaning the disk has a non-zero byte at %d", off)
+	}
+	// Undeploy dropped instance_info.
+	if code := cl.Do("PATCH", "/v1/nodes/"+id, patch, nil); code != 200 {
+		t.Fatalf("patch: %d", code)
+	}
+	step("active", "active", nil, 5*time.Minute)
+	t.Logf("fast track: inspect → provide → deploy in %.1fs", time.Since(ftStart).Seconds())
+	if !bytes.Equal(readHead(t, diskPath, len(img)), img) {
+		t.Fatal("fast track: the disk does not hold the image after deploy")
+	}
+	if got := starts.get(); strings.Join(got, ",") != "Cd,Hdd" {
+		t.Fatalf("fast track: inspect → provide → deploy started the VM from %v; want the ramdisk's CD once, then the disk", got)
+	}
+	if st, _ := bmc.State(sysID); st.PowerState != "On" || st.BootTarget != vbmc.BootHdd || st.MediaInserted || st.USBInserted {
+		t.Fatalf("fast track: after deploy the BMC shows %+v; want on, from the disk, no media", st)
+	}
+	if h := history(t, cl); strings.Count(h, "fast track: the running ramdisk") != 2 {
+		t.Fatalf("fast track: the history does not show provide and deploy using the running ramdisk:\n%s", h)
+	}
+}
+
+// startCounter is the machine behind the BMC, counting its starts (a
+// power-on, or a restart) with the device each started from.
+type startCounter struct {
+	vbmc.Machine
+	mu     sync.Mutex
+	boot   string
+	starts []string
+}
+
+func (c *startCounter) SetBoot(ctx context.Context, b vbmc.Boot) error {
+	err := c.Machine.SetBoot(ctx, b)
+	if err == nil {
+		c.mu.Lock()
+		c.boot = b.Device
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *startCounter) Power(ctx context.Context, action vbmc.ResetType) error {
+	wasOn := c.Machine.PoweredOn()
+	err := c.Machine.Power(ctx, action)
+	restart := action == vbmc.ResetForceRestart || action == vbmc.ResetGracefulRestart || action == vbmc.ResetPowerCycle
+	if err == nil && (restart || (action == vbmc.ResetOn && !wasOn)) {
+		c.mu.Lock()
+		c.starts = append(c.starts, c.boot)
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *startCounter) reset() { c.mu.Lock(); c.starts = nil; c.mu.Unlock() }
+
+func (c *startCounter) get() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.starts...)
 }

@@ -342,7 +342,9 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 	allowed := map[string]bool{"uuid": true, "name": true, "driver": true, "conductor_group": true, "driver_info": true,
 		"properties": true, "instance_info": true, "extra": true, "resource_class": true, "description": true,
 		"network_interface": true, "boot_interface": true, "deploy_interface": true, "power_interface": true,
-		"management_interface": true, "inspect_interface": true, "chassis_uuid": true, "owner": true}
+		"management_interface": true, "inspect_interface": true, "chassis_uuid": true, "owner": true,
+		"bios_interface": true, "console_interface": true, "firmware_interface": true, "raid_interface": true,
+		"rescue_interface": true, "storage_interface": true, "vendor_interface": true}
 	for k := range raw {
 		if !allowed[k] {
 			writeError(w, 400, fmt.Sprintf("Unknown attribute for node: %s", k))
@@ -366,6 +368,10 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 	}
 	if spec.Driver == "" {
 		writeError(w, 400, "Mandatory field missing: driver")
+		return
+	}
+	if err := s.checkCreateInterfaces(raw, &spec); err != nil {
+		writeErr(w, err)
 		return
 	}
 	// A name of "" is refused, as Ironic does; null or no name at all
@@ -702,4 +708,41 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, res)
+}
+
+// checkCreateInterfaces answers the *_interface fields of a node create
+// as Ironic does: raid_interface takes any value the driver supports
+// (kept on the node); every other interface has one implementation per
+// driver here, so naming it is fine and naming another is a 400 (never
+// accepted and ignored). null takes the default.
+func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *engine.NodeSpec) error {
+	d, err := s.e.Machine().Config().Drivers.Get(spec.Driver)
+	if err != nil {
+		return nil // CreateNode refuses an unknown driver with the list
+	}
+	have := interfacesOf(d.Name, d)
+	for k, v := range raw {
+		iface, ok := strings.CutSuffix(k, "_interface")
+		if !ok || string(v) == "null" {
+			continue
+		}
+		var impl string
+		if err := json.Unmarshal(v, &impl); err != nil {
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("Invalid input for field/attribute %s: it must be a string, the name of an interface implementation", k)}
+		}
+		if iface == "raid" {
+			n := &fsm.Node{Driver: d.Name, RaidInterface: impl}
+			if err := s.checkRAIDInterface(n); err != nil {
+				return err
+			}
+			spec.RaidInterface = n.RaidInterface
+			continue
+		}
+		cur, known := have.byName(iface)
+		if !known || impl == cur {
+			continue
+		}
+		return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("%s interface implementation %s is not supported by hardware type %s; this coordinator has %q for it (leave %s out, or name %q)", iface, shortQuote(impl), d.Name, cur, k, cur)}
+	}
+	return nil
 }

@@ -32,6 +32,9 @@ type NodeSpec struct {
 	ResourceClass string `json:"resource_class"`
 	Description   string `json:"description"`
 	Owner         string `json:"owner"`
+	// RaidInterface is the node's raid_interface when not the default
+	// (checked by the API against the driver).
+	RaidInterface string `json:"-"`
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,254}$`)
@@ -68,7 +71,7 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: d.Name, Site: site,
 			DriverInfo: orEmpty(spec.DriverInfo), Properties: orEmpty(spec.Properties),
 			InstanceInfo: orEmpty(spec.InstanceInfo), Extra: orEmpty(spec.Extra),
-			ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner,
+			ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner, RaidInterface: spec.RaidInterface,
 			ProvisionState: fsm.Enroll, PowerState: "", CreatedAt: t.now, UpdatedAt: t.now, ProvisionUpdatedAt: t.now}
 		e.nodes[id] = n
 		if n.Name != "" {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent/bmc"
 	"github.com/bmedge/bmedge/agent/boot"
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/agent/sim"
@@ -84,8 +85,9 @@ func New(cfg Config) *Agent {
 	if cfg.HeartbeatSummary <= 0 {
 		cfg.HeartbeatSummary = DefaultHeartbeatSummary
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	a := &Agent{cfg: cfg, log: cfg.Log, ready: make(chan struct{})}
-	a.ob = outbox.New(outbox.Config{Site: cfg.Site, Dir: cfg.StateDir, Limit: cfg.OutboxLimit, Resend: cfg.ResendInterval, Log: cfg.Log,
+	a.ob = outbox.New(outbox.Config{Site: cfg.Site, Dir: cfg.StateDir, Limit: cfg.OutboxLimit, Resend: cfg.ResendInterval, Log: cfg.Log, Clock: cfg.Clock,
 		Publish: a.publish, Resent: func(n int) { a.metrics.resent.Add(float64(n)) }})
 	a.bmcs = bmc.New(bmc.Config{Site: cfg.Site, Log: cfg.Log, Builders: a.builders(), Concurrency: cfg.BMCConcurrency,
 		PowerSyncInterval: cfg.PowerSyncInterval, PowerSyncConcurrency: cfg.PowerSyncConcurrency,
@@ -127,7 +129,7 @@ func presence(site string, online, relay, siteBroker bool) []byte {
 func (a *Agent) Run(ctx context.Context) error {
 	a.ctx = ctx
 	site := a.cfg.Site
-	store, err := outbox.OpenStore(a.cfg.StateDir, a.log)
+	store, err := outbox.OpenStoreClock(a.cfg.StateDir, a.log, a.cfg.Clock)
 	if err != nil {
 		return err
 	}

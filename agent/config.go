@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/boot"
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/agent/sim"
 	"github.com/bmedge/bmedge/agent/sitecache"
@@ -125,4 +126,7 @@ type Config struct {
 	Cache ImageCacheOptions
 	Sim   SimOptions
 	Log   *slog.Logger
+	// Clock is the agent's clock, which every part takes (nil: the
+	// system clock; tests give a clock.Fake to drive the timers).
+	Clock clock.Clock
 }

@@ -1,31 +1,20 @@
 package outbox
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 
-// clock is an injected clock the test moves by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // memOutbox is an outbox on an in-memory store, publishing into pub.
-func memOutbox(t *testing.T, limit int, clk *clock, pub *[]string) *Outbox {
+func memOutbox(t *testing.T, limit int, clk *clock.Fake, pub *[]string) *Outbox {
 	t.Helper()
-	o := New(Config{Site: "s1", Limit: limit, Log: slog.New(slog.DiscardHandler), Now: clk.now,
+	o := New(Config{Site: "s1", Limit: limit, Log: slog.New(slog.DiscardHandler), Clock: clk,
 		Publish: func(topic string, payload []byte) {
 			m, _ := protocol.Decode(payload)
 			*pub = append(*pub, m.ID)
@@ -48,12 +37,12 @@ func memOutbox(t *testing.T, limit int, clk *clock, pub *[]string) *Outbox {
 // not run (when the command asks for those checks); Start and End frame
 // the run, End after the result is in the outbox.
 func TestOnceRunsEachCommandOnce(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var pub []string
 	o := memOutbox(t, 2, clk, &pub)
 	runs := 0
 	cmd := func(id string, seq uint64) Command {
-		m := &protocol.Message{Kind: protocol.KindCommand, ID: id, Site: "s1", Node: "n1", Seq: seq, Deadline: clk.now().Add(time.Minute)}
+		m := &protocol.Message{Kind: protocol.KindCommand, ID: id, Site: "s1", Node: "n1", Seq: seq, Deadline: clk.Now().Add(time.Minute)}
 		var started bool
 		return Command{Msg: m, CheckSeq: true, CheckFull: true,
 			Start: func() { started = true },
@@ -64,7 +53,7 @@ func TestOnceRunsEachCommandOnce(t *testing.T) {
 			},
 			Run: func() *protocol.Message {
 				runs++
-				return &protocol.Message{Kind: protocol.KindResult, ID: "r-" + id, Site: "s1", Node: "n1", Sent: clk.now(), CommandID: id, Seq: seq, OK: true}
+				return &protocol.Message{Kind: protocol.KindResult, ID: "r-" + id, Site: "s1", Node: "n1", Sent: clk.Now(), CommandID: id, Seq: seq, OK: true}
 			}}
 	}
 	if got := o.Once(cmd("c1", 10)); got != Ran || runs != 1 {
@@ -85,7 +74,7 @@ func TestOnceRunsEachCommandOnce(t *testing.T) {
 		t.Fatalf("newer command: outcome %v, runs %d", got, runs)
 	}
 	// The acked c1 (Seq 10) is superseded by c2 (Seq 11): trimmed at once.
-	o.Trim(clk.now())
+	o.Trim(clk.Now())
 	if _, ok := o.Redo("c1"); ok {
 		t.Error("the acked, superseded done-record of c1 was kept")
 	}
@@ -104,13 +93,51 @@ func TestOnceRunsEachCommandOnce(t *testing.T) {
 	}
 	// The resend follows the injected clock.
 	n = len(pub)
-	o.ResendDue(clk.now())
+	o.ResendDue(clk.Now())
 	if len(pub) != n {
 		t.Fatalf("resent %d messages before the resend interval passed", len(pub)-n)
 	}
-	clk.add(5 * time.Second)
-	o.ResendDue(clk.now())
+	clk.Advance(5 * time.Second)
+	o.ResendDue(clk.Now())
 	if len(pub)-n != 3 {
 		t.Fatalf("resent %d messages after the interval, want the 3 unacked", len(pub)-n)
+	}
+}
+
+// TestResendLoopOnTheClock: ResendLoop sends again what waited Resend
+// without an ack when its clock passes Resend, not before.
+func TestResendLoopOnTheClock(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var mu sync.Mutex
+	var pub []string
+	o := memOutbox(t, 10, clk, &pub)
+	o.cfg.Publish = func(topic string, payload []byte) {
+		mu.Lock()
+		pub = append(pub, topic)
+		mu.Unlock()
+	}
+	published := func() int { mu.Lock(); defer mu.Unlock(); return len(pub) }
+	o.PutMemOnly("m1", "bm/v1/s1/bmc/evt", []byte(`{"kind":"summary"}`))
+	first := published()
+	if first != 1 {
+		t.Fatalf("%d publishes of the message put, want 1", first)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { o.ResendLoop(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if !clk.WaitTimers(1, 10*time.Second) {
+		t.Fatal("ResendLoop armed no ticker on the outbox's clock")
+	}
+	clk.Advance(o.cfg.Resend / 2)
+	// Two ticks: the loop resends at whichever it handles with the
+	// clock at Resend, once (the message's Sent is then now).
+	clk.Advance(o.cfg.Resend / 2)
+	deadline := time.Now().Add(10 * time.Second)
+	for published() == first && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if published() != first+1 {
+		t.Fatalf("after the clock passed Resend: %d publishes, want %d (one resend)", published(), first+1)
 	}
 }

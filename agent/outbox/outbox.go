@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -45,8 +46,9 @@ type Config struct {
 	// sent again (default 5 s).
 	Resend time.Duration
 	Log    *slog.Logger
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Clock is the clock (default clock.Real): message times, resend
+	// and retention.
+	Clock clock.Clock
 	// Publish queues a message for the coordinator (the uplink); nil
 	// publishes nothing.
 	Publish func(topic string, payload []byte)
@@ -125,9 +127,7 @@ func New(cfg Config) *Outbox {
 	if cfg.Resend <= 0 {
 		cfg.Resend = 5 * time.Second
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Publish == nil {
 		cfg.Publish = func(string, []byte) {}
 	}
@@ -184,7 +184,7 @@ func (o *Outbox) Load(s *Store) error {
 	if err != nil {
 		return fmt.Errorf("read the outbox in the state folder: %w", err)
 	}
-	now := o.cfg.Now()
+	now := o.cfg.Clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.store = s
@@ -265,7 +265,7 @@ func (o *Outbox) Send(topic string, m *protocol.Message, deadline time.Time) {
 		}
 		m = &f
 	}
-	now := o.cfg.Now()
+	now := o.cfg.Clock.Now()
 	rec := &Record{ID: m.ID, Topic: topic, Payload: b, Node: m.Node, At: now, Deadline: deadline}
 	if m.Kind == protocol.KindResult {
 		rec.Cmd, rec.CmdSeq = m.CommandID, m.Seq
@@ -285,7 +285,7 @@ func (o *Outbox) Send(topic string, m *protocol.Message, deadline time.Time) {
 			"node", m.Node, "command", m.CommandID, "err", err)
 	}
 	o.mu.Lock()
-	o.st.Items[m.ID] = Item{Topic: topic, Payload: b, Sent: o.cfg.Now(), Cmd: rec.Cmd, Node: m.Node, Seq: seq}
+	o.st.Items[m.ID] = Item{Topic: topic, Payload: b, Sent: o.cfg.Clock.Now(), Cmd: rec.Cmd, Node: m.Node, Seq: seq}
 	if m.Kind == protocol.KindResult {
 		o.st.Done[m.CommandID] = Done{Topic: topic, ID: m.ID, Node: m.Node, CmdSeq: m.Seq, Payload: b, At: now, Deadline: deadline, Seq: seq}
 	}
@@ -300,7 +300,7 @@ func (o *Outbox) Send(topic string, m *protocol.Message, deadline time.Time) {
 func (o *Outbox) PutMemOnly(id, topic string, payload []byte) {
 	o.mu.Lock()
 	o.st.Seq++
-	o.st.Items[id] = Item{Topic: topic, Payload: payload, Sent: o.cfg.Now(), Seq: o.st.Seq, MemOnly: true}
+	o.st.Items[id] = Item{Topic: topic, Payload: payload, Sent: o.cfg.Clock.Now(), Seq: o.st.Seq, MemOnly: true}
 	o.mu.Unlock()
 	o.cfg.Publish(topic, payload)
 }
@@ -325,7 +325,7 @@ func (o *Outbox) Withdraw(id string) bool {
 // Ack removes what the coordinator acknowledged from the outbox; a
 // command's result stays as its done-record.
 func (o *Outbox) Ack(ids []string) {
-	now := o.cfg.Now()
+	now := o.cfg.Clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, id := range ids {
@@ -394,7 +394,7 @@ func (o *Outbox) redoLocked(cmd string) (Done, bool) {
 	if !d.Acked.IsZero() && d.Payload == nil {
 		return d, true
 	}
-	o.st.Items[d.ID] = Item{Topic: d.Topic, Payload: d.Payload, Sent: o.cfg.Now(), Cmd: cmd, Node: d.Node, Seq: d.Seq}
+	o.st.Items[d.ID] = Item{Topic: d.Topic, Payload: d.Payload, Sent: o.cfg.Clock.Now(), Cmd: cmd, Node: d.Node, Seq: d.Seq}
 	if !d.Acked.IsZero() {
 		unacked := d
 		unacked.Acked = time.Time{}
@@ -547,15 +547,15 @@ func (o *Outbox) ResendAll() {
 // ResendLoop sends again, every Resend/2, what waited Resend without an
 // ack, and forgets the done-records that can go (Trim), until ctx ends.
 func (o *Outbox) ResendLoop(ctx context.Context) {
-	tk := time.NewTicker(o.cfg.Resend / 2)
+	tk := o.cfg.Clock.NewTicker(o.cfg.Resend / 2)
 	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tk.C:
+		case <-tk.C():
 		}
-		o.ResendDue(o.cfg.Now())
+		o.ResendDue(o.cfg.Clock.Now())
 	}
 }
 
@@ -621,7 +621,7 @@ func (o *Outbox) Keep(topic string, m *protocol.Message, payload []byte) bool {
 	seq := o.st.Seq
 	store := o.store
 	o.mu.Unlock()
-	rec := &Record{ID: m.ID, Topic: topic, Payload: payload, At: o.cfg.Now()}
+	rec := &Record{ID: m.ID, Topic: topic, Payload: payload, At: o.cfg.Clock.Now()}
 	if err := store.Put(seq, rec); errors.Is(err, ErrClosed) {
 		return false
 	} else if err != nil {
@@ -629,7 +629,7 @@ func (o *Outbox) Keep(topic string, m *protocol.Message, payload []byte) bool {
 			"node", m.Node, "command", m.CommandID, "err", err)
 	}
 	o.mu.Lock()
-	o.st.Items[m.ID] = Item{Topic: topic, Payload: payload, Sent: o.cfg.Now(), Node: m.Node, Seq: seq}
+	o.st.Items[m.ID] = Item{Topic: topic, Payload: payload, Sent: o.cfg.Clock.Now(), Node: m.Node, Seq: seq}
 	o.noteLocked()
 	o.mu.Unlock()
 	return true

@@ -13,6 +13,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/protocol/kvstore"
 	"github.com/bmedge/bmedge/protocol/ratelog"
 )
@@ -116,7 +117,8 @@ type storeOp struct {
 type Store struct {
 	db       *kvstore.DB
 	log      *slog.Logger
-	dir      string // "" in memory
+	clock    clock.Clock // its GC's timers
+	dir      string      // "" in memory
 	mu       sync.Mutex
 	queue    []storeOp
 	waiters  []chan error
@@ -157,6 +159,12 @@ var ErrClosed = errors.New("the outbox store is closed")
 // Badger failures with kvstore.WithFaults: commits are op "commit", the
 // flush's steps "write", "flush" (DropPrefix) and "flatten".
 func OpenStore(dir string, log *slog.Logger, opt ...kvstore.Option) (*Store, error) {
+	return OpenStoreClock(dir, log, nil, opt...)
+}
+
+// OpenStoreClock is OpenStore with the clock of its garbage collection's
+// timers (nil: clock.Real).
+func OpenStoreClock(dir string, log *slog.Logger, clk clock.Clock, opt ...kvstore.Option) (*Store, error) {
 	cfg := kvstore.Config{InMemory: dir == "", Log: log, Names: outboxNames, What: "the outbox", Where: dir}
 	if dir != "" {
 		if err := kvstore.PrivateDir(dir, "state folder", "agent --state-dir", log); err != nil {
@@ -192,7 +200,7 @@ func OpenStore(dir string, log *slog.Logger, opt ...kvstore.Option) (*Store, err
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, log: log, dir: dir, kick: make(chan struct{}, 1), stop: make(chan struct{}),
+	s := &Store{db: db, log: log, clock: clock.Or(clk), dir: dir, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		gcNow: make(chan chan error), warn: ratelog.New(log, time.Minute)}
 	s.finished.Add(1)
 	go s.writer()
@@ -304,13 +312,13 @@ func (s *Store) writer() {
 	defer s.finished.Done()
 	var tick <-chan time.Time
 	if s.dir != "" {
-		tk := time.NewTicker(outboxGCInterval)
+		tk := s.clock.NewTicker(outboxGCInterval)
 		defer tk.Stop()
-		tick = tk.C
+		tick = tk.C()
 	}
 	// quiet fires outboxQuietFor after a commit that left enough
 	// changes for a flush; nil when none is due.
-	var quiet *time.Timer
+	var quiet clock.Timer
 	var quietC <-chan time.Time
 	for {
 		select {
@@ -324,10 +332,10 @@ func (s *Store) writer() {
 			return
 		case <-quietC:
 			quietC = nil
-			if idle := time.Since(s.lastWrite); idle < outboxQuietFor {
+			if idle := clock.Since(s.clock, s.lastWrite); idle < outboxQuietFor {
 				// Written to meanwhile: wait until writing stops.
 				quiet.Reset(outboxQuietFor - idle)
-				quietC = quiet.C
+				quietC = quiet.C()
 				continue
 			}
 			s.collectGarbage(false)
@@ -339,11 +347,11 @@ func (s *Store) writer() {
 		}
 		if quietC == nil && s.flushDue() {
 			if quiet == nil {
-				quiet = time.NewTimer(outboxQuietFor)
+				quiet = s.clock.NewTimer(outboxQuietFor)
 			} else {
 				quiet.Reset(outboxQuietFor)
 			}
-			quietC = quiet.C
+			quietC = quiet.C()
 		}
 	}
 }
@@ -369,7 +377,7 @@ func (s *Store) commit(ops []storeOp) error {
 	if err := s.broken(); err != nil {
 		return err
 	}
-	defer func() { s.lastWrite = time.Now() }()
+	defer func() { s.lastWrite = s.clock.Now() }()
 	err := s.db.Write("commit", func(db *badger.DB) error {
 		txn := db.NewTransaction(true)
 		defer func() { txn.Discard() }()
@@ -424,7 +432,7 @@ func (s *Store) apply(txn *badger.Txn, op storeOp) error {
 // flushDue tells whether enough was written or deleted since the last
 // flush for the next quiet moment to flush; writer only.
 func (s *Store) flushDue() bool {
-	if s.dir == "" || s.db.Err() != nil || s.garbage < outboxFlushAfter || time.Now().Before(s.retryAt) {
+	if s.dir == "" || s.db.Err() != nil || s.garbage < outboxFlushAfter || s.clock.Now().Before(s.retryAt) {
 		return false
 	}
 	// Flatten rewrites every table: only once the garbage is a fair
@@ -488,17 +496,17 @@ func (s *Store) collectGarbage(force bool) error {
 // fails the store for good, and it touches Badger no more (broken).
 func (s *Store) flushMemtable() error {
 	err := s.db.FlushMemtable(true)
-	s.lastWrite = time.Now()
+	s.lastWrite = s.clock.Now()
 	if berr := s.broken(); berr != nil {
 		return berr
 	}
 	switch {
 	case errors.Is(err, kvstore.ErrFlatten):
-		s.retryAt = time.Now().Add(outboxFlushRetry)
+		s.retryAt = s.clock.Now().Add(outboxFlushRetry)
 		s.warn.Warn("outbox compaction", "compacting the outbox's tables failed; it is tried again later (meanwhile the state folder keeps the space of forgotten results)", "err", err)
 		return fmt.Errorf("compact the outbox: %w", err)
 	case err != nil:
-		s.retryAt = time.Now().Add(outboxFlushRetry)
+		s.retryAt = s.clock.Now().Add(outboxFlushRetry)
 		s.warn.Warn("outbox flush", "flushing the outbox's memtable failed; it is tried again later (meanwhile the state folder keeps the space of forgotten results)", "err", err)
 		return fmt.Errorf("flush the outbox memtable: %w", err)
 	}

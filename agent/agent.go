@@ -89,7 +89,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{cfg: cfg, log: cfg.Log, ready: make(chan struct{})}
 	a.ob = outbox.New(outbox.Config{Site: cfg.Site, Dir: cfg.StateDir, Limit: cfg.OutboxLimit, Resend: cfg.ResendInterval, Log: cfg.Log, Clock: cfg.Clock,
 		Publish: a.publish, Resent: func(n int) { a.metrics.resent.Add(float64(n)) }})
-	a.bmcs = bmc.New(bmc.Config{Site: cfg.Site, Log: cfg.Log, Builders: a.builders(), Concurrency: cfg.BMCConcurrency,
+	a.bmcs = bmc.New(bmc.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Builders: a.builders(), Concurrency: cfg.BMCConcurrency,
 		PowerSyncInterval: cfg.PowerSyncInterval, PowerSyncConcurrency: cfg.PowerSyncConcurrency,
 		Report:  func(m *protocol.Message) { a.ob.Send(protocol.BMCEvtTopic(cfg.Site), m, time.Time{}) },
 		Paused:  a.ob.Full,

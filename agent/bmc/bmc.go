@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
 )
@@ -49,8 +50,9 @@ type Booter interface {
 type Config struct {
 	Site string
 	Log  *slog.Logger
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Clock is the clock (default clock.Real): power reports' times and
+	// the power sync's ticker.
+	Clock clock.Clock
 	// Registry is the driver registry (default drivers.Builtin()).
 	Registry *drivers.Registry
 	// Builders, by the registry's driver name, build the BMCs; a driver
@@ -102,9 +104,7 @@ func New(cfg Config) *Set {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Registry == nil {
 		r, err := drivers.NewRegistry(drivers.Builtin()...)
 		if err != nil {

@@ -56,13 +56,13 @@ func (s *Set) PowerSyncLoop(ctx context.Context) {
 	if s.cfg.PowerSyncInterval <= 0 {
 		return
 	}
-	tk := time.NewTicker(s.cfg.PowerSyncInterval)
+	tk := s.cfg.Clock.NewTicker(s.cfg.PowerSyncInterval)
 	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tk.C:
+		case <-tk.C():
 		}
 		s.PowerSyncRound(ctx)
 	}
@@ -122,7 +122,7 @@ func (s *Set) PowerSyncRound(ctx context.Context) {
 // command started on the node since the read began (the reading may
 // predate its power change) or the node's BMC was replaced.
 func (s *Set) reportPower(node string, b drivers.BMC, gen uint64, state string, err error) {
-	msg := &protocol.Message{Kind: protocol.KindPower, ID: s.cfg.NewID(), Site: s.cfg.Site, Node: node, Sent: s.cfg.Now()}
+	msg := &protocol.Message{Kind: protocol.KindPower, ID: s.cfg.NewID(), Site: s.cfg.Site, Node: node, Sent: s.cfg.Clock.Now()}
 	s.mu.Lock()
 	seen := s.synce[node]
 	if seen == nil || s.busy[node] > 0 || s.gen[node] != gen || s.bmcs[node] != b {

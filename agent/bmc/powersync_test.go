@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
 )
@@ -44,7 +45,7 @@ func TestPowerSyncReportsChanges(t *testing.T) {
 	stub := &stubBMC{state: protocol.PowerOff}
 	sim := &stubBMC{state: protocol.PowerOff}
 	s := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler), PowerSyncInterval: time.Second,
-		Now: func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) },
+		Clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		Builders: map[string]Builder{
 			"ipmi": {New: func(string, map[string]any, int) (drivers.BMC, error) { return stub, nil }},
 			"fake": {NoPowerSync: true, New: func(string, map[string]any, int) (drivers.BMC, error) { return sim, nil }},
@@ -128,4 +129,42 @@ func joined(r []string) string {
 		out += x
 	}
 	return out
+}
+
+// TestPowerSyncLoopOnTheClock: PowerSyncLoop reads the polled BMCs each
+// time its clock passes PowerSyncInterval, and not before; the report
+// carries the clock's time.
+func TestPowerSyncLoopOnTheClock(t *testing.T) {
+	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	reports := make(chan *protocol.Message, 4)
+	stub := &stubBMC{state: protocol.PowerOff}
+	s := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler), PowerSyncInterval: time.Minute, Clock: fk,
+		Builders: map[string]Builder{"ipmi": {New: func(string, map[string]any, int) (drivers.BMC, error) { return stub, nil }}},
+		Report:   func(m *protocol.Message) { reports <- m }})
+	if _, err := s.Get("n1", "ipmi", map[string]any{}); err != nil {
+		t.Fatal(err)
+	}
+	s.CommandDone(&protocol.Message{Node: "n1", Driver: "ipmi", Action: protocol.ActionPower, Args: map[string]any{"state": protocol.PowerOn}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.PowerSyncLoop(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if !fk.WaitTimers(1, 10*time.Second) {
+		t.Fatal("PowerSyncLoop armed no ticker on the set's clock")
+	}
+	fk.Advance(time.Minute - time.Second)
+	select {
+	case m := <-reports:
+		t.Fatalf("a reading before the interval passed on the clock: %+v", m)
+	default:
+	}
+	fk.Advance(time.Second)
+	select {
+	case m := <-reports:
+		if m.PowerState != protocol.PowerOff || !m.Sent.Equal(fk.Now()) {
+			t.Fatalf("report %q sent %v, want power off at the clock's %v", m.PowerState, m.Sent, fk.Now())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reading within 10 s after the clock passed the interval")
+	}
 }

@@ -370,7 +370,15 @@ func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot
 	case "deploy.tear_down_agent":
 		return boot.SetPower(ctx, node, b, protocol.PowerOff)
 	case "deploy.boot_instance":
-		return boot.SetPower(ctx, node, b, protocol.PowerOn)
+		if err := boot.SetPower(ctx, node, b, protocol.PowerOn); err != nil {
+			return err
+		}
+		// The instance's start applies BIOS settings a deploy step
+		// staged: read them now, as Ironic caches them after the
+		// reboot that applies them (a BMC that applies them later in
+		// POST shows them at the next read: manage, a BIOS step).
+		set.readBIOS(ctx, node, b)
+		return nil
 	case "raid.create_configuration", "raid.apply_configuration", "raid.delete_configuration":
 		return runRAIDStep(ctx, b, s)
 	case "firmware.update":

@@ -103,11 +103,11 @@ func New(cfg Config) *Agent {
 		Info:       a.bmcs.Info,
 		PutCred:    func(node string, h []byte) { a.ob.Store().PutCred(node, h) },
 		Dropped:    func(node string) { a.relay.Dropped(node) }})
-	a.up = relay.NewUplink(relay.UplinkConfig{Site: cfg.Site, Log: cfg.Log, Drop: a.ob.Drop,
+	a.up = relay.NewUplink(relay.UplinkConfig{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Drop: a.ob.Drop,
 		Publish: func(ctx context.Context, topic string, payload []byte) error {
 			return a.link.Publish(ctx, topic, payload, false)
 		}})
-	a.relay = relay.New(relay.Config{Site: cfg.Site, Log: cfg.Log, Summary: cfg.HeartbeatSummary, SiteBroker: cfg.SiteBroker, CAFile: cfg.CAFile,
+	a.relay = relay.New(relay.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Summary: cfg.HeartbeatSummary, SiteBroker: cfg.SiteBroker, CAFile: cfg.CAFile,
 		Admit: a.boot.Admit, Up: a.publish, Outbox: a.ob, Local: a.deliverLocal, ImageArgs: a.cache.ImageArgs, NewID: outbox.NewID})
 	a.sim = sim.New(sim.Config{Site: cfg.Site, Log: cfg.Log, Opts: cfg.Sim, ResendInterval: cfg.ResendInterval, Info: a.bmcs.Info,
 		Transport: agentTransport{a}, Context: func() context.Context { return a.ctx }, CacheBase: a.cache.Base})

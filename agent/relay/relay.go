@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
@@ -119,8 +120,9 @@ type Outbox interface {
 type Config struct {
 	Site string
 	Log  *slog.Logger
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Clock is the clock (default clock.Real): message times, heartbeat
+	// ages and the summary's ticker.
+	Clock clock.Clock
 	// Summary is how often the heartbeat summary goes up (default
 	// DefaultHeartbeatSummary).
 	Summary    time.Duration
@@ -160,9 +162,7 @@ func New(cfg Config) *Relay {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Summary <= 0 {
 		cfg.Summary = DefaultHeartbeatSummary
 	}
@@ -411,7 +411,7 @@ func (r *Relay) FromRamdisk(topic string, payload []byte) {
 			return
 		}
 		// The agent holds it now, on disk: the ramdisk may forget it.
-		r.ToRamdisk(node, &protocol.Message{Kind: protocol.KindAck, Site: site, Node: node, Sent: r.cfg.Now(), AckIDs: []string{m.ID}})
+		r.ToRamdisk(node, &protocol.Message{Kind: protocol.KindAck, Site: site, Node: node, Sent: r.cfg.Clock.Now(), AckIDs: []string{m.ID}})
 		r.cfg.Up(topic, payload)
 	default:
 		r.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q does not come from ramdisks", m.Kind))
@@ -469,13 +469,13 @@ func (r *Relay) FromCoordinator(node string, m *protocol.Message) {
 
 // SummaryLoop sends the heartbeat summaries.
 func (r *Relay) SummaryLoop(ctx context.Context) {
-	tk := time.NewTicker(r.cfg.Summary)
+	tk := r.cfg.Clock.NewTicker(r.cfg.Summary)
 	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tk.C:
+		case <-tk.C():
 		}
 		r.Summarize()
 	}
@@ -486,7 +486,7 @@ func (r *Relay) SummaryLoop(ctx context.Context) {
 // and its nodes' beats carried into this one, so that the outbox holds
 // one summary at most, with each node's latest beat.
 func (r *Relay) Summarize() {
-	now := r.cfg.Now()
+	now := r.cfg.Clock.Now()
 	r.mu.Lock()
 	cur := r.st.Beats
 	r.st.Beats = map[string]protocol.Message{}
@@ -557,7 +557,7 @@ func summaryBeatOK(b *protocol.Message, site string) error {
 // coordinator would refuse, is dropped).
 func (r *Relay) sendSummary(parts []summaryPart, chunk []protocol.Message, queued int, now time.Time) []summaryPart {
 	site := r.cfg.Site
-	m := &protocol.Message{Kind: protocol.KindBeats, ID: r.cfg.NewID(), Site: site, Sent: r.cfg.Now(), Beats: chunk, Queued: queued}
+	m := &protocol.Message{Kind: protocol.KindBeats, ID: r.cfg.NewID(), Site: site, Sent: r.cfg.Clock.Now(), Beats: chunk, Queued: queued}
 	b, err := protocol.Encode(m)
 	if err != nil {
 		good := make([]protocol.Message, 0, len(chunk))

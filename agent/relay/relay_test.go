@@ -1,10 +1,13 @@
 package relay
 
 import (
+	"context"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -40,7 +43,7 @@ func (o *fakeOutbox) Len() int { return len(o.items) }
 // no news is in a summary again once BeatRefresh passed on the relay's
 // own clock; a deleted node's beats are forgotten.
 func TestRelayWithoutMQTT(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ob := &fakeOutbox{items: map[string][]byte{}}
 	var up []string
 	publish := func(topic string, payload []byte) {
@@ -49,13 +52,13 @@ func TestRelayWithoutMQTT(t *testing.T) {
 	}
 	ob.pub = publish
 	var local []*protocol.Message
-	r := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Outbox: ob,
+	r := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler), Clock: fk, Outbox: ob,
 		Up:    publish,
 		Local: func(node string, m *protocol.Message) bool { local = append(local, m); return true },
-		NewID: func() string { return "sum-" + now.Format("150405") }})
+		NewID: func() string { return "sum-" + fk.Now().Format("150405") }})
 	from := func(m *protocol.Message) {
 		t.Helper()
-		m.Site, m.Node, m.Sent = "s1", "n1", now
+		m.Site, m.Node, m.Sent = "s1", "n1", fk.Now()
 		p, err := protocol.Encode(m)
 		if err != nil {
 			t.Fatal(err)
@@ -84,7 +87,7 @@ func TestRelayWithoutMQTT(t *testing.T) {
 	if len(up) != 3 {
 		t.Fatalf("a beat with no news was summarized: %v", up)
 	}
-	now = now.Add(BeatRefresh)
+	fk.Advance(BeatRefresh)
 	r.Summarize()
 	if len(up) != 4 {
 		t.Fatalf("after BeatRefresh on the relay's clock the held beat did not go: %v", up)
@@ -95,4 +98,52 @@ func TestRelayWithoutMQTT(t *testing.T) {
 			t.Fatalf("after Forget: %+v", s)
 		}
 	})
+}
+
+// TestSummaryLoopOnTheClock: SummaryLoop sends the held heartbeats in a
+// summary each time the relay's clock passes Summary, not before.
+func TestSummaryLoopOnTheClock(t *testing.T) {
+	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var mu sync.Mutex
+	var up []string
+	publish := func(topic string, payload []byte) {
+		m, _ := protocol.Decode(payload)
+		mu.Lock()
+		up = append(up, m.Kind)
+		mu.Unlock()
+	}
+	sent := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), up...) }
+	ob := &fakeOutbox{items: map[string][]byte{}, pub: publish}
+	r := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler), Clock: fk, Outbox: ob, Summary: 10 * time.Second,
+		Up: publish, Local: func(string, *protocol.Message) bool { return true }, NewID: func() string { return "sum" }})
+	for _, progress := range []float64{0.1, 0.2} {
+		p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindHeartbeat, ID: "hb", Site: "s1", Node: "n1", Sent: fk.Now(),
+			Token: "t", Running: "c2", Progress: progress})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.FromRamdisk(protocol.NodeEvtTopic("s1", "n1"), p)
+	}
+	if got := sent(); len(got) != 1 {
+		t.Fatalf("sent up %v, want the step's first heartbeat only", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.SummaryLoop(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if !fk.WaitTimers(1, 10*time.Second) {
+		t.Fatal("SummaryLoop armed no ticker on the relay's clock")
+	}
+	fk.Advance(10*time.Second - time.Millisecond)
+	if got := sent(); len(got) != 1 {
+		t.Fatalf("before Summary passed on the clock: sent up %v", got)
+	}
+	fk.Advance(time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sent()) == 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := sent(); len(got) != 2 || got[1] != protocol.KindBeats {
+		t.Fatalf("after Summary passed on the clock: sent up %v, want a summary", got)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -40,6 +41,9 @@ type UplinkConfig struct {
 	Publish func(ctx context.Context, topic string, payload []byte) error
 	// Drop takes a message that can never be sent out of the outbox.
 	Drop func(id string, size int)
+	// Clock is the clock of the bundles' gather timer (default
+	// clock.Real).
+	Clock clock.Clock
 }
 
 // Uplink is the way to the coordinator: a queue and its sender.
@@ -57,6 +61,7 @@ func NewUplink(cfg UplinkConfig) *Uplink {
 	if cfg.Drop == nil {
 		cfg.Drop = func(string, int) {}
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	return &Uplink{cfg: cfg, log: cfg.Log, q: make(chan Item, 1024)}
 }
 
@@ -200,14 +205,14 @@ func (u *Uplink) Run(ctx context.Context) {
 			continue
 		}
 		recs := []protocol.BundleRecord{rec}
-		timer := time.NewTimer(uplinkGather)
+		timer := u.cfg.Clock.NewTimer(uplinkGather)
 	gather:
 		for len(recs) < protocol.MaxBundleRecords {
 			select {
 			case <-ctx.Done():
 				timer.Stop()
 				return
-			case <-timer.C:
+			case <-timer.C():
 				break gather
 			case it := <-u.q:
 				if u.oversized(&it) {

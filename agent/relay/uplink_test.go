@@ -2,9 +2,14 @@ package relay
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/bmedge/bmedge/agent/clock"
+	"github.com/bmedge/bmedge/protocol"
 )
 
 // TestInFlightOrdersByNode checks the uplink's admission rule: a bundle
@@ -47,5 +52,67 @@ func TestInFlightOrdersByNode(t *testing.T) {
 	f.wake()
 	if !<-refused {
 		t.Fatal("a bundle went beyond uplinkInFlight")
+	}
+}
+
+// TestUplinkGathersOnTheClock: the uplink gathers what is queued after a
+// first message until its clock passes uplinkGather, then publishes it
+// all as one bundle; nothing goes before.
+func TestUplinkGathersOnTheClock(t *testing.T) {
+	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var mu sync.Mutex
+	var pubs [][]byte
+	got := make(chan struct{}, 8)
+	u := NewUplink(UplinkConfig{Site: "s1", Log: slog.New(slog.DiscardHandler), Clock: fk,
+		Publish: func(_ context.Context, topic string, payload []byte) error {
+			mu.Lock()
+			pubs = append(pubs, payload)
+			mu.Unlock()
+			got <- struct{}{}
+			return nil
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { u.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	msg := func(node string) {
+		p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: "p-" + node, Site: "s1", Node: node,
+			PowerState: protocol.PowerOn, Sent: fk.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Publish(ctx, protocol.BMCEvtTopic("s1"), p)
+	}
+	msg("n1")
+	if !fk.WaitTimers(1, 10*time.Second) {
+		t.Fatal("the uplink armed no gather timer on its clock after a first message")
+	}
+	msg("n2")
+	msg("n3")
+	// Taken by the gathering loop (in the bundle) before the clock moves.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(u.Queue()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	fk.Advance(uplinkGather - time.Millisecond)
+	select {
+	case <-got:
+		t.Fatal("a bundle went before uplinkGather passed on the clock")
+	default:
+	}
+	fk.Advance(time.Millisecond)
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no bundle within 10 s after uplinkGather passed on the clock")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	recs, err := protocol.DecodeBundle("s1", pubs[0])
+	if err != nil {
+		t.Fatalf("the publish is not a bundle: %v", err)
+	}
+	if len(pubs) != 1 || len(recs) != 3 {
+		t.Fatalf("%d publishes, the first a bundle of %d messages; want one bundle of the 3", len(pubs), len(recs))
 	}
 }

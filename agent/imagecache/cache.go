@@ -40,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/protocol/imagechecksum"
 )
 
@@ -70,6 +71,11 @@ type Options struct {
 	// (default DefaultStallTimeout).
 	StallTimeout time.Duration
 	Log          *slog.Logger
+	// Clock (default clock.Real) times the images' last use (which the
+	// cache evicts first) and the memory of failed downloads. A download's
+	// stall timeout and the durations measured stay on the system clock:
+	// they time the network.
+	Clock clock.Clock
 }
 
 // Cache is a site's image cache. Its methods are safe for concurrent use.
@@ -143,6 +149,7 @@ func Open(opts Options) (*Cache, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.Client == nil {
 		opts.Client = &http.Client{Transport: &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
@@ -283,7 +290,7 @@ func (c *Cache) register(u string, sum Checksum) (*image, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if img, ok := c.images[key]; ok {
-		img.at = time.Now()
+		img.at = c.opts.Clock.Now()
 		return img, nil
 	}
 	if len(c.images) >= MaxRegistered {
@@ -303,7 +310,7 @@ func (c *Cache) register(u string, sum Checksum) (*image, error) {
 			}
 		}
 	}
-	img := &image{url: u, sum: sum, key: key, token: c.token(key), at: time.Now()}
+	img := &image{url: u, sum: sum, key: key, token: c.token(key), at: c.opts.Clock.Now()}
 	c.images[key] = img
 	c.tokens[img.token] = key
 	return img, nil
@@ -329,7 +336,7 @@ func (c *Cache) Fetch(ctx context.Context, u string, sum Checksum) (Result, erro
 	c.mu.Lock()
 	e := c.entries[img.key]
 	if e != nil && e.fl == nil {
-		e.lastUse = time.Now()
+		e.lastUse = c.opts.Clock.Now()
 		size := e.size
 		c.mu.Unlock()
 		return Result{Size: size, AlreadyCached: true, Duration: time.Since(start)}, nil
@@ -468,12 +475,12 @@ func (c *Cache) download(fl *flight) {
 	c.mu.Lock()
 	c.used -= fl.reserved
 	if err == nil {
-		c.entries[img.key] = &entry{key: img.key, size: n, lastUse: time.Now()}
+		c.entries[img.key] = &entry{key: img.key, size: n, lastUse: c.opts.Clock.Now()}
 		c.used += n
 		delete(c.failed, img.key)
 	} else {
 		delete(c.entries, img.key)
-		now := time.Now()
+		now := c.opts.Clock.Now()
 		for k, f := range c.failed {
 			if now.Sub(f.at) > FailureMemory {
 				delete(c.failed, k)
@@ -705,7 +712,7 @@ func (c *Cache) OpenToken(ctx context.Context, token string) (*Reader, error) {
 	if e := c.entries[key]; e != nil && e.fl == nil {
 		f, err := os.Open(c.path(key))
 		if err == nil {
-			e.lastUse = time.Now()
+			e.lastUse = c.opts.Clock.Now()
 			c.mu.Unlock()
 			return &Reader{c: c, ctx: ctx, file: f, size: e.size}, nil
 		}
@@ -719,8 +726,8 @@ func (c *Cache) OpenToken(ctx context.Context, token string) (*Reader, error) {
 		c.mu.Unlock()
 		return nil, ErrUnknownImage
 	}
-	img.at = time.Now()
-	if f, ok := c.failed[key]; ok && time.Since(f.at) < FailureMemory && c.entries[key] == nil {
+	img.at = c.opts.Clock.Now()
+	if f, ok := c.failed[key]; ok && clock.Since(c.opts.Clock, f.at) < FailureMemory && c.entries[key] == nil {
 		c.mu.Unlock()
 		return nil, f.err
 	}

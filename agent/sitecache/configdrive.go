@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -46,22 +47,23 @@ type driveEntry struct {
 // driveProxy is the site cache's config drive pass-through.
 type driveProxy struct {
 	client *http.Client
+	clock  clock.Clock // the tokens' lifetime
 	mu     sync.Mutex
 	byTok  map[string]driveEntry
 	byCmd  map[string]string
 }
 
-func newDriveProxy(client *http.Client) *driveProxy {
+func newDriveProxy(client *http.Client, clk clock.Clock) *driveProxy {
 	if client == nil {
 		client = &http.Client{Timeout: 5 * time.Minute}
 	}
-	return &driveProxy{client: client, byTok: map[string]driveEntry{}, byCmd: map[string]string{}}
+	return &driveProxy{client: client, clock: clock.Or(clk), byTok: map[string]driveEntry{}, byCmd: map[string]string{}}
 }
 
 // token returns the token of command cmd's config drive URL u, making one
 // when the command is new (a resent command keeps its token).
 func (p *driveProxy) token(cmd, u string) (string, error) {
-	now := time.Now()
+	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if t, ok := p.byCmd[cmd]; ok && p.byTok[t].url == u {
@@ -90,7 +92,7 @@ func (p *driveProxy) lookup(t string) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e, ok := p.byTok[t]
-	if !ok || time.Now().After(e.expires) {
+	if !ok || p.clock.Now().After(e.expires) {
 		return "", false
 	}
 	return e.url, true

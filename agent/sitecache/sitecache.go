@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/imagecache"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/netbudget"
@@ -59,6 +60,9 @@ type Config struct {
 	// SimNodes is how many nodes the agent simulates: their ramdisks all
 	// fetch from this host, one source for all of them.
 	SimNodes int
+	// Clock is the clock (default clock.Real): the config drive tokens'
+	// lifetime and the image cache's (imagecache.Options.Clock).
+	Clock clock.Clock
 }
 
 // Cache is the site's image cache as the agent runs it; without
@@ -86,6 +90,7 @@ func New(cfg Config) *Cache {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	return &Cache{cfg: cfg, log: cfg.Log, passed: map[string]bool{}}
 }
 
@@ -135,7 +140,7 @@ func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultBytes
 	}
-	c, err := imagecache.Open(imagecache.Options{Dir: o.Dir, MaxBytes: o.MaxBytes, Client: o.Client, Log: sc.log})
+	c, err := imagecache.Open(imagecache.Options{Dir: o.Dir, MaxBytes: o.MaxBytes, Client: o.Client, Log: sc.log, Clock: sc.cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +164,7 @@ func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
 	ln = netbudget.Default().Wrap(ln, netbudget.Options{Name: "image-cache", Limits: lim.Or(DefaultConns), Log: sc.log})
 	mux := http.NewServeMux()
 	mux.Handle(imagecache.PathPrefix, c.Handler())
-	drives := newDriveProxy(o.Client)
+	drives := newDriveProxy(o.Client, sc.cfg.Clock)
 	mux.Handle(DrivePathPrefix, drives)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: netbudget.ConnState(nil)}
 	go func() {

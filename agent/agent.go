@@ -97,7 +97,7 @@ func New(cfg Config) *Agent {
 		BlobURL: func(ctx context.Context, u, sum string) (string, error) { return a.cache.BlobURL(ctx, u, sum) },
 		NewID:   outbox.NewID})
 	a.cache = sitecache.New(sitecache.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Opts: cfg.Cache, SimNodes: cfg.Sim.Nodes})
-	a.boot = boot.New(boot.Config{Site: cfg.Site, Log: cfg.Log, Ramdisk: cfg.Ramdisk, Netboot: cfg.Netboot,
+	a.boot = boot.New(boot.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Ramdisk: cfg.Ramdisk, Netboot: cfg.Netboot,
 		QEMUBrokerURL: cfg.QEMU.BrokerURL, QEMUCmdline: cfg.QEMU.Cmdline,
 		SiteBroker: func() (string, string, bool) { return a.relay.Broker() },
 		Info:       a.bmcs.Info,

@@ -17,8 +17,8 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/netbudget"
@@ -38,9 +38,9 @@ var (
 type Config struct {
 	Site string
 	Log  *slog.Logger
-	// Now is the clock (default time.Now): a boot's parameters image is
-	// served for paramsTTL of it.
-	Now     func() time.Time
+	// Clock is the clock (default clock.Real): a boot's parameters
+	// image is served for paramsTTL of it.
+	Clock   clock.Clock
 	Ramdisk RamdiskOptions
 	Netboot NetbootOptions
 	// QEMUBrokerURL and QEMUCmdline: the broker as a qemu-dev VM sees
@@ -90,9 +90,7 @@ func New(cfg Config) *Boot {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.SiteBroker == nil {
 		cfg.SiteBroker = func() (string, string, bool) { return "", "", false }
 	}
@@ -120,7 +118,7 @@ func (p *Boot) Start(ctx context.Context) (stop func(), err error) {
 		if err != nil {
 			return nil, err
 		}
-		m.now = p.cfg.Now
+		m.now = p.cfg.Clock.Now
 		p.media = m
 		go m.serve()
 		stopMedia = m.close

@@ -119,9 +119,9 @@ func New(cfg Config) *Agent {
 // agent relays every ramdisk of the site (relays), so that the
 // coordinator may bundle everything for the site, and whether it runs
 // the site broker (whose ramdisks the coordinator's broker then refuses).
-func presence(site string, online, relay, siteBroker bool) []byte {
+func presence(site string, now time.Time, online, relay, siteBroker bool) []byte {
 	b, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: online, Relay: online && relay,
-		SiteBroker: online && siteBroker, Software: protocol.Software(), Sent: time.Now()})
+		SiteBroker: online && siteBroker, Software: protocol.Software(), Sent: now})
 	return b
 }
 
@@ -179,8 +179,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		URL: a.cfg.BrokerURL, ClientID: a.cfg.ClientID, Username: a.cfg.Username, Password: a.cfg.Password, TLS: tc,
 		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
 		Handler:       a.handle,
-		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, false, false, false),
-		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, true, a.relays(), a.relay.Addr() != ""),
+		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, a.cfg.Clock.Now(), false, false, false),
+		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, a.cfg.Clock.Now(), true, a.relays(), a.relay.Addr() != ""),
 		Logger: a.log,
 		OnUp: func() {
 			a.log.Info("edge agent connected", "site", site, "broker", a.cfg.BrokerURL)
@@ -201,7 +201,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.bmcs.CloseAll()
 	// A clean stop: say offline ourselves (the will is for crashes).
 	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = link.Publish(pctx, protocol.SitePresenceTopic(site), presence(site, false, false, false), true)
+	_ = link.Publish(pctx, protocol.SitePresenceTopic(site), presence(site, a.cfg.Clock.Now(), false, false, false), true)
 	cancel()
 	link.Close()
 	return nil

@@ -52,7 +52,7 @@ func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
 	if err == nil || done > 0 {
 		a.boot.Ended(m, done)
 	}
-	res := &protocol.Message{Kind: protocol.KindResult, ID: outbox.NewID(), Site: a.cfg.Site, Node: m.Node, Sent: time.Now(), CommandID: m.ID, Seq: m.Seq, OK: err == nil}
+	res := &protocol.Message{Kind: protocol.KindResult, ID: outbox.NewID(), Site: a.cfg.Site, Node: m.Node, Sent: a.cfg.Clock.Now(), CommandID: m.ID, Seq: m.Seq, OK: err == nil}
 	if err != nil {
 		res.Error = err.Error()
 	}
@@ -111,6 +111,6 @@ func (a *Agent) cacheImage(m *protocol.Message) *protocol.Message {
 		a.log.Info("image pre-seeded in the site cache", "url", imagecache.Redact(u), "size", r.Size, "already_cached", r.AlreadyCached,
 			"seconds", r.Duration.Seconds(), "command", m.ID)
 	}
-	res.Sent = time.Now()
+	res.Sent = a.cfg.Clock.Now()
 	return res
 }

@@ -109,7 +109,7 @@ func New(cfg Config) *Agent {
 		}})
 	a.relay = relay.New(relay.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Summary: cfg.HeartbeatSummary, SiteBroker: cfg.SiteBroker, CAFile: cfg.CAFile,
 		Admit: a.boot.Admit, Up: a.publish, Outbox: a.ob, Local: a.deliverLocal, ImageArgs: a.cache.ImageArgs, NewID: outbox.NewID})
-	a.sim = sim.New(sim.Config{Site: cfg.Site, Log: cfg.Log, Opts: cfg.Sim, ResendInterval: cfg.ResendInterval, Info: a.bmcs.Info,
+	a.sim = sim.New(sim.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Opts: cfg.Sim, ResendInterval: cfg.ResendInterval, Info: a.bmcs.Info,
 		Transport: agentTransport{a}, Context: func() context.Context { return a.ctx }, CacheBase: a.cache.Base})
 	a.metrics = newAgentMetrics(a)
 	return a

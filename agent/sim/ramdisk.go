@@ -51,10 +51,7 @@ func (r *simRunner) Steps() (clean, deploy []protocol.Step) {
 func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(float64, string)) (map[string]any, error) {
 	name := step.Step
 	if name == r.opts.DieStep || name == r.opts.RebootStep {
-		select {
-		case <-ctx.Done():
-		case <-time.After(r.opts.StepDuration / 2):
-		}
+		r.sleep(ctx, r.opts.StepDuration/2)
 		if name == r.opts.RebootStep && ctx.Err() == nil {
 			r.reboot()
 		}
@@ -75,12 +72,8 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 	}
 	const ticks = 10
 	for i := 1; i <= ticks; i++ {
-		if r.opts.StepDuration > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(r.opts.StepDuration / ticks):
-			}
+		if r.opts.StepDuration > 0 && !r.sleep(ctx, r.opts.StepDuration/ticks) {
+			return nil, ctx.Err()
 		}
 		progress(float64(i)/ticks, "")
 	}
@@ -94,6 +87,18 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 		return r.finalizeRescue(step.Args)
 	}
 	return nil, nil
+}
+
+// sleep waits d on the sim's clock; false if ctx ended first.
+func (r *simRunner) sleep(ctx context.Context, d time.Duration) bool {
+	t := r.s.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
 }
 
 // inventory is a plausible hardware report, stable per node.

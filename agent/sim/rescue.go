@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -96,5 +95,5 @@ func (s *Sim) RescueAddr(node string) string {
 // rescueShell is a session of node's simulated rescue login.
 func (r *simRunner) rescueShell() *rescueShell {
 	inv, _ := r.inventory()["inventory"].(map[string]any)
-	return &rescueShell{host: r.node, site: r.s.cfg.Site, inventory: inv, started: time.Now()}
+	return &rescueShell{host: r.node, site: r.s.cfg.Site, inventory: inv, clock: r.s.cfg.Clock, started: r.s.cfg.Clock.Now()}
 }

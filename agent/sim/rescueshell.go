@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/bmedge/bmedge/agent/clock"
 )
 
 // rescueShell is what a simulated node's rescue login runs: no shell and
@@ -23,6 +25,7 @@ import (
 type rescueShell struct {
 	host, site string
 	inventory  map[string]any
+	clock      clock.Clock // its uptime's
 	started    time.Time
 	term       bool
 }
@@ -322,7 +325,7 @@ func (r *rescueShell) file(name string) (string, bool) {
 	case "/etc/hostname":
 		return r.host + "\n", true
 	case "/proc/uptime":
-		up := time.Since(r.started).Seconds()
+		up := clock.Since(r.clock, r.started).Seconds()
 		return fmt.Sprintf("%.2f %.2f\n", up, up), true
 	case "/proc/meminfo":
 		mem, _ := r.inventory["memory"].(map[string]any)

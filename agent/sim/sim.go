@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/drivers/fake"
 	"github.com/bmedge/bmedge/protocol"
@@ -54,6 +55,9 @@ type Config struct {
 	// Context is the context the simulated ramdisks run in (the
 	// agent's, once it runs).
 	Context func() context.Context
+	// Clock is the clock (default clock.Real) of the simulated boot
+	// delays, step durations and rescue shells' uptime.
+	Clock clock.Clock
 }
 
 // Sim runs the simulated ramdisks of a site.
@@ -86,6 +90,7 @@ func New(cfg Config) *Sim {
 	if cfg.CacheBase == nil {
 		cfg.CacheBase = func() string { return "" }
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	return &Sim{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}, boots: map[string]uint64{}, rescues: map[string]*rescueLogin{}}
 }
 
@@ -156,12 +161,14 @@ func (s *Sim) OnPower(node, state, boot string) {
 		Runner: s.runner(node, opts, s.boots[node]), Transport: s.cfg.Transport, Log: s.log})
 	s.sessions[node] = r
 	go func() {
+		delay := s.cfg.Clock.NewTimer(opts.BootDelay)
+		defer delay.Stop()
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.Stopped():
 			return
-		case <-time.After(opts.BootDelay):
+		case <-delay.C():
 		}
 		r.Run(ctx)
 	}()

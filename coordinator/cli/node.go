@@ -142,7 +142,7 @@ func (c *cmd) nodeCmd() *cobra.Command {
 	for _, v := range verbs {
 		add("verbs", c.verbCmd(v))
 	}
-	add("more", c.nodeWait(), c.nodePower(), c.nodeSteps(), c.nodeHistory(), c.nodeInventory())
+	add("more", c.nodeWait(), c.nodePower(), c.nodeSteps(), c.nodeHistory(), c.nodeInventory(), c.nodeFirmware(), c.nodeBIOS())
 	g.Example = "  coordinator node create --name n1 --driver fake --site site1 --port 52:54:00:12:34:01\n  coordinator node manage n1 --wait\n  coordinator node inspect n1 --wait\n  coordinator node provide n1 --wait"
 	return g
 }
@@ -205,7 +205,7 @@ func nodePath(id string, rest ...string) string {
 }
 
 func (c *cmd) nodeCreate() *cobra.Command {
-	var name, driver, site string
+	var name, driver, site, raidIface string
 	info, props, extra := kv{}, kv{}, kv{}
 	var ports list
 	cc := clientCmd(&cobra.Command{
@@ -215,7 +215,9 @@ func (c *cmd) nodeCreate() *cobra.Command {
 NICs as ports; 'node manage NODE' then verifies the BMC.`,
 		Example: "  coordinator node create --name n1 --driver fake --site site1 --port 52:54:00:12:34:01\n" +
 			"  coordinator node create --name r640-7 --driver ipmi --site site1 --driver-info ipmi_address=10.0.0.7 \\\n" +
-			"      --driver-info ipmi_username=admin --driver-info ipmi_password=secret",
+			"      --driver-info ipmi_username=admin --driver-info ipmi_password=secret\n" +
+			"  coordinator node create --name rf1 --driver redfish --site site1 --raid-interface redfish \\\n" +
+			"      --driver-info redfish_address=https://10.0.0.8 --driver-info redfish_username=root --driver-info redfish_password=calvin",
 		Args: func(_ *cobra.Command, a []string) error {
 			if len(a) > 0 {
 				return usagef("unexpected argument %q; the name is given with --name", a[0])
@@ -236,6 +238,9 @@ NICs as ports; 'node manage NODE' then verifies the BMC.`,
 			}
 			if site != "" {
 				body["conductor_group"] = site
+			}
+			if raidIface != "" {
+				body["raid_interface"] = raidIface
 			}
 			var n map[string]any
 			if _, _, err := cl.do("POST", "/v1/nodes", body, &n); err != nil {
@@ -258,6 +263,8 @@ NICs as ports; 'node manage NODE' then verifies the BMC.`,
 	fs.Var(props, "property", "node property (repeatable)")
 	fs.Var(extra, "extra", "free-form extra field (repeatable)")
 	fs.Var(&ports, "port", "`MAC` address of a NIC (repeatable)")
+	fs.StringVar(&raidIface, "raid-interface", "", raidInterfaceUsage())
+	_ = cc.RegisterFlagCompletionFunc("raid-interface", fixed(allRAIDInterfaces()...))
 	_ = cc.RegisterFlagCompletionFunc("driver", fixed(driverNames()...))
 	_ = cc.RegisterFlagCompletionFunc("site", c.completeSite)
 	for _, f := range []string{"name", "driver-info", "property", "extra", "port"} {
@@ -408,8 +415,8 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 	if unset {
 		verbName, short = "unset", "Remove a node's fields, bring it back from retirement or out of maintenance"
 	}
-	var retired, maint bool
-	var name, retiredReason, reason, site string
+	var retired, maint, resetRAID bool
+	var name, retiredReason, reason, site, raidIface string
 	info, props, inst, extra := kv{}, kv{}, kv{}, kv{}
 	var infoK, propK, instK, extraK list
 	cc := clientCmd(&cobra.Command{
@@ -440,6 +447,9 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 				if retiredReason != "" {
 					add("replace", "/retired_reason", retiredReason)
 				}
+				if raidIface != "" {
+					add("replace", "/raid_interface", raidIface)
+				}
 				for p, m := range map[string]kv{"driver_info": info, "properties": props, "instance_info": inst, "extra": extra} {
 					for k, v := range m {
 						add("add", "/"+p+"/"+k, typedValue(v))
@@ -448,6 +458,9 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 			} else {
 				if retired {
 					add("replace", "/retired", false)
+				}
+				if resetRAID {
+					add("remove", "/raid_interface", nil)
 				}
 				for p, l := range map[string]list{"driver_info": infoK, "properties": propK, "instance_info": instK, "extra": extraK} {
 					for _, k := range l {
@@ -489,7 +502,8 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 		cc.Example = "  coordinator node set n1 --instance-info image_source=http://images.example/ubuntu-24.04.raw \\\n" +
 			"      --instance-info image_checksum=sha256:6f1ed002ab5595859014ebf0951522d92f5b8e0d3c7a19e46b0d2c8f1a3e5b7d\n" +
 			"  coordinator node set n3 --retired --retired-reason \"warranty ended\"\n" +
-			"  coordinator node set n2 --maintenance --reason \"checking cables\""
+			"  coordinator node set n2 --maintenance --reason \"checking cables\"\n" +
+			"  coordinator node set rf1 --raid-interface redfish    # the BMC's hardware RAID"
 		fs.StringVar(&name, "name", "", "new `NAME`")
 		fs.StringVar(&site, "site", "", "move the node to another registered `SITE` (its conductor_group)")
 		fs.Var(info, "driver-info", "driver_info field (repeatable)")
@@ -500,14 +514,18 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 		fs.StringVar(&retiredReason, "retired-reason", "", "why the node is retired (`TEXT`)")
 		fs.BoolVar(&maint, "maintenance", false, "put the node in maintenance: it pauses, mid-operation too")
 		fs.StringVar(&reason, "reason", "", "why the node is in maintenance (`TEXT`)")
+		fs.StringVar(&raidIface, "raid-interface", "", raidInterfaceUsage()+"; changes in enroll, manageable, available or maintenance")
+		_ = cc.RegisterFlagCompletionFunc("raid-interface", fixed(allRAIDInterfaces()...))
 	} else {
-		cc.Example = "  coordinator node unset n1 --instance-info image_checksum\n  coordinator node unset n2 --maintenance"
+		cc.Example = "  coordinator node unset n1 --instance-info image_checksum\n  coordinator node unset n2 --maintenance\n" +
+			"  coordinator node unset rf1 --raid-interface"
 		fs.Var(&infoK, "driver-info", "driver_info `KEY` to remove (repeatable)")
 		fs.Var(&propK, "property", "properties `KEY` to remove (repeatable)")
 		fs.Var(&instK, "instance-info", "instance_info `KEY` to remove (repeatable)")
 		fs.Var(&extraK, "extra", "extra `KEY` to remove (repeatable)")
 		fs.BoolVar(&retired, "retired", false, "bring the node back from retirement")
 		fs.BoolVar(&maint, "maintenance", false, "take the node out of maintenance: a paused operation resumes")
+		fs.BoolVar(&resetRAID, "raid-interface", false, "reset the node's raid_interface to the default, agent (software RAID the ramdisk builds)")
 	}
 	return cc
 }

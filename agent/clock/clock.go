@@ -42,9 +42,6 @@ func Or(c Clock) Clock {
 // Since is the time elapsed on c since t.
 func Since(c Clock, t time.Time) time.Duration { return c.Now().Sub(t) }
 
-// After is c's time.After.
-func After(c Clock, d time.Duration) <-chan time.Time { return c.NewTimer(d).C() }
-
 // Real is the system clock.
 type Real struct{}
 

@@ -50,4 +50,14 @@ func TestConfigDriveTokenLifetimeOnTheClock(t *testing.T) {
 	if got := status(); got != http.StatusNotFound {
 		t.Fatalf("GET after the token's lifetime on the clock: %d, want 404", got)
 	}
+	// The same command resent after that gets a new, live token, not the
+	// dead one again.
+	again, _ := sc.ImageArgs(writeImageCmd(map[string]any{"image_source": origin.URL + "/img", "configdrive": origin.URL + "/cd"})).Step.Args["configdrive"].(string)
+	if again == u {
+		t.Fatalf("the resent command got its expired config-drive URL again: %s", again)
+	}
+	u = again
+	if got := status(); got != http.StatusOK {
+		t.Fatalf("GET of the resent command's new token: %d, want 200", got)
+	}
 }

@@ -66,7 +66,9 @@ func (p *driveProxy) token(cmd, u string) (string, error) {
 	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t, ok := p.byCmd[cmd]; ok && p.byTok[t].url == u {
+	// A resent command keeps its token while it is alive; an expired
+	// one is replaced below, never handed out again.
+	if t, ok := p.byCmd[cmd]; ok && p.byTok[t].url == u && !now.After(p.byTok[t].expires) {
 		return t, nil
 	}
 	for t, e := range p.byTok {

@@ -63,11 +63,11 @@ type config struct {
 	skipBoot   bool
 	keepLogs   bool
 	dhcp       bool
-	// fastTrack also times inspect → provide → deploy without and with
-	// fast track on the boot bench's node.
-	fastTrack  bool
-	profileDir string
-	traceDir   string
+	// fastTrackReps: how many times inspect → provide → deploy is timed
+	// without and with fast track on the boot bench's node (0: not).
+	fastTrackReps int
+	profileDir    string
+	traceDir      string
 	// onlyImage skips the erase and metadata measurements.
 	onlyImage bool
 	// compareWriter is another build of this bench whose writer child
@@ -95,7 +95,7 @@ func main() {
 	flag.BoolVar(&cfg.zstd, "zstd", true, "also measure write_image of the zstd-compressed image")
 	flag.BoolVar(&cfg.skipDisk, "skip-disk", false, "skip the loop-device measurements (erase, metadata, write_image, RSS)")
 	flag.BoolVar(&cfg.skipBoot, "skip-boot", false, "skip the QEMU boot measurement")
-	flag.BoolVar(&cfg.fastTrack, "fast-track", true, "after the boots, time inspect → provide → deploy on the same VM without and with fast track (driver_info/fast_track), counting its ramdisk boots; needs the boot measurement")
+	flag.IntVar(&cfg.fastTrackReps, "fast-track-reps", 3, "after the boots, time inspect → provide → deploy on the same VM without and with fast track (driver_info/fast_track) this many times each, in turns of order, counting the ramdisk boots; medians reported (0 skips it; needs the boot measurement)")
 	flag.BoolVar(&cfg.dhcp, "dhcp", false, "the guest takes its address by DHCP (QEMU's user network) instead of the static bm.ip=10.0.2.15/24")
 	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "write CPU profiles of the image writer children into this folder")
 	flag.StringVar(&cfg.traceDir, "trace", "", "write execution traces (runtime/trace) of the image writer children into this folder")

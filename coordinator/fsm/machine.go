@@ -80,7 +80,17 @@ func (c Config) Check() error {
 		}
 	}
 	for _, d := range decls {
-		steps := slices.Concat(d.CleanSteps, drivers.InbandCleanSteps())
+		// A step the driver and the ramdisk both declare (the RAID steps:
+		// the node's raid_interface picks one of them) is one step here;
+		// the override sets both alike.
+		var steps []drivers.Step
+		have := map[string]bool{}
+		for _, s := range slices.Concat(d.CleanSteps, drivers.InbandCleanSteps()) {
+			if !have[s.Name()] {
+				have[s.Name()] = true
+				steps = append(steps, s)
+			}
+		}
 		for i := range steps {
 			if p, ok := c.PriorityOverrides[steps[i].Name()]; ok {
 				steps[i].Priority = p

@@ -650,3 +650,22 @@ func TestDeployChecksumRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestOverrideOfAStepTwoSourcesDeclare: a priority override of a RAID
+// step that the Redfish driver (raid_interface redfish) and the standard
+// ramdisk (agent) both declare is one step, not two of one interface at
+// the same priority; a real clash is still refused.
+func TestOverrideOfAStepTwoSourcesDeclare(t *testing.T) {
+	reg, err := drivers.NewRegistry(drivers.Builtin()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := Config{Drivers: reg, PriorityOverrides: map[string]int{"raid.create_configuration": 5}}
+	if err := ok.Check(); err != nil {
+		t.Fatalf("override raid.create_configuration=5 with the builtin drivers: %v", err)
+	}
+	bad := Config{Drivers: reg, PriorityOverrides: map[string]int{"raid.create_configuration": 5, "raid.delete_configuration": 5}}
+	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "raid.delete_configuration") {
+		t.Fatalf("two RAID steps at priority 5: %v; want the clash refused", err)
+	}
+}

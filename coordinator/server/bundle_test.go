@@ -26,7 +26,9 @@ import (
 // control).
 func TestBundleRefusalsFromAnIndependentClient(t *testing.T) {
 	pub := requireTool(t, "mosquitto_pub")
-	c := testrig.Coordinator(t, testrig.Options{})
+	// The node must stay in inspect wait while the test builds a 200 MiB
+	// bomb (slow under the race detector): no WAIT timeout in its way.
+	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{WaitTimeout: 10 * time.Minute}})
 	cl := testrig.NewClient(t, c)
 	var creds agent.Credentials
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site3"}, &creds); code != 201 {

@@ -25,11 +25,8 @@ test: deps ramdisk
 	@unformatted=$$(gofmt -l agent coordinator drivers protocol ramdisk scripts); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -w these files: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	# The engine, the broker, the MQTT link, the ramdisk session and the wired coordinator with its agents under the race detector.
-	BM_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 25m ./coordinator/engine/ ./protocol/mqttbroker/ ./coordinator/server/ ./protocol/mqttlink/ ./protocol/session/
-	# Everything else; coordinator/server ran above (its tests are the slowest after the
-	# ramdisk's). The ramdisk's QEMU tests go first so that they overlap the rest.
-	BM_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 30m ./ramdisk/ $$($(GO) list ./... | grep -v -e '/coordinator/server$$' -e '/ramdisk$$')
+	# The race-detector run, every other package, and the ramdisk's QEMU tests beside them.
+	GO=$(GO) scripts/test.sh
 
 test-unit:
 	$(GO) test -count=1 -short ./...

@@ -1,19 +1,13 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/testrig"
-	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
 )
 
 // TestRedfishDeployStepBIOS: bios.apply_configuration given as a deploy
@@ -30,42 +24,8 @@ func TestRedfishDeployStepBIOS(t *testing.T) {
 		}
 		t.Skip("curl is missing (Debian package curl)")
 	}
-	dir := t.TempDir()
-	iso := filepath.Join(dir, "bmramdisk.iso")
-	if err := os.WriteFile(iso, bytes.Repeat([]byte("ramdisk ISO "), 8192), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m := &mediaRamdiskMachine{MemoryMachine: vbmc.NewMemoryMachine(vbmc.MemoryOptions{}), t: t}
-	b, err := vbmc.New(vbmc.Config{Username: "root", Password: "calvin", Systems: []vbmc.SystemConfig{{Machine: m}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := vbmc.Serve(b, vbmc.ServeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close(); m.close(); b.Close() })
-	sysID := b.SystemIDs()[0]
-
-	c := testrig.Coordinator(t, testrig.Options{})
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
-		t.Fatalf("site add: %d", code)
-	}
-	testrig.StartAgentConfig(t, creds, agent.Config{Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0", BrokerURL: c.BrokerURL}})
-
-	info := map[string]any{"redfish_address": srv.URL, "redfish_username": "root", "redfish_password": "calvin"}
-	var n testrig.Node
-	if code := cl.Do("POST", "/v1/nodes", map[string]any{"name": "rf1", "driver": "redfish", "conductor_group": "rack1", "driver_info": info}, &n); code != 201 {
-		t.Fatalf("create: %d", code)
-	}
-	id := n.UUID
-	patch := []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": "http://127.0.0.1:1/img.raw"},
-		{"op": "add", "path": "/instance_info/image_checksum", "value": strings.Repeat("ab", 32)}}
-	if code := cl.Do("PATCH", "/v1/nodes/"+id, patch, nil); code != 200 {
-		t.Fatalf("patch instance_info: %d", code)
-	}
+	r := newRedfishRig(t)
+	srv, sysID, cl, id := r.srv, r.sysID, r.cl, r.id
 	bmcBIOS := func() map[string]any {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

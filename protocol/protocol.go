@@ -128,6 +128,11 @@ const (
 	// "disk") the edge agent sets before it changes the power: booting
 	// the ramdisk takes one command, not two.
 	ArgBootDevice = "boot_device"
+	// ArgReadHardware, true on an inspection's power command, asks the
+	// edge agent to read the BMC's firmware versions and BIOS settings
+	// once the power changed and return them in the result's data
+	// (DataFirmware, DataBIOS), as manage does.
+	ArgReadHardware = "read_firmware_bios"
 )
 
 // Power states, with Ironic's spelling.

@@ -322,7 +322,14 @@ func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error 
 			}
 		}
 		st, _ := m.Args["state"].(string)
-		return boot.SetPower(ctx, m.Node, b, st)
+		if err := boot.SetPower(ctx, m.Node, b, st); err != nil {
+			return err
+		}
+		if read, _ := m.Args[protocol.ArgReadHardware].(bool); read {
+			s.readFirmware(ctx, m.Node, b)
+			s.readBIOS(ctx, m.Node, b)
+		}
+		return nil
 	case protocol.ActionBootDev:
 		d, _ := m.Args["device"].(string)
 		return boot.SetBootDevice(ctx, m.Node, b, d)

@@ -187,7 +187,12 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 	case Inspect:
 		t := now
 		n.InspectionStartedAt, n.InspectionFinishedAt = &t, nil
-		plan := append(bootRamdisk(),
+		boot := bootRamdisk()
+		// The BMC's firmware versions and BIOS settings are read again
+		// (Ironic caches them at inspection too); a fast-tracked
+		// inspection, which boots nothing, keeps the last reading.
+		boot[0].Args[protocol.ArgReadHardware] = true
+		plan := append(boot,
 			Action{Kind: ActStep, Step: &StepRun{Interface: "deploy", Step: "inspect_hardware", InBand: true, Abortable: true}},
 			endRamdisk())
 		m.start(n, req.Verb, Manageable, "inspect", plan, now, &out)

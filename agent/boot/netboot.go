@@ -92,7 +92,7 @@ func (p *Boot) startNetboot(ctx context.Context) (stop func(), err error) {
 	}
 	st := newNetbootState()
 	cfg := netboot.Config{Interface: o.Interface, Mode: o.Mode, LeaseTime: o.LeaseTime, HTTPPort: o.HTTPPort, TFTPPort: o.TFTPPort,
-		DHCPPort: o.DHCPPort, IPXEDir: o.IPXEDir, Kernel: o.Kernel, Initrd: o.Initrd, TTL: o.TTL, Log: p.log,
+		DHCPPort: o.DHCPPort, IPXEDir: o.IPXEDir, Kernel: o.Kernel, Initrd: o.Initrd, TTL: o.TTL, Log: p.log, Clock: p.cfg.Clock,
 		HTTPConns: o.HTTPConns.Or(DefaultNetbootHTTPConns)}
 	ip := func(flag, v string) (net.IP, error) {
 		if v == "" {

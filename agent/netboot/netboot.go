@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
@@ -88,6 +89,9 @@ type Config struct {
 	// cap of their kind.
 	HTTPConns netbudget.Limits
 	Log       *slog.Logger
+	// Clock runs the boots' TTL and the DHCP leases' expiry (nil:
+	// clock.Real).
+	Clock clock.Clock
 	// macOf maps a client's IPv4 address to its MAC (default: the
 	// kernel's neighbour table on Interface); tests replace it.
 	macOf func(ip net.IP) (net.HardwareAddr, bool)
@@ -136,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Interface == "" {
 		return nil, errors.New("network boot needs the site network's interface (--netboot-interface)")
 	}
@@ -219,6 +224,7 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		l.now = cfg.Clock.Now
 		s.leases = l
 	}
 	if s.cfg.macOf == nil {
@@ -278,7 +284,7 @@ func (s *Server) Arm(b Boot) error {
 	if _, err := rand.Read(tb); err != nil {
 		return err
 	}
-	a := &armed{Boot: b, token: hex.EncodeToString(tb), created: time.Now()}
+	a := &armed{Boot: b, token: hex.EncodeToString(tb), created: s.now()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.disarmLocked(b.Node)
@@ -332,8 +338,12 @@ func (s *Server) disarmLocked(node string) bool {
 	return true
 }
 
+// now is the time on the server's clock (New sets Config.Clock; a
+// Server built without New reads the system clock).
+func (s *Server) now() time.Time { return clock.Or(s.cfg.Clock).Now() }
+
 func (s *Server) expiredLocked(a *armed) bool {
-	if time.Since(a.created) <= s.cfg.TTL {
+	if s.now().Sub(a.created) <= s.cfg.TTL {
 		return false
 	}
 	s.disarmLocked(a.Node)

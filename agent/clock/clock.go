@@ -1,6 +1,6 @@
 // Package clock is the edge agent's time source: the current time and
 // the timers that fire by it. Each part of the agent (outbox, bmc, relay,
-// boot, sitecache, imagecache, sim) takes one in its Config (nil: Real),
+// boot, netboot, sitecache, imagecache, sim) takes one in its Config (nil: Real),
 // so that its tests drive its timers with a Fake instead of waiting.
 package clock
 

@@ -312,8 +312,7 @@ func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error 
 			return err
 		}
 		// As Ironic's verify: the firmware and BIOS caches (firmware.go).
-		s.readFirmware(ctx, m.Node, b)
-		s.readBIOS(ctx, m.Node, b)
+		s.readHardware(ctx, m.Node, b)
 		return nil
 	case protocol.ActionPower:
 		if d, _ := m.Args[protocol.ArgBootDevice].(string); d != "" {
@@ -326,8 +325,7 @@ func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error 
 			return err
 		}
 		if read, _ := m.Args[protocol.ArgReadHardware].(bool); read {
-			s.readFirmware(ctx, m.Node, b)
-			s.readBIOS(ctx, m.Node, b)
+			s.readHardware(ctx, m.Node, b)
 		}
 		return nil
 	case protocol.ActionBootDev:

@@ -122,6 +122,13 @@ func boundBIOS(settings []drivers.BIOSSetting) []drivers.BIOSSetting {
 	return nil
 }
 
+// readHardware leaves both readings in the result data: at manage
+// (validate) and at inspection (its boot command asks for it).
+func (set *Set) readHardware(ctx context.Context, node string, b drivers.BMC) {
+	set.readFirmware(ctx, node, b)
+	set.readBIOS(ctx, node, b)
+}
+
 // readFirmware leaves the BMC's firmware versions in the result data,
 // when its driver reads them; a failure is logged, not fatal (Ironic
 // caches what it can).

@@ -742,7 +742,7 @@ func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *eng
 		if !known || impl == cur {
 			continue
 		}
-		return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("%s interface implementation %s is not supported by hardware type %s; this coordinator has %q for it (leave %s out, or name %q)", iface, shortQuote(impl), d.Name, cur, k, cur)}
+		return &engine.Error{Kind: engine.Invalid, Msg: unsupportedInterface(iface, impl, d.Name, cur) + fmt.Sprintf(" (leave %s out, or name %q)", k, cur)}
 	}
 	return nil
 }

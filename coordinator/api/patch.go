@@ -112,9 +112,16 @@ func checkInterfacePatch(n *fsm.Node, ops []patchOp, have nodeIfaces) error {
 				return &engine.Error{Kind: engine.Conflict, Msg: fmt.Sprintf("Node %s can not have %s updated unless it is in one of allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode. Current state is '%s'.", n.Ident(), f, n.ProvisionState)}
 			}
 		}
-		return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: %s interface implementation %s is not supported by hardware type %s; this coordinator has %q for it", i+1, iface, shortQuote(impl), n.Driver, cur)}
+		return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: %s", i+1, unsupportedInterface(iface, impl, n.Driver, cur))}
 	}
 	return nil
+}
+
+// unsupportedInterface refuses an interface implementation the driver
+// does not have (every interface but raid has one per driver here), for
+// a PATCH and a create alike.
+func unsupportedInterface(iface, impl, driver, cur string) string {
+	return fmt.Sprintf("%s interface implementation %s is not supported by hardware type %s; this coordinator has %q for it", iface, shortQuote(impl), driver, cur)
 }
 
 // applyPatch applies ops to n, in place: n must be the caller's own copy

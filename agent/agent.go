@@ -193,6 +193,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.link = link
 	close(a.ready)
 	go a.up.Run(ctx)
+	// Simulated nodes go on as real ones do across a restart.
+	if err := a.sim.Restore(store); err != nil {
+		link.Close()
+		return err
+	}
 	go a.ob.ResendLoop(ctx)
 	go a.relay.SummaryLoop(ctx)
 	go a.bmcs.PowerSyncLoop(ctx)

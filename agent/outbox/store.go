@@ -48,6 +48,9 @@ const (
 	// credPrefix + node UUID: the SHA-256 of the node's current boot
 	// credential, for the site broker (agent/relay).
 	credPrefix = "c/"
+	// simPrefix + node UUID: a simulated node's state (agent/sim), which
+	// a real node keeps in its own hardware across an agent restart.
+	simPrefix = "s/"
 	// outboxGCInterval is how often value-log GC runs, besides after
 	// each flush (see collectGarbage).
 	outboxGCInterval = 5 * time.Minute
@@ -103,12 +106,13 @@ func recordKey(seq uint64) []byte {
 }
 
 // storeOp is one write: a record (rec != nil) or a deletion, or, when
-// cred is set, a node's boot credential hash.
+// key is set, a value under key (nil val: its deletion): a node's boot
+// credential hash or a simulated node's state.
 type storeOp struct {
-	seq  uint64
-	rec  *Record
-	cred string
-	hash []byte
+	seq uint64
+	rec *Record
+	key string
+	val []byte
 }
 
 // Store writes records with group commit: writes queue up while a
@@ -238,7 +242,7 @@ func (s *Store) PutCred(node string, hash []byte) {
 		return
 	}
 	ch := make(chan error, 1)
-	if !s.enqueue(storeOp{cred: node, hash: hash}, ch) {
+	if !s.enqueue(storeOp{key: credPrefix + node, val: hash}, ch) {
 		return
 	}
 	if err := <-ch; err != nil {
@@ -248,19 +252,45 @@ func (s *Store) PutCred(node string, hash []byte) {
 
 // LoadCreds returns the boot credential hashes kept (node → hash).
 func (s *Store) LoadCreds() (map[string][]byte, error) {
+	out, err := s.loadPrefix(credPrefix)
+	for node, v := range out {
+		if len(v) != 32 {
+			delete(out, node)
+		}
+	}
+	return out, err
+}
+
+// PutSim writes a simulated node's state (nil: removes it) and waits
+// until it is on disk (agent/sim's Store).
+func (s *Store) PutSim(node string, state []byte) {
+	if s == nil {
+		return
+	}
+	ch := make(chan error, 1)
+	if !s.enqueue(storeOp{key: simPrefix + node, val: state}, ch) {
+		return
+	}
+	if err := <-ch; err != nil {
+		s.warn.Warn("sim state", "a simulated node's state could not be written to the state folder: after a restart its simulated ramdisk would not go on", "node", node, "err", err)
+	}
+}
+
+// LoadSims returns the simulated nodes' states kept (node → state).
+func (s *Store) LoadSims() (map[string][]byte, error) { return s.loadPrefix(simPrefix) }
+
+// loadPrefix returns every value under prefix, by the rest of its key.
+func (s *Store) loadPrefix(prefix string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(credPrefix), PrefetchValues: true, PrefetchSize: 100})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true, PrefetchSize: 100})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			node := string(it.Item().Key()[len(credPrefix):])
 			v, err := it.Item().ValueCopy(nil)
 			if err != nil {
 				return err
 			}
-			if len(v) == 32 {
-				out[node] = v
-			}
+			out[string(it.Item().Key()[len(prefix):])] = v
 		}
 		return nil
 	})
@@ -405,12 +435,12 @@ func (s *Store) commit(ops []storeOp) error {
 }
 
 func (s *Store) apply(txn *badger.Txn, op storeOp) error {
-	if op.cred != "" {
-		s.garbage += int64(len(credPrefix) + len(op.cred) + 32) // replaces or deletes the node's previous hash, mostly
-		if op.hash == nil {
-			return txn.Delete([]byte(credPrefix + op.cred))
+	if op.key != "" {
+		s.garbage += int64(len(op.key) + max(len(op.val), 32)) // replaces or deletes the node's previous value, mostly
+		if op.val == nil {
+			return txn.Delete([]byte(op.key))
 		}
-		return txn.Set([]byte(credPrefix+op.cred), op.hash)
+		return txn.Set([]byte(op.key), op.val)
 	}
 	if op.rec == nil {
 		s.garbage += outboxDeleteWeight

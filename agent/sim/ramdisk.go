@@ -71,7 +71,13 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 		}
 	}
 	const ticks = 10
-	for i := 1; i <= ticks; i++ {
+	// A step a restarted agent's simulated ramdisk goes on with has run
+	// for part of its time already (real time: the agent was down).
+	done := 0
+	if started, ok := session.StartedAt(ctx); ok && r.opts.StepDuration > 0 {
+		done = min(int(time.Since(started)*ticks/r.opts.StepDuration), ticks)
+	}
+	for i := done + 1; i <= ticks; i++ {
 		if r.opts.StepDuration > 0 && !r.sleep(ctx, r.opts.StepDuration/ticks) {
 			return nil, ctx.Err()
 		}

@@ -7,6 +7,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -60,6 +61,44 @@ type Config struct {
 	Clock clock.Clock
 }
 
+// Store keeps the simulated nodes' state (the edge agent's encrypted
+// state folder, agent/outbox): what a real node keeps in its own
+// hardware while the agent that drives it restarts — the BMC's power and
+// boot device, and the running ramdisk's session (its boot, token,
+// running step and unacknowledged results).
+type Store interface {
+	// PutSim writes a node's state (nil removes it) and returns once it
+	// is on disk.
+	PutSim(node string, state []byte)
+	LoadSims() (map[string][]byte, error)
+}
+
+// nodeState is what Store keeps of a simulated node.
+type nodeState struct {
+	Power      string `json:"power"`
+	BootDevice string `json:"boot_device"`
+	// Boot is the simulation options of the ramdisk boot (the site's,
+	// with the node's driver_info overrides at power-on).
+	Boot *bootOptions `json:"boot,omitempty"`
+	// Session is the running ramdisk's, nil when none runs.
+	Session *session.State `json:"session,omitempty"`
+}
+
+type bootOptions struct {
+	StepDuration time.Duration `json:"step_duration"`
+	Heartbeat    time.Duration `json:"heartbeat"`
+	FailStep     string        `json:"fail_step,omitempty"`
+	DieStep      string        `json:"die_step,omitempty"`
+	RebootStep   string        `json:"reboot_step,omitempty"`
+}
+
+// simNode is a simulated node's state and the lock that keeps its
+// writes to Store in order.
+type simNode struct {
+	wmu   sync.Mutex
+	state nodeState
+}
+
 // Sim runs the simulated ramdisks of a site.
 type Sim struct {
 	cfg Config
@@ -71,6 +110,10 @@ type Sim struct {
 	// rescue logins (rescue.go), each of one boot.
 	boots   map[string]uint64
 	rescues map[string]*rescueLogin
+	// nodes are the simulated nodes' state, kept in store once Restore
+	// set it.
+	nodes map[string]*simNode
+	store Store
 }
 
 // New returns the simulator.
@@ -91,7 +134,8 @@ func New(cfg Config) *Sim {
 		cfg.CacheBase = func() string { return "" }
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
-	return &Sim{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}, boots: map[string]uint64{}, rescues: map[string]*rescueLogin{}}
+	return &Sim{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}, boots: map[string]uint64{}, rescues: map[string]*rescueLogin{},
+		nodes: map[string]*simNode{}}
 }
 
 // NewBMC builds a simulated BMC for node while the site has room (have:
@@ -102,6 +146,11 @@ func (s *Sim) NewBMC(node string, info map[string]any, have int) (drivers.BMC, e
 	}
 	fv, _ := info["fake_fail_validate"].(string)
 	opts := fake.Options{Delay: s.cfg.Opts.BMCDelay, FailValidate: fv}
+	s.mu.Lock()
+	if n := s.nodes[node]; n != nil {
+		opts.Power, opts.BootDevice = n.state.Power, n.state.BootDevice
+	}
+	s.mu.Unlock()
 	opts.OnPower = func(state, boot string) {
 		if w := s.cfg.Opts.PowerWatch; w != nil {
 			w(node, state, boot)
@@ -142,36 +191,153 @@ func (s *Sim) options(node string) Options {
 // after BootDelay.
 func (s *Sim) OnPower(node, state, boot string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if r := s.sessions[node]; r != nil {
 		r.Stop()
 		delete(s.sessions, node)
 	}
 	s.boots[node]++
 	s.stopRescueLocked(node)
-	if state == protocol.PowerOff || boot != protocol.BootPXE {
-		return
+	n := s.nodeLocked(node)
+	n.state = nodeState{Power: state, BootDevice: boot}
+	if state == protocol.PowerOn && boot == protocol.BootPXE {
+		if opts := s.options(node); !opts.NoBoot {
+			n.state.Boot = &bootOptions{StepDuration: opts.StepDuration, Heartbeat: opts.Heartbeat,
+				FailStep: opts.FailStep, DieStep: opts.DieStep, RebootStep: opts.RebootStep}
+			s.bootLocked(node, opts, nil, opts.BootDelay)
+		}
 	}
-	opts := s.options(node)
-	if opts.NoBoot {
-		return
+	s.mu.Unlock()
+	s.save(node)
+}
+
+// nodeLocked is node's state, made if needed; s.mu is held.
+func (s *Sim) nodeLocked(node string) *simNode {
+	n := s.nodes[node]
+	if n == nil {
+		n = &simNode{}
+		s.nodes[node] = n
 	}
+	return n
+}
+
+// bootLocked starts node's ramdisk after delay, a new boot or (resume
+// set) the one a previous agent ran; s.mu is held.
+func (s *Sim) bootLocked(node string, opts Options, resume *session.State, delay time.Duration) {
 	ctx := s.cfg.Context()
+	boot := s.boots[node]
 	r := session.New(session.Config{Site: s.cfg.Site, Node: node, Heartbeat: opts.Heartbeat, ResendInterval: s.cfg.ResendInterval,
-		Runner: s.runner(node, opts, s.boots[node]), Transport: s.cfg.Transport, Log: s.log})
+		Runner: s.runner(node, opts, boot), Transport: s.cfg.Transport, Log: s.log, Resume: resume,
+		Save: func(st session.State) { s.saveSession(node, boot, &st) }})
 	s.sessions[node] = r
+	if resume == nil {
+		resume = &session.State{BootID: r.BootID()}
+	}
+	s.nodeLocked(node).state.Session = resume
 	go func() {
-		delay := s.cfg.Clock.NewTimer(opts.BootDelay)
-		defer delay.Stop()
+		t := s.cfg.Clock.NewTimer(delay)
+		defer t.Stop()
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.Stopped():
 			return
-		case <-delay.C():
+		case <-t.C():
 		}
 		r.Run(ctx)
+		select {
+		case <-ctx.Done():
+		case <-r.Stopped():
+		default:
+			// Neither powered off nor the agent stopping: the ramdisk
+			// died (failure injection); it does not come back.
+			s.saveSession(node, boot, nil)
+		}
 	}()
+}
+
+// saveSession keeps the session state of node's boot-th boot (nil: its
+// ramdisk is gone), unless the node booted again meanwhile.
+func (s *Sim) saveSession(node string, boot uint64, st *session.State) {
+	s.mu.Lock()
+	n := s.nodes[node]
+	if n == nil || s.boots[node] != boot {
+		s.mu.Unlock()
+		return
+	}
+	n.state.Session = st
+	s.mu.Unlock()
+	s.save(node)
+}
+
+// save writes node's state to the store (once Restore set one), its
+// writes in order.
+func (s *Sim) save(node string) {
+	s.mu.Lock()
+	n, st := s.nodes[node], s.store
+	s.mu.Unlock()
+	if n == nil || st == nil {
+		return
+	}
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	s.mu.Lock()
+	gone := s.nodes[node] != n
+	b, err := json.Marshal(n.state)
+	s.mu.Unlock()
+	if gone {
+		return
+	}
+	if err != nil {
+		s.log.Error("simulated node state cannot be encoded", "node", node, "err", err)
+		return
+	}
+	st.PutSim(node, b)
+}
+
+// Restore loads the simulated nodes' state from st and keeps it there
+// from now on: each node's BMC comes back with its power and boot
+// device, and each ramdisk that ran goes on — its session with the same
+// boot and token, its running step started again for what remains of
+// it, its unacknowledged results sent again — as a real node's ramdisk
+// goes on while the edge agent restarts. Call it once, when the agent
+// runs.
+func (s *Sim) Restore(st Store) error {
+	saved, err := st.LoadSims()
+	if err != nil {
+		return fmt.Errorf("read the simulated nodes' state in the state folder: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.store = st
+	resumed := 0
+	for node, b := range saved {
+		var ns nodeState
+		if err := json.Unmarshal(b, &ns); err != nil {
+			s.log.Warn("simulated node state unreadable; the node starts powered off", "node", node, "err", err)
+			continue
+		}
+		n := s.nodeLocked(node)
+		n.state = ns
+		if ns.Power != protocol.PowerOn || ns.BootDevice != protocol.BootPXE || ns.Boot == nil {
+			continue
+		}
+		opts := s.cfg.Opts
+		opts.StepDuration, opts.Heartbeat = ns.Boot.StepDuration, ns.Boot.Heartbeat
+		opts.FailStep, opts.DieStep, opts.RebootStep = ns.Boot.FailStep, ns.Boot.DieStep, ns.Boot.RebootStep
+		if ns.Session == nil {
+			continue // its ramdisk died
+		}
+		delay := time.Duration(0)
+		if ns.Session.Token == "" {
+			delay = opts.BootDelay // it was booting: it boots
+		}
+		s.bootLocked(node, opts, ns.Session, delay)
+		resumed++
+	}
+	if len(saved) > 0 {
+		s.log.Info("simulated nodes loaded from the state folder", "nodes", len(saved), "ramdisks_resumed", resumed)
+	}
+	return nil
 }
 
 // Runner is the hardware of a simulated node's ramdisk with opts: a
@@ -211,14 +377,21 @@ func (s *Sim) Forget(node string) {
 	delete(s.sessions, node)
 	s.boots[node]++
 	s.stopRescueLocked(node)
+	n, st := s.nodes[node], s.store
+	delete(s.nodes, node)
 	s.mu.Unlock()
 	if r != nil {
 		r.Stop()
 	}
+	if n != nil && st != nil {
+		n.wmu.Lock()
+		st.PutSim(node, nil)
+		n.wmu.Unlock()
+	}
 }
 
 // StopAll stops every simulated ramdisk and rescue login (the agent
-// stops).
+// stops). Their state stays in the store: Restore goes on with them.
 func (s *Sim) StopAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -22,6 +22,10 @@ type Options struct {
 	FailValidate string
 	// OnPower is told of every power change with the boot device in force.
 	OnPower func(state, bootDevice string)
+	// Power and BootDevice are the state it starts in ("": powered off,
+	// booting from disk), as a real BMC keeps its state while the agent
+	// that drives it restarts.
+	Power, BootDevice string
 }
 
 // BMC is one fake BMC.
@@ -37,7 +41,14 @@ type BMC struct {
 func (b *BMC) BootsRamdiskItself() {}
 
 func New(opts Options) *BMC {
-	return &BMC{opts: opts, power: protocol.PowerOff, boot: protocol.BootDisk}
+	b := &BMC{opts: opts, power: protocol.PowerOff, boot: protocol.BootDisk}
+	if opts.Power != "" {
+		b.power = opts.Power
+	}
+	if opts.BootDevice != "" {
+		b.boot = opts.BootDevice
+	}
+	return b
 }
 
 func (b *BMC) wait(ctx context.Context) error {

@@ -48,6 +48,40 @@ type Config struct {
 	Runner         Runner
 	Transport      Transport
 	Log            *slog.Logger
+	// Save, when set, is given the session's State after every change
+	// of it (welcome, step start, result, ack), one call at a time and
+	// in order, before the change shows outside: a result is saved
+	// before it is published. A host that keeps the last State can go on
+	// with Resume after it restarts (the edge agent's simulated nodes,
+	// whose "hardware" dies with the agent; a real ramdisk needs neither).
+	Save func(State)
+	// Resume, when set, goes on with a session a previous process ran:
+	// its boot id, token, done-records and unacked results, and its
+	// running step, started again with StartedAt telling when it began.
+	Resume *State
+}
+
+// State is what a session has to keep to go on after its host restarts.
+type State struct {
+	BootID string `json:"boot_id"`
+	Token  string `json:"token,omitempty"`
+	// Running is the command of the step that runs, and Started when it
+	// began.
+	Running *protocol.Message `json:"running,omitempty"`
+	Started time.Time         `json:"started,omitzero"`
+	// Results are the done-records (command id → its result), Outbox
+	// the results not acknowledged yet (result id → payload).
+	Results map[string][]byte `json:"results,omitempty"`
+	Outbox  map[string][]byte `json:"outbox,omitempty"`
+}
+
+type startedKey struct{}
+
+// StartedAt tells a Runner, for a step a resumed session started again,
+// when the step first began (ok false for a step started afresh).
+func StartedAt(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(startedKey{}).(time.Time)
+	return t, ok
 }
 
 // Session is one boot of a ramdisk agent.
@@ -71,6 +105,12 @@ type Session struct {
 	steps      map[string]context.CancelFunc
 	results    map[string][]byte // command id → its result, for duplicates
 	outbox     map[string]outItem
+	// runningCmd and started are the running step's command and start
+	// (for State).
+	runningCmd *protocol.Message
+	started    time.Time
+	// saveMu keeps Save's calls one at a time and in order.
+	saveMu sync.Mutex
 }
 
 type outItem struct {
@@ -98,8 +138,56 @@ func New(cfg Config) *Session {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Session{cfg: cfg, bootID: newID(), inbox: make(chan *protocol.Message, 256), stop: make(chan struct{}), welcomed: make(chan struct{}),
+	s := &Session{cfg: cfg, bootID: newID(), inbox: make(chan *protocol.Message, 256), stop: make(chan struct{}), welcomed: make(chan struct{}),
 		steps: map[string]context.CancelFunc{}, results: map[string][]byte{}, outbox: map[string]outItem{}}
+	if st := cfg.Resume; st != nil {
+		s.bootID, s.tokenValue = st.BootID, st.Token
+		for id, b := range st.Results {
+			s.results[id] = b
+		}
+		for id, b := range st.Outbox {
+			s.outbox[id] = outItem{payload: b} // resent at once
+		}
+		if s.tokenValue != "" {
+			s.welcomeOnce.Do(func() { close(s.welcomed) })
+		}
+	}
+	return s
+}
+
+// state is the session's State; s.mu held.
+func (s *Session) stateLocked() State {
+	st := State{BootID: s.bootID, Token: s.tokenValue, Running: s.runningCmd, Started: s.started}
+	if len(s.results) > 0 {
+		st.Results = make(map[string][]byte, len(s.results))
+		for id, b := range s.results {
+			st.Results[id] = b
+		}
+	}
+	if len(s.outbox) > 0 {
+		st.Outbox = make(map[string][]byte, len(s.outbox))
+		for id, it := range s.outbox {
+			st.Outbox[id] = it.payload
+		}
+	}
+	return st
+}
+
+// change applies fn under the lock and hands the new State to Save.
+func (s *Session) change(fn func()) {
+	if s.cfg.Save == nil {
+		s.mu.Lock()
+		fn()
+		s.mu.Unlock()
+		return
+	}
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	s.mu.Lock()
+	fn()
+	st := s.stateLocked()
+	s.mu.Unlock()
+	s.cfg.Save(st)
 }
 
 // BootID is this boot's id.
@@ -154,9 +242,18 @@ func (s *Session) Run(ctx context.Context) {
 	}()
 	go s.serve()
 	go s.resendLoop()
+	if st := s.cfg.Resume; st != nil && st.Running != nil && st.Running.Step != nil {
+		s.begin(st.Running, st.Started)
+	}
 	clean, deploy := s.cfg.Runner.Steps()
 	hello := &protocol.Message{Kind: protocol.KindHello, Site: s.cfg.Site, Node: s.cfg.Node, BootID: s.bootID,
 		CleanSteps: clean, DeploySteps: deploy}
+	select {
+	case <-s.welcomed:
+		// Resumed with its token: it was welcomed before; no hello.
+		goto welcomed
+	default:
+	}
 hello:
 	for {
 		hello.ID, hello.Sent = newID(), time.Now()
@@ -174,6 +271,7 @@ hello:
 		case <-t.C:
 		}
 	}
+welcomed:
 	// The first heartbeat goes out as soon as the welcome is in, as Ironic's
 	// agent heartbeats right after its lookup; jitter then spreads the
 	// following ones of many nodes.
@@ -226,18 +324,16 @@ func (s *Session) handle(m *protocol.Message) {
 		if m.BootID != "" && m.BootID != s.bootID {
 			return
 		}
-		s.mu.Lock()
-		s.tokenValue = m.Token
-		s.mu.Unlock()
+		s.change(func() { s.tokenValue = m.Token })
 		if m.Token != "" {
 			s.welcomeOnce.Do(func() { close(s.welcomed) })
 		}
 	case protocol.KindAck:
-		s.mu.Lock()
-		for _, id := range m.AckIDs {
-			delete(s.outbox, id)
-		}
-		s.mu.Unlock()
+		s.change(func() {
+			for _, id := range m.AckIDs {
+				delete(s.outbox, id)
+			}
+		})
 	case protocol.KindCommand:
 		tok := s.token()
 		if tok == "" || m.Token != tok {
@@ -266,14 +362,38 @@ func (s *Session) start(m *protocol.Message) {
 		s.publish(res)
 		return
 	}
-	if s.steps[m.ID] != nil || s.running != "" {
-		s.mu.Unlock()
+	busy := s.steps[m.ID] != nil || s.running != ""
+	s.mu.Unlock()
+	if !busy {
+		s.begin(m, time.Time{})
+	}
+}
+
+// begin runs the step of command m; resumed is when a previous process
+// began it (zero: it begins now).
+func (s *Session) begin(m *protocol.Message, resumed time.Time) {
+	var ctx context.Context
+	var cancel context.CancelFunc
+	busy := false
+	s.change(func() {
+		if s.steps[m.ID] != nil || s.running != "" {
+			busy = true
+			return
+		}
+		ctx, cancel = context.WithCancel(s.ctx)
+		if !resumed.IsZero() {
+			ctx = context.WithValue(ctx, startedKey{}, resumed)
+		}
+		s.steps[m.ID] = cancel
+		s.running, s.progress, s.detail = m.ID, 0, ""
+		s.runningCmd, s.started = m, resumed
+		if resumed.IsZero() {
+			s.started = time.Now()
+		}
+	})
+	if busy {
 		return
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	s.steps[m.ID] = cancel
-	s.running, s.progress, s.detail = m.ID, 0, ""
-	s.mu.Unlock()
 	// Tell the coordinator at once that the step runs (no more resends).
 	s.heartbeat()
 	go func() {
@@ -288,14 +408,22 @@ func (s *Session) start(m *protocol.Message) {
 			s.cancel()
 			return
 		}
+		if ctx.Err() != nil {
+			// Aborted or powered off: the coordinator has moved on. (A
+			// session whose host stops keeps the step as running in its
+			// saved State: s.ctx ended.)
+			s.mu.Lock()
+			delete(s.steps, m.ID)
+			s.running, s.progress, s.detail = "", 0, ""
+			s.mu.Unlock()
+			if s.ctx.Err() == nil {
+				s.change(func() { s.runningCmd, s.started = nil, time.Time{} })
+			}
+			return
+		}
 		s.mu.Lock()
-		delete(s.steps, m.ID)
-		s.running, s.progress, s.detail = "", 0, ""
 		tok := s.tokenValue
 		s.mu.Unlock()
-		if ctx.Err() != nil {
-			return // aborted or powered off: the coordinator has moved on
-		}
 		res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: s.cfg.Site, Node: s.cfg.Node, Sent: time.Now(),
 			Token: tok, CommandID: m.ID, OK: err == nil, Data: data}
 		if err != nil {
@@ -304,12 +432,21 @@ func (s *Session) start(m *protocol.Message) {
 		b, encErr := protocol.Encode(res)
 		if encErr != nil {
 			s.cfg.Log.Error("result cannot be encoded", "node", s.cfg.Node, "err", encErr)
+			s.change(func() {
+				delete(s.steps, m.ID)
+				s.running, s.progress, s.detail = "", 0, ""
+				s.runningCmd, s.started = nil, time.Time{}
+			})
 			return
 		}
-		s.mu.Lock()
-		s.results[m.ID] = b
-		s.outbox[res.ID] = outItem{payload: b, sent: time.Now()}
-		s.mu.Unlock()
+		// Kept (and saved) before it is published.
+		s.change(func() {
+			delete(s.steps, m.ID)
+			s.running, s.progress, s.detail = "", 0, ""
+			s.runningCmd, s.started = nil, time.Time{}
+			s.results[m.ID] = b
+			s.outbox[res.ID] = outItem{payload: b, sent: time.Now()}
+		})
 		s.publish(b)
 	}()
 }

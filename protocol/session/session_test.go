@@ -197,3 +197,94 @@ func TestAbortCancelsTheRunningStep(t *testing.T) {
 		t.Fatalf("an aborted step sent %d result(s); the coordinator has moved on", n)
 	}
 }
+
+// startedRunner records whether its step was resumed (StartedAt).
+type startedRunner struct {
+	stepRunner
+	resumed chan time.Time
+}
+
+func (r *startedRunner) Run(ctx context.Context, st protocol.Step, progress func(float64, string)) (map[string]any, error) {
+	if t, ok := StartedAt(ctx); ok {
+		r.resumed <- t
+	}
+	return r.stepRunner.Run(ctx, st, progress)
+}
+
+// TestResumeGoesOnWithTheSavedState: Save sees every change in order (the
+// result before it is published); a session resumed from the last State
+// (its host was stopped mid-step) says no hello, heartbeats with the
+// token, starts the running step again telling the runner when it first
+// began, and its result answers the same command; resumed from a State
+// with an unacknowledged result, it sends that result again and runs
+// nothing.
+func TestResumeGoesOnWithTheSavedState(t *testing.T) {
+	var mu sync.Mutex
+	var states []State
+	save := func(st State) { mu.Lock(); states = append(states, st); mu.Unlock() }
+	last := func() State { mu.Lock(); defer mu.Unlock(); return states[len(states)-1] }
+
+	r1 := &startedRunner{stepRunner: stepRunner{ran: make(chan string, 1), block: make(chan struct{})}, resumed: make(chan time.Time, 1)}
+	w1 := &wire{seen: make(chan struct{}, 1)}
+	s1 := New(Config{Site: "s1", Node: "n1", Runner: r1, Transport: w1, Log: slog.New(slog.DiscardHandler), Save: save,
+		Heartbeat: time.Hour, HelloInterval: 20 * time.Millisecond, ResendInterval: time.Hour})
+	ctx1, kill1 := context.WithCancel(context.Background())
+	done1 := make(chan struct{})
+	go func() { s1.Run(ctx1); close(done1) }()
+	w1.await(t, 5*time.Second, "hello", kind(protocol.KindHello))
+	s1.Deliver(&protocol.Message{Kind: protocol.KindWelcome, Node: "n1", BootID: s1.BootID(), Token: "tok"})
+	step := &protocol.Step{Interface: "deploy", Step: "erase_devices"}
+	s1.Deliver(&protocol.Message{Kind: protocol.KindCommand, ID: "c1", Action: protocol.ActionInbandRun, Token: "tok", Step: step})
+	<-r1.ran
+	kill1()
+	<-done1
+	st := last()
+	if st.BootID != s1.BootID() || st.Token != "tok" || st.Running == nil || st.Running.ID != "c1" || st.Started.IsZero() {
+		t.Fatalf("saved state mid-step: %+v, want the boot, token and running command c1 with its start", st)
+	}
+
+	r2 := &startedRunner{stepRunner: stepRunner{ran: make(chan string, 1)}, resumed: make(chan time.Time, 1)}
+	var s2 *Session
+	s2, w2 := start(t, r2, Config{Save: save, Resume: &st, Heartbeat: time.Hour, HelloInterval: 20 * time.Millisecond, ResendInterval: time.Hour})
+	if s2.BootID() != s1.BootID() {
+		t.Fatal("the resumed session has another boot id")
+	}
+	select {
+	case began := <-r2.resumed:
+		if !began.Equal(st.Started) {
+			t.Fatalf("StartedAt %v, want the saved start %v", began, st.Started)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the resumed session did not start the running step again with StartedAt")
+	}
+	res := w2.await(t, 5*time.Second, "result", func(m *protocol.Message) bool { return m.Kind == protocol.KindResult && m.CommandID == "c1" })
+	if !res.OK || res.Token != "tok" {
+		t.Fatalf("result %+v", res)
+	}
+	w2.await(t, 5*time.Second, "heartbeat", func(m *protocol.Message) bool { return m.Kind == protocol.KindHeartbeat && m.Token == "tok" })
+	if n := w2.count(kind(protocol.KindHello)); n != 0 {
+		t.Fatalf("the resumed session said hello %d times", n)
+	}
+	// The result was saved before it went out.
+	var saved State
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if saved = last(); saved.Outbox[res.ID] != nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if saved.Outbox[res.ID] == nil || saved.Results["c1"] == nil || saved.Running != nil {
+		t.Fatalf("state after the result: %+v, want it unacknowledged and done, nothing running", saved)
+	}
+
+	r3 := &startedRunner{stepRunner: stepRunner{ran: make(chan string, 1)}, resumed: make(chan time.Time, 1)}
+	_, w3 := start(t, r3, Config{Resume: &saved, Heartbeat: time.Hour, ResendInterval: 100 * time.Millisecond})
+	again := w3.await(t, 5*time.Second, "the unacknowledged result again", func(m *protocol.Message) bool { return m.Kind == protocol.KindResult })
+	if again.ID != res.ID {
+		t.Fatalf("resent result %s, want %s", again.ID, res.ID)
+	}
+	select {
+	case <-r3.ran:
+		t.Fatal("the finished step ran again")
+	case <-time.After(200 * time.Millisecond):
+	}
+}

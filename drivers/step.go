@@ -217,12 +217,15 @@ func inbandMoreCleanSteps() []Step {
 				"An I/O error or a mismatch fails the step with a last_error naming the device and offset. The result has MB/s written and read, bytes verified and errors per device."},
 		{Interface: "deploy", Step: "burnin_network", Priority: 0, Abortable: true, RequiresRamdisk: true,
 			ArgsInfo: map[string]ArgInfo{
-				ArgBurninNetworkRuntime: {Description: "seconds each direction runs; default 21600 (IPA's)"},
-				ArgBurninNetworkConfig:  {Description: "static pairing {\"role\": \"writer\"|\"reader\", \"partner\": address} (IPA's)"},
+				ArgBurninNetworkRuntime: {Description: "seconds each direction runs; default 21600 (IPA's); also read from driver_info"},
+				ArgBurninNetworkConfig: {Description: "the pairing, required: {\"role\": \"writer\"|\"reader\", \"partner\": \"HOST:PORT\", \"partner_node\": \"NODE\"}; " +
+					"the writer listens on port 9000 and writes first, the reader connects to partner (the writer's address and port as this node reaches it; port 9000 when omitted) and reads first; " +
+					"partner_node is the other node (name or UUID, same site), which must name this node back; also read from driver_info"},
+				ArgBurninNetworkPairingTimeout: {Description: "seconds the writer waits for its reader and the reader keeps trying to reach its writer; default 900 (IPA's); also read from driver_info"},
 			},
-			Refused: "deploy.burnin_network is not available: it needs two nodes of a site paired with an authenticated channel between their ramdisks " +
-				"(a per-pair secret and each partner's site address handed out by the coordinator), which this system does not provide yet; IPA's pairing (a tooz backend or a static partner, with an unauthenticated fio listener) is not offered",
-			Doc: "Network burn-in between two paired nodes (IPA's writer/reader). Declared for compatibility; refused at validation until the coordinator pairs nodes with an authenticated channel."},
+			Doc: "Network burn-in between two nodes of a site, cleaned at the same time (IPA's writer/reader pairing, Go-native instead of fio): the writer listens on port 9000, the reader connects to it, " +
+				"both prove they hold the key the coordinator derived for the pair (challenge-response with fresh nonces), then the writer streams a checksummed pattern for the runtime and the direction swaps on the same connection. " +
+				"A corrupted or missing block fails the step; a pairing mismatch or a partner that never answers fails it naming the partner. The result has MB/s and bytes each way, the errors and the partner."},
 		{Interface: "deploy", Step: "verify_hardware", Priority: 0, Abortable: true, RequiresRamdisk: true,
 			ArgsInfo: map[string]ArgInfo{
 				ArgMemoryTolerance: {Description: "how far (in percent) the memory found may be below or above properties/memory_mb; default 5 (the kernel reserves some memory)"},

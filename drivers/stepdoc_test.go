@@ -19,14 +19,14 @@ func TestStepsDocFresh(t *testing.T) {
 }
 
 // The catalogue says, for a step, where it runs, its arguments and what
-// it needs from the BMC, and lists a refused step's reason.
+// it needs from the BMC.
 func TestStepsDocContents(t *testing.T) {
 	md := StepsMarkdown(Builtin())
 	for _, want := range []string{
 		"| [`deploy.burnin_cpu`](#clean-step-deployburnin_cpu) | 0 | yes | in-band (ramdisk) |",
 		"| `agent_burnin_cpu_timeout` | no | seconds to run",
 		"### Clean step: `deploy.burnin_network`",
-		"**Refused at validation:** deploy.burnin_network is not available",
+		"| `agent_burnin_fio_network_pairing_timeout` | no | seconds the writer waits",
 		"| [`bios.apply_configuration`](#clean-step-biosapply_configuration) | 0 | no | out-of-band (edge agent) | redfish | Redfish Bios with a Settings resource |",
 		"### Deploy step: `deploy.write_image`",
 	} {

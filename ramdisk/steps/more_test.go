@@ -30,9 +30,11 @@ func TestVerifyProperties(t *testing.T) {
 	}
 }
 
-func TestBurninNetworkRefused(t *testing.T) {
+// TestBurninNetworkNeedsConfig: the runner hands burnin_network to
+// ramdisk/burnin, which refuses a step without its pairing.
+func TestBurninNetworkNeedsConfig(t *testing.T) {
 	_, err := runner(nil, nil).Run(t.Context(), protocol.Step{Interface: "deploy", Step: "burnin_network"}, func(float64, string) {})
-	if err == nil || !strings.Contains(err.Error(), "authenticated channel") {
+	if err == nil || !strings.Contains(err.Error(), "agent_burnin_fio_network_config is required") {
 		t.Fatalf("burnin_network: %v", err)
 	}
 }

@@ -1,0 +1,469 @@
+package burnin
+
+import (
+	"context"
+	"encoding/hex"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/drivers"
+)
+
+const (
+	uuidA = "aaaaaaaa-0000-4000-8000-000000000001"
+	uuidB = "bbbbbbbb-0000-4000-8000-000000000002"
+	uuidC = "cccccccc-0000-4000-8000-000000000003"
+)
+
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// freePort returns a 127.0.0.1 address nobody listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+type netRun struct {
+	res NetworkResult
+	err error
+}
+
+// startNetwork runs Network in the background; the test waits for it.
+func startNetwork(t *testing.T, ctx context.Context, o NetworkOptions) <-chan netRun {
+	t.Helper()
+	ch := make(chan netRun, 1)
+	go func() {
+		r, err := Network(ctx, o)
+		ch <- netRun{r, err}
+	}()
+	return ch
+}
+
+func wait(t *testing.T, ch <-chan netRun, what string) netRun {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not end", what)
+	}
+	return netRun{}
+}
+
+// waitListening waits until addr accepts a connection (and closes it:
+// the writer counts it as a failed handshake).
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("nothing listens on %s", addr)
+}
+
+func pairOptions(addr string, runtime time.Duration) (w, r NetworkOptions) {
+	w = NetworkOptions{Role: drivers.NetworkRoleWriter, Listen: addr, Partner: "reader", Node: uuidA, PartnerNode: uuidB, Key: testKey,
+		Runtime: runtime, PairingTimeout: 20 * time.Second, RetryInterval: 50 * time.Millisecond}
+	r = NetworkOptions{Role: drivers.NetworkRoleReader, Partner: addr, Node: uuidB, PartnerNode: uuidA, Key: testKey,
+		Runtime: runtime, PairingTimeout: 20 * time.Second, RetryInterval: 50 * time.Millisecond}
+	return w, r
+}
+
+// TestNetworkPair: a writer and a reader pair, stream both ways over one
+// connection and agree on the figures; the reader started first retries
+// until the writer listens.
+func TestNetworkPair(t *testing.T) {
+	addr := freePort(t)
+	wo, ro := pairOptions(addr, 700*time.Millisecond)
+	var mu sync.Mutex
+	var last float64
+	ro.Progress = func(f float64) { mu.Lock(); last = f; mu.Unlock() }
+	rch := startNetwork(t, context.Background(), ro)
+	time.Sleep(150 * time.Millisecond) // the reader's first attempts are refused
+	wch := startNetwork(t, context.Background(), wo)
+	w, r := wait(t, wch, "writer"), wait(t, rch, "reader")
+	if w.err != nil || r.err != nil {
+		t.Fatalf("writer: %v; reader: %v", w.err, r.err)
+	}
+	if w.res.Write.Bytes == 0 || r.res.Write.Bytes == 0 {
+		t.Fatalf("nothing streamed: %+v %+v", w.res, r.res)
+	}
+	if w.res.Write.Bytes != r.res.Read.Bytes || r.res.Write.Bytes != w.res.Read.Bytes {
+		t.Fatalf("the two sides disagree: writer %+v, reader %+v", w.res, r.res)
+	}
+	if w.res.Write.Errors+w.res.Read.Errors+r.res.Write.Errors+r.res.Read.Errors != 0 || w.res.Write.MBps <= 0 || r.res.Write.MBps <= 0 {
+		t.Fatalf("figures: writer %+v, reader %+v", w.res, r.res)
+	}
+	if mu.Lock(); last <= 0 {
+		t.Errorf("no progress reported")
+	}
+	mu.Unlock()
+	s := NetworkSummary(w.res)
+	if !strings.Contains(s, "writer paired with node "+uuidB) || !strings.Contains(s, "0 errors") {
+		t.Errorf("summary: %s", s)
+	}
+	t.Logf("writer: %s", s)
+	t.Logf("reader: %s", NetworkSummary(r.res))
+}
+
+// TestNetworkAbort: cancelling one side mid-stream ends both promptly.
+func TestNetworkAbort(t *testing.T) {
+	addr := freePort(t)
+	wo, ro := pairOptions(addr, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	streaming := make(chan struct{})
+	wo.Progress = func(float64) { once.Do(func() { close(streaming) }) }
+	wch := startNetwork(t, ctx, wo)
+	rch := startNetwork(t, context.Background(), ro)
+	select {
+	case <-streaming:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no stream")
+	}
+	cancel()
+	w, r := wait(t, wch, "writer"), wait(t, rch, "reader")
+	if w.err == nil || !strings.Contains(w.err.Error(), "cancelled") {
+		t.Fatalf("writer after abort: %v", w.err)
+	}
+	if r.err == nil || !strings.Contains(r.err.Error(), "reading from partner node "+uuidA) {
+		t.Fatalf("reader after the writer's abort: %v", r.err)
+	}
+	t.Logf("writer: %v\nreader: %v", w.err, r.err)
+	// An abort while waiting for the partner ends the wait too.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	wo.Listen = freePort(t)
+	ch := startNetwork(t, ctx2, wo)
+	waitListening(t, wo.Listen)
+	cancel2()
+	if got := wait(t, ch, "waiting writer"); got.err == nil || !strings.Contains(got.err.Error(), "cancelled while waiting") {
+		t.Fatalf("writer aborted while waiting: %v", got.err)
+	}
+}
+
+// TestNetworkMismatchedPairing: A (writer) names B; B (reader) names C,
+// so B holds another pair's key: both fail naming the mismatch.
+func TestNetworkMismatchedPairing(t *testing.T) {
+	addr := freePort(t)
+	wo, ro := pairOptions(addr, time.Second)
+	ro.PartnerNode = uuidC
+	ro.Key = []byte("another pair's key, B with C....")
+	wch := startNetwork(t, context.Background(), wo)
+	rch := startNetwork(t, context.Background(), ro)
+	w, r := wait(t, wch, "writer"), wait(t, rch, "reader")
+	if w.err == nil || !strings.Contains(w.err.Error(), "3 handshakes failed, none from partner node "+uuidB) || !strings.Contains(w.err.Error(), "name each other as partner_node") {
+		t.Fatalf("writer: %v", w.err)
+	}
+	if r.err == nil || !strings.Contains(r.err.Error(), "says it is node "+uuidA+", not partner_node "+uuidC) {
+		t.Fatalf("reader: %v", r.err)
+	}
+	t.Logf("writer: %v\nreader: %v", w.err, r.err)
+
+	// Same names, another key (a pair key of an earlier coordinator, say).
+	addr = freePort(t)
+	wo, ro = pairOptions(addr, time.Second)
+	ro.Key = []byte("not the key of this pair.........")
+	wch = startNetwork(t, context.Background(), wo)
+	rch = startNetwork(t, context.Background(), ro)
+	w, r = wait(t, wch, "writer"), wait(t, rch, "reader")
+	if r.err == nil || !strings.Contains(r.err.Error(), "did not prove this pair's key") {
+		t.Fatalf("reader: %v", r.err)
+	}
+	if w.err == nil || !strings.Contains(w.err.Error(), "closed without proving the pair key") {
+		t.Fatalf("writer: %v", w.err)
+	}
+}
+
+// TestNetworkNoPartner: a reader whose writer never answers and a writer
+// whose reader never comes fail at the pairing timeout saying what to check.
+func TestNetworkNoPartner(t *testing.T) {
+	_, ro := pairOptions(freePort(t), time.Second)
+	ro.PairingTimeout = 600 * time.Millisecond
+	r := wait(t, startNetwork(t, context.Background(), ro), "reader")
+	if r.err == nil || !strings.Contains(r.err.Error(), "did not answer within 600ms") || !strings.Contains(r.err.Error(), "connection refused") {
+		t.Fatalf("reader: %v", r.err)
+	}
+	wo, _ := pairOptions(freePort(t), time.Second)
+	wo.PairingTimeout = 600 * time.Millisecond
+	w := wait(t, startNetwork(t, context.Background(), wo), "writer")
+	if w.err == nil || !strings.Contains(w.err.Error(), "did not connect and authenticate to this writer") || !strings.Contains(w.err.Error(), "no connection") {
+		t.Fatalf("writer: %v", w.err)
+	}
+}
+
+// corruptingProxy relays between the reader and the writer, flipping
+// one byte of the writer's stream at offset at.
+func corruptingProxy(t *testing.T, to string, at int) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		u, err := net.Dial("tcp", to)
+		if err != nil {
+			return
+		}
+		defer u.Close()
+		go io.Copy(u, c)
+		buf := make([]byte, 32<<10)
+		seen := 0
+		for {
+			n, err := u.Read(buf)
+			if n > 0 {
+				if at >= seen && at < seen+n {
+					buf[at-seen] ^= 0x40
+				}
+				seen += n
+				if _, werr := c.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestNetworkCorruptedBlock: a byte changed on the wire is found and
+// counted; both sides fail with the figures.
+func TestNetworkCorruptedBlock(t *testing.T) {
+	addr := freePort(t)
+	wo, ro := pairOptions(addr, 500*time.Millisecond)
+	wch := startNetwork(t, context.Background(), wo)
+	waitListening(t, addr)
+	ro.Partner = corruptingProxy(t, addr, 300000)
+	rch := startNetwork(t, context.Background(), ro)
+	w, r := wait(t, wch, "writer"), wait(t, rch, "reader")
+	if r.res.Read.Errors != 1 || w.res.Write.Errors != 1 {
+		t.Fatalf("errors: reader read %d, writer wrote %d; want 1 each (%v; %v)", r.res.Read.Errors, w.res.Write.Errors, r.err, w.err)
+	}
+	if w.err == nil || !strings.Contains(w.err.Error(), "1 of the blocks this node wrote and 0 of those it read arrived wrong") {
+		t.Fatalf("writer: %v", w.err)
+	}
+	if r.err == nil || !strings.Contains(r.err.Error(), "0 of the blocks this node wrote and 1 of those it read arrived wrong") {
+		t.Fatalf("reader: %v", r.err)
+	}
+}
+
+// TestNetworkFrameBounds: a frame header announcing more than a block is
+// refused before anything of it is read.
+func TestNetworkFrameBounds(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go func() {
+		h := make([]byte, frameHeader)
+		putHeader(h, frameData, 1<<30, 0)
+		b.Write(h)
+	}()
+	_, err := receiveDirection(a, newPattern(make([]byte, 32)), NetworkOptions{IdleTimeout: 5 * time.Second}, func() {})
+	if err == nil || !strings.Contains(err.Error(), "malformed frame (type 1, 1073741824 bytes)") {
+		t.Fatalf("oversized frame: %v", err)
+	}
+}
+
+// refusalClient is an independent client of the writer's listener (no
+// code of this package): it speaks the handshake from its description.
+const refusalClient = `
+import hashlib, hmac, os, socket, sys, time, json
+host, port, key, reader, writer, mode = sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3]), sys.argv[4].encode(), sys.argv[5].encode(), sys.argv[6]
+MAGIC = b"bmnetbi1"
+def recv_all(s, n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c:
+            return b
+        b += c
+    return b
+def conn():
+    s = socket.create_connection((host, port), timeout=20)
+    return s
+def outcome(s):
+    try:
+        b = s.recv(8)
+    except socket.timeout:
+        return "no answer"
+    except ConnectionResetError:
+        return "closed"
+    if b == MAGIC:
+        return "accepted"
+    return "closed" if not b else "other"
+def handshake(s, k, rn=None, replay=None):
+    if replay:
+        s.sendall(replay[0])
+        recv_all(s, 144)
+        s.sendall(replay[1])
+        return outcome(s), replay
+    rn = os.urandom(32)
+    hello = MAGIC + rn + reader + writer
+    s.sendall(hello)
+    ch = recv_all(s, 144)
+    if len(ch) != 144:
+        return "closed", None
+    wn = ch[8:40]
+    resp = hmac.new(k, b"reader" + wn + rn + reader + writer, hashlib.sha256).digest()
+    s.sendall(resp)
+    return outcome(s), (hello, resp)
+out = {}
+if mode == "garbage":
+    s = conn(); s.sendall(os.urandom(112)); out["garbage"] = outcome(s)
+elif mode == "wrongkey":
+    s = conn(); out["wrongkey"], _ = handshake(s, b"x" * 32)
+elif mode == "slow":
+    s = conn(); s.sendall(MAGIC + b"\0" * 8); t = time.time(); out["slow"] = outcome(s)
+elif mode == "replay":
+    port2 = int(sys.argv[7])
+    s = conn(); out["first"], rec = handshake(s, key); s.close()
+    s = socket.create_connection((host, port2), timeout=20)
+    out["replay"], _ = handshake(s, key, replay=rec)
+elif mode == "connect":
+    try:
+        s = conn(); out["connect"] = "connected"
+    except OSError as e:
+        out["connect"] = "refused"
+print(json.dumps(out))
+`
+
+func python(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("BM_REQUIRE_ALL") == "1" {
+			t.Fatal("python3 is missing")
+		}
+		t.Skip("python3 is missing: the independent client of the refusal tests needs it")
+	}
+	return p
+}
+
+func runClient(t *testing.T, py, script string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(py, append([]string{script}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("client %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestNetworkListenerRefusals: an independent client (python3) is refused
+// for garbage, a wrong key and a handshake too slow for the deadline; a
+// handshake it recorded with the right key is refused when replayed to a
+// new listener (fresh nonces). The listener gives up after its budget of
+// failed handshakes, naming the last, and then nothing listens.
+func TestNetworkListenerRefusals(t *testing.T) {
+	py := python(t)
+	script := filepath.Join(t.TempDir(), "client.py")
+	if err := os.WriteFile(script, []byte(refusalClient), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	host, port, _ := net.SplitHostPort(addr)
+	wo, _ := pairOptions(addr, time.Second)
+	wo.HandshakeTimeout = time.Second
+	wch := startNetwork(t, context.Background(), wo)
+	key := hex.EncodeToString(testKey)
+	client := func(mode string, extra ...string) string {
+		return runClient(t, py, script, append([]string{host, port, key, uuidB, uuidA, mode}, extra...)...)
+	}
+	// The first attempt may come before the listener: retry "connect".
+	for i := 0; i < 100 && client("connect") != `{"connect": "connected"}`; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	// That connection was one failed handshake; two more end the budget.
+	if got := client("garbage"); got != `{"garbage": "closed"}` {
+		t.Fatalf("garbage: %s", got)
+	}
+	if got := client("slow"); got != `{"slow": "closed"}` {
+		t.Fatalf("slow client: %s", got)
+	}
+	w := wait(t, wch, "writer")
+	if w.err == nil || !strings.Contains(w.err.Error(), "3 handshakes failed") || !strings.Contains(w.err.Error(), "no complete hello within the handshake deadline: timed out") {
+		t.Fatalf("writer after three failures: %v", w.err)
+	}
+	if w.res.FailedHandshakes != 3 {
+		t.Fatalf("failed handshakes %d, want 3", w.res.FailedHandshakes)
+	}
+	if got := client("connect"); got != `{"connect": "refused"}` {
+		t.Fatalf("after the pairing ended the port still answers: %s", got)
+	}
+
+	// A wrong key, then a replay of a good handshake to a new listener.
+	wo.Listen = addr
+	wch = startNetwork(t, context.Background(), wo)
+	waitListening(t, addr)
+	if got := client("wrongkey"); got != `{"wrongkey": "closed"}` {
+		t.Fatalf("wrong key: %s", got)
+	}
+	addr2 := freePort(t)
+	_, port2, _ := net.SplitHostPort(addr2)
+	wo2 := wo
+	wo2.Listen = addr2
+	wch2 := startNetwork(t, context.Background(), wo2)
+	waitListening(t, addr2)
+	// The first handshake goes to the first listener (which then streams
+	// to a client that leaves), the replay to the second.
+	if got := client("replay", port2); got != `{"first": "accepted", "replay": "closed"}` {
+		t.Fatalf("replay: %s", got)
+	}
+	if w := wait(t, wch, "writer"); w.err == nil || w.res.FailedHandshakes != 2 {
+		t.Fatalf("first writer: %v %+v", w.err, w.res)
+	}
+	// The second listener saw the probe and the replay fail; one more
+	// failure (a garbage client) ends it.
+	host2, _, _ := net.SplitHostPort(addr2)
+	runClient(t, py, script, host2, port2, key, uuidB, uuidA, "garbage")
+	w2 := wait(t, wch2, "second writer")
+	if w2.err == nil || !strings.Contains(w2.err.Error(), "3 handshakes failed") {
+		t.Fatalf("second writer: %v", w2.err)
+	}
+	if !strings.Contains(w2.err.Error(), "sent something else than a burn-in hello") {
+		t.Fatalf("second writer's last failure: %v", w2.err)
+	}
+}
+
+// TestNetworkStepArgs: the step refuses a bad config and a missing pair
+// key before opening anything.
+func TestNetworkStepArgs(t *testing.T) {
+	cfg := map[string]any{"role": "writer", "partner": "10.0.0.2:9000", "partner_node": "b"}
+	for _, c := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{}, "agent_burnin_fio_network_config is required"},
+		{map[string]any{drivers.ArgBurninNetworkConfig: map[string]any{"role": "both", "partner": "x", "partner_node": "b"}}, `role "both": want "writer"`},
+		{map[string]any{drivers.ArgBurninNetworkConfig: cfg}, "lacks the pair key"},
+		{map[string]any{drivers.ArgBurninNetworkConfig: cfg, drivers.ArgBurninNetworkRuntime: 0}, "agent_burnin_fio_network_runtime=0: want a number of seconds above 0"},
+	} {
+		_, _, err := NetworkStep(context.Background(), c.args, func(float64, string) {}, "127.0.0.1:0")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/ramdisk/burnin"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 	"github.com/bmedge/bmedge/ramdisk/image"
 	"github.com/bmedge/bmedge/ramdisk/inventory"
@@ -99,8 +100,9 @@ func (r *Runner) Run(ctx context.Context, step protocol.Step, progress func(floa
 	case "deploy.burnin_disk":
 		return r.burninDisk(ctx, step.Args, progress)
 	case "deploy.burnin_network":
-		s, _ := drivers.Standard("deploy", "burnin_network")
-		return nil, errors.New(s.Refused)
+		res, account, err := burnin.NetworkStep(ctx, step.Args, progress, "")
+		r.Log.Info("network burn-in", "result", account)
+		return res, err
 	case "deploy.verify_hardware":
 		return r.verifyHardware(ctx, step.Args)
 	case "raid.create_configuration":

@@ -190,6 +190,9 @@ func (s *Sim) options(node string) Options {
 // with its rescue login, and a power-on from the network boots a new one
 // after BootDelay.
 func (s *Sim) OnPower(node, state, boot string) {
+	// The node's options first: its driver_info is the BMC part's, whose
+	// lock is held while it builds a BMC here (NewBMC takes s.mu).
+	opts := s.options(node)
 	s.mu.Lock()
 	if r := s.sessions[node]; r != nil {
 		r.Stop()
@@ -198,9 +201,12 @@ func (s *Sim) OnPower(node, state, boot string) {
 	s.boots[node]++
 	s.stopRescueLocked(node)
 	n := s.nodeLocked(node)
+	if state != protocol.PowerOff {
+		state = protocol.PowerOn // on, or a reboot
+	}
 	n.state = nodeState{Power: state, BootDevice: boot}
 	if state == protocol.PowerOn && boot == protocol.BootPXE {
-		if opts := s.options(node); !opts.NoBoot {
+		if !opts.NoBoot {
 			n.state.Boot = &bootOptions{StepDuration: opts.StepDuration, Heartbeat: opts.Heartbeat,
 				FailStep: opts.FailStep, DieStep: opts.DieStep, RebootStep: opts.RebootStep}
 			s.bootLocked(node, opts, nil, opts.BootDelay)

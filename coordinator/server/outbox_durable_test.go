@@ -322,3 +322,58 @@ func TestEdgeRelayedResultsSurviveKill9(t *testing.T) {
 		return strings.HasSuffix(ev, "-> manageable") && strings.Contains(ev, "inspect")
 	})
 }
+
+// TestSimulatedSiteSurvivesAgentKill9: an edge agent running a simulated
+// site (--simulate) is killed with SIGKILL while every node's ramdisk
+// runs a clean step. Restarted with the same state folder, the
+// simulated nodes go on as real ones do (their power, their ramdisk's
+// boot and token, the running step for what remains of it): every node
+// ends cleaning in available, each clean step once in its history, none
+// failed or timed out.
+func TestSimulatedSiteSurvivesAgentKill9(t *testing.T) {
+	bin, _, _, _, _, cl, credFile, agentLog := kill9Rig(t)
+	const nodes = 6
+	agentArgs := []string{"--credentials-file", credFile, "--simulate", strconv.Itoa(nodes), "--bmc-delay", "50ms",
+		"--resend-interval", "300ms", "--step-duration", "4s", "--boot-delay", "100ms", "--heartbeat", "500ms",
+		"--heartbeat-summary", "500ms", "--power-sync-interval", "0", "--metrics-listen", testrig.FreeAddr(t)}
+	ag := startAgentProcess(t, bin, agentLog, agentArgs...)
+	var ids []string
+	for i := range nodes {
+		id := cl.CreateNode(fmt.Sprintf("n%d", i), "site1", nil)
+		ids = append(ids, id)
+		cl.MustVerb(id, "manage", nil)
+	}
+	for _, id := range ids {
+		if n := cl.WaitRest(id, 30*time.Second); n.State != "manageable" {
+			t.Fatalf("node %s: manage ended in %q (%s)", id, n.State, n.LastError)
+		}
+		cl.MustVerb(id, "provide", nil)
+	}
+	waitFor(t, 30*time.Second, "every node's ramdisk runs a clean step", func() (bool, string) {
+		running := 0
+		for _, id := range ids {
+			if n := cl.Get(id); n.State == "clean wait" && len(n.CleanStep) > 0 {
+				running++
+			}
+		}
+		return running == nodes, fmt.Sprintf("%d of %d run a clean step", running, nodes)
+	})
+	time.Sleep(time.Second)
+	ag.kill()
+	t.Log("killed the edge agent with SIGKILL while every node ran a clean step")
+	time.Sleep(2 * time.Second)
+	startAgentProcess(t, bin, agentLog, append(agentArgs[:len(agentArgs)-1:len(agentArgs)-1], testrig.FreeAddr(t))...)
+	for _, id := range ids {
+		if n := cl.WaitRest(id, 90*time.Second); n.State != "available" {
+			t.Fatalf("node %s: cleaning ended in %q (last_error %q), want available", id, n.State, n.LastError)
+		}
+	}
+	onceInHistory(t, cl, ids, "one ramdisk boot", func(ev string) bool { return strings.HasPrefix(ev, "ramdisk booted") })
+	for _, step := range []string{"deploy.erase_devices_metadata", "deploy.erase_devices"} {
+		onceInHistory(t, cl, ids, step+" done", func(ev string) bool { return ev == "clean step "+step+" done" })
+	}
+	log, _ := os.ReadFile(agentLog)
+	if !strings.Contains(string(log), fmt.Sprintf("ramdisks_resumed=%d", nodes)) {
+		t.Fatalf("the restarted agent did not resume the %d simulated ramdisks:\n%s", nodes, log)
+	}
+}

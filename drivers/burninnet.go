@@ -1,7 +1,9 @@
 package drivers
 
 import (
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -162,4 +164,19 @@ func positiveSeconds(args map[string]any, name string, def float64) (time.Durati
 		return 0, fmt.Errorf("%s=%v: want a number of seconds above 0 (and below 10000000)", name, args[name])
 	}
 	return time.Duration(f * float64(time.Second)), nil
+}
+
+// NetworkBurninPair reads the pair's key the coordinator adds to the
+// step (ArgBurninNetworkPair): this node's and the partner's UUIDs and
+// the key.
+func NetworkBurninPair(args map[string]any) (node, partner string, key []byte, err error) {
+	pair, _ := args[ArgBurninNetworkPair].(map[string]any)
+	node, _ = pair["node"].(string)
+	partner, _ = pair["partner_node"].(string)
+	secret, _ := pair["secret"].(string)
+	key, kerr := hex.DecodeString(secret)
+	if node == "" || partner == "" || kerr != nil || len(key) < 16 {
+		return "", "", nil, errors.New("burnin_network: the step lacks the pair key the coordinator adds to it; run it through a coordinator that pairs nodes")
+	}
+	return node, partner, key, nil
 }

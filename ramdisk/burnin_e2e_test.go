@@ -88,8 +88,8 @@ func checkCatalogue(t *testing.T, cl *testrig.Client, node string) {
 }
 
 // TestBurninStepsCatalogue (simulated site, no QEMU): the new steps are
-// listed with argsinfo; burnin_network is refused at validation saying
-// what is missing; an unknown argument is refused naming the known ones;
+// listed with argsinfo; burnin_network without its partner node is
+// refused at validation naming the field; an unknown argument is refused naming the known ones;
 // driver_info supplies a burn-in argument.
 func TestBurninStepsCatalogue(t *testing.T) {
 	c := testrig.Coordinator(t, testrig.Options{})
@@ -108,7 +108,7 @@ func TestBurninStepsCatalogue(t *testing.T) {
 		return curlJSON(t, cl, "PUT", "/v1/nodes/b1/states/provision", `{"target": "clean", "clean_steps": `+steps+`}`)
 	}
 	code, body := clean(`[{"interface": "deploy", "step": "burnin_network", "args": {"agent_burnin_fio_network_config": {"role": "writer", "partner": "10.0.0.2"}}}]`)
-	if code != 400 || !strings.Contains(body, "burnin_network is not available") || !strings.Contains(body, "authenticated channel") {
+	if code != 400 || !strings.Contains(body, `field \\\"partner_node\\\" is missing`) {
 		t.Fatalf("burnin_network: %d %s", code, body)
 	}
 	// As every bad clean list here: the clean fails before anything runs,

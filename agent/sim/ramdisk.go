@@ -65,6 +65,16 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 			return nil, fmt.Errorf("the ramdisk has no step %s.%s", step.Interface, name)
 		}
 	}
+	if step.Interface == "deploy" && name == "burnin_network" {
+		// No traffic is simulated, but the pairing is refused as the
+		// real ramdisk refuses it.
+		if _, err := drivers.NetworkBurninArgs(step.Args); err != nil {
+			return nil, fmt.Errorf("burnin_network: %w", err)
+		}
+		if _, _, _, err := drivers.NetworkBurninPair(step.Args); err != nil {
+			return nil, err
+		}
+	}
 	if name == "write_image" {
 		if err := r.s.writeImage(ctx, step.Args); err != nil {
 			return nil, err

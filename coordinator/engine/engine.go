@@ -303,6 +303,9 @@ func New(cfg Config) (*Engine, error) {
 		sites: map[string]*Site{}, siteOnline: map[string]bool{}, phaseCount: map[string]int{},
 		reqs: make(chan *request, 8192), stopped: make(chan struct{}), hist: map[string]*histState{}, fatal: newFatalState(),
 		reachBk: &reachBook{sites: map[string]*siteReach{}, saveEvery: reachSaveInterval}, cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
+	// The network burn-in's pair keys derive from the engine's secret.
+	cfg.Machine.BurninPair = e.burninPair
+	e.cfg.Machine.BurninPair = e.burninPair
 	e.m = fsm.New(cfg.Machine)
 	e.rejects = ratelog.New(cfg.Log, 0)
 	e.cats = newStepCats()

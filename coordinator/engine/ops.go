@@ -235,6 +235,11 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 		if r := e.m.CheckVerb(n, req); r != nil {
 			return refused(r)
 		}
+		if req.Verb == fsm.Clean {
+			if err := e.checkBurninNetwork(n, req.CleanSteps); err != nil {
+				return err
+			}
+		}
 		// Ironic's concurrent action limits: a 500 (not a 503, which
 		// its clients retry), and provide is not limited.
 		switch req.Verb {

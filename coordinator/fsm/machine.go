@@ -28,6 +28,10 @@ type Config struct {
 	Drivers           *drivers.Registry
 	NewID             func() string
 	NewToken          func() string
+	// BurninPair resolves deploy.burnin_network's partner_node (a name
+	// or UUID) for node n to the partner's UUID and gives the pair's key
+	// (the engine derives it from its secret); nil refuses the step.
+	BurninPair func(n *Node, partnerNode string) (partnerUUID, secret string, err error)
 	// Holder names the coordinator in reservations.
 	Holder string
 	// RequiredCleanSteps are the in-band steps ("interface.step") that

@@ -132,6 +132,14 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 					}
 				}
 				args = inbandArgs(n, &s, args)
+				if s.Interface == "deploy" && s.Step == "burnin_network" {
+					var err error
+					if args, err = m.burninNetworkArgs(n, args); err != nil {
+						n.setStep(&s)
+						m.fail(n, now, out, fmt.Sprintf("%s failed on node %s: %v", describe(n, a), n.Ident(), err))
+						return
+					}
+				}
 				m.sendInband(n, &s, args, now, out)
 				m.enterWait(n, now, out)
 				return

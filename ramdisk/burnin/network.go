@@ -592,13 +592,9 @@ func NetworkStep(ctx context.Context, args map[string]any, progress func(float64
 	if err != nil {
 		return nil, "", fmt.Errorf("burnin_network: %w", err)
 	}
-	pair, _ := args[drivers.ArgBurninNetworkPair].(map[string]any)
-	node, _ := pair["node"].(string)
-	partner, _ := pair["partner_node"].(string)
-	secret, _ := pair["secret"].(string)
-	key, kerr := hex.DecodeString(secret)
-	if node == "" || partner == "" || kerr != nil || len(key) < 16 {
-		return nil, "", errors.New("burnin_network: the step lacks the pair key the coordinator adds to it; run it through a coordinator that pairs nodes")
+	node, partner, key, err := drivers.NetworkBurninPair(args)
+	if err != nil {
+		return nil, "", err
 	}
 	opts := NetworkOptions{Role: nb.Role, Partner: nb.Partner, Node: node, PartnerNode: partner, Key: key, Listen: listen,
 		Runtime: nb.Runtime, PairingTimeout: nb.PairingTimeout, Progress: func(f float64) { progress(f, "network") }}

@@ -35,7 +35,7 @@ func (a *Agent) builders() map[string]bmc.Builder {
 				console = os.DevNull
 			}
 			return qemuvm.New(qemuvm.Config{Kernel: a.cfg.QEMU.Kernel, Initrd: a.cfg.QEMU.Initrd, Disk: str(info, "qemu_disk"),
-				Serial: str(info, "qemu_disk_serial"), NVMeDisk: str(info, "qemu_nvme_disk"), NVMeSerial: str(info, "qemu_nvme_serial"), DiskBlkdebug: str(info, "qemu_disk_blkdebug"), QMP: str(info, "qemu_qmp"), MemoryMB: mem, Console: console,
+				Serial: str(info, "qemu_disk_serial"), NVMeDisk: str(info, "qemu_nvme_disk"), NVMeSerial: str(info, "qemu_nvme_serial"), DiskBlkdebug: str(info, "qemu_disk_blkdebug"), QMP: str(info, "qemu_qmp"), HostFwd: str(info, "qemu_hostfwd"), MemoryMB: mem, Console: console,
 				Cmdline: func() string { return a.boot.RamdiskCmdline(node) }}), nil
 		}},
 		"ipmi": {New: func(_ string, info map[string]any, _ int) (drivers.BMC, error) {

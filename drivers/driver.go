@@ -78,7 +78,9 @@ func Builtin() []Declaration {
 // QEMUDeclaration is the development driver: the edge agent powers a QEMU
 // VM directly (drivers/qemuvm) and boots the real ramdisk in it.
 // driver_info: qemu_disk (raw image path on the agent's host),
-// qemu_disk_serial, qemu_console (serial log path), qemu_memory_mb.
+// qemu_disk_serial, qemu_console (serial log path), qemu_memory_mb,
+// qemu_hostfwd (tcp:127.0.0.1:HOSTPORT-:GUESTPORT, a port of this VM
+// that other VMs reach at 10.0.2.2:HOSTPORT).
 func QEMUDeclaration() Declaration {
 	return Declaration{
 		Name:         "qemu-dev",

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +36,11 @@ type Config struct {
 	NVMeDisk, NVMeSerial string
 	// QMP, if set, is a unix socket path for QEMU's machine protocol, so
 	// that tests can reset the VM as a crash or a watchdog would.
-	QMP      string
+	QMP string
+	// HostFwd, if set, forwards a port of the host's loopback to the
+	// guest (QEMU user networking's hostfwd), "tcp:127.0.0.1:HOSTPORT-:GUESTPORT",
+	// so that another VM reaches a service of this one at 10.0.2.2:HOSTPORT.
+	HostFwd  string
 	MemoryMB int
 	CPUs     int
 	// Cmdline returns the kernel parameters for the ramdisk (bm.node=...).
@@ -43,6 +48,8 @@ type Config struct {
 	// Console receives the serial console (a log file).
 	Console string
 }
+
+var hostFwdRE = regexp.MustCompile(`^tcp:127\.0\.0\.1:[0-9]{1,5}-:[0-9]{1,5}$`)
 
 // BMC powers one VM.
 type BMC struct {
@@ -78,6 +85,9 @@ func (b *BMC) Validate(ctx context.Context) error {
 	}
 	if b.cfg.NVMeDisk != "" {
 		files = append(files, b.cfg.NVMeDisk)
+	}
+	if b.cfg.HostFwd != "" && !hostFwdRE.MatchString(b.cfg.HostFwd) {
+		return fmt.Errorf("qemu BMC: qemu_hostfwd %q: want tcp:127.0.0.1:HOSTPORT-:GUESTPORT", b.cfg.HostFwd)
 	}
 	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
@@ -118,12 +128,16 @@ func (b *BMC) startLocked() error {
 	if b.cfg.DiskBlkdebug != "" {
 		drive0 = fmt.Sprintf("if=none,id=d0,driver=raw,file.driver=blkdebug,file.config=%s,file.image.driver=file,file.image.filename=%s", b.cfg.DiskBlkdebug, b.cfg.Disk)
 	}
+	netdev := "user,id=n0"
+	if b.cfg.HostFwd != "" {
+		netdev += ",hostfwd=" + b.cfg.HostFwd
+	}
 	args := []string{"-m", strconv.Itoa(b.cfg.MemoryMB), "-smp", strconv.Itoa(b.cfg.CPUs), "-nographic",
 		"-display", "none", "-monitor", "none", "-serial", "file:" + b.cfg.Console,
 		// Debian's QEMU refuses serial= on -drive: give it to the device.
 		"-drive", drive0,
 		"-device", "virtio-blk-pci,drive=d0,serial=" + b.cfg.Serial,
-		"-device", "virtio-rng-pci", "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"}
+		"-device", "virtio-rng-pci", "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0"}
 	if b.cfg.QMP != "" {
 		args = append(args, "-qmp", "unix:"+b.cfg.QMP+",server=on,wait=off")
 	}

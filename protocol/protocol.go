@@ -109,6 +109,36 @@ const (
 	// the boot's credential from its site broker, its parameters image
 	// and its network boot. No result answers it.
 	ActionEndBoot = "end_boot"
+	// ActionPlanRun, on a node's cmd topic of a site whose edge agent
+	// runs plans (presence Plans), hands the agent the rest of a clean,
+	// deploy or service phase: Plan holds the commands of its steps, in
+	// order, each exactly as the coordinator would send it alone (run_step
+	// for the ramdisk, oob_step for the BMC) with its own id and Seq, and
+	// SpanSeconds, the time the step has once the agent starts it. The
+	// agent runs them one after the other without waiting for the
+	// coordinator (its link may be down), keeps its progress on disk, and
+	// stops at the first failure; each step's result goes to the
+	// coordinator as if the step had been sent alone, and the coordinator
+	// applies them in order, as it would have. It stays the authority: a
+	// command it sends for a step of the plan is the same command (same
+	// id), which the site answers once. No result answers the plan itself.
+	ActionPlanRun = "run_plan"
+	// ActionPlanStop stops a node's plan (args.plan_id): args.mode
+	// "abort" (an operator's abort, a failure, a deletion) stops it at
+	// the first abortable point (an abortable running step is aborted, a
+	// step that is not abortable finishes first); "finish" (maintenance)
+	// lets the running step finish and starts no other. No result
+	// answers it.
+	ActionPlanStop = "stop_plan"
+)
+
+// MaxPlanSteps bounds the steps of one run_plan command.
+const MaxPlanSteps = 100
+
+// Modes of a stop_plan command (args.mode).
+const (
+	PlanStopAbort  = "abort"
+	PlanStopFinish = "finish"
 )
 
 // Arguments of a power command that boots a node: the MQTT credential of
@@ -265,6 +295,12 @@ type Message struct {
 	// three. A failed run's result says in data.steps_done how many
 	// steps succeeded before the one that failed.
 	Steps []Step `json:"steps,omitempty"`
+	// Plan, in a run_plan command, are the commands of the plan's steps
+	// in order (see ActionPlanRun); SpanSeconds, in each of them, is how
+	// long its step may run once the edge agent starts it (its Deadline
+	// is then the start plus the span).
+	Plan        []*Message `json:"plan,omitempty"`
+	SpanSeconds int64      `json:"span_seconds,omitempty"`
 	// Driver and DriverInfo let the edge agent reach the BMC. DriverInfo
 	// may hold a password: commands are never retained and never logged.
 	Driver     string         `json:"driver,omitempty"`
@@ -300,6 +336,9 @@ type Message struct {
 	Online     bool `json:"online,omitempty"`
 	Relay      bool `json:"relay,omitempty"`
 	SiteBroker bool `json:"site_broker,omitempty"`
+	// Plans, in an online presence of an agent that relays, says that it
+	// runs plans (run_plan, stop_plan).
+	Plans bool `json:"plans,omitempty"`
 	// Software, in an edge agent's presence, names its build (Software()),
 	// for the operator's eyes only (the web view's site page).
 	Software string `json:"software,omitempty"`
@@ -370,6 +409,28 @@ func (m *Message) Validate() error {
 		}
 		switch m.Action {
 		case ActionValidate, ActionAbort, ActionForget, ActionEndBoot:
+		case ActionPlanStop:
+			if id, _ := m.Args["plan_id"].(string); id == "" {
+				return fmt.Errorf("stop_plan command %q lacks args.plan_id", m.ID)
+			}
+			if mode, _ := m.Args["mode"].(string); mode != PlanStopAbort && mode != PlanStopFinish {
+				return fmt.Errorf("stop_plan command %q has mode %v; want %q or %q", m.ID, m.Args["mode"], PlanStopAbort, PlanStopFinish)
+			}
+		case ActionPlanRun:
+			if len(m.Plan) == 0 || len(m.Plan) > MaxPlanSteps {
+				return fmt.Errorf("run_plan command %q has %d steps; want 1 to %d", m.ID, len(m.Plan), MaxPlanSteps)
+			}
+			for i, c := range m.Plan {
+				if c == nil || c.Kind != KindCommand || (c.Action != ActionInbandRun && c.Action != ActionOOBStep) {
+					return fmt.Errorf("run_plan command %q: step %d is not a run_step or oob_step command", m.ID, i+1)
+				}
+				if c.Node != m.Node || len(c.Plan) > 0 || c.SpanSeconds <= 0 {
+					return fmt.Errorf("run_plan command %q: step %d must be a command of the same node, with a span and no plan of its own", m.ID, i+1)
+				}
+				if err := c.Validate(); err != nil {
+					return fmt.Errorf("run_plan command %q: step %d: %w", m.ID, i+1, err)
+				}
+			}
 		case ActionPower:
 			s, _ := m.Args["state"].(string)
 			if s != PowerOn && s != PowerOff && s != PowerReboot && s != PowerSoftOff && s != PowerSoftReboot {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,6 +30,14 @@ type edge struct {
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	stop     func()
+	// mu guards PID, cmd and exited, which a restart (-kill-agent-every)
+	// replaces; killing is set while one is under way.
+	mu      sync.Mutex
+	killing bool
+	// start runs the agent program once more (the same command).
+	start func() error
+	// Kills counts the SIGKILLs of -kill-agent-every.
+	Kills int
 }
 
 // simulated nodes' settings, the same in both ways of running the agent:
@@ -95,36 +104,56 @@ func startEdge(ctx context.Context, o options, tmp string, creds agent.Credentia
 	if err := os.WriteFile(credFile, b, 0o600); err != nil {
 		return nil, err
 	}
-	lf, err := os.Create(e.LogFile)
-	if err != nil {
+	e.start = func() error {
+		lf, err := os.OpenFile(e.LogFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(bin, "--credentials-file", credFile, "--state-dir", e.StateDir,
+			"--simulate", strconv.Itoa(o.nodes), "--heartbeat", simHeartbeat.String(),
+			"--step-duration", o.stepDuration.String(), "--boot-delay", "0s", "--bmc-delay", "0s")
+		cmd.Stdout, cmd.Stderr = lf, lf
+		// As the coordinator: its own process group, killed with the soak.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			lf.Close()
+			return fmt.Errorf("start the edge agent: %w", err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); lf.Close(); close(exited) }()
+		e.mu.Lock()
+		e.cmd, e.PID, e.exited = cmd, cmd.Process.Pid, exited
+		e.mu.Unlock()
+		return nil
+	}
+	if err := e.start(); err != nil {
 		return nil, err
 	}
-	e.cmd = exec.Command(bin, "--credentials-file", credFile, "--state-dir", e.StateDir,
-		"--simulate", strconv.Itoa(o.nodes), "--heartbeat", simHeartbeat.String(),
-		"--step-duration", "0s", "--boot-delay", "0s", "--bmc-delay", "0s")
-	e.cmd.Stdout, e.cmd.Stderr = lf, lf
-	// As the coordinator: its own process group, killed with the soak.
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := e.cmd.Start(); err != nil {
-		lf.Close()
-		return nil, fmt.Errorf("start the edge agent: %w", err)
-	}
-	e.PID, e.exited = e.cmd.Process.Pid, make(chan struct{})
-	go func() { _ = e.cmd.Wait(); lf.Close(); close(e.exited) }()
 	e.stop = func() {
+		e.mu.Lock()
+		cmd, exited := e.cmd, e.exited
+		e.mu.Unlock()
 		select {
-		case <-e.exited:
+		case <-exited:
 			return
 		default:
 		}
-		_ = e.cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-e.exited:
+		case <-exited:
 		case <-time.After(5 * time.Second):
-			_ = e.cmd.Process.Kill()
-			<-e.exited
+			_ = cmd.Process.Kill()
+			<-exited
 		}
 	}
+	return e, e.awaitOnline(ctx, api)
+}
+
+// awaitOnline waits until the coordinator lists the site online.
+func (e *edge) awaitOnline(ctx context.Context, api *loadrig.API) error {
+	e.mu.Lock()
+	exited := e.exited
+	e.mu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var l struct {
@@ -136,30 +165,75 @@ func startEdge(ctx context.Context, o options, tmp string, creds agent.Credentia
 		if api.Do(ctx, "GET", "/v1/sites", nil, &l) == nil {
 			for _, s := range l.Sites {
 				if s.Name == site && s.Online {
-					return e, nil
+					return nil
 				}
 			}
 		}
 		select {
-		case <-e.exited:
-			return e, fmt.Errorf("the edge agent exited at start:\n%s", loadrig.Tail(e.LogFile, 20))
+		case <-exited:
+			return fmt.Errorf("the edge agent exited at start:\n%s", loadrig.Tail(e.LogFile, 20))
 		case <-ctx.Done():
-			return e, ctx.Err()
+			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return e, fmt.Errorf("the site did not come online within 30s of starting the edge agent:\n%s", loadrig.Tail(e.LogFile, 20))
+			return fmt.Errorf("the site did not come online within 30s of starting the edge agent:\n%s", loadrig.Tail(e.LogFile, 20))
+		}
+	}
+}
+
+// Pid is the agent process's pid (it changes at each restart).
+func (e *edge) Pid() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.PID
+}
+
+// KillLoop kills the agent with SIGKILL every `every` and starts it
+// again on the same state folder, until ctx ends (-kill-agent-every).
+// Before each kill it prints what inFlight says (the nodes in flight).
+func (e *edge) KillLoop(ctx context.Context, every time.Duration, api *loadrig.API, inFlight func() string) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+		fmt.Printf("soak: SIGKILL #%d of the edge agent; nodes: %s\n", e.Kills+1, inFlight())
+		e.mu.Lock()
+		e.killing = true
+		cmd, exited := e.cmd, e.exited
+		e.mu.Unlock()
+		// Its process group: the agent is the group's leader (Setpgid).
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		e.Kills++
+		err := e.start()
+		if err == nil {
+			err = e.awaitOnline(ctx, api)
+		}
+		e.mu.Lock()
+		e.killing = false
+		e.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("restart of the edge agent after its SIGKILL #%d: %w", e.Kills, err)
 		}
 	}
 }
 
 // Alive tells whether the agent still runs.
 func (e *edge) Alive() bool {
-	if e == nil || e.exited == nil {
+	if e == nil {
+		return true
+	}
+	e.mu.Lock()
+	exited, killing := e.exited, e.killing
+	e.mu.Unlock()
+	if exited == nil || killing {
 		return true
 	}
 	select {
-	case <-e.exited:
+	case <-exited:
 		return false
 	default:
 		return true

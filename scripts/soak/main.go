@@ -58,6 +58,9 @@ type options struct {
 	inprocess   bool
 	heapDir     string
 	growth      float64
+	// killEvery and stepDuration: -kill-agent-every, -step-duration.
+	killEvery    time.Duration
+	stepDuration time.Duration
 }
 
 func envInt(name string, def int) int {
@@ -93,7 +96,13 @@ func main() {
 	flag.BoolVar(&o.inprocess, "inprocess", false, "run the coordinator and the edge agent inside this process (for -heap-profiles; RSS is then of all three)")
 	flag.StringVar(&o.heapDir, "heap-profiles", "", "write a heap profile of this process into this folder after each cycle (with -inprocess: the coordinator's too)")
 	flag.Float64Var(&o.growth, "max-growth", 1.25, "target: RSS and data folder after the last cycle at most this many times their value after cycle 2")
+	flag.DurationVar(&o.killEvery, "kill-agent-every", 0, "kill the edge agent with SIGKILL this often while the cycles run and start it again on the same state folder (0: never; not with -inprocess): every node must still end each cycle in its target state, with its in-flight ramdisk steps and results carried over the restarts")
+	flag.DurationVar(&o.stepDuration, "step-duration", 0, "how long each simulated in-band step takes (the agent's --step-duration); with -kill-agent-every, a few seconds make the kills land in the middle of steps")
 	flag.Parse()
+	if o.killEvery > 0 && o.inprocess {
+		fmt.Fprintln(os.Stderr, "soak: -kill-agent-every needs the agent as a process of its own; drop -inprocess")
+		os.Exit(2)
+	}
 	if o.cycles < 1 || o.nodes < 1 || o.concurrency < 1 {
 		fmt.Fprintln(os.Stderr, "soak: -cycles, -nodes and -concurrency must be at least 1")
 		os.Exit(2)
@@ -149,7 +158,7 @@ func (s *soak) peaks() (stop func(sm *sample)) {
 			rss = max(rss, loadrig.ProcStatusKB(s.co.PID, "VmRSS"))
 			d, _ := diskUsage(s.co.DataDir)
 			du = max(du, d)
-			arss = max(arss, loadrig.ProcStatusKB(s.edge.PID, "VmRSS"))
+			arss = max(arss, loadrig.ProcStatusKB(s.edge.Pid(), "VmRSS"))
 			d, _ = diskUsage(s.edge.StateDir)
 			adu = max(adu, d)
 			select {
@@ -227,6 +236,19 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 		return false, err
 	}
 	fmt.Printf("soak: %d nodes created, managed and provided in %.1f s\n", o.nodes, time.Since(start).Seconds())
+	killErr := make(chan error, 1)
+	if o.killEvery > 0 {
+		kctx, stopKills := context.WithCancel(ctx)
+		defer stopKills()
+		go func() { killErr <- s.edge.KillLoop(kctx, o.killEvery, s.api, func() string { return s.states(kctx) }) }()
+		defer func() {
+			stopKills()
+			if kerr := <-killErr; kerr != nil && err == nil {
+				err = kerr
+			}
+			fmt.Printf("soak: the edge agent was killed with SIGKILL %d times (every %s) and started again on its state folder\n", s.edge.Kills, o.killEvery)
+		}()
+	}
 	base := s.measure(0, 0)
 	printHeader()
 	printSample(base)
@@ -402,6 +424,20 @@ func (s *soak) verb(ctx context.Context, target string, want fsm.State) error {
 	return s.await(ctx, want)
 }
 
+// states is how many nodes are in each state, for the kill reports.
+func (s *soak) states(ctx context.Context) string {
+	var l listed
+	q := fmt.Sprintf("/v1/nodes?conductor_group=%s&fields=uuid,provision_state&limit=%d", site, s.o.nodes+1)
+	if err := s.api.Do(ctx, "GET", q, nil, &l); err != nil {
+		return err.Error()
+	}
+	hist := map[string]int{}
+	for _, n := range l.Nodes {
+		hist[n.State]++
+	}
+	return fmtHist(hist)
+}
+
 type listed struct {
 	Nodes []struct {
 		UUID      string  `json:"uuid"`
@@ -445,7 +481,7 @@ func (s *soak) await(ctx context.Context, want fsm.State) error {
 			return fmt.Errorf("the coordinator exited (%s)", s.co.ExitStatus())
 		}
 		if !s.edge.Alive() {
-			return fmt.Errorf("the edge agent exited (%s)", s.edge.cmd.ProcessState)
+			return fmt.Errorf("the edge agent exited (see its log %s)", s.edge.LogFile)
 		}
 		if time.Since(lastMove) > s.o.stall {
 			return fmt.Errorf("no node moved for %s; %d of %d in %q; states: %s", s.o.stall, done, s.o.nodes, want, fmtHist(hist))
@@ -481,9 +517,9 @@ func (s *soak) measure(cycle int, took time.Duration) sample {
 	}
 	sm.du, sm.byKind = diskUsage(s.co.DataDir)
 	sm.selfRSSKB = loadrig.ProcStatusKB(os.Getpid(), "VmRSS")
-	sm.agentRSS = loadrig.ProcStatusKB(s.edge.PID, "VmRSS")
+	sm.agentRSS = loadrig.ProcStatusKB(s.edge.Pid(), "VmRSS")
 	sm.agentDU, sm.agentByKind = diskUsage(s.edge.StateDir)
-	sm.agentCPU = int64(loadrig.ProcCPU(s.edge.PID) / time.Millisecond)
+	sm.agentCPU = int64(loadrig.ProcCPU(s.edge.Pid()) / time.Millisecond)
 	sm.coordCPU = int64(loadrig.ProcCPU(s.co.PID) / time.Millisecond)
 	var h struct {
 		History []map[string]any `json:"history"`

@@ -2,6 +2,7 @@ package ramdisk_test
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -153,12 +154,15 @@ func nodeHistory(t *testing.T, cl *testrig.Client, node string) string {
 // TestQEMUBurnInEraseVerify boots the real ramdisk in QEMU (three boots,
 // two of them at once on two VMs):
 //   - VM 1 (virtio + NVMe, properties say 4 CPUs): one manual clean runs
-//     burnin_cpu, burnin_memory and burnin_disk for a short time (their
-//     figures in the history), erase_devices_express with the metadata
-//     fallback (the NVMe disk by Format NVM, read back as zeros on the
-//     host), then verify_hardware, which fails naming 4 and 1;
+//     burnin_cpu, burnin_memory, burnin_network (the reader, paired with
+//     VM 2) and burnin_disk for a short time (their figures in the
+//     history), erase_devices_express with the metadata fallback (the
+//     NVMe disk by Format NVM, read back as zeros on the host), then
+//     verify_hardware, which fails naming 4 and 1;
 //   - VM 2 (a virtio disk whose reads fail at 32 MiB, QEMU blkdebug):
-//     burnin_disk fails naming /dev/vda and the offset;
+//     burnin_network (the writer, listening on port 9000, forwarded from
+//     the host's loopback, waiting for VM 1) with its figures in the
+//     history, then burnin_disk fails naming /dev/vda and the offset;
 //   - VM 1 again: express erase without the fallback fails naming
 //     /dev/vda and agent_continue_if_secure_erase_failed.
 func TestQEMUBurnInEraseVerify(t *testing.T) {
@@ -175,8 +179,12 @@ func TestQEMUBurnInEraseVerify(t *testing.T) {
 	if err := os.WriteFile(bdConf, []byte("[inject-error]\nevent = \"read_aio\"\niotype = \"read\"\nerrno = \"5\"\nsector = \"65536\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// burn2 is the network burn-in's writer: its port 9000 is forwarded
+	// from the host's loopback, which burn1 (the reader) reaches at
+	// 10.0.2.2 (QEMU user networking).
+	_, fwdPort, _ := net.SplitHostPort(testrig.FreeAddr(t))
 	vm1, console1 := manageSmallVM(t, cl, dir, "burn1", map[string]any{"qemu_nvme_disk": nvmePath, "qemu_nvme_serial": "NVME0"})
-	vm2, console2 := manageSmallVM(t, cl, dir, "burn2", map[string]any{"qemu_disk_blkdebug": bdConf})
+	vm2, console2 := manageSmallVM(t, cl, dir, "burn2", map[string]any{"qemu_disk_blkdebug": bdConf, "qemu_hostfwd": "tcp:127.0.0.1:" + fwdPort + "-:9000"})
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, c := range []string{console1, console2} {
@@ -197,11 +205,16 @@ func TestQEMUBurnInEraseVerify(t *testing.T) {
 	cl.MustVerb(vm1, "clean", map[string]any{"clean_steps": []map[string]any{
 		step("burnin_cpu", map[string]any{"agent_burnin_cpu_timeout": 3}),
 		step("burnin_memory", map[string]any{"agent_burnin_vm_timeout": 3, "agent_burnin_vm_vm-bytes": "64M"}),
+		step("burnin_network", map[string]any{"agent_burnin_fio_network_runtime": 2, "agent_burnin_fio_network_pairing_timeout": 300,
+			"agent_burnin_fio_network_config": map[string]any{"role": "reader", "partner": "10.0.2.2:" + fwdPort, "partner_node": "burn2"}}),
 		step("burnin_disk", map[string]any{"agent_burnin_fio_disk_loops": 1}),
 		step("erase_devices_express", map[string]any{"agent_continue_if_secure_erase_failed": true}),
 		step("verify_hardware", nil),
 	}})
-	cl.MustVerb(vm2, "clean", map[string]any{"clean_steps": []map[string]any{step("burnin_disk", map[string]any{"agent_burnin_fio_disk_loops": 1})}})
+	cl.MustVerb(vm2, "clean", map[string]any{"clean_steps": []map[string]any{
+		step("burnin_network", map[string]any{"agent_burnin_fio_network_runtime": 2, "agent_burnin_fio_network_pairing_timeout": 300,
+			"agent_burnin_fio_network_config": map[string]any{"role": "writer", "partner": "10.0.2.15", "partner_node": vm1}}),
+		step("burnin_disk", map[string]any{"agent_burnin_fio_disk_loops": 1})}})
 
 	n1 := cl.WaitRest(vm1, 6*time.Minute)
 	if n1.State != "clean failed" || !strings.Contains(n1.LastError, "cpus: node.properties says 4, the node has 1") {
@@ -212,6 +225,7 @@ func TestQEMUBurnInEraseVerify(t *testing.T) {
 	for _, re := range []string{
 		`clean step deploy\.burnin_cpu done: 1 workers, [1-9][0-9]* rounds checked in [0-9.]+s \([0-9.]+ rounds/s\), 0 errors`,
 		`clean step deploy\.burnin_memory done: 64 MiB tested by 1 workers, [1-9][0-9]* bytes checked in [0-9.]+s \([0-9]+ MB/s\), 0 errors`,
+		`clean step deploy\.burnin_network done: reader paired with node ` + vm2 + ` \(10\.0\.2\.2:` + fwdPort + `\): wrote [1-9][0-9]* bytes in [0-9.]+s \([0-9.]+ MB/s\), read [1-9][0-9]* bytes in [0-9.]+s \([0-9.]+ MB/s\), 0 errors`,
 		`clean step deploy\.burnin_disk done: .*/dev/nvme0n1 1\.00 passes, 67108864 bytes verified, write [0-9.]+ MB/s, read [0-9.]+ MB/s, 0 I/O errors, 0 mismatches`,
 		`clean step deploy\.burnin_disk done: .*/dev/vda 1\.00 passes, 67108864 bytes verified`,
 		`clean step deploy\.erase_devices_express done: .*/dev/nvme0n1 nvme-format-(crypto|user-data)-erase in [0-9.]+s, [1-9][0-9]* samples verified`,
@@ -232,6 +246,10 @@ func TestQEMUBurnInEraseVerify(t *testing.T) {
 		t.Fatalf("clean of burn2 ended in %q: %s; want clean failed naming /dev/vda and an I/O error", n2.State, n2.LastError)
 	}
 	t.Logf("burn2: %s", n2.LastError)
+	h2 := nodeHistory(t, cl, "burn2")
+	if re := `clean step deploy\.burnin_network done: writer paired with node ` + vm1 + ` \(10\.0\.2\.15:9000\): wrote [1-9][0-9]* bytes in [0-9.]+s \([0-9.]+ MB/s\), read [1-9][0-9]* bytes in [0-9.]+s \([0-9.]+ MB/s\), 0 errors`; !regexp.MustCompile(re).MatchString(h2) {
+		t.Errorf("burn2's history matches no %q:\n%s", re, h2)
+	}
 
 	// Express erase without the fallback: the virtio disk has no
 	// hardware erase.

@@ -63,6 +63,7 @@ type serveOptions struct {
 	waitTimeout, cmdTimeout, resend, tick      time.Duration
 	autoClean, forcePower, verbose             bool
 	fastTrack                                  bool
+	edgePlans                                  bool
 	fastTrackTimeout                           time.Duration
 	prio                                       kv
 	mqttInsecure                               bool
@@ -111,6 +112,9 @@ func (c *cmd) serveCmd() *cobra.Command {
 		"credential and agent token go on; a new boot still gets new ones). A node's driver_info fast_track=true|false overrides it (docs/deploy.md, Fast track)")
 	fs.DurationVar(&o.fastTrackTimeout, "fast-track-timeout", fsm.DefaultFastTrackTimeout, "with fast track, a ramdisk counts as running if it heartbeated within this `DURATION` "+
 		"(Ironic's [deploy]fast_track_timeout, 300 s), and a node kept in its ramdisk that no operation used this long after the last one ended is powered off")
+	fs.BoolVar(&o.edgePlans, "edge-plans", true, "hand the rest of a clean, deploy or service phase to the site's edge agent as one plan when the agent runs plans "+
+		"(it relays its ramdisks): the site goes from step to step by itself, also while its link is down, and the results are applied here in order, "+
+		"with the same history and failure rules; false sends each step's command alone (docs/edge.md, Plans)")
 	fs.Var(o.prio, "clean-step-priority", "override an automated clean step's priority: `interface.step=N` (0 disables); repeatable")
 	fs.IntVar(&o.maxClean, "max-concurrent-clean", 1000, "`N` nodes that may run a manual clean at once (more get HTTP 500 with Ironic's message; provide is not capped)")
 	fs.IntVar(&o.maxDeploy, "max-concurrent-deploy", 1000, "`N` nodes that may deploy at once (more get HTTP 500 with Ironic's message)")
@@ -171,7 +175,7 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 			AutomatedClean: o.autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: o.forcePower,
 			FastTrack: o.fastTrack, FastTrackTimeout: o.fastTrackTimeout},
 		MaxConcurrentClean: o.maxClean, MaxConcurrentDeploy: o.maxDeploy, TickInterval: o.tick, HistoryMaxEntries: o.histMax, Log: log,
-		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns})
+		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns, NoEdgePlans: !o.edgePlans})
 	if err != nil {
 		if isStoreFailure(err) {
 			return exitCode(ExitStoreFailed) // the engine logged why

@@ -44,15 +44,28 @@ func topicSite(topic string) string {
 	return site
 }
 
-// noteRelay records what a site's presence says of its ramdisks.
-func (e *Engine) noteRelay(site string, online, relay bool) {
+// noteRelay records what a site's presence says of its ramdisks, and
+// whether its agent runs plans (only one that relays can).
+func (e *Engine) noteRelay(site string, online, relay, plans bool) {
 	if online && relay {
 		e.relaying.Store(site, true)
 	} else if online {
 		e.relaying.Delete(site)
 	}
+	if online && relay && plans {
+		e.planning.Store(site, true)
+	} else if online {
+		e.planning.Delete(site)
+	}
 	// Offline keeps what the agent said: its messages wait in the broker
 	// for its return, and a restarted agent says again.
+}
+
+// sitePlans is fsm.Config.SitePlans: whether the site's edge agent runs
+// plans, as its last online presence said.
+func (e *Engine) sitePlans(site string) bool {
+	_, ok := e.planning.Load(site)
+	return ok
 }
 
 // maxOut is the most queued messages a publisher takes at once, and

@@ -68,6 +68,9 @@ type Config struct {
 	ValueLogGCInterval time.Duration
 	// Metrics receives the engine's hook calls (nil: none).
 	Metrics *metrics.Metrics
+	// NoEdgePlans keeps every step's command going alone, even to sites
+	// whose edge agent runs plans (coordinator serve --edge-plans=false).
+	NoEdgePlans bool
 }
 
 // Kind says what went wrong with a request; the API maps it to an HTTP
@@ -167,6 +170,9 @@ type Engine struct {
 	// relaying holds the sites (name → true) whose edge agent said in
 	// its presence that it relays its ramdisks: their messages go bundled.
 	relaying sync.Map
+	// planning holds the sites whose edge agent said in its presence
+	// that it runs plans (run_plan).
+	planning sync.Map
 	// revoker closes the broker connections of a revoked credential.
 	revoker    atomic.Pointer[func(user string) int]
 	phaseCount map[string]int
@@ -306,6 +312,10 @@ func New(cfg Config) (*Engine, error) {
 	// The network burn-in's pair keys derive from the engine's secret.
 	cfg.Machine.BurninPair = e.burninPair
 	e.cfg.Machine.BurninPair = e.burninPair
+	if !cfg.NoEdgePlans && cfg.Machine.SitePlans == nil {
+		cfg.Machine.SitePlans = e.sitePlans
+		e.cfg.Machine.SitePlans = e.sitePlans
+	}
 	e.m = fsm.New(cfg.Machine)
 	e.rejects = ratelog.New(cfg.Log, 0)
 	e.cats = newStepCats()

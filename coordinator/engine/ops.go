@@ -627,7 +627,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		if nodeID != "" {
 			return
 		}
-		e.noteRelay(site, msg.Online, msg.Relay)
+		e.noteRelay(site, msg.Online, msg.Relay, msg.Plans)
 		e.NoteSiteBroker(site, msg.Online, msg.SiteBroker)
 		e.noteSiteSoftware(site, msg.Online, msg.Software)
 		_ = e.submit(func(t *tx) error {

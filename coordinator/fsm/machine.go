@@ -34,6 +34,10 @@ type Config struct {
 	BurninPair func(n *Node, partnerNode string) (partnerUUID, secret string, err error)
 	// Holder names the coordinator in reservations.
 	Holder string
+	// SitePlans tells whether the edge agent of a site runs plans
+	// (run_plan): the rest of a clean, deploy or service phase is then
+	// handed to it at once (siteplan.go). nil: never.
+	SitePlans func(site string) bool
 	// RequiredCleanSteps are the in-band steps ("interface.step") that
 	// automated cleaning must run: a ramdisk that does not offer one of
 	// them fails the cleaning instead of skipping it. Nil: the standard

@@ -40,6 +40,10 @@ type world struct {
 	sent       []Outgoing
 	// path is every state the node entered, in order.
 	path []State
+	// plans are the run_plan commands sent (siteplan_test.go); holdPlan
+	// keeps their steps unanswered.
+	plans    []*protocol.Message
+	holdPlan bool
 }
 
 // record notes the states an output moved the node through.
@@ -84,6 +88,26 @@ func (w *world) run(out Output) {
 					DeploySteps: []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 80}}}, w.now)
 				next.Send = append(next.Send, h.Send...)
 				next.History = append(next.History, h.History...)
+			}
+		case msg.Kind == protocol.KindCommand && msg.Action == protocol.ActionPlanRun:
+			// A site that runs plans: each step in turn, its result sent
+			// as if the step had been sent alone.
+			w.plans = append(w.plans, msg)
+			if w.holdPlan {
+				continue
+			}
+			for _, c := range msg.Plan {
+				w.log = append(w.log, c.Step.Interface+"."+c.Step.Step)
+				res := &protocol.Message{CommandID: c.ID, OK: c.Step.Step != w.failOn, Token: c.Token}
+				if !res.OK {
+					res.Error = "disk on fire"
+				}
+				r := w.m.Result(w.n, res, w.now)
+				w.record(r)
+				next.Send = append(next.Send, r.Send...)
+				if !res.OK {
+					break
+				}
 			}
 		case msg.Kind == protocol.KindCommand && msg.Action == protocol.ActionBootDev:
 			w.log = append(w.log, "boot "+msg.Args["device"].(string))

@@ -125,14 +125,24 @@ func (m *Machine) Heartbeat(n *Node, msg *protocol.Message, now time.Time) Outpu
 // Result handles the result of the node's outstanding command. A result
 // for any other command (a duplicate) is ignored; the caller acks it all
 // the same so that the sender's outbox lets go of it.
+//
+// The result of a later step of the site's plan (the site ran ahead)
+// waits in the plan until that step's command is pending.
 func (m *Machine) Result(n *Node, msg *protocol.Message, now time.Time) Output {
 	var out Output
 	if n.Pending == nil || msg.CommandID != n.Pending.ID {
+		m.keepEarly(n, msg, &out)
 		return out
 	}
+	m.takeResult(n, msg, now, &out)
+	return out
+}
+
+// takeResult takes the result of the pending command.
+func (m *Machine) takeResult(n *Node, msg *protocol.Message, now time.Time, out *Output) {
 	if n.Pending.InBand && (n.AgentToken == "" || msg.Token != n.AgentToken) {
 		out.Reject = fmt.Sprintf("node %s: result of %s with a wrong or stale agent token refused", n.Ident(), msg.CommandID)
-		return out
+		return
 	}
 	if n.Maintenance && IsWait(n.ProvisionState) {
 		// Maintenance pauses a node in a WAIT state (Ironic ignores the
@@ -141,10 +151,9 @@ func (m *Machine) Result(n *Node, msg *protocol.Message, now time.Time) Output {
 		// change) goes on, as Ironic's conductor goes on with it.
 		n.Held = msg
 		out.Changed = true
-		return out
+		return
 	}
-	m.applyResult(n, msg, now, &out)
-	return out
+	m.applyResult(n, msg, now, out)
 }
 
 func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out *Output) {

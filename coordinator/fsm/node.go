@@ -191,6 +191,9 @@ type Operation struct {
 	// KeptRamdisk is set when fast track skipped the operation's closing
 	// power-off: at its end the node rests with its ramdisk running.
 	KeptRamdisk bool `json:"kept_ramdisk,omitempty"`
+	// SitePlan is the plan of this operation's steps handed to the site's
+	// edge agent (siteplan.go), nil when none was.
+	SitePlan *SitePlan `json:"site_plan,omitempty"`
 }
 
 // StepList returns the clean or deploy steps of the operation's plan in

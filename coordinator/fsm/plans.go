@@ -109,36 +109,19 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 				m.hold(n, &s, now, out)
 				return
 			}
+			if m.pendPlanned(n, &s, now, out) {
+				// The site runs it (run_plan): its result is awaited.
+				return
+			}
+			if m.sendSitePlan(n, now, out) {
+				continue // the first step of the plan is pending now
+			}
 			if s.InBand {
-				args := s.Args
-				if s.Step == "finalize_rescue" {
-					// Ironic's agent_client: the hash, marked as one.
-					args = map[string]any{"rescue_password": n.Op.HashedRescuePassword, "hashed": true}
-				}
-				if s.Step == "write_image" {
-					args = imageArgs(n.InstanceInfo, s.Args)
-					if n.ConfigDrive != "" {
-						args["configdrive"] = n.ConfigDrive
-					}
-				}
-				// Ironic's root device hints live in the node's properties.
-				if rd, ok := n.Properties["root_device"]; ok && (s.Step == "write_image" || s.Step == "inspect_hardware") {
-					args = maps.Clone(args)
-					if args == nil {
-						args = map[string]any{}
-					}
-					if _, set := args["root_device"]; !set {
-						args["root_device"] = rd
-					}
-				}
-				args = inbandArgs(n, &s, args)
-				if s.Interface == "deploy" && s.Step == "burnin_network" {
-					var err error
-					if args, err = m.burninNetworkArgs(n, args); err != nil {
-						n.setStep(&s)
-						m.fail(n, now, out, fmt.Sprintf("%s failed on node %s: %v", describe(n, a), n.Ident(), err))
-						return
-					}
+				args, err := m.inbandStepArgs(n, &s)
+				if err != nil {
+					n.setStep(&s)
+					m.fail(n, now, out, fmt.Sprintf("%s failed on node %s: %v", describe(n, a), n.Ident(), err))
+					return
 				}
 				m.sendInband(n, &s, args, now, out)
 				m.enterWait(n, now, out)
@@ -158,6 +141,38 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 			return
 		}
 	}
+}
+
+// inbandStepArgs are the arguments of in-band step s's command: the
+// operation's and the node's (image, config drive, root device hints,
+// the rescue password's hash, a burn-in pairing) on top of the step's.
+func (m *Machine) inbandStepArgs(n *Node, s *StepRun) (map[string]any, error) {
+	args := s.Args
+	if s.Step == "finalize_rescue" {
+		// Ironic's agent_client: the hash, marked as one.
+		args = map[string]any{"rescue_password": n.Op.HashedRescuePassword, "hashed": true}
+	}
+	if s.Step == "write_image" {
+		args = imageArgs(n.InstanceInfo, s.Args)
+		if n.ConfigDrive != "" {
+			args["configdrive"] = n.ConfigDrive
+		}
+	}
+	// Ironic's root device hints live in the node's properties.
+	if rd, ok := n.Properties["root_device"]; ok && (s.Step == "write_image" || s.Step == "inspect_hardware") {
+		args = maps.Clone(args)
+		if args == nil {
+			args = map[string]any{}
+		}
+		if _, set := args["root_device"]; !set {
+			args["root_device"] = rd
+		}
+	}
+	args = inbandArgs(n, s, args)
+	if s.Interface == "deploy" && s.Step == "burnin_network" {
+		return m.burninNetworkArgs(n, args)
+	}
+	return args, nil
 }
 
 // hold stops the operation at a hold step: the node rests in its hold
@@ -568,6 +583,8 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	}
 	n.LastError = msg
 	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
+	// The site stops the plan at its first abortable point.
+	m.stopSitePlan(n, op, protocol.PlanStopAbort, now, out)
 	if op == nil || op.Phase != "boot_device" {
 		if n.BootNonce != "" {
 			// The node stays powered on with its ramdisk: the site must

@@ -3,6 +3,8 @@ package fsm
 import (
 	"fmt"
 	"time"
+
+	"github.com/bmedge/bmedge/protocol"
 )
 
 // This file holds what the clock and the operator's pauses drive: resends
@@ -56,6 +58,13 @@ func (m *Machine) SetMaintenance(n *Node, on bool, reason string, now time.Time)
 	if on {
 		n.Maintenance, n.MaintenanceReason = true, reason
 		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: "maintenance", Event: "maintenance set: " + reason})
+		// As Ironic ignores heartbeats in maintenance, no next step
+		// starts: the site lets the running one finish and stops. The
+		// plan stays, so that the results of steps the site ran before it
+		// heard are still applied in order.
+		if IsWait(n.ProvisionState) {
+			m.stopSitePlan(n, n.Op, protocol.PlanStopFinish, now, &out)
+		}
 		return out
 	}
 	n.Maintenance, n.MaintenanceReason, n.Fault = false, "", ""

@@ -419,6 +419,8 @@ func (m *Machine) abort(n *Node, now time.Time, out *Output) {
 	if !a.Step.Abortable {
 		n.Op.AbortAfter = true
 		n.UpdatedAt = now
+		// The site lets the step finish and starts no other.
+		m.stopSitePlan(n, n.Op, protocol.PlanStopAbort, now, out)
 		out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(n.Op),
 			Event: fmt.Sprintf("abort requested during step %s, which cannot be aborted; the operation fails when it ends", a.Step.Name())})
 		return

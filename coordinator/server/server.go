@@ -62,6 +62,9 @@ type Options struct {
 	// store and the rest of the process (0: netbudget.DefaultReserve);
 	// together the API and the broker hold at most NOFILE less it.
 	FDReserve int
+	// NoEdgePlans: every step's command goes alone, even to sites whose
+	// edge agent runs plans (serve --edge-plans=false).
+	NoEdgePlans bool
 	// APIConns and MQTTConns are the connection budgets of the API's and
 	// the embedded broker's listeners, checked at accept before TLS;
 	// fields <= 0 take DefaultAPIConnLimits' and
@@ -108,7 +111,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	met := metrics.New()
 	e, err := engine.New(engine.Config{DataDir: o.DataDir, Machine: o.Machine, MaxConcurrentClean: o.MaxConcurrentClean,
 		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, HistoryMaxEntries: o.HistoryMaxEntries, Log: o.Log,
-		Metrics: met})
+		Metrics: met, NoEdgePlans: o.NoEdgePlans})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,216 @@
+package fsm
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// This file holds plans at the edge: the rest of a clean, deploy or
+// service phase handed to the site's edge agent as one run_plan command,
+// so that the site goes from step to step without waiting for the
+// coordinator (its link may be down, and each step would cost a round
+// trip). The machine stays the authority and nothing else changes: the
+// plan holds each step's command exactly as it would be sent alone (its
+// id and Seq fixed in advance); when the plan reaches a step the command
+// becomes pending without being sent, its result is applied as it would
+// have been, in order, with the same history, clean_step/deploy_step,
+// last_error and failure rules; resends of a pending command are the same
+// command, which the site answers once. A result that arrives before its
+// step is pending (the site ran ahead) waits in the plan until it is.
+// Failure, abort and maintenance tell the site to stop (stop_plan).
+
+// SitePlan is the plan handed to the site, on the operation.
+type SitePlan struct {
+	ID string `json:"id"`
+	// First is the index in Operation.Plan of the plan's first step; the
+	// steps follow it, one command each.
+	First int          `json:"first"`
+	Cmds  []PlannedCmd `json:"cmds"`
+	// Early are results of the plan's steps that arrived before their
+	// command was pending, by command id (at most one per step).
+	Early map[string]*protocol.Message `json:"early,omitempty"`
+}
+
+// PlannedCmd is the id and Seq of a step's command in a site plan.
+type PlannedCmd struct {
+	ID  string `json:"id"`
+	Seq uint64 `json:"seq"`
+}
+
+// index is the Operation.Plan index of the plan's command id, -1 if none.
+func (sp *SitePlan) index(id string) int {
+	if sp == nil {
+		return -1
+	}
+	for j, c := range sp.Cmds {
+		if c.ID == id {
+			return sp.First + j
+		}
+	}
+	return -1
+}
+
+// sitePlanPhases are the phases whose steps go to the site as a plan.
+var sitePlanPhases = map[string]bool{"clean": true, "deploy": true, "service": true}
+
+// stepSpans are how long a planned step may run once the edge agent
+// starts it: an in-band step as long as its ramdisk heartbeats (the wait
+// timeout is the silence allowed), an out-of-band one the command timeout.
+func (m *Machine) stepSpan(s *StepRun) time.Duration {
+	if s.InBand {
+		return m.cfg.WaitTimeout
+	}
+	return m.cfg.CommandTimeout
+}
+
+// stepCommand is the command of step s as it would be sent alone (not
+// yet stamped with an id, Seq or deadline).
+func (m *Machine) stepCommand(n *Node, s *StepRun) (msg *protocol.Message, topic string, err error) {
+	if s.InBand {
+		args, err := m.inbandStepArgs(n, s)
+		if err != nil {
+			return nil, "", err
+		}
+		return &protocol.Message{Action: protocol.ActionInbandRun, Token: n.AgentToken,
+			Step: &protocol.Step{Interface: s.Interface, Step: s.Step, Args: args, Priority: s.Priority, Abortable: s.Abortable}}, protocol.NodeCmdTopic(n.Site, n.UUID), nil
+	}
+	return &protocol.Message{Action: protocol.ActionOOBStep, Driver: n.Driver, DriverInfo: n.DriverInfo,
+		Step: &protocol.Step{Interface: s.Interface, Step: s.Step, Args: oobArgs(n, s), Priority: s.Priority, Abortable: s.Abortable}}, protocol.BMCCmdTopic(n.Site), nil
+}
+
+// sendSitePlan hands the site the steps from the current action on, up
+// to the first action that is not a step (a power action, the ramdisk's
+// boot) or a hold step, as one run_plan command, when the site's edge
+// agent runs plans, the node's ramdisk is up and the run has at least
+// two steps, one of them in band. It tells whether it sent one.
+func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
+	op := n.Op
+	if m.cfg.SitePlans == nil || op == nil || !sitePlanPhases[op.Phase] || n.AgentToken == "" || n.Maintenance || op.AbortAfter ||
+		!m.cfg.SitePlans(n.Site) {
+		return false
+	}
+	var cmds []*protocol.Message
+	var names []string
+	inband := false
+	seq := n.CmdSeq
+	var total time.Duration
+	for i := op.Index; i < len(op.Plan) && len(cmds) < protocol.MaxPlanSteps; i++ {
+		a := &op.Plan[i]
+		if a.Kind != ActStep || a.Step == nil || a.Step.Step == HoldStep {
+			break
+		}
+		msg, _, err := m.stepCommand(n, a.Step)
+		if err != nil {
+			break // it fails when it is reached, as it would alone
+		}
+		span := m.stepSpan(a.Step)
+		seq = max(seq+1, uint64(max(now.UnixNano(), 0)))
+		msg.V, msg.Kind, msg.ID, msg.Site, msg.Node, msg.Sent, msg.Seq = protocol.Version, protocol.KindCommand, m.cfg.NewID(), n.Site, n.UUID, now, seq
+		msg.SpanSeconds = int64((span + time.Second - 1) / time.Second)
+		msg.Deadline = now.Add(span)
+		total += span
+		inband = inband || a.Step.InBand
+		cmds = append(cmds, msg)
+		names = append(names, a.Step.Name())
+	}
+	if len(cmds) < 2 || !inband {
+		return false
+	}
+	plan := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, Action: protocol.ActionPlanRun, ID: m.cfg.NewID(),
+		Site: n.Site, Node: n.UUID, Sent: now, Deadline: now.Add(total), Plan: cmds}
+	if err := plan.Validate(); err != nil {
+		return false
+	}
+	if b, err := json.Marshal(plan); err != nil || len(b) > protocol.MaxMessageBytes*3/4 {
+		return false // too large to go in one message: step by step
+	}
+	n.CmdSeq = seq
+	sp := &SitePlan{ID: plan.ID, First: op.Index}
+	for _, c := range cmds {
+		sp.Cmds = append(sp.Cmds, PlannedCmd{ID: c.ID, Seq: c.Seq})
+	}
+	op.SitePlan = sp
+	out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: plan})
+	out.Changed = true
+	out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(op),
+		Event: fmt.Sprintf("%d %s steps handed to the edge agent of site %s as one plan (%s): the site runs them in turn, their results are applied here in order",
+			len(cmds), op.Phase, n.Site, strings.Join(names, ", "))})
+	return true
+}
+
+// pendPlanned makes the current step's command pending, without sending
+// it, when the site plan holds it; a result that came early is applied at
+// once. It tells whether the step was the plan's.
+func (m *Machine) pendPlanned(n *Node, s *StepRun, now time.Time, out *Output) bool {
+	sp := n.Op.SitePlan
+	if sp == nil {
+		return false
+	}
+	j := n.Op.Index - sp.First
+	if j < 0 || j >= len(sp.Cmds) {
+		return false
+	}
+	msg, topic, err := m.stepCommand(n, s)
+	if err != nil {
+		return false // sent alone, it fails as it would have
+	}
+	pc := sp.Cmds[j]
+	msg.V, msg.Kind, msg.ID, msg.Site, msg.Node, msg.Sent, msg.Seq = protocol.Version, protocol.KindCommand, pc.ID, n.Site, n.UUID, now, pc.Seq
+	n.CmdSeq = max(n.CmdSeq, pc.Seq)
+	out.Changed = true
+	if s.InBand {
+		msg.Deadline = now.Add(m.cfg.WaitTimeout)
+		n.Pending = &Command{ID: msg.ID, Topic: topic, Msg: msg, LastSent: now, Attempts: 1, InBand: true}
+		m.enterWait(n, now, out)
+	} else {
+		m.ensureWorking(n, now, out)
+		msg.Deadline = now.Add(m.cfg.CommandTimeout)
+		n.Pending = &Command{ID: msg.ID, Topic: topic, Msg: msg, LastSent: now, Attempts: 1}
+		n.Deadline = msg.Deadline
+	}
+	if e := sp.Early[msg.ID]; e != nil {
+		delete(sp.Early, msg.ID)
+		m.takeResult(n, e, now, out)
+	}
+	return true
+}
+
+// keepEarly keeps the result of a later step of the site plan, which the
+// site ran before the machine got there; true if it was one.
+func (m *Machine) keepEarly(n *Node, msg *protocol.Message, out *Output) bool {
+	if n.Op == nil {
+		return false
+	}
+	sp := n.Op.SitePlan
+	i := sp.index(msg.CommandID)
+	if i <= n.Op.Index {
+		return false
+	}
+	if a := n.Op.Plan[i]; a.Kind == ActStep && a.Step.InBand && (n.AgentToken == "" || msg.Token != n.AgentToken) {
+		out.Reject = fmt.Sprintf("node %s: result of planned step %s with a wrong or stale agent token refused", n.Ident(), msg.CommandID)
+		return true
+	}
+	if sp.Early == nil {
+		sp.Early = map[string]*protocol.Message{}
+	}
+	if _, dup := sp.Early[msg.CommandID]; !dup {
+		sp.Early[msg.CommandID] = msg
+		out.Changed = true
+	}
+	return true
+}
+
+// stopSitePlan tells the site to stop the operation's plan, if it has one:
+// mode protocol.PlanStopAbort or PlanStopFinish.
+func (m *Machine) stopSitePlan(n *Node, op *Operation, mode string, now time.Time, out *Output) {
+	if op == nil || op.SitePlan == nil {
+		return
+	}
+	out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: &protocol.Message{V: protocol.Version,
+		Kind: protocol.KindCommand, Action: protocol.ActionPlanStop, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID, Sent: now,
+		Deadline: now.Add(m.cfg.CommandTimeout), Args: map[string]any{"plan_id": op.SitePlan.ID, "mode": mode}}})
+}

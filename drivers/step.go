@@ -238,8 +238,9 @@ func inbandMoreCleanSteps() []Step {
 				ArgRaidCreateNonroot: {Description: "false: create only the root volume of target_raid_config; default true"},
 			},
 			Doc: "Software RAID (raid_interface agent, the default): builds the node's target_raid_config as Linux software RAID (controller \"software\"), as IPA does: a GPT on each holder disk (every disk, or those physical_disks names), one partition per logical disk on each, " +
-				"an md array (metadata 1.2) over them per logical disk, the root volume first (/dev/md0, RAID-1). The disks must hold no partitions (run raid.delete_configuration or erase first). " +
-				"The result, with each array's device and members, becomes the node's raid_config; deploy.write_image then writes the image to the root array."},
+				"an md array (metadata 1.2) over them per logical disk, the root volume first (/dev/md0, RAID-1), and a BIOS boot partition (2 MiB, EF02) on each holder disk before the RAID partitions. The disks must hold no partitions (run raid.delete_configuration or erase first). " +
+				"A root volume needs BIOS boot mode: refused when the ramdisk runs in UEFI mode. " +
+				"The result, with each array's device and members, becomes the node's raid_config; deploy.write_image then writes the image to the root array and installs the image's GRUB (grub-install --target=i386-pc, then grub-mkconfig) on each holder disk."},
 		{Interface: "raid", Step: "delete_configuration", Priority: 0, Abortable: false, RequiresRamdisk: true,
 			Doc: "Software RAID (raid_interface agent, the default): deletes every software RAID array: assembles what the disks hold, stops each array, zeroes the md superblock of every member (mdadm --zero-superblock) and the partition tables of the holder disks; " +
 				"the node's raid_config becomes empty. The result lists the arrays stopped and the members zeroed."},

@@ -2,8 +2,13 @@ package ramdisk_test
 
 import (
 	"bytes"
+	"compress/gzip"
+	"context"
+	crand "crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,14 +141,17 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 			t.Skipf("%s is missing (Debian package %s)", tool, tool)
 		}
 	}
+	tools := raidBootTools(t)
 	cl := raidLab(t, kernel, initrd)
 	dir := t.TempDir()
-	// The image to deploy onto the root array, served on loopback (the
-	// guest reaches it as 10.0.2.2).
-	img := make([]byte, 8<<20)
-	for i := range img {
-		img[i] = byte(i*7 + i>>12)
-	}
+	// The image to deploy onto the root array: a whole-disk image that
+	// boots once the boot loader is on the disks, served gzip-compressed
+	// on loopback (the guest reaches it as 10.0.2.2).
+	var mb [8]byte
+	_, _ = crand.Read(mb[:])
+	marker := "BMEDGE-RAID-INSTANCE-BOOTED-" + hex.EncodeToString(mb[:])
+	raw := bootableImage(t, dir, kernel, marker, tools)
+	img := gz(t, raw)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -244,14 +253,16 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 	if node.Properties["local_gb"] != float64(1) {
 		t.Errorf("properties/local_gb after create: %v; want 1 (the root volume's size)", node.Properties["local_gb"])
 	}
-	historyRe(t, cl, "raid1", `raid\.create_configuration done: /dev/md0 \(root, RAID-1, [0-9]+ bytes\) on /dev/nvme0n1p1 /dev/vda1; /dev/md1 \(data, RAID-0, [0-9]+ bytes\) on /dev/nvme0n1p2 /dev/vda2`)
+	historyRe(t, cl, "raid1", `raid\.create_configuration done: /dev/md0 \(root, RAID-1, [0-9]+ bytes\) on /dev/nvme0n1p1 /dev/vda1; /dev/md1 \(data, RAID-0, [0-9]+ bytes\) on /dev/nvme0n1p2 /dev/vda2; `+
+		`BIOS boot partitions \(for the boot loader write_image installs on each holder\) /dev/nvme0n1p3 /dev/vda3`)
 
 	// The host's mdadm reads both disk files: each has two members, of
-	// the arrays root (RAID-1) and data (RAID-0).
+	// the arrays root (RAID-1) and data (RAID-0), and IPA's BIOS boot
+	// partition (2 MiB at 1 MiB, before them on the disk).
 	for _, d := range disks {
 		parts := gptParts(t, d)
-		if len(parts) != 2 {
-			t.Fatalf("%s: %d GPT partitions, want 2", d, len(parts))
+		if len(parts) != 3 || parts[2] != [2]int64{1 << 20, 2 << 20} {
+			t.Fatalf("%s: GPT partitions %v, want 3, the third the BIOS boot partition at 1 MiB", d, parts)
 		}
 		for i, want := range []string{"Raid Level : raid1", "Raid Level : raid0"} {
 			out, ok := examine(t, d, parts[i][0])
@@ -269,7 +280,35 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 		t.Fatalf("patch instance_info: %d", code)
 	}
 	verb("active", "active", nil)
-	historyRe(t, cl, "raid1", `deploy step deploy\.write_image done: 8388608 bytes \(none, 8388608 downloaded\) written to /dev/md[0-9]+`)
+	historyRe(t, cl, "raid1", `deploy step deploy\.write_image done: `+itoa(len(raw))+` bytes \(gzip, `+itoa(len(img))+` downloaded\) written to /dev/md[0-9]+.*; `+
+		`boot loader installed on /dev/nvme0n1 /dev/vda \(/usr/sbin/grub-install --target=i386-pc from the image's /dev/md[0-9]+p1, /boot/grub/grub.cfg written\)`)
+	// The node boots the instance from its disks (qemu-dev: SeaBIOS,
+	// both disks): GRUB on a holder, the md root, the kernel and the
+	// instance's init, which prints the marker and powers off.
+	t0 := time.Now()
+	if !waitConsole(t, filepath.Join(dir, "console.log"), marker, 90*time.Second) {
+		t.Fatalf("the deployed node did not boot the instance from its RAID-1 root (no %s on its console)", marker)
+	}
+	t.Logf("instance boot from both disks: marker after %.1fs", time.Since(t0).Seconds())
+	// Each holder alone (a degraded RAID-1) boots too: the boot loader is
+	// on every holder disk. Copy-on-write boots, side by side.
+	t0 = time.Now()
+	alone := map[string][]string{
+		"vda":     {"-drive", "if=none,id=d0,file=" + disks[0] + ",format=raw,snapshot=on,file.locking=off", "-device", "virtio-blk-pci,drive=d0"},
+		"nvme0n1": {"-drive", "if=none,id=d1,file=" + disks[1] + ",format=raw,snapshot=on,file.locking=off", "-device", "nvme,drive=d1,serial=NVME0"},
+	}
+	consoles := map[string]chan string{}
+	for name, devArgs := range alone {
+		ch := make(chan string, 1)
+		consoles[name] = ch
+		go func() { ch <- bootDisk(t, filepath.Join(dir, "alone-"+name+".log"), devArgs...) }()
+	}
+	for name, ch := range consoles {
+		if out := <-ch; !strings.Contains(out, marker) {
+			t.Errorf("booting from %s alone (degraded RAID-1) did not reach the instance; console:\n%s", name, tail([]byte(out), 3000))
+		}
+	}
+	t.Logf("degraded boots from each disk alone, side by side: %.1fs", time.Since(t0).Seconds())
 	for _, d := range disks {
 		part := gptParts(t, d)[0][0]
 		out, _ := examine(t, d, part)
@@ -282,11 +321,19 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make([]byte, len(img))
+		// The image's label and the room before its partition; its file
+		// system has the boot loader's files since.
+		got := make([]byte, 1<<20)
 		_, err = f.ReadAt(got, part+off*512)
 		f.Close()
-		if err != nil || !bytes.Equal(got, img) {
+		if err != nil || !bytes.Equal(got, raw[:1<<20]) {
 			t.Errorf("%s does not hold the image in its root array member (data offset %d sectors): %v", filepath.Base(d), off, err)
+		}
+		// GRUB's boot code in the disk's MBR, its core image in the BIOS
+		// boot partition.
+		head := readHead(t, d, 3<<20)
+		if !bytes.Contains(head[:440], []byte("GRUB")) || bytes.Count(head[1<<20:], []byte{0}) == 2<<20 {
+			t.Errorf("%s: no GRUB boot code in the MBR or no core image in the BIOS boot partition", filepath.Base(d))
 		}
 	}
 	verb("deleted", "available", nil)
@@ -305,6 +352,9 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 	for _, d := range disks {
 		if p := gptParts(t, d); p != nil {
 			t.Errorf("%s still has a GPT after delete: %v", d, p)
+		}
+		if head := readHead(t, d, 3<<20); bytes.Count(head, []byte{0}) != len(head) {
+			t.Errorf("%s: the boot loader (MBR boot code, BIOS boot partition) is still there after delete", filepath.Base(d))
 		}
 		for _, off := range []int64{0, 8 << 20, (8 << 20) + (1 << 30)} {
 			if out, ok := examine(t, d, off); ok || !strings.Contains(out, "No md superblock detected") {
@@ -339,8 +389,8 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 	}
 	for _, d := range disks {
 		parts := gptParts(t, d)
-		if len(parts) != 1 || parts[0][0] != 8<<20 {
-			t.Fatalf("%s after apply_configuration: partitions %v, want one at 8 MiB", filepath.Base(d), parts)
+		if len(parts) != 2 || parts[0][0] != 8<<20 || parts[1] != [2]int64{1 << 20, 2 << 20} {
+			t.Fatalf("%s after apply_configuration: partitions %v, want one at 8 MiB and the BIOS boot partition", filepath.Base(d), parts)
 		}
 		if out, ok := examine(t, d, parts[0][0]); !ok || !strings.Contains(out, "Raid Level : raid1") {
 			t.Errorf("mdadm --examine of %s after apply_configuration: %v\n%s", filepath.Base(d), ok, out)
@@ -354,4 +404,235 @@ func historyRe(t *testing.T, cl *testrig.Client, node, re string) {
 	if !regexp.MustCompile(re).MatchString(h) {
 		t.Errorf("history of %s matches no %q:\n%s", node, re, h)
 	}
+}
+
+// raidBootTools are the host's GRUB for BIOS and the tools the bootable
+// test image is made of; a missing one skips (fails with BM_REQUIRE_ALL=1).
+func raidBootTools(t *testing.T) map[string]string {
+	t.Helper()
+	path := "/usr/sbin:/usr/bin:/sbin:/bin:" + os.Getenv("PATH")
+	tools := map[string]string{}
+	var missing []string
+	for _, tool := range []string{"grub-install", "grub-mkconfig", "grub-probe", "grub-script-check", "grub-mkrelpath", "grub-editenv", "mdadm", "busybox", "mke2fs", "go"} {
+		found := ""
+		for _, dir := range filepath.SplitList(path) {
+			if st, err := os.Stat(filepath.Join(dir, tool)); err == nil && !st.IsDir() {
+				found = filepath.Join(dir, tool)
+				break
+			}
+		}
+		if found == "" {
+			missing = append(missing, tool)
+		}
+		tools[tool] = found
+	}
+	if st, err := os.Stat("/usr/lib/grub/i386-pc"); err != nil || !st.IsDir() {
+		missing = append(missing, "/usr/lib/grub/i386-pc")
+	}
+	if len(missing) > 0 {
+		msg := fmt.Sprintf("the bootable RAID test image needs %s (Debian packages grub-pc-bin, grub2-common, mdadm, busybox, e2fsprogs; scripts/install-test-deps.sh installs them)", strings.Join(missing, ", "))
+		if os.Getenv("BM_REQUIRE_ALL") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return tools
+}
+
+// bootableImage makes a whole-disk image that boots without root to
+// build it: an msdos label with one ext4 partition (mke2fs -d) holding
+// the host's grub-install, grub-mkconfig and GRUB for BIOS, busybox (the
+// shell and tools grub-mkconfig runs), mdadm, their libraries and the
+// loader; an /etc/grub.d script that makes the boot entry; the ramdisk
+// tests' kernel and an initramfs whose /init (a static Go program built
+// here) prints marker on the console and powers off. The image carries
+// no boot loader: write_image's install puts it on the disks.
+func bootableImage(t *testing.T, dir, kernel, marker string, tools map[string]string) []byte {
+	t.Helper()
+	stage := filepath.Join(dir, "stage")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"usr/bin", "usr/sbin", "usr/lib/x86_64-linux-gnu", "usr/lib64", "etc/grub.d", "boot", "dev", "proc", "sys", "run", "tmp", "root"} {
+		must(os.MkdirAll(filepath.Join(stage, d), 0o755))
+	}
+	for _, l := range []string{"bin", "sbin", "lib", "lib64"} { // merged /usr, as Debian
+		must(os.Symlink("usr/"+l, filepath.Join(stage, l)))
+	}
+	copyFile := func(src, dst string, mode os.FileMode) {
+		t.Helper()
+		b, err := os.ReadFile(src)
+		must(err)
+		must(os.MkdirAll(filepath.Dir(dst), 0o755))
+		must(os.WriteFile(dst, b, mode))
+	}
+	libs := map[string]bool{}
+	for tool, src := range tools {
+		if tool == "mke2fs" || tool == "go" {
+			continue
+		}
+		dst := filepath.Join(stage, "usr/bin", tool)
+		if strings.Contains(src, "sbin") {
+			dst = filepath.Join(stage, "usr/sbin", tool)
+		}
+		copyFile(src, dst, 0o755)
+		if out, err := exec.Command("ldd", src).Output(); err == nil {
+			for _, m := range regexp.MustCompile(`(?m)(?:=> )?(/\S+) \(0x`).FindAllStringSubmatch(string(out), -1) {
+				libs[m[1]] = true
+			}
+		}
+	}
+	for lib := range libs {
+		real, err := filepath.EvalSymlinks(lib)
+		must(err)
+		dst := lib
+		if !strings.HasPrefix(dst, "/usr/") {
+			dst = "/usr" + dst
+		}
+		copyFile(real, filepath.Join(stage, dst), 0o755)
+	}
+	// busybox's applets, where the image has no program of the name.
+	out, err := exec.Command(tools["busybox"], "--list").Output()
+	must(err)
+	for _, a := range strings.Fields(string(out)) {
+		if _, err := os.Lstat(filepath.Join(stage, "usr/bin", a)); err == nil {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(stage, "usr/sbin", a)); err == nil {
+			continue
+		}
+		must(os.Symlink("busybox", filepath.Join(stage, "usr/bin", a)))
+	}
+	for _, d := range []string{"/usr/lib/grub/i386-pc", "/usr/share/grub"} {
+		must(filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+			if err != nil || e.IsDir() {
+				return err
+			}
+			copyFile(p, filepath.Join(stage, p), 0o644)
+			return nil
+		}))
+	}
+	// The boot entry, made by grub-mkconfig from the image's grub.d.
+	must(os.WriteFile(filepath.Join(stage, "etc/grub.d/10_bmedge_test"), []byte("#!/bin/sh\ncat <<'EOF'\nset timeout=0\n"+
+		"menuentry 'bmedge software RAID boot test' {\n\tlinux /boot/vmlinuz console=ttyS0 panic=1 loglevel=4\n\tinitrd /boot/initrd\n}\nEOF\n"), 0o755))
+	copyFile(kernel, filepath.Join(stage, "boot/vmlinuz"), 0o644)
+	// The instance's /init: the marker on the console, then power off.
+	src := filepath.Join(dir, "init-src")
+	must(os.MkdirAll(src, 0o755))
+	must(os.WriteFile(filepath.Join(src, "main.go"), []byte(`package main
+
+import (
+	"os"
+	"syscall"
+)
+
+func main() {
+	os.Mkdir("/dev", 0o755)
+	syscall.Mount("devtmpfs", "/dev", "devtmpfs", 0, "")
+	if f, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
+		f.WriteString("\n`+marker+`\n")
+		f.Sync()
+	}
+	syscall.Sync()
+	syscall.Reboot(syscall.LINUX_REBOOT_CMD_POWER_OFF)
+}
+`), 0o644))
+	build := exec.Command(tools["go"], "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "init"), "main.go")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GO111MODULE=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the test image's init: %v\n%s", err, out)
+	}
+	initBin, err := os.ReadFile(filepath.Join(dir, "init"))
+	must(err)
+	must(os.WriteFile(filepath.Join(stage, "boot/initrd"), newcCpio("init", initBin), 0o644))
+	// The ext4 partition and the msdos label around it.
+	const fsBytes = 64 << 20
+	fs := filepath.Join(dir, "root.ext4")
+	if out, err := exec.Command(tools["mke2fs"], "-q", "-F", "-t", "ext4", "-L", "bmroot", "-E", "root_owner=0:0", "-d", stage, fs, strconv.Itoa(fsBytes>>10)+"k").CombinedOutput(); err != nil {
+		t.Fatalf("mke2fs -d: %v\n%s", err, out)
+	}
+	fsb, err := os.ReadFile(fs)
+	must(err)
+	img := make([]byte, 1<<20+len(fsb))
+	copy(img[1<<20:], fsb)
+	binary.LittleEndian.PutUint32(img[440:], 0x626d6564) // disk signature
+	e := img[446:]
+	e[4] = 0x83 // Linux
+	binary.LittleEndian.PutUint32(e[8:], 2048)
+	binary.LittleEndian.PutUint32(e[12:], uint32(len(fsb)/512))
+	img[510], img[511] = 0x55, 0xAA
+	must(os.RemoveAll(stage))
+	return img
+}
+
+// newcCpio is a cpio archive (newc, as the kernel unpacks an initramfs)
+// of one executable file.
+func newcCpio(name string, data []byte) []byte {
+	var b bytes.Buffer
+	pad := func() {
+		for b.Len()%4 != 0 {
+			b.WriteByte(0)
+		}
+	}
+	entry := func(ino int, mode uint32, name string, data []byte) {
+		fmt.Fprintf(&b, "070701%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x", ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name)+1, 0)
+		b.WriteString(name)
+		b.WriteByte(0)
+		pad()
+		b.Write(data)
+		pad()
+	}
+	entry(1, 0o100755, name, data)
+	entry(0, 0, "TRAILER!!!", nil)
+	return b.Bytes()
+}
+
+// bootDisk boots a QEMU from disks (SeaBIOS, -boot c, no kernel on the
+// command line; copy-on-write: the files are not changed) and returns
+// its console once the guest powered off, or fails after a timeout.
+func bootDisk(t *testing.T, console string, devices ...string) string {
+	t.Helper()
+	args := []string{"-m", "256", "-nographic", "-display", "none", "-monitor", "none", "-nic", "none",
+		"-serial", "file:" + console, "-no-reboot", "-boot", "c"}
+	args = append(args, devices...)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	b, _ := os.ReadFile(console)
+	if err != nil {
+		t.Errorf("qemu %s: %v\n%s", strings.Join(devices, " "), err, out)
+	}
+	return string(b)
+}
+
+// waitConsole waits for want in a console file.
+func waitConsole(t *testing.T, console, want string, d time.Duration) bool {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if b, _ := os.ReadFile(console); strings.Contains(string(b), want) {
+			return true
+		}
+	}
+	return false
+}
+
+// gz is b gzip-compressed (the image is served compressed: most of it is
+// free space).
+func gz(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&out, gzip.BestSpeed)
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
 }

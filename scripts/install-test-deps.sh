@@ -44,6 +44,8 @@ PACKAGES+=(fdisk)
 PACKAGES+=(sshpass openssh-client)
 # mdadm: reads the software RAID members on the disk files of a QEMU node (ramdisk/raid_e2e_test.go)
 PACKAGES+=(mdadm)
+# grub-pc-bin, grub2-common, e2fsprogs: GRUB for BIOS, grub-install and mke2fs make the bootable image deployed onto software RAID (ramdisk/raid_e2e_test.go)
+PACKAGES+=(grub-pc-bin grub2-common e2fsprogs)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

@@ -12,14 +12,34 @@ import (
 // linuxRAIDType is the GPT partition type of a Linux RAID member.
 const linuxRAIDType = "A19D880F-05FC-4D3B-A006-743F0F84911E"
 
+// biosBootType is the GPT partition type of a BIOS boot partition (sgdisk
+// type EF02), where GRUB for BIOS puts its core image on a GPT disk.
+const biosBootType = "21686148-6449-6E6F-744E-656564454649"
+
 // raidStart is where the first RAID partition starts: 8 MiB, leaving room
 // for a BIOS boot partition as IPA does on GPT.
 const raidStart = 8 << 20
 
-// part is one partition to write, in bytes.
+// The BIOS boot partition, as IPA makes it on each software RAID holder
+// in BIOS boot mode: 2 MiB from the first free (aligned) sector, 1 MiB,
+// in the room left before the RAID partitions; its number follows theirs
+// (the RAID partitions keep numbers 1..n, as IPA's) and its name is
+// bios-boot-part-<holder index>.
+const (
+	biosBootStart = 1 << 20
+	biosBootSize  = 2 << 20
+)
+
+// part is one partition to write, in bytes; Type "" is Linux RAID.
 type part struct {
 	Start, Size uint64
 	Name        string
+	Type        string
+}
+
+// biosBootPart is the BIOS boot partition of the holder at index i.
+func biosBootPart(i int) part {
+	return part{Start: biosBootStart, Size: biosBootSize, Name: fmt.Sprintf("bios-boot-part-%d", i), Type: biosBootType}
 }
 
 // guidBytes encodes a GUID string in GPT's mixed-endian layout.
@@ -81,15 +101,20 @@ func layout(sizes []uint64, names []string, diskBytes, sector uint64) ([]part, e
 }
 
 // writeGPT writes a new GPT (protective MBR, primary and backup headers
-// and entries) with parts, all of type Linux RAID, to f of diskBytes.
+// and entries) with parts (of type Linux RAID unless they say) to f of
+// diskBytes.
 func writeGPT(f *os.File, diskBytes, sector uint64, parts []part) error {
 	ss := sector
 	last := diskBytes/ss - 1
 	const nEntries, entSize = 128, 128
 	entries := make([]byte, nEntries*entSize)
-	typ := guidBytes(linuxRAIDType)
 	for i, p := range parts {
 		e := entries[i*entSize:]
+		t := p.Type
+		if t == "" {
+			t = linuxRAIDType
+		}
+		typ := guidBytes(t)
 		copy(e[0:16], typ[:])
 		u := randomGUID()
 		copy(e[16:32], u[:])

@@ -29,6 +29,21 @@ type Options struct {
 	LoadModules func(names ...string) error
 	// SysRoot is sysfs ("" means /sys), for listing md devices.
 	SysRoot string
+	// BootMode is "bios" or "uefi"; "" means the ramdisk's own boot mode
+	// (uefi when SysRoot has firmware/efi), IPA's fallback when the node
+	// gives none.
+	BootMode string
+}
+
+// bootMode is the boot mode the software RAID root is built for.
+func (o Options) bootMode() string {
+	if o.BootMode != "" {
+		return o.BootMode
+	}
+	if st, err := os.Stat(filepath.Join(o.sysRoot(), "firmware", "efi")); err == nil && st.IsDir() {
+		return "uefi"
+	}
+	return "bios"
 }
 
 func (o Options) mdadm(ctx context.Context, args ...string) (string, error) {
@@ -106,16 +121,43 @@ func holders(devs []disk.Device, ld LogicalDisk) ([]disk.Device, error) {
 	return out, nil
 }
 
-// Create builds cfg's logical disks on devs (the writable, fixed disks)
-// and returns the raid_config to report (cfg with each array's device and
-// members; no root_device_hint: md numbers change when a later boot
-// assembles the arrays, and write_image finds the root array itself) and
-// the arrays.
-func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, createNonroot bool, o Options) (map[string]any, []Array, error) {
+// Created is what Create built.
+type Created struct {
+	// RaidConfig is the raid_config to report: cfg with each array's
+	// device and members; no root_device_hint (md numbers change when a
+	// later boot assembles the arrays, and write_image finds the root
+	// array itself).
+	RaidConfig map[string]any
+	Arrays     []Array
+	// BIOSBoot lists the BIOS boot partitions made (one per holder disk,
+	// in BIOS boot mode), where write_image's GRUB puts its core image.
+	BIOSBoot []string
+}
+
+// Create builds cfg's logical disks on devs (the writable, fixed disks):
+// on each holder disk a GPT with, in BIOS boot mode, a BIOS boot
+// partition (IPA's 2 MiB, type EF02) in the room before the RAID
+// partitions, then one RAID partition per logical disk; an md array per
+// logical disk. A root volume in UEFI boot mode is refused: its boot
+// loader (an EFI system partition on each holder) is not built here.
+func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, createNonroot bool, o Options) (Created, error) {
+	var none Created
 	if o.LoadModules != nil {
 		if err := o.LoadModules("raid0", "raid1", "raid10"); err != nil {
-			return nil, nil, fmt.Errorf("load the md kernel modules: %w", err)
+			return none, fmt.Errorf("load the md kernel modules: %w", err)
 		}
+	}
+	// The root array is the volume marked is_root_volume, else the first
+	// (RAID-1) volume: /dev/md0 either way, where write_image writes.
+	marked := false
+	for _, ld := range cfg.LogicalDisks {
+		marked = marked || ld.IsRootVolume
+	}
+	mode := o.bootMode()
+	if mode == "uefi" && ((marked && createRoot) || (!marked && createNonroot)) {
+		return none, fmt.Errorf("the ramdisk runs in UEFI boot mode, and a software RAID root volume is built here for BIOS boot only " +
+			"(a BIOS boot partition and GRUB for BIOS on each holder disk; UEFI's EFI system partition on each holder is not implemented): " +
+			"boot the node in legacy BIOS mode, or set create_root_volume to false to build only the other volumes")
 	}
 	// The root volume first: it becomes /dev/md0.
 	var lds []LogicalDisk
@@ -127,7 +169,7 @@ func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, cre
 		}
 	}
 	if len(lds) == 0 {
-		return nil, nil, fmt.Errorf("nothing to create: create_root_volume and create_nonroot_volumes leave no logical disk of target_raid_config")
+		return none, fmt.Errorf("nothing to create: create_root_volume and create_nonroot_volumes leave no logical disk of target_raid_config")
 	}
 	// Each logical disk's holders; every holder gets one partition per
 	// logical disk it holds.
@@ -137,13 +179,13 @@ func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, cre
 	for i, ld := range lds {
 		hs, err := holders(devs, ld)
 		if err != nil {
-			return nil, nil, err
+			return none, err
 		}
 		if len(hs) < 2 {
-			return nil, nil, fmt.Errorf("software RAID needs at least two disks for each logical disk; found %d usable disk(s)", len(hs))
+			return none, fmt.Errorf("software RAID needs at least two disks for each logical disk; found %d usable disk(s)", len(hs))
 		}
 		if ld.RaidLevel == "1+0" && len(hs) < 4 {
-			return nil, nil, fmt.Errorf("RAID 1+0 needs at least four disks (two mirrored pairs); found %d", len(hs))
+			return none, fmt.Errorf("RAID 1+0 needs at least four disks (two mirrored pairs); found %d", len(hs))
 		}
 		perLD[i] = hs
 		for _, h := range hs {
@@ -160,11 +202,13 @@ func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, cre
 		}
 	}
 	if len(withParts) > 0 {
-		return nil, nil, fmt.Errorf("partitions detected on devices %s during RAID config: run raid.delete_configuration or deploy.erase_devices_metadata first", strings.Join(withParts, ", "))
+		return none, fmt.Errorf("partitions detected on devices %s during RAID config: run raid.delete_configuration or deploy.erase_devices_metadata first", strings.Join(withParts, ", "))
 	}
-	// Partition every holder: its logical disks in order.
+	// Partition every holder: its logical disks in order, then (BIOS
+	// boot mode) the BIOS boot partition before them on the disk.
 	index := map[string]map[int]int{} // disk -> logical disk -> partition number
-	for _, d := range all {
+	var biosBoot []string
+	for hi, d := range all {
 		var sizes []uint64
 		var names []string
 		var which []int
@@ -175,7 +219,7 @@ func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, cre
 				}
 				s, err := ld.sizeBytes()
 				if err != nil {
-					return nil, nil, err
+					return none, err
 				}
 				sizes, which = append(sizes, s), append(which, i)
 				names = append(names, volumeName(ld, i))
@@ -187,10 +231,14 @@ func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, cre
 		}
 		parts, err := layout(sizes, names, d.SizeBytes, sector)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", d.Path, err)
+			return none, fmt.Errorf("%s: %w", d.Path, err)
+		}
+		if mode == "bios" {
+			parts = append(parts, biosBootPart(hi))
+			biosBoot = append(biosBoot, partPath(d.Path, len(parts)))
 		}
 		if err := partition(d.Path, d.SizeBytes, sector, parts); err != nil {
-			return nil, nil, err
+			return none, err
 		}
 		index[d.Path] = map[int]int{}
 		for k, i := range which {
@@ -205,7 +253,7 @@ func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, cre
 		for _, h := range perLD[i] {
 			p := partPath(h.Path, index[h.Path][i])
 			if err := waitNode(ctx, p); err != nil {
-				return nil, arrays, err
+				return none, err
 			}
 			members = append(members, p)
 		}
@@ -213,7 +261,7 @@ func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, cre
 		args := []string{"--create", md, "--force", "--run", "--metadata=1.2", "--homehost=any", "--level", Levels[ld.RaidLevel],
 			"--name", name, "--raid-devices", fmt.Sprint(len(members))}
 		if _, err := o.mdadm(ctx, append(args, members...)...); err != nil {
-			return nil, arrays, fmt.Errorf("create md device %s on %s: %w", md, strings.Join(members, " "), err)
+			return none, fmt.Errorf("create md device %s on %s: %w", md, strings.Join(members, " "), err)
 		}
 		a := Array{Device: md, VolumeName: name, RaidLevel: ld.RaidLevel, Members: members}
 		a.SizeBytes = readSize(filepath.Join(o.sysRoot(), "block", filepath.Base(md), "size"))
@@ -227,7 +275,7 @@ func Create(ctx context.Context, cfg Config, devs []disk.Device, createRoot, cre
 		r["members"] = members
 		reported = append(reported, r)
 	}
-	return map[string]any{"logical_disks": reported}, arrays, nil
+	return Created{RaidConfig: map[string]any{"logical_disks": reported}, Arrays: arrays, BIOSBoot: biosBoot}, nil
 }
 
 func volumeName(ld LogicalDisk, i int) string {

@@ -3,7 +3,9 @@ package steps
 import (
 	"context"
 	"fmt"
+	neturl "net/url"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/bmedge/bmedge/drivers"
@@ -106,15 +108,18 @@ func (r *Runner) raidBuild(ctx context.Context, cfg raid.Config, args map[string
 	if err != nil {
 		return nil, err
 	}
-	rc, arrays, err := raid.Create(ctx, cfg, erasable(devs), root, nonroot, r.raidOptions())
+	made, err := raid.Create(ctx, cfg, erasable(devs), root, nonroot, r.raidOptions())
 	if err != nil {
 		return nil, err
 	}
 	var parts []string
-	for _, a := range arrays {
+	for _, a := range made.Arrays {
 		parts = append(parts, fmt.Sprintf("%s (%s, RAID-%s, %d bytes) on %s", a.Device, a.VolumeName, a.RaidLevel, a.SizeBytes, strings.Join(a.Members, " ")))
 	}
-	return map[string]any{"raid_config": rc, "arrays": arrays, "summary": summary(parts, "no array")}, nil
+	if len(made.BIOSBoot) > 0 {
+		parts = append(parts, "BIOS boot partitions (for the boot loader write_image installs on each holder) "+strings.Join(made.BIOSBoot, " "))
+	}
+	return map[string]any{"raid_config": made.RaidConfig, "arrays": made.Arrays, "bios_boot_partitions": made.BIOSBoot, "summary": summary(parts, "no array")}, nil
 }
 
 func (r *Runner) raidDelete(ctx context.Context) (map[string]any, error) {
@@ -139,4 +144,32 @@ func (r *Runner) raidDelete(ctx context.Context) (map[string]any, error) {
 		parts = append(parts, "partition tables zeroed on "+strings.Join(res.Wiped, " "))
 	}
 	return map[string]any{"raid_config": map[string]any{}, "deleted": asMap(res), "summary": summary(parts, "no software RAID found")}, nil
+}
+
+// raidBootloader installs the boot loader on every holder disk when
+// write_image wrote to a software RAID array (IPA's install_bootloader
+// for an md root device), and says so in the step's result.
+func (r *Runner) raidBootloader(ctx context.Context, url string, dev disk.Device, out map[string]any) error {
+	if st, err := os.Stat(filepath.Join("/sys/block", filepath.Base(dev.Path), "md")); err != nil || !st.IsDir() {
+		return nil
+	}
+	bl, err := raid.InstallBootloader(ctx, dev.Path, imageName(url), r.raidOptions())
+	if err != nil {
+		return err
+	}
+	out["bootloader"] = asMap(bl)
+	s, _ := out["summary"].(string)
+	out["summary"] = fmt.Sprintf("%s; boot loader installed on %s (%s --target=%s from the image's %s, %s written)", s, strings.Join(bl.Disks, " "), bl.Tool, bl.Target, bl.RootFS, bl.Config)
+	return nil
+}
+
+// imageName is image_source for messages: without user information and
+// query (a temporary URL's signature).
+func imageName(src string) string {
+	u, err := neturl.Parse(src)
+	if err != nil {
+		return "(unparsable image_source)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
 }

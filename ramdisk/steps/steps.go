@@ -291,6 +291,9 @@ func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress f
 	if err := r.writeConfigDrive(ctx, args, dev, out); err != nil {
 		return nil, err
 	}
+	if err := r.raidBootloader(ctx, url, dev, out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

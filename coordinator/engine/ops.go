@@ -679,7 +679,10 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		}
 		switch msg.Kind {
 		case protocol.KindResult:
-			fresh := oob != nil && n.Pending != nil && !n.Pending.InBand && msg.CommandID == n.Pending.ID
+			// An out-of-band step's readings count for the step pending, or
+			// a later step of the site's plan (the site ran ahead).
+			fresh := oob != nil && ((n.Pending != nil && !n.Pending.InBand && msg.CommandID == n.Pending.ID) ||
+				(n.Op != nil && n.Op.SitePlan.Holds(msg.CommandID) && (n.Pending == nil || msg.CommandID != n.Pending.ID)))
 			t.run(n, func() fsm.Output { return e.m.Result(n, msg, t.now) })
 			if fresh {
 				t.keepOOBReport(n, oob)

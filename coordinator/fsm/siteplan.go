@@ -54,6 +54,9 @@ func (sp *SitePlan) index(id string) int {
 	return -1
 }
 
+// Holds tells whether command id is one of the plan's steps.
+func (sp *SitePlan) Holds(id string) bool { return sp.index(id) >= 0 }
+
 // sitePlanPhases are the phases whose steps go to the site as a plan.
 var sitePlanPhases = map[string]bool{"clean": true, "deploy": true, "service": true}
 

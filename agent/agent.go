@@ -19,6 +19,7 @@ import (
 	"github.com/bmedge/bmedge/agent/boot"
 	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/agent/plan"
 	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/agent/sim"
 	"github.com/bmedge/bmedge/agent/sitecache"
@@ -54,6 +55,10 @@ type Agent struct {
 	// cache is the site image cache as the nodes reach it
 	// (agent/sitecache; off without Config.Cache.Dir).
 	cache *sitecache.Cache
+	// plans runs the nodes' plans (agent/plan, plans.go); heard is when
+	// the coordinator was last heard.
+	plans *plan.Runner
+	heard heardAt
 }
 
 // DefaultOutboxLimit is the default of Config.OutboxLimit.
@@ -108,7 +113,9 @@ func New(cfg Config) *Agent {
 			return a.link.Publish(ctx, topic, payload, false)
 		}})
 	a.relay = relay.New(relay.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Summary: cfg.HeartbeatSummary, SiteBroker: cfg.SiteBroker, CAFile: cfg.CAFile,
-		Admit: a.boot.Admit, Up: a.publish, Outbox: a.ob, Local: a.deliverLocal, ImageArgs: a.cache.ImageArgs, NewID: outbox.NewID})
+		Admit: a.boot.Admit, Up: a.publish, Outbox: a.ob, Local: a.deliverLocal, ImageArgs: a.cache.ImageArgs, NewID: outbox.NewID,
+		OnResult: func(node, cmd string, ok bool) { a.plans.Result(node, cmd, ok) }, OnRunning: func(node, cmd string) { a.plans.Running(node, cmd) }})
+	a.plans = a.newPlans()
 	a.sim = sim.New(sim.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Opts: cfg.Sim, ResendInterval: cfg.ResendInterval, Info: a.bmcs.Info,
 		Transport: agentTransport{a}, Context: func() context.Context { return a.ctx }, CacheBase: a.cache.Base})
 	a.metrics = newAgentMetrics(a)
@@ -117,10 +124,11 @@ func New(cfg Config) *Agent {
 
 // presence is the site's retained presence. Online, it says whether the
 // agent relays every ramdisk of the site (relays), so that the
-// coordinator may bundle everything for the site, and whether it runs
-// the site broker (whose ramdisks the coordinator's broker then refuses).
+// coordinator may bundle everything for the site and hand it plans, and
+// whether it runs the site broker (whose ramdisks the coordinator's
+// broker then refuses).
 func presence(site string, now time.Time, online, relay, siteBroker bool) []byte {
-	b, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: online, Relay: online && relay,
+	b, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: online, Relay: online && relay, Plans: online && relay,
 		SiteBroker: online && siteBroker, Software: protocol.Software(), Sent: now})
 	return b
 }
@@ -198,6 +206,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		link.Close()
 		return err
 	}
+	// And so do the plans, on those ramdisks and the BMCs.
+	if err := a.startPlans(ctx); err != nil {
+		link.Close()
+		return err
+	}
 	go a.ob.ResendLoop(ctx)
 	go a.relay.SummaryLoop(ctx)
 	go a.bmcs.PowerSyncLoop(ctx)
@@ -253,10 +266,11 @@ func (a *Agent) Outbox() int {
 // forget drops everything the agent holds for a deleted node: its BMC
 // (closed), power polling, boot credential, virtual media, network boot,
 // simulated ramdisk (and so a simulated node's slot), and its results and
-// reports still in the outbox or kept as done-records.
+// reports still in the outbox or kept as done-records, and its plan.
 func (a *Agent) forget(node string) {
 	a.bmcs.Forget(node)
 	a.relay.Forget(node)
+	a.plans.Forget(node)
 	a.ob.Forget(node)
 	a.sim.Forget(node)
 	a.boot.Forget(node)

@@ -13,17 +13,28 @@ import (
 
 // runBMC runs a BMC command through the one exactly-once runner
 // (agent/outbox) on the site's BMCs (agent/bmc).
-func (a *Agent) runBMC(m *protocol.Message) {
-	switch a.ob.Once(outbox.Command{Msg: m, CheckSeq: true, CheckFull: true,
+func (a *Agent) runBMC(m *protocol.Message) { a.runOnce(m) }
+
+// runOnce is runBMC, saying what became of the command; once an
+// out-of-band step's result is kept (or a kept one answered it), the
+// plan runner is told (agent/plan).
+func (a *Agent) runOnce(m *protocol.Message) outbox.Outcome {
+	out := a.ob.Once(outbox.Command{Msg: m, CheckSeq: true, CheckFull: true,
 		Start: func() { a.bmcs.Begin(m.Node) },
 		End:   func() { a.bmcs.End(m.Node) },
-		Run:   func() *protocol.Message { return a.bmcCommand(m) }}) {
+		Run:   func() *protocol.Message { return a.bmcCommand(m) }})
+	switch out {
 	case outbox.Stale:
 		a.metrics.stale.Inc()
 		a.log.Debug("stale BMC command not run: a newer command of the node has started", "node", m.Node, "command", m.ID, "action", m.Action)
 	case outbox.Full:
 		a.log.Debug("BMC command not run: the outbox is full", "node", m.Node, "command", m.ID, "action", m.Action)
+	case outbox.Ran, outbox.Redone:
+		if m.Action == protocol.ActionOOBStep {
+			a.tellPlan(m.Node, m.ID)
+		}
 	}
+	return out
 }
 
 // bmcCommand runs a BMC command and returns its result (nil when the

@@ -120,6 +120,12 @@ type Config struct {
 	// ramdisks go to the coordinator, as one message (default
 	// DefaultHeartbeatSummary).
 	HeartbeatSummary time.Duration
+	// PlanSilenceBound: once the coordinator has not been heard (the
+	// agent's link is down) for longer, a node's plan starts no next
+	// step (its running one finishes) until it is heard again. 0 never
+	// stops a plan for silence (the agent command defaults it to
+	// DefaultPlanSilenceBound, 24 h).
+	PlanSilenceBound time.Duration
 	// Netboot serves network boot to nodes without virtual media.
 	Netboot boot.NetbootOptions
 	// Cache is the site's image cache.

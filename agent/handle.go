@@ -24,6 +24,7 @@ func (a *Agent) handle(topic string, payload []byte) {
 }
 
 func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
+	a.markHeard()
 	switch leaf {
 	case "bmc/cmd":
 		switch m.Kind {
@@ -44,6 +45,10 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
 			go a.runBMC(m)
 		}
 	case "cmd":
+		if m.Kind == protocol.KindCommand && (m.Action == protocol.ActionPlanRun || m.Action == protocol.ActionPlanStop) {
+			a.planCommand(node, m)
+			return
+		}
 		a.relay.FromCoordinator(node, m)
 	}
 }

@@ -29,6 +29,7 @@ type agentMetrics struct {
 	resent     prometheus.Counter
 	stale      prometheus.Counter
 	powerReads *prometheus.CounterVec
+	planSteps  *prometheus.CounterVec
 }
 
 func newAgentMetrics(a *Agent) *agentMetrics {
@@ -45,12 +46,18 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 		Help: "BMC commands not run because a newer command of the same node had already started (a late copy: broker redelivery or resend)."})
 	m.powerReads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "power_sync_reads_total",
 		Help: "Power-state reads of the site's real BMCs by power sync, by outcome (ok, error)."}, []string{"outcome"})
+	m.planSteps = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "plan_steps_total",
+		Help: "Steps the site's plans started on their own (run_plan), by where they run: inband (the ramdisk) or oob (the BMC)."}, []string{"where"})
+	plans := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "plans_running",
+		Help: "Plans the agent holds now (one per node at most), paused ones included."}, func() float64 { return float64(a.plans.Len()) })
 	outbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "outbox_depth",
 		Help: "Results and power reports waiting for the coordinator's acknowledgement, now."}, func() float64 { return float64(a.Outbox()) })
 	// Both outcomes exist from the start, at 0.
 	m.powerReads.WithLabelValues("ok")
 	m.powerReads.WithLabelValues("error")
-	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, outbox,
+	m.planSteps.WithLabelValues("inband")
+	m.planSteps.WithLabelValues("oob")
+	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, plans, outbox,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -51,6 +51,9 @@ const (
 	// simPrefix + node UUID: a simulated node's state (agent/sim), which
 	// a real node keeps in its own hardware across an agent restart.
 	simPrefix = "s/"
+	// planPrefix + node UUID: a node's plan and its progress
+	// (agent/plan), kept before each of its steps starts.
+	planPrefix = "p/"
 	// outboxGCInterval is how often value-log GC runs, besides after
 	// each flush (see collectGarbage).
 	outboxGCInterval = 5 * time.Minute
@@ -278,6 +281,24 @@ func (s *Store) PutSim(node string, state []byte) {
 
 // LoadSims returns the simulated nodes' states kept (node → state).
 func (s *Store) LoadSims() (map[string][]byte, error) { return s.loadPrefix(simPrefix) }
+
+// PutPlan writes a node's plan (nil: removes it) and waits until it is
+// on disk (agent/plan's Store).
+func (s *Store) PutPlan(node string, plan []byte) {
+	if s == nil {
+		return
+	}
+	ch := make(chan error, 1)
+	if !s.enqueue(storeOp{key: planPrefix + node, val: plan}, ch) {
+		return
+	}
+	if err := <-ch; err != nil {
+		s.warn.Warn("plan state", "a node's plan could not be written to the state folder: after a restart it would not go on from there", "node", node, "err", err)
+	}
+}
+
+// LoadPlans returns the plans kept (node → plan).
+func (s *Store) LoadPlans() (map[string][]byte, error) { return s.loadPrefix(planPrefix) }
 
 // loadPrefix returns every value under prefix, by the rest of its key.
 func (s *Store) loadPrefix(prefix string) (map[string][]byte, error) {

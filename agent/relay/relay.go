@@ -143,6 +143,13 @@ type Config struct {
 	ImageArgs func(m *protocol.Message) *protocol.Message
 	// NewID makes a message id.
 	NewID func() string
+	// OnResult, when set, is told of each result of a ramdisk once it is
+	// kept in the outbox (a copy already kept too): its command and
+	// whether it succeeded (the plan runner, agent/plan).
+	OnResult func(node, cmdID string, ok bool)
+	// OnRunning, when set, is told of each heartbeat that names the
+	// command a ramdisk runs.
+	OnRunning func(node, cmdID string)
 }
 
 // Relay is the site broker and the relay between it (and the simulated
@@ -406,6 +413,9 @@ func (r *Relay) FromRamdisk(topic string, payload []byte) {
 		if fresh {
 			r.cfg.Up(topic, payload)
 		}
+		if m.Running != "" && r.cfg.OnRunning != nil {
+			r.cfg.OnRunning(node, m.Running)
+		}
 	case protocol.KindResult:
 		if !r.keep(topic, m, payload) {
 			return
@@ -413,6 +423,9 @@ func (r *Relay) FromRamdisk(topic string, payload []byte) {
 		// The agent holds it now, on disk: the ramdisk may forget it.
 		r.ToRamdisk(node, &protocol.Message{Kind: protocol.KindAck, Site: site, Node: node, Sent: r.cfg.Clock.Now(), AckIDs: []string{m.ID}})
 		r.cfg.Up(topic, payload)
+		if r.cfg.OnResult != nil {
+			r.cfg.OnResult(node, m.CommandID, m.OK)
+		}
 	default:
 		r.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q does not come from ramdisks", m.Kind))
 	}

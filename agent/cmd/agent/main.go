@@ -77,6 +77,15 @@ partial or mismatching download is never served complete and every waiting node
 fails. --image-cache-size caps the folder (least recently used images go first).
 'coordinator site cache SITE URL' pre-seeds it. Simulated nodes fetch through it too.
 
+Plans: when the agent relays its site's ramdisks (site broker, or simulated nodes), the
+coordinator may hand it the rest of a clean or deploy phase at once (run_plan): the agent
+starts each step as soon as the one before it succeeded, without waiting for the
+coordinator, so a phase goes on while the WAN is down; each result reaches the
+coordinator as usual, which stays the authority (stop_plan stops a plan). A plan's
+progress is kept in --state-dir and goes on after a restart. --plan-silence-bound D:
+once the coordinator has not been heard for longer than D, no plan starts its next step
+(the running one finishes) until it is heard again; 0 never holds a plan back.
+
 Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-url URL] [--ca-file CA]
              [--site-broker-listen ADDR [--site-broker-url URL]]
              [--ramdisk-iso ISO --media-listen ADDR]
@@ -122,6 +131,7 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	cacheConns := connBudgetFlags(fs, "image-cache", "the image cache", agent.DefaultImageCacheConns, "first request header")
 	nbConns := connBudgetFlags(fs, "netboot-http", "the network-boot HTTP server", agent.DefaultNetbootHTTPConns, "first request header")
 	metricsConns := connBudgetFlags(fs, "metrics", "the metrics listener", agent.DefaultMetricsConns, "first request header")
+	planSilence := fs.Duration("plan-silence-bound", agent.DefaultPlanSilenceBound, "once the coordinator has not been heard (the agent's link is down) for longer than this, a plan starts no next step until it is heard again; the running step finishes (0: never hold a plan back)")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
 	sb, summary := siteBroker()
@@ -173,6 +183,10 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 		fmt.Fprintln(os.Stderr, "error: "+msg)
 		os.Exit(2)
 	}
+	if *planSilence < 0 {
+		fmt.Fprintln(os.Stderr, "error: --plan-silence-bound must be 0 (never hold a plan back) or a positive duration such as 24h")
+		os.Exit(2)
+	}
 	if *metricsAny && *metricsListen == "" {
 		fmt.Fprintln(os.Stderr, "error: --metrics-listen-any goes with --metrics-listen ADDR")
 		os.Exit(2)
@@ -188,7 +202,7 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
-		ResendInterval: *resend, PowerSyncInterval: *powerSync, BMCConcurrency: *bmcConc, Log: log,
+		ResendInterval: *resend, PowerSyncInterval: *powerSync, PlanSilenceBound: *planSilence, BMCConcurrency: *bmcConc, Log: log,
 		MetricsListen: *metricsListen, MetricsListenAny: *metricsAny, MetricsConns: metricsConns(), StateDir: *stateDir, OutboxLimit: *outboxLimit,
 		QEMU:       agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
 		Ramdisk:    agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams, Conns: mediaConns()},

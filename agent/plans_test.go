@@ -1,0 +1,216 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// planSite is an agent of site s1 with simulated nodes, its outbox in a
+// state folder, linked to a broker of its own on 127.0.0.1 that records
+// what reaches bmc/evt (the coordinator's side; nothing acknowledges).
+// The test hands the agent the coordinator's commands through its
+// handler, as its link does.
+type planSite struct {
+	t   *testing.T
+	a   *Agent
+	b   *mqttbroker.Broker
+	rec *evtRecorder
+	// cut closes the broker (once).
+	cut func() error
+}
+
+func newPlanSite(t *testing.T, sim SimOptions) *planSite {
+	t.Helper()
+	rec := &evtRecorder{}
+	b, err := mqttbroker.Start(mqttbroker.Config{Addr: "127.0.0.1:0"}, openCreds{}, slog.New(slog.DiscardHandler),
+		map[string]mqttbroker.Handler{protocol.BMCEvtTopic("s1"): rec.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(Config{Site: "s1", BrokerURL: "mqtt://" + b.Addr, Username: "site:s1", Password: "x", Log: slog.New(slog.DiscardHandler),
+		HeartbeatSummary: time.Hour, StateDir: t.TempDir(), ResendInterval: time.Second, PlanSilenceBound: DefaultPlanSilenceBound, Sim: sim})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = a.Run(ctx); close(done) }()
+	var once sync.Once
+	var cerr error
+	cut := func() error { once.Do(func() { cerr = b.Close() }); return cerr }
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = cut()
+	})
+	actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+	defer acancel()
+	if err := a.AwaitUp(actx); err != nil {
+		t.Fatal(err)
+	}
+	return &planSite{t: t, a: a, b: b, rec: rec, cut: cut}
+}
+
+// send hands the agent a message of the coordinator on topic.
+func (s *planSite) send(topic string, m *protocol.Message) {
+	s.t.Helper()
+	m.V, m.Site, m.Sent = protocol.Version, "s1", time.Now()
+	if m.Kind == protocol.KindCommand && m.Deadline.IsZero() {
+		m.Deadline = time.Now().Add(time.Minute)
+	}
+	b, err := protocol.Encode(m)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.a.handle(topic, b)
+}
+
+// await waits until cond holds (polling), or fails saying what.
+func await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sawFrom tells whether the coordinator's broker got a message of kind
+// from node (a result: of command cmd).
+func (s *planSite) sawFrom(kind, node, cmd string) bool {
+	s.rec.mu.Lock()
+	defer s.rec.mu.Unlock()
+	for _, m := range s.rec.msgs {
+		if m.Kind == kind && m.Node == node && (cmd == "" || m.CommandID == cmd) {
+			return true
+		}
+	}
+	return false
+}
+
+// boot powers node on from the network and welcomes its simulated
+// ramdisk with token tok.
+func (s *planSite) boot(node string, seq uint64) {
+	s.t.Helper()
+	s.send(protocol.BMCCmdTopic("s1"), &protocol.Message{Kind: protocol.KindCommand, ID: "power-" + node, Node: node, Seq: seq, Action: protocol.ActionPower,
+		Driver: "fake", Args: map[string]any{"state": protocol.PowerOn, protocol.ArgBootDevice: protocol.BootPXE}})
+	await(s.t, "the simulated ramdisk's hello", func() bool { return s.sawFrom(protocol.KindHello, node, "") })
+	s.send(protocol.NodeCmdTopic("s1", node), &protocol.Message{Kind: protocol.KindWelcome, ID: "welcome-" + node, Node: node, Token: "tok"})
+}
+
+func inband(node, id string, seq uint64) *protocol.Message {
+	return &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: id, Site: "s1", Node: node, Seq: seq, Sent: time.Now(),
+		Deadline: time.Now().Add(time.Minute), Action: protocol.ActionInbandRun, Token: "tok", SpanSeconds: 600,
+		Step: &protocol.Step{Interface: "deploy", Step: "erase_devices_metadata"}}
+}
+
+// results are the command ids of the results in the outbox, in its order.
+func (s *planSite) results(node string) []string {
+	var out []string
+	for _, it := range s.a.ob.Ordered() {
+		m, err := protocol.Decode(it.Payload)
+		if err == nil && m.Kind == protocol.KindResult && m.Node == node {
+			out = append(out, m.CommandID)
+		}
+	}
+	return out
+}
+
+// TestPlanRunsWithoutCoordinator: a run_plan of three in-band steps for
+// a simulated node runs all three, in order, although the link to the
+// coordinator is cut after the first result (and nothing ever
+// acknowledges one): each result is in the outbox once, in order. A
+// copy of a step's command the coordinator sends itself afterwards is
+// answered once (its kept result, not a second run), and the metrics
+// count the plan's steps.
+func TestPlanRunsWithoutCoordinator(t *testing.T) {
+	s := newPlanSite(t, SimOptions{Nodes: 1, StepDuration: 200 * time.Millisecond, Heartbeat: 50 * time.Millisecond})
+	s.boot("n1", 1)
+	s.send(protocol.NodeCmdTopic("s1", "n1"), &protocol.Message{Kind: protocol.KindCommand, ID: "plan-1", Node: "n1", Action: protocol.ActionPlanRun,
+		Plan: []*protocol.Message{inband("n1", "c1", 2), inband("n1", "c2", 3), inband("n1", "c3", 4)}})
+	await(t, "the first step's result at the coordinator", func() bool { return s.sawFrom(protocol.KindResult, "n1", "c1") })
+	if err := s.cut(); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "the link going down", func() bool { return !s.a.link.Up() })
+	await(t, "the plan's end", func() bool { return s.a.plans.Len() == 0 })
+	if got := fmt.Sprint(s.results("n1")); got != "[power-n1 c1 c2 c3]" {
+		t.Fatalf("results in the outbox: %s, want [c1 c2 c3], each once, in order", got)
+	}
+	if s.sawFrom(protocol.KindResult, "n1", "c2") {
+		t.Fatal("the second step's result reached the coordinator over a cut link")
+	}
+
+	// The coordinator's own copy of c2 (its resend): the ramdisk answers
+	// with its kept result, which the outbox holds already.
+	before := s.a.ob.Len()
+	s.send(protocol.NodeCmdTopic("s1", "n1"), inband("n1", "c2", 3))
+	var idC2 string
+	for _, it := range s.a.ob.Ordered() {
+		if m, _ := protocol.Decode(it.Payload); m != nil && m.CommandID == "c2" {
+			idC2 = m.ID
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // longer than a step: a second run would have ended
+	if got := fmt.Sprint(s.results("n1")); got != "[power-n1 c1 c2 c3]" || s.a.ob.Len() != before {
+		t.Fatalf("after the coordinator's copy of c2: results %s, outbox %d (was %d); want it answered once", got, s.a.ob.Len(), before)
+	}
+	for _, it := range s.a.ob.Ordered() {
+		if m, _ := protocol.Decode(it.Payload); m != nil && m.CommandID == "c2" && m.ID != idC2 {
+			t.Fatal("the coordinator's copy of c2 ran again: a new result")
+		}
+	}
+	var steps dto.Metric
+	if err := s.a.metrics.planSteps.WithLabelValues("inband").Write(&steps); err != nil {
+		t.Fatal(err)
+	}
+	if got := steps.GetCounter().GetValue(); got != 3 {
+		t.Errorf("plan_steps_total{where=inband} = %v, want 3", got)
+	}
+}
+
+// TestPlanOOBStepOnce: a plan's out-of-band step runs through the
+// exactly-once BMC runner: the coordinator's own copy of it, sent while
+// it runs and after, does not run it again (one done-record, one
+// result), and the plan goes on to its next step.
+func TestPlanOOBStepOnce(t *testing.T) {
+	var ons atomic.Int64
+	s := newPlanSite(t, SimOptions{Nodes: 1, StepDuration: 50 * time.Millisecond, Heartbeat: 50 * time.Millisecond,
+		PowerWatch: func(node, state, _ string) {
+			if state != protocol.PowerOff {
+				ons.Add(1)
+			}
+		}})
+	s.boot("n1", 1)
+	oob := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: "o2", Site: "s1", Node: "n1", Seq: 3, Sent: time.Now(),
+		Deadline: time.Now().Add(time.Minute), Action: protocol.ActionOOBStep, Driver: "fake", SpanSeconds: 60,
+		Step: &protocol.Step{Interface: "management", Step: "fake_reset_bmc", Args: map[string]any{"delay": 0.3}}}
+	s.send(protocol.NodeCmdTopic("s1", "n1"), &protocol.Message{Kind: protocol.KindCommand, ID: "plan-1", Node: "n1", Action: protocol.ActionPlanRun,
+		Plan: []*protocol.Message{inband("n1", "i1", 2), oob, inband("n1", "i3", 4)}})
+	await(t, "the out-of-band step running", func() bool {
+		running := false
+		s.a.ob.Inspect(func(st *outbox.State) { running = st.Running["o2"] })
+		return running
+	})
+	copyOf := *oob
+	copyOf.Step = &protocol.Step{Interface: "management", Step: "fake_reset_bmc", Args: map[string]any{"delay": 0.3}}
+	s.send(protocol.BMCCmdTopic("s1"), &copyOf) // while it runs
+	await(t, "the plan's end", func() bool { return s.a.plans.Len() == 0 })
+	s.send(protocol.BMCCmdTopic("s1"), &copyOf) // after
+	time.Sleep(100 * time.Millisecond)
+	if got := fmt.Sprint(s.results("n1")); got != "[power-n1 i1 o2 i3]" {
+		t.Fatalf("results in the outbox: %s, want [power-n1 i1 o2 i3]", got)
+	}
+	if ons.Load() != 1 {
+		t.Fatalf("%d power-ons, want 1", ons.Load())
+	}
+}

@@ -25,11 +25,17 @@ type planSite struct {
 	a   *Agent
 	b   *mqttbroker.Broker
 	rec *evtRecorder
-	// cut closes the broker (once).
-	cut func() error
+	// cut closes the broker (once); stop stops the agent (once).
+	cut, stop func() error
 }
 
 func newPlanSite(t *testing.T, sim SimOptions) *planSite {
+	t.Helper()
+	return newPlanSiteIn(t, sim, t.TempDir())
+}
+
+// newPlanSiteIn is newPlanSite with the state folder dir.
+func newPlanSiteIn(t *testing.T, sim SimOptions, dir string) *planSite {
 	t.Helper()
 	rec := &evtRecorder{}
 	b, err := mqttbroker.Start(mqttbroker.Config{Addr: "127.0.0.1:0"}, openCreds{}, slog.New(slog.DiscardHandler),
@@ -38,16 +44,16 @@ func newPlanSite(t *testing.T, sim SimOptions) *planSite {
 		t.Fatal(err)
 	}
 	a := New(Config{Site: "s1", BrokerURL: "mqtt://" + b.Addr, Username: "site:s1", Password: "x", Log: slog.New(slog.DiscardHandler),
-		HeartbeatSummary: time.Hour, StateDir: t.TempDir(), ResendInterval: time.Second, PlanSilenceBound: DefaultPlanSilenceBound, Sim: sim})
+		HeartbeatSummary: time.Hour, StateDir: dir, ResendInterval: time.Second, PlanSilenceBound: DefaultPlanSilenceBound, Sim: sim})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = a.Run(ctx); close(done) }()
 	var once sync.Once
 	var cerr error
 	cut := func() error { once.Do(func() { cerr = b.Close() }); return cerr }
+	stop := func() error { cancel(); <-done; return nil }
 	t.Cleanup(func() {
-		cancel()
-		<-done
+		_ = stop()
 		_ = cut()
 	})
 	actx, acancel := context.WithTimeout(ctx, 10*time.Second)
@@ -55,7 +61,7 @@ func newPlanSite(t *testing.T, sim SimOptions) *planSite {
 	if err := a.AwaitUp(actx); err != nil {
 		t.Fatal(err)
 	}
-	return &planSite{t: t, a: a, b: b, rec: rec, cut: cut}
+	return &planSite{t: t, a: a, b: b, rec: rec, cut: cut, stop: stop}
 }
 
 // send hands the agent a message of the coordinator on topic.
@@ -212,5 +218,47 @@ func TestPlanOOBStepOnce(t *testing.T) {
 	}
 	if ons.Load() != 1 {
 		t.Fatalf("%d power-ons, want 1", ons.Load())
+	}
+}
+
+// TestPlanSurvivesRestart: an agent stopped while its plan's second step
+// runs goes on after it starts again on its state folder: the simulated
+// ramdisk finishes the step it was running, and the plan starts the
+// third; no step runs twice and each result is in the outbox once, in
+// order.
+func TestPlanSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	sim := SimOptions{Nodes: 1, StepDuration: 400 * time.Millisecond, Heartbeat: 50 * time.Millisecond}
+	s := newPlanSiteIn(t, sim, dir)
+	s.boot("n1", 1)
+	s.send(protocol.NodeCmdTopic("s1", "n1"), &protocol.Message{Kind: protocol.KindCommand, ID: "plan-1", Node: "n1", Action: protocol.ActionPlanRun,
+		Plan: []*protocol.Message{inband("n1", "c1", 2), inband("n1", "c2", 3), inband("n1", "c3", 4)}})
+	await(t, "the second step running", func() bool {
+		rec, ok := s.a.plans.Get("n1")
+		return ok && rec.Index == 1 && rec.Started && s.sawFrom(protocol.KindHeartbeat, "n1", "")
+	})
+	var c1 string
+	for _, it := range s.a.ob.Ordered() {
+		if m, _ := protocol.Decode(it.Payload); m != nil && m.CommandID == "c1" {
+			c1 = m.ID
+		}
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.cut()
+
+	s2 := newPlanSiteIn(t, sim, dir)
+	await(t, "the plan's end after the restart", func() bool { return s2.a.plans.Len() == 0 })
+	if got := fmt.Sprint(s2.results("n1")); got != "[power-n1 c1 c2 c3]" {
+		t.Fatalf("results in the outbox after the restart: %s, want [power-n1 c1 c2 c3]", got)
+	}
+	for _, it := range s2.a.ob.Ordered() {
+		if m, _ := protocol.Decode(it.Payload); m != nil && m.CommandID == "c1" && m.ID != c1 {
+			t.Fatal("the first step ran again after the restart")
+		}
+	}
+	if plans, err := s2.a.ob.Store().LoadPlans(); err != nil || len(plans) != 0 {
+		t.Fatalf("a finished plan is still in the state folder: %d (%v)", len(plans), err)
 	}
 }

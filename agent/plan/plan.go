@@ -139,7 +139,10 @@ type run struct {
 	seen, retry, paused bool
 	// running is the out-of-band step in RunOOB now (nil: none).
 	running *protocol.Message
-	gone    bool // dropped: the hooks leave it alone
+	// sign is when the running step last gave a sign of life: its start
+	// (or the plan's resumption), or a heartbeat naming it.
+	sign time.Time
+	gone bool // dropped: the hooks leave it alone
 }
 
 // Runner runs the site's plans.
@@ -361,7 +364,7 @@ func (p *Runner) Running(node, cmd string) {
 	}
 	r.mu.Lock()
 	if c := r.current(); c != nil && r.rec.Started && c.ID == cmd {
-		r.seen = true
+		r.seen, r.sign = true, p.cfg.Clock.Now()
 	}
 	r.mu.Unlock()
 }
@@ -403,8 +406,8 @@ func (p *Runner) startLocked(r *run) {
 		r.paused = false
 		p.log.Info("plan goes on: the coordinator is heard again", "node", r.rec.Node, "plan", r.rec.ID, "next_step", stepName(s))
 	}
-	s.Deadline = now.Add(time.Duration(s.SpanSeconds) * time.Second)
-	r.rec.Started, r.seen, r.retry = true, false, false
+	s.Deadline = now.Add(span(s))
+	r.rec.Started, r.seen, r.retry, r.sign = true, false, false, now
 	// On disk before the step starts: a restarted agent goes on with it.
 	p.save(r)
 	p.log.Debug("plan step started", "node", r.rec.Node, "plan", r.rec.ID, "index", r.rec.Index, "step", stepName(s), "command", s.ID)
@@ -503,8 +506,12 @@ func (p *Runner) save(r *run) {
 // Tick looks at every plan: an in-band step the ramdisk has not been
 // seen running is handed to it again, an out-of-band step that could
 // not run is tried again, a paused plan goes on once the coordinator is
-// heard, and a step past its deadline (plus one resend interval) ends
-// its plan: the coordinator decides what becomes of it.
+// heard, and a step that seems lost ends its plan (the coordinator
+// decides what becomes of it): an out-of-band step without a result one
+// resend interval past its deadline, an in-band step without a result
+// or a heartbeat naming it for its span and a resend interval (as the
+// coordinator's WAIT timeout, which heartbeats renew: an in-band step
+// may run for hours).
 func (p *Runner) Tick() {
 	p.mu.Lock()
 	runs := make([]*run, 0, len(p.plans))
@@ -528,9 +535,9 @@ func (p *Runner) tickLocked(r *run, now time.Time) {
 	switch {
 	case s == nil || !r.rec.Started:
 		p.startLocked(r)
-	case now.After(s.Deadline.Add(p.cfg.Resend)):
-		p.log.Warn("plan ended: its running step has no result past its deadline; the coordinator decides what becomes of it",
-			"node", r.rec.Node, "plan", r.rec.ID, "step", stepName(s), "command", s.ID, "deadline", s.Deadline)
+	case p.lostLocked(r, s, now):
+		p.log.Warn("plan ended: its running step gave no sign within its span (no result, no heartbeat naming it); the coordinator decides what becomes of it",
+			"node", r.rec.Node, "plan", r.rec.ID, "step", stepName(s), "command", s.ID, "deadline", s.Deadline, "last_sign", r.sign)
 		p.dropLocked(r, true)
 	case s.Action == protocol.ActionInbandRun && !r.seen:
 		p.cfg.Deliver(r.rec.Node, s)
@@ -538,6 +545,18 @@ func (p *Runner) tickLocked(r *run, now time.Time) {
 		p.runOOBLocked(r, s)
 	}
 }
+
+// lostLocked tells whether r's running step s seems lost by now; r.mu
+// held.
+func (p *Runner) lostLocked(r *run, s *protocol.Message, now time.Time) bool {
+	if s.Action == protocol.ActionInbandRun {
+		return now.After(r.sign.Add(span(s) + p.cfg.Resend))
+	}
+	return now.After(s.Deadline.Add(p.cfg.Resend))
+}
+
+// span is the time step s has once started.
+func span(s *protocol.Message) time.Duration { return time.Duration(s.SpanSeconds) * time.Second }
 
 // Refuse logs, at a bounded rate, that a run_plan was refused and why.
 func (p *Runner) Refuse(node, plan, why string) {
@@ -570,7 +589,7 @@ func (p *Runner) Restore() error {
 			p.cfg.Store.PutPlan(node, nil)
 			continue
 		}
-		r := &run{rec: rec}
+		r := &run{rec: rec, sign: p.cfg.Clock.Now()}
 		r.mu.Lock()
 		p.mu.Lock()
 		p.plans[node] = r

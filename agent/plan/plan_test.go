@@ -255,9 +255,11 @@ func TestFailureEndsPlan(t *testing.T) {
 }
 
 // An in-band step is handed to the ramdisk again every resend interval
-// until its heartbeat says it runs; a step without a result past its
-// deadline ends the plan.
-func TestRedeliverUntilRunningAndDeadline(t *testing.T) {
+// until its heartbeat says it runs; heartbeats naming it keep it alive
+// past its span (a long erase), but without a result or a heartbeat for
+// its span (and a resend interval) the plan ends. An out-of-band step
+// without a result a resend interval past its deadline ends it too.
+func TestRedeliverUntilRunningAndLost(t *testing.T) {
 	st := &memStore{m: map[string][]byte{}}
 	s := newSite(t, st, 0)
 	s.p.Run("n1", planMsg("p1", step("c1", "i", 1), step("c2", "i", 2)))
@@ -265,21 +267,41 @@ func TestRedeliverUntilRunningAndDeadline(t *testing.T) {
 	s.p.Tick()
 	s.want("deliver:c1 deliver:c1")
 	s.p.Running("n1", "c1")
-	s.clk.Advance(5 * time.Second)
-	s.p.Tick()
+	for range 6 { // three minutes of heartbeats: thrice the span
+		s.clk.Advance(30 * time.Second)
+		s.p.Running("n1", "c1")
+		s.p.Tick()
+	}
 	s.want("deliver:c1 deliver:c1")
-	s.clk.Advance(55 * time.Second) // past the span, within a resend interval
+	if s.p.Len() != 1 {
+		t.Fatal("a step whose heartbeats name it ended its plan")
+	}
+	s.clk.Advance(65 * time.Second) // the span and a resend interval since the last beat
 	s.p.Tick()
 	if s.p.Len() != 1 {
-		t.Fatal("the plan ended within a resend interval of its step's deadline")
+		t.Fatal("the plan ended within a resend interval of its step's span")
 	}
-	s.clk.Advance(5 * time.Second)
+	s.clk.Advance(time.Second)
 	s.p.Tick()
 	if s.p.Len() != 0 {
-		t.Fatal("a step without a result long past its deadline kept its plan")
+		t.Fatal("a step silent for longer than its span kept its plan")
 	}
 	s.p.Result("n1", "c1", true)
 	s.want("deliver:c1 deliver:c1")
+
+	s2 := newSite(t, &memStore{m: map[string][]byte{}}, 0)
+	s2.p.Run("n1", planMsg("p1", step("c1", "o", 1), step("c2", "i", 2)))
+	s2.waitOOB("c1")
+	s2.clk.Advance(65 * time.Second)
+	s2.p.Tick()
+	if s2.p.Len() != 1 {
+		t.Fatal("an out-of-band step's plan ended within a resend interval of its deadline")
+	}
+	s2.clk.Advance(time.Second)
+	s2.p.Tick()
+	if s2.p.Len() != 0 {
+		t.Fatal("an out-of-band step without a result past its deadline kept its plan")
+	}
 }
 
 // stop_plan abort aborts an abortable in-band step (abort_step with the

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttbroker"
@@ -31,11 +32,12 @@ type planSite struct {
 
 func newPlanSite(t *testing.T, sim SimOptions) *planSite {
 	t.Helper()
-	return newPlanSiteIn(t, sim, t.TempDir())
+	return newPlanSiteIn(t, sim, t.TempDir(), nil)
 }
 
-// newPlanSiteIn is newPlanSite with the state folder dir.
-func newPlanSiteIn(t *testing.T, sim SimOptions, dir string) *planSite {
+// newPlanSiteIn is newPlanSite with the state folder dir and the clock
+// clk (nil: the system's).
+func newPlanSiteIn(t *testing.T, sim SimOptions, dir string, clk clock.Clock) *planSite {
 	t.Helper()
 	rec := &evtRecorder{}
 	b, err := mqttbroker.Start(mqttbroker.Config{Addr: "127.0.0.1:0"}, openCreds{}, slog.New(slog.DiscardHandler),
@@ -44,7 +46,7 @@ func newPlanSiteIn(t *testing.T, sim SimOptions, dir string) *planSite {
 		t.Fatal(err)
 	}
 	a := New(Config{Site: "s1", BrokerURL: "mqtt://" + b.Addr, Username: "site:s1", Password: "x", Log: slog.New(slog.DiscardHandler),
-		HeartbeatSummary: time.Hour, StateDir: dir, ResendInterval: time.Second, PlanSilenceBound: DefaultPlanSilenceBound, Sim: sim})
+		HeartbeatSummary: time.Hour, StateDir: dir, ResendInterval: time.Second, PlanSilenceBound: DefaultPlanSilenceBound, Sim: sim, Clock: clk})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = a.Run(ctx); close(done) }()
@@ -229,7 +231,7 @@ func TestPlanOOBStepOnce(t *testing.T) {
 func TestPlanSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	sim := SimOptions{Nodes: 1, StepDuration: 400 * time.Millisecond, Heartbeat: 50 * time.Millisecond}
-	s := newPlanSiteIn(t, sim, dir)
+	s := newPlanSiteIn(t, sim, dir, nil)
 	s.boot("n1", 1)
 	s.send(protocol.NodeCmdTopic("s1", "n1"), &protocol.Message{Kind: protocol.KindCommand, ID: "plan-1", Node: "n1", Action: protocol.ActionPlanRun,
 		Plan: []*protocol.Message{inband("n1", "c1", 2), inband("n1", "c2", 3), inband("n1", "c3", 4)}})
@@ -248,7 +250,7 @@ func TestPlanSurvivesRestart(t *testing.T) {
 	}
 	_ = s.cut()
 
-	s2 := newPlanSiteIn(t, sim, dir)
+	s2 := newPlanSiteIn(t, sim, dir, nil)
 	await(t, "the plan's end after the restart", func() bool { return s2.a.plans.Len() == 0 })
 	if got := fmt.Sprint(s2.results("n1")); got != "[power-n1 c1 c2 c3]" {
 		t.Fatalf("results in the outbox after the restart: %s, want [power-n1 c1 c2 c3]", got)
@@ -261,4 +263,49 @@ func TestPlanSurvivesRestart(t *testing.T) {
 	if plans, err := s2.a.ob.Store().LoadPlans(); err != nil || len(plans) != 0 {
 		t.Fatalf("a finished plan is still in the state folder: %d (%v)", len(plans), err)
 	}
+}
+
+// TestPlanSilenceBoundAtTheAgent: the agent hears the coordinator while
+// its link is up; once the link has been down for longer than
+// --plan-silence-bound a plan starts no next step, and it goes on once
+// the link is back.
+func TestPlanSilenceBoundAtTheAgent(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	s := newPlanSiteIn(t, SimOptions{}, t.TempDir(), clk)
+	addr := s.b.Addr
+	clk.Advance(48 * time.Hour)
+	if got := s.a.heardFrom(); !got.Equal(clk.Now()) {
+		t.Fatalf("link up: last heard %v, want now %v", got, clk.Now())
+	}
+	cutAt := clk.Now()
+	c1, c2 := inband("n1", "c1", 2), inband("n1", "c2", 3)
+	c1.SpanSeconds = 3 * 86400 // longer than the outage: not lost meanwhile
+	s.send(protocol.NodeCmdTopic("s1", "n1"), &protocol.Message{Kind: protocol.KindCommand, ID: "plan-1", Node: "n1", Action: protocol.ActionPlanRun,
+		Plan: []*protocol.Message{c1, c2}})
+	if err := s.cut(); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "the link going down", func() bool { return !s.a.link.Up() })
+	clk.Advance(DefaultPlanSilenceBound + time.Minute)
+	if got := s.a.heardFrom(); !got.Equal(cutAt) {
+		t.Fatalf("link down: last heard %v, want %v (before the cut)", got, cutAt)
+	}
+	// The ramdisk's result of c1 (as the relay reports it): c2 waits.
+	s.a.plans.Result("n1", "c1", true)
+	if rec, _ := s.a.plans.Get("n1"); rec.Index != 1 || rec.Started {
+		t.Fatalf("silent for longer than the bound, the plan started its next step: index %d started %v", rec.Index, rec.Started)
+	}
+	// The coordinator's broker is back: the link comes up, the next tick
+	// starts c2.
+	b, err := mqttbroker.Start(mqttbroker.Config{Addr: addr}, openCreds{}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	await(t, "the link coming back", func() bool { return s.a.link.Up() })
+	await(t, "the plan going on", func() bool {
+		clk.Advance(time.Second)
+		rec, _ := s.a.plans.Get("n1")
+		return rec.Index == 1 && rec.Started
+	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -239,6 +241,11 @@ func TestPlanSurvivesRestart(t *testing.T) {
 		rec, ok := s.a.plans.Get("n1")
 		return ok && rec.Index == 1 && rec.Started && s.sawFrom(protocol.KindHeartbeat, "n1", "")
 	})
+	rw := httptest.NewRecorder()
+	s.a.MetricsHandler().ServeHTTP(rw, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rw.Body.String(), "\nbmedge_agent_plans_running 1\n") {
+		t.Errorf("metrics during the plan lack bmedge_agent_plans_running 1")
+	}
 	var c1 string
 	for _, it := range s.a.ob.Ordered() {
 		if m, _ := protocol.Decode(it.Payload); m != nil && m.CommandID == "c1" {

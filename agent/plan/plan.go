@@ -621,6 +621,10 @@ func (p *Runner) resumeLocked(r *run) {
 		p.cfg.Deliver(r.rec.Node, s)
 		return
 	}
+	// It runs again from its start (a BMC command the agent's stop cut
+	// short leaves no result): with its whole span, as when it started.
+	s.Deadline = p.cfg.Clock.Now().Add(span(s))
+	p.save(r)
 	p.runOOBLocked(r, s)
 }
 

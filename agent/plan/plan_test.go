@@ -436,12 +436,21 @@ func TestRestartResumes(t *testing.T) {
 		s := newSite(t, st, 0)
 		s.p.Run("n1", planMsg("p1", step("c1", "o", 1)))
 		s.waitOOB("c1")
+		// Down for longer than the step's span: it runs again with its
+		// whole span from the restart, not an expired deadline.
+		s.clk.Advance(time.Hour)
 		s.p = s.runner(0)
 		if err := s.p.Restore(); err != nil {
 			t.Fatal(err)
 		}
 		s.waitOOB("c1")
 		s.want("oob:c1 oob:c1")
+		if got := s.p.cfgDeadline(t, "n1"); !got.Equal(s.clk.Now().Add(time.Minute)) {
+			t.Fatalf("the step run again after the restart has deadline %v, want the restart plus its span %v", got, s.clk.Now().Add(time.Minute))
+		}
+		if rec, _ := st.record(t, "n1"); !rec.Steps[0].Deadline.Equal(s.clk.Now().Add(time.Minute)) {
+			t.Fatalf("the new deadline was not kept: %v", rec.Steps[0].Deadline)
+		}
 	})
 	t.Run("inband", func(t *testing.T) {
 		st := &memStore{m: map[string][]byte{}}

@@ -278,7 +278,7 @@ func (p *Runner) Stop(node string, m *protocol.Message) {
 	if mode == protocol.PlanStopAbort && r.rec.Started && cur != nil && cur.Action == protocol.ActionInbandRun && cur.Step != nil && cur.Step.Abortable {
 		now := p.cfg.Clock.Now()
 		p.cfg.Deliver(node, &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: p.cfg.NewID(), Site: cur.Site, Node: node,
-			Sent: now, Action: protocol.ActionAbort, Token: cur.Token, Deadline: now.Add(p.cfg.Resend * 6),
+			Sent: now, Action: protocol.ActionAbort, Token: cur.Token, Deadline: now.Add(span(cur)),
 			Args: map[string]any{"command_id": cur.ID}})
 		aborted = true
 	}

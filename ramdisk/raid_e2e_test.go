@@ -150,8 +150,10 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 	var mb [8]byte
 	_, _ = crand.Read(mb[:])
 	marker := "BMEDGE-RAID-INSTANCE-BOOTED-" + hex.EncodeToString(mb[:])
+	t0 := time.Now()
 	raw := bootableImage(t, dir, kernel, marker, tools)
 	img := gz(t, raw)
+	t.Logf("bootable image: %d bytes, %d gzip-compressed, made in %.1fs", len(raw), len(img), time.Since(t0).Seconds())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +287,7 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 	// The node boots the instance from its disks (qemu-dev: SeaBIOS,
 	// both disks): GRUB on a holder, the md root, the kernel and the
 	// instance's init, which prints the marker and powers off.
-	t0 := time.Now()
+	t0 = time.Now()
 	if !waitConsole(t, filepath.Join(dir, "console.log"), marker, 90*time.Second) {
 		t.Fatalf("the deployed node did not boot the instance from its RAID-1 root (no %s on its console)", marker)
 	}

@@ -209,8 +209,10 @@ func (e *Engine) sitePresence(t *tx, site string, online bool) {
 		since := r.OfflineSince
 		busy := 0
 		for _, n := range e.nodes {
-			if n.Site == site && n.Op != nil {
-				busy++
+			if n.Site == site && (n.Op != nil || n.PlanStop != nil) {
+				if n.Op != nil {
+					busy++
+				}
 				t.run(n, func() fsm.Output { return e.m.SiteReturned(n, since, t.now) })
 			}
 		}

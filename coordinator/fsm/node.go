@@ -117,6 +117,11 @@ type Node struct {
 	// Held is a result that arrived while the node was in maintenance; it
 	// is applied when maintenance ends.
 	Held *protocol.Message `json:"held,omitempty"`
+	// PlanStop is the last stop_plan sent for the node's site plan: sent
+	// again each time the site returns after being unreachable (a message
+	// sent while the site could not hear may be lost), until the next
+	// plan.
+	PlanStop *PlanStop `json:"plan_stop,omitempty"`
 }
 
 // StepRun is a step as scheduled on a node: its declaration, its args and,

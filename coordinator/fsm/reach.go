@@ -23,8 +23,14 @@ import "time"
 // edge agent runs a BMC command only until the deadline the message
 // carries, which the outage would otherwise have used up. The message is
 // replaced, not changed in place, since a publisher may be encoding it.
+//
+// A stop_plan sent for the node (PlanStop) is sent again: one sent while
+// the site could not hear may have been lost.
 func (m *Machine) SiteReturned(n *Node, since, now time.Time) Output {
 	var out Output
+	if n.PlanStop != nil {
+		m.sendPlanStop(n, now, &out)
+	}
 	if n.Op == nil {
 		return out
 	}

@@ -137,6 +137,7 @@ func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 		sp.Cmds = append(sp.Cmds, PlannedCmd{ID: c.ID, Seq: c.Seq})
 	}
 	op.SitePlan = sp
+	n.PlanStop = nil
 	out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: plan})
 	out.Changed = true
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(op),
@@ -207,13 +208,26 @@ func (m *Machine) keepEarly(n *Node, msg *protocol.Message, out *Output) bool {
 	return true
 }
 
+// PlanStop is a stop_plan the node's site must get.
+type PlanStop struct {
+	ID   string `json:"id"`
+	Mode string `json:"mode"`
+}
+
 // stopSitePlan tells the site to stop the operation's plan, if it has one:
-// mode protocol.PlanStopAbort or PlanStopFinish.
+// mode protocol.PlanStopAbort or PlanStopFinish. The stop is kept on the
+// node and sent again when the site returns from being unreachable.
 func (m *Machine) stopSitePlan(n *Node, op *Operation, mode string, now time.Time, out *Output) {
 	if op == nil || op.SitePlan == nil {
 		return
 	}
+	n.PlanStop = &PlanStop{ID: op.SitePlan.ID, Mode: mode}
+	out.Changed = true
+	m.sendPlanStop(n, now, out)
+}
+
+func (m *Machine) sendPlanStop(n *Node, now time.Time, out *Output) {
 	out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: &protocol.Message{V: protocol.Version,
 		Kind: protocol.KindCommand, Action: protocol.ActionPlanStop, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID, Sent: now,
-		Deadline: now.Add(m.cfg.CommandTimeout), Args: map[string]any{"plan_id": op.SitePlan.ID, "mode": mode}}})
+		Deadline: now.Add(m.cfg.CommandTimeout), Args: map[string]any{"plan_id": n.PlanStop.ID, "mode": n.PlanStop.Mode}}})
 }

@@ -221,3 +221,41 @@ func TestSitePlanOnlyWhereTheSiteRunsThem(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+// TestSitePlanStopSentAgainWhenTheSiteReturns: a stop_plan sent while
+// the site may not hear (an abort during an outage) goes again each time
+// the site returns, until the node's next plan.
+func TestSitePlanStopSentAgainWhenTheSiteReturns(t *testing.T) {
+	w := planWorld(t)
+	w.n.ProvisionState = Manageable
+	w.holdPlan = true
+	w.verb(Provide, VerbRequest{})
+	plan := w.plans[0]
+	if _, r := w.m.Verb(w.n, VerbRequest{Verb: Abort}, w.now); r != nil {
+		t.Fatal(r.Msg)
+	}
+	w.want(CleanFailed)
+	stops := func(o Output) int {
+		n := 0
+		for _, s := range o.Send {
+			if s.Msg.Action == protocol.ActionPlanStop && s.Msg.Args["plan_id"] == plan.ID && s.Msg.Args["mode"] == protocol.PlanStopAbort {
+				n++
+			}
+		}
+		return n
+	}
+	for i := range 2 {
+		if n := stops(w.m.SiteReturned(w.n, w.now.Add(-time.Minute), w.now)); n != 1 {
+			t.Fatalf("site return %d: %d stop_plan sent, want 1", i+1, n)
+		}
+	}
+	// The next plan ends it.
+	w.holdPlan = false
+	w.n.Maintenance = false
+	w.verb(Manage, VerbRequest{})
+	w.verb(Provide, VerbRequest{})
+	w.want(Available)
+	if n := stops(w.m.SiteReturned(w.n, w.now.Add(-time.Minute), w.now)); n != 0 {
+		t.Fatalf("after the next plan the old stop_plan is still sent (%d)", n)
+	}
+}

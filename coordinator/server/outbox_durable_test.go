@@ -325,11 +325,12 @@ func TestEdgeRelayedResultsSurviveKill9(t *testing.T) {
 
 // TestSimulatedSiteSurvivesAgentKill9: an edge agent running a simulated
 // site (--simulate) is killed with SIGKILL while every node's ramdisk
-// runs a clean step. Restarted with the same state folder, the
-// simulated nodes go on as real ones do (their power, their ramdisk's
-// boot and token, the running step for what remains of it): every node
-// ends cleaning in available, each clean step once in its history, none
-// failed or timed out.
+// runs a clean step of the plan the site was handed. Restarted with the
+// same state folder, the simulated nodes go on as real ones do (their
+// power, their ramdisk's boot and token, the running step for what
+// remains of it) and so do the plans: every node ends cleaning in
+// available, one ramdisk boot and each clean step once in its history,
+// none failed or timed out.
 func TestSimulatedSiteSurvivesAgentKill9(t *testing.T) {
 	bin, _, _, _, _, cl, credFile, agentLog := kill9Rig(t)
 	const nodes = 6
@@ -375,5 +376,10 @@ func TestSimulatedSiteSurvivesAgentKill9(t *testing.T) {
 	log, _ := os.ReadFile(agentLog)
 	if !strings.Contains(string(log), fmt.Sprintf("ramdisks_resumed=%d", nodes)) {
 		t.Fatalf("the restarted agent did not resume the %d simulated ramdisks:\n%s", nodes, log)
+	}
+	// The site ran the cleaning as one plan per node (plans at the edge),
+	// which the restarted agent took up where it was.
+	if !strings.Contains(string(log), fmt.Sprintf(`msg="plans loaded from the state folder: each goes on where it was" plans=%d`, nodes)) {
+		t.Fatalf("the restarted agent did not take up the %d nodes' plans:\n%s", nodes, log)
 	}
 }

@@ -60,8 +60,15 @@ func TestWANBench(t *testing.T) {
 		kinds map[string]*[2]int64 // kind → messages, bytes (as JSON)
 		wire  map[string]*[2]int64 // "bundle" or "message" → publishes, payload bytes
 	}
+	// BM_BENCH_WAN_PLANS=0 sends every step's command alone (serve
+	// --edge-plans=false), to compare with plans at the edge.
+	mc := fsm.Config{WaitTimeout: 10 * time.Minute, CommandTimeout: 10 * time.Minute, ResendInterval: 5 * time.Second}
+	plans := os.Getenv("BM_BENCH_WAN_PLANS") != "0"
+	if !plans {
+		mc.SitePlans = func(string) bool { return false }
+	}
 	cycle := func(t *testing.T, w *wanNet) result {
-		s := startWANSite(t, w, fsm.Config{WaitTimeout: 10 * time.Minute, CommandTimeout: 10 * time.Minute, ResendInterval: 5 * time.Second},
+		s := startWANSite(t, w, mc,
 			"--simulate", fmt.Sprint(nodes), "--step-duration", step, "--heartbeat", "5s", "--boot-delay", boot,
 			"--bmc-delay", "50ms", "--resend-interval", "5s")
 		ids := createNodes(t, s.cl, nodes)
@@ -171,7 +178,7 @@ func TestWANBench(t *testing.T) {
 	}
 	kib := func(b int64) float64 { return float64(b) / 1024 }
 	per := func(r result) float64 { return kib(r.bytes) / float64(nodes) }
-	fmt.Printf("bench-wan: %d nodes, full cycle (manage, provide, deploy, undeploy), in-band steps %s, ramdisk boot %s\n", nodes, step, boot)
+	fmt.Printf("bench-wan: %d nodes, full cycle (manage, provide, deploy, undeploy), in-band steps %s, ramdisk boot %s, plans at the edge %v (BM_BENCH_WAN_PLANS)\n", nodes, step, boot, plans)
 	fmt.Printf("  clean link (%s): %6.1f s, %7.1f KiB over the link, %5.1f KiB per node\n", clean.how, clean.wall.Seconds(), kib(clean.bytes), per(clean))
 	fmt.Printf("  impaired (%s, %v RTT, %g %% loss each way): %6.1f s, %7.1f KiB over the link, %5.1f KiB per node\n", impaired.how, 2*delay, loss*100, impaired.wall.Seconds(), kib(impaired.bytes), per(impaired))
 	fmt.Printf("  impaired / clean time: %.2f× (target ≤ 1.1×); WAN per node per cycle: %.1f / %.1f KiB (target ≤ 10 KiB)\n",
@@ -194,6 +201,18 @@ func TestWANBench(t *testing.T) {
 		}
 		fmt.Printf("    %-40s %6s %8.0f B (%.1f KiB)\n", "total", "", float64(total)/float64(nodes), kib(total)/float64(nodes))
 	}
+	// Each command the site gets is a turn it waits for: a round trip
+	// of the WAN (acks and welcomes answer what the site sent).
+	rounds := func(r result) float64 {
+		var n int64
+		for k, v := range r.kinds {
+			if strings.HasPrefix(k, "to site: command") {
+				n += v[0]
+			}
+		}
+		return float64(n) / float64(nodes)
+	}
+	fmt.Printf("  commands to the site per node per cycle (each one a WAN round trip the site waits for): %.1f clean, %.1f impaired\n", rounds(clean), rounds(impaired))
 	fmt.Printf("  MQTT publishes per node per cycle on the clean link (publishes, payload bytes; MQTT, TCP and IP headers not included):\n")
 	table(clean.wire)
 	fmt.Printf("  the messages in them, by kind (messages, bytes as JSON before bundling and compression):\n")

@@ -22,18 +22,26 @@ import (
 //   - A program is coordinator/, agent/ or ramdisk/, with everything
 //     under it. Outside its _test.go files, a package of one program
 //     depends, directly or through other packages, on no package of
-//     another program, and on no package named testrig (of any program,
-//     its own included).
-//   - The one exception: a package named testrig (coordinator/testrig)
-//     wires the programs together for end-to-end tests, so it may import
-//     another program's packages (coordinator/testrig imports agent).
-//     Only _test.go files and other testrig packages may import it.
+//     another program.
 //   - The shared libraries, protocol/ and drivers/, depend on no package
 //     of any program outside their _test.go files.
+//   - No package of a program or a shared library depends on anything
+//     under scripts/ outside its _test.go files.
+//   - The rig that wires the programs together for system tests
+//     (scripts/systest/testrig: it runs the coordinator and the edge
+//     agent) and the system tests themselves (scripts/systest) live
+//     outside the programs, in scripts/systest. A package named testrig,
+//     wherever it is, may be imported only by _test.go files and other
+//     testrig packages: not by a program, a shared library or a tool
+//     under scripts/ (a command there that needs a coordinator uses
+//     scripts/internal/loadrig). A testrig inside a program would be
+//     held to that program's rules like any of its packages: the rig
+//     belongs in scripts/systest.
 //   - _test.go files (TestImports, XTestImports) may import anything:
-//     tests in coordinator/server and ramdisk run the agent and
-//     coordinator/testrig. scripts/ (benchmarks, labs, tools) is not a
-//     program and may import anything too.
+//     the tests of coordinator/api, coordinator/cli, coordinator/ui and
+//     ramdisk run the agent through scripts/systest/testrig. scripts/
+//     (benchmarks, labs, tools, system tests) is not a program and may
+//     import any program.
 //
 // Inside a program, arrows run down only (partViolations):
 //
@@ -55,6 +63,10 @@ var programs = []string{"coordinator", "agent", "ramdisk"}
 
 // shared are the libraries the programs may all import.
 var shared = []string{"protocol", "drivers"}
+
+// systest is the folder of the system tests and their rig (testrig),
+// outside every program; the rule must see its packages.
+const systest = "scripts/systest"
 
 // listedPackage is what the rule needs of `go list -json` output.
 type listedPackage struct {
@@ -107,9 +119,17 @@ func importViolations(module string, pkgs []listedPackage) []string {
 	for _, p := range pkgs {
 		home := top(module, p.ImportPath)
 		if !isProgram(home) && !isShared(home) {
-			continue
-		}
-		if isProgram(home) && p.Name == "testrig" {
+			// scripts/ may import any program, but no testrig outside
+			// its _test.go files (other testrig packages excepted).
+			if p.Name == "testrig" {
+				continue
+			}
+			for _, d := range p.Deps {
+				if top(module, d) != "" && names[d] == "testrig" {
+					out = append(out, short(p.ImportPath)+" "+how(p, d)+" "+short(d)+
+						": a testrig package may be imported only by _test.go files and other testrig packages")
+				}
+			}
 			continue
 		}
 		for _, d := range p.Deps {
@@ -117,18 +137,14 @@ func importViolations(module string, pkgs []listedPackage) []string {
 			if there == "" || there == home && names[d] != "testrig" {
 				continue
 			}
-			direct := false
-			for _, i := range p.Imports {
-				direct = direct || i == d
-			}
-			how := "depends on"
-			if direct {
-				how = "imports"
-			}
+			how := how(p, d)
 			switch {
 			case names[d] == "testrig":
 				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
 					": a testrig package may be imported only by _test.go files and other testrig packages")
+			case there == "scripts":
+				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
+					": "+home+"/ must not use anything under scripts/ (tools, benchmarks, system tests) outside _test.go files")
 			case isProgram(there) && isShared(home):
 				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
 					": the shared library "+home+"/ must import no program ("+strings.Join(programs, "/, ")+"/)")
@@ -141,6 +157,16 @@ func importViolations(module string, pkgs []listedPackage) []string {
 	out = append(out, partViolations(module, pkgs)...)
 	sort.Strings(out)
 	return out
+}
+
+// how says whether p imports d itself or depends on it through others.
+func how(p listedPackage, d string) string {
+	for _, i := range p.Imports {
+		if i == d {
+			return "imports"
+		}
+	}
+	return "depends on"
 }
 
 // partViolations returns one line per upward arrow and per circle of
@@ -159,7 +185,7 @@ func partViolations(module string, pkgs []listedPackage) []string {
 	edges := map[string]map[string]bool{} // program/part → parts it depends on
 	for _, p := range pkgs {
 		home := top(module, p.ImportPath)
-		if !isProgram(home) || p.Name == "testrig" {
+		if !isProgram(home) {
 			continue
 		}
 		for _, d := range p.Deps {
@@ -286,6 +312,16 @@ func TestImportRule(t *testing.T) {
 			t.Fatalf("go list reported no package under %s/: the rule's list of programs is out of date", d)
 		}
 	}
+	// It must see the system tests and their rig where they live.
+	for _, want := range []string{systest, systest + "/testrig"} {
+		found := false
+		for _, p := range pkgs {
+			found = found || p.ImportPath == module+"/"+want
+		}
+		if !found {
+			t.Fatalf("go list reported no package %s: the rule's list is out of date", want)
+		}
+	}
 	for _, v := range importViolations(module, pkgs) {
 		t.Error(v)
 	}
@@ -331,10 +367,12 @@ func TestImportRuleCases(t *testing.T) {
 		pkg("protocol/session", "session", "protocol"),
 		pkg("drivers", "drivers", "protocol"),
 		pkg("coordinator/engine", "engine", "protocol", "drivers"),
-		pkg("coordinator/testrig", "testrig", "coordinator/engine", "agent"),
+		pkg("scripts/systest/testrig", "testrig", "coordinator/engine", "agent"),
+		pkg("scripts/systest", "systest"),
 		pkg("agent", "agent", "protocol/session", "drivers"),
 		pkg("ramdisk/cmd/bmramdisk", "main", "protocol/session"),
-		pkg("scripts/bench", "main", "agent", "coordinator/testrig"),
+		pkg("scripts/internal/loadrig", "loadrig", "protocol"),
+		pkg("scripts/bench", "main", "agent", "scripts/internal/loadrig"),
 	}
 	cases := []struct {
 		name  string
@@ -346,8 +384,16 @@ func TestImportRuleCases(t *testing.T) {
 			[]string{"agent/sim imports ramdisk/session: the program agent/ must not use the program ramdisk/"}},
 		{"through another package", []listedPackage{pkg("agent/x", "x", "agent/y"), pkg("agent/y", "y", "coordinator/engine")},
 			[]string{"agent/x depends on coordinator/engine", "agent/y imports coordinator/engine"}},
-		{"a non-test package imports testrig", []listedPackage{pkg("coordinator/server", "server", "coordinator/testrig")},
-			[]string{"coordinator/server depends on agent: the program coordinator/", "coordinator/server imports coordinator/testrig: a testrig package"}},
+		{"a program imports the rig from non-test code", []listedPackage{pkg("coordinator/server", "server", "scripts/systest/testrig")},
+			[]string{"coordinator/server depends on agent: the program coordinator/", "coordinator/server imports scripts/systest/testrig: a testrig package"}},
+		{"a testrig inside a program", []listedPackage{pkg("agent/testrig", "testrig", "coordinator/engine"), pkg("agent/sim", "sim", "agent/testrig")},
+			[]string{"agent/sim depends on coordinator/engine: the program agent/", "agent/sim imports agent/testrig: a testrig package", "agent/testrig imports coordinator/engine: the program agent/"}},
+		{"a program imports a tool under scripts", []listedPackage{pkg("agent/sim", "sim", "scripts/internal/loadrig")},
+			[]string{"agent/sim imports scripts/internal/loadrig: agent/ must not use anything under scripts/"}},
+		{"a shared library imports the system tests", []listedPackage{pkg("protocol/x", "x", "scripts/systest")},
+			[]string{"protocol/x imports scripts/systest: protocol/ must not use anything under scripts/"}},
+		{"a tool under scripts imports the rig", []listedPackage{pkg("scripts/bench-x", "main", "scripts/systest/testrig")},
+			[]string{"scripts/bench-x imports scripts/systest/testrig: a testrig package"}},
 		{"a shared library imports a program", []listedPackage{pkg("drivers/x", "x", "agent")},
 			[]string{"drivers/x imports agent: the shared library drivers/"}},
 		{"an agent part imports the agent", []listedPackage{pkg("agent/relay", "relay", "protocol", "agent")},

@@ -17,7 +17,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // needCmd returns a Debian tool's path, or skips (fails under

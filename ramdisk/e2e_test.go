@@ -26,7 +26,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // need returns the built ramdisk, or skips (fails under make test).

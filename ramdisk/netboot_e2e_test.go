@@ -15,8 +15,8 @@ import (
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/agent/netboot/labnet"
 	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/coordinator/testrig"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // logTee is a slog handler that writes to the test's log and keeps the

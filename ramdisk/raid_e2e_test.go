@@ -24,7 +24,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // raidLab is a QEMU lab whose automated cleaning runs the software RAID

@@ -17,8 +17,8 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/coordinator/testrig"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // needISO returns the built ramdisk ISO, or skips (fails under make test).

@@ -19,8 +19,8 @@ import (
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
-	"github.com/bmedge/bmedge/coordinator/testrig"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // lockedBuffer is a log sink the test can search.

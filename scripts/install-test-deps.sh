@@ -22,7 +22,7 @@
 #   apache2-utils         htpasswd, whose `-B` entries (bcrypt cost 5) the coordinator must refuse
 #                         and whose `-B -C 12` entries it must accept (coordinator/api/guessing_test.go)
 #   prometheus            promtool, which checks the coordinator's and the edge agent's /metrics
-#                         output (coordinator/server/metrics_test.go); its server is not run
+#                         output (scripts/systest/metrics_test.go); its server is not run
 #   systemd               systemd-analyze, which checks the shipped units (scripts/systemd/units_test.go)
 #   chromium chromium-driver
 #                         headless Chromium driven through chromedriver (W3C WebDriver on loopback)

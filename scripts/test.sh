@@ -17,13 +17,14 @@ ramdisk_pid=$!
 echo "# ./ramdisk/ (QEMU) runs in the background; its output follows at the end."
 
 rc=0
-# The engine, the broker, the MQTT link, the ramdisk session and the wired
-# coordinator with its agents, under the race detector.
-echo "# $GO test -race -count=1 -timeout 25m ./coordinator/engine/ ./protocol/mqttbroker/ ./coordinator/server/ ./protocol/mqttlink/ ./protocol/session/"
-"$GO" test -race -count=1 -timeout 25m ./coordinator/engine/ ./protocol/mqttbroker/ ./coordinator/server/ ./protocol/mqttlink/ ./protocol/session/ || rc=1
+# The engine, the broker, the MQTT link, the ramdisk session and the system
+# tests (scripts/systest: the wired coordinator with its agents), under the
+# race detector.
+echo "# $GO test -race -count=1 -timeout 25m ./coordinator/engine/ ./protocol/mqttbroker/ ./scripts/systest/ ./protocol/mqttlink/ ./protocol/session/"
+"$GO" test -race -count=1 -timeout 25m ./coordinator/engine/ ./protocol/mqttbroker/ ./scripts/systest/ ./protocol/mqttlink/ ./protocol/session/ || rc=1
 
-# Everything else (coordinator/server ran above, the ramdisk runs beside).
-others=$("$GO" list ./... | grep -v -e '/coordinator/server$' -e '/ramdisk$')
+# Everything else (the system tests ran above, the ramdisk runs beside).
+others=$("$GO" list ./... | grep -v -e '/scripts/systest$' -e '/ramdisk$')
 echo "# $GO test -count=1 -timeout 30m (every other package)"
 # shellcheck disable=SC2086
 "$GO" test -count=1 -timeout 30m $others || rc=1

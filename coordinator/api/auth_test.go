@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // requireTool skips the test when path is missing, or fails it with

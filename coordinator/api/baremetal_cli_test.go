@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // baremetalPath is the Debian python3-ironicclient CLI; make test installs

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	bmapi "github.com/bmedge/bmedge/coordinator/api"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // faultstring unwraps Ironic's error body: error_message is a JSON

@@ -12,7 +12,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/configdrive"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // TestConfigDriveAPI: the provision request's configdrive and

@@ -25,7 +25,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/cli"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 const python3Path = "/usr/bin/python3"

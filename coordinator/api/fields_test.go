@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // TestOperatorFieldsKept: resource_class, description and owner are kept

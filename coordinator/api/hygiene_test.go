@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 const curlPath = "/usr/bin/curl"

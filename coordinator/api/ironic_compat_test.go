@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // The tests of this file check the API's answers against Ironic 21.4's

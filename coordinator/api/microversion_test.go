@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // The tests of this file check the answers of issue 21's replay of an

@@ -9,7 +9,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	bmapi "github.com/bmedge/bmedge/coordinator/api"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // TestServiceVerb is issue 21's first acceptance through curl at API

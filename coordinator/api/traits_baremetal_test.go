@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // TestBaremetalCLITraitsTemplates drives node traits and deploy templates

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/store"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // apiCall is a request to the API with Go's client (an independent

@@ -9,8 +9,8 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/cli"
-	"github.com/bmedge/bmedge/coordinator/testrig"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // TestNodeFirmwareBIOSAndRAIDInterfaceCLI drives the CLI against a

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 func TestMain(m *testing.M) {

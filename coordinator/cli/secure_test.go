@@ -17,7 +17,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/certs"
 	"github.com/bmedge/bmedge/coordinator/cli"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // runCLI runs the command line in this process.

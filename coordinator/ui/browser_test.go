@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/testrig"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // webDriver is a tiny client of chromedriver's W3C WebDriver HTTP API.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/testrig"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // TestUISitePage: a site's page shows its reachability, its edge agent's

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/testrig"
 	"github.com/bmedge/bmedge/coordinator/ui"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 func get(t *testing.T, cl *testrig.Client, path string, auth bool) (int, string) {

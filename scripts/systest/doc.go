@@ -1,0 +1,10 @@
+// Package systest holds the system tests: tests that wire the coordinator,
+// the edge agent and the simulated or virtual hardware (BMCs, sites, WAN
+// links) together as real processes and real listeners, with the rig in
+// scripts/systest/testrig. They run under the race detector in make test
+// (scripts/test.sh). The tests of the QEMU ramdisk stay in ramdisk/.
+//
+// The package has no code of its own outside its _test.go files, and
+// nothing outside _test.go files may import it or its rig (protocol's
+// TestImportRule checks the rig's side).
+package systest

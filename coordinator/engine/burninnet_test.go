@@ -14,7 +14,7 @@ import (
 
 // TestBurninPairKey: both nodes of a pair get one key, HMAC-SHA256 of the
 // engine's secret over "burnin_network:" and the two UUIDs sorted (what
-// coordinator/server's TestBurninNetworkPairing searches the outputs
+// scripts/systest's TestBurninNetworkPairing searches the outputs
 // for); another pair gets another key; the partner is resolved by name
 // or UUID and must be another node of the same site.
 func TestBurninPairKey(t *testing.T) {

@@ -65,6 +65,7 @@ func (o options) siteName(i int) string {
 
 type options struct {
 	nodes       int
+	edgePlans   bool
 	concurrency int
 	poll        time.Duration
 	stall       time.Duration
@@ -102,6 +103,7 @@ func main() {
 	flag.IntVar(&o.apiClients, "api-clients", 32, "concurrent HTTP clients of the API measurements after the cycle (GET /v1/nodes/detail?limit=1000, provision PUTs); 0 skips them")
 	flag.IntVar(&o.detailReqs, "detail-requests", 50, "GET /v1/nodes/detail?limit=1000 requests measured with -api-clients clients")
 	flag.StringVar(&o.apiProfile, "api-profile", "", "with -inprocess: write CPU, mutex and block profiles of the API measurements to this folder: detail.*, manage.*, provide.* (mutex and block profiles add up from the first: compare with go tool pprof -base)")
+	flag.BoolVar(&o.edgePlans, "edge-plans", true, "the coordinator's --edge-plans: hand each phase's steps to the site as one plan (false: every step's command alone), to compare")
 	flag.IntVar(&o.sites, "sites", 1, "spread the nodes over this many sites, each with its own edge agent and MQTT connection (node i at site i mod S); with more than one, no verb → command latency is observed")
 	flag.BoolVar(&o.hostile, "hostile", true, "while the cycle runs, send hostile requests over and over from one more client (a JSON Patch at the 1000-operation cap, one that fits and one as large as the body cap allows, and a manual clean at the 100-step cap, to nodes of a site of their own) and report the longest single hold of the engine loop; -hostile=false measures the cycle alone (the longest hold is then reported too). Only with -sites 1")
 	flag.Parse()
@@ -286,7 +288,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	if o.inprocess {
-		co, err = loadrig.StartInProcess(ctx, tmp, loadrig.Settings{Tick: o.tick})
+		co, err = loadrig.StartInProcess(ctx, tmp, loadrig.Settings{Tick: o.tick, NoEdgePlans: !o.edgePlans})
 	} else {
 		bin := o.coordBin
 		if bin == "" {
@@ -295,7 +297,7 @@ func run(ctx context.Context, o options) (err error) {
 				return err
 			}
 		}
-		co, err = loadrig.StartProcess(ctx, bin, tmp, loadrig.Settings{Tick: o.tick})
+		co, err = loadrig.StartProcess(ctx, bin, tmp, loadrig.Settings{Tick: o.tick, NoEdgePlans: !o.edgePlans})
 	}
 	if err != nil {
 		return err

@@ -34,6 +34,8 @@ type Settings struct {
 	// HistoryMaxEntries is --history-max-entries (0: the coordinator's
 	// default).
 	HistoryMaxEntries int
+	// NoEdgePlans is --edge-plans=false: every step's command goes alone.
+	NoEdgePlans bool
 }
 
 // Coord is the coordinator under test: a separate process (the default,
@@ -133,6 +135,9 @@ func StartProcess(ctx context.Context, bin, tmp string, s Settings) (*Coord, err
 	if s.HistoryMaxEntries > 0 {
 		args = append(args, "--history-max-entries", strconv.Itoa(s.HistoryMaxEntries))
 	}
+	if s.NoEdgePlans {
+		args = append(args, "--edge-plans=false")
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// Own process group: a Ctrl-C at the terminal reaches only the load
@@ -185,7 +190,7 @@ func StartInProcess(ctx context.Context, tmp string, s Settings) (*Coord, error)
 		Machine: fsm.Config{WaitTimeout: 30 * time.Minute, CommandTimeout: 5 * time.Minute, ResendInterval: 30 * time.Second,
 			AutomatedClean: true},
 		MaxConcurrentClean: 1000000, MaxConcurrentDeploy: 1000000, TickInterval: s.Tick, HistoryMaxEntries: s.HistoryMaxEntries, Log: log,
-		APIConns: benchConns, MQTTConns: benchConns})
+		APIConns: benchConns, MQTTConns: benchConns, NoEdgePlans: s.NoEdgePlans})
 	if err != nil {
 		return nil, err
 	}

@@ -29,8 +29,9 @@ import (
 //     under scripts/ outside its _test.go files.
 //   - The rig that wires the programs together for system tests
 //     (scripts/systest/testrig: it runs the coordinator and the edge
-//     agent) and the system tests themselves (scripts/systest) live
-//     outside the programs, in scripts/systest. A package named testrig,
+//     agent) and the system tests themselves (scripts/systest, and the
+//     ramdisk's QEMU tests in scripts/systest/ramdisk) live outside the
+//     programs, in scripts/systest. A package named testrig,
 //     wherever it is, may be imported only by _test.go files and other
 //     testrig packages: not by a program, a shared library or a tool
 //     under scripts/ (a command there that needs a coordinator uses
@@ -38,8 +39,8 @@ import (
 //     held to that program's rules like any of its packages: the rig
 //     belongs in scripts/systest.
 //   - _test.go files (TestImports, XTestImports) may import anything:
-//     the tests of coordinator/api, coordinator/cli, coordinator/ui and
-//     ramdisk run the agent through scripts/systest/testrig. scripts/
+//     the tests of coordinator/api, coordinator/cli and coordinator/ui
+//     start sites through scripts/systest/testrig. scripts/
 //     (benchmarks, labs, tools, system tests) is not a program and may
 //     import any program.
 //

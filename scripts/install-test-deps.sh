@@ -16,7 +16,7 @@
 #                         QEMU VMs that boot by PXE on the network boot tests' site network
 #                         (UEFI firmware, NIC ROMs); make ramdisk installs them too
 #   qemu-utils            qemu-img, which makes the qcow2 images the ramdisk's image writer is tested with
-#                         (ramdisk/image, ramdisk/steps, ramdisk/e2e_test.go)
+#                         (ramdisk/image, ramdisk/steps, scripts/systest/ramdisk/e2e_test.go)
 #   busybox               udhcpc, an independent DHCP client for the network boot tests
 #   iproute2 util-linux   ip (bridges, taps, veths) and nsenter for those tests' network namespaces
 #   apache2-utils         htpasswd, whose `-B` entries (bcrypt cost 5) the coordinator must refuse
@@ -40,11 +40,11 @@ PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy op
 PACKAGES+=(cloud-init)
 # fdisk: sfdisk, an independent partition table reader for the config drive tests
 PACKAGES+=(fdisk)
-# sshpass, openssh-client: OpenSSH's client logs in to the rescue ramdisk (ramdisk/rescue, ramdisk/rescue_e2e_test.go) and to make run's simulated rescue login (protocol/rescuessh, agent/sim, coordinator/cli/readme_test.go)
+# sshpass, openssh-client: OpenSSH's client logs in to the rescue ramdisk (ramdisk/rescue, scripts/systest/ramdisk/rescue_e2e_test.go) and to make run's simulated rescue login (protocol/rescuessh, agent/sim, coordinator/cli/readme_test.go)
 PACKAGES+=(sshpass openssh-client)
-# mdadm: reads the software RAID members on the disk files of a QEMU node (ramdisk/raid_e2e_test.go)
+# mdadm: reads the software RAID members on the disk files of a QEMU node (scripts/systest/ramdisk/raid_e2e_test.go)
 PACKAGES+=(mdadm)
-# grub-pc-bin, grub2-common, e2fsprogs: GRUB for BIOS, grub-install and mke2fs make the bootable image deployed onto software RAID (ramdisk/raid_e2e_test.go)
+# grub-pc-bin, grub2-common, e2fsprogs: GRUB for BIOS, grub-install and mke2fs make the bootable image deployed onto software RAID (scripts/systest/ramdisk/raid_e2e_test.go)
 PACKAGES+=(grub-pc-bin grub2-common e2fsprogs)
 
 installed() {

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The go test runs of `make test` (after gofmt, go vet and the ramdisk build).
 #
-# The ramdisk package's QEMU tests (about 15 minutes of mostly one core under
-# TCG) run in the background from the start, beside the race-detector run and
-# then the other packages, instead of after them: on two cores that takes
-# several minutes off the whole. Their output is printed when they end, last.
+# The ramdisk's QEMU system tests (scripts/systest/ramdisk: about 15 minutes
+# of mostly one core under TCG) run in the background from the start, beside
+# the race-detector run and then the other packages, instead of after them: on
+# two cores that takes several minutes off the whole. Their output is printed
+# when they end, last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -12,9 +13,9 @@ export BM_REQUIRE_ALL=1
 
 ramdisk_log=$(mktemp)
 trap 'rm -f "$ramdisk_log"; [ -n "${ramdisk_pid:-}" ] && kill "$ramdisk_pid" 2>/dev/null' EXIT
-"$GO" test -count=1 -timeout 30m ./ramdisk/ >"$ramdisk_log" 2>&1 &
+"$GO" test -count=1 -timeout 30m ./scripts/systest/ramdisk/ >"$ramdisk_log" 2>&1 &
 ramdisk_pid=$!
-echo "# ./ramdisk/ (QEMU) runs in the background; its output follows at the end."
+echo "# ./scripts/systest/ramdisk/ (QEMU) runs in the background; its output follows at the end."
 
 rc=0
 # The engine, the broker, the MQTT link, the ramdisk session and the system
@@ -24,13 +25,13 @@ echo "# $GO test -race -count=1 -timeout 25m ./coordinator/engine/ ./protocol/mq
 "$GO" test -race -count=1 -timeout 25m ./coordinator/engine/ ./protocol/mqttbroker/ ./scripts/systest/ ./protocol/mqttlink/ ./protocol/session/ || rc=1
 
 # Everything else (the system tests ran above, the ramdisk runs beside).
-others=$("$GO" list ./... | grep -v -e '/scripts/systest$' -e '/ramdisk$')
+others=$("$GO" list ./... | grep -v -e '/scripts/systest$' -e '/scripts/systest/ramdisk$')
 echo "# $GO test -count=1 -timeout 30m (every other package)"
 # shellcheck disable=SC2086
 "$GO" test -count=1 -timeout 30m $others || rc=1
 
 wait "$ramdisk_pid" || rc=1
 ramdisk_pid=
-echo "# $GO test -count=1 -timeout 30m ./ramdisk/"
+echo "# $GO test -count=1 -timeout 30m ./scripts/systest/ramdisk/"
 cat "$ramdisk_log"
 exit $rc

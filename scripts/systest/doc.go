@@ -2,7 +2,8 @@
 // the edge agent and the simulated or virtual hardware (BMCs, sites, WAN
 // links) together as real processes and real listeners, with the rig in
 // scripts/systest/testrig. They run under the race detector in make test
-// (scripts/test.sh). The tests of the QEMU ramdisk stay in ramdisk/.
+// (scripts/test.sh). The ramdisk's QEMU tests are the package of their own
+// in scripts/systest/ramdisk, which make test runs in the background.
 //
 // The package has no code of its own outside its _test.go files, and
 // nothing outside _test.go files may import it or its rig (protocol's

@@ -30,7 +30,7 @@ const ovmfFirmware = "/usr/share/ovmf/OVMF.fd"
 func needRamdiskISO(t *testing.T) string {
 	t.Helper()
 	need(t) // QEMU and the ramdisk
-	iso, _ := filepath.Abs("../build/ramdisk/bmramdisk.iso")
+	iso, _ := filepath.Abs("../../../build/ramdisk/bmramdisk.iso")
 	if _, err := os.Stat(iso); err != nil {
 		if os.Getenv("BM_REQUIRE_ALL") == "1" {
 			t.Fatalf("the ramdisk ISO is missing (run make ramdisk): %v", err)

@@ -32,7 +32,7 @@ import (
 // need returns the built ramdisk, or skips (fails under make test).
 func need(t *testing.T) (kernel, initrd string) {
 	t.Helper()
-	dir, _ := filepath.Abs("../build/ramdisk")
+	dir, _ := filepath.Abs("../../../build/ramdisk")
 	kernel, initrd = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.xz")
 	_, err1 := os.Stat(kernel)
 	_, err2 := os.Stat(initrd)

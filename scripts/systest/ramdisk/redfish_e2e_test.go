@@ -25,7 +25,7 @@ import (
 func needISO(t *testing.T) string {
 	t.Helper()
 	need(t)
-	iso, _ := filepath.Abs("../build/ramdisk/bmramdisk.iso")
+	iso, _ := filepath.Abs("../../../build/ramdisk/bmramdisk.iso")
 	if _, err := os.Stat(iso); err != nil {
 		if os.Getenv("BM_REQUIRE_ALL") == "1" {
 			t.Fatalf("the ramdisk ISO is missing (run make ramdisk): %v", err)

@@ -154,6 +154,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("read the boot credentials in the state folder: %w", err)
 	}
 	a.boot.LoadCreds(creds)
+	if err := a.boot.Keep(store); err != nil {
+		return err
+	}
 	if err := a.serveMetrics(ctx); err != nil {
 		return err
 	}

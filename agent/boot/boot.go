@@ -72,9 +72,13 @@ type Boot struct {
 	mu sync.Mutex
 	// creds are each node's ramdisk MQTT credentials from its last boot
 	// command; vmBoot holds the nodes whose next power-on boots the
-	// ramdisk from virtual media.
-	creds  map[string][2]string
-	vmBoot map[string]bool
+	// ramdisk from virtual media (and whose media are ejected when that
+	// boot ends), kept in the state folder with Keep; restore holds the
+	// kept boots' parameters images until Start serves them again.
+	creds   map[string][2]string
+	vmBoot  map[string]bool
+	kept    KeptStore
+	restore map[string]vmKept
 	// hashes holds the SHA-256 of each node's current boot credential
 	// ([]byte), for the site broker.
 	hashes sync.Map
@@ -120,9 +124,13 @@ func (p *Boot) Start(ctx context.Context) (stop func(), err error) {
 		}
 		m.now = p.cfg.Clock.Now
 		p.media = m
+		p.restoreParams()
 		go m.serve()
 		stopMedia = m.close
 		p.log.Info("media server up: BMCs fetch the ramdisk from "+m.ISOURL(), "listen", m.ln.Addr().String())
+	}
+	if p.media == nil {
+		p.restoreParams() // no media server: the kept images are dropped
 	}
 	stopNetboot, err := p.startNetboot(ctx)
 	if err != nil {
@@ -235,6 +243,12 @@ func (p *Boot) End(node string) {
 	if p.media != nil {
 		p.media.dropParams(node)
 	}
+	p.mu.Lock()
+	vm := p.vmBoot[node]
+	p.mu.Unlock()
+	if vm {
+		p.keepVM(node, &vmKept{}) // the image is gone; the eject still owed
+	}
 	if st := p.netbootState(); st != nil && st.srv != nil {
 		st.srv.Disarm(node)
 	}
@@ -248,6 +262,7 @@ func (p *Boot) Forget(node string) {
 	delete(p.creds, node)
 	delete(p.vmBoot, node)
 	p.mu.Unlock()
+	p.keepVM(node, nil)
 	if _, ok := p.hashes.LoadAndDelete(node); ok {
 		p.cfg.PutCred(node, nil)
 	}

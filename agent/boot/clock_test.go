@@ -29,7 +29,7 @@ func TestParamsImageLifetimeOnTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	u, err := p.media.addParams("n1", "bm.node=n1")
+	u, _, err := p.media.addParams("n1", "bm.node=n1")
 	if err != nil {
 		t.Fatal(err)
 	}

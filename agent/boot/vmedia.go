@@ -164,23 +164,34 @@ func (m *mediaServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // addParams makes the parameters image of a node's new boot and returns
-// its URL; the node's previous boot's image is no longer served.
-func (m *mediaServer) addParams(node, params string) (string, error) {
-	data, err := bootmedia.ParamsImage(params)
-	if err != nil {
-		return "", fmt.Errorf("boot parameters of node %s: %w", node, err)
-	}
+// its URL and what the state folder keeps of it; the node's previous
+// boot's image is no longer served.
+func (m *mediaServer) addParams(node, params string) (string, vmKept, error) {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
-		return "", err
+		return "", vmKept{}, err
 	}
-	token := hex.EncodeToString(b)
+	k := vmKept{Token: hex.EncodeToString(b), Params: params, Created: m.now()}
+	if err := m.restoreParams(node, k.Token, k.Params, k.Created); err != nil {
+		return "", vmKept{}, err
+	}
+	return m.base + "/boot/" + k.Token + "/params.img", k, nil
+}
+
+// restoreParams serves a node's parameters image under token, made at
+// created (a boot kept in the state folder, or a new one); the node's
+// previous boot's image is no longer served.
+func (m *mediaServer) restoreParams(node, token, params string, created time.Time) error {
+	data, err := bootmedia.ParamsImage(params)
+	if err != nil {
+		return fmt.Errorf("boot parameters of node %s: %w", node, err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.dropLocked(node)
-	m.images[token] = &paramsImage{node: node, data: data, created: m.now()}
+	m.images[token] = &paramsImage{node: node, data: data, created: created}
 	m.byNode[node] = token
-	return m.base + "/boot/" + token + "/params.img", nil
+	return nil
 }
 
 // dropParams stops serving a node's parameters image: its boot ended.
@@ -249,19 +260,30 @@ func (p *Boot) setBootDevice(ctx context.Context, node string, b interface {
 			return fmt.Errorf("this edge agent cannot boot the ramdisk on node %s: its BMC boots from virtual media and the agent serves no ramdisk ISO; start the agent with --ramdisk-iso (make ramdisk builds build/ramdisk/bmramdisk.iso), --media-listen and --ramdisk-broker-url", node)
 		}
 		p.mu.Lock()
+		was := p.vmBoot[node]
 		p.vmBoot[node] = true
 		p.mu.Unlock()
+		if !was {
+			p.keepVM(node, &vmKept{}) // before any media is inserted
+		}
 		return nil
 	}
 	p.mu.Lock()
 	was := p.vmBoot[node]
-	delete(p.vmBoot, node)
 	p.mu.Unlock()
-	if was && p.media != nil {
-		p.media.dropParams(node)
+	if was {
+		if p.media != nil {
+			p.media.dropParams(node)
+		}
 		if err := mb.EjectBootMedia(ctx); err != nil {
+			// Still owed: the next power-off or boot device disk ejects.
+			p.keepVM(node, &vmKept{})
 			return fmt.Errorf("eject the ramdisk's virtual media: %w", err)
 		}
+		p.mu.Lock()
+		delete(p.vmBoot, node)
+		p.mu.Unlock()
+		p.keepVM(node, nil)
 	}
 	return b.SetBootDevice(ctx, device)
 }
@@ -316,8 +338,28 @@ func (p *Boot) setPower(ctx context.Context, node string, b interface {
 	}
 	mb, ok := b.(mediaBooter)
 	p.mu.Lock()
-	vm := ok && p.vmBoot[node] && p.media != nil
+	vm := ok && p.vmBoot[node]
 	p.mu.Unlock()
+	if vm && state == protocol.PowerOff {
+		// The boot ends: its parameters image is no longer served and
+		// its media are ejected (also by an agent restarted since the
+		// boot began, from the state folder; also when it now serves no
+		// ramdisk ISO).
+		if p.media != nil {
+			p.media.dropParams(node)
+		}
+		p.keepVM(node, &vmKept{})
+		if err := b.SetPower(ctx, state); err != nil {
+			return err
+		}
+		if err := mb.EjectBootMedia(ctx); err != nil {
+			return fmt.Errorf("powered off, but the ramdisk's virtual media did not eject: %w", err)
+		}
+		return nil
+	}
+	if vm && p.media == nil {
+		vm = false // a power-on with no ramdisk ISO to boot: as before
+	}
 	if !vm {
 		// Network boot: BMCs without virtual media that do not boot the
 		// ramdisk by themselves (ipmi).
@@ -328,22 +370,16 @@ func (p *Boot) setPower(ctx context.Context, node string, b interface {
 		}
 		return b.SetPower(ctx, state)
 	}
-	if state == protocol.PowerOff {
-		p.media.dropParams(node)
-		if err := b.SetPower(ctx, state); err != nil {
-			return err
-		}
-		if err := mb.EjectBootMedia(ctx); err != nil {
-			return fmt.Errorf("powered off, but the ramdisk's virtual media did not eject: %w", err)
-		}
-		return nil
-	}
-	paramsURL, err := p.media.addParams(node, p.bootParams(node))
+	paramsURL, k, err := p.media.addParams(node, p.bootParams(node))
 	if err != nil {
 		return err
 	}
+	// Kept before the BMC inserts anything: a restarted agent serves the
+	// image until the boot ends, and ejects then.
+	p.keepVM(node, &k)
 	if err := mb.BootFromMedia(ctx, p.media.ISOURL(), paramsURL); err != nil {
 		p.media.dropParams(node)
+		p.keepVM(node, &vmKept{})
 		return fmt.Errorf("boot the ramdisk from virtual media: %w", err)
 	}
 	return b.SetPower(ctx, state)

@@ -54,6 +54,11 @@ const (
 	// planPrefix + node UUID: a node's plan and its progress
 	// (agent/plan), kept before each of its steps starts.
 	planPrefix = "p/"
+	// vmediaPrefix + node UUID: a node's virtual-media boot (agent/boot):
+	// that its media are to be ejected when the boot ends, and its
+	// parameters image while it is served (it holds the boot's
+	// credential: only in this encrypted store).
+	vmediaPrefix = "v/"
 	// outboxGCInterval is how often value-log GC runs, besides after
 	// each flush (see collectGarbage).
 	outboxGCInterval = 5 * time.Minute
@@ -299,6 +304,25 @@ func (s *Store) PutPlan(node string, plan []byte) {
 
 // LoadPlans returns the plans kept (node → plan).
 func (s *Store) LoadPlans() (map[string][]byte, error) { return s.loadPrefix(planPrefix) }
+
+// PutVMedia writes a node's virtual-media boot (nil: removes it) and
+// waits until it is on disk (agent/boot's kept state): a restarted agent
+// ends that boot as the first one would, ejecting its media.
+func (s *Store) PutVMedia(node string, state []byte) {
+	if s == nil {
+		return
+	}
+	ch := make(chan error, 1)
+	if !s.enqueue(storeOp{key: vmediaPrefix + node, val: state}, ch) {
+		return
+	}
+	if err := <-ch; err != nil {
+		s.warn.Warn("vmedia state", "a node's virtual-media boot could not be written to the state folder: after a restart the agent would not eject its virtual media at the boot's end", "node", node, "err", err)
+	}
+}
+
+// LoadVMedia returns the virtual-media boots kept (node → state).
+func (s *Store) LoadVMedia() (map[string][]byte, error) { return s.loadPrefix(vmediaPrefix) }
 
 // loadPrefix returns every value under prefix, by the rest of its key.
 func (s *Store) loadPrefix(prefix string) (map[string][]byte, error) {

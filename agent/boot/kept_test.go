@@ -1,0 +1,178 @@
+package boot
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/agent/clock"
+	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// fakeMediaBMC is a BMC with virtual media: what is inserted, its power.
+type fakeMediaBMC struct {
+	mu        sync.Mutex
+	power     string
+	cd, usb   bool
+	paramsURL string
+	ejects    int
+}
+
+func (f *fakeMediaBMC) SetPower(_ context.Context, s string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.power = s
+	return nil
+}
+
+func (f *fakeMediaBMC) SetBootDevice(context.Context, string) error { return nil }
+
+func (f *fakeMediaBMC) BootFromMedia(_ context.Context, isoURL, paramsURL string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cd, f.usb, f.paramsURL = true, true, paramsURL
+	return nil
+}
+
+func (f *fakeMediaBMC) EjectBootMedia(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cd, f.usb = false, false
+	f.ejects++
+	return nil
+}
+
+func (f *fakeMediaBMC) media() (cd, usb bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cd, f.usb
+}
+
+// TestVirtualMediaBootSurvivesRestart: a node boots the ramdisk from
+// virtual media (boot device pxe, power on: the BMC gets the ISO and the
+// boot's parameters image); the agent stops and a new boot part starts
+// from the same state folder (the outbox's encrypted Badger store, on
+// disk) with a media server on another port. It serves the boot's
+// parameters image again under the same name until the boot ends, and
+// the node's power-off ends the boot as the first part would: both media
+// ejected, the image no longer served. Then boot device disk forgets the
+// boot in the state folder. The boot's password is in no file of the
+// state folder in the clear. Fake clock, no MQTT.
+func TestVirtualMediaBootSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	iso := filepath.Join(t.TempDir(), "ramdisk.iso")
+	if err := os.WriteFile(iso, make([]byte, 64<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	const node, pw = "n1", "secret-boot-password-1f0c"
+	ctx := context.Background()
+	start := func() (*Boot, *outbox.Store, func()) {
+		t.Helper()
+		st, err := outbox.OpenStoreClock(dir, log, fk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := New(Config{Site: "s1", Log: log, Clock: fk,
+			Ramdisk: RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0", BrokerURL: "mqtt://127.0.0.1:1883"}})
+		if err := p.Keep(st); err != nil {
+			t.Fatal(err)
+		}
+		stop, err := p.Start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		done := func() {
+			once.Do(func() {
+				stop()
+				if err := st.Close(); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		t.Cleanup(done)
+		return p, st, done
+	}
+	get := func(u string) (int, []byte) {
+		t.Helper()
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	bmc := &fakeMediaBMC{}
+
+	p1, _, stop1 := start()
+	p1.NoteArgs(node, map[string]any{protocol.ArgAgentUsername: "node:" + node, protocol.ArgAgentPassword: pw})
+	if err := p1.setBootDevice(ctx, node, bmc, protocol.BootPXE); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.setPower(ctx, node, bmc, protocol.PowerOn); err != nil {
+		t.Fatal(err)
+	}
+	if cd, usb := bmc.media(); !cd || !usb || bmc.power != protocol.PowerOn {
+		t.Fatalf("booted: CD %v, USB %v, power %s", cd, usb, bmc.power)
+	}
+	code, img := get(bmc.paramsURL)
+	if code != http.StatusOK || !bytes.Contains(img, []byte("bm.password="+pw)) {
+		t.Fatalf("the boot's parameters image: %d, %d bytes", code, len(img))
+	}
+	// /boot/TOKEN/params.img, to ask the restarted agent's server.
+	path := bmc.paramsURL[strings.Index(bmc.paramsURL, "/boot/"):]
+	stop1() // the agent stops; the node runs on with its media
+
+	// The state folder holds the password only encrypted.
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if b, _ := os.ReadFile(path); bytes.Contains(b, []byte(pw)) {
+			t.Errorf("%s holds the boot's password in the clear", path)
+		}
+		return nil
+	})
+
+	fk.Advance(time.Minute)
+	p2, st2, _ := start()
+	again := p2.media.base + path
+	if again == bmc.paramsURL {
+		t.Fatal("the second media server has the first one's address; the test wants another")
+	}
+	if code, b := get(again); code != http.StatusOK || !bytes.Equal(b, img) {
+		t.Fatalf("after the restart the boot's parameters image is answered %d (%d bytes, same %v); want it served until the boot ends", code, len(b), bytes.Equal(b, img))
+	}
+	if err := p2.setPower(ctx, node, bmc, protocol.PowerOff); err != nil {
+		t.Fatal(err)
+	}
+	if cd, usb := bmc.media(); cd || usb || bmc.power != protocol.PowerOff {
+		t.Fatalf("the restarted agent's power-off left CD inserted %v, USB stick inserted %v (power %s); want both ejected", cd, usb, bmc.power)
+	}
+	if code, _ := get(again); code != http.StatusNotFound {
+		t.Fatalf("after the power-off the parameters image is answered %d; want 404", code)
+	}
+	// Still a virtual-media node until boot device disk, which forgets it.
+	if kept, err := st2.LoadVMedia(); err != nil || kept[node] == nil || bytes.Contains(kept[node], []byte(pw)) {
+		t.Fatalf("after the power-off the state folder keeps %q (%v); want the boot without its image", kept[node], err)
+	}
+	if err := p2.setBootDevice(ctx, node, bmc, protocol.BootDisk); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := st2.LoadVMedia(); err != nil || kept[node] != nil {
+		t.Fatalf("after boot device disk the state folder keeps %q (%v); want nothing", kept[node], err)
+	}
+}

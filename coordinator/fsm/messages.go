@@ -31,6 +31,28 @@ func (m *Machine) Hello(n *Node, msg *protocol.Message, now time.Time) Output {
 			out.Send = append(out.Send, m.welcome(n, now))
 			return out
 		}
+		if m.beforeRamdiskWork(n) {
+			// Nothing ran in the first boot yet (the power action that
+			// boots the ramdisk is still outstanding, or the machine
+			// waits for the ramdisk): the node booted again, as it does
+			// when an edge agent restarted before it kept that action's
+			// result and runs it again. The new boot replaces the old.
+			old := n.BootID
+			n.PastBoots = appendBoot(n.PastBoots, old)
+			n.AgentToken = m.cfg.NewToken()
+			n.BootID = msg.BootID
+			n.LastHeartbeat = now
+			n.CachedCleanSteps = wireSteps(msg.CleanSteps)
+			n.CachedDeploySteps = wireSteps(msg.DeploySteps)
+			n.StepsCachedAt = now
+			n.UpdatedAt = now
+			out.Changed = true
+			out.Send = append(out.Send, m.welcome(n, now))
+			out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: "agent",
+				Event: fmt.Sprintf("ramdisk booted again (boot %s replaces boot %s, in which nothing ran yet) offering %d clean and %d deploy steps",
+					msg.BootID, old, len(msg.CleanSteps), len(msg.DeploySteps))})
+			return out
+		}
 		// A boot the coordinator did not start: the ramdisk restarted on
 		// its own (crash-only), so whatever it ran is lost. No second
 		// token is issued for it; the operation fails now rather than at
@@ -65,6 +87,24 @@ func (m *Machine) Hello(n *Node, msg *protocol.Message, now time.Time) Output {
 		}
 	}
 	return out
+}
+
+// beforeRamdiskWork tells whether the node's operation has run nothing
+// in its ramdisk's boot yet: it waits for the ramdisk, or its current
+// action is the power action that boots it.
+func (m *Machine) beforeRamdiskWork(n *Node) bool {
+	if n.Op == nil {
+		return false
+	}
+	a := m.current(n)
+	if a == nil {
+		return false
+	}
+	if a.Kind == ActAwaitAgent {
+		return true
+	}
+	i := n.Op.Index + 1
+	return a.Kind == ActOOB && a.Action == protocol.ActionPower && i < len(n.Op.Plan) && n.Op.Plan[i].Kind == ActAwaitAgent
 }
 
 func (m *Machine) welcome(n *Node, now time.Time) Outgoing {

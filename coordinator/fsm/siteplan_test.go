@@ -259,3 +259,39 @@ func TestSitePlanStopSentAgainWhenTheSiteReturns(t *testing.T) {
 		t.Fatalf("after the next plan the old stop_plan is still sent (%d)", n)
 	}
 }
+
+// TestBootAgainBeforeAnyStep: the power action that boots the ramdisk
+// ran twice (an edge agent restarted before it kept the action's result,
+// and runs it again when the coordinator resends it): a second boot says
+// hello before any step ran in the first. It replaces the first boot
+// (new token, the old one refused) instead of failing the operation,
+// which then goes on in the new boot.
+func TestBootAgainBeforeAnyStep(t *testing.T) {
+	w := newWorld(t)
+	w.n.ProvisionState = Manageable
+	out, r := w.m.Verb(w.n, VerbRequest{Verb: Provide}, w.now)
+	if r != nil {
+		t.Fatal(r.Msg)
+	}
+	// The boot's power command is outstanding; its result is not back.
+	if w.n.Pending == nil || w.n.Pending.Msg.Action != protocol.ActionPower || len(out.Send) == 0 {
+		t.Fatalf("want the boot's power command outstanding, got %+v", w.n.Pending)
+	}
+	power := w.n.Pending
+	w.m.Hello(w.n, &protocol.Message{BootID: "b1", CleanSteps: []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99}, {Interface: "deploy", Step: "erase_devices", Priority: 10}}}, w.now)
+	t1 := w.n.AgentToken
+	h := w.m.Hello(w.n, &protocol.Message{BootID: "b2", CleanSteps: []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99}, {Interface: "deploy", Step: "erase_devices", Priority: 10}}}, w.now)
+	if w.n.ProvisionState == CleanFailed || w.n.BootID != "b2" || w.n.AgentToken == t1 || w.n.AgentToken == "" || len(h.Send) != 1 || h.Send[0].Msg.Token != w.n.AgentToken {
+		t.Fatalf("second boot before any step: state %q boot %q token changed %v, sent %d; want it to replace the first", w.n.ProvisionState, w.n.BootID, w.n.AgentToken != t1, len(h.Send))
+	}
+	if o := w.m.Heartbeat(w.n, &protocol.Message{Token: t1}, w.now); o.Reject == "" {
+		t.Fatal("the replaced boot's token still works")
+	}
+	w.run(Output{Send: []Outgoing{}})
+	res := w.m.Result(w.n, &protocol.Message{CommandID: power.ID, OK: true}, w.now)
+	w.run(res)
+	w.want(Available)
+	if strings.Contains(w.n.LastError, "restarted") {
+		t.Fatalf("last_error %q", w.n.LastError)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // TestDocsCiteOnlyRepositoryFiles: every file or folder of this
@@ -97,10 +98,14 @@ func TestDocsCiteOnlyRepositoryFiles(t *testing.T) {
 				}
 				where(p, "a path that is not in the repository")
 			}
-			for _, m := range bare.FindAllStringSubmatch(line, -1) {
+			for _, ix := range bare.FindAllStringSubmatchIndex(line, -1) {
+				name, end := line[ix[4]:ix[5]], ix[5]
+				if end+1 < len(line) && line[end] == '.' && unicode.IsLetter(rune(line[end+1])) {
+					continue // a dotted name that goes on is no file name: dracut's rd.md.uuid
+				}
 				checked++
-				if !names[m[2]] {
-					where(m[2], "a file name that no file of the repository has")
+				if !names[name] {
+					where(name, "a file name that no file of the repository has")
 				}
 			}
 			for _, m := range scenario.FindAllStringSubmatch(line, -1) {

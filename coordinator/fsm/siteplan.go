@@ -3,7 +3,6 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/bmedge/bmedge/protocol"
@@ -97,7 +96,6 @@ func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 		return false
 	}
 	var cmds []*protocol.Message
-	var names []string
 	inband := false
 	seq := n.CmdSeq
 	var total time.Duration
@@ -118,7 +116,6 @@ func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 		total += span
 		inband = inband || a.Step.InBand
 		cmds = append(cmds, msg)
-		names = append(names, a.Step.Name())
 	}
 	if len(cmds) < 2 || !inband {
 		return false
@@ -141,8 +138,8 @@ func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 	out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: plan})
 	out.Changed = true
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(op),
-		Event: fmt.Sprintf("%d %s steps handed to the edge agent of site %s as one plan (%s): the site runs them in turn, their results are applied here in order",
-			len(cmds), op.Phase, n.Site, strings.Join(names, ", "))})
+		Event: fmt.Sprintf("the next %d %s steps handed to the edge agent of site %s as one plan: the site runs them in turn, their results are applied here in order",
+			len(cmds), op.Phase, n.Site)})
 	return true
 }
 

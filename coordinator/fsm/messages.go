@@ -33,10 +33,10 @@ func (m *Machine) Hello(n *Node, msg *protocol.Message, now time.Time) Output {
 		}
 		if m.beforeRamdiskWork(n) {
 			// Nothing ran in the first boot yet (the power action that
-			// boots the ramdisk is still outstanding, or the machine
-			// waits for the ramdisk): the node booted again, as it does
-			// when an edge agent restarted before it kept that action's
-			// result and runs it again. The new boot replaces the old.
+			// boots the ramdisk is still outstanding): the node booted
+			// again, as it does when an edge agent restarted before it
+			// kept that action's result and runs it again. The new boot
+			// replaces the old.
 			old := n.BootID
 			n.PastBoots = appendBoot(n.PastBoots, old)
 			n.AgentToken = m.cfg.NewToken()
@@ -89,19 +89,18 @@ func (m *Machine) Hello(n *Node, msg *protocol.Message, now time.Time) Output {
 	return out
 }
 
-// beforeRamdiskWork tells whether the node's operation has run nothing
-// in its ramdisk's boot yet: it waits for the ramdisk, or its current
-// action is the power action that boots it.
+// beforeRamdiskWork tells whether the power action that boots the
+// node's ramdisk is still outstanding (its result not back): whatever
+// boot said hello meanwhile ran nothing yet. (Once that action is done,
+// a new boot is the ramdisk restarting on its own, even if the machine
+// still waits, held by maintenance.)
 func (m *Machine) beforeRamdiskWork(n *Node) bool {
-	if n.Op == nil {
+	if n.Op == nil || n.Pending == nil {
 		return false
 	}
 	a := m.current(n)
 	if a == nil {
 		return false
-	}
-	if a.Kind == ActAwaitAgent {
-		return true
 	}
 	i := n.Op.Index + 1
 	return a.Kind == ActOOB && a.Action == protocol.ActionPower && i < len(n.Op.Plan) && n.Op.Plan[i].Kind == ActAwaitAgent

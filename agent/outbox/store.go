@@ -287,19 +287,18 @@ func (s *Store) PutSim(node string, state []byte) {
 // LoadSims returns the simulated nodes' states kept (node → state).
 func (s *Store) LoadSims() (map[string][]byte, error) { return s.loadPrefix(simPrefix) }
 
-// PutPlan writes a node's plan (nil: removes it) and waits until it is
-// on disk (agent/plan's Store).
+// PutPlan queues a node's plan (nil: removes it) for the next group
+// commit, without waiting for it (agent/plan's Store): a plan's
+// progress lost to a crash only makes the restarted agent hand out a
+// step it had finished, which the ramdisk (its kept result) or the
+// outbox (the step's done-record) answers without running it again; a
+// plan lost whole leaves its steps to the coordinator's resends. A
+// failed write is logged by the writer.
 func (s *Store) PutPlan(node string, plan []byte) {
 	if s == nil {
 		return
 	}
-	ch := make(chan error, 1)
-	if !s.enqueue(storeOp{key: planPrefix + node, val: plan}, ch) {
-		return
-	}
-	if err := <-ch; err != nil {
-		s.warn.Warn("plan state", "a node's plan could not be written to the state folder: after a restart it would not go on from there", "node", node, "err", err)
-	}
+	s.enqueue(storeOp{key: planPrefix + node, val: plan}, nil)
 }
 
 // LoadPlans returns the plans kept (node → plan).

@@ -32,8 +32,9 @@ import (
 
 // Store keeps the plans (the agent's encrypted state folder).
 type Store interface {
-	// PutPlan writes a node's plan (nil removes it) and returns once it
-	// is on disk.
+	// PutPlan writes a node's plan (nil removes it), at once or with the
+	// store's next commit: progress lost to a crash only hands a finished
+	// step out again, which is answered without running it again.
 	PutPlan(node string, b []byte)
 	LoadPlans() (map[string][]byte, error)
 }

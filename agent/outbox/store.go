@@ -269,10 +269,15 @@ func (s *Store) LoadCreds() (map[string][]byte, error) {
 	return out, err
 }
 
-// PutSim writes a simulated node's state (nil: removes it) and waits
-// until it is on disk (agent/sim's Store).
-func (s *Store) PutSim(node string, state []byte) {
+// PutSim writes a simulated node's state (nil: removes it); with wait it
+// returns once it is on disk, else it goes with the next group commit
+// (agent/sim's Store).
+func (s *Store) PutSim(node string, state []byte, wait bool) {
 	if s == nil {
+		return
+	}
+	if !wait {
+		s.enqueue(storeOp{key: simPrefix + node, val: state}, nil)
 		return
 	}
 	ch := make(chan error, 1)

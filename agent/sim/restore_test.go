@@ -16,7 +16,7 @@ type memStore struct {
 	m  map[string][]byte
 }
 
-func (s *memStore) PutSim(node string, b []byte) {
+func (s *memStore) PutSim(node string, b []byte, _ bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if b == nil {

@@ -67,9 +67,10 @@ type Config struct {
 // boot device, and the running ramdisk's session (its boot, token,
 // running step and unacknowledged results).
 type Store interface {
-	// PutSim writes a node's state (nil removes it) and returns once it
-	// is on disk.
-	PutSim(node string, state []byte)
+	// PutSim writes a node's state (nil removes it); with wait it
+	// returns once it is on disk, else it goes with the store's next
+	// commit.
+	PutSim(node string, state []byte, wait bool)
 	LoadSims() (map[string][]byte, error)
 }
 
@@ -213,7 +214,7 @@ func (s *Sim) OnPower(node, state, boot string) {
 		}
 	}
 	s.mu.Unlock()
-	s.save(node)
+	s.save(node, true) // a BMC keeps its power state: on disk before the action is reported
 }
 
 // nodeLocked is node's state, made if needed; s.mu is held.
@@ -270,14 +271,20 @@ func (s *Sim) saveSession(node string, boot uint64, st *session.State) {
 		s.mu.Unlock()
 		return
 	}
+	// A new result must be on disk before it is published (the step
+	// would run again after a restart); the rest (a welcome, a step's
+	// start, an ack) may go with the next commit: lost to a crash, the
+	// same boot says hello again, the step is handed out again, the
+	// result is sent again.
+	wait := st != nil && (n.state.Session == nil || len(st.Results) > len(n.state.Session.Results))
 	n.state.Session = st
 	s.mu.Unlock()
-	s.save(node)
+	s.save(node, wait)
 }
 
 // save writes node's state to the store (once Restore set one), its
-// writes in order.
-func (s *Sim) save(node string) {
+// writes in order; wait: returns once it is on disk.
+func (s *Sim) save(node string, wait bool) {
 	s.mu.Lock()
 	n, st := s.nodes[node], s.store
 	s.mu.Unlock()
@@ -297,7 +304,7 @@ func (s *Sim) save(node string) {
 		s.log.Error("simulated node state cannot be encoded", "node", node, "err", err)
 		return
 	}
-	st.PutSim(node, b)
+	st.PutSim(node, b, wait)
 }
 
 // Restore loads the simulated nodes' state from st and keeps it there
@@ -391,7 +398,7 @@ func (s *Sim) Forget(node string) {
 	}
 	if n != nil && st != nil {
 		n.wmu.Lock()
-		st.PutSim(node, nil)
+		st.PutSim(node, nil, false)
 		n.wmu.Unlock()
 	}
 }

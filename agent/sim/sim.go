@@ -276,7 +276,16 @@ func (s *Sim) saveSession(node string, boot uint64, st *session.State) {
 	// start, an ack) may go with the next commit: lost to a crash, the
 	// same boot says hello again, the step is handed out again, the
 	// result is sent again.
-	wait := st != nil && (n.state.Session == nil || len(st.Results) > len(n.state.Session.Results))
+	prev := n.state.Session
+	wait := st != nil && (prev == nil || len(st.Results) > len(prev.Results))
+	if st != nil && prev != nil && !wait && st.Token == prev.Token && st.Running == prev.Running && len(st.Outbox) < len(prev.Outbox) {
+		// An ack only: not written (lost, the result is sent again and
+		// the relay, which keeps it already, acks it again). The next
+		// write carries it.
+		n.state.Session = st
+		s.mu.Unlock()
+		return
+	}
 	n.state.Session = st
 	s.mu.Unlock()
 	s.save(node, wait)

@@ -101,7 +101,8 @@ func New(cfg Config) *Agent {
 		Observe: func(err error) { a.observePowerRead(err) },
 		BlobURL: func(ctx context.Context, u, sum string) (string, error) { return a.cache.BlobURL(ctx, u, sum) },
 		NewID:   outbox.NewID})
-	a.cache = sitecache.New(sitecache.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Opts: cfg.Cache, SimNodes: cfg.Sim.Nodes})
+	a.cache = sitecache.New(sitecache.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Opts: cfg.Cache, SimNodes: cfg.Sim.Nodes,
+		BMCs: a.bmcs.Addresses, Own: a.ownAddrs})
 	a.boot = boot.New(boot.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Ramdisk: cfg.Ramdisk, Netboot: cfg.Netboot,
 		QEMUBrokerURL: cfg.QEMU.BrokerURL, QEMUCmdline: cfg.QEMU.Cmdline,
 		SiteBroker: func() (string, string, bool) { return a.relay.Broker() },
@@ -278,4 +279,17 @@ func (a *Agent) forget(node string) {
 	a.sim.Forget(node)
 	a.boot.Forget(node)
 	a.log.Info("node deleted at the coordinator: forgotten", "node", node)
+}
+
+// ownAddrs are the agent's listeners but the image cache's (which the
+// cache adds itself): the fetch rule refuses them (agent/fetchrule).
+func (a *Agent) ownAddrs() []string {
+	own := a.boot.Addrs()
+	if x := a.relay.Addr(); x != "" {
+		own = append(own, x)
+	}
+	if x := a.metricsAddr; x != "" {
+		own = append(own, x)
+	}
+	return own
 }

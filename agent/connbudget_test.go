@@ -39,7 +39,7 @@ func heldOpen(t *testing.T, from, addr string) (net.Conn, bool) {
 func TestAgentHTTPListenersBudgeted(t *testing.T) {
 	lim := netbudget.Limits{MaxConns: 100, MaxPerSource: 10, MaxPendingPerSource: 2}
 	a := New(Config{Site: "s1", MetricsListen: "127.0.0.1:0", MetricsConns: lim,
-		Cache: ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 20, Conns: lim}})
+		Cache: ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 20, Conns: lim, FetchAllow: loopback}})
 	stop, err := a.cache.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -27,7 +28,7 @@ func TestImageArgs(t *testing.T) {
 	h := sha256.Sum256(img)
 	sum := "sha256:" + hex.EncodeToString(h[:])
 
-	a := New(Config{Site: "s1", Cache: ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30}})
+	a := New(Config{Site: "s1", Cache: ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30, FetchAllow: loopback}})
 	stop, err := a.cache.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -78,3 +79,7 @@ func TestImageArgs(t *testing.T) {
 		t.Errorf("plain origin URL: %v", err)
 	}
 }
+
+// loopback is the fetch allowance of the tests' image servers, which run
+// on 127.0.0.1 (agent/fetchrule refuses loopback otherwise).
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}

@@ -35,7 +35,7 @@ func TestSimWriteImage(t *testing.T) {
 	deadURL := dead.URL + "/gone.raw"
 	dead.Close()
 
-	a := New(Config{Site: "s1", Cache: ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30}})
+	a := New(Config{Site: "s1", Cache: ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30, FetchAllow: loopback}})
 	stop, err := a.cache.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -86,7 +86,8 @@ done
 . "$RUN/image.env"
 
 "$BIN"/agent --credentials-file "$creds" --simulate 8 --step-duration 3s --boot-delay 1s \
-  --image-cache-dir "$RUN/image-cache" --image-cache-listen "$IMAGE_CACHE" >"$RUN/agent.log" 2>&1 &
+  --image-cache-dir "$RUN/image-cache" --image-cache-listen "$IMAGE_CACHE" \
+  --fetch-allow 127.0.0.0/8 >"$RUN/agent.log" 2>&1 &
 pids+=($!)
 sleep 1
 cat <<MSG

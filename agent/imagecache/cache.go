@@ -31,7 +31,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -41,6 +40,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/clock"
+	"github.com/bmedge/bmedge/agent/fetchrule"
 	"github.com/bmedge/bmedge/protocol/imagechecksum"
 )
 
@@ -64,9 +64,11 @@ type Options struct {
 	// running; the least recently used images are removed to make room.
 	// An image larger than the cap is refused.
 	MaxBytes int64
-	// Client fetches from the origin; nil: a client with connect, TLS and
-	// response-header timeouts and no overall one (images are large).
-	Client *http.Client
+	// Rule is what the cache may fetch from (agent/fetchrule; nil: the
+	// zero rule, which refuses loopback and link-local origins). The
+	// client has connect, TLS and response-header timeouts and no
+	// overall one (images are large; StallTimeout bounds a stall).
+	Rule *fetchrule.Rule
 	// StallTimeout fails a download that receives no byte for this long
 	// (default DefaultStallTimeout).
 	StallTimeout time.Duration
@@ -81,6 +83,7 @@ type Options struct {
 // Cache is a site's image cache. Its methods are safe for concurrent use.
 type Cache struct {
 	opts   Options
+	client *http.Client
 	log    *slog.Logger
 	secret []byte
 	ctx    context.Context
@@ -150,25 +153,29 @@ func Open(opts Options) (*Cache, error) {
 		opts.Log = slog.Default()
 	}
 	opts.Clock = clock.Or(opts.Clock)
-	if opts.Client == nil {
-		opts.Client = &http.Client{Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			TLSHandshakeTimeout:   30 * time.Second,
-			ResponseHeaderTimeout: 60 * time.Second,
-			DisableCompression:    true,
-			ForceAttemptHTTP2:     true,
-		}}
+	if opts.Rule == nil {
+		opts.Rule = &fetchrule.Rule{}
 	}
+	client := opts.Rule.Client(0)
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("image cache: create folder: %w", err)
+	}
+	// An existing folder is made private too: the cached images are the
+	// site's, and token.key signs the nodes' URLs.
+	if fi, err := os.Stat(opts.Dir); err != nil {
+		return nil, fmt.Errorf("image cache: %w", err)
+	} else if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(opts.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("image cache: the folder %s has mode %04o and cannot be made 0700 (%v): give the agent a folder of its own", opts.Dir, fi.Mode().Perm(), err)
+		}
+		opts.Log.Info("image cache: the folder was made private (0700)", "dir", opts.Dir, "was", fmt.Sprintf("%04o", fi.Mode().Perm()))
 	}
 	secret, err := loadSecret(filepath.Join(opts.Dir, "token.key"))
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Cache{opts: opts, log: opts.Log, secret: secret, ctx: ctx, cancel: cancel,
+	c := &Cache{opts: opts, client: client, log: opts.Log, secret: secret, ctx: ctx, cancel: cancel,
 		entries: map[string]*entry{}, images: map[string]*image{}, tokens: map[string]string{}, failed: map[string]failure{}}
 	des, err := os.ReadDir(opts.Dir)
 	if err != nil {
@@ -490,7 +497,7 @@ func (c *Cache) download(fl *flight) {
 	}
 	c.mu.Unlock()
 	if err != nil {
-		c.log.Warn("image cache: download failed; nothing cached", "url", Redact(img.url), "err", err)
+		c.log.Warn("image cache: download failed; nothing cached", "url", Redact(img.url), "err", account(err))
 	} else {
 		c.log.Info("image cache: image downloaded and verified", "url", Redact(img.url), "size", n, "checksum", img.sum.Algo,
 			"seconds", time.Since(start).Seconds())
@@ -529,26 +536,28 @@ func (c *Cache) fetch(fl *flight) (n int64, err error) {
 		return failed(http.StatusInternalServerError,
 			fmt.Sprintf("the site cache cannot store image %s (a disk error, see the edge agent's log)", name), err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, img.url, nil)
+	resp, err := c.opts.Rule.Get(ctx, c.client, img.url)
 	if err != nil {
-		return 0, failed(http.StatusBadGateway, fmt.Sprintf("the URL of image %s cannot be requested; fix instance_info image_source", name),
-			fmt.Errorf("image URL %s: %w", Redact(img.url), err))
-	}
-	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := c.opts.Client.Do(req)
-	if err != nil {
+		var rf *fetchrule.Refused
+		if errors.As(err, &rf) {
+			return 0, failed(http.StatusForbidden,
+				fmt.Sprintf("image %s was not fetched: %s", name, fetchrule.Words(err)),
+				fmt.Errorf("image %s refused by the fetch rule: %w", Redact(img.url), err))
+		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
 		return 0, fail(failed(http.StatusBadGateway,
-			fmt.Sprintf("cannot reach the origin of image %s: %v; check the URL, the origin and the site's WAN link, then retry", name, err),
+			fmt.Sprintf("cannot fetch image %s from its origin %s: %s; check the URL, the origin and the site's WAN link, then retry", name, hostOf(img.url), fetchrule.Words(err)),
 			fmt.Errorf("cannot download image %s from its origin: %w", Redact(img.url), err)))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		// The origin's status stays in the agent's log: an answer of
+		// a host the operator did not mean is nobody's business.
 		return 0, failed(http.StatusBadGateway,
-			fmt.Sprintf("the origin of image %s answered %s, want 200 OK; check instance_info image_source and the origin", name, resp.Status),
+			fmt.Sprintf("the origin %s of image %s did not answer with the image (not 200 OK; the edge agent's log has its answer); check instance_info image_source and the origin", hostOf(img.url), name),
 			fmt.Errorf("cannot download image %s: its origin answered %s, want 200 OK", Redact(img.url), resp.Status))
 	}
 	total := resp.ContentLength
@@ -617,7 +626,7 @@ func (c *Cache) fetch(fl *flight) (n int64, err error) {
 	got := hex.EncodeToString(h.Sum(nil))
 	if got != img.sum.Hex {
 		return n, failed(http.StatusBadGateway,
-			fmt.Sprintf("checksum mismatch for image %s: its %s is %s, expected %s; the image was not cached: fix the image at its origin or the checksum in instance_info", name, img.sum.Algo, got, img.sum.Hex),
+			fmt.Sprintf("checksum mismatch for image %s: its %s is not the %s given; the image was not cached: fix the image at its origin or the checksum in instance_info", name, img.sum.Algo, img.sum.Hex),
 			fmt.Errorf("checksum mismatch for image %s: its %s is %s, expected %s; the image was not cached and no node got it",
 				Redact(img.url), img.sum.Algo, got, img.sum.Hex))
 	}

@@ -24,7 +24,7 @@ func TestFailureMemoryOnTheClock(t *testing.T) {
 	}))
 	t.Cleanup(origin.Close)
 	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20, StallTimeout: 5 * time.Second, Clock: fk, Log: slog.New(slog.DiscardHandler)})
+	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20, StallTimeout: 5 * time.Second, Clock: fk, Log: slog.New(slog.DiscardHandler), Rule: loopbackRule})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,11 @@ type Failure struct {
 	Err    error  // the whole account
 }
 
-func (f *Failure) Error() string { return f.Err.Error() }
+// Error is the reason: what reaches the coordinator (a firmware
+// update's or a pre-seed's last_error) names the image and what went
+// wrong in words, never the origin's answer or a digest of what came
+// back; the whole account (Err) is for the agent's log.
+func (f *Failure) Error() string { return f.Reason }
 func (f *Failure) Unwrap() error { return f.Err }
 
 // failed wraps err with what the node is told.
@@ -125,4 +129,22 @@ func oneLine(s string, limit int) string {
 		out = out[:cut] + "…"
 	}
 	return out
+}
+
+// hostOf is the host (and port) of a URL, without user information.
+func hostOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" {
+		return "(unparsable URL)"
+	}
+	return p.Host
+}
+
+// account is the whole account of err, for the agent's log.
+func account(err error) error {
+	var f *Failure
+	if errors.As(err, &f) && f.Err != nil {
+		return f.Err
+	}
+	return err
 }

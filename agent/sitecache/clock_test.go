@@ -17,11 +17,11 @@ import (
 // refused (404) after, with the origin still there.
 func TestConfigDriveTokenLifetimeOnTheClock(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte("H4sIAAAAAAAAA-config-drive"))
+		_, _ = w.Write([]byte(testDrive(t)))
 	}))
 	t.Cleanup(origin.Close)
 	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	sc := New(Config{Site: "s1", Clock: fk, Opts: Options{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30}})
+	sc := New(Config{Site: "s1", Clock: fk, Opts: Options{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30, FetchAllow: loopback}})
 	stop, err := sc.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)

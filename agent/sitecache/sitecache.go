@@ -13,11 +13,13 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/bmedge/bmedge/agent/clock"
+	"github.com/bmedge/bmedge/agent/fetchrule"
 	"github.com/bmedge/bmedge/agent/imagecache"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/netbudget"
@@ -45,8 +47,13 @@ type Options struct {
 	// URL is the cache as the nodes reach it, when not http://LISTEN
 	// (behind NAT, or a name).
 	URL string
-	// Client fetches from the origins (nil: imagecache's default).
-	Client *http.Client
+	// FetchAllow are the networks the operator allows the cache to fetch
+	// from although the fetch rule refuses them (loopback, link-local,
+	// the BMCs'): the agent's --fetch-allow (agent/fetchrule).
+	FetchAllow []netip.Prefix
+	// BMCNets are the site's BMC networks (--bmc-network): refused
+	// unless allowed.
+	BMCNets []netip.Prefix
 	// Conns are the listener's connection budgets (fields <= 0:
 	// DefaultConns').
 	Conns netbudget.Limits
@@ -63,6 +70,10 @@ type Config struct {
 	// Clock is the clock (default clock.Real): the config drive tokens'
 	// lifetime and the image cache's (imagecache.Options.Clock).
 	Clock clock.Clock
+	// BMCs returns the BMC addresses the agent knows, and Own the
+	// agent's other listeners (host:port): the fetch rule refuses them
+	// (nil: none).
+	BMCs, Own func() []string
 }
 
 // Cache is the site's image cache as the agent runs it; without
@@ -140,7 +151,8 @@ func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultBytes
 	}
-	c, err := imagecache.Open(imagecache.Options{Dir: o.Dir, MaxBytes: o.MaxBytes, Client: o.Client, Log: sc.log, Clock: sc.cfg.Clock})
+	rule := sc.rule()
+	c, err := imagecache.Open(imagecache.Options{Dir: o.Dir, MaxBytes: o.MaxBytes, Rule: rule, Log: sc.log, Clock: sc.cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +176,7 @@ func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
 	ln = netbudget.Default().Wrap(ln, netbudget.Options{Name: "image-cache", Limits: lim.Or(DefaultConns), Log: sc.log})
 	mux := http.NewServeMux()
 	mux.Handle(imagecache.PathPrefix, c.Handler())
-	drives := newDriveProxy(o.Client, sc.cfg.Clock)
+	drives := newDriveProxy(rule, sc.log, sc.cfg.Clock)
 	mux.Handle(DrivePathPrefix, drives)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: netbudget.ConnState(nil)}
 	go func() {
@@ -181,6 +193,23 @@ func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
 		_ = srv.Close()
 		c.Close()
 	}, nil
+}
+
+// rule is the fetch rule of the cache's fetches: the agent's listeners,
+// this one's included, and the BMCs refused; the operator's allowance.
+func (sc *Cache) rule() *fetchrule.Rule {
+	o := sc.cfg.Opts
+	return &fetchrule.Rule{Allow: o.FetchAllow, BMCNets: o.BMCNets, BMCs: sc.cfg.BMCs,
+		Own: func() []string {
+			var own []string
+			if sc.cfg.Own != nil {
+				own = sc.cfg.Own()
+			}
+			if a := sc.Addr(); a != "" {
+				own = append(own, a)
+			}
+			return own
+		}}
 }
 
 // ImageArgs returns the in-band command the ramdisk gets: a write_image

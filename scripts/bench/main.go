@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -368,7 +369,9 @@ func run(ctx context.Context, o options) (err error) {
 			// site's come from an address each: the per-source budgets
 			// (agent.DefaultImageCacheConns) would refuse all but a few.
 			Cache: agent.ImageCacheOptions{Dir: filepath.Join(tmp, "image-cache", c.Site), Listen: "127.0.0.1:0",
-				Conns: netbudget.Limits{MaxConns: per + 1024, MaxPerSource: per + 1024, MaxPendingPerSource: per + 1024}},
+				// The bench's image server is on loopback.
+				FetchAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+				Conns:      netbudget.Limits{MaxConns: per + 1024, MaxPerSource: per + 1024, MaxPendingPerSource: per + 1024}},
 			Sim: agent.SimOptions{Nodes: per, StepDuration: 0, BootDelay: 0, BMCDelay: 0, Heartbeat: 30 * time.Second}, Log: agentLog})
 		go func(a *agent.Agent) { agentErr <- a.Run(actx) }(agents[i])
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,7 +100,8 @@ func TestFirmwareUpdateThroughTheSiteCache(t *testing.T) {
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
 		t.Fatalf("site add: %d", code)
 	}
-	testrig.StartAgentConfig(t, creds, agent.Config{Cache: agent.ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30}})
+	testrig.StartAgentConfig(t, creds, agent.Config{Cache: agent.ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30,
+		FetchAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	for i := range labs {
 		info := map[string]any{"redfish_address": labs[i].url, "redfish_username": "root", "redfish_password": "calvin"}
 		var n testrig.Node

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -98,8 +99,9 @@ func cacheSite(t *testing.T, c *server.Coordinator, name, dir string, n int) {
 		t.Fatalf("site add: %d", code)
 	}
 	testrig.StartAgentConfig(t, creds, agent.Config{
-		Sim:   agent.SimOptions{Nodes: n, StepDuration: 50 * time.Millisecond, BootDelay: 50 * time.Millisecond},
-		Cache: agent.ImageCacheOptions{Dir: dir, Listen: "127.0.0.1:0", MaxBytes: 1 << 30},
+		Sim: agent.SimOptions{Nodes: n, StepDuration: 50 * time.Millisecond, BootDelay: 50 * time.Millisecond},
+		Cache: agent.ImageCacheOptions{Dir: dir, Listen: "127.0.0.1:0", MaxBytes: 1 << 30,
+			FetchAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 	})
 }
 

@@ -7,18 +7,32 @@ import (
 	"strings"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/agent/fetchrule"
 )
 
 // imageCacheFlags declares the flags of agent.ImageCacheOptions; the returned function
 // reads them after parsing.
-func imageCacheFlags(fs *flag.FlagSet) func() agent.ImageCacheOptions {
+func imageCacheFlags(fs *flag.FlagSet) func() (agent.ImageCacheOptions, error) {
 	dir := fs.String("image-cache-dir", "", "folder of the site's image cache: write_image fetches through it, each image crosses the WAN once (off when empty)")
 	listen := fs.String("image-cache-listen", "", "address (host:port on the site network) where the nodes fetch their images from the cache (required with --image-cache-dir)")
 	url := fs.String("image-cache-url", "", "the image cache as the nodes reach it, when not http://IMAGE-CACHE-LISTEN (e.g. behind NAT)")
 	size := byteSize(agent.DefaultImageCacheBytes)
 	fs.Var(&size, "image-cache-size", "most bytes the image cache holds (cached images plus downloads running), e.g. 200GiB or 500G; the least recently used images go first")
-	return func() agent.ImageCacheOptions {
-		return agent.ImageCacheOptions{Dir: *dir, Listen: *listen, URL: *url, MaxBytes: int64(size)}
+	var allow, bmcNets []string
+	fs.Func("fetch-allow", "`CIDR` the agent may fetch images, firmware and config drives from although the fetch rule refuses it (loopback, link-local, the BMCs' addresses and --bmc-network); repeat or separate with commas, e.g. 127.0.0.0/8 for an image server on this host (docs/security.md)",
+		func(v string) error { allow = append(allow, v); return nil })
+	fs.Func("bmc-network", "`CIDR` of the site's BMC network, which the agent never fetches an image or config drive from unless --fetch-allow allows it; repeatable (the BMC addresses the agent knows are refused anyway)",
+		func(v string) error { bmcNets = append(bmcNets, v); return nil })
+	return func() (agent.ImageCacheOptions, error) {
+		a, err := fetchrule.ParseAllow(allow)
+		if err != nil {
+			return agent.ImageCacheOptions{}, fmt.Errorf("--fetch-allow: %v", err)
+		}
+		b, err := fetchrule.ParseAllow(bmcNets)
+		if err != nil {
+			return agent.ImageCacheOptions{}, fmt.Errorf("--bmc-network: %v", err)
+		}
+		return agent.ImageCacheOptions{Dir: *dir, Listen: *listen, URL: *url, MaxBytes: int64(size), FetchAllow: a, BMCNets: b}, nil
 	}
 }
 

@@ -177,7 +177,11 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	}
 	nb := netboot()
 	nb.HTTPConns = nbConns()
-	cacheOpts := cache()
+	cacheOpts, err := cache()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error: "+err.Error())
+		os.Exit(2)
+	}
 	cacheOpts.Conns = cacheConns()
 	if msg := ramdiskFlagsError(*rISO, *rListen, *rURL, *rBroker, *rParams, nb.Interface != ""); msg != "" {
 		fmt.Fprintln(os.Stderr, "error: "+msg)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,7 +173,8 @@ func qemuCacheLab(t *testing.T, kernel, initrd string) *testrig.Client {
 	testrig.StartAgentConfig(t, creds, agent.Config{
 		SiteBroker: agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: "mqtt://10.0.2.2"},
 		QEMU:       agent.QEMUOptions{Kernel: kernel, Initrd: initrd},
-		Cache:      agent.ImageCacheOptions{Dir: t.TempDir(), Listen: cache, URL: "http://10.0.2.2:" + port}})
+		Cache: agent.ImageCacheOptions{Dir: t.TempDir(), Listen: cache, URL: "http://10.0.2.2:" + port,
+			FetchAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	return cl
 }
 

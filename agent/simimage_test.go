@@ -61,9 +61,9 @@ func TestSimWriteImage(t *testing.T) {
 		want []string
 	}{
 		{"unreachable origin", map[string]any{"image_source": deadURL, "image_checksum": sum},
-			[]string{"site cache answered", "connection refused"}},
+			[]string{"site cache answered", "connection was refused"}},
 		{"not found at the origin", map[string]any{"image_source": origin.URL + "/missing.raw", "image_checksum": sum},
-			[]string{"site cache answered", "404"}},
+			[]string{"site cache answered", "did not answer with the image"}},
 		{"checksum mismatch", map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": wrong},
 			[]string{"checksum mismatch"}},
 		{"no checksum", map[string]any{"image_source": origin.URL + "/good.raw"},

@@ -163,6 +163,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-OpenStack-Ironic-API-Minimum-Version", MinVersion)
 	h.Set("X-OpenStack-Ironic-API-Maximum-Version", MaxVersion)
+	answerHeaders(h)
 	if !s.authenticate(w, r) {
 		return
 	}

@@ -401,9 +401,29 @@ func TestBackupRestoreWhileNodesChange(t *testing.T) {
 		nodes map[string]listedNode
 	}{{slow, atStart}, {cliFile, atCLI}} {
 		dir := filepath.Join(root, "restored-"+filepath.Base(c.file))
+		if c.file == cliFile {
+			// An existing empty folder (a systemd StateDirectory=):
+			// restored into, made private; the coordinator started on
+			// it below serves every node.
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
 		code, out, stderr := runCLI("restore", "--from", c.file, "--data-dir", dir, "--key-file", keyFile)
 		if code != 0 || !strings.Contains(out, "restored ") {
 			t.Fatalf("restore %s: exit %d, %q %q", c.file, code, out, stderr)
+		}
+		if fi, err := os.Stat(dir); err != nil {
+			t.Error(err)
+		} else if fi.Mode().Perm() != 0o700 {
+			t.Errorf("restored folder %s: mode %v; want 0700", dir, fi.Mode().Perm())
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			t.Errorf("restored folder holds %v; want db, db.key and secret only", names)
 		}
 		for _, f := range []string{"db.key", "secret"} {
 			a, _ := os.ReadFile(filepath.Join(data, f))

@@ -42,9 +42,12 @@ func (e *Engine) Backup(ctx context.Context, w io.Writer) (store.BackupInfo, err
 // from, which keyFile (the db.key of the data folder that was backed up)
 // opens; the new folder's database is encrypted with that key, which it
 // keeps as its db.key. dataDir must not exist or be empty, and its parent
-// must exist. The whole backup is checked before anything is written,
-// and the folder is made beside dataDir and renamed into place once it
-// is whole: on any error nothing is left.
+// must exist. The whole backup is checked before anything is written.
+// A new folder is made beside dataDir and renamed into place once it is
+// whole; into an existing empty folder (a systemd StateDirectory=, whose
+// parent the service may not write) the restore is made in a hidden
+// folder inside it, whose entries are moved up once it is whole, and
+// the folder is made 0700. On any error nothing is left.
 func Restore(from, dataDir, keyPath string, log *slog.Logger) (store.BackupInfo, error) {
 	var info store.BackupInfo
 	if log == nil {
@@ -62,6 +65,14 @@ func Restore(from, dataDir, keyPath string, log *slog.Logger) (store.BackupInfo,
 	if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
 		return info, fmt.Errorf("the folder %s, where %s is to be made, does not exist: create it first", parent, filepath.Base(dataDir))
 	}
+	// An existing (empty) folder is kept, its owner too: the restore is
+	// made inside it.
+	_, err = os.Lstat(dataDir)
+	inside := err == nil
+	where := parent
+	if inside {
+		where = dataDir
+	}
 	f, err := os.Open(from)
 	if err != nil {
 		return info, fmt.Errorf("open the backup: %w", err)
@@ -75,9 +86,9 @@ func Restore(from, dataDir, keyPath string, log *slog.Logger) (store.BackupInfo,
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return info, err
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dataDir)+".restoring-")
+	tmp, err := os.MkdirTemp(where, "."+filepath.Base(dataDir)+".restoring-")
 	if err != nil {
-		return info, fmt.Errorf("make a folder beside %s: %w", dataDir, err)
+		return info, fmt.Errorf("make a folder in %s for the restore: %w", where, err)
 	}
 	done := false
 	defer func() {
@@ -113,13 +124,51 @@ func Restore(from, dataDir, keyPath string, log *slog.Logger) (store.BackupInfo,
 		return info, err
 	}
 	syncDir(tmp)
-	// rename replaces an empty folder, or makes dataDir.
+	if inside {
+		if err := moveUp(tmp, dataDir); err != nil {
+			return info, err
+		}
+		done = true
+		return info, nil
+	}
 	if err := os.Rename(tmp, dataDir); err != nil {
 		return info, fmt.Errorf("move the restored folder to %s: %w; nothing was written", dataDir, err)
 	}
 	done = true
 	syncDir(parent)
 	return info, nil
+}
+
+// moveUp moves the entries of the whole restored folder tmp (inside
+// dataDir) into dataDir, removes tmp and makes dataDir 0700; on an error
+// the entries already moved are removed again.
+func moveUp(tmp, dataDir string) error {
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return err
+	}
+	var moved []string
+	undo := func(err error) error {
+		for _, m := range moved {
+			os.RemoveAll(m)
+		}
+		return fmt.Errorf("move the restored files into %s: %w; nothing was left", dataDir, err)
+	}
+	for _, e := range ents {
+		to := filepath.Join(dataDir, e.Name())
+		if err := os.Rename(filepath.Join(tmp, e.Name()), to); err != nil {
+			return undo(err)
+		}
+		moved = append(moved, to)
+	}
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		return undo(err)
+	}
+	if err := os.Remove(tmp); err != nil {
+		return undo(err)
+	}
+	syncDir(dataDir)
+	return nil
 }
 
 // emptyOrAbsent refuses a data folder that holds anything: a restore

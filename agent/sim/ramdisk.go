@@ -165,6 +165,14 @@ func (s *Sim) writeImage(ctx context.Context, args map[string]any) error {
 	if base == "" {
 		return nil
 	}
+	// A config drive the agent passes through its site cache is fetched
+	// (and dropped) first: its refusal is the step's error, as the real
+	// ramdisk's (ramdisk/configdrive) would be.
+	if cd, _ := args["configdrive"].(string); cd != "" && strings.HasPrefix(cd, strings.TrimSuffix(base, "/images/")+"/configdrive/") {
+		if err := simFetchDrive(ctx, cd); err != nil {
+			return err
+		}
+	}
 	// The ramdisk's rule on checksums (ramdisk/steps writeImage and
 	// ramdisk/image checksumSetup): os_hash_value wins over
 	// image_checksum; one is required; sha256 or sha512 only.
@@ -290,6 +298,25 @@ func (s *Sim) FetchImage(ctx context.Context, url string, args map[string]any) e
 		return fmt.Errorf("image from the site cache has %s %s, expected %s", sum.Algo, got, sum.Hex)
 	}
 	return nil
+}
+
+// simFetchDrive downloads a config drive from the site cache and drops
+// it.
+func simFetchDrive(ctx context.Context, u string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot download the config drive from the site cache: %w", err)
+	}
+	defer resp.Body.Close()
+	if err := cacheRefused(resp); err != nil {
+		return fmt.Errorf("cannot download the config drive: %w", err)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
 }
 
 // cacheRefused is the error of a cache answer that is not the image.

@@ -25,13 +25,14 @@ const (
 	BackupNodesTrailer = "Bmedge-Backup-Nodes"
 )
 
-// backupStall is how long one write of a backup to its client may take,
-// and backupMax how long a whole backup may: a client that stops reading,
-// or reads a trickle, is cut off, so that it cannot keep the database's
+// backupStall is how long one write of a backup to its client may take
+// (a part of at most 64 KiB), and backupMax how long a whole backup may:
+// a client that stops reading, or reads a trickle, is cut off and the
+// one backup slot is free again, so that it cannot keep the database's
 // snapshot (which holds back Badger's compaction of older versions) and
-// the one backup slot for ever.
-const (
-	backupStall = 2 * time.Minute
+// the slot for long (docs/security.md). Variables for the tests.
+var (
+	backupStall = 30 * time.Second
 	backupMax   = time.Hour
 )
 
@@ -63,8 +64,8 @@ func (b *backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer b.running.Store(false)
 	start := time.Now()
-	out := &backupWriter{w: w, rc: http.NewResponseController(w)}
-	ctx, cancel := context.WithTimeout(r.Context(), backupMax)
+	out := &backupWriter{w: w, rc: http.NewResponseController(w), stall: backupStall, end: start.Add(backupMax)}
+	ctx, cancel := context.WithDeadline(r.Context(), out.end)
 	defer cancel()
 	info, err := b.s.e.Backup(ctx, out)
 	if ctx.Err() == context.DeadlineExceeded {
@@ -97,10 +98,12 @@ func (b *backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // backupWriter sends the answer's header at the first byte (an error
 // before it is an ordinary error answer), and bounds each write by
-// backupStall.
+// stall, and never past the whole backup's end.
 type backupWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
+	stall   time.Duration
+	end     time.Time
 	started bool
 	n       int64
 	err     error
@@ -118,7 +121,11 @@ func (b *backupWriter) Write(p []byte) (int, error) {
 	}
 	// A writer that cannot have a deadline (a test's recorder) writes
 	// without one.
-	_ = b.rc.SetWriteDeadline(time.Now().Add(backupStall))
+	dl := time.Now().Add(b.stall)
+	if b.end.Before(dl) {
+		dl = b.end
+	}
+	_ = b.rc.SetWriteDeadline(dl)
 	n, err := b.w.Write(p)
 	b.n += int64(n)
 	if err != nil && b.err == nil {

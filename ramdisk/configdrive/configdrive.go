@@ -34,6 +34,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf16"
+	"unicode/utf8"
 )
 
 const (
@@ -143,7 +144,7 @@ func download(ctx context.Context, u string, opts Options) ([]byte, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("cannot download the config drive from %s: the server answered %s", Redact(u), resp.Status)
+		return nil, fmt.Errorf("cannot download the config drive from %s: the server answered %s%s", Redact(u), resp.Status, siteCacheReason(resp))
 	}
 	if resp.ContentLength > maxDownload {
 		return nil, fmt.Errorf("the config drive at %s is %d bytes, more than the %d MiB limit allows", Redact(u), resp.ContentLength, MaxImageBytes>>20)
@@ -494,4 +495,18 @@ func (d *diskIO) mbr(img []byte, mbr []byte) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Partition: free + 1, Table: "mbr", Created: true, Offset: first * d.ss, Size: (end - first + 1) * d.ss}, nil
+}
+
+// siteCacheReason is the reason the site's image cache gives in the body
+// of its refusal (one line, "site image cache: ..."): what its fetch rule
+// refused, or why the origin's answer is no config drive. Another
+// server's body is not read.
+func siteCacheReason(resp *http.Response) string {
+	const prefix = "site image cache: "
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	line, _, _ := strings.Cut(string(b), "\n")
+	if !strings.HasPrefix(line, prefix) || !utf8.ValidString(line) {
+		return ""
+	}
+	return "; " + strings.TrimSpace(line)
 }

@@ -94,6 +94,9 @@ func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(f
 		progress(float64(i)/ticks, "")
 	}
 	if name == r.opts.FailStep {
+		if r.opts.FailText != "" {
+			return nil, errors.New(r.opts.FailText)
+		}
 		return nil, fmt.Errorf("simulated failure of step %s", name)
 	}
 	if name == "inspect_hardware" {

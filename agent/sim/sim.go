@@ -30,9 +30,13 @@ type Options struct {
 	Heartbeat    time.Duration
 	BMCDelay     time.Duration
 	FailStep     string // every node fails this in-band step
-	DieStep      string // every node's ramdisk dies during this step
-	RebootStep   string // every node's ramdisk reboots on its own during this step
-	NoBoot       bool   // no ramdisk ever boots
+	// FailText, when set, is what a FailStep failure says (tests of
+	// long errors); FailValidate, when set, is every simulated BMC's
+	// validation failure (fake_fail_validate overrides it).
+	FailText, FailValidate string
+	DieStep                string // every node's ramdisk dies during this step
+	RebootStep             string // every node's ramdisk reboots on its own during this step
+	NoBoot                 bool   // no ramdisk ever boots
 	// PowerWatch, when set, is told of every power change of a
 	// simulated BMC (state and boot device), as a test counts power-ons.
 	PowerWatch func(node, state, bootDevice string)
@@ -146,6 +150,9 @@ func (s *Sim) NewBMC(node string, info map[string]any, have int) (drivers.BMC, e
 		return nil, fmt.Errorf("site %s simulates %d nodes and all are taken; start the agent with a larger --simulate", s.cfg.Site, s.cfg.Opts.Nodes)
 	}
 	fv, _ := info["fake_fail_validate"].(string)
+	if fv == "" {
+		fv = s.cfg.Opts.FailValidate
+	}
 	opts := fake.Options{Delay: s.cfg.Opts.BMCDelay, FailValidate: fv}
 	s.mu.Lock()
 	if n := s.nodes[node]; n != nil {

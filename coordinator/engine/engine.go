@@ -482,8 +482,12 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 	}
 	if out.Changed {
 		t.dirty[n.UUID] = n
+		// What a node keeps of a site's text stays bounded, whatever
+		// the machine made of it (fsm.MaxText).
+		n.LastError, n.MaintenanceReason = fsm.BoundText(n.LastError, 0), fsm.BoundText(n.MaintenanceReason, 0)
 	}
 	for _, h := range out.History {
+		h.Event = fsm.BoundText(h.Event, 0)
 		t.addHistory(n, h)
 		t.e.cfg.Metrics.History(h)
 		if h.Severity == "ERROR" {

@@ -623,6 +623,13 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", err)
 		return
 	}
+	// A site's, a ramdisk's or a BMC's text is bounded before anything
+	// keeps it (fsm.MaxRemoteText).
+	msg.Error, msg.Detail = fsm.BoundText(msg.Error, fsm.MaxRemoteText), fsm.BoundText(msg.Detail, fsm.MaxRemoteText)
+	for i := range msg.Beats {
+		b := &msg.Beats[i]
+		b.Error, b.Detail = fsm.BoundText(b.Error, fsm.MaxRemoteText), fsm.BoundText(b.Detail, fsm.MaxRemoteText)
+	}
 	if leaf == "presence" {
 		if nodeID != "" {
 			return

@@ -17,6 +17,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -42,6 +43,10 @@ const (
 	// DefaultMaxEventClients is how many /ui/events streams may be open
 	// at once; one more is answered 503 with Retry-After.
 	DefaultMaxEventClients = 64
+	// DefaultMaxEventClientsPerUser is each user's share of them (with
+	// --auth none, each source address's): one user cannot hold all of
+	// them.
+	DefaultMaxEventClientsPerUser = 16
 	// DefaultEventBuffer is how many node changes wait for a slow
 	// events client before it is told to read everything again.
 	DefaultEventBuffer = 256
@@ -56,7 +61,9 @@ const (
 type Options struct {
 	Log             *slog.Logger
 	MaxEventClients int
-	EventBuffer     int
+	// MaxEventClientsPerUser is one user's share of MaxEventClients.
+	MaxEventClientsPerUser int
+	EventBuffer            int
 }
 
 // Handler serves /ui/.
@@ -66,6 +73,10 @@ type Handler struct {
 	tpl     *template.Template
 	mux     *http.ServeMux
 	clients atomic.Int64
+	// perUser counts the open events streams of each user (user:NAME,
+	// or addr:IP without authentication).
+	perMu   sync.Mutex
+	perUser map[string]int
 	done    chan struct{}
 	once    sync.Once
 	limited *ratelog.Limiter
@@ -79,10 +90,14 @@ func New(e *engine.Engine, o Options) *Handler {
 	if o.MaxEventClients <= 0 {
 		o.MaxEventClients = DefaultMaxEventClients
 	}
+	if o.MaxEventClientsPerUser <= 0 {
+		o.MaxEventClientsPerUser = min(DefaultMaxEventClientsPerUser, o.MaxEventClients)
+	}
 	if o.EventBuffer <= 0 {
 		o.EventBuffer = DefaultEventBuffer
 	}
-	h := &Handler{e: e, o: o, mux: http.NewServeMux(), done: make(chan struct{}), limited: ratelog.New(o.Log, ratelog.DefaultInterval)}
+	h := &Handler{e: e, o: o, mux: http.NewServeMux(), done: make(chan struct{}), limited: ratelog.New(o.Log, ratelog.DefaultInterval),
+		perUser: map[string]int{}}
 	h.tpl = template.Must(template.New("").Funcs(template.FuncMap{
 		"ago":      ago,
 		"when":     when,
@@ -413,6 +428,14 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.clients.Add(-1)
+	who := streamOwner(r)
+	if !h.takeShare(who) {
+		h.limited.Warn("ui-events-user-full", "web view events stream refused: this user holds their share", "max_per_user", h.o.MaxEventClientsPerUser)
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, fmt.Sprintf("You have %d live views open, the most one user may (of %d in all): close some, or retry in 10 seconds", h.o.MaxEventClientsPerUser, h.o.MaxEventClients), http.StatusServiceUnavailable)
+		return
+	}
+	defer h.dropShare(who)
 	only := r.URL.Query().Get("node")
 	if only != "" {
 		if s, ok := h.summary(only); ok {
@@ -552,4 +575,37 @@ func when(t any) string {
 		return v.UTC().Format(time.RFC3339)
 	}
 	return ""
+}
+
+// streamOwner is whose share an events stream counts against: the
+// authenticated user (the server checked the credentials before the web
+// view sees the request), or the source address without authentication.
+func streamOwner(r *http.Request) string {
+	if u, _, ok := r.BasicAuth(); ok && u != "" {
+		return "user:" + u
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "addr:" + host
+}
+
+// takeShare counts a stream of who, unless who holds their share.
+func (h *Handler) takeShare(who string) bool {
+	h.perMu.Lock()
+	defer h.perMu.Unlock()
+	if h.perUser[who] >= h.o.MaxEventClientsPerUser {
+		return false
+	}
+	h.perUser[who]++
+	return true
+}
+
+func (h *Handler) dropShare(who string) {
+	h.perMu.Lock()
+	defer h.perMu.Unlock()
+	if h.perUser[who]--; h.perUser[who] <= 0 {
+		delete(h.perUser, who)
+	}
 }

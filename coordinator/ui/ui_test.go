@@ -284,3 +284,26 @@ func TestUINodeListPages(t *testing.T) {
 		t.Errorf("fleet page: %d\n%s", code, body)
 	}
 }
+
+// TestUIEventsPerUserShare (issue 30): one user holds at most
+// DefaultMaxEventClientsPerUser live-view streams of the coordinator's
+// DefaultMaxEventClients; one more of theirs is refused (503, Retry-After,
+// saying so), and another user still gets one.
+func TestUIEventsPerUserShare(t *testing.T) {
+	c := testrig.Coordinator(t, testrig.Options{Users: map[string]string{"greedy": "greedy password", "other": "other password"}})
+	cl := testrig.NewClient(t, c)
+	for i := 0; i < ui.DefaultMaxEventClientsPerUser; i++ {
+		if s := openEvents(t, cl.Base, "/ui/events", "greedy", "greedy password"); s.resp.StatusCode != 200 {
+			t.Fatalf("greedy's stream %d: %d", i+1, s.resp.StatusCode)
+		}
+	}
+	over := openEvents(t, cl.Base, "/ui/events", "greedy", "greedy password")
+	body, _ := io.ReadAll(over.resp.Body)
+	if over.resp.StatusCode != 503 || over.resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "the most one user may") {
+		t.Fatalf("greedy's stream %d: %d Retry-After %q %q; want 503 naming the per-user share", ui.DefaultMaxEventClientsPerUser+1,
+			over.resp.StatusCode, over.resp.Header.Get("Retry-After"), body)
+	}
+	if s := openEvents(t, cl.Base, "/ui/events", "other", "other password"); s.resp.StatusCode != 200 {
+		t.Fatalf("another user's stream while greedy holds their share: %d", s.resp.StatusCode)
+	}
+}

@@ -487,3 +487,28 @@ func TestParseChecksum(t *testing.T) {
 // loopbackRule allows the tests' origins, which run on 127.0.0.1
 // (agent/fetchrule refuses loopback otherwise).
 var loopbackRule = &fetchrule.Rule{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+
+// TestExistingFolderMadePrivate (issue 30): an existing image cache
+// folder of mode 0755 is made 0700 when the cache opens it, its images
+// kept.
+func TestExistingFolderMadePrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "images")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Dir: dir, MaxBytes: 1 << 20, Rule: loopbackRule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Fatalf("image cache folder has mode %04o after Open, want 0700", fi.Mode().Perm())
+	}
+}

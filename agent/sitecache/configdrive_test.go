@@ -258,3 +258,79 @@ func TestConfigDriveFetchRule(t *testing.T) {
 		t.Errorf("own listener, loopback allowed: %d %q", status, body)
 	}
 }
+
+// TestBlobAndPreseedFetchRule (issue 30, acceptance 1): a firmware image
+// (BlobURL) and a pre-seed from 127.0.0.1, ::1 or 169.254.169.254, or
+// redirected there, are refused naming the rule and --fetch-allow, the
+// origin never asked; allowed, the same firmware URL is fetched; a
+// checksum mismatch names neither the origin's status nor the digest of
+// what it sent.
+func TestBlobAndPreseedFetchRule(t *testing.T) {
+	img := []byte("firmware image bytes")
+	h := sha256.Sum256(img)
+	sum := "sha256:" + hex.EncodeToString(h[:])
+	var hits int
+	var mu sync.Mutex
+	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits++
+		mu.Unlock()
+		_, _ = w.Write(img)
+	}))
+	t.Cleanup(internal.Close)
+	_, port, _ := net.SplitHostPort(internal.Listener.Addr().String())
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no 127.0.0.2 here: %v", err)
+	}
+	outside := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/other.bin" {
+			_, _ = w.Write([]byte("another image"))
+			return
+		}
+		http.Redirect(w, r, internal.URL+"/fw.bin", http.StatusFound)
+	})}}
+	outside.Start()
+	t.Cleanup(outside.Close)
+	start := func(allow []netip.Prefix) *Cache {
+		sc := New(Config{Site: "s1", Opts: Options{Dir: t.TempDir(), Listen: "127.0.0.2:0", MaxBytes: 1 << 30, FetchAllow: allow}})
+		stop, err := sc.Start(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		return sc
+	}
+	sc := start([]netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")})
+	ctx := context.Background()
+	for _, tc := range []struct{ url, want string }{
+		{internal.URL + "/fw.bin", "loopback"},
+		{"http://[::1]:" + port + "/fw.bin", "loopback"},
+		{"http://169.254.169.254/fw.bin", "link-local"},
+		{outside.URL + "/fw.bin", "a redirect to 127.0.0.1:" + port + " was refused"},
+	} {
+		_, err := sc.BlobURL(ctx, tc.url, sum)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--fetch-allow") {
+			t.Errorf("firmware from %s: %v; want refused saying %q and --fetch-allow", tc.url, err, tc.want)
+		}
+		m := &protocol.Message{Kind: protocol.KindCommand, ID: "p-" + tc.url, Args: map[string]any{"url": tc.url + "?p", "checksum": sum}}
+		if _, err := sc.Preseed(ctx, m); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("pre-seed of %s: %v; want refused saying %q", tc.url, err, tc.want)
+		}
+	}
+	mu.Lock()
+	if hits != 0 {
+		t.Errorf("the loopback-only origin was asked %d times", hits)
+	}
+	mu.Unlock()
+	other := sha256.Sum256([]byte("another image"))
+	_, err = sc.BlobURL(ctx, outside.URL+"/other.bin", sum)
+	if err == nil || !strings.Contains(err.Error(), "checksum mismatch") || strings.Contains(err.Error(), hex.EncodeToString(other[:])) || strings.Contains(err.Error(), "200 OK") {
+		t.Errorf("mismatching firmware: %v; want a checksum mismatch without the digest of what came", err)
+	}
+	sc = start(loopback)
+	u, err := sc.BlobURL(ctx, internal.URL+"/fw.bin", sum)
+	if err != nil || !strings.Contains(u, "/images/") {
+		t.Fatalf("firmware from loopback, allowed: %q %v", u, err)
+	}
+}

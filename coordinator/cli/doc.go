@@ -159,6 +159,7 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"      [--metrics-listen ADDR [--metrics-listen-any]]\n" +
 	"      [--netboot-interface IFACE --netboot-kernel K --netboot-initrd I (--netboot-dhcp-range FIRST-LAST | --netboot-dhcp-mode proxy)]\n" +
 	"      [--image-cache-dir DIR --image-cache-listen ADDR [--image-cache-url URL] [--image-cache-size 50GiB]]\n" +
+	"      [--fetch-allow CIDR]... [--bmc-network CIDR]...\n" +
 	"      [--simulate N [--step-duration 2s] [--boot-delay 1s] [--heartbeat 5s] [--fail-step STEP] [--die-step STEP] [--no-boot]]\n" +
 	"      [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL [--qemu-cmdline P]]\n" +
 	"```\n\n" +
@@ -186,6 +187,12 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"(a partial or mismatching download is never served complete), and keeps it on disk under\n" +
 	"`--image-cache-size` (least recently used first out). `coordinator site cache` pre-seeds it;\n" +
 	"simulated nodes fetch through it too.\n\n" +
+	"What the agent fetches for an operator (images, firmware, config drives) never comes from\n" +
+	"loopback, a link-local address (169.254.169.254 included), the agent's own listeners or the\n" +
+	"site's BMCs (those it knows and `--bmc-network`), checked on the address dialled and at\n" +
+	"every redirect; `--fetch-allow CIDR` allows a network (e.g. `127.0.0.0/8` for an image\n" +
+	"server on the agent's host). A config drive must be an ISO 9660 or VFAT image, or its\n" +
+	"gzipped base64 text, before a node gets it (docs/security.md).\n\n" +
 	"`--power-sync-interval` (default 60s, 0 disables): how often the agent reads the power\n" +
 	"state of its site's real BMCs (ipmi, redfish, qemu-dev; not simulated ones), 8 at a\n" +
 	"time; it reports only changes and failures (docs/drivers.md, Power-state sync).\n\n" +

@@ -77,6 +77,15 @@ partial or mismatching download is never served complete and every waiting node
 fails. --image-cache-size caps the folder (least recently used images go first).
 'coordinator site cache SITE URL' pre-seeds it. Simulated nodes fetch through it too.
 
+What the agent fetches on an operator's behalf (images, firmware images, config
+drives) never comes from loopback (127.0.0.0/8, ::1), a link-local address
+(169.254.0.0/16 with a cloud's metadata service, fe80::/10), an unspecified
+address, the agent's own listeners or the site's BMCs (the addresses it knows and
+--bmc-network CIDR): the address dialled is checked, after DNS and at every
+redirect. --fetch-allow CIDR (repeatable) allows a network, e.g. 127.0.0.0/8 for an
+image server on this host; the agent's own listeners stay refused. A config drive
+must be an ISO 9660 or VFAT image (or its gzipped, base64 text) before a node gets it.
+
 Plans: when the agent relays its site's ramdisks (site broker, or simulated nodes), the
 coordinator may hand it the rest of a clean or deploy phase at once (run_plan): the agent
 starts each step as soon as the one before it succeeded, without waiting for the

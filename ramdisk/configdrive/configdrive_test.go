@@ -237,3 +237,25 @@ func TestImage(t *testing.T) {
 		t.Fatalf("base64 of no gzip: %v", err)
 	}
 }
+
+// TestSiteCacheReason: a config drive URL the site cache refuses fails
+// with the cache's one-line reason (what its fetch rule refused); another
+// server's error body is not repeated.
+func TestSiteCacheReason(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/cache" {
+			http.Error(w, "site image cache: the config drive from 127.0.0.1:9100 was not passed on: it is a loopback address (--fetch-allow)", http.StatusForbidden)
+			return
+		}
+		http.Error(w, "internal: secret stack trace", http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	_, err := Image(context.Background(), srv.URL+"/cache", Options{})
+	if err == nil || !strings.Contains(err.Error(), "403 Forbidden; site image cache: the config drive from 127.0.0.1:9100 was not passed on") {
+		t.Errorf("refused by the site cache: %v", err)
+	}
+	_, err = Image(context.Background(), srv.URL+"/other", Options{})
+	if err == nil || !strings.Contains(err.Error(), "500") || strings.Contains(err.Error(), "secret") {
+		t.Errorf("refused by another server: %v", err)
+	}
+}

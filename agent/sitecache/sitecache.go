@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bmedge/bmedge/agent/clock"
@@ -94,6 +95,9 @@ type Cache struct {
 	// driveBase + token.
 	drives    *driveProxy
 	driveBase string
+	// listenAddr is the listener's address as soon as it is bound (the
+	// fetch rule refuses it).
+	listenAddr atomic.Value
 }
 
 // New returns the part; Start starts the cache when configured.
@@ -161,6 +165,7 @@ func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
 		c.Close()
 		return nil, fmt.Errorf("--image-cache-listen %s: %w", o.Listen, err)
 	}
+	sc.listenAddr.Store(ln.Addr().String())
 	base := strings.TrimSuffix(o.URL, "/")
 	if base == "" {
 		base = "http://" + ln.Addr().String()
@@ -205,7 +210,7 @@ func (sc *Cache) rule() *fetchrule.Rule {
 			if sc.cfg.Own != nil {
 				own = sc.cfg.Own()
 			}
-			if a := sc.Addr(); a != "" {
+			if a, _ := sc.listenAddr.Load().(string); a != "" {
 				own = append(own, a)
 			}
 			return own

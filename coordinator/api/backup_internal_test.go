@@ -36,7 +36,7 @@ func (l smallBufListener) Accept() (net.Conn, error) {
 func TestBackupStalledClientReleasesSlot(t *testing.T) {
 	stall, max := backupStall, backupMax
 	t.Cleanup(func() { backupStall, backupMax = stall, max })
-	backupStall, backupMax = 300*time.Millisecond, time.Hour
+	backupStall, backupMax = time.Second, time.Hour
 
 	e, err := engine.New(engine.Config{DataDir: t.TempDir(), Log: slog.New(slog.DiscardHandler), TickInterval: time.Hour})
 	if err != nil {
@@ -89,18 +89,21 @@ func TestBackupStalledClientReleasesSlot(t *testing.T) {
 	if _, err := io.WriteString(stalled, "POST /v1/backup HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	// While it holds the slot, another backup is refused (409)...
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, _ := post("/v1/backup", "")
-		if code == http.StatusConflict {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a backup while the stalled one runs: %d, want 409 (did the stalled one start?)", code)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Its backup started (the status line came; it reads nothing more).
+	_ = stalled.SetReadDeadline(time.Now().Add(30 * time.Second))
+	status := make([]byte, len("HTTP/1.1 200"))
+	if _, err := io.ReadFull(stalled, status); err != nil || string(status) != "HTTP/1.1 200" {
+		t.Fatalf("the stalled client's backup did not start: %q %v", status, err)
 	}
+	started := time.Now()
+	// While it holds the slot, another backup is refused (409)...
+	if code, _ := post("/v1/backup", ""); code != http.StatusConflict {
+		if time.Since(started) < backupStall {
+			t.Fatalf("a backup while the stalled one runs: %d, want 409", code)
+		}
+		t.Logf("the machine was too slow to see the stalled backup hold the slot (%s)", time.Since(started))
+	}
+	deadline := time.Now().Add(30 * time.Second)
 	// ...until its write deadline cut it off: then a backup read at once
 	// runs, whole.
 	for {

@@ -12,6 +12,8 @@ package fetchrule
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -218,13 +220,15 @@ func redactHost(u *url.URL) string {
 // redirect to the rule and to MaxRedirects.
 func (r *Rule) CheckRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= MaxRedirects {
-		return fmt.Errorf("more than %d redirects", MaxRedirects)
+		return errTooManyRedirects
 	}
 	if err := r.CheckURL(req.URL); err != nil {
 		return &Redirect{Host: req.URL.Host, Err: err}
 	}
 	return nil
 }
+
+var errTooManyRedirects = fmt.Errorf("more than %d redirects", MaxRedirects)
 
 // Redirect is a refused redirect.
 type Redirect struct {
@@ -292,6 +296,8 @@ func Words(err error) string {
 		return rf.Error()
 	case errors.As(err, &rd):
 		return rd.Error()
+	case errors.Is(err, errTooManyRedirects):
+		return errTooManyRedirects.Error()
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		return "no answer in time"
 	case errors.Is(err, context.Canceled):
@@ -302,19 +308,21 @@ func Words(err error) string {
 		return "the connection was refused"
 	case errors.Is(err, syscall.ECONNRESET):
 		return "the connection was reset"
+	case isTLS(err):
+		return "the TLS handshake failed (is the certificate valid for this name, and signed by a CA this host trusts?)"
 	case errors.As(err, &op):
 		return "the connection failed (" + op.Op + ")"
 	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		if strings.Contains(ue.Err.Error(), "redirect") {
-			return "too many redirects, or a redirect that cannot be followed"
-		}
-		if strings.Contains(ue.Err.Error(), "tls") || strings.Contains(ue.Err.Error(), "x509") {
-			return "the TLS handshake failed (is the certificate valid for this name?)"
-		}
-	}
 	return "the transfer failed"
+}
+
+func isTLS(err error) bool {
+	var cv *tls.CertificateVerificationError
+	var rh tls.RecordHeaderError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	return errors.As(err, &cv) || errors.As(err, &rh) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
 }
 
 func isTimeout(err error) bool {

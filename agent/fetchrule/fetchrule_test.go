@@ -132,3 +132,35 @@ func TestDialAndRedirect(t *testing.T) {
 		t.Errorf("allowed: %s, %d hits", resp.Status, hits.Load())
 	}
 }
+
+// TestWords: fetch errors in words, never an answer's text: a TLS
+// origin whose certificate this host does not trust, too many redirects,
+// a refused connection, a name that does not resolve.
+func TestWords(t *testing.T) {
+	r := &Rule{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	c := r.Client(10 * time.Second)
+	ctx := context.Background()
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(tlsSrv.Close)
+	if _, err := r.Get(ctx, c, tlsSrv.URL); !strings.Contains(Words(err), "TLS handshake failed") {
+		t.Errorf("untrusted TLS origin: %q (%v)", Words(err), err)
+	}
+	loop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/again", http.StatusFound)
+	}))
+	t.Cleanup(loop.Close)
+	if _, err := r.Get(ctx, c, loop.URL); !strings.Contains(Words(err), "more than 5 redirects") {
+		t.Errorf("redirect loop: %q (%v)", Words(err), err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	if _, err := r.Get(ctx, c, "http://"+addr+"/"); Words(err) != "the connection was refused" {
+		t.Errorf("closed port: %q (%v)", Words(err), err)
+	}
+	// (No lookup of a name that does not resolve: it would ask the
+	// host's DNS server, off loopback.)
+	if w := Words(&net.DNSError{Name: "images.example", Err: "no such host", IsNotFound: true}); w != "the name images.example does not resolve" {
+		t.Errorf("unknown name: %q", w)
+	}
+}

@@ -81,7 +81,7 @@ func (r *Rule) Check(addr netip.AddrPort) error {
 			return &Refused{Addr: addr, Why: fmt.Sprintf("port %d there is one of the edge agent's own listeners", addr.Port())}
 		}
 	}
-	if ip.IsUnspecified() || ip.IsMulticast() || ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+	if ip.IsUnspecified() || ip.IsMulticast() || ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) || (ip.Is4() && ip.As4()[0] == 0) {
 		return &Refused{Addr: addr, Why: "it is not a host's address (unspecified, multicast or broadcast)"}
 	}
 	for _, p := range r.Allow {

@@ -35,6 +35,7 @@ func TestCheck(t *testing.T) {
 		{"169.254.169.254:80", "link-local", true},
 		{"[fe80::1]:80", "link-local", true},
 		{"0.0.0.0:80", "not a host's address", false},
+		{"0.1.2.3:80", "not a host's address", false},
 		{"[::]:80", "not a host's address", false},
 		{"224.0.0.1:80", "not a host's address", false},
 		{"127.0.0.1:8090", "edge agent's own listeners", false},

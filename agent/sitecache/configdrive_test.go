@@ -334,3 +334,12 @@ func TestBlobAndPreseedFetchRule(t *testing.T) {
 		t.Fatalf("firmware from loopback, allowed: %q %v", u, err)
 	}
 }
+
+// TestFetchAllowNeedsCache: --fetch-allow without an image cache would
+// allow nothing; it is refused, saying so.
+func TestFetchAllowNeedsCache(t *testing.T) {
+	_, err := New(Config{Site: "s1", Opts: Options{FetchAllow: loopback}}).Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "--fetch-allow and --bmc-network go with --image-cache-dir") {
+		t.Fatalf("--fetch-allow without a cache: %v", err)
+	}
+}

@@ -147,6 +147,9 @@ func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
 		if o.Listen != "" || o.URL != "" {
 			return nil, errors.New("--image-cache-listen and --image-cache-url go with --image-cache-dir, the folder of the site's image cache")
 		}
+		if len(o.FetchAllow) > 0 || len(o.BMCNets) > 0 {
+			return nil, errors.New("--fetch-allow and --bmc-network go with --image-cache-dir: without a site image cache the edge agent fetches nothing on an operator's behalf (the ramdisks fetch their images themselves)")
+		}
 		return func() {}, nil
 	}
 	if o.Listen == "" {

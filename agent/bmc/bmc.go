@@ -297,7 +297,11 @@ func (s *Set) Limited(ctx context.Context, fn func() error) error {
 	}
 }
 
-// Exec runs a BMC command's action on the node's BMC.
+// Exec runs a BMC command's action on the node's BMC. After a power
+// action, and after any failure of a command that may have changed the
+// power (power, boot device, out-of-band steps), the BMC's power state
+// is read back into the result data (protocol.DataPowerState): the
+// coordinator records the BMC's state, not the one the command aimed at.
 func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error {
 	b, err := s.Get(m.Node, m.Driver, m.DriverInfo)
 	if err != nil {
@@ -306,6 +310,62 @@ func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error 
 	if u, _ := m.Args[protocol.ArgAgentUsername].(string); u != "" {
 		boot.NoteArgs(m.Node, m.Args)
 	}
+	err = s.exec(ctx, m, b, boot)
+	if s.readsBack(m, err) {
+		s.readBack(ctx, m.Node, b)
+	}
+	return err
+}
+
+// readsBack tells whether a command's outcome calls for reading the
+// power state back: a power action, a step that powers the node, or a
+// failure of a command that may have changed the power half way. BMCs
+// that are not polled (simulated ones) are read back only after a
+// failure: a simulated site stays cheap.
+func (s *Set) readsBack(m *protocol.Message, err error) bool {
+	switch m.Action {
+	case protocol.ActionPower, protocol.ActionBootDev, protocol.ActionOOBStep:
+	default:
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	s.mu.Lock()
+	quiet := s.cfg.Builders[s.kind[m.Node]].NoPowerSync
+	s.mu.Unlock()
+	if quiet {
+		return false
+	}
+	if m.Action == protocol.ActionPower {
+		return true
+	}
+	for _, st := range m.OOBSteps() {
+		switch st.Interface + "." + st.Step {
+		case "deploy.tear_down_agent", "deploy.boot_instance":
+			return true
+		}
+	}
+	return false
+}
+
+// readBack reads the BMC's power state into the result data, within a
+// few seconds of its own even when the command's time ran out (the
+// result leaves before the command's deadline: agent.resultMargin). A
+// reading that fails leaves nothing: the coordinator keeps what it
+// recorded, and power sync reads again.
+func (s *Set) readBack(ctx context.Context, node string, b drivers.BMC) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	st, err := b.PowerState(rctx)
+	if err != nil {
+		s.log.Info("power state not read back after the command", "node", node, "err", err)
+		return
+	}
+	putData(ctx, protocol.DataPowerState, st)
+}
+
+func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot Booter) error {
 	switch m.Action {
 	case protocol.ActionValidate:
 		if err := b.Validate(ctx); err != nil {

@@ -187,6 +187,10 @@ type Output struct {
 	// Late marks a Reject that is expected now and then: a message that
 	// crossed the end of the ramdisk's boot (logged below warning level).
 	Late bool
+	// BMCWarnings counts the warnings an edge agent's result carried
+	// (protocol.DataWarnings), each also a WARNING in History: /metrics
+	// counts them (bmc_warnings_total).
+	BMCWarnings int
 }
 
 // Reason says why a request is refused. The API maps it to the HTTP

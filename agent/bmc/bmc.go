@@ -90,6 +90,10 @@ type Set struct {
 	busy  map[string]int            // BMC commands running per node
 	gen   map[string]uint64         // BMC commands started per node
 	synce map[string]*powerSeen     // polled nodes and what was last reported
+	// kept keeps the polled nodes in the state folder (Keep); keptInfo
+	// is the driver and driver_info last kept of each.
+	kept     PolledStore
+	keptInfo map[string][]byte
 }
 
 // powerSeen is the last power reading reported for a node.
@@ -136,7 +140,7 @@ func New(cfg Config) *Set {
 	}
 	return &Set{cfg: cfg, log: cfg.Log, slots: make(chan struct{}, cfg.Concurrency),
 		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{},
-		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}}
+		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, keptInfo: map[string][]byte{}}
 }
 
 // Drivers lists the registry's drivers this set can build, sorted.
@@ -253,7 +257,13 @@ func (s *Set) Forget(node string) {
 	delete(s.info, node)
 	delete(s.synce, node)
 	delete(s.gen, node)
+	_, wasKept := s.keptInfo[node]
+	delete(s.keptInfo, node)
+	st := s.kept
 	s.mu.Unlock()
+	if wasKept && st != nil {
+		st.PutPolled(node, nil)
+	}
 	if b != nil {
 		go closeBMC(b)
 	}

@@ -121,6 +121,12 @@ type Faults struct {
 	// PowerDelay makes a power action take this long to happen (and to
 	// show in PowerState): the reset is accepted at once, as real BMCs do.
 	PowerDelay time.Duration
+	// InsertMediaStatus (a 4xx or 5xx code) answers every InsertMedia:
+	// virtual media that cannot be inserted (a BMC without the licence
+	// for it, a share it cannot reach). EjectMediaStatus answers every
+	// EjectMedia of a slot that holds an image: media that do not eject.
+	InsertMediaStatus int
+	EjectMediaStatus  int
 }
 
 // SystemState is what a test reads back from a system.
@@ -1309,7 +1315,13 @@ func (b *BMC) insertMedia(w http.ResponseWriter, r *http.Request, s *system, slo
 	defer s.opMu.Unlock()
 	b.mu.Lock()
 	busy := s.media[slot].inserted
+	refuse := b.faults.InsertMediaStatus
 	b.mu.Unlock()
+	if refuse != 0 {
+		writeError(w, refuse, "ActionNotSupported",
+			fmt.Sprintf("The action VirtualMedia.InsertMedia is not supported by the %s: the virtual media feature is not licensed.", what), "Install a licence for virtual media, or boot the system another way.")
+		return
+	}
 	if busy {
 		writeError(w, http.StatusConflict, "ResourceInUse",
 			fmt.Sprintf("The change to the requested resource failed because the resource is in use or in transition: the %s holds an image.", what), "Eject the media first, then insert the new image.")
@@ -1335,6 +1347,15 @@ func (b *BMC) ejectMedia(w http.ResponseWriter, r *http.Request, s *system, slot
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	b.mu.Lock()
+	refuse := b.faults.EjectMediaStatus
+	holds := s.media[slot].inserted
+	b.mu.Unlock()
+	if refuse != 0 && holds {
+		writeError(w, refuse, "InternalError",
+			fmt.Sprintf("The %s could not eject: the media is in use by the host.", strings.ToLower(slotLook[slot].name)), "Retry the request.")
+		return
+	}
 	if err := s.machine.EjectMedia(r.Context(), slot); err != nil {
 		writeError(w, http.StatusInternalServerError, "InternalError",
 			fmt.Sprintf("The %s could not eject: %v.", strings.ToLower(slotLook[slot].name), err), "Retry the request.")

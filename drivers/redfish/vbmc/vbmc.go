@@ -1352,8 +1352,8 @@ func (b *BMC) ejectMedia(w http.ResponseWriter, r *http.Request, s *system, slot
 	holds := s.media[slot].inserted
 	b.mu.Unlock()
 	if refuse != 0 && holds {
-		writeError(w, refuse, "InternalError",
-			fmt.Sprintf("The %s could not eject: the media is in use by the host.", strings.ToLower(slotLook[slot].name)), "Retry the request.")
+		writeError(w, refuse, "ResourceInUse",
+			fmt.Sprintf("The %s could not eject: the media is in use by the host.", strings.ToLower(slotLook[slot].name)), "Retry the request once the host released it.")
 		return
 	}
 	if err := s.machine.EjectMedia(r.Context(), slot); err != nil {

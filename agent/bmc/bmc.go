@@ -359,13 +359,16 @@ func (s *Set) readsBack(m *protocol.Message, err error) bool {
 	return false
 }
 
-// readBack reads the BMC's power state into the result data, within a
-// few seconds of its own even when the command's time ran out (the
-// result leaves before the command's deadline: agent.resultMargin). A
-// reading that fails leaves nothing: the coordinator keeps what it
-// recorded, and power sync reads again.
+// readBack reads the BMC's power state into the result data, within at
+// most 5 s of the command's time: a command whose time ran out reads
+// nothing, since its result must reach the coordinator before the
+// command's deadline. A reading that fails leaves nothing: the
+// coordinator keeps what it recorded, and power sync reads again.
 func (s *Set) readBack(ctx context.Context, node string, b drivers.BMC) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if ctx.Err() != nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, err := b.PowerState(rctx)
 	if err != nil {

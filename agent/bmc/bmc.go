@@ -461,6 +461,8 @@ func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot
 		return runRAIDStep(ctx, b, s)
 	case "firmware.update":
 		return set.updateFirmware(ctx, node, b, s.Args)
+	case drivers.OOBInspectInterface + "." + drivers.OOBInspectStep:
+		return set.inspectOOB(ctx, node, b, s.Args)
 	}
 	if err := b.RunStep(ctx, s.Interface, s.Step, s.Args); err != nil {
 		return err

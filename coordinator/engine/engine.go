@@ -503,8 +503,10 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 		t.e.cfg.Metrics.BMCWarnings(et, out.BMCWarnings)
 	}
 	if out.Inventory != nil {
-		b, _ := json.Marshal(out.Inventory)
-		t.batch.Set(store.InventoryPrefix+n.UUID, b)
+		t.storeInventory(n, out)
+	}
+	if len(out.Ports) > 0 {
+		t.inspectedPorts(n, out.Ports)
 	}
 	t.sends = append(t.sends, out.Send...)
 }

@@ -191,6 +191,12 @@ type Output struct {
 	// (protocol.DataWarnings), each also a WARNING in History: /metrics
 	// counts them (bmc_warnings_total).
 	BMCWarnings int
+	// Ports are the MAC addresses an out-of-band inspection found (the
+	// system's EthernetInterfaces): the engine creates a port for each
+	// that no port has yet. PluginData, with Inventory, says where the
+	// inventory came from (GET /v1/nodes/{id}/inventory's plugin_data).
+	Ports      []string
+	PluginData map[string]any
 }
 
 // Reason says why a request is refused. The API maps it to the HTTP

@@ -295,6 +295,9 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 			}
 			n.Properties = props
 		}
+		if !a.Step.InBand {
+			takeOOBInspection(n, msg, out)
+		}
 	}
 	if a.Kind == ActStep && a.Step.Interface == "raid" {
 		// In-band (software RAID) or out of band (the BMC's).

@@ -145,7 +145,7 @@ func (in *inspection) get(what, uri string, v any) bool {
 		}
 		return false
 	}
-	in.warnings = append(in.warnings, fmt.Sprintf("%s: GET %s%s: %s", what, in.b.cfg.endpoint, uri, in.b.explain(err)))
+	in.warnings = append(in.warnings, fmt.Sprintf("%s: %s", what, in.b.explain(err)))
 	return false
 }
 

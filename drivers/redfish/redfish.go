@@ -372,6 +372,10 @@ func tlsFailure(err error) string {
 // explain turns a gofish or transport error into one line: the HTTP
 // status and the BMC's own message id and text, not its whole body.
 func (b *BMC) explain(err error) string {
+	var re *reqError
+	if errors.As(err, &re) {
+		return fmt.Sprintf("%s %s%s: %s", re.method, b.cfg.endpoint, re.uri, b.explain(re.err))
+	}
 	if e := redfishError(err); e != nil {
 		msg, id := e.Message, e.Code
 		if len(e.ExtendedInfos) > 0 {
@@ -498,14 +502,47 @@ func (b *BMC) do(ctx context.Context, what string, op func(c *gofish.APIClient) 
 	}
 }
 
+// reqError is a request that failed, with its method and path, so that
+// every error names the URL it came from.
+type reqError struct {
+	method, uri string
+	err         error
+}
+
+func (e *reqError) Error() string { return e.method + " " + e.uri + ": " + e.err.Error() }
+func (e *reqError) Unwrap() error { return e.err }
+
 // getJSON reads a resource into v.
 func getJSON(c *gofish.APIClient, uri string, v any) error {
 	resp, err := c.Get(uri)
 	if err != nil {
-		return err
+		return &reqError{"GET", uri, err}
 	}
 	defer resp.Body.Close()
-	return json.NewDecoder(resp.Body).Decode(v)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(v); err != nil {
+		return &reqError{"GET", uri, fmt.Errorf("the answer is not the JSON expected: %v", err)}
+	}
+	return nil
+}
+
+// postJSON posts body to uri, ignoring the answer's body.
+func postJSON(c *gofish.APIClient, uri string, body any) error {
+	resp, err := c.Post(uri, body)
+	if err != nil {
+		return &reqError{"POST", uri, err}
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// patchJSON patches uri with body, ignoring the answer's body.
+func patchJSON(c *gofish.APIClient, uri string, body any) error {
+	resp, err := c.Patch(uri, body)
+	if err != nil {
+		return &reqError{"PATCH", uri, err}
+	}
+	resp.Body.Close()
+	return nil
 }
 
 type link struct {

@@ -2,6 +2,8 @@ package redfish
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 
@@ -100,23 +102,44 @@ func (b *BMC) biosRegistry(c *gofish.APIClient, name string) (map[string]registr
 }
 
 // BIOSSettings reads the current BIOS attributes with their registry
-// fields, sorted by name.
+// fields, sorted by name; a registry that cannot be read is logged and
+// costs only the registry fields (BIOSReading returns it).
 func (b *BMC) BIOSSettings(ctx context.Context) ([]drivers.BIOSSetting, error) {
+	out, warnings, err := b.BIOSReading(ctx)
+	for _, w := range warnings {
+		b.log.Warn("redfish BIOS reading is partial", "missing", w)
+	}
+	return out, err
+}
+
+// BIOSReading reads the BIOS settings and names what could not be read
+// besides them. A BIOS the BMC does not serve is an error, never an
+// empty success.
+func (b *BMC) BIOSReading(ctx context.Context) ([]drivers.BIOSSetting, []string, error) {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer b.unlock()
 	var out []drivers.BIOSSetting
+	var warnings []string
 	err := b.do(ctx, "read BIOS settings", func(c *gofish.APIClient) error {
-		bios, doc, err := b.readBios(c)
+		doc, err := b.readBios(c)
 		if err != nil {
 			return err
 		}
-		reg, err := b.biosRegistry(c, bios.AttributeRegistry)
+		if doc.Attributes == nil {
+			return fmt.Errorf("the Bios resource %s has no Attributes", doc.ID)
+		}
+		warnings = nil
+		reg, err := b.biosRegistry(c, doc.AttributeRegistry)
 		if err != nil {
-			return err
+			if st := statusOf(err); st == http.StatusUnauthorized || st == http.StatusForbidden {
+				return err
+			}
+			warnings = append(warnings, fmt.Sprintf("bios registry %s: %s", doc.AttributeRegistry, b.explain(err)))
+			reg = nil
 		}
 		out = nil
 		for name, v := range doc.Attributes {
@@ -134,5 +157,5 @@ func (b *BMC) BIOSSettings(ctx context.Context) ([]drivers.BIOSSetting, error) {
 		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 		return nil
 	})
-	return out, err
+	return out, warnings, err
 }

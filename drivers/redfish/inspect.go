@@ -424,11 +424,24 @@ func (in *inspection) read(uri string, sys *inspectSystemDoc) drivers.OOBInvento
 		}
 		inv.Disks = append(inv.Disks, disk)
 	}
-	// SimpleStorage describes the same drives on BMCs that have both:
-	// only when Storage gave none.
-	if len(inv.Disks) == 0 {
-		inv.Disks = append(inv.Disks, simple...)
+	// SimpleStorage describes the same drives on BMCs that have both: a
+	// device is added unless a Storage drive of its size (and model,
+	// when both name one) stands for it already.
+	used := make([]bool, len(inv.Disks))
+	var extra []drivers.OOBDisk
+	for _, sd := range simple {
+		dup := false
+		for i, d := range inv.Disks {
+			if !used[i] && d.Size == sd.Size && (d.Model == "" || sd.Model == "" || strings.EqualFold(strings.TrimSpace(d.Model), strings.TrimSpace(sd.Model))) {
+				used[i], dup = true, true
+				break
+			}
+		}
+		if !dup {
+			extra = append(extra, sd)
+		}
 	}
+	inv.Disks = append(inv.Disks, extra...)
 	if len(inv.Disks) == 0 && !storageSeen && sys.SimpleStorage.ID == "" {
 		in.warn("disks: system %s%s links neither Storage nor SimpleStorage", in.b.cfg.endpoint, uri)
 	}
@@ -451,6 +464,21 @@ func (in *inspection) read(uri string, sys *inspectSystemDoc) drivers.OOBInvento
 		inv.Interfaces = append(inv.Interfaces, nic)
 	}
 	sort.Slice(inv.Interfaces, func(i, j int) bool { return inv.Interfaces[i].Name < inv.Interfaces[j].Name })
+	// A VLAN or a second function of the same port repeats its MAC: one
+	// port per MAC, the first by name (an enabled one before others).
+	seen := map[string]int{}
+	var nics2 []drivers.OOBInterface
+	for _, n := range inv.Interfaces {
+		if i, ok := seen[n.MACAddress]; ok {
+			if !nics2[i].Enabled && n.Enabled {
+				nics2[i] = n
+			}
+			continue
+		}
+		seen[n.MACAddress] = len(nics2)
+		nics2 = append(nics2, n)
+	}
+	inv.Interfaces = append([]drivers.OOBInterface{}, nics2...)
 
 	sort.Strings(in.warnings)
 	inv.Warnings = in.warnings

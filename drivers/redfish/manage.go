@@ -607,30 +607,43 @@ func parseSettings(args map[string]any) ([]Setting, error) {
 // biosDoc is the part of a Bios resource the driver reads itself: gofish
 // keeps the settings object's address to itself.
 type biosDoc struct {
-	ID         string         `json:"@odata.id"`
-	Attributes map[string]any `json:"Attributes"`
-	Settings   struct {
+	ID                string         `json:"@odata.id"`
+	AttributeRegistry string         `json:"AttributeRegistry"`
+	Attributes        map[string]any `json:"Attributes"`
+	Settings          struct {
 		SettingsObject link `json:"SettingsObject"`
 	} `json:"@Redfish.Settings"`
+	Actions struct {
+		ResetBios *struct {
+			Target string `json:"target"`
+		} `json:"#Bios.ResetBios"`
+	} `json:"Actions"`
 }
 
-func (b *BMC) readBios(c *gofish.APIClient) (*schemas.Bios, *biosDoc, error) {
-	sys, err := b.getSystem(c)
+// readBios reads the system's Bios resource; a system without one, or a
+// Bios the BMC does not serve, is an error naming it.
+func (b *BMC) readBios(c *gofish.APIClient) (*biosDoc, error) {
+	uri, err := b.findSystem(c)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	bios, err := sys.Bios()
-	if err != nil {
-		return nil, nil, err
+	var sys struct {
+		Bios link `json:"Bios"`
 	}
-	if bios == nil {
-		return nil, nil, fmt.Errorf("system %s has no Bios resource", sys.ODataID)
+	if err := getJSON(c, uri, &sys); err != nil {
+		return nil, err
+	}
+	if sys.Bios.ID == "" {
+		return nil, fmt.Errorf("system %s links no Bios resource: the BMC offers no BIOS settings over Redfish", uri)
 	}
 	var doc biosDoc
-	if err := getJSON(c, bios.ODataID, &doc); err != nil {
-		return nil, nil, err
+	if err := getJSON(c, sys.Bios.ID, &doc); err != nil {
+		return nil, err
 	}
-	return bios, &doc, nil
+	if doc.ID == "" {
+		doc.ID = sys.Bios.ID
+	}
+	return &doc, nil
 }
 
 // ApplyBIOSSettings stages BIOS settings on the BMC's pending settings
@@ -645,7 +658,7 @@ func (b *BMC) ApplyBIOSSettings(ctx context.Context, settings []Setting) error {
 	}
 	defer b.unlock()
 	return b.do(ctx, "apply BIOS settings", func(c *gofish.APIClient) error {
-		_, doc, err := b.readBios(c)
+		doc, err := b.readBios(c)
 		if err != nil {
 			return err
 		}
@@ -712,7 +725,7 @@ func (b *BMC) BIOSAttributes(ctx context.Context) (current, pending map[string]a
 	}
 	defer b.unlock()
 	err = b.do(ctx, "read BIOS settings", func(c *gofish.APIClient) error {
-		_, doc, err := b.readBios(c)
+		doc, err := b.readBios(c)
 		if err != nil {
 			return err
 		}
@@ -740,12 +753,14 @@ func (b *BMC) FactoryResetBIOS(ctx context.Context) error {
 	}
 	defer b.unlock()
 	return b.do(ctx, "reset the BIOS to its defaults", func(c *gofish.APIClient) error {
-		bios, _, err := b.readBios(c)
+		doc, err := b.readBios(c)
 		if err != nil {
 			return err
 		}
-		_, err = bios.ResetBios()
-		return err
+		if doc.Actions.ResetBios == nil || doc.Actions.ResetBios.Target == "" {
+			return fmt.Errorf("the Bios resource %s offers no ResetBios action", doc.ID)
+		}
+		return postJSON(c, doc.Actions.ResetBios.Target, map[string]any{})
 	})
 }
 

@@ -10,6 +10,7 @@
 package redfish
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -158,9 +159,42 @@ func New(info map[string]any, opts Options) (*BMC, error) {
 		cfg:  cfg,
 		opts: opts,
 		log:  opts.Logger.With("bmc", cfg.endpoint),
-		http: &http.Client{Transport: tr, Timeout: opts.RequestTimeout},
+		http: &http.Client{Transport: &rootTransport{base: tr}, Timeout: opts.RequestTimeout},
 		sem:  make(chan struct{}, 1),
 	}, nil
+}
+
+// rootTransport leaves ProtocolFeaturesSupported out of the service
+// root: the driver does not use it, and gofish refuses the whole root
+// when a BMC gives one of its fields another type than the schema's
+// (sushy's samples give ExpandQuery as a bool), which would make the
+// BMC unusable.
+type rootTransport struct{ base http.RoundTripper }
+
+func (t *rootTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK ||
+		strings.TrimSuffix(req.URL.Path, "/") != "/redfish/v1" {
+		return resp, err
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var root map[string]json.RawMessage
+	if json.Unmarshal(data, &root) == nil {
+		if _, ok := root["ProtocolFeaturesSupported"]; ok {
+			delete(root, "ProtocolFeaturesSupported")
+			if b, err := json.Marshal(root); err == nil {
+				data = b
+			}
+		}
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(data))
+	resp.ContentLength = int64(len(data))
+	resp.Header.Del("Content-Length")
+	return resp, nil
 }
 
 // Endpoint returns the BMC's URL (scheme and host).

@@ -62,6 +62,9 @@ type Quirks struct {
 	// VolumeTask: POST and DELETE of volumes answer 202 with a task
 	// monitor (Dell's and HPE's controllers), instead of 201/204.
 	VolumeTask bool
+	// CaseInsensitive paths, as iLO serves them (its trees link
+	// /redfish/v1/systems/1/bios beside /redfish/v1/Systems/1).
+	CaseInsensitive bool
 	// TaskPolls is how many reads a task stays Running (default 2).
 	TaskPolls int
 }
@@ -92,6 +95,9 @@ type Server struct {
 	requests []string
 	tasks    map[string]*task
 	nextID   int
+	// atReset runs at the system's next start or restart (volumes
+	// created with @Redfish.OperationApplyTime OnReset).
+	atReset []func()
 }
 
 type task struct {
@@ -240,6 +246,27 @@ func (s *Server) Doc(p string) map[string]any {
 	return out
 }
 
+// Paths lists the paths of the tree's resources, sorted.
+func (s *Server) Paths() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.docs {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Edit changes the resource at path in place (a test's setup).
+func (s *Server) Edit(p string, f func(doc map[string]any)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := s.docs[clean(p)]; d != nil {
+		f(d)
+	}
+}
+
 // Sessions is how many sessions are open.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
@@ -332,6 +359,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	doc := s.docs[p]
+	if doc == nil && s.opts.Quirks.CaseInsensitive {
+		for k, d := range s.docs {
+			if strings.EqualFold(k, p) {
+				p, doc = k, d
+				break
+			}
+		}
+	}
 	switch r.Method {
 	case http.MethodGet:
 		if doc == nil {
@@ -647,8 +682,13 @@ func (s *Server) post(w http.ResponseWriter, p string, doc, body map[string]any)
 	}
 }
 
-// applyPending applies a system's pending BIOS settings at its start.
+// applyPending applies what waits for a system's start: its pending
+// BIOS settings and the volumes created OnReset.
 func (s *Server) applyPending(sys map[string]any) {
+	for _, f := range s.atReset {
+		f()
+	}
+	s.atReset = nil
 	bl, _ := sys["Bios"].(map[string]any)
 	if bl == nil {
 		return
@@ -691,6 +731,11 @@ func (s *Server) createVolume(w http.ResponseWriter, col string, body map[string
 	add := func() {
 		s.docs[vp] = doc
 		s.addMember(col, vp)
+	}
+	if body["@Redfish.OperationApplyTime"] == "OnReset" {
+		s.atReset = append(s.atReset, add)
+		w.WriteHeader(http.StatusNoContent)
+		return
 	}
 	if s.opts.Quirks.VolumeTask {
 		s.startTask(w, add)

@@ -410,3 +410,125 @@ func compareInspection(t *testing.T, inv drivers.OOBInventory, want sushyReading
 		t.Errorf("system vendor %+v, sushy reads %q %q", sv, want.Manufacturer, want.SerialNumber)
 	}
 }
+
+// TestManagerMissing (issue 28, acceptance 3 at the driver): a Manager
+// that answers 404 costs the BMC's version only; the BIOS version still
+// comes from the system, and the warning names the manager's URL and
+// the BMC's answer.
+func TestManagerMissing(t *testing.T) {
+	s := startRecorded(t, "dmtf-public-rackmount1", recorded.Quirks{Missing: []string{"/redfish/v1/Managers/BMC"}}, 0)
+	d := recordedDriver(t, s, &syncBuffer{})
+	comps, warnings, err := d.FirmwareReading(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range comps {
+		got[c.Component] = c.Version
+	}
+	if got["bios"] != "P79 v1.45 (12/06/2017)" {
+		t.Fatalf("firmware %v: the BIOS version must come from the system", comps)
+	}
+	w := strings.Join(warnings, "\n")
+	if !strings.Contains(w, s.URL+"/redfish/v1/Managers/BMC") || !strings.Contains(w, "HTTP 404") {
+		t.Fatalf("warnings %q do not name the manager's URL and the BMC's answer", warnings)
+	}
+	// The inventory still gives the BMC's version.
+	if got["bmc"] == "" {
+		t.Errorf("firmware %v: the inventory's BMC version is lost", comps)
+	}
+	// Inspection needs no manager.
+	inv, err := d.InspectOOB(ctx(t))
+	if err != nil || inv.CPU.Count != 16 || inv.Memory.PhysicalMB != 96*1024 {
+		t.Fatalf("inspection without a manager: %+v, %v", inv, err)
+	}
+}
+
+// TestSessionsRefused (issue 28, acceptance 5): a BMC that refuses
+// sessions to the right password is managed with Basic under auto (and
+// the next login goes straight to Basic); a wrong password fails at
+// once, one session attempt and one Basic attempt, saying so.
+func TestSessionsRefused(t *testing.T) {
+	s := startRecorded(t, "gigabyte-ami-h262", recorded.Quirks{SessionsRefused: true}, 0)
+	logs := &syncBuffer{}
+	d := recordedDriver(t, s, logs)
+	if err := d.Validate(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.PowerState(ctx(t)); err != nil || st != protocol.PowerOn {
+		t.Fatalf("power state %q, %v", st, err)
+	}
+	if n := s.Sessions(); n != 0 {
+		t.Fatalf("%d sessions open", n)
+	}
+	s.ResetRequests()
+	if err := d.Validate(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(s.Requests(), "POST /redfish/v1/SessionService/Sessions"); n != 0 {
+		t.Errorf("%d session logins after the BMC refused one; auto must remember", n)
+	}
+
+	// session only: the refusal, not a fallback.
+	only := recordedDriver(t, s, logs, "redfish_auth_type", "session")
+	mustContain(t, only.Validate(ctx(t)), "refused the credentials of user \"admin\"", "HTTP 401")
+
+	for _, auth := range []string{"auto", "basic", "session"} {
+		info := map[string]any{"redfish_address": s.URL, "redfish_username": "admin", "redfish_password": "wrong", "redfish_auth_type": auth}
+		bad, err := redfish.New(info, redfish.Options{Attempts: 5, RetryBackoff: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ResetRequests()
+		start := time.Now()
+		err = bad.Validate(ctx(t))
+		mustContain(t, err, "refused the credentials of user \"admin\"", "HTTP 401", "redfish_password", s.URL)
+		var auths int
+		for _, r := range s.Requests() {
+			if r != "GET /redfish/v1" {
+				auths++
+			}
+		}
+		if auths > 2 || (auth != "auto" && auths != 1) {
+			t.Errorf("auth %s: a wrong password took %d requests besides the service root (%q); want one login round", auth, auths, s.Requests())
+		}
+		if time.Since(start) > 900*time.Millisecond {
+			t.Errorf("auth %s: a wrong password took %s: it must not be retried", auth, time.Since(start))
+		}
+		bad.Close()
+	}
+}
+
+// TestRAIDOnReset: a controller that applies volumes only at the next
+// reset (SupportedValues OnReset) gets the volume asked OnReset; the step
+// resets the system and waits until the volume shows.
+func TestRAIDOnReset(t *testing.T) {
+	s := startRecorded(t, "sushy-samples", recorded.Quirks{CaseInsensitive: true}, 0)
+	s.Edit("/redfish/v1/Systems/437XR1138R2/Storage/1/Volumes", func(doc map[string]any) {
+		doc["@Redfish.OperationApplyTimeSupport"] = map[string]any{"SupportedValues": []any{"OnReset"}}
+	})
+	d := recordedDriver(t, s, &syncBuffer{})
+	cfg := map[string]any{"logical_disks": []any{map[string]any{"size_gb": 100.0, "raid_level": "0", "controller": "1", "physical_disks": []any{"32ADF365C6C1B7BD"}}}}
+	s.ResetRequests()
+	out, err := d.RunRAIDStep(ctx(t), "raid.apply_configuration", map[string]any{"raid_config": cfg, "delete_existing": false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := strings.Join(s.Requests(), "\n")
+	post := strings.Index(reqs, "POST /redfish/v1/Systems/437XR1138R2/Storage/1/Volumes")
+	reset := strings.Index(reqs, "POST /redfish/v1/Systems/437XR1138R2/Actions/ComputerSystem.Reset")
+	if post < 0 || reset < post {
+		t.Fatalf("want the volume POSTed, then a reset; requests:\n%s", reqs)
+	}
+	lds, _ := out["logical_disks"].([]any)
+	found := false
+	for _, ld := range lds {
+		m := ld.(map[string]any)
+		if m["raid_level"] == "0" && fmt.Sprint(m["physical_disks"]) == "[32ADF365C6C1B7BD]" && m["size_gb"] == 100 {
+			found = true
+		}
+	}
+	if !found || len(lds) != 4 {
+		t.Fatalf("raid_config %v: want the three volumes of the tree and the new one", out)
+	}
+}

@@ -131,6 +131,9 @@ type BMC struct {
 	client    *gofish.APIClient
 	auth      string // AuthSession or AuthBasic: what the client uses
 	systemURI string
+	// noSessions: under redfish_auth_type auto, the BMC refused a
+	// session or has none; later logins go straight to Basic.
+	noSessions bool
 }
 
 // New validates driver_info and returns a BMC; it does not connect yet.
@@ -294,6 +297,10 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 	if b.cfg.username == "" {
 		mode = AuthBasic // no credentials: nothing to log in with
 	}
+	if mode == AuthAuto && b.noSessions {
+		mode = AuthBasic // this BMC refused a session before
+	}
+	var sessionErr error
 	if mode == AuthSession || mode == AuthAuto {
 		c, err := gofish.ConnectContext(ctx, base)
 		if err == nil {
@@ -301,11 +308,18 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 			b.log.Debug("redfish session opened")
 			return c, nil
 		}
-		if mode == AuthSession || !sessionUnavailable(err) {
+		refused := statusOf(err) == http.StatusUnauthorized || statusOf(err) == http.StatusForbidden
+		if mode == AuthSession || !(sessionUnavailable(err) || refused) {
 			return nil, &loginError{err: err}
 		}
-		// As sushy's SessionOrBasicAuth: a BMC without (free) sessions
-		// is still usable with Basic authentication.
+		// As sushy's SessionOrBasicAuth: a BMC without (free) sessions,
+		// or one that refuses this user a session, may still take
+		// Basic authentication; a wrong password is refused there too.
+		if refused {
+			sessionErr = err
+		} else if !sessionLimit(err) {
+			b.noSessions = true // no session service: it will not appear
+		}
 		b.log.Warn("redfish session refused; using Basic authentication (redfish_auth_type=auto)", "reason", b.explain(err))
 	}
 	base.BasicAuth = true
@@ -313,12 +327,27 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 	if err != nil {
 		return nil, &loginError{err: err}
 	}
+	if sessionErr != nil {
+		// gofish checks no Basic credentials at connect: one read does,
+		// so that a wrong password fails here, in one round of login.
+		var probe collectionDoc
+		if err := getJSON(c, "/redfish/v1/Systems", &probe); err != nil {
+			if st := statusOf(err); st == http.StatusUnauthorized || st == http.StatusForbidden {
+				return nil, &loginError{err: err, note: "a session login (" + b.explain(sessionErr) + ") and Basic authentication were both refused"}
+			}
+		}
+		b.noSessions = true
+		b.log.Warn("redfish BMC refuses sessions to this user but takes Basic authentication; using Basic", "user", b.cfg.username)
+	}
 	b.client, b.auth = c, AuthBasic
 	return c, nil
 }
 
 // loginError marks an error from logging in, to explain it as such.
-type loginError struct{ err error }
+type loginError struct {
+	err  error
+	note string // what was tried, when more than one way
+}
 
 func (e *loginError) Error() string { return e.err.Error() }
 func (e *loginError) Unwrap() error { return e.err }
@@ -447,8 +476,12 @@ func (b *BMC) failure(what string, err error, attempt int, tried time.Duration, 
 		return fmt.Errorf("redfish BMC %s: cannot %s: the BMC has no free session (%s); close the other sessions (other tools logged in to it), wait for them to time out, or set %s to basic",
 			ep, what, b.explain(err), InfoAuthType)
 	case st == http.StatusUnauthorized && (isLogin || b.auth == AuthBasic):
+		why := b.explain(err)
+		if isLogin && le.note != "" {
+			why = le.note + ": " + why
+		}
 		return fmt.Errorf("redfish BMC %s refused the credentials of user %q to %s (%s); check %s and %s",
-			ep, b.cfg.username, what, b.explain(err), InfoUsername, InfoPassword)
+			ep, b.cfg.username, what, why, InfoUsername, InfoPassword)
 	case st == http.StatusUnauthorized:
 		return fmt.Errorf("redfish BMC %s: cannot %s: the BMC refused the session even after a new login (%s); check %s and %s",
 			ep, what, b.explain(err), InfoUsername, InfoPassword)

@@ -82,7 +82,6 @@ type taskDoc struct {
 type inventoryEntry struct {
 	doc       softwareDoc
 	component string
-	order     int
 }
 
 func (b *BMC) updateService(c *gofish.APIClient) (*updateServiceDoc, error) {
@@ -100,18 +99,37 @@ func (b *BMC) updateService(c *gofish.APIClient) (*updateServiceDoc, error) {
 	return &us, nil
 }
 
-// inventory reads the firmware inventory and names each member's
-// component: bios and bmc by their Id or name, or by RelatedItem naming
-// the system or its manager; nic:<Id> for network adapters. A member
-// that cannot be read is a warning.
-func (b *BMC) inventory(in *inspection, us *updateServiceDoc, sysURI string, mgrURIs []string) []inventoryEntry {
+// inventoryMembers reads the firmware inventory's members, in their
+// order; a member that cannot be read is a warning.
+func (b *BMC) inventoryMembers(in *inspection, us *updateServiceDoc) []softwareDoc {
 	var mu sync.Mutex
-	var out []inventoryEntry
+	type ordered struct {
+		i   int
+		doc softwareDoc
+	}
+	var got []ordered
 	in.members("firmware inventory", us.FirmwareInventory.ID, func(i int, m string) {
 		var sw softwareDoc
-		if !in.get("firmware inventory", m, &sw) {
-			return
+		if in.get("firmware inventory", m, &sw) {
+			mu.Lock()
+			got = append(got, ordered{i, sw})
+			mu.Unlock()
 		}
+	})
+	sort.Slice(got, func(a, b int) bool { return got[a].i < got[b].i })
+	out := make([]softwareDoc, 0, len(got))
+	for _, g := range got {
+		out = append(out, g.doc)
+	}
+	return out
+}
+
+// classify names each inventory member's component: bios and bmc by
+// their Id or name, or by RelatedItem naming the system or its manager;
+// nic:<Id> for network adapters; others are left out.
+func classify(members []softwareDoc, sysURI string, mgrURIs []string) []inventoryEntry {
+	var out []inventoryEntry
+	for _, sw := range members {
 		related := func(uris ...string) bool {
 			if len(sw.RelatedItem) == 0 {
 				return true
@@ -136,12 +154,9 @@ func (b *BMC) inventory(in *inspection, us *updateServiceDoc, sysURI string, mgr
 			comp = "nic:" + sw.ID
 		}
 		if comp != "" {
-			mu.Lock()
-			out = append(out, inventoryEntry{doc: sw, component: comp, order: i})
-			mu.Unlock()
+			out = append(out, inventoryEntry{doc: sw, component: comp})
 		}
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i].order < out[j].order })
+	}
 	return out
 }
 
@@ -151,10 +166,7 @@ func (b *BMC) inventory(in *inspection, us *updateServiceDoc, sysURI string, mgr
 // be readable: a manager or an inventory that is not costs its versions
 // and is named in the warnings (URL and the BMC's answer).
 func (b *BMC) components(c *gofish.APIClient) ([]drivers.FirmwareComponent, []inventoryEntry, []string, error) {
-	uri, err := b.findSystem(c)
-	if err != nil {
-		return nil, nil, nil, err
-	}
+	in := &inspection{b: b, c: c}
 	var sys struct {
 		ODataID     string `json:"@odata.id"`
 		BiosVersion string `json:"BiosVersion"`
@@ -162,40 +174,58 @@ func (b *BMC) components(c *gofish.APIClient) ([]drivers.FirmwareComponent, []in
 			ManagedBy []link `json:"ManagedBy"`
 		} `json:"Links"`
 	}
-	if err := getJSON(c, uri, &sys); err != nil {
-		return nil, nil, nil, err
-	}
-	in := &inspection{b: b, c: c}
-	var mgrURIs []string
-	mgrVersions := make([]string, len(sys.Links.ManagedBy))
-	var inv []inventoryEntry
-	var fns []func()
-	for i, m := range sys.Links.ManagedBy {
-		mgrURIs = append(mgrURIs, m.ID)
-		fns = append(fns, func() {
-			var mgr struct {
-				FirmwareVersion string `json:"FirmwareVersion"`
+	var uri string
+	var sysErr error
+	var mgrVersions []string
+	var us *updateServiceDoc
+	var members []softwareDoc
+	// The system and its managers, and the inventory (which needs only
+	// the service root), in parallel.
+	parallel(
+		func() {
+			if uri, sysErr = b.findSystem(c); sysErr != nil {
+				return
 			}
-			if in.get("bmc firmware", m.ID, &mgr) {
-				mgrVersions[i] = mgr.FirmwareVersion
+			if sysErr = getJSON(c, uri, &sys); sysErr != nil {
+				return
 			}
-		})
+			mgrVersions = make([]string, len(sys.Links.ManagedBy))
+			var fns []func()
+			for i, m := range sys.Links.ManagedBy {
+				fns = append(fns, func() {
+					var mgr struct {
+						FirmwareVersion string `json:"FirmwareVersion"`
+					}
+					if in.get("bmc firmware", m.ID, &mgr) {
+						mgrVersions[i] = mgr.FirmwareVersion
+					}
+				})
+			}
+			parallel(fns...)
+		},
+		func() {
+			var root serviceRootDoc
+			if !in.get("firmware inventory", "/redfish/v1/", &root) || root.UpdateService.ID == "" {
+				return
+			}
+			us = &updateServiceDoc{}
+			if !in.get("firmware inventory", root.UpdateService.ID, us) || us.FirmwareInventory.ID == "" {
+				return
+			}
+			members = b.inventoryMembers(in, us)
+		},
+	)
+	if sysErr != nil {
+		return nil, nil, nil, sysErr
 	}
-	fns = append(fns, func() {
-		var root serviceRootDoc
-		if !in.get("firmware inventory", "/redfish/v1/", &root) || root.UpdateService.ID == "" {
-			return
-		}
-		var us updateServiceDoc
-		if !in.get("firmware inventory", root.UpdateService.ID, &us) || us.FirmwareInventory.ID == "" {
-			return
-		}
-		inv = b.inventory(in, &us, uri, mgrURIs)
-	})
-	parallel(fns...)
 	if in.fatal != nil {
 		return nil, nil, nil, in.fatal
 	}
+	var mgrURIs []string
+	for _, m := range sys.Links.ManagedBy {
+		mgrURIs = append(mgrURIs, m.ID)
+	}
+	inv := classify(members, uri, mgrURIs)
 	bmcVersion := ""
 	for _, v := range mgrVersions {
 		if bmcVersion == "" {
@@ -237,12 +267,15 @@ func (b *BMC) FirmwareComponents(ctx context.Context) ([]drivers.FirmwareCompone
 // FirmwareReading reads the installed firmware versions and names, with
 // its URL and the BMC's answer, each part that could not be read.
 func (b *BMC) FirmwareReading(ctx context.Context) ([]drivers.FirmwareComponent, []string, error) {
-	ctx, cancel := reserve(ctx)
+	ctx, cancel := reserve(reading(ctx))
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return nil, nil, err
 	}
 	defer b.unlock()
+	if fw, w, ok := b.takeFirmware(); ok {
+		return fw, w, nil
+	}
 	var out []drivers.FirmwareComponent
 	var warnings []string
 	err := b.do(ctx, "read the firmware versions", func(c *gofish.APIClient) error {
@@ -266,7 +299,7 @@ func versionOf(list []drivers.FirmwareComponent, comp string) (string, bool) {
 func (b *BMC) UpdateFirmware(ctx context.Context, updates []drivers.FirmwareUpdate) ([]drivers.FirmwareComponent, error) {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return nil, err
 	}
 	defer b.unlock()

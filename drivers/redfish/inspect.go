@@ -191,7 +191,7 @@ func (in *inspection) members(what, uri string, read func(i int, uri string)) in
 
 // InspectOOB implements drivers.Inspector.
 func (b *BMC) InspectOOB(ctx context.Context) (drivers.OOBInventory, error) {
-	ctx, cancel := reserve(ctx)
+	ctx, cancel := reserve(reading(ctx))
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return drivers.OOBInventory{}, err

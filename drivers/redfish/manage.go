@@ -98,7 +98,7 @@ func (b *BMC) SetBoot(ctx context.Context, device string, persistent bool) error
 	}
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -148,7 +148,7 @@ func (b *BMC) SetBootMode(ctx context.Context, mode string) error {
 	}
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -178,7 +178,7 @@ func (b *BMC) SetBootMode(ctx context.Context, mode string) error {
 
 // BootSettings reads the boot override back.
 func (b *BMC) BootSettings(ctx context.Context) (BootSettings, error) {
-	ctx, cancel := reserve(ctx)
+	ctx, cancel := reserve(reading(ctx))
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return BootSettings{}, err
@@ -379,7 +379,7 @@ func (b *BMC) insertMedia(ctx context.Context, kind, imageURL string, fresh bool
 	}
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -455,7 +455,7 @@ func (b *BMC) EjectVirtualMedia(ctx context.Context) error { return b.EjectMedia
 func (b *BMC) EjectMedia(ctx context.Context, kind string) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -491,7 +491,7 @@ func (b *BMC) VirtualMedia(ctx context.Context) (string, error) { return b.Media
 // MediaImage reads the image URL of the virtual media device of a kind
 // ("" when none is inserted).
 func (b *BMC) MediaImage(ctx context.Context, kind string) (string, error) {
-	ctx, cancel := reserve(ctx)
+	ctx, cancel := reserve(reading(ctx))
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return "", err
@@ -653,7 +653,7 @@ func (b *BMC) readBios(c *gofish.APIClient) (*biosDoc, error) {
 func (b *BMC) ApplyBIOSSettings(ctx context.Context, settings []Setting) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -748,7 +748,7 @@ func (b *BMC) BIOSAttributes(ctx context.Context) (current, pending map[string]a
 func (b *BMC) FactoryResetBIOS(ctx context.Context) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -770,7 +770,7 @@ func (b *BMC) FactoryResetBIOS(ctx context.Context) error {
 func (b *BMC) ResetBMC(ctx context.Context) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -810,6 +810,7 @@ func (b *BMC) resetBMC(ctx context.Context) error {
 	}
 	// The sessions died with the BMC: forget ours without a logout.
 	b.client, b.systemURI = nil, ""
+	b.rt.forget() // a new firmware may serve another root
 	b.http.CloseIdleConnections()
 	start := time.Now()
 	outOfTime := func(err error) error {

@@ -236,7 +236,7 @@ func (b *BMC) RAIDVolumes(ctx context.Context) ([]drivers.Volume, error) {
 // RAIDReading lists the volumes of every storage of the system and names
 // each storage, drive or volume that could not be read.
 func (b *BMC) RAIDReading(ctx context.Context) ([]drivers.Volume, []string, error) {
-	ctx, cancel := reserve(ctx)
+	ctx, cancel := reserve(reading(ctx))
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return nil, nil, err
@@ -265,7 +265,7 @@ func (b *BMC) RAIDReading(ctx context.Context) ([]drivers.Volume, []string, erro
 func (b *BMC) DeleteRAID(ctx context.Context) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -316,7 +316,7 @@ func (b *BMC) deleteVolumes(ctx context.Context) error {
 func (b *BMC) CreateRAID(ctx context.Context, disks []drivers.LogicalDisk, deleteExisting bool) ([]drivers.Volume, error) {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return nil, err
 	}
 	defer b.unlock()

@@ -10,7 +10,6 @@
 package redfish
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -24,6 +23,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stmcginnis/gofish"
@@ -131,6 +131,11 @@ type BMC struct {
 	client    *gofish.APIClient
 	auth      string // AuthSession or AuthBasic: what the client uses
 	systemURI string
+	sysMu     sync.Mutex // findSystem's, for the parallel reads of an operation
+	rt *cachingTransport
+	// snap is what Validate read ahead for the firmware and BIOS
+	// readings that follow it (snapshot.go).
+	snap *snapshot
 	// noSessions: under redfish_auth_type auto, the BMC refused a
 	// session or has none; later logins go straight to Basic.
 	noSessions bool
@@ -155,49 +160,18 @@ func New(info map[string]any, opts Options) (*BMC, error) {
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:     tlsConf,
 		TLSHandshakeTimeout: 10 * time.Second,
-		MaxIdleConnsPerHost: 2,
+		MaxIdleConnsPerHost: maxInFlight,
 		IdleConnTimeout:     60 * time.Second,
 	}
+	rt := &cachingTransport{base: tr}
 	return &BMC{
 		cfg:  cfg,
 		opts: opts,
 		log:  opts.Logger.With("bmc", cfg.endpoint),
-		http: &http.Client{Transport: &rootTransport{base: tr}, Timeout: opts.RequestTimeout},
+		http: &http.Client{Transport: rt, Timeout: opts.RequestTimeout},
+		rt:   rt,
 		sem:  make(chan struct{}, 1),
 	}, nil
-}
-
-// rootTransport leaves ProtocolFeaturesSupported out of the service
-// root: the driver does not use it, and gofish refuses the whole root
-// when a BMC gives one of its fields another type than the schema's
-// (sushy's samples give ExpandQuery as a bool), which would make the
-// BMC unusable.
-type rootTransport struct{ base http.RoundTripper }
-
-func (t *rootTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(req)
-	if err != nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK ||
-		strings.TrimSuffix(req.URL.Path, "/") != "/redfish/v1" {
-		return resp, err
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	resp.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	var root map[string]json.RawMessage
-	if json.Unmarshal(data, &root) == nil {
-		if _, ok := root["ProtocolFeaturesSupported"]; ok {
-			delete(root, "ProtocolFeaturesSupported")
-			if b, err := json.Marshal(root); err == nil {
-				data = b
-			}
-		}
-	}
-	resp.Body = io.NopCloser(bytes.NewReader(data))
-	resp.ContentLength = int64(len(data))
-	resp.Header.Del("Content-Length")
-	return resp, nil
 }
 
 // Endpoint returns the BMC's URL (scheme and host).
@@ -213,6 +187,9 @@ func (b *BMC) lock(ctx context.Context) error {
 }
 
 func (b *BMC) unlock() { <-b.sem }
+
+// maxInFlight bounds the requests in flight to one BMC.
+const maxInFlight = 4
 
 // maxReserve bounds the time an operation leaves its caller (reserve).
 const maxReserve = 5 * time.Second
@@ -280,6 +257,7 @@ func (b *BMC) logout(ctx context.Context) {
 		}
 	}
 	b.client, b.systemURI = nil, ""
+	b.rt.forget()
 }
 
 // connect returns the logged-in client, logging in when there is none.
@@ -290,6 +268,9 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 	base := gofish.ClientConfig{
 		Endpoint: b.cfg.endpoint, Username: b.cfg.username, Password: b.cfg.password,
 		HTTPClient: b.http, ReuseConnections: true, NoModifyTransport: true,
+		// The per-BMC bound of requests in flight: independent reads go
+		// in parallel, a small BMC is not flooded.
+		MaxConcurrentRequests: maxInFlight,
 		// Never a DumpWriter: it would write the session POST, password
 		// and all.
 	}
@@ -302,7 +283,7 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 	}
 	var sessionErr error
 	if mode == AuthSession || mode == AuthAuto {
-		c, err := gofish.ConnectContext(ctx, base)
+		c, err := b.sessionConnect(ctx, base)
 		if err == nil {
 			b.client, b.auth = c, AuthSession
 			b.log.Debug("redfish session opened")
@@ -341,6 +322,57 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 	}
 	b.client, b.auth = c, AuthBasic
 	return c, nil
+}
+
+// sessionConnect logs in with a session: the login and the service root
+// are asked at once (one round trip less than gofish's root, then login);
+// gofish then takes the session, the root read from the transport's copy.
+func (b *BMC) sessionConnect(ctx context.Context, base gofish.ClientConfig) (*gofish.APIClient, error) {
+	const spec = "/redfish/v1/SessionService/Sessions"
+	var root *serviceRootLinks
+	var rootErr, err error
+	var token, uri string
+	parallel(
+		func() { root, rootErr = b.fetchRoot(ctx) },
+		func() { token, uri, err = b.sessionLogin(ctx, spec) },
+	)
+	if rootErr != nil {
+		if err == nil {
+			b.deleteSession(ctx, uri, token)
+		}
+		return nil, rootErr
+	}
+	if st := statusOf(err); (st == http.StatusNotFound || st == http.StatusMethodNotAllowed) &&
+		root.Links.Sessions.ID != "" && strings.TrimSuffix(root.Links.Sessions.ID, "/") != spec {
+		// The service root names another sessions collection.
+		token, uri, err = b.sessionLogin(ctx, root.Links.Sessions.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	base.Session = &gofish.Session{ID: uri, Token: token}
+	c, err := gofish.ConnectContext(ctx, base)
+	if err != nil {
+		// The session is ours: do not leave it open.
+		b.deleteSession(ctx, uri, token)
+		return nil, err
+	}
+	return c, nil
+}
+
+// deleteSession closes a session the driver could not use (best effort).
+func (b *BMC) deleteSession(ctx context.Context, uri, token string) {
+	if uri == "" {
+		return
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, b.cfg.endpoint+uri, nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("X-Auth-Token", token)
+	if resp, err := b.http.Do(req); err == nil {
+		resp.Body.Close()
+	}
 }
 
 // loginError marks an error from logging in, to explain it as such.
@@ -619,6 +651,9 @@ type link struct {
 // findSystem resolves the system's path once per login: the configured
 // one, or the only one the BMC has.
 func (b *BMC) findSystem(c *gofish.APIClient) (string, error) {
+	// Parallel reads of one operation find it once.
+	b.sysMu.Lock()
+	defer b.sysMu.Unlock()
 	if b.systemURI != "" {
 		return b.systemURI, nil
 	}
@@ -713,10 +748,27 @@ func (b *BMC) Validate(ctx context.Context) error {
 	}
 	defer b.unlock()
 	b.logout(ctx)
-	sys, err := b.readSystem(ctx, "validate")
+	b.snap = nil
+	ctx = reading(ctx)
+	var sys *schemas.ComputerSystem
+	var snap *snapshot
+	err := b.do(ctx, "validate", func(c *gofish.APIClient) error {
+		// The system first: every read needs it, and a refusal then
+		// ends the operation at its first request.
+		if _, err := b.findSystem(c); err != nil {
+			return err
+		}
+		var err error
+		parallel(
+			func() { sys, err = b.getSystem(c) },
+			func() { snap = b.readAhead(c) },
+		)
+		return err
+	})
 	if err != nil {
 		return err
 	}
+	b.snap = snap
 	b.log.Info("redfish BMC validated", "system", sys.ODataID, "auth", b.auth, "power", sys.PowerState)
 	return nil
 }
@@ -744,8 +796,15 @@ func (b *BMC) PowerState(ctx context.Context) (string, error) {
 }
 
 // reset posts a reset of the system.
+// firstReadKey carries the read context of an operation's first read
+// of the system, so that its reset posts to the system read then.
+type firstReadKey struct{}
+
 func (b *BMC) reset(ctx context.Context, rt schemas.ResetType) error {
 	b.log.Info("redfish reset", "type", rt)
+	if rctx, ok := ctx.Value(firstReadKey{}).(context.Context); ok {
+		ctx = rctx
+	}
 	return b.do(ctx, fmt.Sprintf("reset the system (%s)", rt), func(c *gofish.APIClient) error {
 		sys, err := b.getSystem(c)
 		if err != nil {
@@ -804,14 +863,18 @@ func (b *BMC) waitPower(ctx context.Context, want schemas.PowerState, after stri
 func (b *BMC) SetPower(ctx context.Context, state string) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
-	sys, err := b.readSystem(ctx, "read the power state")
+	// The reset action is on the system just read: one read for both
+	// (the waits below read it afresh).
+	rctx := reading(ctx)
+	sys, err := b.readSystem(rctx, "read the power state")
 	if err != nil {
 		return err
 	}
+	ctx = context.WithValue(ctx, firstReadKey{}, rctx)
 	on := sys.PowerState == schemas.OnPowerState
 	off := sys.PowerState == schemas.OffPowerState
 	switch state {
@@ -850,7 +913,7 @@ func (b *BMC) SetPower(ctx context.Context, state string) error {
 func (b *BMC) SoftPowerOff(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()

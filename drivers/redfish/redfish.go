@@ -132,7 +132,7 @@ type BMC struct {
 	auth      string // AuthSession or AuthBasic: what the client uses
 	systemURI string
 	sysMu     sync.Mutex // findSystem's, for the parallel reads of an operation
-	rt *cachingTransport
+	rt        *cachingTransport
 	// snap is what Validate read ahead for the firmware and BIOS
 	// readings that follow it (snapshot.go).
 	snap *snapshot

@@ -1,0 +1,148 @@
+package redfish
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/stmcginnis/gofish"
+	"github.com/stmcginnis/gofish/schemas"
+
+	"github.com/bmedge/bmedge/drivers"
+)
+
+// A manage is Validate, then the firmware and the BIOS readings (as
+// Ironic's verify caches them), three operations in a row. Against a
+// BMC that takes seconds per request, their sequential reads are what
+// the operator waits for; so Validate reads both ahead, in parallel with
+// its own reads, and the readings that follow within snapshotTTL take
+// what it read, once each. Any operation that changes the BMC drops them.
+
+const snapshotTTL = 30 * time.Second
+
+type snapshot struct {
+	at       time.Time
+	fw       []drivers.FirmwareComponent
+	fwWarn   []string
+	fwOK     bool
+	bios     []drivers.BIOSSetting
+	biosWarn []string
+	biosOK   bool
+}
+
+func (s *snapshot) fresh() bool { return s != nil && time.Since(s.at) < snapshotTTL }
+
+// lockWrite is lock for an operation that may change the BMC: what
+// Validate read ahead is dropped.
+func (b *BMC) lockWrite(ctx context.Context) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	b.snap = nil
+	return nil
+}
+
+// readAhead reads the firmware and the BIOS settings for the snapshot;
+// a reading that fails is left to be done again when asked for.
+func (b *BMC) readAhead(c *gofish.APIClient) *snapshot {
+	s := &snapshot{}
+	parallel(
+		func() {
+			fw, _, w, err := b.components(c)
+			s.fw, s.fwWarn, s.fwOK = fw, w, err == nil
+		},
+		func() {
+			bios, w, err := b.biosReading(c)
+			s.bios, s.biosWarn, s.biosOK = bios, w, err == nil
+		},
+	)
+	s.at = time.Now()
+	return s
+}
+
+// takeFirmware returns the snapshot's firmware reading, once.
+func (b *BMC) takeFirmware() ([]drivers.FirmwareComponent, []string, bool) {
+	if !b.snap.fresh() || !b.snap.fwOK {
+		return nil, nil, false
+	}
+	b.snap.fwOK = false
+	return b.snap.fw, b.snap.fwWarn, true
+}
+
+// takeBIOS returns the snapshot's BIOS reading, once.
+func (b *BMC) takeBIOS() ([]drivers.BIOSSetting, []string, bool) {
+	if !b.snap.fresh() || !b.snap.biosOK {
+		return nil, nil, false
+	}
+	b.snap.biosOK = false
+	return b.snap.bios, b.snap.biosWarn, true
+}
+
+// sessionLogin posts a session login to path (the spec's
+// /redfish/v1/SessionService/Sessions, before the service root says
+// otherwise) and returns the session's token and URI. A refusal is a
+// *schemas.Error, as gofish's, so that it is explained the same way.
+func (b *BMC) sessionLogin(ctx context.Context, path string) (token, uri string, err error) {
+	body, _ := json.Marshal(map[string]string{"UserName": b.cfg.username, "Password": b.cfg.password})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.cfg.endpoint+path, bytes.NewReader(body))
+	if err != nil {
+		return "", "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return "", "", err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		return "", "", schemas.ConstructError(resp.StatusCode, data)
+	}
+	token = resp.Header.Get("X-Auth-Token")
+	uri = resp.Header.Get("Location")
+	if u, perr := url.Parse(uri); perr == nil && u.Path != "" {
+		uri = u.RequestURI()
+	}
+	if uri == "" {
+		var doc link
+		_ = json.Unmarshal(data, &doc)
+		uri = doc.ID
+	}
+	if token == "" {
+		return "", "", fmt.Errorf("the BMC took the session login (POST %s, HTTP %d) but gave no X-Auth-Token", path, resp.StatusCode)
+	}
+	return token, uri, nil
+}
+
+// fetchRoot reads the service root, which the transport keeps.
+func (b *BMC) fetchRoot(ctx context.Context) (*serviceRootLinks, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.cfg.endpoint+rootPath+"/", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, schemas.ConstructError(resp.StatusCode, data)
+	}
+	var root serviceRootLinks
+	_ = json.Unmarshal(data, &root)
+	return &root, nil
+}
+
+type serviceRootLinks struct {
+	Links struct {
+		Sessions link `json:"Sessions"`
+	} `json:"Links"`
+}

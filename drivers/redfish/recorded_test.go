@@ -25,7 +25,6 @@ const recPassword = "pa55-Word!%"
 // recordedCase is one recorded tree and what its BMC lacks.
 type recordedCase struct {
 	fixture string
-	quirks  recorded.Quirks
 	// mediaKind is the virtual media kind to insert; refused, when set,
 	// is what the refusal must say.
 	mediaKind string
@@ -35,22 +34,20 @@ type recordedCase struct {
 	volumes   int
 }
 
+// recordedCases: each fixture with its vendor's quirks (recorded.Profiles).
 var recordedCases = []recordedCase{
 	// DMTF's mockup: media under the System, no InsertMedia action: a
 	// PATCH of Image that mounts only with Inserted.
-	{fixture: "dmtf-public-rackmount1", quirks: recorded.Quirks{PatchMedia: true, InsertedRequired: true}, mediaKind: redfish.MediaCD},
-	// iLO 5: InsertMedia; case-insensitive paths, but the recording has
-	// no Bios resource; volume changes are tasks.
-	{fixture: "hpe-ilo5-dl325", quirks: recorded.Quirks{VolumeTask: true, ActionMissingStatus: 405, CaseInsensitive: true}, mediaKind: redfish.MediaCD, biosError: "404"},
+	{fixture: "dmtf-public-rackmount1", mediaKind: redfish.MediaCD},
+	// iLO 5: InsertMedia; the recording has no Bios resource.
+	{fixture: "hpe-ilo5-dl325", mediaKind: redfish.MediaCD, biosError: "404"},
 	// AMI MegaRAC: a CD without MediaTypes, known by its Id.
-	{fixture: "gigabyte-ami-h262", quirks: recorded.Quirks{ActionMissingStatus: 400}, mediaKind: redfish.MediaCD},
+	{fixture: "gigabyte-ami-h262", mediaKind: redfish.MediaCD},
 	// Intel: no virtual media at all; no session service (Basic only).
-	{fixture: "intel-s2600bp", quirks: recorded.Quirks{NoSessionService: true}, mediaKind: redfish.MediaCD, refused: "offers no virtual CD"},
+	{fixture: "intel-s2600bp", mediaKind: redfish.MediaCD, refused: "offers no virtual CD"},
 	// sushy's samples: VolumeType volumes; only a floppy, whose
-	// InsertMedia refuses Inserted/WriteProtected (Supermicro X11's way);
-	// the system links Bios, the sample is at BIOS: served regardless
-	// of case.
-	{fixture: "sushy-samples", quirks: recorded.Quirks{InsertRefusesFlags: true, CaseInsensitive: true}, mediaKind: redfish.MediaUSB, volumes: 3},
+	// InsertMedia refuses Inserted/WriteProtected.
+	{fixture: "sushy-samples", mediaKind: redfish.MediaUSB, volumes: 3},
 }
 
 func startRecorded(t *testing.T, fixture string, q recorded.Quirks, delay time.Duration) *recorded.Server {
@@ -145,7 +142,7 @@ func TestRecordedBMCs(t *testing.T) {
 	py := requireSushy(t)
 	for _, tc := range recordedCases {
 		t.Run(tc.fixture, func(t *testing.T) {
-			s := startRecorded(t, tc.fixture, tc.quirks, 0)
+			s := startRecorded(t, tc.fixture, recorded.Profiles[tc.fixture], 0)
 			logs := &syncBuffer{}
 			d := recordedDriver(t, s, logs)
 			c := ctx(t)
@@ -530,5 +527,67 @@ func TestRAIDOnReset(t *testing.T) {
 	}
 	if !found || len(lds) != 4 {
 		t.Fatalf("raid_config %v: want the three volumes of the tree and the new one", out)
+	}
+}
+
+func exactly(log []string, line string) int {
+	n := 0
+	for _, l := range log {
+		if l == line {
+			n++
+		}
+	}
+	return n
+}
+
+// TestManageReadsAhead: the firmware and BIOS readings right after
+// Validate take what it read ahead (no request), once; an operation that
+// changes the BMC drops them, and the next reading asks the BMC.
+func TestManageReadsAhead(t *testing.T) {
+	s := startRecorded(t, "dmtf-public-rackmount1", recorded.Profiles["dmtf-public-rackmount1"], 0)
+	d := recordedDriver(t, s, &syncBuffer{})
+	c := ctx(t)
+	if err := d.Validate(c); err != nil {
+		t.Fatal(err)
+	}
+	reqs := s.Requests()
+	if n := exactly(reqs, "GET /redfish/v1/Systems/437XR1138R2"); n != 1 {
+		t.Errorf("validate read the system %d times: %q", n, reqs)
+	}
+	if n := exactly(reqs, "GET /redfish/v1"); n != 1 {
+		t.Errorf("validate read the service root %d times: %q", n, reqs)
+	}
+	s.ResetRequests()
+	fw, err := d.FirmwareComponents(c)
+	if err != nil || len(fw) == 0 {
+		t.Fatalf("firmware %v, %v", fw, err)
+	}
+	bios, err := d.BIOSSettings(c)
+	if err != nil || len(bios) == 0 {
+		t.Fatalf("bios %d, %v", len(bios), err)
+	}
+	if n := len(s.Requests()); n != 0 {
+		t.Fatalf("the readings after Validate sent %d requests (%q); they must take what Validate read", n, s.Requests())
+	}
+	// Once: the next reading asks the BMC.
+	if _, err := d.FirmwareComponents(c); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Requests()) == 0 {
+		t.Fatal("a second firmware reading sent no request")
+	}
+	// A change drops what was read ahead.
+	if err := d.Validate(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.ApplyBIOSSettings(c, []redfish.Setting{{Name: "ProcTurboMode", Value: "Disabled"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.ResetRequests()
+	if _, err := d.BIOSSettings(c); err != nil {
+		t.Fatal(err)
+	}
+	if exactly(s.Requests(), "GET /redfish/v1/Systems/437XR1138R2/Bios") == 0 {
+		t.Fatalf("the BIOS reading after a change did not read the BIOS: %q", s.Requests())
 	}
 }

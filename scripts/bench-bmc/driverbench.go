@@ -42,7 +42,7 @@ func driverBench(fixture string, delay time.Duration, verbose bool) error {
 		defer s.Close()
 		url, count, reset = s.URL, func() int64 { return c.n.Load() }, func() { c.n.Store(0) }
 	} else {
-		s, err := recorded.Start(recorded.Options{Fixture: fixture, Username: user, Password: pw, Delay: delay})
+		s, err := recorded.Start(recorded.Options{Fixture: fixture, Username: user, Password: pw, Delay: delay, Quirks: recorded.Profiles[fixture]})
 		if err != nil {
 			return err
 		}

@@ -69,6 +69,29 @@ type Quirks struct {
 	TaskPolls int
 }
 
+// Profiles are the quirks each fixture's BMC is served with: what its
+// tree shows, and what sushy's and Ironic's vendor code say of the
+// vendor (see each fixture's SOURCE.md and docs/drivers.md, "Vendors").
+var Profiles = map[string]Quirks{
+	// DMTF's mockup server: virtual media under the System without
+	// InsertMedia; a PATCH of Image mounts only with Inserted.
+	"dmtf-public-rackmount1": {PatchMedia: true, InsertedRequired: true},
+	// iLO 5: paths are case-insensitive; storage changes are tasks; a
+	// POST to an action it lacks answers 405 (modelled: vendors differ
+	// between 400, 404 and 405 there; the recordings do not show it).
+	"hpe-ilo5-dl325": {CaseInsensitive: true, VolumeTask: true, ActionMissingStatus: http.StatusMethodNotAllowed},
+	// AMI MegaRAC (GIGABYTE): an action it lacks answers 400 (modelled,
+	// as above).
+	"gigabyte-ami-h262": {ActionMissingStatus: http.StatusBadRequest},
+	// Intel's BMC of this recording: served without a session service
+	// (Basic only), to cover that shape.
+	"intel-s2600bp": {NoSessionService: true},
+	// sushy's samples: InsertMedia refuses Inserted and WriteProtected
+	// (Supermicro X11's way, as sushy's virtual media code notes); the
+	// system links .../Bios, the sample is at .../BIOS.
+	"sushy-samples": {InsertRefusesFlags: true, CaseInsensitive: true},
+}
+
 // Options describe one recorded BMC.
 type Options struct {
 	// Fixture is a folder under this package's testdata, or a path.

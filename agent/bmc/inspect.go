@@ -73,6 +73,12 @@ func (set *Set) inspectOOB(ctx context.Context, node string, b drivers.BMC, args
 	out.Interfaces = out.Interfaces[:min(len(out.Interfaces), maxOOBItems)]
 	putData(ctx, "inventory", out)
 	putData(ctx, "properties", props)
+	if len(inv.RAIDVolumes) > 0 {
+		// The volumes the system has now (existing before enrollment,
+		// say): the node's raid_config when its raid_interface is the
+		// BMC's (the coordinator decides).
+		putData(ctx, "raid_config", map[string]any{"logical_disks": inv.RAIDVolumes[:min(len(inv.RAIDVolumes), drivers.MaxRAIDVolumes)]})
+	}
 	if inv.Boot.CurrentBootMode != "" {
 		putData(ctx, "capabilities", map[string]any{"boot_mode": inv.Boot.CurrentBootMode})
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
@@ -62,8 +63,19 @@ func oobInspect(n *Node) Action {
 // carries besides the inventory and the properties (stepDone): the boot
 // mode into the capabilities, the MACs of the inventory's interfaces as
 // the ports to make, and the plugin data that says where the inventory
-// came from.
-func takeOOBInspection(n *Node, msg *protocol.Message, out *Output) {
+// came from; with the BMC's hardware RAID as the node's raid_interface,
+// the volumes it has as raid_config.
+func (m *Machine) takeOOBInspection(n *Node, msg *protocol.Message, now time.Time, out *Output) {
+	if d, err := m.cfg.Drivers.Get(n.Driver); err == nil && d.HardwareRAID() != "" && drivers.RAIDInterfaceOf(n.RaidInterface) == d.HardwareRAID() {
+		// The BMC's volumes as they are (made before enrollment, or by
+		// hand): the hardware RAID interface's raid_config, as after a
+		// RAID step.
+		if _, ok := msg.Data["raid_config"].(map[string]any); ok {
+			if err := raidDone(n, "create_configuration", msg.Data, now); err != nil {
+				out.History = append(out.History, HistoryEntry{Time: now, Severity: "ERROR", EventType: eventType(n.Op), Event: err.Error()})
+			}
+		}
+	}
 	if caps, ok := msg.Data["capabilities"].(map[string]any); ok && len(caps) > 0 {
 		props := maps.Clone(n.Properties)
 		if props == nil {
@@ -78,6 +90,9 @@ func takeOOBInspection(n *Node, msg *protocol.Message, out *Output) {
 		seen := map[string]bool{}
 		for _, x := range ifaces {
 			i, _ := x.(map[string]any)
+			if on, ok := i["enabled"].(bool); ok && !on {
+				continue // as Ironic: ports of the enabled interfaces only
+			}
 			s, _ := i["mac_address"].(string)
 			mac, err := net.ParseMAC(s)
 			if err != nil || len(mac) != 6 || seen[mac.String()] {

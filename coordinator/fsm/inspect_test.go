@@ -14,7 +14,9 @@ import (
 // with the node's root device hints), no power action and no ramdisk
 // boot; its result fills the properties, merges boot_mode into the
 // capabilities, hands the engine the inventory, its plugin data and the
-// MACs to make ports of, and the node ends manageable. A failure ends in
+// MACs of the enabled interfaces to make ports of, takes the BMC's
+// volumes as raid_config (raid_interface redfish), and the node ends
+// manageable. A failure ends in
 // inspect failed. An inspect_interface the driver lacks is refused, and
 // agent (the default) boots the ramdisk as before.
 func TestOOBInspection(t *testing.T) {
@@ -26,6 +28,7 @@ func TestOOBInspection(t *testing.T) {
 	}
 	m := testMachine(t)
 	n := node("redfish")
+	n.RaidInterface = "redfish" // the BMC's volumes become raid_config
 	out, r := m.Verb(n, VerbRequest{Verb: Inspect}, t0)
 	if r != nil || len(out.Send) != 1 {
 		t.Fatalf("inspect: %v, %d sent", r, len(out.Send))
@@ -39,7 +42,9 @@ func TestOOBInspection(t *testing.T) {
 		t.Fatalf("the step's args %v lack the root device hints", cmd.Step.Args)
 	}
 	res := &protocol.Message{Kind: protocol.KindResult, ID: "r1", CommandID: cmd.ID, OK: true, Sent: t0.Add(time.Second), Data: map[string]any{
-		"inventory":    map[string]any{"cpu": map[string]any{"count": 4.0}, "interfaces": []any{map[string]any{"mac_address": "52:54:00:AA:BB:01"}, map[string]any{"mac_address": "bogus"}, map[string]any{"mac_address": "52:54:00:aa:bb:01"}}},
+		"inventory":    map[string]any{"cpu": map[string]any{"count": 4.0}, "interfaces": []any{map[string]any{"mac_address": "52:54:00:AA:BB:01"}, map[string]any{"mac_address": "bogus"}, map[string]any{"mac_address": "52:54:00:aa:bb:01"},
+			map[string]any{"mac_address": "52:54:00:aa:bb:02", "enabled": false}}},
+		"raid_config":  map[string]any{"logical_disks": []any{map[string]any{"volume_id": "v1", "raid_level": "1", "size_gb": 446.0}}},
 		"properties":   map[string]any{"cpus": 4.0, "memory_mb": 487424.0, "local_gb": 1800.0, "cpu_arch": "x86_64"},
 		"capabilities": map[string]any{"boot_mode": "uefi"},
 		"plugin_data":  map[string]any{"inspect_interface": "redfish"},
@@ -53,6 +58,9 @@ func TestOOBInspection(t *testing.T) {
 	}
 	if out.Inventory == nil || out.PluginData["inspect_interface"] != "redfish" || len(out.Ports) != 1 || out.Ports[0] != "52:54:00:aa:bb:01" {
 		t.Fatalf("output: inventory %v, plugin data %v, ports %v", out.Inventory != nil, out.PluginData, out.Ports)
+	}
+	if lds, _ := n.RaidConfig["logical_disks"].([]any); len(lds) != 1 {
+		t.Fatalf("raid_config %v; want the BMC's volume", n.RaidConfig)
 	}
 	for _, o := range out.Send {
 		if o.Msg.Action == protocol.ActionPower {

@@ -296,7 +296,7 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 			n.Properties = props
 		}
 		if !a.Step.InBand {
-			takeOOBInspection(n, msg, out)
+			m.takeOOBInspection(n, msg, now, out)
 		}
 	}
 	if a.Kind == ActStep && a.Step.Interface == "raid" {

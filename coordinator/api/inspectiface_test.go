@@ -74,7 +74,13 @@ func TestInspectInterface(t *testing.T) {
 	if code := patch("rf2", "remove", nil); code != 200 || n["inspect_interface"] != "agent" {
 		t.Fatalf("PATCH remove inspect_interface: %d %v", code, n["inspect_interface"])
 	}
-	if code := patch("ip2", "add", "redfish"); code != 404 {
-		t.Logf("PATCH of an unknown node: %d", code)
+	var d map[string]any
+	cl.Do("GET", "/v1/drivers/redfish", nil, &d)
+	if got, _ := d["enabled_inspect_interfaces"].([]any); len(got) != 2 || got[0] != "agent" || got[1] != "redfish" || d["default_inspect_interface"] != "agent" {
+		t.Errorf("driver redfish: enabled_inspect_interfaces %v, default %v", d["enabled_inspect_interfaces"], d["default_inspect_interface"])
+	}
+	cl.Do("GET", "/v1/drivers/ipmi", nil, &d)
+	if got, _ := d["enabled_inspect_interfaces"].([]any); len(got) != 1 || got[0] != "agent" {
+		t.Errorf("driver ipmi: enabled_inspect_interfaces %v", d["enabled_inspect_interfaces"])
 	}
 }

@@ -626,6 +626,7 @@ func (s *Server) getDriver(w http.ResponseWriter, r *http.Request) {
 		v["enabled_"+k+"_interfaces"] = []string{i}
 	}
 	v["enabled_raid_interfaces"] = d.RAIDInterfaces()
+	v["enabled_inspect_interfaces"] = d.InspectInterfaces()
 	writeJSON(w, 200, v)
 }
 

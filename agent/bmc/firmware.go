@@ -148,7 +148,21 @@ func (set *Set) readFirmware(ctx context.Context, node string, b drivers.BMC) {
 	if !ok {
 		return
 	}
-	comps, err := fb.FirmwareComponents(ctx)
+	var comps []drivers.FirmwareComponent
+	var err error
+	if pr, ok := b.(interface {
+		FirmwareReading(context.Context) ([]drivers.FirmwareComponent, []string, error)
+	}); ok {
+		// A reading that lost a part (a manager or an inventory member
+		// the BMC did not serve) says so: to the node's history.
+		var warns []string
+		comps, warns, err = pr.FirmwareReading(ctx)
+		for _, w := range warns {
+			drivers.Warn(ctx, "firmware reading: "+w)
+		}
+	} else {
+		comps, err = fb.FirmwareComponents(ctx)
+	}
 	if err != nil {
 		set.log.Warn("reading the firmware versions failed; the node's firmware list is not updated", "node", node, "err", err)
 		drivers.Warn(ctx, "the firmware versions could not be read; the node's firmware list is not updated: "+err.Error())
@@ -164,7 +178,19 @@ func (set *Set) readBIOS(ctx context.Context, node string, b drivers.BMC) {
 	if !ok {
 		return
 	}
-	settings, err := br.BIOSSettings(ctx)
+	var settings []drivers.BIOSSetting
+	var err error
+	if pr, ok := b.(interface {
+		BIOSReading(context.Context) ([]drivers.BIOSSetting, []string, error)
+	}); ok {
+		var warns []string
+		settings, warns, err = pr.BIOSReading(ctx)
+		for _, w := range warns {
+			drivers.Warn(ctx, "BIOS reading: "+w)
+		}
+	} else {
+		settings, err = br.BIOSSettings(ctx)
+	}
 	if err != nil {
 		set.log.Warn("reading the BIOS settings failed; the node's BIOS settings are not updated", "node", node, "err", err)
 		drivers.Warn(ctx, "the BIOS settings could not be read; the node's BIOS settings are not updated: "+err.Error())

@@ -263,3 +263,64 @@ func TestNeverWedgedWithoutVirtualMedia(t *testing.T) {
 		}
 	}
 }
+
+// TestManagerMissingThroughTheAPI (issue 28, acceptance 3 through the
+// API): DMTF's tree with its Manager answering 404: manage succeeds, the
+// node's firmware lists the BIOS version from the system, and what could
+// not be read (the Manager's URL and the BMC's answer) is a WARNING in the
+// node's history and a count in /metrics, not only a line in the site's
+// log.
+func TestManagerMissingThroughTheAPI(t *testing.T) {
+	s, err := recorded.Start(recorded.Options{Fixture: "dmtf-public-rackmount1", Username: "admin", Password: "pa55word",
+		Quirks: recorded.Quirks{PatchMedia: true, InsertedRequired: true, Missing: []string{"/redfish/v1/Managers/BMC"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	c := testrig.Coordinator(t, testrig.Options{})
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	testrig.StartAgentConfig(t, creds, agent.Config{})
+	var n testrig.Node
+	body := map[string]any{"name": "dmtf", "driver": "redfish", "conductor_group": "rack1",
+		"driver_info": map[string]any{"redfish_address": s.URL, "redfish_username": "admin", "redfish_password": "pa55word"}}
+	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	before := coordMetric(t, cl, "bmedge_bmc_warnings_total")
+	cl.MustVerb(n.UUID, "manage", nil)
+	if got := cl.WaitRest(n.UUID, 60*time.Second); got.State != "manageable" || got.LastError != "" {
+		t.Fatalf("manage: %q, %q", got.State, got.LastError)
+	}
+	var fw struct {
+		Firmware []struct {
+			Component string `json:"component"`
+			Version   string `json:"current_version"`
+		} `json:"firmware"`
+	}
+	if code := cl.Do("GET", "/v1/nodes/"+n.UUID+"/firmware", nil, &fw); code != 200 {
+		t.Fatalf("firmware: %d", code)
+	}
+	bios := ""
+	for _, f := range fw.Firmware {
+		if f.Component == "bios" {
+			bios = f.Version
+		}
+	}
+	if bios != "P79 v1.45 (12/06/2017)" {
+		t.Fatalf("firmware %+v; want the BIOS version from the system, P79 v1.45 (12/06/2017)", fw.Firmware)
+	}
+	found := false
+	for _, e := range historyOf(t, cl, n.UUID) {
+		found = found || e.Severity == "WARNING" && strings.Contains(e.Event, "/redfish/v1/Managers/BMC") && strings.Contains(e.Event, "404")
+	}
+	if !found {
+		t.Fatalf("no WARNING in the history names the Manager that answered 404: %+v", historyOf(t, cl, n.UUID))
+	}
+	if after := coordMetric(t, cl, "bmedge_bmc_warnings_total"); after <= before {
+		t.Fatalf("bmedge_bmc_warnings_total %v → %v", before, after)
+	}
+}

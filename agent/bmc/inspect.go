@@ -20,7 +20,7 @@ import (
 // cpu_arch, the root disk chosen as the ramdisk chooses it (the node's
 // root_device hints, else the smallest disk of at least 4 GiB); besides,
 // the capabilities' boot_mode and plugin data that names the inspection
-// and what it could not read. Each warning of a partial reading also
+// and what it could not read, and the firmware and BIOS readings. Each warning of a partial reading also
 // goes to the node's history (drivers.Warn). No power action, no media.
 
 // minRootBytes is the ramdisk's: the smallest disk taken as root when
@@ -96,6 +96,9 @@ func (set *Set) inspectOOB(ctx context.Context, node string, b drivers.BMC, args
 		pd["warnings"] = inv.Warnings
 	}
 	putData(ctx, "plugin_data", pd)
+	// As the agent inspection's boot does (and Ironic at inspection):
+	// the firmware versions and BIOS settings are read again.
+	set.readHardware(ctx, node, b)
 	set.log.Info("out-of-band inspection done", "node", node, "cpus", inv.CPU.Count, "memory_mb", inv.Memory.PhysicalMB,
 		"disks", len(inv.Disks), "interfaces", len(inv.Interfaces), "warnings", len(inv.Warnings))
 	return nil

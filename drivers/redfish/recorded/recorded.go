@@ -396,6 +396,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			redfishError(w, http.StatusNotFound, "Base.1.8.ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s was not found.", p))
 			return
 		}
+		if r.URL.Query().Has("$expand") {
+			s.expanded(w, r, doc)
+			return
+		}
 		writeJSON(w, 200, doc)
 	case http.MethodDelete:
 		s.delete(w, r, p, doc)
@@ -410,6 +414,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		redfishError(w, http.StatusMethodNotAllowed, "Base.1.8.OperationNotAllowed", "The HTTP method is not allowed on this resource.")
 	}
+}
+
+// expanded answers a GET with $expand=.($levels=1) (or *), when the
+// tree's service root says it takes it: a collection with its members.
+func (s *Server) expanded(w http.ResponseWriter, r *http.Request, doc map[string]any) {
+	pfs, _ := s.docs[root]["ProtocolFeaturesSupported"].(map[string]any)
+	eq, _ := pfs["ExpandQuery"].(map[string]any)
+	q := r.URL.Query().Get("$expand")
+	if eq["Levels"] != true || (q != ".($levels=1)" && q != "*($levels=1)") {
+		redfishError(w, http.StatusBadRequest, "Base.1.8.QueryNotSupported", fmt.Sprintf("Querying with $expand=%s is not supported by the implementation.", q))
+		return
+	}
+	out := map[string]any{}
+	for k, v := range doc {
+		out[k] = v
+	}
+	if ms, ok := doc["Members"].([]any); ok {
+		var full []any
+		for _, m := range ms {
+			mm, _ := m.(map[string]any)
+			if d := s.docs[clean(fmt.Sprint(mm["@odata.id"]))]; d != nil {
+				full = append(full, d)
+			} else {
+				full = append(full, m)
+			}
+		}
+		out["Members"] = full
+	}
+	writeJSON(w, 200, out)
 }
 
 func (s *Server) login(w http.ResponseWriter, body map[string]any) {

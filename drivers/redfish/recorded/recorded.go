@@ -65,6 +65,8 @@ type Quirks struct {
 	// CaseInsensitive paths, as iLO serves them (its trees link
 	// /redfish/v1/systems/1/bios beside /redfish/v1/Systems/1).
 	CaseInsensitive bool
+	// ExpandRefused answers 400 to $expand, whatever the root says.
+	ExpandRefused bool
 	// TaskPolls is how many reads a task stays Running (default 2).
 	TaskPolls int
 }
@@ -422,7 +424,7 @@ func (s *Server) expanded(w http.ResponseWriter, r *http.Request, doc map[string
 	pfs, _ := s.docs[root]["ProtocolFeaturesSupported"].(map[string]any)
 	eq, _ := pfs["ExpandQuery"].(map[string]any)
 	q := r.URL.Query().Get("$expand")
-	if eq["Levels"] != true || (q != ".($levels=1)" && q != "*($levels=1)") {
+	if eq["Levels"] != true || s.opts.Quirks.ExpandRefused || (q != ".($levels=1)" && q != "*($levels=1)") {
 		redfishError(w, http.StatusBadRequest, "Base.1.8.QueryNotSupported", fmt.Sprintf("Querying with $expand=%s is not supported by the implementation.", q))
 		return
 	}

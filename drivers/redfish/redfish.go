@@ -714,7 +714,11 @@ func (b *BMC) getSystem(c *gofish.APIClient) (*schemas.ComputerSystem, error) {
 	if err != nil {
 		return nil, err
 	}
-	return schemas.GetComputerSystem(c, uri)
+	sys, err := schemas.GetComputerSystem(c, uri)
+	if err != nil {
+		return nil, &reqError{"GET", uri, err}
+	}
+	return sys, nil
 }
 
 func (b *BMC) readSystem(ctx context.Context, what string) (*schemas.ComputerSystem, error) {
@@ -810,8 +814,10 @@ func (b *BMC) reset(ctx context.Context, rt schemas.ResetType) error {
 		if err != nil {
 			return err
 		}
-		_, err = sys.Reset(rt)
-		return err
+		if _, err = sys.Reset(rt); err != nil {
+			return &reqError{"POST", sys.ODataID + " (ComputerSystem.Reset)", err}
+		}
+		return nil
 	})
 }
 

@@ -535,6 +535,22 @@ func TestRAIDOnReset(t *testing.T) {
 	if !found || len(lds) != 4 {
 		t.Fatalf("raid_config %v: want the three volumes of the tree and the new one", out)
 	}
+
+	// Delete OnReset: asked so, the system reset, the volumes gone.
+	s.ResetRequests()
+	out, err = d.RunRAIDStep(ctx(t), "raid.delete_configuration", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs = strings.Join(s.Requests(), "\n")
+	del := strings.Index(reqs, "DELETE /redfish/v1/Systems/437XR1138R2/Storage/1/Volumes/")
+	reset = strings.Index(reqs, "POST /redfish/v1/Systems/437XR1138R2/Actions/ComputerSystem.Reset")
+	if del < 0 || reset < del {
+		t.Fatalf("want the volumes deleted, then a reset; requests:\n%s", reqs)
+	}
+	if lds, _ := out["logical_disks"].([]any); len(lds) != 0 {
+		t.Fatalf("raid_config after delete OnReset: %v", out)
+	}
 }
 
 func exactly(log []string, line string) int {

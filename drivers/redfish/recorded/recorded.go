@@ -348,7 +348,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p := clean(r.URL.Path)
 	var body map[string]any
-	if r.Body != nil && (r.Method == http.MethodPost || r.Method == http.MethodPatch) {
+	if r.Body != nil && (r.Method == http.MethodPost || r.Method == http.MethodPatch || r.Method == http.MethodDelete) {
 		data, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if len(data) > 0 && json.Unmarshal(data, &body) != nil {
 			s.mu.Lock()
@@ -404,7 +404,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, 200, doc)
 	case http.MethodDelete:
-		s.delete(w, r, p, doc)
+		s.delete(w, p, doc, body)
 	case http.MethodPatch:
 		if doc == nil {
 			redfishError(w, http.StatusNotFound, "Base.1.8.ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s was not found.", p))
@@ -508,7 +508,7 @@ func (s *Server) removeMember(col, member string) {
 	c["Members@odata.count"] = len(out)
 }
 
-func (s *Server) delete(w http.ResponseWriter, r *http.Request, p string, doc map[string]any) {
+func (s *Server) delete(w http.ResponseWriter, p string, doc, body map[string]any) {
 	if strings.HasPrefix(p, root+"/SessionService/Sessions/") && doc != nil {
 		for tok, sp := range s.sessions {
 			if sp == p {
@@ -524,6 +524,11 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, p string, doc ma
 		gone := func() {
 			delete(s.docs, p)
 			s.removeMember(path.Dir(p), p)
+		}
+		if body["@Redfish.OperationApplyTime"] == "OnReset" {
+			s.atReset = append(s.atReset, gone)
+			w.WriteHeader(http.StatusNoContent)
+			return
 		}
 		if s.opts.Quirks.VolumeTask {
 			s.startTask(w, gone)

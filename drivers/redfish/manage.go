@@ -367,7 +367,7 @@ func (b *BMC) ejectDoc(c *gofish.APIClient, vm *mediaDoc) error {
 	}
 	err := patchJSON(c, vm.ODataID, map[string]any{"Image": nil, "Inserted": false})
 	if err != nil {
-		return fmt.Errorf("its %s %s offers no EjectMedia action and refused a PATCH of Image and Inserted: %s", "device", vm.ODataID, b.explain(err))
+		return &mediaRefused{fmt.Sprintf("its device %s offers no EjectMedia action and refused a PATCH of Image and Inserted: %s", vm.ODataID, b.explain(err))}
 	}
 	return nil
 }

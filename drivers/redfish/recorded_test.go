@@ -641,3 +641,51 @@ func TestExpandRefused(t *testing.T) {
 		t.Fatalf("with $expand %s\nwithout %s", a, b)
 	}
 }
+
+// TestMediaBootFailureLeavesNodeUsable: on a BMC without usable virtual
+// media, booting from media fails saying what the BMC lacks, and then
+// everything an operator does next works: eject (nothing to eject),
+// power off, boot device disk, a new manage.
+func TestMediaBootFailureLeavesNodeUsable(t *testing.T) {
+	s := startRecorded(t, "intel-s2600bp", recorded.Profiles["intel-s2600bp"], 0)
+	d := recordedDriver(t, s, &syncBuffer{})
+	c := ctx(t)
+	err := d.BootFromMedia(c, "http://127.0.0.1:9/ramdisk.iso", "http://127.0.0.1:9/params.img")
+	mustContain(t, err, "offers no virtual CD", "/redfish/v1/Systems/QSBP74100021", s.URL)
+	if err := d.EjectBootMedia(c); err != nil {
+		t.Fatalf("eject after a failed media boot: %v", err)
+	}
+	if err := d.SetPower(c, protocol.PowerOff); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.PowerState(c); err != nil || st != protocol.PowerOff || s.Doc(systemPath(t, s))["PowerState"] != "Off" {
+		t.Fatalf("power %q, %v; the BMC says %v", st, err, s.Doc(systemPath(t, s))["PowerState"])
+	}
+	if err := d.SetBootDevice(c, protocol.BootDisk); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Validate(c); err != nil {
+		t.Fatal(err)
+	}
+
+	// A CD without its actions on a BMC that takes no PATCH either (the
+	// DMTF tree's CD holds an image already): refused, naming the
+	// device and the BMC's answer, and not retried.
+	q := recorded.Profiles["dmtf-public-rackmount1"]
+	q.PatchMedia = false
+	s2 := startRecorded(t, "dmtf-public-rackmount1", q, 0)
+	d2 := recordedDriver(t, s2, &syncBuffer{})
+	err = d2.InsertVirtualMedia(c, "http://127.0.0.1:9/ramdisk.iso")
+	mustContain(t, err, "refused a PATCH of Image and Inserted", "/redfish/v1/Systems/437XR1138R2/VirtualMedia/CD1", "HTTP 405")
+	if n := count(s2.Requests(), "PATCH /redfish/v1/Systems/437XR1138R2/VirtualMedia/CD1"); n != 1 {
+		t.Errorf("%d PATCHes of the CD: a refusal must not be retried", n)
+	}
+	mustContain(t, d2.EjectBootMedia(c), "offers no EjectMedia action and refused a PATCH", "HTTP 405")
+	// The rest still works.
+	if err := d2.SetPower(c, protocol.PowerOff); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.SetBootDevice(c, protocol.BootDisk); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -169,3 +169,60 @@ type serviceRootLinks struct {
 		Sessions link `json:"Sessions"`
 	} `json:"Links"`
 }
+
+// basicProbe is a GET made with Basic authentication beside a session
+// login.
+type basicProbe struct {
+	uri    string
+	status int
+	body   []byte
+	err    error // a *schemas.Error for an answer other than 200
+}
+
+func (p *basicProbe) refused() bool {
+	st := statusOf(p.err)
+	return st == http.StatusUnauthorized || st == http.StatusForbidden
+}
+
+// seed gives the probe's answer to the operation's read cache, if both
+// are there: the read it stands for is then not made again.
+func (p *basicProbe) seed(ctx context.Context) {
+	if p == nil || p.status != http.StatusOK {
+		return
+	}
+	rc, _ := ctx.Value(readCacheKey{}).(*readCache)
+	if rc == nil {
+		return
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.docs[p.uri] == nil {
+		e := &cacheEntry{done: make(chan struct{}), body: p.body}
+		close(e.done)
+		rc.docs[p.uri] = e
+	}
+}
+
+// probeBasic GETs path with Basic authentication.
+func (b *BMC) probeBasic(ctx context.Context, path string) *basicProbe {
+	p := &basicProbe{uri: path}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.cfg.endpoint+path, nil)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	req.SetBasicAuth(b.cfg.username, b.cfg.password)
+	req.Header.Set("Accept", "application/json")
+	resp, err := b.http.Do(req)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	defer resp.Body.Close()
+	p.status = resp.StatusCode
+	p.body, _ = io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode != http.StatusOK {
+		p.err = &reqError{"GET", path, schemas.ConstructError(resp.StatusCode, p.body)}
+	}
+	return p
+}

@@ -137,8 +137,8 @@ func (b *BMC) BIOSReading(ctx context.Context) ([]drivers.BIOSSetting, []string,
 		return nil, nil, err
 	}
 	defer b.unlock()
-	if bios, w, ok := b.takeBIOS(); ok {
-		return bios, w, nil
+	if bios, w, err, ok := b.takeBIOS(); ok {
+		return bios, w, err
 	}
 	var out []drivers.BIOSSetting
 	var warnings []string

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 )
@@ -24,12 +25,33 @@ type cachingTransport struct {
 
 	mu   sync.Mutex
 	root []byte // the service root's body, nil when not read this login
+	// expand: the root says the service takes $expand=.($levels=1)
+	// (ProtocolFeaturesSupported.ExpandQuery Levels, with NoLinks or
+	// ExpandAll): a collection and its members in one request.
+	expand bool
+}
+
+// expandQuery is the query that reads a collection with its members.
+const expandQuery = "$expand=.($levels=1)"
+
+// canExpand tells whether this login's service takes expandQuery.
+func (t *cachingTransport) canExpand() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.expand
+}
+
+// noExpand: the service refused expandQuery; read members one by one.
+func (t *cachingTransport) noExpand() {
+	t.mu.Lock()
+	t.expand = false
+	t.mu.Unlock()
 }
 
 // forget drops the service root (a new login reads it again).
 func (t *cachingTransport) forget() {
 	t.mu.Lock()
-	t.root = nil
+	t.root, t.expand = nil, false
 	t.mu.Unlock()
 }
 
@@ -59,9 +81,10 @@ func (t *cachingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		if err != nil || resp.StatusCode != http.StatusOK {
 			return resp, err
 		}
+		expand := expandSupported(body)
 		body = cleanRoot(body)
 		t.mu.Lock()
-		t.root = body
+		t.root, t.expand = body, expand
 		t.mu.Unlock()
 		return cachedResponse(req, body), nil
 	}
@@ -80,6 +103,9 @@ func (t *cachingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		if err == nil && resp.StatusCode == http.StatusOK {
 			e.body = body
 			close(e.done)
+			if strings.Contains(req.URL.RawQuery, "expand") || strings.Contains(req.URL.RawQuery, "%24expand") {
+				rc.seed(body)
+			}
 			return cachedResponse(req, body), nil
 		}
 		// Not kept: an error is the caller's to see, and a later
@@ -143,6 +169,59 @@ func cleanRoot(body []byte) []byte {
 type readCache struct {
 	mu   sync.Mutex
 	docs map[string]*cacheEntry
+}
+
+// seed keeps the members of an expanded collection, so that their
+// reads that follow are answered from it.
+func (rc *readCache) seed(body []byte) {
+	var col struct {
+		Members []map[string]json.RawMessage `json:"Members"`
+	}
+	if json.Unmarshal(body, &col) != nil {
+		return
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, m := range col.Members {
+		var id string
+		if len(m) < 2 || json.Unmarshal(m["@odata.id"], &id) != nil || id == "" {
+			continue // a link, not the member
+		}
+		if u, err := url.Parse(id); err == nil {
+			id = u.RequestURI()
+		}
+		if rc.docs[id] != nil {
+			continue
+		}
+		doc, err := json.Marshal(m)
+		if err != nil {
+			continue
+		}
+		e := &cacheEntry{done: make(chan struct{}), body: doc}
+		close(e.done)
+		rc.docs[id] = e
+	}
+}
+
+// expandSupported reads the root's ProtocolFeaturesSupported.ExpandQuery.
+func expandSupported(root []byte) bool {
+	var doc struct {
+		PFS struct {
+			ExpandQuery json.RawMessage `json:"ExpandQuery"`
+		} `json:"ProtocolFeaturesSupported"`
+	}
+	if json.Unmarshal(root, &doc) != nil {
+		return false
+	}
+	var eq struct {
+		ExpandAll bool `json:"ExpandAll"`
+		Levels    bool `json:"Levels"`
+		NoLinks   bool `json:"NoLinks"`
+	}
+	if json.Unmarshal(doc.PFS.ExpandQuery, &eq) != nil {
+		return false // absent, or not the schema's object (a bool)
+	}
+	return eq.Levels && (eq.NoLinks || eq.ExpandAll)
 }
 
 type cacheEntry struct {

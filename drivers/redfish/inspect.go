@@ -172,7 +172,23 @@ func parallel(fns ...func()) {
 // read, which gets the member's URI and its index.
 func (in *inspection) members(what, uri string, read func(i int, uri string)) int {
 	var col collectionDoc
-	if !in.get(what, uri, &col) {
+	// With $expand the members come in the same answer; the read cache
+	// of a read-only operation then answers their reads (cache.go).
+	expanded := false
+	if in.b.rt.canExpand() {
+		sep := "?"
+		if strings.Contains(uri, "?") {
+			sep = "&"
+		}
+		err := getJSON(in.c, uri+sep+expandQuery, &col)
+		switch st := statusOf(err); {
+		case err == nil:
+			expanded = true
+		case st == http.StatusBadRequest || st == http.StatusNotImplemented || st == http.StatusMethodNotAllowed:
+			in.b.rt.noExpand()
+		}
+	}
+	if !expanded && !in.get(what, uri, &col) {
 		return 0
 	}
 	if len(col.Members) > 256 {

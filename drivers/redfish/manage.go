@@ -113,7 +113,7 @@ func (b *BMC) SetBoot(ctx context.Context, device string, persistent bool) error
 			return fmt.Errorf("the BMC does not offer boot target %s (it offers %v)", target, allowed)
 		}
 		if err := sys.SetBoot(&schemas.Boot{BootSourceOverrideTarget: target, BootSourceOverrideEnabled: enabled}); err != nil {
-			return err
+			return &reqError{"PATCH", sys.ODataID, err}
 		}
 		if sys, err = b.getSystem(c); err != nil {
 			return err
@@ -159,7 +159,7 @@ func (b *BMC) SetBootMode(ctx context.Context, mode string) error {
 			return err
 		}
 		if err := sys.SetBoot(&schemas.Boot{BootSourceOverrideMode: m}); err != nil {
-			return err
+			return &reqError{"PATCH", sys.ODataID, err}
 		}
 		if sys, err = b.getSystem(c); err != nil {
 			return err
@@ -367,7 +367,7 @@ func (b *BMC) ejectDoc(c *gofish.APIClient, vm *mediaDoc) error {
 	}
 	err := patchJSON(c, vm.ODataID, map[string]any{"Image": nil, "Inserted": false})
 	if err != nil {
-		return fmt.Errorf("its %s %s offers no EjectMedia action and refused a PATCH of Image and Inserted: %s", "device", vm.ODataID, b.explain(err))
+		return &mediaRefused{fmt.Sprintf("its device %s offers no EjectMedia action and refused a PATCH of Image and Inserted: %s", vm.ODataID, b.explain(err))}
 	}
 	return nil
 }
@@ -802,8 +802,10 @@ func (b *BMC) resetBMC(ctx context.Context) error {
 			}
 		}
 		b.log.Info("redfish resetting the BMC", "manager", m.ODataID, "type", rt)
-		_, err = m.Reset(rt)
-		return err
+		if _, err = m.Reset(rt); err != nil {
+			return &reqError{"POST", m.ODataID + " (Manager.Reset)", err}
+		}
+		return nil
 	})
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package redfish
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -281,16 +282,27 @@ func (b *BMC) deleteVolumes(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	var pending []string // volumes deleted OnReset
 	for _, s := range st {
 		for _, v := range s.volumes {
 			var task string
+			onReset := s.onReset()
 			err := b.do(ctx, "delete RAID volume "+v.ID, func(c *gofish.APIClient) error {
-				resp, err := c.Delete(v.ODataID)
+				var resp *http.Response
+				var err error
+				if onReset {
+					// The controller applies it at the next reset, as
+					// Ironic asks such a controller.
+					body := bytes.NewReader([]byte(`{"@Redfish.OperationApplyTime": "OnReset"}`))
+					resp, err = c.RunRawRequestWithHeaders(http.MethodDelete, v.ODataID, body, "application/json", nil)
+				} else {
+					resp, err = c.Delete(v.ODataID)
+				}
 				if statusOf(err) == http.StatusNotFound {
 					return nil // gone already (a retried delete)
 				}
 				if err != nil {
-					return err
+					return &reqError{"DELETE", v.ODataID, err}
 				}
 				defer resp.Body.Close()
 				if resp.StatusCode == http.StatusAccepted {
@@ -306,10 +318,52 @@ func (b *BMC) deleteVolumes(ctx context.Context) error {
 					return err
 				}
 			}
+			if onReset {
+				pending = append(pending, v.ODataID)
+				continue
+			}
 			b.log.Info("redfish RAID volume deleted", "volume", v.ODataID)
 		}
 	}
-	return nil
+	if len(pending) == 0 {
+		return nil
+	}
+	b.log.Info("redfish RAID controller deletes volumes at the next reset; resetting the system", "volumes", pending)
+	if err := b.restartSystem(ctx); err != nil {
+		return fmt.Errorf("the controller deletes volumes %v at the next reset (OnReset), and the reset failed: %w", pending, err)
+	}
+	start := time.Now()
+	for {
+		var left []string
+		err := b.do(ctx, "read the RAID volumes", func(c *gofish.APIClient) error {
+			st, _, err := b.storages(c)
+			if err != nil {
+				return err
+			}
+			left = nil
+			for _, s := range st {
+				for _, v := range s.volumes {
+					if containsString(pending, v.ODataID) {
+						left = append(left, v.ODataID)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Since(start) > b.opts.PowerTimeout || ctx.Err() != nil {
+			return fmt.Errorf("the BMC accepted the deletes and the system was reset, but volumes %v are still there", left)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(b.opts.PollInterval):
+		}
+	}
 }
 
 // CreateRAID implements drivers.RAIDBMC.

@@ -136,6 +136,9 @@ type BMC struct {
 	// snap is what Validate read ahead for the firmware and BIOS
 	// readings that follow it (snapshot.go).
 	snap *snapshot
+	// basicRefused: the BMC refused Basic while it took a session; no
+	// Basic read goes beside a login again.
+	basicRefused bool
 	// noSessions: under redfish_auth_type auto, the BMC refused a
 	// session or has none; later logins go straight to Basic.
 	noSessions bool
@@ -282,11 +285,23 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 		mode = AuthBasic // this BMC refused a session before
 	}
 	var sessionErr error
+	var probe *basicProbe
 	if mode == AuthSession || mode == AuthAuto {
-		c, err := b.sessionConnect(ctx, base)
+		var c *gofish.APIClient
+		var err error
+		// The Basic read beside the login only for a read-only operation
+		// (its answer is used) and never again on a BMC that refused it
+		// while it took the session: a refused Basic read is a failed
+		// login in the BMC's log.
+		_, reads := ctx.Value(readCacheKey{}).(*readCache)
+		c, probe, err = b.sessionConnect(ctx, base, mode == AuthAuto && reads && !b.basicRefused)
 		if err == nil {
+			if probe != nil && probe.refused() {
+				b.basicRefused = true
+			}
 			b.client, b.auth = c, AuthSession
 			b.log.Debug("redfish session opened")
+			probe.seed(ctx)
 			return c, nil
 		}
 		refused := statusOf(err) == http.StatusUnauthorized || statusOf(err) == http.StatusForbidden
@@ -303,23 +318,31 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 		}
 		b.log.Warn("redfish session refused; using Basic authentication (redfish_auth_type=auto)", "reason", b.explain(err))
 	}
+	if sessionErr != nil && probe != nil && probe.refused() {
+		// The Basic read asked beside the login was refused too: a
+		// wrong password, known in one round trip.
+		return nil, &loginError{err: probe.err, note: "a session login (" + b.explain(sessionErr) + ") and Basic authentication were both refused"}
+	}
 	base.BasicAuth = true
 	c, err := gofish.ConnectContext(ctx, base)
 	if err != nil {
 		return nil, &loginError{err: err}
 	}
-	if sessionErr != nil {
+	if sessionErr != nil && (probe == nil || probe.err != nil) {
 		// gofish checks no Basic credentials at connect: one read does,
 		// so that a wrong password fails here, in one round of login.
-		var probe collectionDoc
-		if err := getJSON(c, "/redfish/v1/Systems", &probe); err != nil {
+		var col collectionDoc
+		if err := getJSON(c, "/redfish/v1/Systems", &col); err != nil {
 			if st := statusOf(err); st == http.StatusUnauthorized || st == http.StatusForbidden {
 				return nil, &loginError{err: err, note: "a session login (" + b.explain(sessionErr) + ") and Basic authentication were both refused"}
 			}
 		}
+	}
+	if sessionErr != nil {
 		b.noSessions = true
 		b.log.Warn("redfish BMC refuses sessions to this user but takes Basic authentication; using Basic", "user", b.cfg.username)
 	}
+	probe.seed(ctx)
 	b.client, b.auth = c, AuthBasic
 	return c, nil
 }
@@ -327,20 +350,29 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 // sessionConnect logs in with a session: the login and the service root
 // are asked at once (one round trip less than gofish's root, then login);
 // gofish then takes the session, the root read from the transport's copy.
-func (b *BMC) sessionConnect(ctx context.Context, base gofish.ClientConfig) (*gofish.APIClient, error) {
+func (b *BMC) sessionConnect(ctx context.Context, base gofish.ClientConfig, withBasic bool) (*gofish.APIClient, *basicProbe, error) {
 	const spec = "/redfish/v1/SessionService/Sessions"
 	var root *serviceRootLinks
 	var rootErr, err error
 	var token, uri string
-	parallel(
+	var probe *basicProbe
+	fns := []func(){
 		func() { root, rootErr = b.fetchRoot(ctx) },
 		func() { token, uri, err = b.sessionLogin(ctx, spec) },
-	)
+	}
+	if withBasic {
+		// Under auto, the Systems collection with Basic beside them: if
+		// the BMC refuses the session, Basic's answer is known already
+		// (a wrong password fails in this one round trip); if not, it is
+		// the collection the operation reads next.
+		fns = append(fns, func() { probe = b.probeBasic(ctx, "/redfish/v1/Systems") })
+	}
+	parallel(fns...)
 	if rootErr != nil {
 		if err == nil {
 			b.deleteSession(ctx, uri, token)
 		}
-		return nil, rootErr
+		return nil, probe, rootErr
 	}
 	if st := statusOf(err); (st == http.StatusNotFound || st == http.StatusMethodNotAllowed) &&
 		root.Links.Sessions.ID != "" && strings.TrimSuffix(root.Links.Sessions.ID, "/") != spec {
@@ -348,16 +380,16 @@ func (b *BMC) sessionConnect(ctx context.Context, base gofish.ClientConfig) (*go
 		token, uri, err = b.sessionLogin(ctx, root.Links.Sessions.ID)
 	}
 	if err != nil {
-		return nil, err
+		return nil, probe, err
 	}
 	base.Session = &gofish.Session{ID: uri, Token: token}
 	c, err := gofish.ConnectContext(ctx, base)
 	if err != nil {
 		// The session is ours: do not leave it open.
 		b.deleteSession(ctx, uri, token)
-		return nil, err
+		return nil, probe, err
 	}
-	return c, nil
+	return c, probe, nil
 }
 
 // deleteSession closes a session the driver could not use (best effort).
@@ -714,7 +746,11 @@ func (b *BMC) getSystem(c *gofish.APIClient) (*schemas.ComputerSystem, error) {
 	if err != nil {
 		return nil, err
 	}
-	return schemas.GetComputerSystem(c, uri)
+	sys, err := schemas.GetComputerSystem(c, uri)
+	if err != nil {
+		return nil, &reqError{"GET", uri, err}
+	}
+	return sys, nil
 }
 
 func (b *BMC) readSystem(ctx context.Context, what string) (*schemas.ComputerSystem, error) {
@@ -810,8 +846,10 @@ func (b *BMC) reset(ctx context.Context, rt schemas.ResetType) error {
 		if err != nil {
 			return err
 		}
-		_, err = sys.Reset(rt)
-		return err
+		if _, err = sys.Reset(rt); err != nil {
+			return &reqError{"POST", sys.ODataID + " (ComputerSystem.Reset)", err}
+		}
+		return nil
 	})
 }
 

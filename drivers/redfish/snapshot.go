@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,6 +34,17 @@ type snapshot struct {
 	bios     []drivers.BIOSSetting
 	biosWarn []string
 	biosOK   bool
+	// biosErr is a BIOS reading's definite failure (the BMC has no Bios,
+	// a 404): the reading that follows gives it without asking again.
+	biosErr error
+}
+
+// definite: an answer that asking again at once will not change (not a
+// 5xx, a connection error, nor a refused login or session).
+func definite(err error) bool {
+	st := statusOf(err)
+	return !retryable(err) && st != http.StatusUnauthorized && st != http.StatusForbidden &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 func (s *snapshot) fresh() bool { return s != nil && time.Since(s.at) < snapshotTTL }
@@ -59,6 +71,9 @@ func (b *BMC) readAhead(c *gofish.APIClient) *snapshot {
 		func() {
 			bios, w, err := b.biosReading(c)
 			s.bios, s.biosWarn, s.biosOK = bios, w, err == nil
+			if err != nil && definite(err) {
+				s.biosErr = err
+			}
 		},
 	)
 	s.at = time.Now()
@@ -74,13 +89,21 @@ func (b *BMC) takeFirmware() ([]drivers.FirmwareComponent, []string, bool) {
 	return b.snap.fw, b.snap.fwWarn, true
 }
 
-// takeBIOS returns the snapshot's BIOS reading, once.
-func (b *BMC) takeBIOS() ([]drivers.BIOSSetting, []string, bool) {
-	if !b.snap.fresh() || !b.snap.biosOK {
-		return nil, nil, false
+// takeBIOS returns the snapshot's BIOS reading, or its definite
+// failure, once.
+func (b *BMC) takeBIOS() ([]drivers.BIOSSetting, []string, error, bool) {
+	if !b.snap.fresh() {
+		return nil, nil, nil, false
+	}
+	if err := b.snap.biosErr; err != nil {
+		b.snap.biosErr = nil
+		return nil, nil, b.failure("read BIOS settings", err, 1, 0, nil), true
+	}
+	if !b.snap.biosOK {
+		return nil, nil, nil, false
 	}
 	b.snap.biosOK = false
-	return b.snap.bios, b.snap.biosWarn, true
+	return b.snap.bios, b.snap.biosWarn, nil, true
 }
 
 // sessionLogin posts a session login to path (the spec's
@@ -145,4 +168,61 @@ type serviceRootLinks struct {
 	Links struct {
 		Sessions link `json:"Sessions"`
 	} `json:"Links"`
+}
+
+// basicProbe is a GET made with Basic authentication beside a session
+// login.
+type basicProbe struct {
+	uri    string
+	status int
+	body   []byte
+	err    error // a *schemas.Error for an answer other than 200
+}
+
+func (p *basicProbe) refused() bool {
+	st := statusOf(p.err)
+	return st == http.StatusUnauthorized || st == http.StatusForbidden
+}
+
+// seed gives the probe's answer to the operation's read cache, if both
+// are there: the read it stands for is then not made again.
+func (p *basicProbe) seed(ctx context.Context) {
+	if p == nil || p.status != http.StatusOK {
+		return
+	}
+	rc, _ := ctx.Value(readCacheKey{}).(*readCache)
+	if rc == nil {
+		return
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.docs[p.uri] == nil {
+		e := &cacheEntry{done: make(chan struct{}), body: p.body}
+		close(e.done)
+		rc.docs[p.uri] = e
+	}
+}
+
+// probeBasic GETs path with Basic authentication.
+func (b *BMC) probeBasic(ctx context.Context, path string) *basicProbe {
+	p := &basicProbe{uri: path}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.cfg.endpoint+path, nil)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	req.SetBasicAuth(b.cfg.username, b.cfg.password)
+	req.Header.Set("Accept", "application/json")
+	resp, err := b.http.Do(req)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	defer resp.Body.Close()
+	p.status = resp.StatusCode
+	p.body, _ = io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode != http.StatusOK {
+		p.err = &reqError{"GET", path, schemas.ConstructError(resp.StatusCode, p.body)}
+	}
+	return p
 }

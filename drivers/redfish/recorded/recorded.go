@@ -65,6 +65,8 @@ type Quirks struct {
 	// CaseInsensitive paths, as iLO serves them (its trees link
 	// /redfish/v1/systems/1/bios beside /redfish/v1/Systems/1).
 	CaseInsensitive bool
+	// ExpandRefused answers 400 to $expand, whatever the root says.
+	ExpandRefused bool
 	// TaskPolls is how many reads a task stays Running (default 2).
 	TaskPolls int
 }
@@ -346,7 +348,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p := clean(r.URL.Path)
 	var body map[string]any
-	if r.Body != nil && (r.Method == http.MethodPost || r.Method == http.MethodPatch) {
+	if r.Body != nil && (r.Method == http.MethodPost || r.Method == http.MethodPatch || r.Method == http.MethodDelete) {
 		data, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if len(data) > 0 && json.Unmarshal(data, &body) != nil {
 			s.mu.Lock()
@@ -396,9 +398,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			redfishError(w, http.StatusNotFound, "Base.1.8.ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s was not found.", p))
 			return
 		}
+		if r.URL.Query().Has("$expand") {
+			s.expanded(w, r, doc)
+			return
+		}
 		writeJSON(w, 200, doc)
 	case http.MethodDelete:
-		s.delete(w, r, p, doc)
+		s.delete(w, p, doc, body)
 	case http.MethodPatch:
 		if doc == nil {
 			redfishError(w, http.StatusNotFound, "Base.1.8.ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s was not found.", p))
@@ -410,6 +416,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		redfishError(w, http.StatusMethodNotAllowed, "Base.1.8.OperationNotAllowed", "The HTTP method is not allowed on this resource.")
 	}
+}
+
+// expanded answers a GET with $expand=.($levels=1) (or *), when the
+// tree's service root says it takes it: a collection with its members.
+func (s *Server) expanded(w http.ResponseWriter, r *http.Request, doc map[string]any) {
+	pfs, _ := s.docs[root]["ProtocolFeaturesSupported"].(map[string]any)
+	eq, _ := pfs["ExpandQuery"].(map[string]any)
+	q := r.URL.Query().Get("$expand")
+	if eq["Levels"] != true || s.opts.Quirks.ExpandRefused || (q != ".($levels=1)" && q != "*($levels=1)") {
+		redfishError(w, http.StatusBadRequest, "Base.1.8.QueryNotSupported", fmt.Sprintf("Querying with $expand=%s is not supported by the implementation.", q))
+		return
+	}
+	out := map[string]any{}
+	for k, v := range doc {
+		out[k] = v
+	}
+	if ms, ok := doc["Members"].([]any); ok {
+		var full []any
+		for _, m := range ms {
+			mm, _ := m.(map[string]any)
+			if d := s.docs[clean(fmt.Sprint(mm["@odata.id"]))]; d != nil {
+				full = append(full, d)
+			} else {
+				full = append(full, m)
+			}
+		}
+		out["Members"] = full
+	}
+	writeJSON(w, 200, out)
 }
 
 func (s *Server) login(w http.ResponseWriter, body map[string]any) {
@@ -473,7 +508,7 @@ func (s *Server) removeMember(col, member string) {
 	c["Members@odata.count"] = len(out)
 }
 
-func (s *Server) delete(w http.ResponseWriter, r *http.Request, p string, doc map[string]any) {
+func (s *Server) delete(w http.ResponseWriter, p string, doc, body map[string]any) {
 	if strings.HasPrefix(p, root+"/SessionService/Sessions/") && doc != nil {
 		for tok, sp := range s.sessions {
 			if sp == p {
@@ -489,6 +524,11 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, p string, doc ma
 		gone := func() {
 			delete(s.docs, p)
 			s.removeMember(path.Dir(p), p)
+		}
+		if body["@Redfish.OperationApplyTime"] == "OnReset" {
+			s.atReset = append(s.atReset, gone)
+			w.WriteHeader(http.StatusNoContent)
+			return
 		}
 		if s.opts.Quirks.VolumeTask {
 			s.startTask(w, gone)

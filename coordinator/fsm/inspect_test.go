@@ -42,7 +42,7 @@ func TestOOBInspection(t *testing.T) {
 		t.Fatalf("the step's args %v lack the root device hints", cmd.Step.Args)
 	}
 	res := &protocol.Message{Kind: protocol.KindResult, ID: "r1", CommandID: cmd.ID, OK: true, Sent: t0.Add(time.Second), Data: map[string]any{
-		"inventory":    map[string]any{"cpu": map[string]any{"count": 4.0}, "interfaces": []any{map[string]any{"mac_address": "52:54:00:AA:BB:01"}, map[string]any{"mac_address": "bogus"}, map[string]any{"mac_address": "52:54:00:aa:bb:01"},
+		"inventory": map[string]any{"cpu": map[string]any{"count": 4.0}, "interfaces": []any{map[string]any{"mac_address": "52:54:00:AA:BB:01"}, map[string]any{"mac_address": "bogus"}, map[string]any{"mac_address": "52:54:00:aa:bb:01"},
 			map[string]any{"mac_address": "52:54:00:aa:bb:02", "enabled": false}}},
 		"raid_config":  map[string]any{"logical_disks": []any{map[string]any{"volume_id": "v1", "raid_level": "1", "size_gb": 446.0}}},
 		"properties":   map[string]any{"cpus": 4.0, "memory_mb": 487424.0, "local_gb": 1800.0, "cpu_arch": "x86_64"},

@@ -158,6 +158,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.boot.Keep(store); err != nil {
 		return err
 	}
+	// Power sync polls the nodes it polled before a restart at once, not
+	// only after each node's next command.
+	if err := a.bmcs.Keep(store); err != nil {
+		return err
+	}
 	if err := a.serveMetrics(ctx); err != nil {
 		return err
 	}

@@ -24,6 +24,10 @@ type Declaration struct {
 	// nodes into the ramdisk; empty when it can. Verbs that need the
 	// ramdisk are refused for such nodes at once, with this reason.
 	NoRamdiskBoot string
+	// OOBInspect: the driver's BMCs inspect their system out of band
+	// (drivers.Inspector): its nodes may have inspect_interface set to
+	// the driver's name (inspectiface.go).
+	OOBInspect bool
 }
 
 // Registry holds the known drivers.
@@ -143,6 +147,7 @@ func RedfishDeclaration() Declaration {
 		Name:         "redfish",
 		RequiredInfo: []string{"redfish_address"},
 		SecretInfo:   []string{"redfish_password"},
+		OOBInspect:   true,
 		CleanSteps: append([]Step{
 			{Interface: "management", Step: "reset_bmc", Priority: 0},
 			{Interface: "bios", Step: "apply_configuration", Priority: 0,

@@ -17,6 +17,9 @@ type OOBInventory struct {
 	Interfaces   []OOBInterface  `json:"interfaces"`
 	SystemVendor OOBSystemVendor `json:"system_vendor"`
 	Boot         OOBBoot         `json:"boot"`
+	// RAIDVolumes are the volumes the system's storage has now, in
+	// raid_config's shape (added for existing volumes at inspection).
+	RAIDVolumes []Volume `json:"raid_volumes,omitempty"`
 	// Warnings names each sub-resource that could not be read, with the
 	// URL and the BMC's answer.
 	Warnings []string `json:"warnings,omitempty"`
@@ -55,6 +58,9 @@ type OOBInterface struct {
 	MACAddress string `json:"mac_address"`
 	HasCarrier bool   `json:"has_carrier"`
 	SpeedMbps  int    `json:"speed_mbps,omitempty"`
+	// Enabled is false when the BMC reports the interface disabled or
+	// absent (Status.State); Ironic creates ports only of enabled ones.
+	Enabled bool `json:"enabled"`
 }
 
 // OOBSystemVendor is the system's identity.

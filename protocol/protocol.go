@@ -84,6 +84,19 @@ const (
 	MaxBIOSBytes          = 512 << 10
 )
 
+// Result data keys every BMC command's result may carry:
+// DataPowerState is the power state the edge agent read back from the
+// BMC after a power action and after a failure ("power on" or "power
+// off"), which the coordinator records as the node's, so that the
+// recorded state is the BMC's whatever the command's outcome;
+// DataWarnings lists what a command that succeeded left undone or
+// unread (drivers.Warn), each of which goes into the node's history as a
+// WARNING.
+const (
+	DataPowerState = "power_state"
+	DataWarnings   = "warnings"
+)
+
 // MaxBeats bounds the heartbeats in one summary.
 const MaxBeats = 4096
 

@@ -90,6 +90,10 @@ type Set struct {
 	busy  map[string]int            // BMC commands running per node
 	gen   map[string]uint64         // BMC commands started per node
 	synce map[string]*powerSeen     // polled nodes and what was last reported
+	// kept keeps the polled nodes in the state folder (Keep); keptInfo
+	// is the driver and driver_info last kept of each.
+	kept     PolledStore
+	keptInfo map[string][]byte
 }
 
 // powerSeen is the last power reading reported for a node.
@@ -136,7 +140,7 @@ func New(cfg Config) *Set {
 	}
 	return &Set{cfg: cfg, log: cfg.Log, slots: make(chan struct{}, cfg.Concurrency),
 		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{},
-		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}}
+		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, keptInfo: map[string][]byte{}}
 }
 
 // Drivers lists the registry's drivers this set can build, sorted.
@@ -253,7 +257,13 @@ func (s *Set) Forget(node string) {
 	delete(s.info, node)
 	delete(s.synce, node)
 	delete(s.gen, node)
+	_, wasKept := s.keptInfo[node]
+	delete(s.keptInfo, node)
+	st := s.kept
 	s.mu.Unlock()
+	if wasKept && st != nil {
+		st.PutPolled(node, nil)
+	}
 	if b != nil {
 		go closeBMC(b)
 	}
@@ -297,7 +307,11 @@ func (s *Set) Limited(ctx context.Context, fn func() error) error {
 	}
 }
 
-// Exec runs a BMC command's action on the node's BMC.
+// Exec runs a BMC command's action on the node's BMC. After a power
+// action, and after any failure of a command that may have changed the
+// power (power, boot device, out-of-band steps), the BMC's power state
+// is read back into the result data (protocol.DataPowerState): the
+// coordinator records the BMC's state, not the one the command aimed at.
 func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error {
 	b, err := s.Get(m.Node, m.Driver, m.DriverInfo)
 	if err != nil {
@@ -306,6 +320,65 @@ func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error 
 	if u, _ := m.Args[protocol.ArgAgentUsername].(string); u != "" {
 		boot.NoteArgs(m.Node, m.Args)
 	}
+	err = s.exec(ctx, m, b, boot)
+	if s.readsBack(m, err) {
+		s.readBack(ctx, m.Node, b)
+	}
+	return err
+}
+
+// readsBack tells whether a command's outcome calls for reading the
+// power state back: a power action, a step that powers the node, or a
+// failure of a command that may have changed the power half way. BMCs
+// that are not polled (simulated ones) are read back only after a
+// failure: a simulated site stays cheap.
+func (s *Set) readsBack(m *protocol.Message, err error) bool {
+	switch m.Action {
+	case protocol.ActionPower, protocol.ActionBootDev, protocol.ActionOOBStep:
+	default:
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	s.mu.Lock()
+	quiet := s.cfg.Builders[s.kind[m.Node]].NoPowerSync
+	s.mu.Unlock()
+	if quiet {
+		return false
+	}
+	if m.Action == protocol.ActionPower {
+		return true
+	}
+	for _, st := range m.OOBSteps() {
+		switch st.Interface + "." + st.Step {
+		case "deploy.tear_down_agent", "deploy.boot_instance":
+			return true
+		}
+	}
+	return false
+}
+
+// readBack reads the BMC's power state into the result data, within at
+// most 5 s of the command's time: a command whose time ran out reads
+// nothing, since its result must reach the coordinator before the
+// command's deadline. A reading that fails leaves nothing: the
+// coordinator keeps what it recorded, and power sync reads again.
+func (s *Set) readBack(ctx context.Context, node string, b drivers.BMC) {
+	if ctx.Err() != nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := b.PowerState(rctx)
+	if err != nil {
+		s.log.Info("power state not read back after the command", "node", node, "err", err)
+		return
+	}
+	putData(ctx, protocol.DataPowerState, st)
+}
+
+func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot Booter) error {
 	switch m.Action {
 	case protocol.ActionValidate:
 		if err := b.Validate(ctx); err != nil {
@@ -388,6 +461,8 @@ func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot
 		return runRAIDStep(ctx, b, s)
 	case "firmware.update":
 		return set.updateFirmware(ctx, node, b, s.Args)
+	case drivers.OOBInspectInterface + "." + drivers.OOBInspectStep:
+		return set.inspectOOB(ctx, node, b, s.Args)
 	}
 	if err := b.RunStep(ctx, s.Interface, s.Step, s.Args); err != nil {
 		return err

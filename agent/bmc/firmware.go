@@ -36,17 +36,28 @@ type resultData struct {
 
 // WithData returns a context under which a BMC command's run may leave
 // result data, and the function that returns it (nil when none was left).
+// The command's warnings (drivers.Warn) are in it under
+// protocol.DataWarnings.
 func WithData(ctx context.Context) (context.Context, func() map[string]any) {
 	d := &resultData{}
+	ctx, warnings := drivers.WithWarnings(ctx)
 	return context.WithValue(ctx, dataKey{}, d), func() map[string]any {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if len(d.m) == 0 {
+		w := warnings()
+		if len(d.m) == 0 && len(w) == 0 {
 			return nil
 		}
-		out := make(map[string]any, len(d.m))
+		out := make(map[string]any, len(d.m)+1)
 		for k, v := range d.m {
 			out[k] = v
+		}
+		if len(w) > 0 {
+			list := make([]any, len(w))
+			for i, x := range w {
+				list[i] = x
+			}
+			out[protocol.DataWarnings] = list
 		}
 		return out
 	}
@@ -137,9 +148,24 @@ func (set *Set) readFirmware(ctx context.Context, node string, b drivers.BMC) {
 	if !ok {
 		return
 	}
-	comps, err := fb.FirmwareComponents(ctx)
+	var comps []drivers.FirmwareComponent
+	var err error
+	if pr, ok := b.(interface {
+		FirmwareReading(context.Context) ([]drivers.FirmwareComponent, []string, error)
+	}); ok {
+		// A reading that lost a part (a manager or an inventory member
+		// the BMC did not serve) says so: to the node's history.
+		var warns []string
+		comps, warns, err = pr.FirmwareReading(ctx)
+		for _, w := range warns {
+			drivers.Warn(ctx, "firmware reading: "+w)
+		}
+	} else {
+		comps, err = fb.FirmwareComponents(ctx)
+	}
 	if err != nil {
 		set.log.Warn("reading the firmware versions failed; the node's firmware list is not updated", "node", node, "err", err)
+		drivers.Warn(ctx, "the firmware versions could not be read; the node's firmware list is not updated: "+err.Error())
 		return
 	}
 	putData(ctx, protocol.DataFirmware, boundFirmware(comps))
@@ -152,14 +178,28 @@ func (set *Set) readBIOS(ctx context.Context, node string, b drivers.BMC) {
 	if !ok {
 		return
 	}
-	settings, err := br.BIOSSettings(ctx)
+	var settings []drivers.BIOSSetting
+	var err error
+	if pr, ok := b.(interface {
+		BIOSReading(context.Context) ([]drivers.BIOSSetting, []string, error)
+	}); ok {
+		var warns []string
+		settings, warns, err = pr.BIOSReading(ctx)
+		for _, w := range warns {
+			drivers.Warn(ctx, "BIOS reading: "+w)
+		}
+	} else {
+		settings, err = br.BIOSSettings(ctx)
+	}
 	if err != nil {
 		set.log.Warn("reading the BIOS settings failed; the node's BIOS settings are not updated", "node", node, "err", err)
+		drivers.Warn(ctx, "the BIOS settings could not be read; the node's BIOS settings are not updated: "+err.Error())
 		return
 	}
 	bounded := boundBIOS(settings)
 	if bounded == nil && len(settings) > 0 {
 		set.log.Warn("the BIOS settings are too large to report; the node's BIOS settings are not updated", "node", node, "settings", len(settings))
+		drivers.Warn(ctx, fmt.Sprintf("the BMC's %d BIOS settings are too large to report; the node's BIOS settings are not updated", len(settings)))
 		return
 	}
 	putData(ctx, protocol.DataBIOS, bounded)

@@ -1,7 +1,10 @@
 package bmc
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 
@@ -9,15 +12,83 @@ import (
 	"github.com/bmedge/bmedge/protocol"
 )
 
+// PolledStore keeps the nodes power sync polls across an agent restart,
+// in the agent's encrypted state folder (agent/outbox's Store): each
+// record holds the node's driver_info, its BMC password included.
+type PolledStore interface {
+	// PutPolled writes a node's record (nil: removes it).
+	PutPolled(node string, rec []byte)
+	// LoadPolled returns the records kept, by node.
+	LoadPolled() (map[string][]byte, error)
+}
+
+// polledRecord is a polled node as kept in the state folder.
+type polledRecord struct {
+	Driver     string         `json:"driver"`
+	DriverInfo map[string]any `json:"driver_info"`
+}
+
+// Keep loads the polled nodes kept in st, builds their BMCs and polls
+// them from the first round on, as the agent that began polling them
+// did; from now on each change is kept in st. A node whose BMC cannot be
+// built any more (a driver this agent lacks) is logged and left until
+// its next command. Call it before PowerSyncLoop.
+func (s *Set) Keep(st PolledStore) error {
+	kept, err := st.LoadPolled()
+	if err != nil {
+		return fmt.Errorf("read the power-synced nodes in the state folder: %w", err)
+	}
+	s.mu.Lock()
+	s.kept = st
+	s.mu.Unlock()
+	n := 0
+	for node, raw := range kept {
+		var rec polledRecord
+		if err := json.Unmarshal(raw, &rec); err != nil || rec.Driver == "" {
+			s.log.Warn("a power-synced node in the state folder is unreadable; it is polled again after its next command", "node", node)
+			st.PutPolled(node, nil)
+			continue
+		}
+		if _, err := s.Get(node, rec.Driver, rec.DriverInfo); err != nil {
+			s.log.Warn("a power-synced node in the state folder has a BMC this agent cannot build; it is polled again after its next command", "node", node, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		if !s.cfg.Builders[s.kind[node]].NoPowerSync && s.synce[node] == nil {
+			s.synce[node] = &powerSeen{}
+			s.keptInfo[node] = raw
+			n++
+		}
+		s.mu.Unlock()
+	}
+	if n > 0 {
+		s.log.Info("power sync resumes for the nodes kept in the state folder", "nodes", n)
+	}
+	return nil
+}
+
 // CommandDone starts power sync of a node whose real BMC just ran a
 // command (its credentials work), and takes a power command's outcome as
 // the last reading: the coordinator records it from the result, so
-// reporting it again would only add a message.
+// reporting it again would only add a message. The node is kept in the
+// state folder (Keep) with the driver_info that worked.
 func (s *Set) CommandDone(m *protocol.Message) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var keep []byte
+	st := s.kept
+	defer func() {
+		s.mu.Unlock()
+		if keep != nil && st != nil {
+			st.PutPolled(m.Node, keep)
+		}
+	}()
 	if s.bmcs[m.Node] == nil || s.cfg.Builders[s.kind[m.Node]].NoPowerSync {
 		return
+	}
+	if st != nil && m.DriverInfo != nil {
+		if b, err := json.Marshal(polledRecord{Driver: m.Driver, DriverInfo: m.DriverInfo}); err == nil && !bytes.Equal(b, s.keptInfo[m.Node]) {
+			s.keptInfo[m.Node], keep = b, b
+		}
 	}
 	seen := s.synce[m.Node]
 	if seen == nil {

@@ -71,12 +71,15 @@ type Boot struct {
 
 	mu sync.Mutex
 	// creds are each node's ramdisk MQTT credentials from its last boot
-	// command; vmBoot holds the nodes whose next power-on boots the
-	// ramdisk from virtual media (and whose media are ejected when that
-	// boot ends), kept in the state folder with Keep; restore holds the
-	// kept boots' parameters images until Start serves them again.
+	// command; vmBoot holds the nodes whose media may be in their BMC's
+	// virtual drives: vmWanted, the next power-on boots the ramdisk from
+	// them; vmOwed, that boot is over (it failed, or the coordinator
+	// ended it) and only the eject is owed, which the next power-off or
+	// boot device disk tries. Kept in the state folder with Keep; restore
+	// holds the kept boots' parameters images until Start serves them
+	// again.
 	creds   map[string][2]string
-	vmBoot  map[string]bool
+	vmBoot  map[string]vmMode
 	kept    KeptStore
 	restore map[string]vmKept
 	// hashes holds the SHA-256 of each node's current boot credential
@@ -107,7 +110,7 @@ func New(cfg Config) *Boot {
 	if cfg.Dropped == nil {
 		cfg.Dropped = func(string) {}
 	}
-	return &Boot{cfg: cfg, log: cfg.Log, creds: map[string][2]string{}, vmBoot: map[string]bool{}, nb: newNetbootState()}
+	return &Boot{cfg: cfg, log: cfg.Log, creds: map[string][2]string{}, vmBoot: map[string]vmMode{}, nb: newNetbootState()}
 }
 
 // Start starts the media server (with Ramdisk.ISO) and the network boot
@@ -234,7 +237,8 @@ func (p *Boot) drop(node string) {
 // broker no longer admits it and closes the connections that used it,
 // the boot's parameters image is gone from the media server, and its
 // network boot is disarmed. The virtual media stays inserted until the
-// next power command (ejecting needs the BMC).
+// next power-off or boot device disk (ejecting needs the BMC); a power-on
+// before then does not boot the ramdisk again.
 func (p *Boot) End(node string) {
 	if node == "" {
 		return
@@ -244,10 +248,15 @@ func (p *Boot) End(node string) {
 		p.media.dropParams(node)
 	}
 	p.mu.Lock()
-	vm := p.vmBoot[node]
+	_, vm := p.vmBoot[node]
+	if vm {
+		// The boot is over: a later power-on (the operator's, a deploy's
+		// boot_instance) starts the node as it is, not the ramdisk again.
+		p.vmBoot[node] = vmOwed
+	}
 	p.mu.Unlock()
 	if vm {
-		p.keepVM(node, &vmKept{}) // the image is gone; the eject still owed
+		p.keepVM(node, &vmKept{Ended: true}) // the image is gone; the eject still owed
 	}
 	if st := p.netbootState(); st != nil && st.srv != nil {
 		st.srv.Disarm(node)

@@ -27,7 +27,23 @@ type vmKept struct {
 	Token   string    `json:"token,omitempty"`
 	Params  string    `json:"params,omitempty"`
 	Created time.Time `json:"created,omitzero"`
+	// Ended: the boot is over (it failed, or the coordinator ended it);
+	// the media may still be inserted and are ejected at the next
+	// power-off or boot device disk, but no power-on boots them again.
+	Ended bool `json:"ended,omitempty"`
 }
+
+// vmMode is what a node's virtual-media boot still is (Boot.vmBoot).
+type vmMode int
+
+const (
+	// vmWanted: the node's next power-on boots the ramdisk from virtual
+	// media (boot device pxe); its media may be inserted already.
+	vmWanted vmMode = iota + 1
+	// vmOwed: the boot is over, its media may still be inserted: only
+	// their eject is owed.
+	vmOwed
+)
 
 // Keep loads the virtual-media boots kept in st and keeps each change in
 // it from now on, so that a restarted agent ends a boot under way as the
@@ -51,7 +67,10 @@ func (p *Boot) Keep(st KeptStore) error {
 			p.log.Warn("a node's virtual-media boot in the state folder is unreadable; its media are still ejected when the boot ends", "node", node, "err", err)
 			k = vmKept{}
 		}
-		p.vmBoot[node] = true
+		p.vmBoot[node] = vmWanted
+		if k.Ended {
+			p.vmBoot[node] = vmOwed
+		}
 		p.restore[node] = k
 	}
 	if len(kept) > 0 {
@@ -99,6 +118,6 @@ func (p *Boot) restoreParams() {
 			}
 			p.log.Warn("a kept boot's parameters image could not be made again; it is no longer served", "node", node)
 		}
-		p.keepVM(node, &vmKept{})
+		p.keepVM(node, &vmKept{Ended: k.Ended})
 	}
 }

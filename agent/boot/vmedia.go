@@ -261,31 +261,55 @@ func (p *Boot) setBootDevice(ctx context.Context, node string, b interface {
 		}
 		p.mu.Lock()
 		was := p.vmBoot[node]
-		p.vmBoot[node] = true
+		p.vmBoot[node] = vmWanted
 		p.mu.Unlock()
-		if !was {
+		if was != vmWanted {
 			p.keepVM(node, &vmKept{}) // before any media is inserted
 		}
 		return nil
 	}
-	p.mu.Lock()
-	was := p.vmBoot[node]
-	p.mu.Unlock()
-	if was {
+	if p.owesEject(node) {
 		if p.media != nil {
 			p.media.dropParams(node)
 		}
-		if err := mb.EjectBootMedia(ctx); err != nil {
-			// Still owed: the next power-off or boot device disk ejects.
-			p.keepVM(node, &vmKept{})
-			return fmt.Errorf("eject the ramdisk's virtual media: %w", err)
-		}
-		p.mu.Lock()
-		delete(p.vmBoot, node)
-		p.mu.Unlock()
-		p.keepVM(node, nil)
+		// An eject that fails does not keep the node from booting its
+		// disk: the boot device is set all the same, the media stay
+		// recorded as inserted (the next power-off or boot device disk
+		// ejects again) and the command's result says so.
+		p.ejectOrWarn(ctx, node, mb, "boot device disk set")
 	}
 	return b.SetBootDevice(ctx, device)
+}
+
+// owesEject tells whether a node's media may be in its BMC's virtual
+// drives (a virtual-media boot, under way or over).
+func (p *Boot) owesEject(node string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.vmBoot[node]
+	return ok
+}
+
+// ejectOrWarn ejects a node's boot media. Done, the node no longer owes
+// an eject. Failed, the boot is recorded as over with its media still
+// inserted (kept in the state folder: a restarted agent tries again) and
+// the command's result carries a warning naming the BMC's answer: done
+// says what the command did all the same.
+func (p *Boot) ejectOrWarn(ctx context.Context, node string, mb mediaBooter, done string) bool {
+	if err := mb.EjectBootMedia(ctx); err != nil {
+		p.mu.Lock()
+		p.vmBoot[node] = vmOwed
+		p.mu.Unlock()
+		p.keepVM(node, &vmKept{Ended: true})
+		p.log.Warn("the ramdisk's virtual media did not eject; recorded as still inserted", "node", node, "err", err)
+		drivers.Warn(ctx, fmt.Sprintf("%s, but the ramdisk's virtual media did not eject: %v; they are recorded as still inserted, and the next power off or boot device disk ejects them again", done, err))
+		return false
+	}
+	p.mu.Lock()
+	delete(p.vmBoot, node)
+	p.mu.Unlock()
+	p.keepVM(node, nil)
+	return true
 }
 
 // softOff asks the node's operating system to shut down through its BMC
@@ -338,28 +362,32 @@ func (p *Boot) setPower(ctx context.Context, node string, b interface {
 	}
 	mb, ok := b.(mediaBooter)
 	p.mu.Lock()
-	vm := ok && p.vmBoot[node]
+	mode := p.vmBoot[node]
 	p.mu.Unlock()
-	if vm && state == protocol.PowerOff {
+	if !ok {
+		mode = 0
+	}
+	if mode != 0 && protocol.PowerIsOff(state) {
 		// The boot ends: its parameters image is no longer served and
 		// its media are ejected (also by an agent restarted since the
 		// boot began, from the state folder; also when it now serves no
-		// ramdisk ISO).
+		// ramdisk ISO). The power-off is what was asked: an eject that
+		// fails after it is a warning of its result, not its failure,
+		// and the media stay recorded as inserted.
 		if p.media != nil {
 			p.media.dropParams(node)
 		}
-		p.keepVM(node, &vmKept{})
+		p.mu.Lock()
+		p.vmBoot[node] = vmOwed
+		p.mu.Unlock()
+		p.keepVM(node, &vmKept{Ended: true})
 		if err := b.SetPower(ctx, state); err != nil {
 			return err
 		}
-		if err := mb.EjectBootMedia(ctx); err != nil {
-			return fmt.Errorf("powered off, but the ramdisk's virtual media did not eject: %w", err)
-		}
+		p.ejectOrWarn(ctx, node, mb, "powered off")
 		return nil
 	}
-	if vm && p.media == nil {
-		vm = false // a power-on with no ramdisk ISO to boot: as before
-	}
+	vm := mode == vmWanted && p.media != nil // else a power-on with no ramdisk ISO to boot: as before
 	if !vm {
 		// Network boot: BMCs without virtual media that do not boot the
 		// ramdisk by themselves (ipmi).
@@ -378,9 +406,22 @@ func (p *Boot) setPower(ctx context.Context, node string, b interface {
 	// image until the boot ends, and ejects then.
 	p.keepVM(node, &k)
 	if err := mb.BootFromMedia(ctx, p.media.ISOURL(), paramsURL); err != nil {
+		// This boot is over before it began: whatever the BMC took of
+		// its media is ejected now, or recorded as still inserted.
 		p.media.dropParams(node)
-		p.keepVM(node, &vmKept{})
-		return fmt.Errorf("boot the ramdisk from virtual media: %w", err)
+		err = fmt.Errorf("boot the ramdisk from virtual media: %w", err)
+		if eerr := mb.EjectBootMedia(ctx); eerr != nil {
+			p.mu.Lock()
+			p.vmBoot[node] = vmOwed
+			p.mu.Unlock()
+			p.keepVM(node, &vmKept{Ended: true})
+			return fmt.Errorf("%w; the ramdisk's virtual media may still be inserted (eject: %v): the next power off or boot device disk ejects them again", err, eerr)
+		}
+		p.mu.Lock()
+		delete(p.vmBoot, node)
+		p.mu.Unlock()
+		p.keepVM(node, nil)
+		return fmt.Errorf("%w; the node's power was not changed and its virtual media were ejected", err)
 	}
 	return b.SetPower(ctx, state)
 }

@@ -59,6 +59,11 @@ const (
 	// parameters image while it is served (it holds the boot's
 	// credential: only in this encrypted store).
 	vmediaPrefix = "v/"
+	// polledPrefix + node UUID: a node whose BMC power sync polls
+	// (agent/bmc): its driver and driver_info (which hold the BMC's
+	// password: only in this encrypted store), so that a restarted agent
+	// polls every such node at once.
+	polledPrefix = "b/"
 	// outboxGCInterval is how often value-log GC runs, besides after
 	// each flush (see collectGarbage).
 	outboxGCInterval = 5 * time.Minute
@@ -327,6 +332,19 @@ func (s *Store) PutVMedia(node string, state []byte) {
 
 // LoadVMedia returns the virtual-media boots kept (node → state).
 func (s *Store) LoadVMedia() (map[string][]byte, error) { return s.loadPrefix(vmediaPrefix) }
+
+// PutPolled writes a node polled by power sync (nil: removes it) with
+// the next group commit, without waiting (agent/bmc's kept state): lost
+// to a crash, the node is polled again after its next command.
+func (s *Store) PutPolled(node string, rec []byte) {
+	if s == nil {
+		return
+	}
+	s.enqueue(storeOp{key: polledPrefix + node, val: rec}, nil)
+}
+
+// LoadPolled returns the nodes polled by power sync (node → record).
+func (s *Store) LoadPolled() (map[string][]byte, error) { return s.loadPrefix(polledPrefix) }
 
 // loadPrefix returns every value under prefix, by the rest of its key.
 func (s *Store) loadPrefix(prefix string) (map[string][]byte, error) {

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"sort"
@@ -674,7 +675,12 @@ func (s *Server) inventory(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, 200, map[string]any{"inventory": inv, "plugin_data": map[string]any{}})
+	pd := map[string]any{}
+	if p, ok := inv[engine.PluginDataKey].(map[string]any); ok {
+		pd, inv = p, maps.Clone(inv)
+		delete(inv, engine.PluginDataKey)
+	}
+	writeJSON(w, 200, map[string]any{"inventory": inv, "plugin_data": pd})
 }
 
 // validatedInterfaces are the interfaces GET /v1/nodes/{node}/validate
@@ -736,6 +742,15 @@ func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *eng
 				return err
 			}
 			spec.RaidInterface = n.RaidInterface
+			continue
+		}
+		if iface == "inspect" {
+			if err := checkInspectInterface(d, impl); err != nil {
+				return err
+			}
+			if impl != drivers.InspectDefault {
+				spec.InspectInterface = impl
+			}
 			continue
 		}
 		cur, known := have.byName(iface)

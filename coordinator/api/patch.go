@@ -91,8 +91,8 @@ func checkInterfacePatch(n *fsm.Node, ops []patchOp, have nodeIfaces) error {
 		f := patchField(op.Path)
 		iface, ok := strings.CutSuffix(f, "_interface")
 		cur, known := have.byName(iface)
-		if !ok || !known || op.Path != "/"+f || op.Op == "remove" || f == "raid_interface" {
-			continue // raid_interface: checkRAIDInterfacePatch (raid.go)
+		if !ok || !known || op.Path != "/"+f || op.Op == "remove" || f == "raid_interface" || f == "inspect_interface" {
+			continue // raid_interface: checkRAIDInterfacePatch (raid.go); inspect_interface: checkInspectInterface
 		}
 		var want any
 		if err := json.Unmarshal(op.Value, &want); err != nil || want == nil || want == cur {
@@ -409,6 +409,8 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 		n.Owner, err = str()
 	case "raid_interface":
 		n.RaidInterface, err = str()
+	case "inspect_interface":
+		n.InspectInterface, err = str()
 	default:
 		// A hardware interface, which checkInterfacePatch has checked.
 		_, err = str()
@@ -447,6 +449,9 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 		if err := checkRAIDInterfacePatch(n, ops); err != nil {
 			return err
 		}
+		if err := checkInspectInterfacePatch(n, ops); err != nil {
+			return err
+		}
 		if err := checkInterfacePatch(n, ops, interfacesOf(n.Driver, decl)); err != nil {
 			return err
 		}
@@ -454,6 +459,9 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		if err := s.checkRAIDInterface(n); err != nil {
+			return err
+		}
+		if err := s.checkPatchedInspectInterface(n); err != nil {
 			return err
 		}
 		if err := checkNodeLimits(n); err != nil {
@@ -618,6 +626,7 @@ func (s *Server) getDriver(w http.ResponseWriter, r *http.Request) {
 		v["enabled_"+k+"_interfaces"] = []string{i}
 	}
 	v["enabled_raid_interfaces"] = d.RAIDInterfaces()
+	v["enabled_inspect_interfaces"] = d.InspectInterfaces()
 	writeJSON(w, 200, v)
 }
 

@@ -223,6 +223,7 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 	}
 	ifaces := interfacesOf(n.Driver, decl)
 	ifaces.Raid = drivers.RAIDInterfaceOf(n.RaidInterface)
+	ifaces.Inspect = drivers.InspectInterfaceOf(n.InspectInterface)
 	v := &nodeView{
 		UUID: n.UUID, Name: nstr(n.Name), Driver: n.Driver, ConductorGroup: n.Site, Conductor: "coordinator",
 		DriverInfo: Mask(n.DriverInfo, decl), Properties: orEmpty(n.Properties), InstanceInfo: ii,

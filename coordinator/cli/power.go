@@ -46,11 +46,18 @@ func (c *cmd) followPower(cl *client, id, what, want string, limit time.Duration
 		p.update(time.Since(start), id, line)
 		if target == "" && resv == "" {
 			p.end()
-			if power == want {
+			// The request cleared last_error when it started: one now is
+			// this action's failure, even when the node was already
+			// recorded in the state asked for.
+			le, _ := n["last_error"].(string)
+			if power == want && le == "" {
 				return nil
 			}
 			msg := fmt.Sprintf("error: node %s: power %s ended in %s, not %s", id, what, line, want)
-			if le, _ := n["last_error"].(string); le != "" {
+			if power == want {
+				msg = fmt.Sprintf("error: node %s: power %s failed (the node is recorded %s)", id, what, line)
+			}
+			if le != "" {
 				msg += ": " + le
 			}
 			fmt.Fprintln(c.err, msg)

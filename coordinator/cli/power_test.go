@@ -60,7 +60,8 @@ func (f *powerAPI) start(t *testing.T) {
 // TestNodePowerWait: node power … --wait sends Ironic's target, follows
 // the node until the BMC has answered and exits 0 in the power state
 // asked for (power on after a reboot), 1 with last_error when the node
-// ends elsewhere; without --wait it returns at once, reading nothing.
+// ends elsewhere or the action failed (whatever the state before);
+// without --wait it returns at once, reading nothing.
 func TestNodePowerWait(t *testing.T) {
 	f := &powerAPI{states: []map[string]any{
 		node("active", "", "power_state", "power on", "target_power_state", "power on", "reservation", "coordinator"),
@@ -85,6 +86,19 @@ func TestNodePowerWait(t *testing.T) {
 	}
 	if len(f2.bodies) != 1 || f2.bodies[0]["target"] != "soft power off" {
 		t.Fatalf("sent %v, want target soft power off", f2.bodies)
+	}
+
+	// A failed power on of a node already recorded on: exit 1 all the
+	// same, with the BMC's answer and address.
+	le := "power on failed on node n1: redfish BMC http://127.0.0.1:8000: cannot reset the system (On): HTTP 500 Base.1.8.InternalError"
+	f4 := &powerAPI{states: []map[string]any{
+		node("manageable", "", "power_state", "power on", "target_power_state", "power on", "reservation", "coordinator"),
+		node("manageable", "", "power_state", "power on", "last_error", le),
+	}}
+	f4.start(t)
+	code, _, errOut = runHere(context.Background(), "node", "power", "n1", "on", "--wait")
+	if code != 1 || !strings.Contains(errOut, "power on failed (the node is recorded power on)") || !strings.Contains(errOut, le) {
+		t.Fatalf("failed power on of a node recorded on, --wait: exit %d, stderr %q", code, errOut)
 	}
 
 	f3 := &powerAPI{states: []map[string]any{node("active", "")}}

@@ -496,9 +496,21 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 			t.e.log.Debug("node event", "node", n.Ident(), "event", h.Event)
 		}
 	}
+	if out.BMCWarnings > 0 {
+		et := "power"
+		for _, h := range out.History {
+			if h.Severity == "WARNING" {
+				et = h.EventType
+				break
+			}
+		}
+		t.e.cfg.Metrics.BMCWarnings(et, out.BMCWarnings)
+	}
 	if out.Inventory != nil {
-		b, _ := json.Marshal(out.Inventory)
-		t.batch.Set(store.InventoryPrefix+n.UUID, b)
+		t.storeInventory(n, out)
+	}
+	if len(out.Ports) > 0 {
+		t.inspectedPorts(n, out.Ports)
 	}
 	t.sends = append(t.sends, out.Send...)
 }

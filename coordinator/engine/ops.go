@@ -35,6 +35,9 @@ type NodeSpec struct {
 	// RaidInterface is the node's raid_interface when not the default
 	// (checked by the API against the driver).
 	RaidInterface string `json:"-"`
+	// InspectInterface is the node's inspect_interface when not the
+	// default (checked by the API against the driver).
+	InspectInterface string `json:"-"`
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,254}$`)
@@ -71,7 +74,7 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: d.Name, Site: site,
 			DriverInfo: orEmpty(spec.DriverInfo), Properties: orEmpty(spec.Properties),
 			InstanceInfo: orEmpty(spec.InstanceInfo), Extra: orEmpty(spec.Extra),
-			ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner, RaidInterface: spec.RaidInterface,
+			ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner, RaidInterface: spec.RaidInterface, InspectInterface: spec.InspectInterface,
 			ProvisionState: fsm.Enroll, PowerState: "", CreatedAt: t.now, UpdatedAt: t.now, ProvisionUpdatedAt: t.now}
 		e.nodes[id] = n
 		if n.Name != "" {

@@ -187,6 +187,16 @@ type Output struct {
 	// Late marks a Reject that is expected now and then: a message that
 	// crossed the end of the ramdisk's boot (logged below warning level).
 	Late bool
+	// BMCWarnings counts the warnings an edge agent's result carried
+	// (protocol.DataWarnings), each also a WARNING in History: /metrics
+	// counts them (bmc_warnings_total).
+	BMCWarnings int
+	// Ports are the MAC addresses an out-of-band inspection found (the
+	// system's EthernetInterfaces): the engine creates a port for each
+	// that no port has yet. PluginData, with Inventory, says where the
+	// inventory came from (GET /v1/nodes/{id}/inventory's plugin_data).
+	Ports      []string
+	PluginData map[string]any
 }
 
 // Reason says why a request is refused. The API maps it to the HTTP

@@ -200,6 +200,14 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 	n.UpdatedAt = now
 	cmd := n.Pending
 	n.Pending, n.Deadline = nil, time.Time{}
+	resultWarnings(n, msg, now, out)
+	if !msg.OK {
+		// The BMC's power state as read back after the failure: a power
+		// action that failed half way, or a boot that failed after the
+		// power changed, leaves the record matching the BMC, so that
+		// power sync does not force a state the node never reached.
+		readBackPower(n, msg)
+	}
 	a := m.current(n)
 	if a == nil {
 		return
@@ -287,6 +295,9 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 			}
 			n.Properties = props
 		}
+		if !a.Step.InBand {
+			m.takeOOBInspection(n, msg, now, out)
+		}
 	}
 	if a.Kind == ActStep && a.Step.Interface == "raid" {
 		// In-band (software RAID) or out of band (the BMC's).
@@ -314,7 +325,43 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 	if a.Kind == ActStep && (a.Step.Step == "boot_instance") {
 		n.PowerState = protocol.PowerOn
 	}
+	// What the BMC said after the command wins over what it aimed at.
+	readBackPower(n, msg)
 	n.Op.Index++
+}
+
+// readBackPower records the power state the edge agent read back from
+// the BMC after a command (protocol.DataPowerState), if it did.
+func readBackPower(n *Node, msg *protocol.Message) {
+	st, _ := msg.Data[protocol.DataPowerState].(string)
+	if st != protocol.PowerOn && st != protocol.PowerOff {
+		return
+	}
+	n.PowerState = st
+	if msg.Sent.After(n.PowerReadAt) {
+		// A power-sync report read before this one is older news.
+		n.PowerReadAt = msg.Sent
+	}
+}
+
+// resultWarnings puts the warnings an edge agent's result carries
+// (protocol.DataWarnings: what a command left undone or unread) into the
+// node's history, each a WARNING, and counts them for /metrics. At most
+// drivers' MaxWarnings of at most 2 KiB are taken from one result.
+func resultWarnings(n *Node, msg *protocol.Message, now time.Time, out *Output) {
+	list, _ := msg.Data[protocol.DataWarnings].([]any)
+	for i, w := range list {
+		s, _ := w.(string)
+		if s == "" || i >= 16 {
+			continue
+		}
+		if len(s) > 2048 {
+			s = s[:2048] + "…"
+		}
+		out.History = append(out.History, HistoryEntry{Time: now, Severity: "WARNING", EventType: eventType(n.Op),
+			Event: fmt.Sprintf("node %s: %s", n.Ident(), s)})
+		out.BMCWarnings++
+	}
 }
 
 // resultSummary is the one-line account a step's result may carry in

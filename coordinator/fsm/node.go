@@ -36,6 +36,10 @@ type Node struct {
 	// RaidInterface is the node's raid_interface (drivers/raidiface.go):
 	// "" for the default (agent), or one its driver supports.
 	RaidInterface string `json:"raid_interface,omitempty"`
+	// InspectInterface is the node's inspect_interface
+	// (drivers/inspectiface.go): "" for the default (agent, the ramdisk),
+	// or its driver's own when its BMC inspects out of band (redfish).
+	InspectInterface string `json:"inspect_interface,omitempty"`
 
 	ProvisionState       State  `json:"provision_state"`
 	TargetProvisionState State  `json:"target_provision_state,omitempty"`

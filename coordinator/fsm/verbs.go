@@ -96,12 +96,18 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 	if op, refused := MaintenanceOp(req.Verb); refused && n.Maintenance {
 		return refuse(Invalid, "The %s operation can't be performed on node %s because it's in maintenance mode. (maintenance reason: %q; unset maintenance first)", op, n.Ident(), n.MaintenanceReason)
 	}
-	if needsRamdisk(req.Verb, m.cfg.AutomatedClean) || req.Verb == Clean {
+	ramdisk := needsRamdisk(req.Verb, m.cfg.AutomatedClean) && !(req.Verb == Inspect && m.inspectsOOB(n))
+	if ramdisk || req.Verb == Clean {
 		if _, err := m.FastTrackEnabled(n); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 	}
-	if needsRamdisk(req.Verb, m.cfg.AutomatedClean) {
+	if req.Verb == Inspect {
+		if err := m.checkInspectInterface(n); err != nil {
+			return refuse(Invalid, "%v", err)
+		}
+	}
+	if ramdisk {
 		if d, err := m.cfg.Drivers.Get(n.Driver); err == nil && d.NoRamdiskBoot != "" {
 			return refuse(Invalid, "Cannot %s node %s: it needs the ramdisk, and %s. Nodes of driver %s can be managed, powered and cleaned with out-of-band steps for now.",
 				req.Verb, n.Ident(), d.NoRamdiskBoot, n.Driver)
@@ -187,6 +193,12 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 	case Inspect:
 		t := now
 		n.InspectionStartedAt, n.InspectionFinishedAt = &t, nil
+		if m.inspectsOOB(n) {
+			// The BMC reads the hardware: one out-of-band step at the
+			// site, no ramdisk boot, no power action.
+			m.start(n, req.Verb, Manageable, "inspect", []Action{oobInspect(n)}, now, &out)
+			return out, nil
+		}
 		boot := bootRamdisk()
 		// The BMC's firmware versions and BIOS settings are read again
 		// (Ironic caches them at inspection too); a fast-tracked
@@ -491,6 +503,12 @@ func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
 		boot = fail(d.NoRamdiskBoot)
 	}
 	out["boot"], out["inspect"], out["rescue"] = boot, boot, boot
+	if m.inspectsOOB(n) {
+		out["inspect"] = ok
+	}
+	if err := m.checkInspectInterface(n); err != nil {
+		out["inspect"] = fail(err.Error())
+	}
 	out["deploy"] = boot
 	if s, _ := n.InstanceInfo["image_source"].(string); s == "" && d.NoRamdiskBoot == "" {
 		out["deploy"] = fail(fmt.Sprintf("instance_info image_source of node %s is not set", n.Ident()))

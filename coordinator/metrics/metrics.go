@@ -44,6 +44,7 @@ type Metrics struct {
 	acked         prometheus.Counter
 	commitSeconds prometheus.Histogram
 	holdSeconds   prometheus.Histogram
+	bmcWarnings   *prometheus.CounterVec
 
 	// holdMax is the longest single hold of the engine loop since start,
 	// in nanoseconds.
@@ -96,10 +97,12 @@ func New() *Metrics {
 	m.holdSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "engine_loop_hold_seconds",
 		Help:    "Time one request (an API change, an agent message, a clock tick) held the engine's single loop, its batch's commit not included: what other requests and agent messages may wait behind one request.",
 		Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12)})
+	m.bmcWarnings = prometheus.NewCounterVec(prometheus.CounterOpts(f("bmc_warnings_total",
+		"Warnings that edge agents' BMC command results carried (media that did not eject, a reading that lost a field), each also a WARNING in its node's history, by the history's event type.")), []string{"event_type"})
 	holdMax := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "engine_loop_hold_max_seconds",
 		Help: "The longest time one request held the engine's single loop since the coordinator started (engine_loop_hold_seconds' largest observation)."},
 		func() float64 { return time.Duration(m.holdMax.Load()).Seconds() })
-	m.reg.MustRegister(m.transitions, m.verbs, m.verbSeconds, m.stepSeconds, m.sent, m.resent, m.acked, m.commitSeconds, m.holdSeconds, holdMax,
+	m.reg.MustRegister(m.bmcWarnings, m.transitions, m.verbs, m.verbSeconds, m.stepSeconds, m.sent, m.resent, m.acked, m.commitSeconds, m.holdSeconds, holdMax,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -187,6 +190,15 @@ func (m *Metrics) History(h fsm.HistoryEntry) {
 		return
 	}
 	m.transitions.WithLabelValues(string(h.From), string(h.To)).Inc()
+}
+
+// BMCWarnings counts the warnings of an edge agent's result (fsm
+// Output.BMCWarnings), by the history event type they went under.
+func (m *Metrics) BMCWarnings(eventType string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.bmcWarnings.WithLabelValues(eventType).Add(float64(n))
 }
 
 // Verb records a provision verb's answer: its outcome is "accepted" or

@@ -17,7 +17,9 @@ import (
 	"net/textproto"
 	"net/url"
 	"path"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stmcginnis/gofish"
@@ -97,26 +99,37 @@ func (b *BMC) updateService(c *gofish.APIClient) (*updateServiceDoc, error) {
 	return &us, nil
 }
 
-// inventory reads the firmware inventory and names each member's
-// component: bios and bmc by their Id or name, or by RelatedItem naming
-// the system or its manager; nic:<Id> for network adapters.
-func (b *BMC) inventory(c *gofish.APIClient, us *updateServiceDoc, sysURI string, mgrURIs []string) ([]inventoryEntry, error) {
-	if us.FirmwareInventory.ID == "" {
-		return nil, nil
+// inventoryMembers reads the firmware inventory's members, in their
+// order; a member that cannot be read is a warning.
+func (b *BMC) inventoryMembers(in *inspection, us *updateServiceDoc) []softwareDoc {
+	var mu sync.Mutex
+	type ordered struct {
+		i   int
+		doc softwareDoc
 	}
-	var col collectionDoc
-	if err := getJSON(c, us.FirmwareInventory.ID, &col); err != nil {
-		return nil, err
-	}
-	if len(col.Members) > 256 {
-		col.Members = col.Members[:256]
-	}
-	var out []inventoryEntry
-	for _, m := range col.Members {
+	var got []ordered
+	in.members("firmware inventory", us.FirmwareInventory.ID, func(i int, m string) {
 		var sw softwareDoc
-		if err := getJSON(c, m.ID, &sw); err != nil {
-			return nil, err
+		if in.get("firmware inventory", m, &sw) {
+			mu.Lock()
+			got = append(got, ordered{i, sw})
+			mu.Unlock()
 		}
+	})
+	sort.Slice(got, func(a, b int) bool { return got[a].i < got[b].i })
+	out := make([]softwareDoc, 0, len(got))
+	for _, g := range got {
+		out = append(out, g.doc)
+	}
+	return out
+}
+
+// classify names each inventory member's component: bios and bmc by
+// their Id or name, or by RelatedItem naming the system or its manager;
+// nic:<Id> for network adapters; others are left out.
+func classify(members []softwareDoc, sysURI string, mgrURIs []string) []inventoryEntry {
+	var out []inventoryEntry
+	for _, sw := range members {
 		related := func(uris ...string) bool {
 			if len(sw.RelatedItem) == 0 {
 				return true
@@ -144,33 +157,79 @@ func (b *BMC) inventory(c *gofish.APIClient, us *updateServiceDoc, sysURI string
 			out = append(out, inventoryEntry{doc: sw, component: comp})
 		}
 	}
-	return out, nil
+	return out
 }
 
 // components reads every component's version: bios from the system's
 // BiosVersion and bmc from its manager's FirmwareVersion (as Ironic),
-// else from the inventory; NICs from the inventory.
-func (b *BMC) components(c *gofish.APIClient) ([]drivers.FirmwareComponent, []inventoryEntry, error) {
-	sys, err := b.getSystem(c)
-	if err != nil {
-		return nil, nil, err
+// else from the inventory; NICs from the inventory. Only the system must
+// be readable: a manager or an inventory that is not costs its versions
+// and is named in the warnings (URL and the BMC's answer).
+func (b *BMC) components(c *gofish.APIClient) ([]drivers.FirmwareComponent, []inventoryEntry, []string, error) {
+	in := &inspection{b: b, c: c}
+	var sys struct {
+		ODataID     string `json:"@odata.id"`
+		BiosVersion string `json:"BiosVersion"`
+		Links       struct {
+			ManagedBy []link `json:"ManagedBy"`
+		} `json:"Links"`
 	}
-	mgrs, err := sys.ManagedBy()
-	if err != nil {
-		return nil, nil, err
+	var uri string
+	var sysErr error
+	var mgrVersions []string
+	var us *updateServiceDoc
+	var members []softwareDoc
+	// The system and its managers, and the inventory (which needs only
+	// the service root), in parallel.
+	parallel(
+		func() {
+			if uri, sysErr = b.findSystem(c); sysErr != nil {
+				return
+			}
+			if sysErr = getJSON(c, uri, &sys); sysErr != nil {
+				return
+			}
+			mgrVersions = make([]string, len(sys.Links.ManagedBy))
+			var fns []func()
+			for i, m := range sys.Links.ManagedBy {
+				fns = append(fns, func() {
+					var mgr struct {
+						FirmwareVersion string `json:"FirmwareVersion"`
+					}
+					if in.get("bmc firmware", m.ID, &mgr) {
+						mgrVersions[i] = mgr.FirmwareVersion
+					}
+				})
+			}
+			parallel(fns...)
+		},
+		func() {
+			var root serviceRootDoc
+			if !in.get("firmware inventory", "/redfish/v1/", &root) || root.UpdateService.ID == "" {
+				return
+			}
+			us = &updateServiceDoc{}
+			if !in.get("firmware inventory", root.UpdateService.ID, us) || us.FirmwareInventory.ID == "" {
+				return
+			}
+			members = b.inventoryMembers(in, us)
+		},
+	)
+	if sysErr != nil {
+		return nil, nil, nil, sysErr
+	}
+	if in.fatal != nil {
+		return nil, nil, nil, in.fatal
 	}
 	var mgrURIs []string
-	bmcVersion := ""
-	for _, m := range mgrs {
-		mgrURIs = append(mgrURIs, m.ODataID)
-		if bmcVersion == "" {
-			bmcVersion = m.FirmwareVersion
-		}
+	for _, m := range sys.Links.ManagedBy {
+		mgrURIs = append(mgrURIs, m.ID)
 	}
-	var inv []inventoryEntry
-	if us, err := b.updateService(c); err == nil {
-		if inv, err = b.inventory(c, us, sys.ODataID, mgrURIs); err != nil {
-			return nil, nil, err
+	inv := classify(members, uri, mgrURIs)
+	bmcVersion := ""
+	for _, v := range mgrVersions {
+		if bmcVersion == "" {
+			bmcVersion = v
 		}
 	}
 	versions := map[string]string{"bios": sys.BiosVersion, "bmc": bmcVersion}
@@ -191,24 +250,40 @@ func (b *BMC) components(c *gofish.APIClient) ([]drivers.FirmwareComponent, []in
 			out = append(out, drivers.FirmwareComponent{Component: e.component, Version: e.doc.Version})
 		}
 	}
-	return out, inv, nil
+	sort.Strings(in.warnings)
+	return out, inv, in.warnings, nil
 }
 
-// FirmwareComponents reads the installed firmware versions.
+// FirmwareComponents reads the installed firmware versions; what could
+// not be read is logged (FirmwareReading returns it).
 func (b *BMC) FirmwareComponents(ctx context.Context) ([]drivers.FirmwareComponent, error) {
-	ctx, cancel := reserve(ctx)
+	out, warnings, err := b.FirmwareReading(ctx)
+	for _, w := range warnings {
+		b.log.Warn("redfish firmware reading is partial", "missing", w)
+	}
+	return out, err
+}
+
+// FirmwareReading reads the installed firmware versions and names, with
+// its URL and the BMC's answer, each part that could not be read.
+func (b *BMC) FirmwareReading(ctx context.Context) ([]drivers.FirmwareComponent, []string, error) {
+	ctx, cancel := reserve(reading(ctx))
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer b.unlock()
+	if fw, w, ok := b.takeFirmware(); ok {
+		return fw, w, nil
+	}
 	var out []drivers.FirmwareComponent
+	var warnings []string
 	err := b.do(ctx, "read the firmware versions", func(c *gofish.APIClient) error {
 		var err error
-		out, _, err = b.components(c)
+		out, _, warnings, err = b.components(c)
 		return err
 	})
-	return out, err
+	return out, warnings, err
 }
 
 func versionOf(list []drivers.FirmwareComponent, comp string) (string, bool) {
@@ -224,7 +299,7 @@ func versionOf(list []drivers.FirmwareComponent, comp string) (string, bool) {
 func (b *BMC) UpdateFirmware(ctx context.Context, updates []drivers.FirmwareUpdate) ([]drivers.FirmwareComponent, error) {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return nil, err
 	}
 	defer b.unlock()
@@ -243,7 +318,7 @@ func (b *BMC) UpdateFirmware(ctx context.Context, updates []drivers.FirmwareUpda
 	var out []drivers.FirmwareComponent
 	err := b.do(ctx, "read the firmware versions", func(c *gofish.APIClient) error {
 		var err error
-		out, _, err = b.components(c)
+		out, _, _, err = b.components(c)
 		return err
 	})
 	return out, err
@@ -263,7 +338,7 @@ func (b *BMC) updateOne(ctx context.Context, u drivers.FirmwareUpdate) error {
 	var us *updateServiceDoc
 	var target string
 	err := b.do(ctx, "read the firmware inventory", func(c *gofish.APIClient) error {
-		comps, inv, err := b.components(c)
+		comps, inv, _, err := b.components(c)
 		if err != nil {
 			return err
 		}
@@ -371,7 +446,7 @@ func (b *BMC) updateOne(ctx context.Context, u drivers.FirmwareUpdate) error {
 		var comps []drivers.FirmwareComponent
 		err := b.do(ctx, "read the firmware versions", func(c *gofish.APIClient) error {
 			var err error
-			comps, _, err = b.components(c)
+			comps, _, _, err = b.components(c)
 			return err
 		})
 		if err != nil {

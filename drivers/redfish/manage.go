@@ -3,7 +3,9 @@ package redfish
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"reflect"
 	"sort"
@@ -96,7 +98,7 @@ func (b *BMC) SetBoot(ctx context.Context, device string, persistent bool) error
 	}
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -111,7 +113,7 @@ func (b *BMC) SetBoot(ctx context.Context, device string, persistent bool) error
 			return fmt.Errorf("the BMC does not offer boot target %s (it offers %v)", target, allowed)
 		}
 		if err := sys.SetBoot(&schemas.Boot{BootSourceOverrideTarget: target, BootSourceOverrideEnabled: enabled}); err != nil {
-			return err
+			return &reqError{"PATCH", sys.ODataID, err}
 		}
 		if sys, err = b.getSystem(c); err != nil {
 			return err
@@ -146,7 +148,7 @@ func (b *BMC) SetBootMode(ctx context.Context, mode string) error {
 	}
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -157,7 +159,7 @@ func (b *BMC) SetBootMode(ctx context.Context, mode string) error {
 			return err
 		}
 		if err := sys.SetBoot(&schemas.Boot{BootSourceOverrideMode: m}); err != nil {
-			return err
+			return &reqError{"PATCH", sys.ODataID, err}
 		}
 		if sys, err = b.getSystem(c); err != nil {
 			return err
@@ -176,7 +178,7 @@ func (b *BMC) SetBootMode(ctx context.Context, mode string) error {
 
 // BootSettings reads the boot override back.
 func (b *BMC) BootSettings(ctx context.Context) (BootSettings, error) {
-	ctx, cancel := reserve(ctx)
+	ctx, cancel := reserve(reading(ctx))
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return BootSettings{}, err
@@ -204,50 +206,144 @@ var mediaTypes = map[string][]schemas.VirtualMediaType{
 
 var mediaNames = map[string]string{MediaCD: "virtual CD", MediaUSB: "virtual USB stick or floppy"}
 
+// mediaDoc is a VirtualMedia resource as the driver reads it itself:
+// gofish keeps the actions' targets to itself and has no PATCH path.
+type mediaDoc struct {
+	ODataID        string   `json:"@odata.id"`
+	ID             string   `json:"Id"`
+	Name           string   `json:"Name"`
+	MediaTypes     []string `json:"MediaTypes"`
+	Image          *string  `json:"Image"`
+	Inserted       *bool    `json:"Inserted"`
+	WriteProtected *bool    `json:"WriteProtected"`
+	Actions        struct {
+		Insert *struct {
+			Target string `json:"target"`
+		} `json:"#VirtualMedia.InsertMedia"`
+		Eject *struct {
+			Target string `json:"target"`
+		} `json:"#VirtualMedia.EjectMedia"`
+	} `json:"Actions"`
+}
+
+func (m *mediaDoc) inserted() bool { return m.Inserted != nil && *m.Inserted }
+
+func (m *mediaDoc) image() string {
+	if m.Image == nil {
+		return ""
+	}
+	return *m.Image
+}
+
+// noMediaError: the BMC has no virtual media device of the kind asked.
+type noMediaError struct{ msg string }
+
+func (e *noMediaError) Error() string { return e.msg }
+
+// mediaMatch tells whether a device is of a kind: by its MediaTypes, or,
+// when it lists none (AMI MegaRAC's CD1), by its Id and Name.
+func mediaMatch(m *mediaDoc, kind string) bool {
+	for _, t := range m.MediaTypes {
+		for _, w := range mediaTypes[kind] {
+			if t == string(w) {
+				return true
+			}
+		}
+	}
+	if len(m.MediaTypes) > 0 {
+		return false
+	}
+	name := strings.ToLower(m.ID + " " + m.Name)
+	switch kind {
+	case MediaCD:
+		return strings.Contains(name, "cd") || strings.Contains(name, "dvd")
+	case MediaUSB:
+		return strings.Contains(name, "usb") || strings.Contains(name, "floppy") || strings.Contains(name, "removable")
+	}
+	return false
+}
+
 // findMedia finds the system's virtual media device of a kind: under the
-// system itself (newer BMCs) or under the managers that manage it (most
-// BMCs, and where sushy looks).
-func (b *BMC) findMedia(c *gofish.APIClient, kind string) (*schemas.VirtualMedia, error) {
-	want, ok := mediaTypes[kind]
-	if !ok {
+// system itself (newer BMCs, DMTF's mockup) or under the managers that
+// manage it (most BMCs, and where sushy looks).
+func (b *BMC) findMedia(c *gofish.APIClient, kind string) (*mediaDoc, error) {
+	if _, ok := mediaTypes[kind]; !ok {
 		return nil, fmt.Errorf("unknown virtual media kind %q (want %s or %s)", kind, MediaCD, MediaUSB)
 	}
-	sys, err := b.getSystem(c)
+	uri, err := b.findSystem(c)
 	if err != nil {
 		return nil, err
 	}
-	media, err := sys.VirtualMedia()
-	if err != nil {
+	var sys struct {
+		VirtualMedia link `json:"VirtualMedia"`
+		Links        struct {
+			ManagedBy []link `json:"ManagedBy"`
+		} `json:"Links"`
+	}
+	if err := getJSON(c, uri, &sys); err != nil {
 		return nil, err
 	}
-	if len(media) == 0 {
-		mgrs, err := sys.ManagedBy()
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range mgrs {
-			vm, err := m.VirtualMedia()
-			if err != nil {
-				return nil, err
+	var cols, looked []string
+	if sys.VirtualMedia.ID != "" {
+		cols = append(cols, sys.VirtualMedia.ID)
+	}
+	var notes []string
+	if len(cols) == 0 {
+		for _, m := range sys.Links.ManagedBy {
+			var mgr struct {
+				VirtualMedia link `json:"VirtualMedia"`
 			}
-			media = append(media, vm...)
+			if err := getJSON(c, m.ID, &mgr); err != nil {
+				if st := statusOf(err); st == http.StatusUnauthorized || st == http.StatusForbidden {
+					return nil, err
+				}
+				notes = append(notes, fmt.Sprintf("manager %s: %s", m.ID, b.explain(err)))
+				continue
+			}
+			if mgr.VirtualMedia.ID != "" {
+				cols = append(cols, mgr.VirtualMedia.ID)
+			} else {
+				looked = append(looked, m.ID+" (no VirtualMedia)")
+			}
 		}
 	}
 	var seen []string
-	for _, vm := range media {
-		for _, t := range vm.MediaTypes {
-			for _, w := range want {
-				if t == w {
-					return vm, nil
-				}
-			}
+	var found *mediaDoc
+	for _, col := range cols {
+		looked = append(looked, col)
+		var cd collectionDoc
+		if err := getJSON(c, col, &cd); err != nil {
+			return nil, err
 		}
-		seen = append(seen, fmt.Sprintf("%s %v", vm.ODataID, vm.MediaTypes))
+		docs := make([]*mediaDoc, len(cd.Members))
+		errs := make([]error, len(cd.Members))
+		var fns []func()
+		for i, m := range cd.Members {
+			fns = append(fns, func() {
+				docs[i] = &mediaDoc{}
+				errs[i] = getJSON(c, m.ID, docs[i])
+			})
+		}
+		parallel(fns...)
+		for i, d := range docs {
+			if errs[i] != nil {
+				return nil, errs[i]
+			}
+			if found == nil && mediaMatch(d, kind) {
+				found = d
+			}
+			seen = append(seen, fmt.Sprintf("%s %v", d.ODataID, d.MediaTypes))
+		}
+		if found != nil {
+			return found, nil
+		}
 	}
-	return nil, fmt.Errorf("the BMC offers no %s for %s (virtual media: %s)", mediaNames[kind], sys.ODataID, orNone(seen))
+	msg := fmt.Sprintf("the BMC offers no %s for %s (virtual media devices: %s; looked at %s)", mediaNames[kind], uri, orNone(seen), orNone(looked))
+	if len(notes) > 0 {
+		msg += "; " + strings.Join(notes, "; ")
+	}
+	return nil, &noMediaError{msg}
 }
-
-func inserted(vm *schemas.VirtualMedia) bool { return vm.Inserted != nil && *vm.Inserted }
 
 // InsertVirtualMedia attaches the image at imageURL to the system's
 // virtual CD (InsertMedia of kind MediaCD).
@@ -263,6 +359,19 @@ func (b *BMC) InsertMedia(ctx context.Context, kind, imageURL string) error {
 	return b.insertMedia(ctx, kind, imageURL, false)
 }
 
+// ejectDoc ejects a device: its EjectMedia action, else a PATCH of
+// Image null and Inserted false (the spec's other way, and sushy's).
+func (b *BMC) ejectDoc(c *gofish.APIClient, vm *mediaDoc) error {
+	if vm.Actions.Eject != nil && vm.Actions.Eject.Target != "" {
+		return postJSON(c, vm.Actions.Eject.Target, map[string]any{})
+	}
+	err := patchJSON(c, vm.ODataID, map[string]any{"Image": nil, "Inserted": false})
+	if err != nil {
+		return &mediaRefused{fmt.Sprintf("its device %s offers no EjectMedia action and refused a PATCH of Image and Inserted: %s", vm.ODataID, b.explain(err))}
+	}
+	return nil
+}
+
 func (b *BMC) insertMedia(ctx context.Context, kind, imageURL string, fresh bool) error {
 	u, err := url.Parse(imageURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -270,70 +379,109 @@ func (b *BMC) insertMedia(ctx context.Context, kind, imageURL string, fresh bool
 	}
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
 	// The URL's path may hold an access token: logs and errors show only
 	// scheme and host.
 	shown := u.Scheme + "://" + u.Host + "/..."
+	how := ""
 	err = b.do(ctx, "insert virtual media "+shown+" into the "+mediaNames[kind], func(c *gofish.APIClient) error {
 		vm, err := b.findMedia(c, kind)
 		if err != nil {
 			return err
 		}
-		if inserted(vm) && vm.Image == imageURL && !fresh {
+		if vm.inserted() && vm.image() == imageURL && !fresh {
+			how = "already there"
 			return nil
 		}
-		if inserted(vm) {
-			b.log.Info("redfish ejecting the previous virtual media", "kind", kind)
-			if _, err := vm.EjectMedia(); err != nil {
+		if vm.inserted() {
+			b.log.Info("redfish ejecting the previous virtual media", "kind", kind, "device", vm.ODataID)
+			if err := b.ejectDoc(c, vm); err != nil {
 				return err
 			}
 		}
-		// Only Image: the spec's defaults for Inserted and WriteProtected
-		// are true, and some BMCs refuse the action when they are sent
-		// (sushy learnt this on SuperMicro X11).
-		if _, err := vm.InsertMedia(&schemas.VirtualMediaInsertMediaParameters{Image: imageURL}); err != nil {
+		if vm.Actions.Insert != nil && vm.Actions.Insert.Target != "" {
+			// Only Image: the spec's defaults for Inserted and
+			// WriteProtected are true, and some BMCs refuse the action
+			// when they are sent (sushy learnt this on Supermicro X11).
+			how = "InsertMedia"
+			body := map[string]any{"Image": imageURL}
+			err := postJSON(c, vm.Actions.Insert.Target, body)
+			if err != nil && statusOf(err) == http.StatusBadRequest && strings.Contains(b.explain(err), "TransferProtocolType") {
+				// Some BMCs want the protocol named (as sushy retries).
+				body["TransferProtocolType"] = strings.ToUpper(u.Scheme)
+				err = postJSON(c, vm.Actions.Insert.Target, body)
+			}
+			if err != nil {
+				return err
+			}
+		} else {
+			// No action: PATCH Image with Inserted (which several BMCs
+			// and DMTF's mockup server need to mount it) and
+			// WriteProtected.
+			how = "PATCH"
+			if err := patchJSON(c, vm.ODataID, map[string]any{"Image": imageURL, "Inserted": true, "WriteProtected": true}); err != nil {
+				return &mediaRefused{fmt.Sprintf("its %s %s offers no InsertMedia action and refused a PATCH of Image and Inserted: %s", mediaNames[kind], vm.ODataID, b.explain(err))}
+			}
+		}
+		var back mediaDoc
+		if err := getJSON(c, vm.ODataID, &back); err != nil {
 			return err
 		}
-		vm, err = schemas.GetVirtualMedia(c, vm.ODataID)
-		if err != nil {
-			return err
-		}
-		if !inserted(vm) || vm.Image != imageURL {
-			return fmt.Errorf("the BMC accepted the image but its %s shows Inserted=%v", mediaNames[kind], inserted(vm))
+		if !back.inserted() || back.image() != imageURL {
+			return fmt.Errorf("the BMC accepted the image (%s) but its %s %s shows Inserted=%v, Image %q", how, mediaNames[kind], vm.ODataID, back.inserted(), redactURL(back.image()))
 		}
 		return nil
 	})
 	if err == nil {
-		b.log.Info("redfish virtual media inserted", "kind", kind, "image", shown)
+		b.log.Info("redfish virtual media inserted", "kind", kind, "image", shown, "how", how)
 	}
 	return err
 }
+
+// mediaRefused: the BMC cannot mount media the ways this driver knows;
+// not retried.
+type mediaRefused struct{ msg string }
+
+func (e *mediaRefused) Error() string { return e.msg }
 
 // EjectVirtualMedia detaches the system's virtual CD, if it holds an image.
 func (b *BMC) EjectVirtualMedia(ctx context.Context) error { return b.EjectMedia(ctx, MediaCD) }
 
 // EjectMedia detaches the system's virtual media device of a kind, if it
-// holds an image.
+// holds an image. A BMC without such a device has nothing to eject.
 func (b *BMC) EjectMedia(ctx context.Context, kind string) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
 	return b.do(ctx, "eject the "+mediaNames[kind], func(c *gofish.APIClient) error {
 		vm, err := b.findMedia(c, kind)
+		var nm *noMediaError
+		if errors.As(err, &nm) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		if !inserted(vm) {
+		if !vm.inserted() {
 			return nil
 		}
-		_, err = vm.EjectMedia()
-		return err
+		if err := b.ejectDoc(c, vm); err != nil {
+			return err
+		}
+		var back mediaDoc
+		if err := getJSON(c, vm.ODataID, &back); err != nil {
+			return err
+		}
+		if back.inserted() {
+			return fmt.Errorf("the BMC accepted the eject but its %s %s still shows Inserted=true", mediaNames[kind], vm.ODataID)
+		}
+		return nil
 	})
 }
 
@@ -343,7 +491,7 @@ func (b *BMC) VirtualMedia(ctx context.Context) (string, error) { return b.Media
 // MediaImage reads the image URL of the virtual media device of a kind
 // ("" when none is inserted).
 func (b *BMC) MediaImage(ctx context.Context, kind string) (string, error) {
-	ctx, cancel := reserve(ctx)
+	ctx, cancel := reserve(reading(ctx))
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
 		return "", err
@@ -352,8 +500,8 @@ func (b *BMC) MediaImage(ctx context.Context, kind string) (string, error) {
 	var image string
 	err := b.do(ctx, "read the "+mediaNames[kind], func(c *gofish.APIClient) error {
 		vm, err := b.findMedia(c, kind)
-		if err == nil && inserted(vm) {
-			image = vm.Image
+		if err == nil && vm.inserted() {
+			image = vm.image()
 		}
 		return err
 	})
@@ -459,30 +607,43 @@ func parseSettings(args map[string]any) ([]Setting, error) {
 // biosDoc is the part of a Bios resource the driver reads itself: gofish
 // keeps the settings object's address to itself.
 type biosDoc struct {
-	ID         string         `json:"@odata.id"`
-	Attributes map[string]any `json:"Attributes"`
-	Settings   struct {
+	ID                string         `json:"@odata.id"`
+	AttributeRegistry string         `json:"AttributeRegistry"`
+	Attributes        map[string]any `json:"Attributes"`
+	Settings          struct {
 		SettingsObject link `json:"SettingsObject"`
 	} `json:"@Redfish.Settings"`
+	Actions struct {
+		ResetBios *struct {
+			Target string `json:"target"`
+		} `json:"#Bios.ResetBios"`
+	} `json:"Actions"`
 }
 
-func (b *BMC) readBios(c *gofish.APIClient) (*schemas.Bios, *biosDoc, error) {
-	sys, err := b.getSystem(c)
+// readBios reads the system's Bios resource; a system without one, or a
+// Bios the BMC does not serve, is an error naming it.
+func (b *BMC) readBios(c *gofish.APIClient) (*biosDoc, error) {
+	uri, err := b.findSystem(c)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	bios, err := sys.Bios()
-	if err != nil {
-		return nil, nil, err
+	var sys struct {
+		Bios link `json:"Bios"`
 	}
-	if bios == nil {
-		return nil, nil, fmt.Errorf("system %s has no Bios resource", sys.ODataID)
+	if err := getJSON(c, uri, &sys); err != nil {
+		return nil, err
+	}
+	if sys.Bios.ID == "" {
+		return nil, fmt.Errorf("system %s links no Bios resource: the BMC offers no BIOS settings over Redfish", uri)
 	}
 	var doc biosDoc
-	if err := getJSON(c, bios.ODataID, &doc); err != nil {
-		return nil, nil, err
+	if err := getJSON(c, sys.Bios.ID, &doc); err != nil {
+		return nil, err
 	}
-	return bios, &doc, nil
+	if doc.ID == "" {
+		doc.ID = sys.Bios.ID
+	}
+	return &doc, nil
 }
 
 // ApplyBIOSSettings stages BIOS settings on the BMC's pending settings
@@ -492,12 +653,12 @@ func (b *BMC) readBios(c *gofish.APIClient) (*schemas.Bios, *biosDoc, error) {
 func (b *BMC) ApplyBIOSSettings(ctx context.Context, settings []Setting) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
 	return b.do(ctx, "apply BIOS settings", func(c *gofish.APIClient) error {
-		_, doc, err := b.readBios(c)
+		doc, err := b.readBios(c)
 		if err != nil {
 			return err
 		}
@@ -564,7 +725,7 @@ func (b *BMC) BIOSAttributes(ctx context.Context) (current, pending map[string]a
 	}
 	defer b.unlock()
 	err = b.do(ctx, "read BIOS settings", func(c *gofish.APIClient) error {
-		_, doc, err := b.readBios(c)
+		doc, err := b.readBios(c)
 		if err != nil {
 			return err
 		}
@@ -587,17 +748,19 @@ func (b *BMC) BIOSAttributes(ctx context.Context) (current, pending map[string]a
 func (b *BMC) FactoryResetBIOS(ctx context.Context) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
 	return b.do(ctx, "reset the BIOS to its defaults", func(c *gofish.APIClient) error {
-		bios, _, err := b.readBios(c)
+		doc, err := b.readBios(c)
 		if err != nil {
 			return err
 		}
-		_, err = bios.ResetBios()
-		return err
+		if doc.Actions.ResetBios == nil || doc.Actions.ResetBios.Target == "" {
+			return fmt.Errorf("the Bios resource %s offers no ResetBios action", doc.ID)
+		}
+		return postJSON(c, doc.Actions.ResetBios.Target, map[string]any{})
 	})
 }
 
@@ -607,7 +770,7 @@ func (b *BMC) FactoryResetBIOS(ctx context.Context) error {
 func (b *BMC) ResetBMC(ctx context.Context) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -639,14 +802,17 @@ func (b *BMC) resetBMC(ctx context.Context) error {
 			}
 		}
 		b.log.Info("redfish resetting the BMC", "manager", m.ODataID, "type", rt)
-		_, err = m.Reset(rt)
-		return err
+		if _, err = m.Reset(rt); err != nil {
+			return &reqError{"POST", m.ODataID + " (Manager.Reset)", err}
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
 	// The sessions died with the BMC: forget ours without a logout.
 	b.client, b.systemURI = nil, ""
+	b.rt.forget() // a new firmware may serve another root
 	b.http.CloseIdleConnections()
 	start := time.Now()
 	outOfTime := func(err error) error {

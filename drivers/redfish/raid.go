@@ -1,6 +1,7 @@
 package redfish
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/stmcginnis/gofish"
 
@@ -45,6 +48,14 @@ type storageDoc struct {
 
 	drives  []driveDoc
 	volumes []volumeDoc
+	// applyTimes is the Volumes collection's
+	// @Redfish.OperationApplyTimeSupport.SupportedValues.
+	applyTimes []string
+}
+
+// onReset: the controller applies volume changes at the next reset only.
+func (s *storageDoc) onReset() bool {
+	return len(s.applyTimes) > 0 && !containsString(s.applyTimes, "Immediate") && containsString(s.applyTimes, "OnReset")
 }
 
 type driveDoc struct {
@@ -60,6 +71,7 @@ type volumeDoc struct {
 	ID            string `json:"Id"`
 	Name          string `json:"Name"`
 	RAIDType      string `json:"RAIDType"`
+	VolumeType    string `json:"VolumeType"`
 	CapacityBytes int64  `json:"CapacityBytes"`
 	Links         struct {
 		Drives []link `json:"Drives"`
@@ -83,13 +95,24 @@ func (s *storageDoc) driveByURI(uri string) *driveDoc {
 	return nil
 }
 
-func (s *storageDoc) volume(v volumeDoc) drivers.Volume {
-	level := v.RAIDType
+// volumeTypes maps the older Volume.VolumeType to Ironic's raid_level,
+// as Ironic's redfish RAID does (StripedWithParity is RAID 5 or 6: 5;
+// SpannedStripesWithParity: 5+0).
+var volumeTypes = map[string]string{"NonRedundant": "0", "Mirrored": "1", "StripedWithParity": "5", "SpannedMirrors": "1+0", "SpannedStripesWithParity": "5+0"}
+
+// RAIDLevel is Ironic's raid_level of a volume's RAIDType, else of its
+// VolumeType ("" when neither is known).
+func RAIDLevel(raidType, volumeType string) string {
 	for l, t := range raidTypes {
-		if t == v.RAIDType {
-			level = l
+		if t == raidType {
+			return l
 		}
 	}
+	return volumeTypes[volumeType]
+}
+
+func (s *storageDoc) volume(v volumeDoc) drivers.Volume {
+	level := RAIDLevel(v.RAIDType, v.VolumeType)
 	out := drivers.Volume{ID: v.ID, Name: v.Name, RAIDLevel: level, SizeGB: int(v.CapacityBytes / gib), Controller: s.ID, PhysicalDisks: []string{}}
 	for _, d := range v.Links.Drives {
 		id := d.ID[strings.LastIndex(d.ID, "/")+1:]
@@ -101,86 +124,149 @@ func (s *storageDoc) volume(v volumeDoc) drivers.Volume {
 	return out
 }
 
-// storages reads the system's storage subsystems with their drives and volumes.
-func (b *BMC) storages(c *gofish.APIClient) ([]*storageDoc, error) {
+// storages reads the system's storage subsystems with their drives and
+// volumes, in parallel. Only the system and its Storage collection must
+// be readable: a storage, drive or volume that is not is left out and
+// named in the warnings (its URL and the BMC's answer).
+func (b *BMC) storages(c *gofish.APIClient) ([]*storageDoc, []string, error) {
 	uri, err := b.findSystem(c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var sys struct {
 		Storage link `json:"Storage"`
 	}
 	if err := getJSON(c, uri, &sys); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sys.Storage.ID == "" {
-		return nil, fmt.Errorf("system %s has no Storage resource: the BMC offers no hardware RAID over Redfish", uri)
+		return nil, nil, fmt.Errorf("system %s has no Storage resource: the BMC offers no hardware RAID over Redfish", uri)
 	}
 	var col collectionDoc
 	if err := getJSON(c, sys.Storage.ID, &col); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []*storageDoc
-	for _, m := range col.Members {
-		s := &storageDoc{}
-		if err := getJSON(c, m.ID, s); err != nil {
-			return nil, err
-		}
-		for _, d := range s.Drives {
-			var dd driveDoc
-			if err := getJSON(c, d.ID, &dd); err != nil {
-				return nil, err
+	in := &inspection{b: b, c: c}
+	out := make([]*storageDoc, len(col.Members))
+	var mu sync.Mutex
+	var fns []func()
+	for i, m := range col.Members {
+		fns = append(fns, func() {
+			s := &storageDoc{}
+			if !in.get("storage", m.ID, s) {
+				return
 			}
-			s.drives = append(s.drives, dd)
-		}
-		if s.Volumes.ID != "" {
-			var vc collectionDoc
-			if err := getJSON(c, s.Volumes.ID, &vc); err != nil {
-				return nil, err
+			out[i] = s
+			drives := make([]*driveDoc, len(s.Drives))
+			var sub []func()
+			for j, d := range s.Drives {
+				sub = append(sub, func() {
+					var dd driveDoc
+					if in.get("storage drive", d.ID, &dd) {
+						if dd.ODataID == "" {
+							dd.ODataID = d.ID
+						}
+						drives[j] = &dd
+					}
+				})
 			}
-			for _, v := range vc.Members {
-				var vd volumeDoc
-				if err := getJSON(c, v.ID, &vd); err != nil {
-					return nil, err
+			if s.Volumes.ID != "" {
+				sub = append(sub, func() {
+					var vc struct {
+						collectionDoc
+						Apply struct {
+							SupportedValues []string `json:"SupportedValues"`
+						} `json:"@Redfish.OperationApplyTimeSupport"`
+					}
+					if !in.get("raid volumes", s.Volumes.ID, &vc) {
+						return
+					}
+					s.applyTimes = vc.Apply.SupportedValues
+					vols := make([]*volumeDoc, len(vc.Members))
+					var vf []func()
+					for k, v := range vc.Members {
+						vf = append(vf, func() {
+							var vd volumeDoc
+							if in.get("raid volume", v.ID, &vd) {
+								vols[k] = &vd
+							}
+						})
+					}
+					parallel(vf...)
+					mu.Lock()
+					for _, v := range vols {
+						if v != nil {
+							s.volumes = append(s.volumes, *v)
+						}
+					}
+					mu.Unlock()
+				})
+			}
+			parallel(sub...)
+			for _, d := range drives {
+				if d != nil {
+					s.drives = append(s.drives, *d)
 				}
-				s.volumes = append(s.volumes, vd)
 			}
-		}
-		out = append(out, s)
+		})
 	}
-	return out, nil
+	parallel(fns...)
+	if in.fatal != nil {
+		return nil, nil, in.fatal
+	}
+	var st []*storageDoc
+	for _, s := range out {
+		if s != nil {
+			st = append(st, s)
+		}
+	}
+	sort.Strings(in.warnings)
+	return st, in.warnings, nil
 }
 
-// RAIDVolumes lists the volumes of every storage of the system.
+// RAIDVolumes lists the volumes of every storage of the system; what
+// could not be read is logged (RAIDReading returns it).
 func (b *BMC) RAIDVolumes(ctx context.Context) ([]drivers.Volume, error) {
-	ctx, cancel := reserve(ctx)
+	out, warnings, err := b.RAIDReading(ctx)
+	for _, w := range warnings {
+		b.log.Warn("redfish RAID reading is partial", "missing", w)
+	}
+	return out, err
+}
+
+// RAIDReading lists the volumes of every storage of the system and names
+// each storage, drive or volume that could not be read.
+func (b *BMC) RAIDReading(ctx context.Context) ([]drivers.Volume, []string, error) {
+	ctx, cancel := reserve(reading(ctx))
 	defer cancel()
 	if err := b.lock(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer b.unlock()
 	var out []drivers.Volume
+	var warnings []string
 	err := b.do(ctx, "read the RAID volumes", func(c *gofish.APIClient) error {
-		st, err := b.storages(c)
+		st, w, err := b.storages(c)
 		if err != nil {
 			return err
 		}
-		out = nil
+		out, warnings = nil, w
 		for _, s := range st {
 			for _, v := range s.volumes {
 				out = append(out, s.volume(v))
 			}
 		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Controller+"/"+out[i].ID < out[j].Controller+"/"+out[j].ID })
 		return nil
 	})
-	return out, err
+	return out, warnings, err
 }
 
 // DeleteRAID deletes every volume of the system.
 func (b *BMC) DeleteRAID(ctx context.Context) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
@@ -191,21 +277,32 @@ func (b *BMC) deleteVolumes(ctx context.Context) error {
 	var st []*storageDoc
 	if err := b.do(ctx, "read the RAID volumes", func(c *gofish.APIClient) error {
 		var err error
-		st, err = b.storages(c)
+		st, _, err = b.storages(c)
 		return err
 	}); err != nil {
 		return err
 	}
+	var pending []string // volumes deleted OnReset
 	for _, s := range st {
 		for _, v := range s.volumes {
 			var task string
+			onReset := s.onReset()
 			err := b.do(ctx, "delete RAID volume "+v.ID, func(c *gofish.APIClient) error {
-				resp, err := c.Delete(v.ODataID)
+				var resp *http.Response
+				var err error
+				if onReset {
+					// The controller applies it at the next reset, as
+					// Ironic asks such a controller.
+					body := bytes.NewReader([]byte(`{"@Redfish.OperationApplyTime": "OnReset"}`))
+					resp, err = c.RunRawRequestWithHeaders(http.MethodDelete, v.ODataID, body, "application/json", nil)
+				} else {
+					resp, err = c.Delete(v.ODataID)
+				}
 				if statusOf(err) == http.StatusNotFound {
 					return nil // gone already (a retried delete)
 				}
 				if err != nil {
-					return err
+					return &reqError{"DELETE", v.ODataID, err}
 				}
 				defer resp.Body.Close()
 				if resp.StatusCode == http.StatusAccepted {
@@ -221,17 +318,59 @@ func (b *BMC) deleteVolumes(ctx context.Context) error {
 					return err
 				}
 			}
+			if onReset {
+				pending = append(pending, v.ODataID)
+				continue
+			}
 			b.log.Info("redfish RAID volume deleted", "volume", v.ODataID)
 		}
 	}
-	return nil
+	if len(pending) == 0 {
+		return nil
+	}
+	b.log.Info("redfish RAID controller deletes volumes at the next reset; resetting the system", "volumes", pending)
+	if err := b.restartSystem(ctx); err != nil {
+		return fmt.Errorf("the controller deletes volumes %v at the next reset (OnReset), and the reset failed: %w", pending, err)
+	}
+	start := time.Now()
+	for {
+		var left []string
+		err := b.do(ctx, "read the RAID volumes", func(c *gofish.APIClient) error {
+			st, _, err := b.storages(c)
+			if err != nil {
+				return err
+			}
+			left = nil
+			for _, s := range st {
+				for _, v := range s.volumes {
+					if containsString(pending, v.ODataID) {
+						left = append(left, v.ODataID)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Since(start) > b.opts.PowerTimeout || ctx.Err() != nil {
+			return fmt.Errorf("the BMC accepted the deletes and the system was reset, but volumes %v are still there", left)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(b.opts.PollInterval):
+		}
+	}
 }
 
 // CreateRAID implements drivers.RAIDBMC.
 func (b *BMC) CreateRAID(ctx context.Context, disks []drivers.LogicalDisk, deleteExisting bool) ([]drivers.Volume, error) {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return nil, err
 	}
 	defer b.unlock()
@@ -410,8 +549,9 @@ func (b *BMC) createVolume(ctx context.Context, ld drivers.LogicalDisk) (drivers
 	var task string
 	var s *storageDoc
 	var chosen []driveDoc
+	onReset := false
 	err := b.do(ctx, "create a RAID volume", func(c *gofish.APIClient) error {
-		st, err := b.storages(c)
+		st, _, err := b.storages(c)
 		if err != nil {
 			return err
 		}
@@ -431,13 +571,23 @@ func (b *BMC) createVolume(ctx context.Context, ld drivers.LogicalDisk) (drivers
 		if ld.VolumeName != "" {
 			body["Name"] = ld.VolumeName
 		}
+		// A controller that applies volume changes only at the next
+		// reset (SupportedApplyTimes OnReset, no Immediate) is asked
+		// so, and the system is reset below, as Ironic does.
+		onReset = s.onReset()
+		if onReset {
+			body["@Redfish.OperationApplyTime"] = "OnReset"
+		}
 		resp, err := c.Post(s.Volumes.ID, body)
 		if err != nil {
-			return err
+			return &reqError{"POST", s.Volumes.ID, err}
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode == http.StatusAccepted {
 			task = resp.Header.Get("Location")
+			return nil
+		}
+		if onReset {
 			return nil
 		}
 		var v volumeDoc
@@ -449,6 +599,10 @@ func (b *BMC) createVolume(ctx context.Context, ld drivers.LogicalDisk) (drivers
 				}
 			}
 		}
+		if v.ID == "" {
+			task = "(none)"
+			return nil
+		}
 		out = s.volume(v)
 		return nil
 	})
@@ -459,30 +613,55 @@ func (b *BMC) createVolume(ctx context.Context, ld drivers.LogicalDisk) (drivers
 	if err != nil {
 		return out, err
 	}
-	if task != "" {
+	if task != "" && task != "(none)" {
 		if err := b.waitTask(ctx, task); err != nil {
 			return out, err
 		}
-		err = b.do(ctx, "read the RAID volumes", func(c *gofish.APIClient) error {
-			st, err := b.storages(c)
-			if err != nil {
-				return err
-			}
-			for _, s2 := range st {
-				for _, v := range s2.volumes {
-					if sameDrives(v, chosen) {
-						out = s2.volume(v)
-						return nil
-					}
-				}
-			}
-			return fmt.Errorf("the BMC's task to create the volume completed, but no volume spans drives %v", ld.PhysicalDisks)
-		})
-		if err != nil {
-			return out, err
+	}
+	if onReset {
+		b.log.Info("redfish RAID controller applies volumes at the next reset; resetting the system", "controller", s.ID)
+		if err := b.restartSystem(ctx); err != nil {
+			return out, fmt.Errorf("controller %s applies the volume at the next reset (OnReset), and the reset failed: %w", s.ID, err)
 		}
 	}
-	b.log.Info("redfish RAID volume created", "volume", out.ID, "raid_level", out.RAIDLevel, "size_gb", out.SizeGB, "drives", out.PhysicalDisks)
+	if task != "" || onReset {
+		start := time.Now()
+		for {
+			found := false
+			err = b.do(ctx, "read the RAID volumes", func(c *gofish.APIClient) error {
+				st, _, err := b.storages(c)
+				if err != nil {
+					return err
+				}
+				for _, s2 := range st {
+					for _, v := range s2.volumes {
+						if sameDrives(v, chosen) {
+							out, found = s2.volume(v), true
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return out, err
+			}
+			if found {
+				break
+			}
+			if !onReset || time.Since(start) > b.opts.PowerTimeout || ctx.Err() != nil {
+				var ids []string
+				for _, d := range chosen {
+					ids = append(ids, d.ID)
+				}
+				return out, fmt.Errorf("the BMC accepted the volume (controller %s) but no volume spans drives %v afterwards", s.ID, ids)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(b.opts.PollInterval):
+			}
+		}
+	}
+	b.log.Info("redfish RAID volume created", "volume", out.ID, "raid_level", out.RAIDLevel, "size_gb", out.SizeGB, "drives", out.PhysicalDisks, "on_reset", onReset)
 	return out, nil
 }
 

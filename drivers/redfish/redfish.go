@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stmcginnis/gofish"
@@ -130,6 +131,17 @@ type BMC struct {
 	client    *gofish.APIClient
 	auth      string // AuthSession or AuthBasic: what the client uses
 	systemURI string
+	sysMu     sync.Mutex // findSystem's, for the parallel reads of an operation
+	rt        *cachingTransport
+	// snap is what Validate read ahead for the firmware and BIOS
+	// readings that follow it (snapshot.go).
+	snap *snapshot
+	// basicRefused: the BMC refused Basic while it took a session; no
+	// Basic read goes beside a login again.
+	basicRefused bool
+	// noSessions: under redfish_auth_type auto, the BMC refused a
+	// session or has none; later logins go straight to Basic.
+	noSessions bool
 }
 
 // New validates driver_info and returns a BMC; it does not connect yet.
@@ -151,14 +163,16 @@ func New(info map[string]any, opts Options) (*BMC, error) {
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:     tlsConf,
 		TLSHandshakeTimeout: 10 * time.Second,
-		MaxIdleConnsPerHost: 2,
+		MaxIdleConnsPerHost: maxInFlight,
 		IdleConnTimeout:     60 * time.Second,
 	}
+	rt := &cachingTransport{base: tr}
 	return &BMC{
 		cfg:  cfg,
 		opts: opts,
 		log:  opts.Logger.With("bmc", cfg.endpoint),
-		http: &http.Client{Transport: tr, Timeout: opts.RequestTimeout},
+		http: &http.Client{Transport: rt, Timeout: opts.RequestTimeout},
+		rt:   rt,
 		sem:  make(chan struct{}, 1),
 	}, nil
 }
@@ -176,6 +190,9 @@ func (b *BMC) lock(ctx context.Context) error {
 }
 
 func (b *BMC) unlock() { <-b.sem }
+
+// maxInFlight bounds the requests in flight to one BMC.
+const maxInFlight = 4
 
 // maxReserve bounds the time an operation leaves its caller (reserve).
 const maxReserve = 5 * time.Second
@@ -243,6 +260,7 @@ func (b *BMC) logout(ctx context.Context) {
 		}
 	}
 	b.client, b.systemURI = nil, ""
+	b.rt.forget()
 }
 
 // connect returns the logged-in client, logging in when there is none.
@@ -253,6 +271,9 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 	base := gofish.ClientConfig{
 		Endpoint: b.cfg.endpoint, Username: b.cfg.username, Password: b.cfg.password,
 		HTTPClient: b.http, ReuseConnections: true, NoModifyTransport: true,
+		// The per-BMC bound of requests in flight: independent reads go
+		// in parallel, a small BMC is not flooded.
+		MaxConcurrentRequests: maxInFlight,
 		// Never a DumpWriter: it would write the session POST, password
 		// and all.
 	}
@@ -260,31 +281,137 @@ func (b *BMC) connect(ctx context.Context) (*gofish.APIClient, error) {
 	if b.cfg.username == "" {
 		mode = AuthBasic // no credentials: nothing to log in with
 	}
+	if mode == AuthAuto && b.noSessions {
+		mode = AuthBasic // this BMC refused a session before
+	}
+	var sessionErr error
+	var probe *basicProbe
 	if mode == AuthSession || mode == AuthAuto {
-		c, err := gofish.ConnectContext(ctx, base)
+		var c *gofish.APIClient
+		var err error
+		// The Basic read beside the login only for a read-only operation
+		// (its answer is used) and never again on a BMC that refused it
+		// while it took the session: a refused Basic read is a failed
+		// login in the BMC's log.
+		_, reads := ctx.Value(readCacheKey{}).(*readCache)
+		c, probe, err = b.sessionConnect(ctx, base, mode == AuthAuto && reads && !b.basicRefused)
 		if err == nil {
+			if probe != nil && probe.refused() {
+				b.basicRefused = true
+			}
 			b.client, b.auth = c, AuthSession
 			b.log.Debug("redfish session opened")
+			probe.seed(ctx)
 			return c, nil
 		}
-		if mode == AuthSession || !sessionUnavailable(err) {
+		refused := statusOf(err) == http.StatusUnauthorized || statusOf(err) == http.StatusForbidden
+		if mode == AuthSession || !(sessionUnavailable(err) || refused) {
 			return nil, &loginError{err: err}
 		}
-		// As sushy's SessionOrBasicAuth: a BMC without (free) sessions
-		// is still usable with Basic authentication.
+		// As sushy's SessionOrBasicAuth: a BMC without (free) sessions,
+		// or one that refuses this user a session, may still take
+		// Basic authentication; a wrong password is refused there too.
+		if refused {
+			sessionErr = err
+		} else if !sessionLimit(err) {
+			b.noSessions = true // no session service: it will not appear
+		}
 		b.log.Warn("redfish session refused; using Basic authentication (redfish_auth_type=auto)", "reason", b.explain(err))
+	}
+	if sessionErr != nil && probe != nil && probe.refused() {
+		// The Basic read asked beside the login was refused too: a
+		// wrong password, known in one round trip.
+		return nil, &loginError{err: probe.err, note: "a session login (" + b.explain(sessionErr) + ") and Basic authentication were both refused"}
 	}
 	base.BasicAuth = true
 	c, err := gofish.ConnectContext(ctx, base)
 	if err != nil {
 		return nil, &loginError{err: err}
 	}
+	if sessionErr != nil && (probe == nil || probe.err != nil) {
+		// gofish checks no Basic credentials at connect: one read does,
+		// so that a wrong password fails here, in one round of login.
+		var col collectionDoc
+		if err := getJSON(c, "/redfish/v1/Systems", &col); err != nil {
+			if st := statusOf(err); st == http.StatusUnauthorized || st == http.StatusForbidden {
+				return nil, &loginError{err: err, note: "a session login (" + b.explain(sessionErr) + ") and Basic authentication were both refused"}
+			}
+		}
+	}
+	if sessionErr != nil {
+		b.noSessions = true
+		b.log.Warn("redfish BMC refuses sessions to this user but takes Basic authentication; using Basic", "user", b.cfg.username)
+	}
+	probe.seed(ctx)
 	b.client, b.auth = c, AuthBasic
 	return c, nil
 }
 
+// sessionConnect logs in with a session: the login and the service root
+// are asked at once (one round trip less than gofish's root, then login);
+// gofish then takes the session, the root read from the transport's copy.
+func (b *BMC) sessionConnect(ctx context.Context, base gofish.ClientConfig, withBasic bool) (*gofish.APIClient, *basicProbe, error) {
+	const spec = "/redfish/v1/SessionService/Sessions"
+	var root *serviceRootLinks
+	var rootErr, err error
+	var token, uri string
+	var probe *basicProbe
+	fns := []func(){
+		func() { root, rootErr = b.fetchRoot(ctx) },
+		func() { token, uri, err = b.sessionLogin(ctx, spec) },
+	}
+	if withBasic {
+		// Under auto, the Systems collection with Basic beside them: if
+		// the BMC refuses the session, Basic's answer is known already
+		// (a wrong password fails in this one round trip); if not, it is
+		// the collection the operation reads next.
+		fns = append(fns, func() { probe = b.probeBasic(ctx, "/redfish/v1/Systems") })
+	}
+	parallel(fns...)
+	if rootErr != nil {
+		if err == nil {
+			b.deleteSession(ctx, uri, token)
+		}
+		return nil, probe, rootErr
+	}
+	if st := statusOf(err); (st == http.StatusNotFound || st == http.StatusMethodNotAllowed) &&
+		root.Links.Sessions.ID != "" && strings.TrimSuffix(root.Links.Sessions.ID, "/") != spec {
+		// The service root names another sessions collection.
+		token, uri, err = b.sessionLogin(ctx, root.Links.Sessions.ID)
+	}
+	if err != nil {
+		return nil, probe, err
+	}
+	base.Session = &gofish.Session{ID: uri, Token: token}
+	c, err := gofish.ConnectContext(ctx, base)
+	if err != nil {
+		// The session is ours: do not leave it open.
+		b.deleteSession(ctx, uri, token)
+		return nil, probe, err
+	}
+	return c, probe, nil
+}
+
+// deleteSession closes a session the driver could not use (best effort).
+func (b *BMC) deleteSession(ctx context.Context, uri, token string) {
+	if uri == "" {
+		return
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, b.cfg.endpoint+uri, nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("X-Auth-Token", token)
+	if resp, err := b.http.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
 // loginError marks an error from logging in, to explain it as such.
-type loginError struct{ err error }
+type loginError struct {
+	err  error
+	note string // what was tried, when more than one way
+}
 
 func (e *loginError) Error() string { return e.err.Error() }
 func (e *loginError) Unwrap() error { return e.err }
@@ -372,6 +499,10 @@ func tlsFailure(err error) string {
 // explain turns a gofish or transport error into one line: the HTTP
 // status and the BMC's own message id and text, not its whole body.
 func (b *BMC) explain(err error) string {
+	var re *reqError
+	if errors.As(err, &re) {
+		return fmt.Sprintf("%s %s%s: %s", re.method, b.cfg.endpoint, re.uri, b.explain(re.err))
+	}
 	if e := redfishError(err); e != nil {
 		msg, id := e.Message, e.Code
 		if len(e.ExtendedInfos) > 0 {
@@ -409,8 +540,12 @@ func (b *BMC) failure(what string, err error, attempt int, tried time.Duration, 
 		return fmt.Errorf("redfish BMC %s: cannot %s: the BMC has no free session (%s); close the other sessions (other tools logged in to it), wait for them to time out, or set %s to basic",
 			ep, what, b.explain(err), InfoAuthType)
 	case st == http.StatusUnauthorized && (isLogin || b.auth == AuthBasic):
+		why := b.explain(err)
+		if isLogin && le.note != "" {
+			why = le.note + ": " + why
+		}
 		return fmt.Errorf("redfish BMC %s refused the credentials of user %q to %s (%s); check %s and %s",
-			ep, b.cfg.username, what, b.explain(err), InfoUsername, InfoPassword)
+			ep, b.cfg.username, what, why, InfoUsername, InfoPassword)
 	case st == http.StatusUnauthorized:
 		return fmt.Errorf("redfish BMC %s: cannot %s: the BMC refused the session even after a new login (%s); check %s and %s",
 			ep, what, b.explain(err), InfoUsername, InfoPassword)
@@ -498,14 +633,47 @@ func (b *BMC) do(ctx context.Context, what string, op func(c *gofish.APIClient) 
 	}
 }
 
+// reqError is a request that failed, with its method and path, so that
+// every error names the URL it came from.
+type reqError struct {
+	method, uri string
+	err         error
+}
+
+func (e *reqError) Error() string { return e.method + " " + e.uri + ": " + e.err.Error() }
+func (e *reqError) Unwrap() error { return e.err }
+
 // getJSON reads a resource into v.
 func getJSON(c *gofish.APIClient, uri string, v any) error {
 	resp, err := c.Get(uri)
 	if err != nil {
-		return err
+		return &reqError{"GET", uri, err}
 	}
 	defer resp.Body.Close()
-	return json.NewDecoder(resp.Body).Decode(v)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(v); err != nil {
+		return &reqError{"GET", uri, fmt.Errorf("the answer is not the JSON expected: %v", err)}
+	}
+	return nil
+}
+
+// postJSON posts body to uri, ignoring the answer's body.
+func postJSON(c *gofish.APIClient, uri string, body any) error {
+	resp, err := c.Post(uri, body)
+	if err != nil {
+		return &reqError{"POST", uri, err}
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// patchJSON patches uri with body, ignoring the answer's body.
+func patchJSON(c *gofish.APIClient, uri string, body any) error {
+	resp, err := c.Patch(uri, body)
+	if err != nil {
+		return &reqError{"PATCH", uri, err}
+	}
+	resp.Body.Close()
+	return nil
 }
 
 type link struct {
@@ -515,6 +683,9 @@ type link struct {
 // findSystem resolves the system's path once per login: the configured
 // one, or the only one the BMC has.
 func (b *BMC) findSystem(c *gofish.APIClient) (string, error) {
+	// Parallel reads of one operation find it once.
+	b.sysMu.Lock()
+	defer b.sysMu.Unlock()
 	if b.systemURI != "" {
 		return b.systemURI, nil
 	}
@@ -575,7 +746,11 @@ func (b *BMC) getSystem(c *gofish.APIClient) (*schemas.ComputerSystem, error) {
 	if err != nil {
 		return nil, err
 	}
-	return schemas.GetComputerSystem(c, uri)
+	sys, err := schemas.GetComputerSystem(c, uri)
+	if err != nil {
+		return nil, &reqError{"GET", uri, err}
+	}
+	return sys, nil
 }
 
 func (b *BMC) readSystem(ctx context.Context, what string) (*schemas.ComputerSystem, error) {
@@ -609,10 +784,27 @@ func (b *BMC) Validate(ctx context.Context) error {
 	}
 	defer b.unlock()
 	b.logout(ctx)
-	sys, err := b.readSystem(ctx, "validate")
+	b.snap = nil
+	ctx = reading(ctx)
+	var sys *schemas.ComputerSystem
+	var snap *snapshot
+	err := b.do(ctx, "validate", func(c *gofish.APIClient) error {
+		// The system first: every read needs it, and a refusal then
+		// ends the operation at its first request.
+		if _, err := b.findSystem(c); err != nil {
+			return err
+		}
+		var err error
+		parallel(
+			func() { sys, err = b.getSystem(c) },
+			func() { snap = b.readAhead(c) },
+		)
+		return err
+	})
 	if err != nil {
 		return err
 	}
+	b.snap = snap
 	b.log.Info("redfish BMC validated", "system", sys.ODataID, "auth", b.auth, "power", sys.PowerState)
 	return nil
 }
@@ -640,15 +832,24 @@ func (b *BMC) PowerState(ctx context.Context) (string, error) {
 }
 
 // reset posts a reset of the system.
+// firstReadKey carries the read context of an operation's first read
+// of the system, so that its reset posts to the system read then.
+type firstReadKey struct{}
+
 func (b *BMC) reset(ctx context.Context, rt schemas.ResetType) error {
 	b.log.Info("redfish reset", "type", rt)
+	if rctx, ok := ctx.Value(firstReadKey{}).(context.Context); ok {
+		ctx = rctx
+	}
 	return b.do(ctx, fmt.Sprintf("reset the system (%s)", rt), func(c *gofish.APIClient) error {
 		sys, err := b.getSystem(c)
 		if err != nil {
 			return err
 		}
-		_, err = sys.Reset(rt)
-		return err
+		if _, err = sys.Reset(rt); err != nil {
+			return &reqError{"POST", sys.ODataID + " (ComputerSystem.Reset)", err}
+		}
+		return nil
 	})
 }
 
@@ -700,14 +901,18 @@ func (b *BMC) waitPower(ctx context.Context, want schemas.PowerState, after stri
 func (b *BMC) SetPower(ctx context.Context, state string) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
-	sys, err := b.readSystem(ctx, "read the power state")
+	// The reset action is on the system just read: one read for both
+	// (the waits below read it afresh).
+	rctx := reading(ctx)
+	sys, err := b.readSystem(rctx, "read the power state")
 	if err != nil {
 		return err
 	}
+	ctx = context.WithValue(ctx, firstReadKey{}, rctx)
 	on := sys.PowerState == schemas.OnPowerState
 	off := sys.PowerState == schemas.OffPowerState
 	switch state {
@@ -746,7 +951,7 @@ func (b *BMC) SetPower(ctx context.Context, state string) error {
 func (b *BMC) SoftPowerOff(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := reserve(ctx)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	if err := b.lockWrite(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()

@@ -78,7 +78,16 @@ func main() {
 	flag.BoolVar(&o.inprocess, "inprocess", false, "run the coordinator inside this process (no build; CPU and RSS are then of both)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp folder (coordinator data and log, lab CA)")
 	flag.BoolVar(&o.verbose, "v", false, "log the edge agent's warnings to stderr and list the MQTT messages of each phase by kind and action")
+	driver := flag.String("driver", "", "measure the Redfish driver alone against one BMC instead: a fixture of drivers/redfish/recorded (e.g. dmtf-public-rackmount1) or vbmc; prints requests and seconds per manage, inspect and power action")
+	driverDelay := flag.Duration("driver-delay", 2*time.Second, "with -driver: how late the BMC answers each request")
 	flag.Parse()
+	if *driver != "" {
+		if err := driverBench(*driver, *driverDelay, o.verbose); err != nil {
+			fmt.Fprintf(os.Stderr, "bench-bmc: FAILED: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.nodes < 1 || o.concurrency < 1 || o.syncInterval <= 0 || o.idleIntervals < 1 || o.syncConc < 1 || o.settleInterval < 0 {
 		fmt.Fprintln(os.Stderr, "bench-bmc: -nodes, -concurrency, -sync-concurrency and -idle-intervals must be at least 1, -sync-interval positive")
 		os.Exit(2)

@@ -93,6 +93,12 @@ type SystemConfig struct {
 	// (default 4 of 100 GiB).
 	DriveCount int
 	DriveBytes int64
+	// MACs are the system's EthernetInterfaces' addresses; without any
+	// the system links no EthernetInterfaces, as some BMCs' trees do.
+	MACs []string
+	// NoSecureBoot leaves the SecureBoot resource out, as BMCs without
+	// UEFI Secure Boot (or older Redfish) do.
+	NoSecureBoot bool
 }
 
 // DefaultBiosAttributes returns a small, typical set of BIOS attributes.
@@ -121,6 +127,12 @@ type Faults struct {
 	// PowerDelay makes a power action take this long to happen (and to
 	// show in PowerState): the reset is accepted at once, as real BMCs do.
 	PowerDelay time.Duration
+	// InsertMediaStatus (a 4xx or 5xx code) answers every InsertMedia:
+	// virtual media that cannot be inserted (a BMC without the licence
+	// for it, a share it cannot reach). EjectMediaStatus answers every
+	// EjectMedia of a slot that holds an image: media that do not eject.
+	InsertMediaStatus int
+	EjectMediaStatus  int
 }
 
 // SystemState is what a test reads back from a system.
@@ -155,6 +167,8 @@ type system struct {
 	id, managerID string
 	machine       Machine
 	cpus, memGiB  int
+	macs          []string
+	noSecureBoot  bool
 
 	// opMu serialises the machine's operations; it is never held with
 	// BMC.mu the other way round (opMu first, then BMC.mu).
@@ -258,6 +272,7 @@ func New(cfg Config) (*BMC, error) {
 		if s.memGiB == 0 {
 			s.memGiB = 4
 		}
+		s.macs, s.noSecureBoot = append([]string(nil), sc.MACs...), sc.NoSecureBoot
 		s.fw, s.fwPending = DefaultFirmware(), map[string]string{}
 		for k, v := range sc.Firmware {
 			if _, ok := s.fw[k]; !ok || v == "" {
@@ -588,6 +603,8 @@ func (b *BMC) route(w http.ResponseWriter, r *http.Request, segs []string) {
 			b.post(w, r, func() { b.resetBios(w, r, s) })
 		case n >= 3 && at(2, "Storage"):
 			b.routeStorage(w, r, s, segs[3:])
+		case n >= 3 && (at(2, "Processors") || at(2, "EthernetInterfaces") || at(2, "SecureBoot")):
+			b.routeInventory(w, r, s, segs[2:])
 		default:
 			notFound(w, r)
 		}
@@ -849,7 +866,7 @@ func (b *BMC) systemResource(s *system) any {
 	if s.lastPowerErr != "" {
 		health = "Warning"
 	}
-	return map[string]any{
+	doc := map[string]any{
 		"@odata.type":  "#ComputerSystem.v1_13_0.ComputerSystem",
 		"@odata.id":    sysPath(s),
 		"Id":           s.id,
@@ -869,11 +886,12 @@ func (b *BMC) systemResource(s *system) any {
 			"BootSourceOverrideMode":                            s.bootMode,
 			"BootSourceOverrideMode@Redfish.AllowableValues":    bootModes,
 		},
-		"ProcessorSummary": map[string]any{"Count": s.cpus, "Status": map[string]any{"State": "Enabled", "Health": "OK"}},
+		"ProcessorSummary": map[string]any{"Count": 1, "LogicalProcessorCount": s.cpus, "Model": processorModel, "Status": map[string]any{"State": "Enabled", "Health": "OK"}},
 		"MemorySummary":    map[string]any{"TotalSystemMemoryGiB": s.memGiB, "Status": map[string]any{"State": "Enabled", "Health": "OK"}},
 		"Bios":             odataID(sysPath(s) + "/Bios"),
 		"BiosVersion":      s.fw[ComponentBIOS],
 		"Storage":          odataID(sysPath(s) + "/Storage"),
+		"Processors":       odataID(sysPath(s) + "/Processors"),
 		"Links":            map[string]any{"ManagedBy": []any{odataID(mgrPath(s))}},
 		"Actions": map[string]any{
 			"#ComputerSystem.Reset": map[string]any{
@@ -882,6 +900,13 @@ func (b *BMC) systemResource(s *system) any {
 			},
 		},
 	}
+	if !s.noSecureBoot {
+		doc["SecureBoot"] = odataID(sysPath(s) + "/SecureBoot")
+	}
+	if len(s.macs) > 0 {
+		doc["EthernetInterfaces"] = odataID(sysPath(s) + "/EthernetInterfaces")
+	}
+	return doc
 }
 
 // patchSystem accepts the Boot override properties and nothing else: a
@@ -1309,7 +1334,13 @@ func (b *BMC) insertMedia(w http.ResponseWriter, r *http.Request, s *system, slo
 	defer s.opMu.Unlock()
 	b.mu.Lock()
 	busy := s.media[slot].inserted
+	refuse := b.faults.InsertMediaStatus
 	b.mu.Unlock()
+	if refuse != 0 {
+		writeError(w, refuse, "ActionNotSupported",
+			fmt.Sprintf("The action VirtualMedia.InsertMedia is not supported by the %s: the virtual media feature is not licensed.", what), "Install a licence for virtual media, or boot the system another way.")
+		return
+	}
 	if busy {
 		writeError(w, http.StatusConflict, "ResourceInUse",
 			fmt.Sprintf("The change to the requested resource failed because the resource is in use or in transition: the %s holds an image.", what), "Eject the media first, then insert the new image.")
@@ -1335,6 +1366,15 @@ func (b *BMC) ejectMedia(w http.ResponseWriter, r *http.Request, s *system, slot
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	b.mu.Lock()
+	refuse := b.faults.EjectMediaStatus
+	holds := s.media[slot].inserted
+	b.mu.Unlock()
+	if refuse != 0 && holds {
+		writeError(w, refuse, "ResourceInUse",
+			fmt.Sprintf("The %s could not eject: the media is in use by the host.", strings.ToLower(slotLook[slot].name)), "Retry the request once the host released it.")
+		return
+	}
 	if err := s.machine.EjectMedia(r.Context(), slot); err != nil {
 		writeError(w, http.StatusInternalServerError, "InternalError",
 			fmt.Sprintf("The %s could not eject: %v.", strings.ToLower(slotLook[slot].name), err), "Retry the request.")

@@ -1,0 +1,155 @@
+package bmc
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/ramdisk/disk"
+	"github.com/bmedge/bmedge/ramdisk/image"
+)
+
+// inspectorBMC is a BMC that inspects out of band and counts power
+// actions and boot-device changes (an inspection makes none).
+type inspectorBMC struct {
+	stubBMC
+	inv             drivers.OOBInventory
+	power, bootDevs int
+}
+
+func (b *inspectorBMC) InspectOOB(context.Context) (drivers.OOBInventory, error) { return b.inv, nil }
+func (b *inspectorBMC) SetPower(context.Context, string) error                   { b.power++; return nil }
+func (b *inspectorBMC) SetBootDevice(context.Context, string) error              { b.bootDevs++; return nil }
+
+// TestInspectOOB: the step inspect.inspect_hardware returns the BMC's
+// reading as the ramdisk's inspection does (inventory, properties with
+// local_gb of the root disk the hints choose, capabilities' boot_mode),
+// plugin data naming its origin, the reading's warnings as the command's
+// warnings, with no power action; hints that match nothing fail the
+// step, a BMC that cannot inspect out of band is refused saying what to
+// do.
+func TestInspectOOB(t *testing.T) {
+	const gib = 1 << 30
+	inv := drivers.OOBInventory{
+		CPU:    drivers.OOBCPU{Count: 32, Architecture: "x86_64", ModelName: "Xeon"},
+		Memory: drivers.OOBMemory{PhysicalMB: 487424},
+		Disks: []drivers.OOBDisk{{Name: "Disk.Bay.1", Size: 1800 * gib, Rotational: true, Serial: "S1"},
+			{Name: "Disk.Bay.0", Size: 480 * gib, Serial: "S0"}, {Name: "SD.1", Size: 2 * gib}},
+		Interfaces: []drivers.OOBInterface{{Name: "NIC.1", MACAddress: "52:54:00:aa:bb:01"}},
+		Boot:       drivers.OOBBoot{CurrentBootMode: "uefi"},
+		Warnings:   []string{"Storage /redfish/v1/Systems/1/Storage/2: HTTP 404"},
+	}
+	b := &inspectorBMC{inv: inv}
+	s := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler)})
+	s.Put("n1", "redfish", b)
+	run := func(args map[string]any) (map[string]any, error) {
+		ctx, data := WithData(context.Background())
+		m := &protocol.Message{Node: "n1", Driver: "redfish", Action: protocol.ActionOOBStep,
+			Step: &protocol.Step{Interface: drivers.OOBInspectInterface, Step: drivers.OOBInspectStep, Args: args}}
+		err := s.Exec(ctx, m, noBooter{})
+		return data(), err
+	}
+	d, err := run(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := json.Marshal(d)
+	props, _ := d["properties"].(map[string]any)
+	if props["cpus"] != 32.0 || props["memory_mb"] != 487424.0 || props["cpu_arch"] != "x86_64" || props["local_gb"] != 480.0 {
+		t.Fatalf("properties %v; want 32 CPUs, 487424 MiB, x86_64, local_gb 480 (the smallest disk of at least 4 GiB)", props)
+	}
+	if caps, _ := d["capabilities"].(map[string]any); caps["boot_mode"] != "uefi" {
+		t.Fatalf("capabilities %v", caps)
+	}
+	pd, _ := d["plugin_data"].(map[string]any)
+	if pd["inspect_interface"] != "redfish" || pd["source"] != "bmc" || pd["root_disk"] != "Disk.Bay.0" {
+		t.Fatalf("plugin_data %v", pd)
+	}
+	inventory, _ := d["inventory"].(map[string]any)
+	if ifs, _ := inventory["interfaces"].([]any); len(ifs) != 1 || inventory["warnings"] != nil {
+		t.Fatalf("inventory %s", j)
+	}
+	if w, _ := d[protocol.DataWarnings].([]any); len(w) != 1 || !strings.Contains(w[0].(string), "HTTP 404") {
+		t.Fatalf("warnings %v; want the partial reading's", d[protocol.DataWarnings])
+	}
+	if b.power != 0 || b.bootDevs != 0 {
+		t.Fatalf("the inspection made %d power actions and %d boot device changes", b.power, b.bootDevs)
+	}
+	if d[protocol.DataPowerState] != nil {
+		t.Fatalf("an inspection read the power state back: %v", d[protocol.DataPowerState])
+	}
+
+	d, err = run(map[string]any{"root_device": map[string]any{"size": ">= 1000"}})
+	if props, _ := d["properties"].(map[string]any); err != nil || props["local_gb"] != 1800.0 {
+		t.Fatalf("with hint size >= 1000: %v, %v", err, d["properties"])
+	}
+	if _, err = run(map[string]any{"root_device": map[string]any{"serial": "nope"}}); err == nil || !strings.Contains(err.Error(), "no disk matches the root device hints") {
+		t.Fatalf("hints that match nothing: %v", err)
+	}
+	if _, err = run(map[string]any{"root_device": map[string]any{"hctl": "0:0:0:0"}}); err == nil || !strings.Contains(err.Error(), `"hctl" is not supported`) {
+		t.Fatalf("an unsupported hint: %v", err)
+	}
+	s.Put("n1", "redfish", &stubBMC{})
+	if _, err = run(nil); err == nil || !strings.Contains(err.Error(), "set the node's inspect_interface to agent") {
+		t.Fatalf("a BMC without out-of-band inspection: %v", err)
+	}
+}
+
+// noBooter is a Booter that must not be used.
+type noBooter struct{}
+
+func (noBooter) SetBootDevice(context.Context, string, drivers.BMC, string) error {
+	panic("boot device changed")
+}
+func (noBooter) SetPower(context.Context, string, drivers.BMC, string) error { panic("power changed") }
+func (noBooter) NoteArgs(string, map[string]any)                             {}
+
+// TestRootHintsAsTheRamdisk: the out-of-band root disk choice is the
+// ramdisk's (ramdisk/image.SelectRoot) on the same disks and hints.
+func TestRootHintsAsTheRamdisk(t *testing.T) {
+	const gib = 1 << 30
+	disks := []drivers.OOBDisk{
+		{Name: "sda", Size: 1800 * gib, Rotational: true, Serial: "WD-1", Model: "HUS726T", Vendor: "HGST", WWN: "0x5000cca"},
+		{Name: "sdb", Size: 480 * gib, Serial: "S3Z", Model: "MZ7KH480", Vendor: "Samsung"},
+		{Name: "sdc", Size: 2 * gib, Serial: "SD1"},
+		{Name: "nvme0n1", Size: 960 * gib, Serial: "PHL", Model: "INTEL SSDPE2KX", WWN: "eui.01"},
+	}
+	var devs []disk.Device
+	for _, d := range disks {
+		devs = append(devs, disk.Device{Name: d.Name, Path: "/dev/" + d.Name, SizeBytes: d.Size, Rotational: d.Rotational,
+			Serial: d.Serial, Model: d.Model, Vendor: d.Vendor, WWN: d.WWN})
+	}
+	// disk.List gives the ramdisk its devices sorted by name.
+	sort.Slice(devs, func(i, j int) bool { return devs[i].Name < devs[j].Name })
+	for _, hints := range []map[string]any{
+		nil,
+		{"size": 480}, {"size": ">= 900"}, {"size": "<or> 2 <or> 960"}, {"size": "!= 480"}, {"size": "< 100"},
+		{"serial": "s3z"}, {"serial": "<in> ph"}, {"model": "s== mz7kh480"}, {"vendor": "<or> hgst <or> samsung"},
+		{"wwn": "0x5000cca"}, {"name": "/dev/nvme0n1"}, {"name": "sdc"}, {"rotational": false}, {"rotational": "true", "size": "> 100"},
+		{"model": "s> m"}, {"serial": "none"}, {"size": "big"}, {"model": "<xx> y"},
+	} {
+		h, herr := parseHints(hints)
+		got, gerr := drivers.OOBDisk{}, herr
+		if herr == nil {
+			got, gerr = selectRoot(disks, h)
+		}
+		var rh image.RootDeviceHints
+		var werr error
+		if hints != nil {
+			b, _ := json.Marshal(hints)
+			werr = json.Unmarshal(b, &rh)
+		}
+		want := disk.Device{}
+		if werr == nil {
+			want, werr = image.SelectRoot(devs, rh)
+		}
+		if (gerr != nil) != (werr != nil) || got.Name != want.Name {
+			t.Errorf("hints %v: out of band chose %q (%v), the ramdisk %q (%v)", hints, got.Name, gerr, want.Name, werr)
+		}
+	}
+}

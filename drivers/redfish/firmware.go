@@ -147,7 +147,9 @@ func classify(members []softwareDoc, sysURI string, mgrURIs []string) []inventor
 		name := strings.ToLower(sw.ID + " " + sw.Name + " " + sw.Description)
 		comp := ""
 		switch {
-		case strings.Contains(name, "bios") && related(sysURI):
+		case (strings.Contains(name, "bios") || strings.Contains(name, "system rom") && !strings.Contains(name, "redundant")) && related(sysURI):
+			// iLO calls the BIOS "System ROM" (and its backup
+			// "Redundant System ROM").
 			comp = "bios"
 		case (strings.Contains(name, "bmc") || strings.Contains(name, "manager")) && related(mgrURIs...):
 			comp = "bmc"

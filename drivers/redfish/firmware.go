@@ -65,6 +65,7 @@ type softwareDoc struct {
 	ODataID     string `json:"@odata.id"`
 	ID          string `json:"Id"`
 	Name        string `json:"Name"`
+	Description string `json:"Description"`
 	Version     string `json:"Version"`
 	RelatedItem []link `json:"RelatedItem"`
 }
@@ -143,15 +144,21 @@ func classify(members []softwareDoc, sysURI string, mgrURIs []string) []inventor
 			}
 			return false
 		}
-		name := strings.ToLower(sw.ID + " " + sw.Name)
+		name := strings.ToLower(sw.ID + " " + sw.Name + " " + sw.Description)
 		comp := ""
 		switch {
-		case strings.Contains(name, "bios") && related(sysURI):
+		case (strings.Contains(name, "bios") || strings.Contains(name, "system rom") && !strings.Contains(name, "redundant")) && related(sysURI):
+			// iLO calls the BIOS "System ROM" (and its backup
+			// "Redundant System ROM").
 			comp = "bios"
 		case (strings.Contains(name, "bmc") || strings.Contains(name, "manager")) && related(mgrURIs...):
 			comp = "bmc"
 		case (strings.Contains(name, "nic") || strings.Contains(name, "network")) && related(sysURI):
 			comp = "nic:" + sw.ID
+		case len(sw.RelatedItem) > 0 && len(mgrURIs) > 0 && related(mgrURIs...):
+			// Named by nothing but its RelatedItem, the manager
+			// (OpenBMC's "Software Inventory" of the BMC image).
+			comp = "bmc"
 		}
 		if comp != "" {
 			out = append(out, inventoryEntry{doc: sw, component: comp})

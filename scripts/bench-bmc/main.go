@@ -124,6 +124,17 @@ type observer struct {
 }
 
 func (ob *observer) handle(topic string, payload []byte) {
+	if protocol.IsBundle(payload) {
+		// Several messages in one publish (protocol/bundle.go): each
+		// counts as the message it carries, on its own topic.
+		s, _, _, _ := protocol.ParseTopic(topic)
+		if recs, err := protocol.DecodeBundle(s, payload); err == nil {
+			for _, r := range recs {
+				ob.handle(r.Topic, r.Payload)
+			}
+			return
+		}
+	}
 	now := time.Now()
 	_, node, leaf, err := protocol.ParseTopic(topic)
 	if err != nil {

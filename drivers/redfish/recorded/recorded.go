@@ -88,6 +88,8 @@ var Profiles = map[string]Quirks{
 	// Intel's BMC of this recording: served without a session service
 	// (Basic only), to cover that shape.
 	"intel-s2600bp": {NoSessionService: true},
+	// OpenBMC's stock image: served as recorded.
+	"openbmc-stock": {},
 	// sushy's samples: InsertMedia refuses Inserted and WriteProtected
 	// (Supermicro X11's way, as sushy's virtual media code notes); the
 	// system links .../Bios, the sample is at .../BIOS.

@@ -22,7 +22,8 @@
 // Microsoft's UEFI CA), which loads grubx64.efi from the same server
 // (Debian's signed network GRUB), which reads grub/grub.cfg by TFTP (the
 // boot's configuration, served only to its MACs) and loads the signed
-// kernel and the initramfs by HTTP, verifying the kernel through shim.
+// kernel and the initramfs by TFTP (that GRUB has no HTTP), under the
+// boot's random path, verifying the kernel through shim.
 package netboot
 
 import (

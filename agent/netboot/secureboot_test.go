@@ -52,16 +52,16 @@ func TestSecureBootBootFiles(t *testing.T) {
 }
 
 // TestGRUBConfig: the configuration loads the boot's kernel and
-// initramfs from its HTTP path and passes the command line unchanged, a
-// quote in it included.
+// initramfs by TFTP from its path and passes the command line's words
+// unchanged, a quote in them included.
 func TestGRUBConfig(t *testing.T) {
 	s := handlerServer(t, ModeDHCP)
 	a := &armed{Boot: Boot{Node: "n'1", Cmdline: "console=ttyS0 bm.password=it's$x"}, token: strings.Repeat("ab", 16)}
 	got := string(s.grubConfig(a))
-	base := "(http,10.1.0.1:8082)/boot/" + a.token
+	base := "(tftp,10.1.0.1)/boot/" + a.token
 	for _, want := range []string{
 		"echo 'bmedge: booting the ramdisk of node n'\\''1'\n",
-		"if linux " + base + "/vmlinuz 'console=ttyS0 bm.password=it'\\''s$x'; then\n",
+		"if linux " + base + "/vmlinuz 'console=ttyS0' 'bm.password=it'\\''s$x'; then\n",
 		"  if initrd " + base + "/initrd; then\n    boot\n",
 		"exit 1\n",
 	} {
@@ -72,16 +72,17 @@ func TestGRUBConfig(t *testing.T) {
 }
 
 // TestTFTPSecureBootChain: over TFTP (curl as the client) the node of a
-// Secure Boot boot gets shim, GRUB and its GRUB configuration; the node
-// of a boot without Secure Boot gets none of them, only iPXE.
+// Secure Boot boot gets shim, GRUB, its GRUB configuration, and its kernel
+// and initramfs under its boot's path; the node of a boot without Secure
+// Boot gets none of them, nor another boot's path.
 func TestTFTPSecureBootChain(t *testing.T) {
 	if _, err := os.Stat("/usr/lib/ipxe/" + UEFIBinary); err != nil && os.Getenv("BM_REQUIRE_ALL") != "1" {
 		t.Skip("Debian's ipxe package is not installed")
 	}
 	dir := t.TempDir()
 	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd")
-	os.WriteFile(kernel, []byte("K"), 0o600)
-	os.WriteFile(initrd, []byte("I"), 0o600)
+	os.WriteFile(kernel, bytes.Repeat([]byte("K"), 2500), 0o600)
+	os.WriteFile(initrd, bytes.Repeat([]byte("I"), 4500), 0o600)
 	shim, grub := bytes.Repeat([]byte("S"), 3000), bytes.Repeat([]byte("G"), 5000)
 	os.WriteFile(filepath.Join(dir, ShimBinary), shim, 0o644)
 	os.WriteFile(filepath.Join(dir, GRUBBinary), grub, 0o644)
@@ -117,15 +118,23 @@ func TestTFTPSecureBootChain(t *testing.T) {
 		}
 	}
 	cfg, err := runCurlRaw(tftpURL + GRUBConfig)
-	if err != nil || !strings.Contains(cfg, "if linux (http,"+strings.TrimPrefix(s.httpURL, "http://")+")/boot/") ||
-		!strings.Contains(cfg, "'bm.node=sb bm.password=secret'") {
+	tok := s.bootOfMAC(sb).token
+	if err != nil || !strings.Contains(cfg, "if linux (tftp,127.0.0.1)/boot/"+tok+"/vmlinuz 'bm.node=sb' 'bm.password=secret'; then") {
 		t.Fatalf("tftp %s: %q %v", GRUBConfig, cfg, err)
+	}
+	for name, size := range map[string]int{"vmlinuz": 2500, "initrd": 4500} {
+		if out, err := runCurlRaw(tftpURL + "boot/" + tok + "/" + name); err != nil || len(out) != size {
+			t.Fatalf("tftp the boot's %s: %d bytes (want %d), %v", name, len(out), size, err)
+		}
+	}
+	if out, err := runCurlRaw(tftpURL + "boot/" + strings.Repeat("0", 32) + "/vmlinuz"); err == nil {
+		t.Fatalf("tftp served a kernel (%d bytes) under another boot's path", len(out))
 	}
 	if _, err := runCurlRaw(tftpURL + "grub/x86_64-efi/grub.cfg"); err == nil {
 		t.Fatal("tftp served a GRUB configuration at grub/x86_64-efi/grub.cfg")
 	}
 	setPeer(plain)
-	for _, name := range []string{ShimBinary, GRUBBinary, GRUBConfig} {
+	for _, name := range []string{ShimBinary, GRUBBinary, GRUBConfig, "boot/" + tok + "/vmlinuz", "boot/" + s.bootOfMAC(plain).token + "/vmlinuz"} {
 		if out, err := runCurlRaw(tftpURL + name); err == nil {
 			t.Fatalf("tftp served %s (%d bytes) to a boot armed without Secure Boot", name, len(out))
 		}

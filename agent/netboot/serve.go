@@ -58,12 +58,23 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 	}
 	name = strings.TrimPrefix(name, "/")
 	secure := false
-	switch name {
-	case BIOSBinary, UEFIBinary:
-	case ShimBinary, GRUBBinary, GRUBConfig:
+	// GRUB loads the ramdisk by TFTP (Debian's signed network GRUB has no
+	// HTTP): boot/TOKEN/vmlinuz and boot/TOKEN/initrd, as over HTTP.
+	token := ""
+	if rest, ok := strings.CutPrefix(name, "boot/"); ok {
+		if tok, file, ok := strings.Cut(rest, "/"); ok && len(tok) == 32 && (file == "vmlinuz" || file == "initrd") {
+			token, name = tok, file
+		}
+	}
+	switch {
+	case token != "":
+		secure = true
+	case name == BIOSBinary || name == UEFIBinary:
+	case name == ShimBinary || name == GRUBBinary || name == GRUBConfig:
 		secure = true
 	default:
-		s.log.Debug("network boot TFTP: refused a file that is not a boot loader", "remote", remote, "file", name)
+		// The name is not logged: it may hold a boot's token.
+		s.log.Debug("network boot TFTP: refused a file that is not a boot file", "remote", remote)
 		return fmt.Errorf("no such file")
 	}
 	// Only a MAC being booted gets the binary. In DHCP mode the agent
@@ -94,6 +105,10 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 		s.log.Info("network boot TFTP: refused the Secure Boot chain to a boot armed without it", "node", a.Node, "remote", remote, "file", name)
 		return fmt.Errorf("no such file")
 	}
+	if token != "" && token != a.token {
+		s.log.Warn("network boot TFTP: a boot's files asked for by another node's address, or after the boot ended", "node", a.Node, "remote", remote, "file", name)
+		return fmt.Errorf("no such file")
+	}
 	select {
 	case slots <- struct{}{}:
 		defer func() { <-slots }()
@@ -107,11 +122,16 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 		b := s.grubConfig(a)
 		src, size = bytes.NewReader(b), int64(len(b))
 	default:
-		dir := s.cfg.IPXEDir
-		if secure {
-			dir = s.cfg.ShimDir
+		path := filepath.Join(s.cfg.IPXEDir, name)
+		switch {
+		case token != "" && name == "vmlinuz":
+			path = s.cfg.Kernel
+		case token != "":
+			path = s.cfg.Initrd
+		case secure:
+			path = filepath.Join(s.cfg.ShimDir, name)
 		}
-		f, err := os.Open(filepath.Join(dir, name))
+		f, err := os.Open(path)
 		if err != nil {
 			s.log.Error("network boot TFTP: boot loader", "err", err)
 			return fmt.Errorf("unavailable")
@@ -141,16 +161,21 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 }
 
 // grubConfig is the GRUB configuration of a Secure Boot boot: the kernel
-// and the initramfs by HTTP from the boot's path, the command line as one
-// quoted word (GRUB joins the words of linux with spaces: the same line).
-// GRUB's linux verifies the kernel's signature through shim.
+// and the initramfs by TFTP from the boot's path (Debian's signed network
+// GRUB has no HTTP), each word of the command line quoted for GRUB (GRUB
+// joins them with spaces, and would put a word holding a space in double
+// quotes, which the kernel reads as one parameter). GRUB's linux verifies
+// the kernel's signature through shim.
 func (s *Server) grubConfig(a *armed) []byte {
-	dev := "(http," + strings.TrimPrefix(s.httpURL, "http://") + ")"
-	base := dev + "/boot/" + a.token
+	base := "(tftp," + s.cfg.Address.String() + ")/boot/" + a.token
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "set timeout=0\n")
 	fmt.Fprintf(&b, "echo %s\n", grubQuote("bmedge: booting the ramdisk of node "+a.Node))
-	fmt.Fprintf(&b, "if linux %s/vmlinuz %s; then\n", base, grubQuote(a.Cmdline))
+	words := strings.Fields(a.Cmdline)
+	for i, w := range words {
+		words[i] = grubQuote(w)
+	}
+	fmt.Fprintf(&b, "if linux %s/vmlinuz %s; then\n", base, strings.Join(words, " "))
 	fmt.Fprintf(&b, "  if initrd %s/initrd; then\n    boot\n  fi\nfi\n", base)
 	// As the iPXE script: back to the firmware, which goes on to its
 	// next boot device.

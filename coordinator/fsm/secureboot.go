@@ -55,3 +55,20 @@ func capability(caps any, key string) (string, bool) {
 	}
 	return "", false
 }
+
+// takeBootMode records the boot section of an inspection's inventory:
+// boot.current_boot_mode ("uefi" or "bios") and boot.secure_boot (the
+// ramdisk read the firmware's SecureBoot variable). What the inventory
+// leaves out is left as it was.
+func takeBootMode(n *Node, inv map[string]any) {
+	b, _ := inv["boot"].(map[string]any)
+	if b == nil {
+		return
+	}
+	if m, _ := b["current_boot_mode"].(string); m == "uefi" || m == "bios" {
+		n.BootMode = m
+	}
+	if sb, ok := b["secure_boot"].(bool); ok {
+		n.SecureBoot = &sb
+	}
+}

@@ -64,3 +64,25 @@ func TestBootCommandSecureBoot(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeBootMode: the inventory's boot section sets the node's
+// boot_mode and secure_boot; an inventory without them leaves them.
+func TestTakeBootMode(t *testing.T) {
+	n := &Node{}
+	takeBootMode(n, map[string]any{"cpu": 4})
+	if n.BootMode != "" || n.SecureBoot != nil {
+		t.Fatalf("no boot section: %q %v", n.BootMode, n.SecureBoot)
+	}
+	takeBootMode(n, map[string]any{"boot": map[string]any{"current_boot_mode": "uefi", "secure_boot": true}})
+	if n.BootMode != "uefi" || n.SecureBoot == nil || !*n.SecureBoot {
+		t.Fatalf("uefi with secure boot: %q %v", n.BootMode, n.SecureBoot)
+	}
+	takeBootMode(n, map[string]any{"boot": map[string]any{"current_boot_mode": "floppy"}})
+	if n.BootMode != "uefi" || !*n.SecureBoot {
+		t.Fatalf("an unknown boot mode and no secure_boot changed them: %q %v", n.BootMode, *n.SecureBoot)
+	}
+	takeBootMode(n, map[string]any{"boot": map[string]any{"current_boot_mode": "bios", "secure_boot": false}})
+	if n.BootMode != "bios" || *n.SecureBoot {
+		t.Fatalf("bios: %q %v", n.BootMode, *n.SecureBoot)
+	}
+}

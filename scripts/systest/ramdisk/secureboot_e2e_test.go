@@ -3,7 +3,6 @@ package ramdisk_test
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -14,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/agent/netboot"
 	"github.com/bmedge/bmedge/agent/netboot/labnet"
-	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
 	"github.com/bmedge/bmedge/protocol/bootmedia"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
@@ -238,19 +238,16 @@ func TestQEMUSecureBootISO(t *testing.T) {
 	})
 }
 
-// TestQEMUSecureBootNetboot boots QEMU on OVMF with Secure Boot on from
-// the network, on a site network of the test's own (a bridge in a private
-// network namespace), from the edge agent's network boot services
-// (agent/netboot in DHCP mode). Armed without Secure Boot, the node's
-// firmware gets iPXE by TFTP, which is not signed: the firmware refuses
-// it ("Access Denied" for its PXE boot option). Armed with it, the
-// firmware gets Debian's shim by TFTP, shim GRUB, GRUB the boot's
-// configuration, and GRUB the kernel and the initramfs (all by TFTP): the
-// ramdisk says hello to a broker on the site network and reports Secure
-// Boot on.
+// TestQEMUSecureBootNetboot: QEMU on OVMF with Secure Boot on, on a site
+// network of the test's own (a bridge in a private network namespace),
+// boots from the edge agent's network boot services (agent/netboot in
+// DHCP mode) armed without Secure Boot: the firmware gets iPXE by TFTP,
+// which is not signed, and refuses it ("Access Denied" for its PXE boot
+// option); iPXE never asks for its script. TestQEMUSecureBootIPMINode
+// boots the signed chain.
 func TestQEMUSecureBootNetboot(t *testing.T) {
 	if testing.Short() {
-		t.Skip("boots QEMU twice")
+		t.Skip("boots QEMU")
 	}
 	if !labnet.Isolate(t) {
 		return
@@ -266,89 +263,156 @@ func TestQEMUSecureBootNetboot(t *testing.T) {
 	}
 	defer srv.Close()
 	const node = "7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
-	const password = "secure-net-0123456789"
-	user := "node:" + node
-	b, port := startSiteBroker(t, site.Addr.String(), user, password)
-	cmdline := fmt.Sprintf("console=ttyS0,115200 panic=1 loglevel=4 bm.node=%s bm.site=lab bm.broker=mqtt://%s:%d bm.user=%s bm.password=%s",
-		node, site.Addr, port, user, password)
 	const nodeMAC = "52:54:00:5b:00:01"
 	hw, _ := net.ParseMAC(nodeMAC)
-	vm := func(t *testing.T) (string, <-chan struct{}) {
-		// The NIC's own option ROM (iPXE) removed: OVMF's PXE client runs.
-		return secureVM(t, "-netdev", "tap,id=n0,ifname="+site.Tap()+",script=no,downscript=no",
-			"-device", "virtio-net-pci,netdev=n0,mac="+nodeMAC+",romfile=,bootindex=1")
-	}
-	t.Run("ipxe refused", func(t *testing.T) {
-		if err := srv.Arm(netboot.Boot{Node: node, MACs: []net.HardwareAddr{hw}, Cmdline: cmdline}); err != nil {
-			t.Fatal(err)
-		}
-		defer srv.Disarm(node)
-		console, exited := vm(t)
-		opt := awaitConsole(t, console, exited, firmwareRefusal, 2*time.Minute)
-		if !strings.Contains(opt, "PXE") {
-			t.Fatalf("the firmware refused %s, want its PXE boot option", opt)
-		}
-		if tee.count("network boot TFTP: sent", "file="+netboot.UEFIBinary) == 0 {
-			t.Fatalf("the firmware refused %s before it got iPXE by TFTP", opt)
-		}
-		if tee.count("network boot HTTP: script served") > 0 {
-			t.Fatal("iPXE ran under Secure Boot: it fetched its script")
-		}
-		t.Logf("Secure Boot refused iPXE (unsigned): %s", opt)
-	})
-	t.Run("signed chain", func(t *testing.T) {
-		if err := srv.Arm(netboot.Boot{Node: node, MACs: []net.HardwareAddr{hw}, Cmdline: cmdline, SecureBoot: true}); err != nil {
-			t.Fatal(err)
-		}
-		defer srv.Disarm(node)
-		start := time.Now()
-		console, _ := vm(t)
-		select {
-		case m := <-b.hellos:
-			if m.Node != node {
-				t.Fatalf("hello from node %q, want %s", m.Node, node)
-			}
-			t.Logf("Secure Boot, network boot: hello from node %s after %.1fs", m.Node, time.Since(start).Seconds())
-		case <-time.After(4 * time.Minute):
-			t.Fatalf("no hello after 4 minutes; broker attempts: %v", b.Attempts())
-		}
-		for _, want := range [][]string{
-			{"network boot TFTP: sent", "file=" + netboot.ShimBinary},
-			{"network boot TFTP: sent", "file=" + netboot.GRUBBinary},
-			{"network boot TFTP: sent", "file=" + netboot.GRUBConfig},
-			{"network boot TFTP: sent", "node=" + node, "file=vmlinuz"},
-			{"network boot TFTP: sent", "node=" + node, "file=initrd"},
-		} {
-			if tee.count(want...) == 0 {
-				t.Errorf("the network boot services' log has no line with %q", want)
-			}
-		}
-		secureBootConsole(t, console)
-		consoleHas(t, console, "bmedge: booting the ramdisk of node "+node)
-	})
-}
-
-// startSiteBroker is startISOBroker's broker on the site network's
-// address (in the test's network namespace), where a VM on the site
-// network reaches it.
-func startSiteBroker(t *testing.T, host, user, password string) (*isoBroker, int) {
-	t.Helper()
-	b := &isoBroker{user: user, password: password, hellos: make(chan *protocol.Message, 16)}
-	br, err := mqttbroker.Start(mqttbroker.Config{Addr: net.JoinHostPort(host, "0")}, b, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		map[string]mqttbroker.Handler{protocol.TopicPrefix + "/#": func(topic string, payload []byte) {
-			if m, err := protocol.Decode(payload); err == nil && m.Kind == protocol.KindHello {
-				select {
-				case b.hellos <- m:
-				default:
-				}
-			}
-		}})
-	if err != nil {
+	if err := srv.Arm(netboot.Boot{Node: node, MACs: []net.HardwareAddr{hw}, Cmdline: "console=ttyS0,115200 bm.node=" + node}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { br.Close() })
-	_, port, _ := net.SplitHostPort(br.Addr)
-	var p int
-	fmt.Sscan(port, &p)
-	return b, p
+	// The NIC's own option ROM (iPXE) removed: OVMF's PXE client runs.
+	console, exited := secureVM(t, "-netdev", "tap,id=n0,ifname="+site.Tap()+",script=no,downscript=no",
+		"-device", "virtio-net-pci,netdev=n0,mac="+nodeMAC+",romfile=,bootindex=1")
+	opt := awaitConsole(t, console, exited, firmwareRefusal, 2*time.Minute)
+	if !strings.Contains(opt, "PXE") {
+		t.Fatalf("the firmware refused %s, want its PXE boot option", opt)
+	}
+	if tee.count("network boot TFTP: sent", "file="+netboot.UEFIBinary) == 0 {
+		t.Fatalf("the firmware refused %s before it got iPXE by TFTP", opt)
+	}
+	if tee.count("network boot HTTP: script served") > 0 {
+		t.Fatal("iPXE ran under Secure Boot: it fetched its script")
+	}
+	t.Logf("Secure Boot refused iPXE (unsigned): %s", opt)
+}
+
+// TestQEMUSecureBootIPMINode: an IPMI node (ipmi_sim as its BMC, whose
+// power-on starts a QEMU VM on OVMF with Secure Boot on and Microsoft's
+// keys) with Ironic's capability secure_boot:true, on a site network of
+// the test's own, is inspected through the coordinator and the edge
+// agent's network boot: the boot command says secure_boot, so the agent
+// gives the firmware the signed chain (shim, GRUB, kernel and initramfs
+// by TFTP); the ramdisk inspects, and Debian's baremetal client shows the
+// node's boot_mode uefi and secure_boot True.
+func TestQEMUSecureBootIPMINode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	if !labnet.Isolate(t) {
+		return
+	}
+	dir := secureBootRamdisk(t)
+	labnet.Need(t, "qemu-system-x86_64", "nsenter")
+	qemu, _ := exec.LookPath("qemu-system-x86_64")
+	tmp := t.TempDir()
+	site := labnet.New(t)
+	tap := site.Tap()
+	const nodeMAC = "52:54:00:5b:00:02"
+	disk := filepath.Join(tmp, "disk.raw")
+	randomFile(t, disk, 64<<20, 29)
+	console := filepath.Join(tmp, "console.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(console)
+			t.Logf("VM console (last 6 KiB, terminal escapes left out):\n%s", tail(ansiEscape.ReplaceAll(b, []byte(" ")), 6144))
+		}
+	})
+	// The BMC's power-on starts the VM with a fresh copy of the firmware's
+	// variables, from the network when its boot device is pxe.
+	vars := filepath.Join(tmp, "OVMF_VARS.fd")
+	vm := fmt.Sprintf(`if [ "$BM_IPMISIM_BOOT" = pxe ]; then NB=1; DB=2; else NB=2; DB=1; fi
+cp %s %s || exit 1
+exec %s -machine q35,smm=on -global driver=cfi.pflash01,property=secure,value=on \
+  -drive if=pflash,format=raw,unit=0,readonly=on,file=%s -drive if=pflash,format=raw,unit=1,file=%s \
+  -m 1024 -smp 1 -display none -monitor none -chardev file,id=c0,path=%s,append=on -serial chardev:c0 -device virtio-rng-pci \
+  -drive file=%s,format=raw,if=none,id=d0 -device virtio-blk-pci,drive=d0,serial=DISK0,bootindex=$DB \
+  -netdev tap,id=n0,ifname=%s,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=%s,romfile=,bootindex=$NB`,
+		ovmfSecureVars, vars, qemu, ovmfSecureCode, vars, console, disk, tap, nodeMAC)
+	sim := ipmisim.StartTest(t, ipmisim.Options{PowerOn: vm})
+
+	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{WaitTimeout: 4 * time.Minute}})
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
+		t.Fatalf("site: %d", code)
+	}
+	tee := &logTee{next: testrig.Logger(t).Handler()}
+	testrig.StartAgentConfig(t, creds, agent.Config{Log: slog.New(tee),
+		SiteBroker: agent.SiteBrokerOptions{Listen: site.Addr.String() + ":1883"},
+		Netboot: agent.NetbootOptions{Interface: site.Bridge, Range: "10.77.0.100-10.77.0.120", Router: site.Addr.String(),
+			Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initramfs.cpio.xz")}})
+
+	var n testrig.Node
+	body := map[string]any{"name": "sb1", "driver": "ipmi", "conductor_group": "lab", "driver_info": sim.DriverInfo(),
+		"properties": map[string]any{"root_device": map[string]any{"serial": "DISK0"}, "capabilities": "boot_mode:uefi,secure_boot:true"}}
+	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	id := n.UUID
+	if code := cl.Do("POST", "/v1/ports", map[string]any{"node_uuid": id, "address": nodeMAC, "pxe_enabled": true}, nil); code != 201 {
+		t.Fatalf("port: %d", code)
+	}
+	for _, v := range []struct {
+		verb, want string
+		d          time.Duration
+	}{{"manage", "manageable", time.Minute}, {"inspect", "manageable", 5 * time.Minute}} {
+		start := time.Now()
+		cl.MustVerb(id, v.verb, nil)
+		got := cl.WaitRest(id, v.d)
+		t.Logf("%s: %s in %.1fs %s", v.verb, got.State, time.Since(start).Seconds(), got.LastError)
+		if got.State != v.want {
+			t.Fatalf("%s ended in %q, want %q: %s", v.verb, got.State, v.want, got.LastError)
+		}
+	}
+	for _, want := range [][]string{
+		{"network boot armed", "node=" + id, "secure_boot=true"},
+		{"network boot TFTP: sent", "node=" + id, "file=" + netboot.ShimBinary},
+		{"network boot TFTP: sent", "node=" + id, "file=" + netboot.GRUBBinary},
+		{"network boot TFTP: sent", "node=" + id, "file=" + netboot.GRUBConfig},
+		{"network boot TFTP: sent", "node=" + id, "file=vmlinuz"},
+		{"network boot TFTP: sent", "node=" + id, "file=initrd"},
+	} {
+		if tee.count(want...) == 0 {
+			t.Errorf("the edge agent's log has no line with %q", want)
+		}
+	}
+	if tee.count("network boot TFTP: sent", "node="+id, "file="+netboot.UEFIBinary) > 0 {
+		t.Error("the edge agent gave the Secure Boot node iPXE")
+	}
+	secureBootConsole(t, console)
+	out := secureBootCLI(t, c.APIAddr, "node", "show", id, "-f", "value", "-c", "boot_mode", "-c", "secure_boot")
+	if f := strings.Fields(out); len(f) != 2 || f[0] != "uefi" || f[1] != "True" {
+		t.Fatalf("baremetal node show -c boot_mode -c secure_boot: %q, want uefi True", out)
+	}
+	t.Logf("baremetal node show: boot_mode, secure_boot = %s", strings.Join(strings.Fields(out), " "))
+}
+
+// secureBootCLI runs Debian's baremetal client (python3-ironicclient)
+// against the coordinator and returns its standard output.
+func secureBootCLI(t *testing.T, apiAddr string, args ...string) string {
+	t.Helper()
+	const bm = "/usr/bin/baremetal"
+	if _, err := os.Stat(bm); err != nil {
+		if os.Getenv("BM_REQUIRE_ALL") == "1" {
+			t.Fatalf("%s is missing (package python3-ironicclient); run scripts/install-test-deps.sh", bm)
+		}
+		t.Skipf("%s is missing: install Debian's python3-ironicclient (scripts/install-test-deps.sh)", bm)
+	}
+	home := t.TempDir()
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "OS_") || k == "HOME" || strings.HasPrefix(k, "XDG_") || strings.EqualFold(k, "no_proxy") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "OS_AUTH_TYPE=none", "OS_ENDPOINT=http://"+apiAddr, "HOME="+home, "NO_PROXY=127.0.0.1", "no_proxy=127.0.0.1", "PYTHONDONTWRITEBYTECODE=1")
+	cmd := exec.Command(bm, args...)
+	cmd.Env, cmd.Dir = env, home
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("baremetal %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
 }

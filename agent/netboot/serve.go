@@ -156,7 +156,7 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 		s.log.Warn("network boot TFTP: transfer failed", "remote", remote, "file", name, "bytes", n, "err", err)
 		return err
 	}
-	s.log.Info("network boot TFTP: sent", "node", a.Node, "remote", remote, "file", name, "bytes", n)
+	s.log.Info("network boot TFTP: sent", "remote", remote, "file", name, "bytes", n, "node", a.Node)
 	return nil
 }
 

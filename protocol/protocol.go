@@ -167,6 +167,11 @@ const (
 	// network boot requests (DHCP, TFTP, HTTP) from these MACs only, and
 	// only while it is booting the node.
 	ArgBootMACs = "boot_macs"
+	// ArgSecureBoot, true on a power command that boots a node asked to
+	// boot with UEFI Secure Boot (Ironic's capability secure_boot:true):
+	// network boot gives its UEFI firmware the signed chain (shim, GRUB,
+	// the signed kernel) instead of iPXE.
+	ArgSecureBoot = "secure_boot"
 	// ArgBootDevice, on a power command, is the boot device ("pxe" or
 	// "disk") the edge agent sets before it changes the power: booting
 	// the ramdisk takes one command, not two.

@@ -2,14 +2,17 @@
 # Builds the in-band ramdisk: a Debian kernel (OUTDIR/vmlinuz) and a u-root
 # initramfs with the bmramdisk agent as uinit (OUTDIR/initramfs.cpio.xz),
 # and a bootable ISO holding both (OUTDIR/bmramdisk.iso: BIOS and UEFI,
-# CD or USB stick) with a generic kernel command line, for boots through
-# a BMC's virtual media: it carries nothing node-specific, each boot's
-# parameters come on a second medium (protocol/bootmedia).
+# with Secure Boot on or off, CD or USB stick) with a generic kernel
+# command line, for boots through a BMC's virtual media: it carries
+# nothing node-specific, each boot's parameters come on a second medium
+# (protocol/bootmedia). For UEFI network boot with Secure Boot, Debian's
+# signed shim and network GRUB: OUTDIR/shimx64.efi and OUTDIR/grubx64.efi.
 #
 #   scripts/build-ramdisk.sh [OUTDIR]        (default build/ramdisk)
 #
 # Works from scratch on Debian 12: installs its Debian packages if missing,
-# downloads the kernel package and the u-root builder once into
+# downloads the kernel package, the signed boot loaders (shim-signed,
+# grub-efi-amd64-signed) and the u-root builder once into
 # OUTDIR/cache and OUTDIR/tools. Reproducible: the same inputs give the same
 # bytes, and after the first run it also works with GOPROXY=off.
 # Environment: RAMDISK_EXTRA_MODULES="igb ixgbe" adds kernel modules;
@@ -151,6 +154,37 @@ done
 find "$STAGE" -exec touch -h -d @0 {} +
 log "mdadm: $(basename "$MDEB") with $(ldd "$MROOT/sbin/mdadm" | grep -c '/')" libraries
 
+# --- Secure Boot chain -------------------------------------------------------
+# Debian's signed boot loaders: shim (signed by Microsoft's UEFI CA, so a
+# firmware with Microsoft's keys runs it; it holds Debian's certificate)
+# and GRUB's monolithic images (signed by Debian; no modules to load). The
+# kernel above is Debian's signed one, which shim's certificate verifies.
+# Downloaded like the kernel: nothing is installed on this host.
+sb_deb() { # PACKAGE -> the unpacked folder
+  local d
+  d=$(ls "$CACHE/$1"_*_amd64.deb 2>/dev/null | sort -V | tail -n1 || true)
+  if [ -z "$d" ]; then
+    log "apt-get download $1" >&2
+    sdl() { (cd "$CACHE" && apt-get download -q -o APT::Sandbox::User=root "$1" >/dev/null); }
+    sdl "$1" || { apt_update; sdl "$1"; } || die "apt-get download $1 failed"
+    d=$(ls "$CACHE/$1"_*_amd64.deb | sort -V | tail -n1)
+  fi
+  local r=$CACHE/$(basename "$d" .deb)
+  [ -e "$r/.done" ] || { rm -rf "$r"; dpkg -x "$d" "$r" && touch "$r/.done"; }
+  echo "$r"
+}
+SHIMROOT=$(sb_deb shim-signed)
+GRUBSROOT=$(sb_deb grub-efi-amd64-signed)
+SHIM=$SHIMROOT/usr/lib/shim/shimx64.efi.signed
+GRUB_CD=$GRUBSROOT/usr/lib/grub/x86_64-efi-signed/gcdx64.efi.signed
+GRUB_NET=$GRUBSROOT/usr/lib/grub/x86_64-efi-signed/grubnetx64.efi.signed
+for f in "$SHIM" "$GRUB_CD" "$GRUB_NET"; do [ -s "$f" ] || die "no $f in Debian's package"; done
+# For network boot (agent/netboot): shim, then GRUB under the name shim
+# loads from the same TFTP server.
+install -m 0644 "$SHIM" "$OUT/shimx64.efi"
+install -m 0644 "$GRUB_NET" "$OUT/grubx64.efi"
+log "Secure Boot chain: $(basename "$SHIMROOT"), $(basename "$GRUBSROOT")"
+
 # --- u-root ------------------------------------------------------------------
 export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-0}
@@ -202,23 +236,29 @@ esac
 mv "$IMG.tmp" "$IMG"
 
 # --- ISO ---------------------------------------------------------------------
-# GRUB for BIOS (El Torito, plus an MBR for a USB stick) and for UEFI (an
-# EFI system partition image), put together by hand rather than by
-# grub-mkrescue, whose ISO is not reproducible (it stamps the build time
-# into the ISO and its FAT image). The modules GRUB needs are built into its
-# two core images; the ISO holds no module directories. GRUB finds the ISO
-# by the kernel's path (under UEFI it starts on the FAT image) and boots the
-# kernel with a generic command line: the serial console last, so that the
-# agent's log lands on the serial console a BMC records; loglevel=4 as the
-# qemu-dev driver boots it; panic=1 for the crash-only agent.
+# BIOS: GRUB (El Torito, plus an MBR for a USB stick), put together by hand
+# rather than by grub-mkrescue, whose ISO is not reproducible (it stamps
+# the build time into the ISO and its FAT image); the modules it needs are
+# built into its core image. UEFI: an EFI system partition image with
+# Debian's signed chain, so that the ISO boots with Secure Boot on as well
+# as off: EFI/BOOT/BOOTX64.EFI is shim, which loads grubx64.efi beside it
+# (Debian's signed GRUB for CDs, gcdx64.efi), which verifies the signed
+# kernel through shim. That GRUB has its prefix at /boot/grub of the medium
+# it started from (a CD: the ISO itself) or else of the volume holding
+# /.disk/info (a USB stick: it starts on the FAT image), and reads
+# /boot/grub/grub.cfg, the BIOS one. GRUB boots the kernel with a generic
+# command line: the serial console last, so that the agent's log lands on
+# the serial console a BMC records; loglevel=4 as the qemu-dev driver boots
+# it; panic=1 for the crash-only agent.
 ISO=$OUT/bmramdisk.iso
 ISO_CMDLINE="console=tty0 console=ttyS0,115200 panic=1 loglevel=4"
 GRUB_LIB=/usr/lib/grub
 ISOSTAGE=$OUT/iso-stage
 rm -rf "$ISOSTAGE"
-mkdir -p "$ISOSTAGE/tree/boot/bmramdisk" "$ISOSTAGE/tree/boot/grub"
+mkdir -p "$ISOSTAGE/tree/boot/bmramdisk" "$ISOSTAGE/tree/boot/grub" "$ISOSTAGE/tree/.disk"
 cp "$OUT/vmlinuz" "$ISOSTAGE/tree/boot/bmramdisk/vmlinuz"
 cp "$IMG" "$ISOSTAGE/tree/boot/bmramdisk/$(basename "$IMG")"
+echo "bmedge ramdisk" >"$ISOSTAGE/tree/.disk/info"
 printf '%s\n' 'search --no-floppy --set=root --file /boot/bmramdisk/vmlinuz' 'set prefix=($root)/boot/grub' >"$ISOSTAGE/early.cfg"
 {
   echo "# bmedge ramdisk: nothing node-specific here; the agent reads its"
@@ -241,17 +281,16 @@ GRUB_MODS="iso9660 part_msdos part_gpt normal linux search search_fs_file config
 # shellcheck disable=SC2086 # GRUB_MODS is a list
 grub-mkimage -O i386-pc-eltorito -d "$GRUB_LIB/i386-pc" -p /boot/grub -c "$ISOSTAGE/early.cfg" \
   -o "$ISOSTAGE/tree/boot/grub/bios.img" biosdisk $GRUB_MODS
-# shellcheck disable=SC2086
-grub-mkimage -O x86_64-efi -d "$GRUB_LIB/x86_64-efi" -p /boot/grub -c "$ISOSTAGE/early.cfg" \
-  -o "$ISOSTAGE/BOOTX64.EFI" fat efi_gop efi_uga $GRUB_MODS
-# The EFI system partition: a 2.88 MB FAT image with EFI/BOOT/BOOTX64.EFI.
-# mtools takes its timestamps from SOURCE_DATE_EPOCH (FAT cannot hold a
-# date before 1980); the volume serial number is fixed.
+# The EFI system partition: an 8 MiB FAT image (256 tracks, 2 heads, 32
+# sectors) with EFI/BOOT/BOOTX64.EFI and grubx64.efi. mtools takes its
+# timestamps from SOURCE_DATE_EPOCH (FAT cannot hold a date before 1980);
+# the volume serial number is fixed.
 FAT_EPOCH=$((SOURCE_DATE_EPOCH < 315619200 ? 315619200 : SOURCE_DATE_EPOCH))
 EFIIMG=$ISOSTAGE/tree/boot/grub/efi.img
-SOURCE_DATE_EPOCH=$FAT_EPOCH mformat -C -f 2880 -N 626d6564 -v BMEFI -i "$EFIIMG" ::
+SOURCE_DATE_EPOCH=$FAT_EPOCH mformat -C -t 256 -h 2 -s 32 -N 626d6564 -v BMEFI -i "$EFIIMG" ::
 SOURCE_DATE_EPOCH=$FAT_EPOCH mmd -i "$EFIIMG" ::/EFI ::/EFI/BOOT
-SOURCE_DATE_EPOCH=$FAT_EPOCH mcopy -i "$EFIIMG" "$ISOSTAGE/BOOTX64.EFI" ::/EFI/BOOT/BOOTX64.EFI
+SOURCE_DATE_EPOCH=$FAT_EPOCH mcopy -i "$EFIIMG" "$SHIM" ::/EFI/BOOT/BOOTX64.EFI
+SOURCE_DATE_EPOCH=$FAT_EPOCH mcopy -i "$EFIIMG" "$GRUB_CD" ::/EFI/BOOT/grubx64.efi
 # xorriso honours SOURCE_DATE_EPOCH (the volume dates, and every file's
 # date set to its mtime): the same inputs give the same ISO bytes.
 find "$ISOSTAGE/tree" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
@@ -265,12 +304,13 @@ rm -rf "$ISOSTAGE" "$OUT/xorriso.log"
 
 size() { stat -c %s "$1"; }
 human() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
-(cd "$OUT" && sha256sum vmlinuz "$(basename "$IMG")" bmramdisk.iso >SHA256SUMS)
+(cd "$OUT" && sha256sum vmlinuz "$(basename "$IMG")" bmramdisk.iso shimx64.efi grubx64.efi >SHA256SUMS)
 log "done in $(($(date +%s) - T0)) s"
 # Paths inside the repository are shown relative to it.
 show() { case "$1" in "$ROOT"/*) echo "${1#"$ROOT"/}" ;; *) echo "$1" ;; esac; }
 echo "kernel:     $(show "$OUT/vmlinuz") ($KVER, $(size "$OUT/vmlinuz") bytes, $(human "$(size "$OUT/vmlinuz")"))"
 echo "cpio:       $(show "$CPIO") ($(size "$CPIO") bytes, $(human "$(size "$CPIO")"))"
 echo "initramfs:  $(show "$IMG") ($(size "$IMG") bytes, $(human "$(size "$IMG")"))"
-echo "iso:        $(show "$ISO") ($(size "$ISO") bytes, $(human "$(size "$ISO")"); BIOS and UEFI; $ISO_CMDLINE)"
+echo "iso:        $(show "$ISO") ($(size "$ISO") bytes, $(human "$(size "$ISO")"); BIOS and UEFI with Secure Boot; $ISO_CMDLINE)"
+echo "netboot:    $(show "$OUT/shimx64.efi") and grubx64.efi (Debian's signed shim and network GRUB, for UEFI network boot with Secure Boot)"
 [ "$(size "$IMG")" -le "$MAX_BYTES" ] || die "the compressed initramfs is larger than 16 MiB"

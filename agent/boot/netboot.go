@@ -69,6 +69,9 @@ type netbootState struct {
 	macs  map[string][]net.HardwareAddr
 	fresh map[string]bool
 	pxe   map[string]bool
+	// secure marks a node whose last boot command asks for UEFI Secure
+	// Boot (args.secure_boot): its network boot gets the signed chain.
+	secure map[string]bool
 }
 
 // netboots holds each running agent's network boot state.
@@ -77,7 +80,7 @@ type netbootState struct {
 func (p *Boot) netbootState() *netbootState { return p.nb }
 
 func newNetbootState() *netbootState {
-	return &netbootState{macs: map[string][]net.HardwareAddr{}, fresh: map[string]bool{}, pxe: map[string]bool{}}
+	return &netbootState{macs: map[string][]net.HardwareAddr{}, fresh: map[string]bool{}, pxe: map[string]bool{}, secure: map[string]bool{}}
 }
 
 // startNetboot starts the network boot services when configured; stop
@@ -153,6 +156,11 @@ func (p *Boot) netbootNoteArgs(node string, args map[string]any) {
 	defer st.mu.Unlock()
 	st.macs[node] = macs
 	st.fresh[node] = true
+	if sb, _ := args[protocol.ArgSecureBoot].(bool); sb {
+		st.secure[node] = true
+	} else {
+		delete(st.secure, node)
+	}
 }
 
 // netbootForget drops what the BMC commands told about a deleted node.
@@ -163,6 +171,7 @@ func (p *Boot) netbootForget(node string) {
 	delete(st.macs, node)
 	delete(st.fresh, node)
 	delete(st.pxe, node)
+	delete(st.secure, node)
 }
 
 // netbootBootDevice is called when a node without virtual media gets boot
@@ -195,7 +204,7 @@ func (p *Boot) netbootBootDevice(node, device string) error {
 func (p *Boot) netbootPower(node, state string) error {
 	st := p.netbootState()
 	st.mu.Lock()
-	fresh, pxe, macs := st.fresh[node], st.pxe[node], st.macs[node]
+	fresh, pxe, macs, secure := st.fresh[node], st.pxe[node], st.macs[node], st.secure[node]
 	delete(st.fresh, node)
 	st.mu.Unlock()
 	if st.srv == nil {
@@ -213,5 +222,5 @@ func (p *Boot) netbootPower(node, state string) error {
 	if kp == "" {
 		kp = DefaultNetbootKernelParams
 	}
-	return st.srv.Arm(netboot.Boot{Node: node, MACs: macs, Cmdline: kp + " " + params})
+	return st.srv.Arm(netboot.Boot{Node: node, MACs: macs, Cmdline: kp + " " + params, SecureBoot: secure})
 }

@@ -160,8 +160,9 @@ func classify(m *dhcpv4.DHCPv4) client {
 }
 
 // bootFile is the boot file for a client of an armed boot: its script's
-// URL for iPXE, the iPXE binary for its architecture for a PXE firmware;
-// "" when there is none.
+// URL for iPXE, the iPXE binary for its architecture for a PXE firmware
+// (shim for a UEFI one when the boot is armed with SecureBoot); "" when
+// there is none.
 func (s *Server) bootFile(a *armed, c client) (file string, viaTFTP bool) {
 	if c.ipxe {
 		return s.scriptURL(a), false
@@ -172,6 +173,8 @@ func (s *Server) bootFile(a *armed, c client) (file string, viaTFTP bool) {
 	switch {
 	case !c.hasArch || c.arch == iana.INTEL_X86PC:
 		return BIOSBinary, true
+	case (c.arch == iana.EFI_X86_64 || c.arch == iana.EFI_BC) && a.SecureBoot:
+		return ShimBinary, true
 	case c.arch == iana.EFI_X86_64 || c.arch == iana.EFI_BC:
 		return UEFIBinary, true
 	}

@@ -16,6 +16,14 @@
 // gets the iPXE binary for its architecture (DHCP option 93) by TFTP; iPXE
 // (user class "iPXE", as iPXE sends it, whether chainloaded or a NIC's own
 // iPXE ROM) gets the URL of its boot's script.
+//
+// A boot armed with SecureBoot gives a UEFI firmware Debian's signed chain
+// instead, since iPXE is not signed: shimx64.efi by TFTP (signed by
+// Microsoft's UEFI CA), which loads grubx64.efi from the same server
+// (Debian's signed network GRUB), which reads grub/grub.cfg by TFTP (the
+// boot's configuration, served only to its MACs) and loads the signed
+// kernel and the initramfs by TFTP (that GRUB has no HTTP), under the
+// boot's random path, verifying the kernel through shim.
 package netboot
 
 import (
@@ -81,6 +89,10 @@ type Config struct {
 	// Kernel and Initrd are the ramdisk (make ramdisk: build/ramdisk/
 	// vmlinuz and initramfs.cpio.xz).
 	Kernel, Initrd string
+	// ShimDir holds shimx64.efi and grubx64.efi, Debian's signed shim and
+	// network GRUB, for the boots armed with SecureBoot (default: the
+	// Kernel's folder, where make ramdisk puts them).
+	ShimDir string
 	// TTL bounds how long a boot stays armed when nothing ends it first
 	// (default 2 hours).
 	TTL time.Duration
@@ -103,6 +115,15 @@ const (
 	UEFIBinary = "snponly.efi"
 )
 
+// The Secure Boot chain in ShimDir, and the TFTP path of a boot's GRUB
+// configuration (Debian's network GRUB has its prefix at /grub and reads
+// grub/x86_64-efi/grub.cfg, else grub/grub.cfg).
+const (
+	ShimBinary = "shimx64.efi"
+	GRUBBinary = "grubx64.efi"
+	GRUBConfig = "grub/grub.cfg"
+)
+
 // Boot is one ramdisk boot of a node.
 type Boot struct {
 	Node string
@@ -110,6 +131,11 @@ type Boot struct {
 	// Cmdline is the kernel command line of the ramdisk (it holds the
 	// boot's credential: it is never logged).
 	Cmdline string
+	// SecureBoot gives a UEFI firmware the signed chain (shim, GRUB, the
+	// signed kernel) instead of iPXE, so that the node boots with UEFI
+	// Secure Boot on (it boots with it off as well). A BIOS firmware gets
+	// iPXE either way.
+	SecureBoot bool
 }
 
 type armed struct {
@@ -218,6 +244,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("network boot ramdisk: %s is a folder", f)
 		}
 	}
+	if cfg.ShimDir == "" {
+		cfg.ShimDir = filepath.Dir(cfg.Kernel)
+	}
 	s := &Server{cfg: cfg, log: cfg.Log, netmask: cfg.Netmask, boots: map[string]*armed{}, byMAC: map[string]*armed{}, byTok: map[string]*armed{}}
 	if cfg.Mode == ModeDHCP {
 		l, err := newLeases(cfg.Address, cfg.Netmask, cfg.RangeStart, cfg.RangeEnd, cfg.LeaseTime)
@@ -280,6 +309,13 @@ func (s *Server) Arm(b Boot) error {
 	if len(b.MACs) == 0 {
 		return fmt.Errorf("node %s has no PXE-enabled port: network boot answers only the MACs of a node's ports with pxe_enabled (create one: coordinator port create MAC --node %s)", b.Node, b.Node)
 	}
+	if b.SecureBoot {
+		for _, f := range []string{ShimBinary, GRUBBinary} {
+			if st, err := os.Stat(filepath.Join(s.cfg.ShimDir, f)); err != nil || !st.Mode().IsRegular() {
+				return fmt.Errorf("node %s boots with Secure Boot, which needs Debian's signed %s in %s (make ramdisk puts shimx64.efi and grubx64.efi beside the kernel)", b.Node, f, s.cfg.ShimDir)
+			}
+		}
+	}
 	tb := make([]byte, 16)
 	if _, err := rand.Read(tb); err != nil {
 		return err
@@ -302,7 +338,7 @@ func (s *Server) Arm(b Boot) error {
 	for i, m := range b.MACs {
 		macs[i] = m.String()
 	}
-	s.log.Info("network boot armed", "node", b.Node, "macs", strings.Join(macs, ","))
+	s.log.Info("network boot armed", "node", b.Node, "macs", strings.Join(macs, ","), "secure_boot", b.SecureBoot)
 	return nil
 }
 

@@ -23,7 +23,9 @@ import (
 // ramdisk that run at once.
 const maxTransfers = 64
 
-// startTFTP serves the iPXE binaries, read-only; nothing else exists.
+// startTFTP serves the iPXE binaries, Debian's signed shim and GRUB and
+// each Secure Boot boot's GRUB configuration, read-only; nothing else
+// exists.
 func (s *Server) startTFTP() error {
 	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: s.cfg.Address, Port: max(s.cfg.TFTPPort, 0)})
 	if err != nil {
@@ -55,8 +57,24 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 		remote, rip = a.String(), a.IP
 	}
 	name = strings.TrimPrefix(name, "/")
-	if name != BIOSBinary && name != UEFIBinary {
-		s.log.Debug("network boot TFTP: refused a file that is not an iPXE binary", "remote", remote, "file", name)
+	secure := false
+	// GRUB loads the ramdisk by TFTP (Debian's signed network GRUB has no
+	// HTTP): boot/TOKEN/vmlinuz and boot/TOKEN/initrd, as over HTTP.
+	token := ""
+	if rest, ok := strings.CutPrefix(name, "boot/"); ok {
+		if tok, file, ok := strings.Cut(rest, "/"); ok && len(tok) == 32 && (file == "vmlinuz" || file == "initrd") {
+			token, name = tok, file
+		}
+	}
+	switch {
+	case token != "":
+		secure = true
+	case name == BIOSBinary || name == UEFIBinary:
+	case name == ShimBinary || name == GRUBBinary || name == GRUBConfig:
+		secure = true
+	default:
+		// The name is not logged: it may hold a boot's token.
+		s.log.Debug("network boot TFTP: refused a file that is not a boot file", "remote", remote)
 		return fmt.Errorf("no such file")
 	}
 	// Only a MAC being booted gets the binary. In DHCP mode the agent
@@ -75,9 +93,21 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 	} else {
 		hw, ok = s.cfg.macOf(rip)
 	}
-	if !ok || s.bootOfMAC(hw) == nil {
+	var a *armed
+	if ok {
+		a = s.bootOfMAC(hw)
+	}
+	if a == nil {
 		s.log.Info("network boot TFTP: refused an address that no booting node holds", "remote", remote, "file", name, "mac", hw.String())
 		return fmt.Errorf("not booting")
+	}
+	if secure && !a.SecureBoot {
+		s.log.Info("network boot TFTP: refused the Secure Boot chain to a boot armed without it", "node", a.Node, "remote", remote, "file", name)
+		return fmt.Errorf("no such file")
+	}
+	if token != "" && token != a.token {
+		s.log.Warn("network boot TFTP: a boot's files asked for by another node's address, or after the boot ended", "node", a.Node, "remote", remote, "file", name)
+		return fmt.Errorf("no such file")
 	}
 	select {
 	case slots <- struct{}{}:
@@ -85,18 +115,38 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 	default:
 		return fmt.Errorf("busy")
 	}
-	f, err := os.Open(filepath.Join(s.cfg.IPXEDir, name))
-	if err != nil {
-		s.log.Error("network boot TFTP: iPXE binary", "err", err)
-		return fmt.Errorf("unavailable")
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil {
-		if ot, ok := rf.(tftp.OutgoingTransfer); ok {
-			ot.SetSize(st.Size())
+	var src io.Reader
+	var size int64
+	switch name {
+	case GRUBConfig:
+		b := s.grubConfig(a)
+		src, size = bytes.NewReader(b), int64(len(b))
+	default:
+		path := filepath.Join(s.cfg.IPXEDir, name)
+		switch {
+		case token != "" && name == "vmlinuz":
+			path = s.cfg.Kernel
+		case token != "":
+			path = s.cfg.Initrd
+		case secure:
+			path = filepath.Join(s.cfg.ShimDir, name)
 		}
+		f, err := os.Open(path)
+		if err != nil {
+			s.log.Error("network boot TFTP: boot loader", "err", err)
+			return fmt.Errorf("unavailable")
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("unavailable")
+		}
+		src, size = f, st.Size()
 	}
-	n, err := rf.ReadFrom(f)
+	if ot, ok := rf.(tftp.OutgoingTransfer); ok {
+		ot.SetSize(size)
+	}
+	n, err := rf.ReadFrom(src)
 	if err != nil && strings.Contains(err.Error(), "aborted") {
 		// UEFI PXE clients ask for the size first and abort.
 		s.log.Debug("network boot TFTP: the client read the size only", "remote", remote, "file", name)
@@ -106,8 +156,38 @@ func (s *Server) tftpRead(name string, rf io.ReaderFrom, slots chan struct{}) er
 		s.log.Warn("network boot TFTP: transfer failed", "remote", remote, "file", name, "bytes", n, "err", err)
 		return err
 	}
-	s.log.Info("network boot TFTP: sent", "remote", remote, "file", name, "bytes", n)
+	s.log.Info("network boot TFTP: sent", "remote", remote, "file", name, "bytes", n, "node", a.Node)
 	return nil
+}
+
+// grubConfig is the GRUB configuration of a Secure Boot boot: the kernel
+// and the initramfs by TFTP from the boot's path (Debian's signed network
+// GRUB has no HTTP), each word of the command line quoted for GRUB (GRUB
+// joins them with spaces, and would put a word holding a space in double
+// quotes, which the kernel reads as one parameter). GRUB's linux verifies
+// the kernel's signature through shim.
+func (s *Server) grubConfig(a *armed) []byte {
+	base := "(tftp," + s.cfg.Address.String() + ")/boot/" + a.token
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "set timeout=0\n")
+	fmt.Fprintf(&b, "echo %s\n", grubQuote("bmedge: booting the ramdisk of node "+a.Node))
+	words := strings.Fields(a.Cmdline)
+	for i, w := range words {
+		words[i] = grubQuote(w)
+	}
+	fmt.Fprintf(&b, "if linux %s/vmlinuz %s; then\n", base, strings.Join(words, " "))
+	fmt.Fprintf(&b, "  if initrd %s/initrd; then\n    boot\n  fi\nfi\n", base)
+	// As the iPXE script: back to the firmware, which goes on to its
+	// next boot device.
+	fmt.Fprintf(&b, "echo 'bmedge: the ramdisk did not boot; back to the firmware'\nexit 1\n")
+	return b.Bytes()
+}
+
+// grubQuote quotes a word for GRUB's script: within single quotes every
+// character stands for itself; a single quote ends the quotes, is escaped
+// and reopens them.
+func grubQuote(v string) string {
+	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 }
 
 func (s *Server) startHTTP() error {

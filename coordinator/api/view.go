@@ -262,6 +262,14 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		t := *n.InspectionFinishedAt
 		v.InspectionFinishedAt = &t
 	}
+	// boot_mode and secure_boot as the ramdisk's inventory last said;
+	// null until then.
+	if n.BootMode != "" {
+		v.BootMode = n.BootMode
+	}
+	if n.SecureBoot != nil {
+		v.SecureBoot = *n.SecureBoot
+	}
 	return v
 }
 

@@ -284,6 +284,7 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 	if a.Kind == ActStep && a.Step.Step == "inspect_hardware" {
 		if inv, ok := msg.Data["inventory"].(map[string]any); ok {
 			out.Inventory = inv
+			takeBootMode(n, inv)
 			// A new map, never the old one changed in place: the API's
 			// readers may be encoding the node's current maps right now.
 			props := maps.Clone(n.Properties)

@@ -66,6 +66,11 @@ type Node struct {
 	// BootDevice is the boot device the BMC was last told to use
 	// (protocol.BootPXE or BootDisk), empty until one was set.
 	BootDevice string `json:"boot_device,omitempty"`
+	// BootMode ("uefi" or "bios") and SecureBoot are how the node last
+	// booted the ramdisk, as its inventory said (Ironic's boot_mode and
+	// secure_boot, API 1.75): empty and nil until an inspection read them.
+	BootMode   string `json:"boot_mode,omitempty"`
+	SecureBoot *bool  `json:"secure_boot,omitempty"`
 	// Reservation is set while the coordinator works on the node (an
 	// active -ING state or a power change): the node is locked.
 	Reservation string `json:"reservation,omitempty"`

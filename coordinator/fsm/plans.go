@@ -268,6 +268,9 @@ func (m *Machine) sendOOB(n *Node, action string, args map[string]any, step *Ste
 			n.BootNonce = m.cfg.NewToken()
 			msg.Args = maps.Clone(args)
 			msg.Args[protocol.ArgBootNonce] = n.BootNonce
+			if SecureBootRequested(n) {
+				msg.Args[protocol.ArgSecureBoot] = true
+			}
 		}
 	}
 	n.Pending = nil

@@ -93,6 +93,37 @@ type SystemVendor struct {
 type Boot struct {
 	// CurrentBootMode is "uefi" or "bios".
 	CurrentBootMode string `json:"current_boot_mode"`
+	// SecureBoot is true when the firmware booted with UEFI Secure Boot
+	// on (its SecureBoot variable is 1), false when off or on a BIOS
+	// boot; nil when the UEFI variables cannot be read (a warning says
+	// why).
+	SecureBoot *bool `json:"secure_boot,omitempty"`
+}
+
+// SecureBootVar is the UEFI global variable SecureBoot in efivarfs: four
+// bytes of attributes, then one byte, 1 when Secure Boot is on.
+const SecureBootVar = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+// ReadSecureBoot reads the SecureBoot variable under root (efivarfs must
+// be mounted: the ramdisk mounts it read-only at start).
+func ReadSecureBoot(root string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(root, SecureBootVar))
+	if errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(root, "sys/firmware/efi/efivars")); err != nil {
+			return false, fmt.Errorf("no UEFI variables at %s: %w", filepath.Join(root, "sys/firmware/efi/efivars"), err)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(root, "sys/firmware/efi/efivars")); len(ents) == 0 {
+			return false, fmt.Errorf("no UEFI variables in %s: efivarfs is not mounted", filepath.Join(root, "sys/firmware/efi/efivars"))
+		}
+		return false, nil // a firmware without Secure Boot support
+	}
+	if err != nil {
+		return false, fmt.Errorf("UEFI variable SecureBoot: %w", err)
+	}
+	if len(b) != 5 {
+		return false, fmt.Errorf("UEFI variable SecureBoot has %d bytes, want 5 (attributes and a value)", len(b))
+	}
+	return b[4] == 1, nil
 }
 
 // Options parameterises Collect.
@@ -203,8 +234,16 @@ func Collect(ctx context.Context, opts Options) (Inventory, error) {
 	}
 
 	inv.Boot.CurrentBootMode = "bios"
+	off := false
+	inv.Boot.SecureBoot = &off
 	if _, err := os.Stat(filepath.Join(root, "sys/firmware/efi")); err == nil {
 		inv.Boot.CurrentBootMode = "uefi"
+		if on, err := ReadSecureBoot(root); err != nil {
+			inv.Boot.SecureBoot = nil
+			inv.Warnings = append(inv.Warnings, "secure boot: "+err.Error())
+		} else {
+			inv.Boot.SecureBoot = &on
+		}
 	}
 	return inv, nil
 }

@@ -3,6 +3,8 @@ package inventory
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -107,5 +109,52 @@ func TestCollectCancelled(t *testing.T) {
 	cancel()
 	if _, err := Collect(ctx, Options{}); err == nil || !strings.Contains(err.Error(), "cancelled") {
 		t.Fatalf("cancelled collect: %v", err)
+	}
+}
+
+// TestReadSecureBoot reads the SecureBoot variable of efivarfs trees
+// written as the kernel shows them: four attribute bytes, then the value.
+func TestReadSecureBoot(t *testing.T) {
+	tree := func(vars map[string][]byte) string {
+		root := t.TempDir()
+		dir := filepath.Join(root, "sys/firmware/efi/efivars")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, b := range vars {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return root
+	}
+	const sb = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+	attrs := []byte{6, 0, 0, 0} // boot service and runtime access
+	other := map[string][]byte{"BootOrder-8be4df61-93ca-11d2-aa0d-00e098032b8c": {7, 0, 0, 0, 1, 0}}
+	for _, c := range []struct {
+		name    string
+		vars    map[string][]byte
+		on      bool
+		wantErr string
+	}{
+		{"on", map[string][]byte{sb: append(attrs, 1)}, true, ""},
+		{"off", map[string][]byte{sb: append(attrs, 0)}, false, ""},
+		{"no such variable", other, false, ""},
+		{"not mounted", nil, false, "efivarfs is not mounted"},
+		{"short", map[string][]byte{sb: {6, 0, 0}}, false, "has 3 bytes, want 5"},
+	} {
+		on, err := ReadSecureBoot(tree(c.vars))
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s: %v, want an error with %q", c.name, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || on != c.on {
+			t.Errorf("%s: %v %v, want %v", c.name, on, err, c.on)
+		}
+	}
+	if _, err := ReadSecureBoot(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no UEFI variables at") {
+		t.Errorf("no efivars folder: %v", err)
 	}
 }

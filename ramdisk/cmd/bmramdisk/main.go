@@ -29,6 +29,7 @@ import (
 	"github.com/bmedge/bmedge/protocol/session"
 	"github.com/bmedge/bmedge/ramdisk/boot"
 	"github.com/bmedge/bmedge/ramdisk/disk"
+	"github.com/bmedge/bmedge/ramdisk/inventory"
 	"github.com/bmedge/bmedge/ramdisk/rescue"
 	"github.com/bmedge/bmedge/ramdisk/steps"
 )
@@ -180,6 +181,7 @@ func loadModules(ctx context.Context, quiet bool) error {
 }
 
 func run(ctx context.Context, p boot.Params) error {
+	bootMode()
 	if _, err := boot.WaitRandom(logger.Printf); err != nil {
 		return err
 	}
@@ -193,6 +195,29 @@ func run(ctx context.Context, p boot.Params) error {
 	logger.Printf("ready node=%s ip=%s iface=%s mac=%s", p.Node, ni.Addr, ni.Iface, ni.MAC)
 	nodeAddr = ni.Addr.Addr().String()
 	return nil
+}
+
+// bootMode mounts the UEFI variables (read-only) and logs how the node
+// booted: the inventory reports the same (boot.current_boot_mode,
+// boot.secure_boot).
+func bootMode() {
+	uefi, err := boot.MountEFIVars()
+	switch {
+	case !uefi:
+		logger.Printf("boot mode bios")
+	case err != nil:
+		logger.Printf("boot mode uefi; Secure Boot unknown: %v", err)
+	default:
+		on, err := inventory.ReadSecureBoot("/")
+		switch {
+		case err != nil:
+			logger.Printf("boot mode uefi; Secure Boot unknown: %v", err)
+		case on:
+			logger.Printf("boot mode uefi; Secure Boot on")
+		default:
+			logger.Printf("boot mode uefi; Secure Boot off")
+		}
+	}
 }
 
 // nodeAddr is the node's address on the site network, for the rescue login.

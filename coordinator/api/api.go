@@ -31,12 +31,13 @@ import (
 // the service verb and service_step, 1.88 port names (refused: not kept),
 // 1.89 virtual media attach (not served), 1.90 OVN VTEP keys of
 // local_link_connection (refused: not kept), 1.91 .json in names (never
-// stripped here, at any version), 1.92 runbooks
-// (docs/ironic-compat.md).
+// stripped here, at any version), 1.92 runbooks, 1.93 virtual media GET
+// (not served), 1.94 a port created with its node's name, 1.95
+// disable_power_off (false; true refused) (docs/ironic-compat.md).
 const (
 	MinVersion = "1.1"
-	MaxVersion = "1.92"
-	maxMinor   = 92
+	MaxVersion = "1.95"
+	maxMinor   = 95
 )
 
 // maxLimit is the longest page of a list (Ironic's max_limit).

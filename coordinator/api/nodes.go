@@ -344,7 +344,8 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 		"network_interface": true, "boot_interface": true, "deploy_interface": true, "power_interface": true,
 		"management_interface": true, "inspect_interface": true, "chassis_uuid": true, "owner": true,
 		"bios_interface": true, "console_interface": true, "firmware_interface": true, "raid_interface": true,
-		"rescue_interface": true, "storage_interface": true, "vendor_interface": true}
+		"rescue_interface": true, "storage_interface": true, "vendor_interface": true,
+		"automated_clean": true, "disable_power_off": true, "instance_uuid": true}
 	for k := range raw {
 		if !allowed[k] {
 			writeError(w, 400, fmt.Sprintf("Unknown attribute for node: %s", k))
@@ -371,6 +372,10 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.checkCreateInterfaces(raw, &spec); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := createExtras(raw, &spec); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -711,8 +716,9 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkCreateInterfaces answers the *_interface fields of a node create
-// as Ironic does: raid_interface takes any value the driver supports
-// (kept on the node); every other interface has one implementation per
+// as Ironic does: raid_interface, boot_interface and deploy_interface
+// take any implementation the hardware type has (drivers/interfaces.go,
+// kept on the node); every other interface has one implementation per
 // driver here, so naming it is fine and naming another is a 400 (never
 // accepted and ignored). null takes the default.
 func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *engine.NodeSpec) error {
@@ -720,7 +726,7 @@ func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *eng
 	if err != nil {
 		return nil // CreateNode refuses an unknown driver with the list
 	}
-	have := interfacesOf(d.Name, d)
+	have := interfacesOf(spec.Driver, d)
 	for k, v := range raw {
 		iface, ok := strings.CutSuffix(k, "_interface")
 		if !ok || string(v) == "null" {
@@ -730,19 +736,85 @@ func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *eng
 		if err := json.Unmarshal(v, &impl); err != nil {
 			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("Invalid input for field/attribute %s: it must be a string, the name of an interface implementation", k)}
 		}
-		if iface == "raid" {
+		switch iface {
+		case "raid":
 			n := &fsm.Node{Driver: d.Name, RaidInterface: impl}
 			if err := s.checkRAIDInterface(n); err != nil {
 				return err
 			}
 			spec.RaidInterface = n.RaidInterface
 			continue
+		case "boot", "deploy":
+			if err := d.CheckImpl(spec.Driver, iface, impl); err != nil {
+				return &engine.Error{Kind: engine.Invalid, Msg: err.Error() + fmt.Sprintf(" (leave %s out for the default, %s)", k, d.InterfacesFor(spec.Driver).Default(iface))}
+			}
+			if iface == "boot" {
+				spec.BootInterface = impl
+			} else {
+				spec.DeployInterface = impl
+			}
+			continue
 		}
 		cur, known := have.byName(iface)
 		if !known || impl == cur {
 			continue
 		}
-		return &engine.Error{Kind: engine.Invalid, Msg: unsupportedInterface(iface, impl, d.Name, cur) + fmt.Sprintf(" (leave %s out, or name %q)", k, cur)}
+		return &engine.Error{Kind: engine.Invalid, Msg: unsupportedInterface(iface, impl, spec.Driver, cur) + fmt.Sprintf(" (leave %s out, or name %q)", k, cur)}
 	}
 	return nil
+}
+
+// createExtras takes automated_clean, disable_power_off and instance_uuid
+// of a node create as Ironic does: automated_clean true, false or null
+// (the coordinator's setting); instance_uuid a UUID; disable_power_off
+// false (true, a node never powered off, is not built: refused).
+func createExtras(raw map[string]json.RawMessage, spec *engine.NodeSpec) error {
+	if v, ok := raw["automated_clean"]; ok && string(v) != "null" {
+		b, err := boolValue(v)
+		if err != nil {
+			return &engine.Error{Kind: engine.Invalid, Msg: "Invalid input for field/attribute automated_clean: " + err.Error()}
+		}
+		spec.AutomatedClean = &b
+	}
+	if v, ok := raw["disable_power_off"]; ok && string(v) != "null" {
+		b, err := boolValue(v)
+		if err != nil {
+			return &engine.Error{Kind: engine.Invalid, Msg: "Invalid input for field/attribute disable_power_off: " + err.Error()}
+		}
+		if b {
+			return &engine.Error{Kind: engine.Invalid, Msg: disablePowerOffRefused}
+		}
+	}
+	if v, ok := raw["instance_uuid"]; ok && string(v) != "null" {
+		var id string
+		if err := json.Unmarshal(v, &id); err != nil || !uuidLike(id) {
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("Invalid input for field/attribute instance_uuid. Value: %s. Expected a UUID", shortQuote(string(v)))}
+		}
+		spec.InstanceUUID = id
+	}
+	return nil
+}
+
+// disablePowerOffRefused answers disable_power_off true (API 1.95).
+const disablePowerOffRefused = "disable_power_off true is not supported by this coordinator: its operations power nodes off (after inspection, cleaning and undeploy) and no reboot-only variant is built; leave it false"
+
+// boolValue decodes a boolean as Ironic's args.boolean takes it: true,
+// false, or a string such as "true", "False", "1", "no".
+func boolValue(v json.RawMessage) (bool, error) {
+	var x any
+	if err := json.Unmarshal(v, &x); err != nil {
+		return false, err
+	}
+	switch b := x.(type) {
+	case bool:
+		return b, nil
+	case string:
+		switch strings.ToLower(b) {
+		case "1", "t", "true", "on", "y", "yes":
+			return true, nil
+		case "0", "f", "false", "off", "n", "no":
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("%s is not a boolean (true or false)", shortQuote(string(v)))
 }

@@ -96,12 +96,12 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 	if op, refused := MaintenanceOp(req.Verb); refused && n.Maintenance {
 		return refuse(Invalid, "The %s operation can't be performed on node %s because it's in maintenance mode. (maintenance reason: %q; unset maintenance first)", op, n.Ident(), n.MaintenanceReason)
 	}
-	if needsRamdisk(req.Verb, m.cfg.AutomatedClean) || req.Verb == Clean {
+	if m.needsRamdisk(n, req.Verb) || req.Verb == Clean {
 		if _, err := m.FastTrackEnabled(n); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 	}
-	if needsRamdisk(req.Verb, m.cfg.AutomatedClean) {
+	if m.needsRamdisk(n, req.Verb) {
 		if d, err := m.cfg.Drivers.Get(n.Driver); err == nil && d.NoRamdiskBoot != "" {
 			return refuse(Invalid, "Cannot %s node %s: it needs the ramdisk, and %s. Nodes of driver %s can be managed, powered and cleaned with out-of-band steps for now.",
 				req.Verb, n.Ident(), d.NoRamdiskBoot, n.Driver)
@@ -126,6 +126,13 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 			return refuse(Invalid, "%v", err)
 		}
 	case Deploy, Rebuild:
+		if fakeDeploy(n) {
+			// Ironic's fake deploy validates nothing and writes no image.
+			if len(req.DeploySteps) > 0 || len(matchingTemplates(n, req.Templates)) > 0 {
+				return refuse(Invalid, "Cannot deploy node %s with deploy steps or deploy templates: its deploy_interface is fake, which runs no step; set deploy_interface to direct (baremetal node set %s --deploy-interface direct)", n.Ident(), n.Ident())
+			}
+			break
+		}
 		if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
 			return refuse(Invalid, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
 		}
@@ -197,7 +204,7 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 			endRamdisk())
 		m.start(n, req.Verb, Manageable, "inspect", plan, now, &out)
 	case Provide:
-		m.start(n, req.Verb, retiredTarget, "clean", m.autoCleanPlan(), now, &out)
+		m.start(n, req.Verb, retiredTarget, "clean", m.autoCleanPlan(n), now, &out)
 	case Clean:
 		m.startManualClean(n, req.CleanSteps, now, &out)
 	case Deploy, Rebuild:
@@ -206,6 +213,9 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		}
 		plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps,
 			"template_steps": templateStepObjects(matchingTemplates(n, req.Templates))}})
+		if fakeDeploy(n) {
+			plan = nil // Ironic's fake deploy: done at once
+		}
 		m.start(n, req.Verb, Active, "deploy", plan, now, &out)
 	case RescueV:
 		plan := append(bootRamdisk(), Action{Kind: ActStep, Step: &StepRun{Interface: "rescue", Step: "finalize_rescue", InBand: true}})
@@ -217,7 +227,11 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		plan := []Action{powerAction(protocol.PowerOff), bootDevAction(protocol.BootDisk), powerAction(protocol.PowerOn)}
 		m.start(n, req.Verb, Active, "unrescue", plan, now, &out)
 	case Undeploy:
-		m.start(n, req.Verb, retiredTarget, "delete", []Action{powerAction(protocol.PowerOff)}, now, &out)
+		plan := []Action{powerAction(protocol.PowerOff)}
+		if fakeDeploy(n) {
+			plan = nil // Ironic's fake deploy: tear down changes nothing
+		}
+		m.start(n, req.Verb, retiredTarget, "delete", plan, now, &out)
 	case Service:
 		m.startService(n, req.ServiceSteps, now, &out)
 	case Unhold:
@@ -261,14 +275,17 @@ func (m *Machine) unhold(n *Node, now time.Time, out *Output) {
 	m.advance(n, now, out)
 }
 
-// needsRamdisk tells whether a verb always boots the ramdisk (a manual
-// clean does only when its list has an in-band step).
-func needsRamdisk(v Event, automatedClean bool) bool {
+// needsRamdisk tells whether a verb always boots the ramdisk on node n (a
+// manual clean does only when its list has an in-band step; a node of the
+// fake deploy interface deploys and cleans with none).
+func (m *Machine) needsRamdisk(n *Node, v Event) bool {
 	switch v {
-	case Inspect, Deploy, Rebuild, RescueV:
+	case Inspect, RescueV:
 		return true
+	case Deploy, Rebuild:
+		return !fakeDeploy(n)
 	case Provide:
-		return automatedClean
+		return m.autoClean(n) && !fakeDeploy(n)
 	}
 	return false
 }

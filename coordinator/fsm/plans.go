@@ -32,7 +32,7 @@ func bootDevAction(dev string) Action {
 }
 
 func (m *Machine) autoCleanPlan(n *Node) []Action {
-	if !m.autoClean(n) || fakeDeploy(n) {
+	if !m.autoClean(n) || m.fakeDeploy(n) {
 		return nil
 	}
 	return append(bootRamdisk(), Action{Kind: ActPlanClean}, endRamdisk())
@@ -48,9 +48,18 @@ func (m *Machine) autoClean(n *Node) bool {
 	return m.cfg.AutomatedClean
 }
 
-// fakeDeploy tells whether node n has Ironic's fake deploy interface:
-// its deploy, undeploy and cleaning boot nothing and run no step.
-func fakeDeploy(n *Node) bool { return n.DeployInterface == drivers.DeployFake }
+// fakeDeploy tells whether node n has Ironic's fake deploy interface (its
+// own, or its driver's default: fake-hardware's): its deploy, undeploy
+// and cleaning boot nothing and run no step.
+func (m *Machine) fakeDeploy(n *Node) bool {
+	impl := n.DeployInterface
+	if impl == "" {
+		if d, err := m.cfg.Drivers.Get(n.Driver); err == nil {
+			impl = d.InterfacesFor(n.Driver).Default("deploy")
+		}
+	}
+	return impl == drivers.DeployFake
+}
 
 // ensureWorking puts a node that waits back into its -ING state and locks it.
 func (m *Machine) ensureWorking(n *Node, now time.Time, out *Output) {

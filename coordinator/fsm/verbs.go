@@ -126,7 +126,7 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 			return refuse(Invalid, "%v", err)
 		}
 	case Deploy, Rebuild:
-		if fakeDeploy(n) {
+		if m.fakeDeploy(n) {
 			// Ironic's fake deploy validates nothing and writes no image.
 			if len(req.DeploySteps) > 0 || len(matchingTemplates(n, req.Templates)) > 0 {
 				return refuse(Invalid, "Cannot deploy node %s with deploy steps or deploy templates: its deploy_interface is fake, which runs no step; set deploy_interface to direct (baremetal node set %s --deploy-interface direct)", n.Ident(), n.Ident())
@@ -213,7 +213,7 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		}
 		plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps,
 			"template_steps": templateStepObjects(matchingTemplates(n, req.Templates))}})
-		if fakeDeploy(n) {
+		if m.fakeDeploy(n) {
 			plan = nil // Ironic's fake deploy: done at once
 		}
 		m.start(n, req.Verb, Active, "deploy", plan, now, &out)
@@ -228,7 +228,7 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		m.start(n, req.Verb, Active, "unrescue", plan, now, &out)
 	case Undeploy:
 		plan := []Action{powerAction(protocol.PowerOff)}
-		if fakeDeploy(n) {
+		if m.fakeDeploy(n) {
 			plan = nil // Ironic's fake deploy: tear down changes nothing
 		}
 		m.start(n, req.Verb, retiredTarget, "delete", plan, now, &out)
@@ -283,9 +283,9 @@ func (m *Machine) needsRamdisk(n *Node, v Event) bool {
 	case Inspect, RescueV:
 		return true
 	case Deploy, Rebuild:
-		return !fakeDeploy(n)
+		return !m.fakeDeploy(n)
 	case Provide:
-		return m.autoClean(n) && !fakeDeploy(n)
+		return m.autoClean(n) && !m.fakeDeploy(n)
 	}
 	return false
 }

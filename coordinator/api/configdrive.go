@@ -85,6 +85,9 @@ func (s *Server) provisionExtras(r *http.Request, req *fsm.VerbRequest, cd json.
 	if err != nil {
 		return err
 	}
+	if node.Bonds, err = s.bonds(node.UUID); err != nil {
+		return err
+	}
 	enc, err := configdrive.Build(p.Spec, node)
 	if errors.As(err, &ce) {
 		return invalid("%s", ce.Msg)
@@ -118,4 +121,31 @@ func (s *Server) checkNoRamdisk(id string, steps []map[string]any) error {
 		}
 		return nil
 	})
+}
+
+// bonds are a node's port groups with their ports' MAC addresses, for the
+// config drive's network_data.
+func (s *Server) bonds(node string) ([]configdrive.Bond, error) {
+	groups, err := s.e.PortGroups(node)
+	if err != nil || len(groups) == 0 {
+		return nil, err
+	}
+	ports, err := s.e.Ports(node)
+	if err != nil {
+		return nil, err
+	}
+	var out []configdrive.Bond
+	for _, g := range groups {
+		b := configdrive.Bond{Name: g.Name, Mode: g.Mode, Address: g.Address, Properties: g.Properties}
+		if b.Mode == "" {
+			b.Mode = engine.DefaultBondMode
+		}
+		for _, p := range ports {
+			if p.PortGroupUUID == g.UUID {
+				b.Ports = append(b.Ports, p.Address)
+			}
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }

@@ -214,7 +214,7 @@ func TestBaremetalCLI(t *testing.T) {
 		if !bm.json(&show, "node", "show", "bm1", "-f", "json") {
 			return
 		}
-		want := map[string]any{"uuid": id, "name": "bm1", "driver": "fake", "conductor_group": "site1",
+		want := map[string]any{"uuid": id, "name": "bm1", "driver": "fake-hardware", "conductor_group": "site1",
 			"provision_state": "enroll", "target_provision_state": nil, "maintenance": false, "last_error": nil,
 			"reservation": nil, "retired": false}
 		for k, v := range want {

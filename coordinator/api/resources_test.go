@@ -223,3 +223,28 @@ func TestFakeHardwareAndNodeFields(t *testing.T) {
 		t.Fatalf("create without a site among two: %d %.300s, want 400 naming --default-site", a.status, a.body)
 	}
 }
+
+// TestPartitionImageRefused: a partition image (image_type partition, or
+// kernel and ramdisk in instance_info, as Ironic reads them) is refused at
+// the deploy with a 400 naming the field, never deployed as a whole disk.
+func TestPartitionImageRefused(t *testing.T) {
+	r := newVersionRig(t)
+	id := r.node("site1", "available")
+	for _, c := range []struct {
+		ops  []map[string]any
+		want string
+	}{
+		{[]map[string]any{op("add", "/instance_info/image_type", "partition")}, "instance_info/image_type"},
+		{[]map[string]any{op("remove", "/instance_info/image_type", nil), op("add", "/instance_info/kernel", "http://127.0.0.1:1/vmlinuz"),
+			op("add", "/instance_info/ramdisk", "http://127.0.0.1:1/initrd")}, "instance_info/kernel"},
+	} {
+		r.patch(id, 200, c.ops...)
+		code, msg := r.api.Verb(id, "active", nil)
+		if code != 400 || !strings.Contains(msg, c.want) {
+			t.Fatalf("deploy of a partition image (%v): %d %q, want 400 naming %s", c.ops, code, msg, c.want)
+		}
+	}
+	if got := r.get(id); got.State != "available" {
+		t.Fatalf("node after the refusals: %s", got.State)
+	}
+}

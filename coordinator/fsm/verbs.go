@@ -139,6 +139,9 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if err := deployChecksumError(n); err != nil {
 			return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
 		}
+		if err := partitionImageError(n); err != nil {
+			return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
+		}
 		if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
@@ -521,6 +524,21 @@ func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
 		}
 	}
 	return out
+}
+
+// partitionImageError refuses a partition image (Ironic's instance_info
+// image_type partition, or kernel and ramdisk given, which Ironic reads
+// as a partition image): the ramdisk writes whole-disk images only, and
+// a partition image written as one would end active and not boot.
+func partitionImageError(n *Node) error {
+	t, _ := n.InstanceInfo["image_type"].(string)
+	switch {
+	case t != "" && t != "whole-disk":
+		return fmt.Errorf("instance_info/image_type %q is not supported: the ramdisk writes whole-disk images only (no partition image with its own kernel and ramdisk is built); deploy a whole-disk image and set image_type whole-disk or remove it", t)
+	case n.InstanceInfo["kernel"] != nil || n.InstanceInfo["ramdisk"] != nil:
+		return fmt.Errorf("instance_info/kernel and instance_info/ramdisk make a partition image (Ironic's rule), which is not supported: the ramdisk writes whole-disk images only; remove kernel and ramdisk and deploy a whole-disk image")
+	}
+	return nil
 }
 
 // deployChecksumError says why the ramdisk would refuse the image checksum

@@ -39,7 +39,8 @@ var scalarFields = map[string]bool{"name": true, "driver": true, "conductor_grou
 	"raid_interface": true, "rescue_interface": true, "storage_interface": true, "vendor_interface": true}
 
 // ironicPatchable are the node fields Ironic 21.4's PATCH takes (its
-// PATCH_ALLOWED_FIELDS); another field is 400 before any version check.
+// PATCH_ALLOWED_FIELDS), and disable_power_off (Ironic 1.95); another
+// field is 400 before any version check.
 var ironicPatchable = map[string]bool{}
 
 func init() {
@@ -47,7 +48,7 @@ func init() {
 		console_interface deploy_interface description driver driver_info extra inspect_interface instance_info
 		instance_uuid lessee maintenance management_interface name network_data network_interface owner
 		power_interface properties protected protected_reason raid_interface rescue_interface resource_class
-		retired retired_reason shard storage_interface vendor_interface`) {
+		retired retired_reason shard storage_interface vendor_interface disable_power_off`) {
 		ironicPatchable[f] = true
 	}
 }

@@ -215,6 +215,9 @@ func TestFakeHardwareAndNodeFields(t *testing.T) {
 	if a := vcurl(t, base, "1.95", "PATCH", "/v1/nodes/"+sim, `[{"op":"replace","path":"/disable_power_off","value":true}]`); a.status != 400 {
 		t.Fatalf("PATCH disable_power_off true: %d, want 400", a.status)
 	}
+	if a := vcurl(t, base, "1.94", "PATCH", "/v1/nodes/"+sim, `[{"op":"replace","path":"/disable_power_off","value":false}]`); a.status != 406 {
+		t.Fatalf("PATCH disable_power_off at 1.94: %d, want 406", a.status)
+	}
 	if a := vcurl(t, base, "1.94", "GET", "/v1/nodes/"+sim, ""); strings.Contains(a.body, "disable_power_off") {
 		t.Fatalf("disable_power_off shown at 1.94")
 	}

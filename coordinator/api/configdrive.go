@@ -41,12 +41,20 @@ func (s *Server) provisionExtras(r *http.Request, req *fsm.VerbRequest, cd json.
 				return tooNew("disable_ramdisk", minorCleanDisableRamdisk, minor)
 			}
 		case fsm.Service:
-			return tooNew("disable_ramdisk with service", minorServiceDisableRd, minor)
+			if minor < minorServiceDisableRd {
+				return tooNew("disable_ramdisk with service", minorServiceDisableRd, minor)
+			}
+			// A service of out-of-band steps boots no ramdisk here.
+			if *disableRamdisk {
+				if err := s.checkNoRamdisk(r.PathValue("id"), req.ServiceSteps); err != nil {
+					return err
+				}
+			}
 		default:
 			// Ironic's words.
 			return invalid("disable_ramdisk is supported only with manual cleaning or servicing")
 		}
-		if *disableRamdisk {
+		if *disableRamdisk && req.Verb == fsm.Clean {
 			if err := s.checkNoRamdisk(r.PathValue("id"), req.CleanSteps); err != nil {
 				return err
 			}

@@ -345,7 +345,7 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 		"management_interface": true, "inspect_interface": true, "chassis_uuid": true, "owner": true,
 		"bios_interface": true, "console_interface": true, "firmware_interface": true, "raid_interface": true,
 		"rescue_interface": true, "storage_interface": true, "vendor_interface": true,
-		"automated_clean": true, "disable_power_off": true, "instance_uuid": true}
+		"automated_clean": true, "disable_power_off": true, "instance_uuid": true, "instance_name": true}
 	for k := range raw {
 		if !allowed[k] {
 			writeError(w, 400, fmt.Sprintf("Unknown attribute for node: %s", k))
@@ -389,7 +389,7 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := checkNodeLimits(&fsm.Node{Site: spec.Site, Driver: spec.Driver, DriverInfo: spec.DriverInfo,
 		Properties: spec.Properties, InstanceInfo: spec.InstanceInfo, Extra: spec.Extra,
-		ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner}); err != nil {
+		ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner, InstanceName: spec.InstanceName}); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -791,6 +791,11 @@ func createExtras(raw map[string]json.RawMessage, spec *engine.NodeSpec) error {
 			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("Invalid input for field/attribute instance_uuid. Value: %s. Expected a UUID", shortQuote(string(v)))}
 		}
 		spec.InstanceUUID = id
+	}
+	if v, ok := raw["instance_name"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &spec.InstanceName); err != nil {
+			return &engine.Error{Kind: engine.Invalid, Msg: "Invalid input for field/attribute instance_name: it must be a string"}
+		}
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ type patchOp struct {
 var mapFields = map[string]bool{"driver_info": true, "properties": true, "instance_info": true, "extra": true, "network_data": true}
 var scalarFields = map[string]bool{"name": true, "driver": true, "conductor_group": true, "retired": true, "retired_reason": true,
 	"maintenance": true, "description": true, "resource_class": true, "owner": true,
-	"automated_clean": true, "instance_uuid": true, "disable_power_off": true,
+	"automated_clean": true, "instance_uuid": true, "disable_power_off": true, "instance_name": true,
 	// The hardware interfaces: checkInterfacePatch has refused an
 	// implementation the node's hardware type lacks; setScalar keeps boot
 	// and deploy (their choice is the node's) and raid.
@@ -39,7 +39,8 @@ var scalarFields = map[string]bool{"name": true, "driver": true, "conductor_grou
 	"raid_interface": true, "rescue_interface": true, "storage_interface": true, "vendor_interface": true}
 
 // ironicPatchable are the node fields Ironic 21.4's PATCH takes (its
-// PATCH_ALLOWED_FIELDS), and disable_power_off (Ironic 1.95); another
+// PATCH_ALLOWED_FIELDS), disable_power_off (1.95) and instance_name
+// (1.104); another
 // field is 400 before any version check.
 var ironicPatchable = map[string]bool{}
 
@@ -48,7 +49,7 @@ func init() {
 		console_interface deploy_interface description driver driver_info extra inspect_interface instance_info
 		instance_uuid lessee maintenance management_interface name network_data network_interface owner
 		power_interface properties protected protected_reason raid_interface rescue_interface resource_class
-		retired retired_reason shard storage_interface vendor_interface disable_power_off`) {
+		retired retired_reason shard storage_interface vendor_interface disable_power_off instance_name`) {
 		ironicPatchable[f] = true
 	}
 }
@@ -483,6 +484,8 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 		}
 	case "instance_uuid":
 		n.InstanceUUID, err = str()
+	case "instance_name":
+		n.InstanceName, err = str()
 	case "disable_power_off":
 		var b bool
 		if b, err = boolean(); err == nil && b {
@@ -562,10 +565,21 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 // Ports.
 
 func (s *Server) renderPort(r *http.Request, p engine.Port) map[string]any {
-	return map[string]any{"uuid": p.UUID, "address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
+	v := map[string]any{"uuid": p.UUID, "address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
 		"pxe_enabled": p.PXE, "created_at": p.CreatedAt, "updated_at": p.UpdatedAt, "local_link_connection": map[string]any{},
 		"internal_info": map[string]any{}, "physical_network": nil, "portgroup_uuid": nullable(p.PortGroupUUID), "is_smartnic": false, "name": nil,
 		"links": link(r, "/v1/ports/"+p.UUID)}
+	minor := apiMinor(r)
+	for _, f := range []struct {
+		name  string
+		since int
+		v     string
+	}{{"description", 97, p.Description}, {"vendor", 100, p.Vendor}, {"category", 101, p.Category}} {
+		if minor >= f.since {
+			v[f.name] = nullable(f.v)
+		}
+	}
+	return v
 }
 
 func (s *Server) portList(w http.ResponseWriter, r *http.Request, node string) {
@@ -575,9 +589,17 @@ func (s *Server) portList(w http.ResponseWriter, r *http.Request, node string) {
 		return
 	}
 	detail := strings.HasSuffix(r.URL.Path, "/detail") || r.URL.Query().Get("detail") == "True"
+	inSite, err := s.siteFilter(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
 	out := []map[string]any{}
 	for _, p := range ports {
 		if a := r.URL.Query().Get("address"); a != "" && !strings.EqualFold(a, p.Address) {
+			continue
+		}
+		if !inSite(p.NodeUUID) {
 			continue
 		}
 		v := s.renderPort(r, p)
@@ -612,6 +634,11 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 		Extra    map[string]any `json:"extra"`
 		PXE      *bool          `json:"pxe_enabled"`
 		Group    string         `json:"portgroup_uuid"`
+		// Kept from their versions on: description 1.97, vendor 1.100,
+		// category 1.101.
+		Description *string `json:"description"`
+		Vendor      *string `json:"vendor"`
+		Category    *string `json:"category"`
 		// Not kept here: refused rather than ignored (templates.go).
 		Name      any `json:"name"`
 		LocalLink any `json:"local_link_connection"`
@@ -639,17 +666,43 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	for _, f := range []struct {
+		name  string
+		since int
+		v     *string
+	}{{"description", 97, body.Description}, {"vendor", 100, body.Vendor}, {"category", 101, body.Category}} {
+		if f.v == nil {
+			continue
+		}
+		if apiMinor(r) < f.since {
+			writeErr(w, tooNew("field "+f.name, f.since, apiMinor(r)))
+			return
+		}
+		if err := checkText(f.name, *f.v, 255); err != nil {
+			writeErr(w, err)
+			return
+		}
+	}
 	pxe := body.PXE == nil || *body.PXE
 	p, err := s.e.CreatePort(body.Address, node, body.Extra, pxe)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	if body.Group != "" {
+	if body.Group != "" || body.Description != nil || body.Vendor != nil || body.Category != nil {
 		// Into its group: checked as a PATCH is (the group must be the
 		// node's); a refused group leaves no port behind.
 		g, id := body.Group, p.UUID
-		p, err = s.e.UpdatePort(id, func(p *engine.Port) error { p.PortGroupUUID = g; return nil })
+		str := func(v *string) string {
+			if v == nil {
+				return ""
+			}
+			return *v
+		}
+		p, err = s.e.UpdatePort(id, func(p *engine.Port) error {
+			p.PortGroupUUID, p.Description, p.Vendor, p.Category = g, str(body.Description), str(body.Vendor), str(body.Category)
+			return nil
+		})
 		if err != nil {
 			_ = s.e.DeletePort(id)
 			writeErr(w, err)

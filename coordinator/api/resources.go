@@ -156,8 +156,18 @@ func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) {
 	}
 	obj := map[string]any{"address": cur.Address, "node_uuid": cur.NodeUUID, "pxe_enabled": cur.PXE,
 		"portgroup_uuid": nullable(cur.PortGroupUUID), "extra": cloneAny(cur.Extra)}
-	if !resourcePatch(w, r, obj, map[string]bool{"address": true, "node_uuid": true, "pxe_enabled": true, "portgroup_uuid": true},
-		map[string]bool{"extra": true}, "port") {
+	scalars := map[string]bool{"address": true, "node_uuid": true, "pxe_enabled": true, "portgroup_uuid": true}
+	texts := []struct {
+		name  string
+		since int
+		v     string
+	}{{"description", 97, cur.Description}, {"vendor", 100, cur.Vendor}, {"category", 101, cur.Category}}
+	for _, f := range texts {
+		if apiMinor(r) >= f.since {
+			obj[f.name], scalars[f.name] = nullable(f.v), true
+		}
+	}
+	if !resourcePatch(w, r, obj, scalars, map[string]bool{"extra": true}, "port") {
 		return
 	}
 	p, err := s.e.UpdatePort(cur.UUID, func(p *engine.Port) error {
@@ -182,6 +192,20 @@ func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) {
 		} else if p.PXE, err = patchedBool(obj, "pxe_enabled"); err != nil {
 			return err
 		}
+		for _, f := range []struct {
+			name string
+			to   *string
+		}{{"description", &p.Description}, {"vendor", &p.Vendor}, {"category", &p.Category}} {
+			if _, ok := obj[f.name]; !ok {
+				continue
+			}
+			if *f.to, err = patchedString(obj, f.name); err != nil {
+				return err
+			}
+			if err := checkText(f.name, *f.to, 255); err != nil {
+				return err
+			}
+		}
 		p.Extra, _ = obj["extra"].(map[string]any)
 		return checkMapSize("extra", p.Extra)
 	})
@@ -199,6 +223,24 @@ func cloneAny(m map[string]any) map[string]any {
 	return out
 }
 
+// siteFilter is the conductor_group filter of a port or portgroup list
+// (API 1.99): whether a node is in the site asked for (every node when
+// none is).
+func (s *Server) siteFilter(r *http.Request) (func(node string) bool, error) {
+	group := r.URL.Query().Get("conductor_group")
+	if group == "" {
+		return func(string) bool { return true }, nil
+	}
+	if apiMinor(r) < 99 {
+		return nil, tooNew("the conductor_group filter", 99, apiMinor(r))
+	}
+	return func(node string) bool {
+		var site string
+		_ = s.e.View(node, func(n *fsm.Node, _ bool) error { site = n.Site; return nil })
+		return strings.EqualFold(site, group)
+	}, nil
+}
+
 // Port groups.
 
 func (s *Server) renderPortGroup(r *http.Request, g engine.PortGroup) map[string]any {
@@ -212,6 +254,12 @@ func (s *Server) renderPortGroup(r *http.Request, g engine.PortGroup) map[string
 		"ports": link(r, "/v1/portgroups/"+g.UUID+"/ports")}
 	if apiMinor(r) >= 26 {
 		v["mode"], v["properties"] = mode, orEmpty(g.Properties)
+	}
+	if apiMinor(r) >= 102 {
+		v["physical_network"] = nullable(g.PhysicalNetwork)
+	}
+	if apiMinor(r) >= 103 {
+		v["category"] = nullable(g.Category)
 	}
 	return v
 }
@@ -228,10 +276,22 @@ func (s *Server) portGroupList(w http.ResponseWriter, r *http.Request, node stri
 	if f := q.Get("fields"); f != "" {
 		fields = strings.Split(f, ",")
 	}
+	inSite, err := s.siteFilter(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if q.Has("shard") && apiMinor(r) < 106 {
+		writeErr(w, tooNew("the shard filter", 106, apiMinor(r)))
+		return
+	}
 	out := []map[string]any{}
 	for _, g := range groups {
 		if a := q.Get("address"); a != "" && !strings.EqualFold(a, g.Address) {
 			continue
+		}
+		if q.Has("shard") || !inSite(g.NodeUUID) {
+			continue // no node has a shard here
 		}
 		v := s.renderPortGroup(r, g)
 		switch {
@@ -267,6 +327,8 @@ type portGroupBody struct {
 	Properties map[string]any `json:"properties"`
 	Standalone *bool          `json:"standalone_ports_supported"`
 	Extra      map[string]any `json:"extra"`
+	PhysNet    string         `json:"physical_network"`
+	Category   string         `json:"category"`
 }
 
 func (s *Server) createPortGroup(w http.ResponseWriter, r *http.Request) {
@@ -275,14 +337,15 @@ func (s *Server) createPortGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	allowed := map[string]bool{"uuid": true, "name": true, "address": true, "node_uuid": true, "extra": true,
-		"standalone_ports_supported": true, "mode": true, "properties": true}
+		"standalone_ports_supported": true, "mode": true, "properties": true, "physical_network": true, "category": true}
+	since := map[string]int{"mode": 26, "properties": 26, "physical_network": 102, "category": 103}
 	for k, v := range raw {
 		if !allowed[k] {
 			writeError(w, 400, fmt.Sprintf("Unknown attribute for portgroup: %s (this coordinator keeps %s)", k, fieldNames(allowed, nil)))
 			return
 		}
-		if (k == "mode" || k == "properties") && apiMinor(r) < 26 && string(v) != "null" {
-			writeErr(w, tooNew("field "+k, 26, apiMinor(r)))
+		if v0 := since[k]; apiMinor(r) < v0 && string(v) != "null" {
+			writeErr(w, tooNew("field "+k, v0, apiMinor(r)))
 			return
 		}
 	}
@@ -304,7 +367,13 @@ func (s *Server) createPortGroup(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	g := engine.PortGroup{UUID: body.UUID, Name: body.Name, Address: body.Address, Mode: body.Mode,
+	for _, f := range []struct{ name, v string }{{"physical_network", body.PhysNet}, {"category", body.Category}} {
+		if err := checkText(f.name, f.v, 255); err != nil {
+			writeErr(w, err)
+			return
+		}
+	}
+	g := engine.PortGroup{UUID: body.UUID, Name: body.Name, Address: body.Address, Mode: body.Mode, PhysicalNetwork: body.PhysNet, Category: body.Category,
 		Properties: body.Properties, Extra: body.Extra, StandalonePortsSupported: body.Standalone == nil || *body.Standalone}
 	out, err := s.e.CreatePortGroup(g, body.NodeUUID)
 	if err != nil {
@@ -342,6 +411,12 @@ func (s *Server) patchPortGroup(w http.ResponseWriter, r *http.Request) {
 		obj["mode"], obj["properties"] = nullable(cur.Mode), cloneAny(cur.Properties)
 		scalars["mode"], maps["properties"] = true, true
 	}
+	if apiMinor(r) >= 102 {
+		obj["physical_network"], scalars["physical_network"] = nullable(cur.PhysicalNetwork), true
+	}
+	if apiMinor(r) >= 103 {
+		obj["category"], scalars["category"] = nullable(cur.Category), true
+	}
 	if !resourcePatch(w, r, obj, scalars, maps, "portgroup") {
 		return
 	}
@@ -369,6 +444,20 @@ func (s *Server) patchPortGroup(w http.ResponseWriter, r *http.Request) {
 				return err
 			}
 			g.Properties, _ = obj["properties"].(map[string]any)
+		}
+		for _, f := range []struct {
+			name string
+			to   *string
+		}{{"physical_network", &g.PhysicalNetwork}, {"category", &g.Category}} {
+			if _, ok := obj[f.name]; !ok {
+				continue
+			}
+			if *f.to, err = patchedString(obj, f.name); err != nil {
+				return err
+			}
+			if err := checkText(f.name, *f.to, 255); err != nil {
+				return err
+			}
 		}
 		g.Extra, _ = obj["extra"].(map[string]any)
 		if err := checkMapSize("extra", g.Extra); err != nil {

@@ -251,3 +251,72 @@ func TestPartitionImageRefused(t *testing.T) {
 		t.Fatalf("node after the refusals: %s", got.State)
 	}
 }
+
+// TestVersions96To110: what API 1.96 to 1.110 brought, each from its
+// version (406 or hidden below): port description (1.97), vendor (1.100)
+// and category (1.101); the conductor_group filter of port and portgroup
+// lists (1.99); portgroup physical_network (1.102) and category (1.103);
+// instance_name (1.104); the shard filter of portgroups (1.106, no node
+// has a shard); a request id on every answer (1.107); health (1.109,
+// null); inspection rules (1.96) are not served.
+func TestVersions96To110(t *testing.T) {
+	r := newVersionRig(t)
+	base := r.api.Base
+	id := r.node("site1", "manageable")
+	if a := vcurl(t, base, "1.96", "POST", "/v1/ports", `{"node_uuid":"`+id+`","address":"52:54:00:01:02:03","description":"uplink"}`); a.status != 406 {
+		t.Fatalf("port description at 1.96: %d, want 406", a.status)
+	}
+	p := vcurl(t, base, "1.101", "POST", "/v1/ports", `{"node_uuid":"`+id+`","address":"52:54:00:01:02:03","description":"uplink","vendor":"acme","category":"data"}`)
+	if o := p.obj(t); p.status != 201 || o["description"] != "uplink" || o["vendor"] != "acme" || o["category"] != "data" {
+		t.Fatalf("port with description, vendor, category: %d %.300s", p.status, p.body)
+	}
+	if strings.Contains(vcurl(t, base, "1.96", "GET", "/v1/ports/52:54:00:01:02:03", "").body, "uplink") {
+		t.Fatalf("port description shown at 1.96")
+	}
+	if a := vcurl(t, base, "1.101", "PATCH", "/v1/ports/52:54:00:01:02:03", `[{"op":"replace","path":"/vendor","value":"other"}]`); a.status != 200 || a.obj(t)["vendor"] != "other" {
+		t.Fatalf("port vendor PATCH: %d %.200s", a.status, a.body)
+	}
+	if a := vcurl(t, base, "1.98", "GET", "/v1/ports?conductor_group=site1", ""); a.status != 406 {
+		t.Fatalf("conductor_group filter at 1.98: %d, want 406", a.status)
+	}
+	if l := vcurl(t, base, "1.99", "GET", "/v1/ports?conductor_group=faild", "").obj(t); len(l["ports"].([]any)) != 0 {
+		t.Fatalf("ports of site faild: %v", l)
+	}
+	if l := vcurl(t, base, "1.99", "GET", "/v1/ports?conductor_group=site1", "").obj(t); len(l["ports"].([]any)) != 1 {
+		t.Fatalf("ports of site1: %v", l)
+	}
+	if a := vcurl(t, base, "1.101", "POST", "/v1/portgroups", `{"node_uuid":"`+id+`","physical_network":"physnet1"}`); a.status != 406 {
+		t.Fatalf("portgroup physical_network at 1.101: %d, want 406", a.status)
+	}
+	g := vcurl(t, base, "1.103", "POST", "/v1/portgroups", `{"node_uuid":"`+id+`","name":"pg1","physical_network":"physnet1","category":"storage"}`)
+	if o := g.obj(t); g.status != 201 || o["physical_network"] != "physnet1" || o["category"] != "storage" {
+		t.Fatalf("portgroup with physical_network and category: %d %.300s", g.status, g.body)
+	}
+	if a := vcurl(t, base, "1.105", "GET", "/v1/portgroups?shard=s1", ""); a.status != 406 {
+		t.Fatalf("portgroup shard filter at 1.105: %d, want 406", a.status)
+	}
+	if l := vcurl(t, base, "1.106", "GET", "/v1/portgroups?shard=s1", "").obj(t); len(l["portgroups"].([]any)) != 0 {
+		t.Fatalf("portgroups of shard s1: %v", l)
+	}
+	if a := vcurl(t, base, "1.103", "PATCH", "/v1/nodes/"+id, `[{"op":"add","path":"/instance_name","value":"web-1"}]`); a.status != 406 {
+		t.Fatalf("instance_name at 1.103: %d, want 406", a.status)
+	}
+	n := vcurl(t, base, "1.109", "PATCH", "/v1/nodes/"+id, `[{"op":"add","path":"/instance_name","value":"web-1"}]`)
+	if o := n.obj(t); n.status != 200 || o["instance_name"] != "web-1" {
+		t.Fatalf("instance_name at 1.109: %d %.200s", n.status, n.body)
+	}
+	if o := n.obj(t); o["health"] != nil {
+		t.Fatalf("health %v; want null", o["health"])
+	} else if _, ok := o["health"]; !ok {
+		t.Fatalf("health not shown at 1.109")
+	}
+	if _, ok := vcurl(t, base, "1.108", "GET", "/v1/nodes/"+id, "").obj(t)["health"]; ok {
+		t.Fatalf("health shown at 1.108")
+	}
+	if n.header["x-openstack-request-id"] == "" {
+		t.Fatalf("no X-OpenStack-Request-Id on the answer")
+	}
+	if a := vcurl(t, base, "1.110", "GET", "/v1/inspection_rules", ""); a.status != 404 {
+		t.Fatalf("inspection rules: %d, want 404 (not served)", a.status)
+	}
+}

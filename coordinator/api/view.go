@@ -44,10 +44,12 @@ type nodeView struct {
 	Extra                map[string]any `json:"extra"`
 	Fault                *string        `json:"fault"`
 	FirmwareInterface    string         `json:"firmware_interface"`
+	Health               any            `json:"health"`
 	InspectInterface     string         `json:"inspect_interface"`
 	InspectionFinishedAt *time.Time     `json:"inspection_finished_at"`
 	InspectionStartedAt  *time.Time     `json:"inspection_started_at"`
 	InstanceInfo         map[string]any `json:"instance_info"`
+	InstanceName         any            `json:"instance_name"`
 	InstanceUUID         any            `json:"instance_uuid"`
 	LastError            *string        `json:"last_error"`
 	Lessee               any            `json:"lessee"`
@@ -240,7 +242,7 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		RescueInterface: ifaces.Rescue, StorageInterface: ifaces.Storage, VendorInterface: ifaces.Vendor,
 		FirmwareInterface: ifaces.Firmware, NetworkData: orEmpty(n.NetworkData), RaidConfig: orEmpty(n.RaidConfig), TargetRaidConfig: orEmpty(n.TargetRaidConfig),
 		Traits: traitsOf(n), SiteOnline: online,
-		InstanceUUID: nullable(n.InstanceUUID), AllocationUUID: nullable(n.AllocationUUID),
+		InstanceUUID: nullable(n.InstanceUUID), AllocationUUID: nullable(n.AllocationUUID), InstanceName: nullable(n.InstanceName),
 		Links: links(base, "/v1/nodes/"+n.UUID), Ports: links(base, "/v1/nodes/"+n.UUID+"/ports"),
 		States: links(base, "/v1/nodes/"+n.UUID+"/states"), Portgroups: links(base, "/v1/nodes/"+n.UUID+"/portgroups"),
 		Volume: links(base, "/v1/nodes/"+n.UUID+"/volume"),
@@ -352,7 +354,7 @@ var fieldSince = map[string]int{
 	"fault": 42, "deploy_step": 44, "conductor_group": 46, "automated_clean": 47, "protected": 48, "protected_reason": 48,
 	"conductor": 49, "owner": 50, "description": 51, "allocation_uuid": 52, "retired": 61, "retired_reason": 61,
 	"lessee": 65, "network_data": 66, "boot_mode": 75, "secure_boot": 75, "shard": 82,
-	"parent_node": 83, "firmware_interface": 86, "service_step": 87, "disable_power_off": 95,
+	"parent_node": 83, "firmware_interface": 86, "service_step": 87, "disable_power_off": 95, "instance_name": 104, "health": 109,
 	"boot_interface": 31, "console_interface": 31, "deploy_interface": 31, "inspect_interface": 31,
 	"management_interface": 31, "power_interface": 31, "raid_interface": 31, "vendor_interface": 31,
 }

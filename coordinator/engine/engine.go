@@ -141,9 +141,14 @@ type Port struct {
 	Extra    map[string]any `json:"extra,omitempty"`
 	PXE      bool           `json:"pxe_enabled"`
 	// PortGroupUUID is the port group the port is in, "" for none.
-	PortGroupUUID string     `json:"portgroup_uuid,omitempty"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     *time.Time `json:"updated_at"`
+	PortGroupUUID string `json:"portgroup_uuid,omitempty"`
+	// Description (API 1.97), Vendor (1.100) and Category (1.101) are
+	// the operator's, kept and shown as given.
+	Description string     `json:"description,omitempty"`
+	Vendor      string     `json:"vendor,omitempty"`
+	Category    string     `json:"category,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   *time.Time `json:"updated_at"`
 }
 
 // Site is a registered edge site.

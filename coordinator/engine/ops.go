@@ -42,6 +42,7 @@ type NodeSpec struct {
 	DeployInterface string `json:"-"`
 	AutomatedClean  *bool  `json:"-"`
 	InstanceUUID    string `json:"-"`
+	InstanceName    string `json:"-"`
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,254}$`)
@@ -83,7 +84,7 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 		// fake-hardware too), as Ironic shows it.
 		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: spec.Driver, Site: site,
 			BootInterface: spec.BootInterface, DeployInterface: spec.DeployInterface,
-			AutomatedClean: spec.AutomatedClean, InstanceUUID: spec.InstanceUUID,
+			AutomatedClean: spec.AutomatedClean, InstanceUUID: spec.InstanceUUID, InstanceName: spec.InstanceName,
 			DriverInfo: orEmpty(spec.DriverInfo), Properties: orEmpty(spec.Properties),
 			InstanceInfo: orEmpty(spec.InstanceInfo), Extra: orEmpty(spec.Extra),
 			ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner, RaidInterface: spec.RaidInterface,

@@ -33,10 +33,14 @@ type PortGroup struct {
 	// Properties are the bond's options (miimon, xmit_hash_policy, ...).
 	Properties map[string]any `json:"properties,omitempty"`
 	// StandalonePortsSupported is Ironic's standalone_ports_supported.
-	StandalonePortsSupported bool           `json:"standalone_ports_supported"`
-	Extra                    map[string]any `json:"extra,omitempty"`
-	CreatedAt                time.Time      `json:"created_at"`
-	UpdatedAt                *time.Time     `json:"updated_at"`
+	StandalonePortsSupported bool `json:"standalone_ports_supported"`
+	// PhysicalNetwork (API 1.102) and Category (1.103) are the
+	// operator's, kept and shown as given.
+	PhysicalNetwork string         `json:"physical_network,omitempty"`
+	Category        string         `json:"category,omitempty"`
+	Extra           map[string]any `json:"extra,omitempty"`
+	CreatedAt       time.Time      `json:"created_at"`
+	UpdatedAt       *time.Time     `json:"updated_at"`
 }
 
 // DefaultBondMode is Ironic's [DEFAULT]default_portgroup_mode.

@@ -50,6 +50,9 @@ type Node struct {
 	// allocation); AllocationUUID the allocation that holds the node.
 	InstanceUUID   string `json:"instance_uuid,omitempty"`
 	AllocationUUID string `json:"allocation_uuid,omitempty"`
+	// InstanceName is the node's instance_name (API 1.104), kept as
+	// given and cleared with the instance.
+	InstanceName string `json:"instance_name,omitempty"`
 
 	ProvisionState       State  `json:"provision_state"`
 	TargetProvisionState State  `json:"target_provision_state,omitempty"`

@@ -580,7 +580,7 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 		t := now
 		n.InspectionFinishedAt = &t
 	case "delete":
-		n.InstanceInfo, n.ConfigDrive, n.InstanceUUID = nil, "", ""
+		n.InstanceInfo, n.ConfigDrive, n.InstanceUUID, n.InstanceName = nil, "", "", ""
 		if m.autoClean(n) {
 			n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: "clean", Plan: m.autoCleanPlan(n), StartedAt: now}
 			n.Reservation = m.cfg.Holder

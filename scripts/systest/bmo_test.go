@@ -39,7 +39,9 @@ import (
 // a refused one for ever.
 
 // bmoClient is gophercloud as BMO sets it up: noauth, the microversion
-// BMO chooses from the API's maximum (1.95 with disable_power_off).
+// BMO chooses from the API's maximum (clients/features.go
+// ChooseMicroversion: 1.110 with deployment abort, else 1.109 health,
+// else 1.95 disable_power_off).
 func bmoClient(t *testing.T, c *server.Coordinator) *gophercloud.ServiceClient {
 	t.Helper()
 	cl, err := noauth.NewBareMetalNoAuth(noauth.EndpointOpts{IronicEndpoint: c.APIURL + "/v1"})
@@ -50,12 +52,12 @@ func bmoClient(t *testing.T, c *server.Coordinator) *gophercloud.ServiceClient {
 	if err != nil {
 		t.Fatalf("microversions: %v", err)
 	}
-	// BMO's baseline is 1.89 (clients/features.go); it asks 1.95 when
-	// the maximum is 95 or more.
-	if mvs.MaxMajor != 1 || mvs.MaxMinor < 95 {
-		t.Fatalf("API maximum %d.%d: BMO refuses below 1.89 and sends disable_power_off from 1.95", mvs.MaxMajor, mvs.MaxMinor)
+	// BMO's baseline is 1.89; it asks 1.110 when the maximum is 110 or
+	// more.
+	if mvs.MaxMajor != 1 || mvs.MaxMinor < 110 {
+		t.Fatalf("API maximum %d.%d: BMO refuses below 1.89 and asks 1.110 when offered", mvs.MaxMajor, mvs.MaxMinor)
 	}
-	cl.Microversion = "1.95"
+	cl.Microversion = "1.110"
 	return cl
 }
 

@@ -134,7 +134,7 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 		"power_interface": power, "management_interface": power, "inspect_interface": "agent",
 		// Added with issue 29: Ironic's interface names per hardware type.
 		"disable_power_off": false, "instance_name": nil, "health": nil,
-		"traits":            []any{}, "site_online": online,
+		"traits": []any{}, "site_online": online,
 		"links": link(r, "/v1/nodes/"+n.UUID), "ports": link(r, "/v1/nodes/"+n.UUID+"/ports"),
 		"states": link(r, "/v1/nodes/"+n.UUID+"/states"),
 		// Added with issue 21: the rest of Ironic's node fields.

@@ -467,7 +467,20 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	}
 	req := fsm.VerbRequest{Verb: fsm.Event(body.Target)}
 	if !fsm.IsVerb(req.Verb) {
-		writeError(w, 400, fmt.Sprintf("%q is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort, service, unhold", body.Target))
+		// Ironic's answers, in its order (a locked node is 409 first),
+		// with this API's hint after.
+		var uuid, state, holder string
+		if !s.nodeDo(w, r, func(n *fsm.Node, _ bool) error {
+			uuid, state, holder = n.UUID, string(n.ProvisionState), n.Reservation
+			return nil
+		}) {
+			return
+		}
+		if holder != "" {
+			writeError(w, 409, fmt.Sprintf("Node %s is locked by host %s, please retry after the current operation is completed.", uuid, holder))
+			return
+		}
+		writeError(w, 400, fmt.Sprintf("The requested action %q can not be performed on node %q while it is in state %q. %s is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort, service, unhold", body.Target, uuid, state, shortQuote(body.Target)))
 		return
 	}
 	for _, x := range []struct {

@@ -250,6 +250,12 @@ func TestPartitionImageRefused(t *testing.T) {
 	if got := r.get(id); got.State != "available" {
 		t.Fatalf("node after the refusals: %s", got.State)
 	}
+	// An unknown target: Ironic's InvalidStateRequested words, then the
+	// targets there are.
+	code, msg := r.api.Verb(id, "teleport", nil)
+	if want := `The requested action "teleport" can not be performed on node "` + id + `" while it is in state "available".`; code != 400 || !strings.HasPrefix(msg, want) || !strings.Contains(msg, "valid targets: manage") {
+		t.Fatalf("target teleport: %d %q, want 400 beginning %q", code, msg, want)
+	}
 }
 
 // TestVersions96To110: what API 1.96 to 1.110 brought, each from its

@@ -57,7 +57,7 @@ func TestGophercloudAcceptanceSuites(t *testing.T) {
 	build := exec.CommandContext(ctx, goBin, "test", "-c", "-tags", "acceptance baremetal", "-o", bin+string(filepath.Separator),
 		"./internal/acceptance/openstack/baremetal/noauth/", "./internal/acceptance/openstack/baremetal/httpbasic/")
 	build.Dir = modDir
-	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building gophercloud's baremetal acceptance suites in %s: %v\n%s", modDir, err, b)
 	}

@@ -279,7 +279,7 @@ func (e *Engine) DeletePortGroup(ident string) error {
 		}
 		for _, p := range e.ports {
 			if p.PortGroupUUID == g.UUID {
-				return errorf(Invalid, "Port group %s still has ports. Port group cannot be removed until all its ports are removed: move them out (baremetal port set PORT --unset-port-group... or delete them) first.", g.UUID)
+				return errorf(Invalid, "Port group %s still has ports. Port group cannot be removed until all its ports are removed: take them out ('baremetal port unset --port-group PORT') or delete them first.", g.UUID)
 			}
 		}
 		delete(e.pgroups, g.UUID)

@@ -124,7 +124,7 @@ func fieldNames(a, b map[string]bool) string {
 	return strings.Join(out, ", ")
 }
 
-// str, boolean and mapOf read a patched field back.
+// patchedString and patchedBool read a patched field back.
 func patchedString(obj map[string]any, f string) (string, error) {
 	switch v := obj[f].(type) {
 	case nil:

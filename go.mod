@@ -1,6 +1,6 @@
 module github.com/bmedge/bmedge
 
-go 1.24.0
+go 1.25.0
 
 require (
 	github.com/bougou/go-ipmi v0.9.1
@@ -8,6 +8,7 @@ require (
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/google/uuid v1.6.0
+	github.com/gophercloud/gophercloud/v2 v2.16.0
 	github.com/insomniacslk/dhcp v0.0.0-20231206064809-8c70d406f6d2
 	github.com/jaypipes/ghw v0.26.0
 	github.com/klauspost/compress v1.18.0
@@ -20,9 +21,9 @@ require (
 	github.com/stmcginnis/gofish v0.23.0
 	github.com/u-root/u-root v0.16.0
 	github.com/vishvananda/netlink v1.3.0
-	golang.org/x/crypto v0.45.0
-	golang.org/x/sync v0.18.0
-	golang.org/x/sys v0.41.0
+	golang.org/x/crypto v0.55.0
+	golang.org/x/sync v0.22.0
+	golang.org/x/sys v0.47.0
 	gopkg.in/yaml.v3 v3.0.1
 )
 
@@ -82,9 +83,9 @@ require (
 	go.opentelemetry.io/otel/metric v1.41.0 // indirect
 	go.opentelemetry.io/otel/trace v1.41.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
-	golang.org/x/net v0.47.0 // indirect
-	golang.org/x/term v0.37.0 // indirect
-	golang.org/x/text v0.31.0 // indirect
+	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/term v0.45.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
 	howett.net/plist v1.0.2-0.20250314012144-ee69052608d9 // indirect
 	mvdan.cc/sh/v3 v3.11.0 // indirect

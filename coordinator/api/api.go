@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/protocol/ratelog"
 )
@@ -31,12 +33,20 @@ import (
 // the service verb and service_step, 1.88 port names (refused: not kept),
 // 1.89 virtual media attach (not served), 1.90 OVN VTEP keys of
 // local_link_connection (refused: not kept), 1.91 .json in names (never
-// stripped here, at any version), 1.92 runbooks
-// (docs/ironic-compat.md).
+// stripped here, at any version), 1.92 runbooks, 1.93 virtual media GET
+// (not served), 1.94 a port created with its node's name, 1.95
+// disable_power_off (false; true refused), 1.96 inspection rules (not
+// served), 1.97 port description, 1.98 ~ and / in attribute keys (always
+// here), 1.99 conductor_group filter of port and portgroup lists, 1.100
+// and 1.101 port vendor and category, 1.102 and 1.103 portgroup
+// physical_network and category, 1.104 instance_name, 1.106 shard filter
+// of portgroups, 1.107 X-OpenStack-Request-Id, 1.108 disable_ramdisk with
+// service, 1.109 health (null), 1.110 abort in deploy wait (at every
+// version here) (docs/ironic-compat.md).
 const (
 	MinVersion = "1.1"
-	MaxVersion = "1.92"
-	maxMinor   = 92
+	MaxVersion = "1.110"
+	maxMinor   = 110
 )
 
 // maxLimit is the longest page of a list (Ironic's max_limit).
@@ -164,6 +174,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-OpenStack-Ironic-API-Minimum-Version", MinVersion)
 	h.Set("X-OpenStack-Ironic-API-Maximum-Version", MaxVersion)
 	answerHeaders(h)
+	h.Set("X-OpenStack-Request-Id", "req-"+uuid.NewString()) // Ironic's request id (documented from 1.107)
 	if !s.authenticate(w, r) {
 		return
 	}

@@ -172,14 +172,16 @@ func TestBaremetalCLI(t *testing.T) {
 	// A second node, created through the API, that stays in enroll.
 	other := api.CreateNode("bm2", "site1", nil)
 
-	// Create: the alias fake-hardware is the fake driver; with one site
-	// registered, the node goes there.
+	// Create: the alias fake-hardware is the fake driver, and the node
+	// keeps the name; with one site registered, the node goes there. Its
+	// boot and deploy are the simulated machine's (fake-hardware's
+	// defaults are Ironic's fake ones, which deploy nothing).
 	var created map[string]any
-	if !bm.json(&created, "node", "create", "--driver", "fake-hardware", "--name", "bm1", "-f", "json") {
+	if !bm.json(&created, "node", "create", "--driver", "fake-hardware", "--deploy-interface", "direct", "--boot-interface", "pxe", "--name", "bm1", "-f", "json") {
 		t.FailNow()
 	}
 	id, _ := created["uuid"].(string)
-	if id == "" || created["name"] != "bm1" || created["driver"] != "fake" || created["conductor_group"] != "site1" ||
+	if id == "" || created["name"] != "bm1" || created["driver"] != "fake-hardware" || created["deploy_interface"] != "direct" || created["conductor_group"] != "site1" ||
 		created["provision_state"] != "enroll" {
 		t.Fatalf("node create printed %v", created)
 	}
@@ -212,7 +214,7 @@ func TestBaremetalCLI(t *testing.T) {
 		if !bm.json(&show, "node", "show", "bm1", "-f", "json") {
 			return
 		}
-		want := map[string]any{"uuid": id, "name": "bm1", "driver": "fake", "conductor_group": "site1",
+		want := map[string]any{"uuid": id, "name": "bm1", "driver": "fake-hardware", "conductor_group": "site1",
 			"provision_state": "enroll", "target_provision_state": nil, "maintenance": false, "last_error": nil,
 			"reservation": nil, "retired": false}
 		for k, v := range want {

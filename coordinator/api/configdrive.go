@@ -41,12 +41,20 @@ func (s *Server) provisionExtras(r *http.Request, req *fsm.VerbRequest, cd json.
 				return tooNew("disable_ramdisk", minorCleanDisableRamdisk, minor)
 			}
 		case fsm.Service:
-			return tooNew("disable_ramdisk with service", minorServiceDisableRd, minor)
+			if minor < minorServiceDisableRd {
+				return tooNew("disable_ramdisk with service", minorServiceDisableRd, minor)
+			}
+			// A service of out-of-band steps boots no ramdisk here.
+			if *disableRamdisk {
+				if err := s.checkNoRamdisk(r.PathValue("id"), req.ServiceSteps); err != nil {
+					return err
+				}
+			}
 		default:
 			// Ironic's words.
 			return invalid("disable_ramdisk is supported only with manual cleaning or servicing")
 		}
-		if *disableRamdisk {
+		if *disableRamdisk && req.Verb == fsm.Clean {
 			if err := s.checkNoRamdisk(r.PathValue("id"), req.CleanSteps); err != nil {
 				return err
 			}
@@ -85,6 +93,9 @@ func (s *Server) provisionExtras(r *http.Request, req *fsm.VerbRequest, cd json.
 	if err != nil {
 		return err
 	}
+	if node.Bonds, err = s.bonds(node.UUID); err != nil {
+		return err
+	}
 	enc, err := configdrive.Build(p.Spec, node)
 	if errors.As(err, &ce) {
 		return invalid("%s", ce.Msg)
@@ -118,4 +129,31 @@ func (s *Server) checkNoRamdisk(id string, steps []map[string]any) error {
 		}
 		return nil
 	})
+}
+
+// bonds are a node's port groups with their ports' MAC addresses, for the
+// config drive's network_data.
+func (s *Server) bonds(node string) ([]configdrive.Bond, error) {
+	groups, err := s.e.PortGroups(node)
+	if err != nil || len(groups) == 0 {
+		return nil, err
+	}
+	ports, err := s.e.Ports(node)
+	if err != nil {
+		return nil, err
+	}
+	var out []configdrive.Bond
+	for _, g := range groups {
+		b := configdrive.Bond{Name: g.Name, Mode: g.Mode, Address: g.Address, Properties: g.Properties}
+		if b.Mode == "" {
+			b.Mode = engine.DefaultBondMode
+		}
+		for _, p := range ports {
+			if p.PortGroupUUID == g.UUID {
+				b.Ports = append(b.Ports, p.Address)
+			}
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }

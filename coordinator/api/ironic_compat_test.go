@@ -611,7 +611,7 @@ func compatVersions(t *testing.T, base string) {
 	for _, c := range []struct {
 		version string
 		code    int
-	}{{"1.82", 200}, {"1.87", 200}, {"1.92", 200}, {"1.93", 406}, {"2.1", 406}} {
+	}{{"1.82", 200}, {"1.87", 200}, {"1.92", 200}, {"1.95", 200}, {"1.110", 200}, {"1.111", 406}, {"2.1", 406}} {
 		req, _ := http.NewRequest("GET", base+"/v1/nodes", nil)
 		req.Header.Set("X-OpenStack-Ironic-API-Version", c.version)
 		resp, err := http.DefaultClient.Do(req)
@@ -621,9 +621,10 @@ func compatVersions(t *testing.T, base string) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		// Ironic 21.4 measured with 1.82 as its maximum; this API's is
-		// 1.92 (runbooks), and it answers above it as Ironic did above 1.82.
-		if resp.StatusCode != c.code || resp.Header.Get("X-OpenStack-Ironic-API-Maximum-Version") != "1.92" {
-			t.Errorf("GET /v1/nodes at %s: %d (max %q), want %d and max 1.92 (cites \"microversion > 1.82 | 406\")", c.version, resp.StatusCode,
+		// 1.110 (the newest Metal3 asks for), and it answers above it as
+		// Ironic did above 1.82.
+		if resp.StatusCode != c.code || resp.Header.Get("X-OpenStack-Ironic-API-Maximum-Version") != "1.110" {
+			t.Errorf("GET /v1/nodes at %s: %d (max %q), want %d and max 1.110 (cites \"microversion > 1.82 | 406\")", c.version, resp.StatusCode,
 				resp.Header.Get("X-OpenStack-Ironic-API-Maximum-Version"), c.code)
 		}
 		if c.code != 406 {
@@ -638,7 +639,7 @@ func compatVersions(t *testing.T, base string) {
 			Description string `json:"description"`
 		}
 		if json.Unmarshal(b, &outer) != nil || json.Unmarshal([]byte(outer.ErrorMessage), &inner) != nil || inner.Code != 406 ||
-			inner.Title != "Not Acceptable" || !strings.Contains(inner.Description, "[1.1, 1.92]") || resp.Header.Get("X-OpenStack-Ironic-API-Version") != "" {
+			inner.Title != "Not Acceptable" || !strings.Contains(inner.Description, "[1.1, 1.110]") || resp.Header.Get("X-OpenStack-Ironic-API-Version") != "" {
 			t.Errorf("406 at %s: body %s, version header %q; want Ironic's {code, title, description} in error_message and no version header", c.version, b, resp.Header.Get("X-OpenStack-Ironic-API-Version"))
 		}
 	}

@@ -191,7 +191,8 @@ func checkNodeLimits(n *fsm.Node) error {
 	}{{"conductor_group", n.Site, MaxNameLen}, {"driver", n.Driver, MaxNameLen},
 		{"maintenance_reason", n.MaintenanceReason, MaxTextLen}, {"retired_reason", n.RetiredReason, MaxTextLen},
 		// Ironic's column sizes.
-		{"resource_class", n.ResourceClass, 80}, {"description", n.Description, 4096}, {"owner", n.Owner, 255}} {
+		{"resource_class", n.ResourceClass, 80}, {"description", n.Description, 4096}, {"owner", n.Owner, 255},
+		{"instance_uuid", n.InstanceUUID, 36}, {"instance_name", n.InstanceName, 255}} {
 		if err := checkText(f.name, f.s, f.max); err != nil {
 			return err
 		}

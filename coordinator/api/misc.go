@@ -17,7 +17,7 @@ import (
 // NMI in the management interfaces; and one history record by its ID.
 
 // registerCompat registers the routes of conductors.go, chassis.go,
-// allocations.go and this file.
+// resources.go and this file.
 func (s *Server) registerCompat(m routeList) {
 	m.HandleFunc("GET /v1/conductors", s.listConductors)
 	m.HandleFunc("GET /v1/conductors/{hostname}", s.getConductor)
@@ -28,12 +28,7 @@ func (s *Server) registerCompat(m routeList) {
 	m.HandleFunc("PATCH /v1/chassis/{id}", s.noChassis)
 	m.HandleFunc("DELETE /v1/chassis/{id}", s.noChassis)
 	m.HandleFunc("GET /v1/chassis/{id}/nodes", s.noChassis)
-	m.HandleFunc("GET /v1/allocations", s.listAllocations)
-	m.HandleFunc("POST /v1/allocations", s.createAllocation)
-	m.HandleFunc("GET /v1/allocations/{id}", s.noAllocation)
-	m.HandleFunc("PATCH /v1/allocations/{id}", s.noAllocation)
-	m.HandleFunc("DELETE /v1/allocations/{id}", s.noAllocation)
-	m.HandleFunc("GET /v1/nodes/{id}/allocation", s.nodeAllocation)
+	s.registerResources(m)
 	m.HandleFunc("GET /v1/nodes/{id}/vifs", s.listVIFs)
 	m.HandleFunc("POST /v1/nodes/{id}/vifs", s.attachVIF)
 	m.HandleFunc("DELETE /v1/nodes/{id}/vifs/{vif}", s.detachVIF)

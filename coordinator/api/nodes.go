@@ -345,7 +345,8 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 		"network_interface": true, "boot_interface": true, "deploy_interface": true, "power_interface": true,
 		"management_interface": true, "inspect_interface": true, "chassis_uuid": true, "owner": true,
 		"bios_interface": true, "console_interface": true, "firmware_interface": true, "raid_interface": true,
-		"rescue_interface": true, "storage_interface": true, "vendor_interface": true}
+		"rescue_interface": true, "storage_interface": true, "vendor_interface": true,
+		"automated_clean": true, "disable_power_off": true, "instance_uuid": true, "instance_name": true}
 	for k := range raw {
 		if !allowed[k] {
 			writeError(w, 400, fmt.Sprintf("Unknown attribute for node: %s", k))
@@ -375,6 +376,10 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	if err := createExtras(raw, &spec); err != nil {
+		writeErr(w, err)
+		return
+	}
 	// A name of "" is refused, as Ironic does; null or no name at all
 	// makes a node without a name.
 	if v, ok := raw["name"]; ok && string(v) != "null" {
@@ -385,7 +390,7 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := checkNodeLimits(&fsm.Node{Site: spec.Site, Driver: spec.Driver, DriverInfo: spec.DriverInfo,
 		Properties: spec.Properties, InstanceInfo: spec.InstanceInfo, Extra: spec.Extra,
-		ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner}); err != nil {
+		ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner, InstanceName: spec.InstanceName}); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -463,7 +468,20 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	}
 	req := fsm.VerbRequest{Verb: fsm.Event(body.Target)}
 	if !fsm.IsVerb(req.Verb) {
-		writeError(w, 400, fmt.Sprintf("%q is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort, service, unhold", body.Target))
+		// Ironic's answers, in its order (a locked node is 409 first),
+		// with this API's hint after.
+		var uuid, state, holder string
+		if !s.nodeDo(w, r, func(n *fsm.Node, _ bool) error {
+			uuid, state, holder = n.UUID, string(n.ProvisionState), n.Reservation
+			return nil
+		}) {
+			return
+		}
+		if holder != "" {
+			writeError(w, 409, fmt.Sprintf("Node %s is locked by host %s, please retry after the current operation is completed.", uuid, holder))
+			return
+		}
+		writeError(w, 400, fmt.Sprintf("The requested action %q can not be performed on node %q while it is in state %q. %s is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort, service, unhold", body.Target, uuid, state, shortQuote(body.Target)))
 		return
 	}
 	for _, x := range []struct {
@@ -717,8 +735,9 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkCreateInterfaces answers the *_interface fields of a node create
-// as Ironic does: raid_interface takes any value the driver supports
-// (kept on the node); every other interface has one implementation per
+// as Ironic does: raid_interface, boot_interface and deploy_interface
+// take any implementation the hardware type has (drivers/interfaces.go,
+// kept on the node); every other interface has one implementation per
 // driver here, so naming it is fine and naming another is a 400 (never
 // accepted and ignored). null takes the default.
 func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *engine.NodeSpec) error {
@@ -726,7 +745,7 @@ func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *eng
 	if err != nil {
 		return nil // CreateNode refuses an unknown driver with the list
 	}
-	have := interfacesOf(d.Name, d)
+	have := interfacesOf(spec.Driver, d)
 	for k, v := range raw {
 		iface, ok := strings.CutSuffix(k, "_interface")
 		if !ok || string(v) == "null" {
@@ -736,12 +755,23 @@ func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *eng
 		if err := json.Unmarshal(v, &impl); err != nil {
 			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("Invalid input for field/attribute %s: it must be a string, the name of an interface implementation", k)}
 		}
-		if iface == "raid" {
+		switch iface {
+		case "raid":
 			n := &fsm.Node{Driver: d.Name, RaidInterface: impl}
 			if err := s.checkRAIDInterface(n); err != nil {
 				return err
 			}
 			spec.RaidInterface = n.RaidInterface
+			continue
+		case "boot", "deploy":
+			if err := d.CheckImpl(spec.Driver, iface, impl); err != nil {
+				return &engine.Error{Kind: engine.Invalid, Msg: err.Error() + fmt.Sprintf(" (leave %s out for the default, %s)", k, d.InterfacesFor(spec.Driver).Default(iface))}
+			}
+			if iface == "boot" {
+				spec.BootInterface = impl
+			} else {
+				spec.DeployInterface = impl
+			}
 			continue
 		}
 		if iface == "inspect" {
@@ -757,7 +787,67 @@ func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *eng
 		if !known || impl == cur {
 			continue
 		}
-		return &engine.Error{Kind: engine.Invalid, Msg: unsupportedInterface(iface, impl, d.Name, cur) + fmt.Sprintf(" (leave %s out, or name %q)", k, cur)}
+		return &engine.Error{Kind: engine.Invalid, Msg: unsupportedInterface(iface, impl, spec.Driver, cur) + fmt.Sprintf(" (leave %s out, or name %q)", k, cur)}
 	}
 	return nil
+}
+
+// createExtras takes automated_clean, disable_power_off and instance_uuid
+// of a node create as Ironic does: automated_clean true, false or null
+// (the coordinator's setting); instance_uuid a UUID; disable_power_off
+// false (true, a node never powered off, is not built: refused).
+func createExtras(raw map[string]json.RawMessage, spec *engine.NodeSpec) error {
+	if v, ok := raw["automated_clean"]; ok && string(v) != "null" {
+		b, err := boolValue(v)
+		if err != nil {
+			return &engine.Error{Kind: engine.Invalid, Msg: "Invalid input for field/attribute automated_clean: " + err.Error()}
+		}
+		spec.AutomatedClean = &b
+	}
+	if v, ok := raw["disable_power_off"]; ok && string(v) != "null" {
+		b, err := boolValue(v)
+		if err != nil {
+			return &engine.Error{Kind: engine.Invalid, Msg: "Invalid input for field/attribute disable_power_off: " + err.Error()}
+		}
+		if b {
+			return &engine.Error{Kind: engine.Invalid, Msg: disablePowerOffRefused}
+		}
+	}
+	if v, ok := raw["instance_uuid"]; ok && string(v) != "null" {
+		var id string
+		if err := json.Unmarshal(v, &id); err != nil || !uuidLike(id) {
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("Invalid input for field/attribute instance_uuid. Value: %s. Expected a UUID", shortQuote(string(v)))}
+		}
+		spec.InstanceUUID = id
+	}
+	if v, ok := raw["instance_name"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &spec.InstanceName); err != nil {
+			return &engine.Error{Kind: engine.Invalid, Msg: "Invalid input for field/attribute instance_name: it must be a string"}
+		}
+	}
+	return nil
+}
+
+// disablePowerOffRefused answers disable_power_off true (API 1.95).
+const disablePowerOffRefused = "disable_power_off true is not supported by this coordinator: its operations power nodes off (after inspection, cleaning and undeploy) and no reboot-only variant is built; leave it false"
+
+// boolValue decodes a boolean as Ironic's args.boolean takes it: true,
+// false, or a string such as "true", "False", "1", "no".
+func boolValue(v json.RawMessage) (bool, error) {
+	var x any
+	if err := json.Unmarshal(v, &x); err != nil {
+		return false, err
+	}
+	switch b := x.(type) {
+	case bool:
+		return b, nil
+	case string:
+		switch strings.ToLower(b) {
+		case "1", "t", "true", "on", "y", "yes":
+			return true, nil
+		case "0", "f", "false", "off", "n", "no":
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("%s is not a boolean (true or false)", shortQuote(string(v)))
 }

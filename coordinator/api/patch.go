@@ -10,6 +10,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/drivers"
 )
 
 // MaxPatchOps bounds the operations of one JSON Patch (PATCH
@@ -29,14 +30,18 @@ type patchOp struct {
 var mapFields = map[string]bool{"driver_info": true, "properties": true, "instance_info": true, "extra": true, "network_data": true}
 var scalarFields = map[string]bool{"name": true, "driver": true, "conductor_group": true, "retired": true, "retired_reason": true,
 	"maintenance": true, "description": true, "resource_class": true, "owner": true,
-	// The hardware interfaces: checkInterfacePatch has refused a change
-	// (this API has one implementation of each), so setScalar keeps them.
+	"automated_clean": true, "instance_uuid": true, "disable_power_off": true, "instance_name": true,
+	// The hardware interfaces: checkInterfacePatch has refused an
+	// implementation the node's hardware type lacks; setScalar keeps boot
+	// and deploy (their choice is the node's) and raid.
 	"bios_interface": true, "boot_interface": true, "console_interface": true, "deploy_interface": true,
 	"inspect_interface": true, "management_interface": true, "network_interface": true, "power_interface": true,
 	"raid_interface": true, "rescue_interface": true, "storage_interface": true, "vendor_interface": true}
 
 // ironicPatchable are the node fields Ironic 21.4's PATCH takes (its
-// PATCH_ALLOWED_FIELDS); another field is 400 before any version check.
+// PATCH_ALLOWED_FIELDS), disable_power_off (1.95) and instance_name
+// (1.104); another
+// field is 400 before any version check.
 var ironicPatchable = map[string]bool{}
 
 func init() {
@@ -44,7 +49,7 @@ func init() {
 		console_interface deploy_interface description driver driver_info extra inspect_interface instance_info
 		instance_uuid lessee maintenance management_interface name network_data network_interface owner
 		power_interface properties protected protected_reason raid_interface rescue_interface resource_class
-		retired retired_reason shard storage_interface vendor_interface`) {
+		retired retired_reason shard storage_interface vendor_interface disable_power_off instance_name`) {
 		ironicPatchable[f] = true
 	}
 }
@@ -86,13 +91,35 @@ func checkPatchVersion(ops []patchOp, minor int) error {
 // where Ironic's conductor lets interfaces change (enroll, inspecting,
 // inspect wait, manageable, available, or any in maintenance), and with
 // 400 within them, naming the one there is.
-func checkInterfacePatch(n *fsm.Node, ops []patchOp, have nodeIfaces) error {
+func checkInterfacePatch(n *fsm.Node, ops []patchOp, have ifaceSet) error {
 	for i, op := range ops {
 		f := patchField(op.Path)
 		iface, ok := strings.CutSuffix(f, "_interface")
 		cur, known := have.byName(iface)
 		if !ok || !known || op.Path != "/"+f || op.Op == "remove" || f == "raid_interface" || f == "inspect_interface" {
 			continue // raid_interface: checkRAIDInterfacePatch (raid.go); inspect_interface: checkInspectInterface
+		}
+		if iface == "boot" || iface == "deploy" {
+			// The hardware type's implementations (drivers/interfaces.go);
+			// a change is Ironic's conductor rule below.
+			var want any
+			if json.Unmarshal(op.Value, &want) != nil || want == nil || want == cur {
+				continue
+			}
+			impl, isStr := want.(string)
+			if !isStr {
+				return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: /%s must be a string", i+1, f)}
+			}
+			if !fsm.UpdateAllowed(n.ProvisionState) {
+				return nil
+			}
+			if !ifaceChangeState(n) {
+				return &engine.Error{Kind: engine.Conflict, Msg: fmt.Sprintf("Node %s can not have %s updated unless it is in one of allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode. Current state is '%s'.", n.Ident(), f, n.ProvisionState)}
+			}
+			if err := have.decl.CheckImpl(n.Driver, iface, impl); err != nil {
+				return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: %v", i+1, err)}
+			}
+			continue
 		}
 		var want any
 		if err := json.Unmarshal(op.Value, &want); err != nil || want == nil || want == cur {
@@ -105,16 +132,48 @@ func checkInterfacePatch(n *fsm.Node, ops []patchOp, have nodeIfaces) error {
 		if !fsm.UpdateAllowed(n.ProvisionState) {
 			return nil // CheckUpdate refuses the whole patch with 409
 		}
-		switch n.ProvisionState {
-		case fsm.Enroll, fsm.Inspecting, fsm.InspectWait, fsm.Manageable, fsm.Available:
-		default:
-			if !n.Maintenance {
-				return &engine.Error{Kind: engine.Conflict, Msg: fmt.Sprintf("Node %s can not have %s updated unless it is in one of allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode. Current state is '%s'.", n.Ident(), f, n.ProvisionState)}
-			}
+		if !ifaceChangeState(n) {
+			return &engine.Error{Kind: engine.Conflict, Msg: fmt.Sprintf("Node %s can not have %s updated unless it is in one of allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode. Current state is '%s'.", n.Ident(), f, n.ProvisionState)}
 		}
 		return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: %s", i+1, unsupportedInterface(iface, impl, n.Driver, cur))}
 	}
 	return nil
+}
+
+// ifaceSet is a node's interfaces and its driver's declaration.
+type ifaceSet struct {
+	nodeIfaces
+	decl drivers.Declaration
+}
+
+// checkNodeInterfaces checks, after a PATCH, that the node's boot and
+// deploy interfaces are its (maybe new) driver's: a PATCH of driver to
+// one that lacks them is 400, naming what to set.
+func (s *Server) checkNodeInterfaces(n *fsm.Node) error {
+	d, err := s.e.Machine().Config().Drivers.Get(n.Driver)
+	if err != nil {
+		return nil // the engine refuses an unknown driver
+	}
+	for iface, impl := range map[string]string{"boot": n.BootInterface, "deploy": n.DeployInterface} {
+		if impl == "" {
+			continue
+		}
+		if err := d.CheckImpl(n.Driver, iface, impl); err != nil {
+			return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("%v; set %s_interface to one of these, or remove it for the default, in the same PATCH", err, iface)}
+		}
+	}
+	return nil
+}
+
+// ifaceChangeState tells whether node n's interfaces may change, as
+// Ironic's conductor allows: in enroll, inspecting, inspect wait,
+// manageable and available, or in maintenance.
+func ifaceChangeState(n *fsm.Node) bool {
+	switch n.ProvisionState {
+	case fsm.Enroll, fsm.Inspecting, fsm.InspectWait, fsm.Manageable, fsm.Available:
+		return true
+	}
+	return n.Maintenance
 }
 
 // unsupportedInterface refuses an interface implementation the driver
@@ -411,6 +470,29 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 		n.RaidInterface, err = str()
 	case "inspect_interface":
 		n.InspectInterface, err = str()
+	case "boot_interface":
+		n.BootInterface, err = str()
+	case "deploy_interface":
+		n.DeployInterface, err = str()
+	case "automated_clean":
+		// true, false, or null (removed): the coordinator's setting.
+		if op == "remove" || val == nil {
+			n.AutomatedClean = nil
+			return nil
+		}
+		var b bool
+		if b, err = boolean(); err == nil {
+			n.AutomatedClean = &b
+		}
+	case "instance_uuid":
+		n.InstanceUUID, err = str()
+	case "instance_name":
+		n.InstanceName, err = str()
+	case "disable_power_off":
+		var b bool
+		if b, err = boolean(); err == nil && b {
+			err = fmt.Errorf("%s", disablePowerOffRefused)
+		}
 	default:
 		// A hardware interface, which checkInterfacePatch has checked.
 		_, err = str()
@@ -452,7 +534,7 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 		if err := checkInspectInterfacePatch(n, ops); err != nil {
 			return err
 		}
-		if err := checkInterfacePatch(n, ops, interfacesOf(n.Driver, decl)); err != nil {
+		if err := checkInterfacePatch(n, ops, ifaceSet{nodeInterfaces(n, decl), decl}); err != nil {
 			return err
 		}
 		if err := applyPatch(n, ops); err != nil {
@@ -462,6 +544,9 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		if err := s.checkPatchedInspectInterface(n); err != nil {
+			return err
+		}
+		if err := s.checkNodeInterfaces(n); err != nil {
 			return err
 		}
 		if err := checkNodeLimits(n); err != nil {
@@ -488,10 +573,21 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 // Ports.
 
 func (s *Server) renderPort(r *http.Request, p engine.Port) map[string]any {
-	return map[string]any{"uuid": p.UUID, "address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
+	v := map[string]any{"uuid": p.UUID, "address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
 		"pxe_enabled": p.PXE, "created_at": p.CreatedAt, "updated_at": p.UpdatedAt, "local_link_connection": map[string]any{},
-		"internal_info": map[string]any{}, "physical_network": nil, "portgroup_uuid": nil, "is_smartnic": false, "name": nil,
+		"internal_info": map[string]any{}, "physical_network": nil, "portgroup_uuid": nullable(p.PortGroupUUID), "is_smartnic": false, "name": nil,
 		"links": link(r, "/v1/ports/"+p.UUID)}
+	minor := apiMinor(r)
+	for _, f := range []struct {
+		name  string
+		since int
+		v     string
+	}{{"description", 97, p.Description}, {"vendor", 100, p.Vendor}, {"category", 101, p.Category}} {
+		if minor >= f.since {
+			v[f.name] = nullable(f.v)
+		}
+	}
+	return v
 }
 
 func (s *Server) portList(w http.ResponseWriter, r *http.Request, node string) {
@@ -501,9 +597,17 @@ func (s *Server) portList(w http.ResponseWriter, r *http.Request, node string) {
 		return
 	}
 	detail := strings.HasSuffix(r.URL.Path, "/detail") || r.URL.Query().Get("detail") == "True"
+	inSite, err := s.siteFilter(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
 	out := []map[string]any{}
 	for _, p := range ports {
 		if a := r.URL.Query().Get("address"); a != "" && !strings.EqualFold(a, p.Address) {
+			continue
+		}
+		if !inSite(p.NodeUUID) {
 			continue
 		}
 		v := s.renderPort(r, p)
@@ -537,6 +641,12 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 		Node     string         `json:"node"`
 		Extra    map[string]any `json:"extra"`
 		PXE      *bool          `json:"pxe_enabled"`
+		Group    string         `json:"portgroup_uuid"`
+		// Kept from their versions on: description 1.97, vendor 1.100,
+		// category 1.101.
+		Description *string `json:"description"`
+		Vendor      *string `json:"vendor"`
+		Category    *string `json:"category"`
 		// Not kept here: refused rather than ignored (templates.go).
 		Name      any `json:"name"`
 		LocalLink any `json:"local_link_connection"`
@@ -564,11 +674,48 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	for _, f := range []struct {
+		name  string
+		since int
+		v     *string
+	}{{"description", 97, body.Description}, {"vendor", 100, body.Vendor}, {"category", 101, body.Category}} {
+		if f.v == nil {
+			continue
+		}
+		if apiMinor(r) < f.since {
+			writeErr(w, tooNew("field "+f.name, f.since, apiMinor(r)))
+			return
+		}
+		if err := checkText(f.name, *f.v, 255); err != nil {
+			writeErr(w, err)
+			return
+		}
+	}
 	pxe := body.PXE == nil || *body.PXE
 	p, err := s.e.CreatePort(body.Address, node, body.Extra, pxe)
 	if err != nil {
 		writeErr(w, err)
 		return
+	}
+	if body.Group != "" || body.Description != nil || body.Vendor != nil || body.Category != nil {
+		// Into its group: checked as a PATCH is (the group must be the
+		// node's); a refused group leaves no port behind.
+		g, id := body.Group, p.UUID
+		str := func(v *string) string {
+			if v == nil {
+				return ""
+			}
+			return *v
+		}
+		p, err = s.e.UpdatePort(id, func(p *engine.Port) error {
+			p.PortGroupUUID, p.Description, p.Vendor, p.Category = g, str(body.Description), str(body.Vendor), str(body.Category)
+			return nil
+		})
+		if err != nil {
+			_ = s.e.DeletePort(id)
+			writeErr(w, err)
+			return
+		}
 	}
 	w.Header().Set("Location", baseURL(r)+"/v1/ports/"+p.UUID)
 	writeJSON(w, 201, s.renderPort(r, *p))
@@ -611,19 +758,17 @@ func (s *Server) getDriver(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 404, fmt.Sprintf("Could not find the following driver(s) or hardware type(s): %s.", r.PathValue("name")))
 		return
 	}
-	v := map[string]any{"name": d.Name, "hosts": []string{"coordinator"}, "type": "dynamic",
-		"links": link(r, "/v1/drivers/"+d.Name), "properties": link(r, "/v1/drivers/"+d.Name+"/properties")}
-	ifaces := map[string]string{"bios": "no-bios", "boot": "pxe", "console": "no-console", "deploy": "direct", "firmware": "no-firmware",
-		"inspect": "agent", "management": d.Name, "network": "noop", "power": d.Name, "raid": "agent", "rescue": "agent",
-		"storage": "noop", "vendor": "no-vendor"}
-	for _, st := range d.CleanSteps {
-		if st.Interface == "bios" || st.Interface == "firmware" {
-			ifaces[st.Interface] = d.Name
+	// An alias (fake-hardware) is shown under its own name, with its
+	// own interfaces, as Ironic shows a hardware type.
+	name := r.PathValue("name")
+	v := map[string]any{"name": name, "hosts": []string{"coordinator"}, "type": "dynamic",
+		"links": link(r, "/v1/drivers/"+name), "properties": link(r, "/v1/drivers/"+name+"/properties")}
+	for k, l := range d.InterfacesFor(name) {
+		if k == "inspect" {
+			l = []string{"agent"}
 		}
-	}
-	for k, i := range ifaces {
-		v["default_"+k+"_interface"] = i
-		v["enabled_"+k+"_interfaces"] = []string{i}
+		v["default_"+k+"_interface"] = l[0]
+		v["enabled_"+k+"_interfaces"] = l
 	}
 	v["enabled_raid_interfaces"] = d.RAIDInterfaces()
 	v["enabled_inspect_interfaces"] = d.InspectInterfaces()

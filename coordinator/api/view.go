@@ -37,16 +37,19 @@ type nodeView struct {
 	DeployInterface      string         `json:"deploy_interface"`
 	DeployStep           any            `json:"deploy_step"`
 	Description          any            `json:"description"`
+	DisablePowerOff      bool           `json:"disable_power_off"`
 	Driver               string         `json:"driver"`
 	DriverInfo           map[string]any `json:"driver_info"`
 	DriverInternalInfo   *internalView  `json:"driver_internal_info"`
 	Extra                map[string]any `json:"extra"`
 	Fault                *string        `json:"fault"`
 	FirmwareInterface    string         `json:"firmware_interface"`
+	Health               any            `json:"health"`
 	InspectInterface     string         `json:"inspect_interface"`
 	InspectionFinishedAt *time.Time     `json:"inspection_finished_at"`
 	InspectionStartedAt  *time.Time     `json:"inspection_started_at"`
 	InstanceInfo         map[string]any `json:"instance_info"`
+	InstanceName         any            `json:"instance_name"`
 	InstanceUUID         any            `json:"instance_uuid"`
 	LastError            *string        `json:"last_error"`
 	Lessee               any            `json:"lessee"`
@@ -221,9 +224,7 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 	if rescuePasswordSet(n.ProvisionState) {
 		ii["rescue_password"], ii["hashed_rescue_password"] = "******", "******"
 	}
-	ifaces := interfacesOf(n.Driver, decl)
-	ifaces.Raid = drivers.RAIDInterfaceOf(n.RaidInterface)
-	ifaces.Inspect = drivers.InspectInterfaceOf(n.InspectInterface)
+	ifaces := nodeInterfaces(n, decl)
 	v := &nodeView{
 		UUID: n.UUID, Name: nstr(n.Name), Driver: n.Driver, ConductorGroup: n.Site, Conductor: "coordinator",
 		DriverInfo: Mask(n.DriverInfo, decl), Properties: orEmpty(n.Properties), InstanceInfo: ii,
@@ -241,9 +242,13 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		RescueInterface: ifaces.Rescue, StorageInterface: ifaces.Storage, VendorInterface: ifaces.Vendor,
 		FirmwareInterface: ifaces.Firmware, NetworkData: orEmpty(n.NetworkData), RaidConfig: orEmpty(n.RaidConfig), TargetRaidConfig: orEmpty(n.TargetRaidConfig),
 		Traits: traitsOf(n), SiteOnline: online,
+		InstanceUUID: nullable(n.InstanceUUID), AllocationUUID: nullable(n.AllocationUUID), InstanceName: nullable(n.InstanceName),
 		Links: links(base, "/v1/nodes/"+n.UUID), Ports: links(base, "/v1/nodes/"+n.UUID+"/ports"),
 		States: links(base, "/v1/nodes/"+n.UUID+"/states"), Portgroups: links(base, "/v1/nodes/"+n.UUID+"/portgroups"),
 		Volume: links(base, "/v1/nodes/"+n.UUID+"/volume"),
+	}
+	if n.AutomatedClean != nil {
+		v.AutomatedClean = *n.AutomatedClean
 	}
 	// Retired as Ironic shows it: null once removed.
 	if !n.RetiredUnset {
@@ -288,20 +293,27 @@ type nodeIfaces struct {
 	Bios, Boot, Console, Deploy, Firmware, Inspect, Management, Network, Power, Raid, Rescue, Storage, Vendor string
 }
 
-// interfacesOf is the interfaces of a node of driver (as the node names
-// it), declared by decl.
+// interfacesOf is the default interfaces of a node of driver (as the
+// node names it: fake-hardware has Ironic's fake ones), declared by decl
+// (drivers/interfaces.go).
 func interfacesOf(driver string, decl drivers.Declaration) nodeIfaces {
-	// bios and firmware are the driver's where it has such steps
-	// (redfish), else Ironic's no-bios and no-firmware.
-	i := nodeIfaces{Bios: "no-bios", Boot: "pxe", Console: "no-console", Deploy: "direct", Firmware: "no-firmware", Inspect: "agent",
-		Management: driver, Network: "noop", Power: driver, Raid: "agent", Rescue: "agent", Storage: "noop", Vendor: "no-vendor"}
-	for _, st := range decl.CleanSteps {
-		switch st.Interface {
-		case "bios":
-			i.Bios = driver
-		case "firmware":
-			i.Firmware = driver
-		}
+	d := decl.InterfacesFor(driver)
+	return nodeIfaces{Bios: d.Default("bios"), Boot: d.Default("boot"), Console: d.Default("console"), Deploy: d.Default("deploy"),
+		Firmware: d.Default("firmware"), Inspect: "agent", Management: d.Default("management"), Network: d.Default("network"),
+		Power: d.Default("power"), Raid: d.Default("raid"), Rescue: d.Default("rescue"), Storage: d.Default("storage"), Vendor: d.Default("vendor")}
+}
+
+// nodeInterfaces is the interfaces of node n: its driver's defaults and
+// the implementations it chose.
+func nodeInterfaces(n *fsm.Node, decl drivers.Declaration) nodeIfaces {
+	i := interfacesOf(n.Driver, decl)
+	i.Raid = drivers.RAIDInterfaceOf(n.RaidInterface)
+	i.Inspect = drivers.InspectInterfaceOf(n.InspectInterface)
+	if n.BootInterface != "" {
+		i.Boot = n.BootInterface
+	}
+	if n.DeployInterface != "" {
+		i.Deploy = n.DeployInterface
 	}
 	return i
 }
@@ -351,7 +363,7 @@ var fieldSince = map[string]int{
 	"fault": 42, "deploy_step": 44, "conductor_group": 46, "automated_clean": 47, "protected": 48, "protected_reason": 48,
 	"conductor": 49, "owner": 50, "description": 51, "allocation_uuid": 52, "retired": 61, "retired_reason": 61,
 	"lessee": 65, "network_data": 66, "boot_mode": 75, "secure_boot": 75, "shard": 82,
-	"parent_node": 83, "firmware_interface": 86, "service_step": 87,
+	"parent_node": 83, "firmware_interface": 86, "service_step": 87, "disable_power_off": 95, "instance_name": 104, "health": 109,
 	"boot_interface": 31, "console_interface": 31, "deploy_interface": 31, "inspect_interface": 31,
 	"management_interface": 31, "power_interface": 31, "raid_interface": 31, "vendor_interface": 31,
 }

@@ -89,6 +89,13 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 		ii["rescue_password"], ii["hashed_rescue_password"] = "******", "******"
 	}
 	bios, firmware := "no-bios", "no-firmware"
+	boot, power := map[string]string{"ipmi": "ipxe", "redfish": "redfish-virtual-media"}[n.Driver], n.Driver
+	if boot == "" {
+		boot = "pxe"
+	}
+	if n.Driver == "ipmi" {
+		power = "ipmitool"
+	}
 	for _, st := range decl.CleanSteps {
 		if st.Interface == "bios" {
 			bios = n.Driver
@@ -123,8 +130,10 @@ func (s *Server) oldRender(r *http.Request, n *fsm.Node, online bool) map[string
 		"inspection_started_at": insStart, "inspection_finished_at": insEnd,
 		"console_enabled": false, "protected": false, "automated_clean": nil, "resource_class": nullable(n.ResourceClass),
 		"instance_uuid": nil, "chassis_uuid": nil, "owner": nullable(n.Owner), "lessee": nil, "description": nullable(n.Description), "allocation_uuid": nil,
-		"boot_mode": nil, "secure_boot": nil, "network_interface": "noop", "boot_interface": "pxe", "deploy_interface": "direct",
-		"power_interface": n.Driver, "management_interface": n.Driver, "inspect_interface": "agent",
+		"boot_mode": nil, "secure_boot": nil, "network_interface": "noop", "boot_interface": boot, "deploy_interface": "direct",
+		"power_interface": power, "management_interface": power, "inspect_interface": "agent",
+		// Added with issue 29: Ironic's interface names per hardware type.
+		"disable_power_off": false, "instance_name": nil, "health": nil,
 		"traits": []any{}, "site_online": online,
 		"links": link(r, "/v1/nodes/"+n.UUID), "ports": link(r, "/v1/nodes/"+n.UUID+"/ports"),
 		"states": link(r, "/v1/nodes/"+n.UUID+"/states"),

@@ -59,6 +59,7 @@ type serveOptions struct {
 	dataDir, apiListen, mqttListen             string
 	brokerURL, brokerCA, brokerUser, brokerPW  string
 	advertise, auth, htpasswd, tlsCert, tlsKey string
+	defaultSite                                string
 	maxPacket, maxClean, maxDeploy, histMax    int
 	waitTimeout, cmdTimeout, resend, tick      time.Duration
 	autoClean, forcePower, verbose             bool
@@ -105,6 +106,8 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.DurationVar(&o.cmdTimeout, "command-timeout", 5*time.Minute, "an out-of-band command without a result this long fails")
 	fs.DurationVar(&o.resend, "resend-interval", 10*time.Second, "how often an unanswered command is sent again")
 	fs.DurationVar(&o.tick, "tick", time.Second, "how often timeouts and resends are checked")
+	fs.StringVar(&o.defaultSite, "default-site", "", "the site (conductor_group) of a node created without one, as Ironic's clients (gophercloud, Metal3) create them; "+
+		"without it such a node goes to the only site when exactly one is registered, and is refused (400) when there are several")
 	fs.BoolVar(&o.autoClean, "automated-clean", true, "run automated cleaning on provide and after undeploy")
 	fs.BoolVar(&o.forcePower, "force-power-state-during-sync", true, "when an edge agent reports a resting node's BMC in another power state than recorded, power it back (false: record the BMC's state; docs/drivers.md, Power-state sync)")
 	fs.BoolVar(&o.fastTrack, "fast-track", false, "fast track (Ironic's [deploy]fast_track): after inspect or a cleaning the node stays powered on in its ramdisk, "+
@@ -175,7 +178,7 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 			AutomatedClean: o.autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: o.forcePower,
 			FastTrack: o.fastTrack, FastTrackTimeout: o.fastTrackTimeout},
 		MaxConcurrentClean: o.maxClean, MaxConcurrentDeploy: o.maxDeploy, TickInterval: o.tick, HistoryMaxEntries: o.histMax, Log: log,
-		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns, NoEdgePlans: !o.edgePlans})
+		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns, NoEdgePlans: !o.edgePlans, DefaultSite: o.defaultSite})
 	if err != nil {
 		if isStoreFailure(err) {
 			return exitCode(ExitStoreFailed) // the engine logged why

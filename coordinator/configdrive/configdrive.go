@@ -246,6 +246,59 @@ type Node struct {
 	// NetworkData is the node's network_data field, used when the
 	// config drive has none.
 	NetworkData map[string]any
+	// Bonds are the node's port groups: when neither the config drive
+	// nor the node give network_data, the config drive's network_data
+	// has each as a bond of its ports (BondNetworkData).
+	Bonds []Bond
+}
+
+// Bond is a port group as network_data.json shows it.
+type Bond struct {
+	// Name is the link's id ("bond0" when the group has no name).
+	Name string
+	// Mode is the bond mode (Linux bonding's names).
+	Mode string
+	// Address is the bond's MAC address; "" takes its first port's.
+	Address string
+	// Properties are the group's: miimon, xmit_hash_policy, lacp_rate
+	// and updelay/downdelay become bond_<name>.
+	Properties map[string]any
+	// Ports are the MAC addresses of its ports.
+	Ports []string
+}
+
+// BondNetworkData is the network_data.json of a node's port groups, as
+// Nova writes a port group (OpenStack's network_data.json schema, read by
+// cloud-init and Glean): a "phy" link per port, a "bond" link per group
+// with bond_links, bond_mode and the bond_* options of its properties,
+// and DHCP (IPv4) on each bond.
+func BondNetworkData(bonds []Bond) map[string]any {
+	var links, networks []any
+	for i, b := range bonds {
+		id := b.Name
+		if id == "" {
+			id = fmt.Sprintf("bond%d", i)
+		}
+		var members []any
+		for j, mac := range b.Ports {
+			pid := fmt.Sprintf("%s-port%d", id, j)
+			links = append(links, map[string]any{"id": pid, "type": "phy", "ethernet_mac_address": mac, "mtu": 1500})
+			members = append(members, pid)
+		}
+		addr := b.Address
+		if addr == "" && len(b.Ports) > 0 {
+			addr = b.Ports[0]
+		}
+		link := map[string]any{"id": id, "type": "bond", "bond_links": members, "bond_mode": b.Mode, "ethernet_mac_address": addr, "mtu": 1500}
+		for _, k := range []string{"miimon", "xmit_hash_policy", "lacp_rate", "updelay", "downdelay"} {
+			if v, ok := b.Properties[k]; ok {
+				link["bond_"+k] = v
+			}
+		}
+		links = append(links, link)
+		networks = append(networks, map[string]any{"id": "network-" + id, "type": "ipv4_dhcp", "link": id, "network_id": "network-" + id})
+	}
+	return map[string]any{"links": links, "networks": networks, "services": []any{}}
 }
 
 // Files returns the files of the config drive built from spec for n, as
@@ -273,6 +326,9 @@ func Files(spec *Spec, n Node) (map[string][]byte, error) {
 	net := spec.NetworkData
 	if len(net) == 0 {
 		net = n.NetworkData
+	}
+	if len(net) == 0 && len(n.Bonds) > 0 {
+		net = BondNetworkData(n.Bonds)
 	}
 	files := map[string][]byte{}
 	for _, ver := range []string{"2012-08-10", "latest"} {

@@ -204,3 +204,49 @@ func mustISO(t *testing.T) []byte {
 	}
 	return b
 }
+
+// TestBondsReadByCloudInit: a node's port groups, with no network_data
+// given, become bonds of the config drive's network_data.json, which
+// cloud-init's own converter (convert_net_json, the one its config drive
+// source uses) turns into a bond of the two ports with its mode and
+// miimon.
+func TestBondsReadByCloudInit(t *testing.T) {
+	needCloudInit(t)
+	files, err := Files(&Spec{}, Node{UUID: "u1", Bonds: []Bond{{Name: "bond0", Mode: "802.3ad",
+		Properties: map[string]any{"miimon": "100"}, Ports: []string{"52:54:00:00:00:01", "52:54:00:00:00:02"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd := files["openstack/latest/network_data.json"]
+	script := `import json, sys
+from cloudinit.sources.helpers.openstack import convert_net_json
+print(json.dumps(convert_net_json(json.loads(sys.argv[1]), known_macs={'52:54:00:00:00:01': 'eth0', '52:54:00:00:00:02': 'eth1'})))`
+	out, err := exec.Command("/usr/bin/python3", "-c", script, string(nd)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cloud-init's convert_net_json on %s: %v\n%s", nd, err, out)
+	}
+	var cfg struct {
+		Config []struct {
+			Type       string         `json:"type"`
+			Name       string         `json:"name"`
+			Params     map[string]any `json:"params"`
+			Interfaces []string       `json:"bond_interfaces"`
+			Subnets    []struct {
+				Type string `json:"type"`
+			} `json:"subnets"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(out[strings.LastIndexByte(strings.TrimSpace(string(out)), '\n')+1:], &cfg); err != nil {
+		t.Fatalf("cloud-init's answer %q: %v", out, err)
+	}
+	found := false
+	for _, c := range cfg.Config {
+		if c.Type == "bond" {
+			found = c.Name == "bond0" && c.Params["bond_mode"] == "802.3ad" && c.Params["bond_miimon"] == "100" &&
+				strings.Join(c.Interfaces, ",") == "eth0,eth1" && len(c.Subnets) == 1 && c.Subnets[0].Type == "dhcp4"
+		}
+	}
+	if !found {
+		t.Fatalf("cloud-init read %s as %s; want bond0 of eth0 and eth1, 802.3ad, miimon 100, DHCP", nd, out)
+	}
+}

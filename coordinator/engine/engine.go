@@ -71,6 +71,10 @@ type Config struct {
 	// NoEdgePlans keeps every step's command going alone, even to sites
 	// whose edge agent runs plans (coordinator serve --edge-plans=false).
 	NoEdgePlans bool
+	// DefaultSite is the site of a node created without conductor_group
+	// (serve --default-site); "" places such a node only when exactly
+	// one site is registered.
+	DefaultSite string
 }
 
 // Kind says what went wrong with a request; the API maps it to an HTTP
@@ -131,13 +135,20 @@ func refused(r *fsm.Refusal) *Error {
 
 // Port is a network port of a node (Ironic's port).
 type Port struct {
-	UUID      string         `json:"uuid"`
-	Address   string         `json:"address"`
-	NodeUUID  string         `json:"node_uuid"`
-	Extra     map[string]any `json:"extra,omitempty"`
-	PXE       bool           `json:"pxe_enabled"`
-	CreatedAt time.Time      `json:"created_at"`
-	UpdatedAt *time.Time     `json:"updated_at"`
+	UUID     string         `json:"uuid"`
+	Address  string         `json:"address"`
+	NodeUUID string         `json:"node_uuid"`
+	Extra    map[string]any `json:"extra,omitempty"`
+	PXE      bool           `json:"pxe_enabled"`
+	// PortGroupUUID is the port group the port is in, "" for none.
+	PortGroupUUID string `json:"portgroup_uuid,omitempty"`
+	// Description (API 1.97), Vendor (1.100) and Category (1.101) are
+	// the operator's, kept and shown as given.
+	Description string     `json:"description,omitempty"`
+	Vendor      string     `json:"vendor,omitempty"`
+	Category    string     `json:"category,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   *time.Time `json:"updated_at"`
 }
 
 // Site is a registered edge site.
@@ -160,10 +171,13 @@ type Engine struct {
 	st      *store.Store
 	pub     Publisher
 
-	mu         sync.RWMutex
-	nodes      map[string]*fsm.Node
-	names      map[string]string
-	ports      map[string]*Port
+	mu    sync.RWMutex
+	nodes map[string]*fsm.Node
+	names map[string]string
+	ports map[string]*Port
+	// pgroups are the port groups, allocs the allocations (resources.go).
+	pgroups    map[string]*PortGroup
+	allocs     map[string]*Allocation
 	macs       map[string]string
 	sites      map[string]*Site
 	siteOnline map[string]bool
@@ -306,6 +320,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: cfg.Log, st: st, secret: secret,
 		nodes: map[string]*fsm.Node{}, names: map[string]string{}, ports: map[string]*Port{}, macs: map[string]string{},
+		pgroups: map[string]*PortGroup{}, allocs: map[string]*Allocation{},
 		sites: map[string]*Site{}, siteOnline: map[string]bool{}, phaseCount: map[string]int{},
 		reqs: make(chan *request, 8192), stopped: make(chan struct{}), hist: map[string]*histState{}, fatal: newFatalState(),
 		reachBk: &reachBook{sites: map[string]*siteReach{}, saveEvery: reachSaveInterval}, cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
@@ -388,6 +403,9 @@ func (e *Engine) load() error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := e.loadResources(); err != nil {
 		return err
 	}
 	err = e.st.Scan(store.SitePrefix, func(_ string, v []byte) error {

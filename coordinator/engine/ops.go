@@ -38,6 +38,14 @@ type NodeSpec struct {
 	// InspectInterface is the node's inspect_interface when not the
 	// default (checked by the API against the driver).
 	InspectInterface string `json:"-"`
+	// BootInterface and DeployInterface are the node's when given
+	// (checked by the API against the driver); AutomatedClean,
+	// InstanceUUID as given.
+	BootInterface   string `json:"-"`
+	DeployInterface string `json:"-"`
+	AutomatedClean  *bool  `json:"-"`
+	InstanceUUID    string `json:"-"`
+	InstanceName    string `json:"-"`
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,254}$`)
@@ -46,8 +54,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,254}$`)
 func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 	var created *fsm.Node
 	err := e.do(func(t *tx) error {
-		d, err := e.cfg.Machine.Drivers.Get(spec.Driver)
-		if err != nil {
+		if _, err := e.cfg.Machine.Drivers.Get(spec.Driver); err != nil {
 			return errorf(Invalid, "%v", err)
 		}
 		if spec.Name != "" {
@@ -71,7 +78,16 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 		if _, ok := e.nodes[id]; ok {
 			return errorf(Conflict, "A node with UUID %s already exists.", id)
 		}
-		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: d.Name, Site: site,
+		if spec.InstanceUUID != "" {
+			if other := e.instanceNode(spec.InstanceUUID); other != "" {
+				return errorf(Conflict, "Instance %s is already associated with a node (%s).", spec.InstanceUUID, other)
+			}
+		}
+		// The node keeps the driver name it was given (an alias such as
+		// fake-hardware too), as Ironic shows it.
+		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: spec.Driver, Site: site,
+			BootInterface: spec.BootInterface, DeployInterface: spec.DeployInterface,
+			AutomatedClean: spec.AutomatedClean, InstanceUUID: spec.InstanceUUID, InstanceName: spec.InstanceName,
 			DriverInfo: orEmpty(spec.DriverInfo), Properties: orEmpty(spec.Properties),
 			InstanceInfo: orEmpty(spec.InstanceInfo), Extra: orEmpty(spec.Extra),
 			ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner, RaidInterface: spec.RaidInterface, InspectInterface: spec.InspectInterface,
@@ -89,6 +105,17 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 	return created, err
 }
 
+// instanceNode is the UUID of the node whose instance_uuid is id, "" when
+// none. The caller holds e.mu.
+func (e *Engine) instanceNode(id string) string {
+	for _, n := range e.nodes {
+		if n.InstanceUUID == id {
+			return n.UUID
+		}
+	}
+	return ""
+}
+
 func orEmpty(m map[string]any) map[string]any {
 	if m == nil {
 		return map[string]any{}
@@ -103,6 +130,12 @@ func (e *Engine) pickSite(site string) (string, error) {
 		}
 		return site, nil
 	}
+	if d := e.cfg.DefaultSite; d != "" {
+		if _, ok := e.sites[d]; !ok {
+			return "", errorf(Invalid, "the node names no site (conductor_group) and the default site %q (serve --default-site) is not registered; register it with 'coordinator site add %s --credentials-file FILE', or name a site", d, d)
+		}
+		return d, nil
+	}
 	if len(e.sites) == 1 {
 		for s := range e.sites {
 			return s, nil
@@ -116,7 +149,7 @@ func (e *Engine) pickSite(site string) (string, error) {
 	if len(names) == 0 {
 		return "", errorf(Invalid, "no site is registered; register one with 'coordinator site add NAME --credentials-file FILE' first")
 	}
-	return "", errorf(Invalid, "the node's site (conductor_group) is required: one of %s", strings.Join(names, ", "))
+	return "", errorf(Invalid, "the node's site (conductor_group) is required: one of %s; or start the coordinator with 'serve --default-site NAME' for the nodes created without one (as gophercloud and Metal3 create them)", strings.Join(names, ", "))
 }
 
 // View runs fn on the node under the read lock. fn must not keep n.
@@ -208,6 +241,7 @@ func (e *Engine) DeleteNode(ident string) error {
 				t.batch.Delete(store.PortPrefix + pid)
 			}
 		}
+		e.dropNodeResources(t, n)
 		t.batch.Delete(store.NodePrefix + n.UUID)
 		t.batch.Delete(store.InventoryPrefix + n.UUID)
 		t.batch.Delete(store.FirmwarePrefix + n.UUID)
@@ -265,6 +299,11 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 		})
 		if refusal != nil {
 			return refused(refusal)
+		}
+		if req.Verb == fsm.Undeploy {
+			// As Ironic's tear down: the node's allocation goes, and
+			// its instance_uuid with it.
+			e.release(t, n)
 		}
 		if idle {
 			// Nothing of this node's can be waiting in the queues but

@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/store"
 )
 
 // PatchAttempts is how many times PatchNode applies a change to a fresh
@@ -107,11 +108,10 @@ func (e *Engine) replaceNode(t *tx, n, c *fsm.Node) error {
 		}
 	}
 	if c.Driver != n.Driver {
-		d, err := e.cfg.Machine.Drivers.Get(c.Driver)
-		if err != nil {
+		// The node keeps the name it is given (an alias too).
+		if _, err := e.cfg.Machine.Drivers.Get(c.Driver); err != nil {
 			return errorf(Invalid, "%v", err)
 		}
-		c.Driver = d.Name
 	}
 	if c.Site != n.Site {
 		if _, ok := e.sites[c.Site]; !ok {
@@ -120,6 +120,28 @@ func (e *Engine) replaceNode(t *tx, n, c *fsm.Node) error {
 	}
 	if r := fsm.CheckUpdate(n, c); r != nil {
 		return refused(r)
+	}
+	if c.InstanceUUID != n.InstanceUUID {
+		switch {
+		case c.InstanceUUID != "" && n.InstanceUUID != "":
+			return errorf(Conflict, "Node %s is associated with instance %s.", n.UUID, n.InstanceUUID)
+		case c.InstanceUUID != "":
+			if uuid.Validate(c.InstanceUUID) != nil {
+				return errorf(Invalid, "Invalid input for field/attribute instance_uuid. Value: %q. Expected a UUID", c.InstanceUUID)
+			}
+			if other := e.instanceNode(c.InstanceUUID); other != "" {
+				return errorf(Conflict, "Instance %s is already associated with a node (%s).", c.InstanceUUID, other)
+			}
+		case n.AllocationUUID != "":
+			// Ironic's update_node: removing the instance_uuid of a node
+			// with an allocation removes the allocation.
+			if !n.Maintenance && !idleState(n.ProvisionState) {
+				return errorf(Conflict, "Node %s with an allocation can not have instance_uuid removed unless it is in one of allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode. Current state is '%s'.", n.UUID, n.ProvisionState)
+			}
+			delete(e.allocs, n.AllocationUUID)
+			t.batch.Delete(store.AllocationPrefix + n.AllocationUUID)
+			c.AllocationUUID = ""
+		}
 	}
 	if c.Maintenance != n.Maintenance {
 		on, reason := c.Maintenance, c.MaintenanceReason
@@ -136,4 +158,15 @@ func (e *Engine) replaceNode(t *tx, n, c *fsm.Node) error {
 	*n = *c
 	t.dirty[n.UUID] = n
 	return nil
+}
+
+// idleState tells whether s is one of the states where Ironic's conductor
+// lets a node's interfaces change and its allocation go (enroll,
+// inspecting, inspect wait, manageable, available).
+func idleState(s fsm.State) bool {
+	switch s {
+	case fsm.Enroll, fsm.Inspecting, fsm.InspectWait, fsm.Manageable, fsm.Available:
+		return true
+	}
+	return false
 }

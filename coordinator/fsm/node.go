@@ -40,6 +40,23 @@ type Node struct {
 	// (drivers/inspectiface.go): "" for the default (agent, the ramdisk),
 	// or its driver's own when its BMC inspects out of band (redfish).
 	InspectInterface string `json:"inspect_interface,omitempty"`
+	// BootInterface and DeployInterface are the node's boot_interface and
+	// deploy_interface (drivers/interfaces.go): "" for its driver's
+	// default. DeployInterface fake (Ironic's fake deploy) deploys,
+	// undeploys and cleans at once, booting nothing.
+	BootInterface   string `json:"boot_interface,omitempty"`
+	DeployInterface string `json:"deploy_interface,omitempty"`
+	// AutomatedClean is the node's automated_clean (API 1.47): nil
+	// follows the coordinator's setting, false skips automated cleaning
+	// on provide and undeploy, true runs it.
+	AutomatedClean *bool `json:"automated_clean,omitempty"`
+	// InstanceUUID is the node's instance_uuid (set by PATCH or by an
+	// allocation); AllocationUUID the allocation that holds the node.
+	InstanceUUID   string `json:"instance_uuid,omitempty"`
+	AllocationUUID string `json:"allocation_uuid,omitempty"`
+	// InstanceName is the node's instance_name (API 1.104), kept as
+	// given and cleared with the instance.
+	InstanceName string `json:"instance_name,omitempty"`
 
 	ProvisionState       State  `json:"provision_state"`
 	TargetProvisionState State  `json:"target_provision_state,omitempty"`

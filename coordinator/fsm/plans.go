@@ -31,11 +31,34 @@ func bootDevAction(dev string) Action {
 	return Action{Kind: ActOOB, Action: protocol.ActionBootDev, Args: map[string]any{"device": dev}}
 }
 
-func (m *Machine) autoCleanPlan() []Action {
-	if !m.cfg.AutomatedClean {
+func (m *Machine) autoCleanPlan(n *Node) []Action {
+	if !m.autoClean(n) || m.fakeDeploy(n) {
 		return nil
 	}
 	return append(bootRamdisk(), Action{Kind: ActPlanClean}, endRamdisk())
+}
+
+// autoClean tells whether provide and undeploy clean node n (Ironic's
+// skip_automated_cleaning): its automated_clean when set, else the
+// coordinator's setting.
+func (m *Machine) autoClean(n *Node) bool {
+	if n.AutomatedClean != nil {
+		return *n.AutomatedClean
+	}
+	return m.cfg.AutomatedClean
+}
+
+// fakeDeploy tells whether node n has Ironic's fake deploy interface (its
+// own, or its driver's default: fake-hardware's): its deploy, undeploy
+// and cleaning boot nothing and run no step.
+func (m *Machine) fakeDeploy(n *Node) bool {
+	impl := n.DeployInterface
+	if impl == "" {
+		if d, err := m.cfg.Drivers.Get(n.Driver); err == nil {
+			impl = d.InterfacesFor(n.Driver).Default("deploy")
+		}
+	}
+	return impl == drivers.DeployFake
 }
 
 // ensureWorking puts a node that waits back into its -ING state and locks it.
@@ -560,9 +583,9 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 		t := now
 		n.InspectionFinishedAt = &t
 	case "delete":
-		n.InstanceInfo, n.ConfigDrive = nil, ""
-		if m.cfg.AutomatedClean {
-			n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: "clean", Plan: m.autoCleanPlan(), StartedAt: now}
+		n.InstanceInfo, n.ConfigDrive, n.InstanceUUID, n.InstanceName = nil, "", "", ""
+		if m.autoClean(n) {
+			n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: "clean", Plan: m.autoCleanPlan(n), StartedAt: now}
 			n.Reservation = m.cfg.Holder
 			m.fire(n, Clean, "", now, out)
 			n.TargetProvisionState = op.Target

@@ -96,7 +96,7 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 	if op, refused := MaintenanceOp(req.Verb); refused && n.Maintenance {
 		return refuse(Invalid, "The %s operation can't be performed on node %s because it's in maintenance mode. (maintenance reason: %q; unset maintenance first)", op, n.Ident(), n.MaintenanceReason)
 	}
-	ramdisk := needsRamdisk(req.Verb, m.cfg.AutomatedClean) && !(req.Verb == Inspect && m.inspectsOOB(n))
+	ramdisk := m.needsRamdisk(n, req.Verb)
 	if ramdisk || req.Verb == Clean {
 		if _, err := m.FastTrackEnabled(n); err != nil {
 			return refuse(Invalid, "%v", err)
@@ -132,10 +132,20 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 			return refuse(Invalid, "%v", err)
 		}
 	case Deploy, Rebuild:
+		if m.fakeDeploy(n) {
+			// Ironic's fake deploy validates nothing and writes no image.
+			if len(req.DeploySteps) > 0 || len(matchingTemplates(n, req.Templates)) > 0 {
+				return refuse(Invalid, "Cannot deploy node %s with deploy steps or deploy templates: its deploy_interface is fake, which runs no step; set deploy_interface to direct (baremetal node set %s --deploy-interface direct)", n.Ident(), n.Ident())
+			}
+			break
+		}
 		if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
 			return refuse(Invalid, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
 		}
 		if err := deployChecksumError(n); err != nil {
+			return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
+		}
+		if err := partitionImageError(n); err != nil {
 			return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
 		}
 		if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
@@ -209,7 +219,7 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 			endRamdisk())
 		m.start(n, req.Verb, Manageable, "inspect", plan, now, &out)
 	case Provide:
-		m.start(n, req.Verb, retiredTarget, "clean", m.autoCleanPlan(), now, &out)
+		m.start(n, req.Verb, retiredTarget, "clean", m.autoCleanPlan(n), now, &out)
 	case Clean:
 		m.startManualClean(n, req.CleanSteps, now, &out)
 	case Deploy, Rebuild:
@@ -218,6 +228,9 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		}
 		plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps,
 			"template_steps": templateStepObjects(matchingTemplates(n, req.Templates))}})
+		if m.fakeDeploy(n) {
+			plan = nil // Ironic's fake deploy: done at once
+		}
 		m.start(n, req.Verb, Active, "deploy", plan, now, &out)
 	case RescueV:
 		plan := append(bootRamdisk(), Action{Kind: ActStep, Step: &StepRun{Interface: "rescue", Step: "finalize_rescue", InBand: true}})
@@ -229,7 +242,11 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		plan := []Action{powerAction(protocol.PowerOff), bootDevAction(protocol.BootDisk), powerAction(protocol.PowerOn)}
 		m.start(n, req.Verb, Active, "unrescue", plan, now, &out)
 	case Undeploy:
-		m.start(n, req.Verb, retiredTarget, "delete", []Action{powerAction(protocol.PowerOff)}, now, &out)
+		plan := []Action{powerAction(protocol.PowerOff)}
+		if m.fakeDeploy(n) {
+			plan = nil // Ironic's fake deploy: tear down changes nothing
+		}
+		m.start(n, req.Verb, retiredTarget, "delete", plan, now, &out)
 	case Service:
 		m.startService(n, req.ServiceSteps, now, &out)
 	case Unhold:
@@ -273,14 +290,19 @@ func (m *Machine) unhold(n *Node, now time.Time, out *Output) {
 	m.advance(n, now, out)
 }
 
-// needsRamdisk tells whether a verb always boots the ramdisk (a manual
-// clean does only when its list has an in-band step).
-func needsRamdisk(v Event, automatedClean bool) bool {
+// needsRamdisk tells whether a verb always boots the ramdisk on node n (a
+// manual clean does only when its list has an in-band step; a node of the
+// fake deploy interface deploys and cleans with none).
+func (m *Machine) needsRamdisk(n *Node, v Event) bool {
 	switch v {
-	case Inspect, Deploy, Rebuild, RescueV:
+	case Inspect:
+		return !m.inspectsOOB(n)
+	case RescueV:
 		return true
+	case Deploy, Rebuild:
+		return !m.fakeDeploy(n)
 	case Provide:
-		return automatedClean
+		return m.autoClean(n) && !m.fakeDeploy(n)
 	}
 	return false
 }
@@ -522,6 +544,21 @@ func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
 		}
 	}
 	return out
+}
+
+// partitionImageError refuses a partition image (Ironic's instance_info
+// image_type partition, or kernel and ramdisk given, which Ironic reads
+// as a partition image): the ramdisk writes whole-disk images only, and
+// a partition image written as one would end active and not boot.
+func partitionImageError(n *Node) error {
+	t, _ := n.InstanceInfo["image_type"].(string)
+	switch {
+	case t != "" && t != "whole-disk":
+		return fmt.Errorf("instance_info/image_type %q is not supported: the ramdisk writes whole-disk images only (no partition image with its own kernel and ramdisk is built); deploy a whole-disk image and set image_type whole-disk or remove it", t)
+	case n.InstanceInfo["kernel"] != nil || n.InstanceInfo["ramdisk"] != nil:
+		return fmt.Errorf("instance_info/kernel and instance_info/ramdisk make a partition image (Ironic's rule), which is not supported: the ramdisk writes whole-disk images only; remove kernel and ramdisk and deploy a whole-disk image")
+	}
+	return nil
 }
 
 // deployChecksumError says why the ramdisk would refuse the image checksum

@@ -65,6 +65,8 @@ type Options struct {
 	// NoEdgePlans: every step's command goes alone, even to sites whose
 	// edge agent runs plans (serve --edge-plans=false).
 	NoEdgePlans bool
+	// DefaultSite: engine.Config.DefaultSite (serve --default-site).
+	DefaultSite string
 	// APIConns and MQTTConns are the connection budgets of the API's and
 	// the embedded broker's listeners, checked at accept before TLS;
 	// fields <= 0 take DefaultAPIConnLimits' and
@@ -111,7 +113,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	met := metrics.New()
 	e, err := engine.New(engine.Config{DataDir: o.DataDir, Machine: o.Machine, MaxConcurrentClean: o.MaxConcurrentClean,
 		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, HistoryMaxEntries: o.HistoryMaxEntries, Log: o.Log,
-		Metrics: met, NoEdgePlans: o.NoEdgePlans})
+		Metrics: met, NoEdgePlans: o.NoEdgePlans, DefaultSite: o.DefaultSite})
 	if err != nil {
 		return nil, err
 	}

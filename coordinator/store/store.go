@@ -28,6 +28,10 @@ const (
 	// ReachPrefix holds each site's reachability: when it was last heard
 	// and since when it is unreachable.
 	ReachPrefix = "r/"
+	// PortGroupPrefix holds the port groups (Ironic's portgroups),
+	// AllocationPrefix the allocations.
+	PortGroupPrefix  = "pg/"
+	AllocationPrefix = "al/"
 )
 
 // Store is the Badger database (protocol/kvstore: encrypted at rest,

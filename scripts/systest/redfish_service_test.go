@@ -41,6 +41,9 @@ type mediaRamdiskMachine struct {
 	stop   func()
 	boots  int // starts from the CD
 	nstart int
+	// inventory, when set, is what the stand-in's inspect_hardware
+	// reports (nil: it reports nothing).
+	inventory map[string]any
 }
 
 func (m *mediaRamdiskMachine) Power(ctx context.Context, action vbmc.ResetType) error {
@@ -112,7 +115,7 @@ func (m *mediaRamdiskMachine) runRamdisk(ctx context.Context, usbURL string) {
 	}
 	lt := &standinTransport{}
 	s := session.New(session.Config{Site: p.Site, Node: p.Node, Heartbeat: 500 * time.Millisecond, ResendInterval: 500 * time.Millisecond,
-		Runner: standinRunner{}, Transport: lt, Log: testrig.Logger(m.t)})
+		Runner: standinRunner{inventory: m.inventory}, Transport: lt, Log: testrig.Logger(m.t)})
 	link, err := mqttlink.Dial(ctx, mqttlink.Config{URL: broker, ClientID: "ramdisk-" + p.Node, Username: p.User, Password: p.Password,
 		CleanStart: true, Subscriptions: []string{protocol.NodeCmdTopic(p.Site, p.Node)},
 		Handler: func(topic string, payload []byte) {
@@ -140,7 +143,7 @@ func (t *standinTransport) Publish(ctx context.Context, topic string, payload []
 
 // standinRunner is the stand-in ramdisk's hardware: the standard in-band
 // steps, each done at once.
-type standinRunner struct{}
+type standinRunner struct{ inventory map[string]any }
 
 func (standinRunner) Steps() (clean, deploy []protocol.Step) {
 	wire := func(steps []drivers.Step) []protocol.Step {
@@ -153,8 +156,11 @@ func (standinRunner) Steps() (clean, deploy []protocol.Step) {
 	return wire(drivers.InbandCleanSteps()), wire(drivers.InbandDeploySteps())
 }
 
-func (standinRunner) Run(ctx context.Context, step protocol.Step, progress func(float64, string)) (map[string]any, error) {
+func (r standinRunner) Run(ctx context.Context, step protocol.Step, progress func(float64, string)) (map[string]any, error) {
 	progress(1, "")
+	if step.Step == "inspect_hardware" && r.inventory != nil {
+		return r.inventory, nil
+	}
 	return nil, nil
 }
 

@@ -1,0 +1,128 @@
+package drivers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Hardware interface implementations, in Ironic's names, that a node's
+// boot_interface and deploy_interface may name (the other interfaces
+// have one implementation per hardware type here, raid aside:
+// raidiface.go).
+const (
+	// BootIPXE and BootPXE: network boot, served by the site's edge agent
+	// (PXE firmware → Debian's iPXE → HTTP; docs/netboot.md). Ironic's
+	// pxe interface hands the kernel over TFTP instead of HTTP; here both
+	// names take the same chain, the one Ironic's ipxe interface takes.
+	BootIPXE = "ipxe"
+	BootPXE  = "pxe"
+	// BootVirtualMedia: the ramdisk ISO inserted as the BMC's virtual CD
+	// (Ironic's redfish-virtual-media).
+	BootVirtualMedia = "redfish-virtual-media"
+	// BootFake: Ironic's fake boot, a no-op (a simulated node boots its
+	// simulated ramdisk by itself whatever the boot interface).
+	BootFake = "fake"
+	// DeployDirect: the ramdisk writes the image (Ironic's direct).
+	DeployDirect = "direct"
+	// DeployRamdisk: Ironic's ramdisk deploy (boot a given ISO or
+	// kernel/ramdisk and end active). Not built yet: refused.
+	DeployRamdisk = "ramdisk"
+	// DeployFake: Ironic's fake deploy: deploy, undeploy and cleaning end
+	// at once, with no ramdisk boot, no power change and no image.
+	DeployFake = "fake"
+)
+
+// Ifaces are the interface implementations a node of one hardware type
+// may have, per interface ("boot", "deploy", ...), the default first, as
+// Ironic computes defaults: the first implementation of the hardware
+// type's supported list (in Ironic's order) that is enabled.
+type Ifaces map[string][]string
+
+// Default is the default implementation of iface.
+func (i Ifaces) Default(iface string) string {
+	if l := i[iface]; len(l) > 0 {
+		return l[0]
+	}
+	return ""
+}
+
+// Has tells whether impl is an implementation of iface.
+func (i Ifaces) Has(iface, impl string) bool { return slices.Contains(i[iface], impl) }
+
+// Refused says why an implementation Ironic has for the hardware type
+// is not served here (empty when there is no reason on record).
+func Refused(iface, impl string) string {
+	switch iface + "/" + impl {
+	case "deploy/" + DeployRamdisk:
+		return "the ramdisk deploy interface (boot an ISO or kernel and ramdisk and end active) is not built yet; use direct (the ramdisk writes the image)"
+	case "boot/redfish-https":
+		return "redfish-https (UEFI HTTP boot from a URL the BMC is given) is not built; the edge agent boots Redfish nodes from virtual media (redfish-virtual-media)"
+	case "boot/" + BootVirtualMedia:
+		return "virtual media boot needs a Redfish BMC; use driver redfish"
+	case "boot/" + BootIPXE, "boot/" + BootPXE:
+		return "the edge agent boots Redfish nodes from virtual media only, not by network boot"
+	case "deploy/anaconda", "deploy/custom-agent", "deploy/ansible", "deploy/bootc", "deploy/autodetect":
+		return "only direct deploy is built (the ramdisk writes a whole-disk image)"
+	}
+	return ""
+}
+
+// InterfacesFor is the implementations of every hardware interface of a
+// node whose driver is named name (d's name or one of its aliases: the
+// fake driver's alias fake-hardware is Ironic's fake-hardware type, with
+// Ironic's fake implementations first).
+func (d Declaration) InterfacesFor(name string) Ifaces {
+	mgmt := d.Name
+	switch d.Name {
+	case "ipmi":
+		mgmt = "ipmitool" // Ironic's ipmi hardware type: ipmitool power and management
+	}
+	i := Ifaces{"bios": {"no-bios"}, "boot": {BootPXE}, "console": {"no-console"}, "deploy": {DeployDirect},
+		"firmware": {"no-firmware"}, "inspect": {"agent"}, "management": {mgmt}, "network": {"noop"}, "power": {mgmt},
+		"raid": d.RAIDInterfaces(), "rescue": {"agent"}, "storage": {"noop"}, "vendor": {"no-vendor"}}
+	for _, st := range d.CleanSteps {
+		switch st.Interface {
+		case "bios", "firmware":
+			i[st.Interface] = []string{d.Name}
+		}
+	}
+	switch d.Name {
+	case "ipmi":
+		// Ironic's generic boot list: ipxe first.
+		i["boot"] = []string{BootIPXE, BootPXE}
+	case "redfish":
+		i["boot"] = []string{BootVirtualMedia}
+	case "fake":
+		if name == "fake-hardware" {
+			// Ironic's fake-hardware: the fake implementations first.
+			i["boot"] = []string{BootFake, BootIPXE, BootPXE}
+			i["deploy"] = []string{DeployFake, DeployDirect}
+		} else {
+			// This project's simulated machine: boots its ramdisk and is
+			// deployed by it; Ironic's fake ones are there too.
+			i["boot"] = []string{BootPXE, BootIPXE, BootFake}
+			i["deploy"] = []string{DeployDirect, DeployFake}
+		}
+	}
+	return i
+}
+
+// CheckImpl checks that impl is an implementation of iface for a node of
+// the driver named name, and says what to do otherwise.
+func (d Declaration) CheckImpl(name, iface, impl string) error {
+	i := d.InterfacesFor(name)
+	l, known := i[iface]
+	shown := impl
+	if len(shown) > 64 {
+		shown = shown[:64] + "..."
+	}
+	if !known || slices.Contains(l, impl) {
+		return nil
+	}
+	msg := fmt.Sprintf("%s interface implementation '%s' is not supported by hardware type %s. It supports %s", iface, shown, name, strings.Join(l, ", "))
+	if why := Refused(iface, impl); why != "" {
+		msg += " (" + why + ")"
+	}
+	return fmt.Errorf("%s", msg)
+}

@@ -1,0 +1,47 @@
+package drivers
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestInterfacesPerHardwareType: the defaults are Ironic's for what each
+// driver does (ipmi: ipxe and ipmitool; redfish: virtual media;
+// fake-hardware: Ironic's fake boot and deploy), and an implementation
+// Ironic has that is not built here is refused with its reason.
+func TestInterfacesPerHardwareType(t *testing.T) {
+	for _, c := range []struct {
+		decl                 Declaration
+		name                 string
+		boot, deploy, power  string
+		otherBoot, otherDepl string
+	}{
+		{IPMIDeclaration(), "ipmi", BootIPXE, DeployDirect, "ipmitool", BootPXE, ""},
+		{RedfishDeclaration(), "redfish", BootVirtualMedia, DeployDirect, "redfish", "", ""},
+		{FakeDeclaration(), "fake-hardware", BootFake, DeployFake, "fake", BootPXE, DeployDirect},
+		{FakeDeclaration(), "fake", BootPXE, DeployDirect, "fake", BootFake, DeployFake},
+		{QEMUDeclaration(), "qemu-dev", BootPXE, DeployDirect, "qemu-dev", "", ""},
+	} {
+		i := c.decl.InterfacesFor(c.name)
+		if i.Default("boot") != c.boot || i.Default("deploy") != c.deploy || i.Default("power") != c.power || i.Default("management") != c.power {
+			t.Errorf("%s: boot %q deploy %q power %q management %q; want %s, %s, %s", c.name, i.Default("boot"), i.Default("deploy"),
+				i.Default("power"), i.Default("management"), c.boot, c.deploy, c.power)
+		}
+		if c.otherBoot != "" && c.decl.CheckImpl(c.name, "boot", c.otherBoot) != nil {
+			t.Errorf("%s: boot %s refused", c.name, c.otherBoot)
+		}
+		if c.otherDepl != "" && c.decl.CheckImpl(c.name, "deploy", c.otherDepl) != nil {
+			t.Errorf("%s: deploy %s refused", c.name, c.otherDepl)
+		}
+		err := c.decl.CheckImpl(c.name, "deploy", DeployRamdisk)
+		if err == nil || !strings.Contains(err.Error(), "not built yet") || !strings.Contains(err.Error(), "is not supported by hardware type "+c.name) {
+			t.Errorf("%s: deploy ramdisk: %v; want refused with the reason", c.name, err)
+		}
+	}
+	if err := RedfishDeclaration().CheckImpl("redfish", "boot", "redfish-https"); err == nil || !strings.Contains(err.Error(), "virtual media") {
+		t.Errorf("redfish boot redfish-https: %v", err)
+	}
+	if err := IPMIDeclaration().CheckImpl("ipmi", "boot", BootVirtualMedia); err == nil || !strings.Contains(err.Error(), "Redfish BMC") {
+		t.Errorf("ipmi boot redfish-virtual-media: %v", err)
+	}
+}

@@ -1,0 +1,299 @@
+package systest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/baremetal/noauth"
+	"github.com/gophercloud/gophercloud/v2/openstack/baremetal/v1/nodes"
+	"github.com/gophercloud/gophercloud/v2/openstack/baremetal/v1/ports"
+	"github.com/gophercloud/gophercloud/v2/openstack/utils"
+
+	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/server"
+	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
+	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
+)
+
+// This file makes the calls Metal3's baremetal-operator (BMO) makes for
+// one host, in its order and with its bodies, through gophercloud (BMO's
+// client), read from metal3-io/baremetal-operator's
+// pkg/provisioner/ironic: the version choice (clients/features.go), the
+// lookup by name and the create (register.go enrollNode, the interfaces
+// of pkg/hardwareutils/bmc), the boot MAC's port (ironic.go
+// ensurePort), configureNode's PATCH (deploy image, automated_clean,
+// capabilities), manage, inspection (inspecthardware.go: capabilities and
+// inspect_interface, inspect, the inventory), provide, the provisioning
+// PATCH (getInstanceUpdateOpts: instance_uuid, instance_info with the
+// image and its hash, force_persistent_boot_device) and the deploy with a
+// config drive in its JSON form, then deprovisioning (automated_clean
+// sync, deleted) and the delete. No request may be refused: BMO retries
+// a refused one for ever.
+
+// bmoClient is gophercloud as BMO sets it up: noauth, the microversion
+// BMO chooses from the API's maximum (clients/features.go
+// ChooseMicroversion: 1.110 with deployment abort, else 1.109 health,
+// else 1.95 disable_power_off).
+func bmoClient(t *testing.T, c *server.Coordinator) *gophercloud.ServiceClient {
+	t.Helper()
+	cl, err := noauth.NewBareMetalNoAuth(noauth.EndpointOpts{IronicEndpoint: c.APIURL + "/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mvs, err := utils.GetSupportedMicroversions(context.Background(), cl)
+	if err != nil {
+		t.Fatalf("microversions: %v", err)
+	}
+	// BMO's baseline is 1.89; it asks 1.110 when the maximum is 110 or
+	// more.
+	if mvs.MaxMajor != 1 || mvs.MaxMinor < 110 {
+		t.Fatalf("API maximum %d.%d: BMO refuses below 1.89 and asks 1.110 when offered", mvs.MaxMajor, mvs.MaxMinor)
+	}
+	cl.Microversion = "1.110"
+	return cl
+}
+
+// bmoHost is BMO's work for one host.
+type bmoHost struct {
+	t    *testing.T
+	cl   *gophercloud.ServiceClient
+	name string
+	mac  string
+	uuid string
+	// bootIface, raidIface, firmwareIface, inspectIface: the BMC type's
+	// (pkg/hardwareutils/bmc).
+	driver, bootIface, raidIface, firmwareIface string
+	driverInfo                                  map[string]any
+}
+
+func (h *bmoHost) must(what string, err error) {
+	h.t.Helper()
+	if err != nil {
+		h.t.Fatalf("BMO's %s was refused: %v", what, err)
+	}
+}
+
+func (h *bmoHost) get() *nodes.Node {
+	h.t.Helper()
+	n, err := nodes.Get(context.Background(), h.cl, h.uuid).Extract()
+	h.must("node get", err)
+	return n
+}
+
+// wait polls the node as BMO does until it rests in state.
+func (h *bmoHost) wait(state nodes.ProvisionState, timeout time.Duration) *nodes.Node {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n := h.get()
+		if n.ProvisionState == string(state) && n.TargetProvisionState == "" {
+			return n
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("node %s: %s (target %q, last_error %q) after %s; want %s", h.name, n.ProvisionState, n.TargetProvisionState, n.LastError, timeout, state)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (h *bmoHost) verb(opts nodes.ProvisionStateOpts) {
+	h.t.Helper()
+	h.must("provision "+string(opts.Target), nodes.ChangeProvisionState(context.Background(), h.cl, h.uuid, opts).ExtractErr())
+}
+
+func (h *bmoHost) update(what string, ops nodes.UpdateOpts) *nodes.Node {
+	h.t.Helper()
+	n, err := nodes.Update(context.Background(), h.cl, h.uuid, ops).Extract()
+	h.must(what+" PATCH", err)
+	return n
+}
+
+// register is register.go: look the node up by name (404), create it as
+// enrollNode does, create the boot MAC's port, configureNode's PATCH,
+// then manage.
+func (h *bmoHost) register() {
+	ctx := context.Background()
+	if _, err := nodes.Get(ctx, h.cl, h.name).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		h.t.Fatalf("lookup of %s before its create: %v, want 404", h.name, err)
+	}
+	off := false
+	n, err := nodes.Create(ctx, h.cl, nodes.CreateOpts{
+		Driver: h.driver, BootInterface: h.bootIface, Name: h.name, DriverInfo: h.driverInfo,
+		FirmwareInterface: h.firmwareIface, InspectInterface: "agent", RAIDInterface: h.raidIface,
+		DisablePowerOff: &off,
+		Properties:      map[string]any{"capabilities": "boot_mode:uefi", "cpu_arch": "x86_64"},
+	}).Extract()
+	h.must("node create", err)
+	h.uuid = n.UUID
+	if n.Driver != h.driver || n.BootInterface != h.bootIface || n.DisablePowerOff {
+		h.t.Fatalf("created node: driver %q boot_interface %q disable_power_off %v", n.Driver, n.BootInterface, n.DisablePowerOff)
+	}
+	// ensurePort: list by address, then create.
+	pages, err := ports.List(h.cl, ports.ListOpts{Address: h.mac, Fields: []string{"node_uuid"}}).AllPages(ctx)
+	h.must("port list", err)
+	if l, _ := ports.ExtractPorts(pages); len(l) != 0 {
+		h.t.Fatalf("port %s exists before its create: %+v", h.mac, l)
+	}
+	pxe := true
+	_, err = ports.Create(ctx, h.cl, ports.CreateOpts{NodeUUID: h.uuid, Address: h.mac, PXEEnabled: &pxe}).Extract()
+	h.must("port create", err)
+	// configureNode: the deploy image (this coordinator's edge agent
+	// boots its own ramdisk: BMO's are removed, as BMO does without a
+	// preprovisioning image), automated_clean, capabilities.
+	h.update("configureNode", nodes.UpdateOpts{
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/automated_clean", Value: true},
+	})
+	h.verb(nodes.ProvisionStateOpts{Target: nodes.TargetManage})
+	h.wait(nodes.Manageable, 90*time.Second)
+}
+
+// inspect is inspecthardware.go: capabilities and inspect_interface,
+// inspect, then the inventory.
+func (h *bmoHost) inspect() {
+	h.update("startInspection", nodes.UpdateOpts{
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/properties/capabilities", Value: "boot_mode:uefi"},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/inspect_interface", Value: "agent"},
+	})
+	h.verb(nodes.ProvisionStateOpts{Target: nodes.TargetInspect})
+	n := h.wait(nodes.Manageable, 90*time.Second)
+	if n.LastError != "" {
+		h.t.Fatalf("inspection: last_error %q", n.LastError)
+	}
+	inv, err := nodes.GetInventory(context.Background(), h.cl, h.uuid).Extract()
+	h.must("inventory GET", err)
+	if len(inv.Inventory.Interfaces) == 0 && len(inv.Inventory.Disks) == 0 {
+		h.t.Fatalf("inventory after inspection: %+v", inv.Inventory)
+	}
+}
+
+// provision is ironic.go Provision: provide, the instance PATCH, then
+// deploy with the config drive.
+func (h *bmoHost) provision(image, sha256 string) {
+	h.verb(nodes.ProvisionStateOpts{Target: nodes.TargetProvide})
+	h.wait(nodes.Available, 90*time.Second)
+	n := h.update("provisioning", nodes.UpdateOpts{
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_uuid", Value: "6c1e4d2a-3b5f-4e7a-9c8d-0a1b2c3d4e5f"},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_info/capabilities", Value: map[string]string{}},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_info/root_device", Value: map[string]any{}},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_info/image_source", Value: image},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_info/image_disk_format", Value: "raw"},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_info/image_os_hash_algo", Value: "sha256"},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_info/image_os_hash_value", Value: sha256},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/driver_info/force_persistent_boot_device", Value: "Default"},
+	})
+	if n.InstanceUUID != "6c1e4d2a-3b5f-4e7a-9c8d-0a1b2c3d4e5f" {
+		h.t.Fatalf("instance_uuid after the PATCH: %q", n.InstanceUUID)
+	}
+	h.verb(nodes.ProvisionStateOpts{Target: nodes.TargetActive, ConfigDrive: nodes.ConfigDrive{
+		MetaData:    map[string]any{"uuid": h.uuid, "metal3-namespace": "metal3", "metal3-name": "host1", "local-hostname": "host1"},
+		NetworkData: map[string]any{"links": []any{}, "networks": []any{}, "services": []any{}},
+		UserData:    "#cloud-config\n",
+	}})
+	h.wait(nodes.Active, 120*time.Second)
+}
+
+// deprovision is ironic.go Deprovision and Delete: automated_clean sync
+// (unchanged here), deleted back to available, the stale instance_uuid
+// check, and the delete.
+func (h *bmoHost) deprovision() {
+	if n := h.get(); n.AutomatedClean == nil || !*n.AutomatedClean {
+		h.t.Fatalf("automated_clean is %v; BMO set it true", n.AutomatedClean)
+	}
+	h.verb(nodes.ProvisionStateOpts{Target: nodes.TargetDeleted})
+	n := h.wait(nodes.Available, 120*time.Second)
+	if n.InstanceUUID != "" {
+		h.t.Fatalf("instance_uuid %q after undeploy; Ironic's tear down clears it", n.InstanceUUID)
+	}
+	h.must("node delete", nodes.Delete(context.Background(), h.cl, h.uuid).ExtractErr())
+	if _, err := nodes.Get(context.Background(), h.cl, h.uuid).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		h.t.Fatalf("node after its delete: %v, want 404", err)
+	}
+}
+
+// TestBMORedfishVirtualMediaHost: a redfish-virtualmedia host (BMO's
+// redfish-virtualmedia:// BMC) behind the virtual Redfish BMC, its
+// ramdisk booted from the BMC's virtual CD by the edge agent (a stand-in
+// ramdisk that runs the standard steps), through BMO's calls from
+// registration to active and back to deleted. The node names no site:
+// the coordinator has one.
+func TestBMORedfishVirtualMediaHost(t *testing.T) {
+	dir := t.TempDir()
+	iso := filepath.Join(dir, "bmramdisk.iso")
+	if err := os.WriteFile(iso, bytes.Repeat([]byte("ramdisk ISO "), 8192), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := &mediaRamdiskMachine{MemoryMachine: vbmc.NewMemoryMachine(vbmc.MemoryOptions{}), t: t, inventory: map[string]any{
+		"inventory": map[string]any{
+			"cpu":        map[string]any{"count": 4, "architecture": "x86_64"},
+			"memory":     map[string]any{"total_bytes": int64(8) << 30, "physical_mb": 8192},
+			"disks":      []any{map[string]any{"name": "/dev/vda", "size": int64(40) << 30, "rotational": false}},
+			"interfaces": []any{map[string]any{"name": "eth0", "mac_address": "52:54:00:6b:3c:58", "has_carrier": true}},
+		},
+		"properties": map[string]any{"cpus": 4, "memory_mb": 8192, "local_gb": 39, "cpu_arch": "x86_64"},
+	}}
+	b, err := vbmc.New(vbmc.Config{Username: "root", Password: "calvin", Systems: []vbmc.SystemConfig{{Machine: m}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := vbmc.Serve(b, vbmc.ServeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(); m.close(); b.Close() })
+
+	c := testrig.Coordinator(t, testrig.Options{})
+	var creds agent.Credentials
+	if code := testrig.NewClient(t, c).Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	testrig.StartAgentConfig(t, creds, agent.Config{Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0", BrokerURL: c.BrokerURL}})
+
+	h := &bmoHost{t: t, cl: bmoClient(t, c), name: "metal3~host1", mac: "52:54:00:6b:3c:58",
+		driver: "redfish", bootIface: "redfish-virtual-media", raidIface: "redfish", firmwareIface: "redfish",
+		driverInfo: map[string]any{"redfish_address": srv.URL, "redfish_username": "root", "redfish_password": "calvin",
+			"redfish_system_id": "/redfish/v1/Systems/" + b.SystemIDs()[0]}}
+	h.register()
+	h.inspect()
+	h.provision("http://127.0.0.1:1/host1.raw", "b004fddf42c9888a32bf3f385b1ba84307a3cf8499944f654b992f1a519af29c")
+	h.deprovision()
+	if m.cdBoots() < 3 {
+		t.Errorf("the machine booted the ramdisk from its virtual CD %d times; inspection, cleaning, deploy and cleaning again each boot it", m.cdBoots())
+	}
+}
+
+// TestBMOIPMIHost: an ipmi host (BMO's ipmi:// BMC: boot_interface ipxe,
+// raid_interface no-raid) behind ipmi_sim, a real IPMI BMC, through
+// BMO's registration calls to manageable (verified against the BMC), and
+// deleted. Its inspection and deploy boot the ramdisk by network boot,
+// which needs a site network (the network boot tests, docs/netboot.md):
+// not run here.
+func TestBMOIPMIHost(t *testing.T) {
+	sim := ipmisim.StartTest(t, ipmisim.Options{})
+	c := testrig.Coordinator(t, testrig.Options{})
+	testrig.Site(t, c, "rack1", agent.SimOptions{})
+	h := &bmoHost{t: t, cl: bmoClient(t, c), name: "metal3~ipmi1", mac: "52:54:00:6b:3c:59",
+		driver: "ipmi", bootIface: "ipxe", raidIface: "no-raid", driverInfo: sim.DriverInfo()}
+	h.register()
+	n := h.get()
+	if n.PowerInterface != "ipmitool" || n.ManagementInterface != "ipmitool" || n.RAIDInterface != "no-raid" || n.DeployInterface != "direct" {
+		t.Fatalf("ipmi node interfaces: power %q management %q raid %q deploy %q; want Ironic's ipmitool, ipmitool, no-raid, direct",
+			n.PowerInterface, n.ManagementInterface, n.RAIDInterface, n.DeployInterface)
+	}
+	// BMO's Delete of a manageable node: no stale instance_uuid, delete.
+	if n.InstanceUUID != "" {
+		t.Fatalf("instance_uuid %q", n.InstanceUUID)
+	}
+	err := nodes.Delete(context.Background(), h.cl, h.uuid).ExtractErr()
+	var e gophercloud.ErrUnexpectedResponseCode
+	if errors.As(err, &e) || err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+}

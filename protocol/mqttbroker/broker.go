@@ -20,7 +20,6 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/bmedge/bmedge/protocol"
@@ -139,6 +138,11 @@ type Broker struct {
 	Addr string
 	drop *dropHook
 	conn *netbudget.Listener
+	sl   *serveListener
+	// served is closed once srv.Serve has returned (it has started the
+	// listener's accept loop).
+	served    chan struct{}
+	closeOnce sync.Once
 }
 
 // ConnStats returns the counts of the broker's listener: connections
@@ -210,16 +214,21 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 		}
 	}
 	bl, gl := listenerStack(ln, cfg, blog)
-	if err := srv.AddListener(listeners.NewNet("mqtt", gl)); err != nil {
+	sl := newServeListener("mqtt", gl, srv)
+	if err := srv.AddListener(sl); err != nil {
 		ln.Close()
 		return nil, err
 	}
+	served := make(chan struct{})
 	go func() {
-		if err := srv.Serve(); err != nil {
+		// Serve starts the listener's loop in a goroutine of its own.
+		err := srv.Serve()
+		close(served)
+		if err != nil {
 			log.Error("broker stopped", "err", err)
 		}
 	}()
-	return &Broker{srv: srv, Addr: ln.Addr().String(), drop: drop, conn: bl}, nil
+	return &Broker{srv: srv, Addr: ln.Addr().String(), drop: drop, conn: bl, sl: sl, served: served}, nil
 }
 
 // listenerStack puts ln (the raw TCP listener) under the broker's
@@ -264,8 +273,16 @@ func (b *Broker) Disconnect(user string) int {
 	return n
 }
 
-// Close stops the broker and drops every connection.
-func (b *Broker) Close() error { return b.srv.Close() }
+// Close stops the broker and drops every connection. It stops accepting
+// first, and waits for that, before mochi's Close (see serveListener).
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() {
+		<-b.served
+		b.sl.stop(true)
+		_ = b.srv.Close()
+	})
+	return nil
+}
 
 // dropHook counts messages the broker drops because a client's pending
 // writes are full and logs the first of each burst (never the payload).

@@ -75,8 +75,12 @@ type Options struct {
 // DefaultAPIConnLimits are the API listener's budgets. An operator's
 // proxy in front of the API comes from one address: raise
 // MaxPerSource (--api-max-connections-per-source) for it. A connection
-// is pending until its first request header is read.
-var DefaultAPIConnLimits = netbudget.Limits{MaxConns: 1024, MaxPerSource: 256, MaxPendingPerSource: 32}
+// is pending until its first request header is read. Pending connections
+// hold at most half of the listener (MaxPending), and when the listener
+// or that half is full a source holding fewer takes the place of the
+// oldest pending connection of the source holding the most (netbudget),
+// so that many sources' idle sockets leave room for an API client.
+var DefaultAPIConnLimits = netbudget.Limits{MaxConns: 1024, MaxPerSource: 256, MaxPending: 512, MaxPendingPerSource: 32}
 
 // Coordinator is a running coordinator.
 type Coordinator struct {

@@ -85,8 +85,9 @@ type Config struct {
 	// authenticated (default DefaultMaxConnectSize).
 	MaxConnectSize int
 	// MaxPendingConnects bounds the connections that have not yet sent
-	// their whole CONNECT (default DefaultMaxPendingConnects); more are
-	// closed at once.
+	// their whole CONNECT (Conns.MaxPending; default
+	// DefaultMaxPendingConnects); more are closed at once, or take the
+	// place of the oldest of a source that holds more (netbudget).
 	MaxPendingConnects int
 	// Name names the listener in logs and stats; it is the prefix of its
 	// budget flags (default "mqtt": --mqtt-max-connections...).
@@ -109,7 +110,7 @@ type Config struct {
 // behind one NAT address share the per-source caps; a benchmark's
 // simulated sites all come from 127.0.0.1 and raise them. What stops a
 // flood of connections that never log in is the pending cap per source.
-var DefaultConnLimits = netbudget.Limits{MaxConns: 16384, MaxPerSource: 2048, MaxPendingPerSource: 128}
+var DefaultConnLimits = netbudget.Limits{MaxConns: 16384, MaxPerSource: 2048, MaxPending: DefaultMaxPendingConnects, MaxPendingPerSource: 128}
 
 // Limits of the embedded broker.
 const (
@@ -164,9 +165,6 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 	}
 	if cfg.MaxConnectSize <= 0 {
 		cfg.MaxConnectSize = DefaultMaxConnectSize
-	}
-	if cfg.MaxPendingConnects <= 0 {
-		cfg.MaxPendingConnects = DefaultMaxPendingConnects
 	}
 	caps := mqtt.NewDefaultServerCapabilities()
 	// Queued messages of offline sessions must not silently expire.
@@ -237,13 +235,16 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 // at the first error), then TLS, then the guard, which reads above TLS so
 // that it checks MQTT bytes.
 func listenerStack(ln net.Listener, cfg Config, blog *slog.Logger) (*netbudget.Listener, *guardListener) {
-	bl := cfg.Pool.Wrap(ln, netbudget.Options{Name: cfg.Name, Limits: cfg.Conns.Or(DefaultConnLimits), Log: blog})
+	lim := cfg.Conns
+	if cfg.MaxPendingConnects > 0 {
+		lim.MaxPending = cfg.MaxPendingConnects
+	}
+	bl := cfg.Pool.Wrap(ln, netbudget.Options{Name: cfg.Name, Limits: lim.Or(DefaultConnLimits), Log: blog})
 	var inner net.Listener = bl
 	if cfg.TLS != nil {
 		inner = tls.NewListener(bl, cfg.TLS)
 	}
-	return bl, &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog, rl: ratelog.New(blog, 0),
-		pending: make(chan struct{}, cfg.MaxPendingConnects)}
+	return bl, &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog, rl: ratelog.New(blog, 0)}
 }
 
 // Publish hands a message to the broker as its inline client, which may

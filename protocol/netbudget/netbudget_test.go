@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -72,7 +73,9 @@ func newRig(t *testing.T, p *Pool, name string, lim Limits) *rig {
 }
 
 // dial connects from the loopback address from and reports whether the
-// listener kept the connection (false: it was closed at once).
+// listener kept the connection (false: it was closed at once). It waits
+// for whichever comes first, the server's side handed out or the
+// client's side closed, so that a slow machine decides nothing.
 func (r *rig) dial(t *testing.T, from string) (net.Conn, bool) {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
@@ -84,17 +87,21 @@ func (r *rig) dial(t *testing.T, from string) (net.Conn, bool) {
 		t.Fatalf("dial from %s: %v", from, err)
 	}
 	t.Cleanup(func() { c.Close() })
+	closed := make(chan error, 1)
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		closed <- err
+	}()
 	select {
 	case sc := <-r.got:
 		return sc, true
-	case <-time.After(300 * time.Millisecond):
+	case err := <-closed:
+		if err == nil || isTimeout(err) {
+			t.Fatalf("a connection from %s was neither accepted nor closed within 30 s (read: %v)", from, err)
+		}
+		return nil, false
 	}
-	// Not handed out: it must have been closed at once.
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, syscall.ETIMEDOUT) || isTimeout(err) {
-		t.Fatalf("a connection from %s was neither accepted nor closed (read: %v)", from, err)
-	}
-	return nil, false
 }
 
 func isTimeout(err error) bool {
@@ -350,5 +357,55 @@ func TestSourceText(t *testing.T) {
 		if got := Source(in); got != want {
 			t.Errorf("Source(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestEvictionLeavesRoomForOthers (issue 30, point 2): 20 sources holding
+// their whole pending share fill the pending and total caps; a 21st
+// source still gets in, each time, by taking the place of the oldest
+// pending connection of a source that holds the most; a source that
+// holds as many as the heaviest gets no such place (it is refused), and
+// a settled connection is never taken.
+func TestEvictionLeavesRoomForOthers(t *testing.T) {
+	r := newRig(t, pool(t, 1000, 10), "mqtt", Limits{MaxConns: 41, MaxPerSource: 10, MaxPending: 40, MaxPendingPerSource: 2})
+	settled, _ := r.dial(t, "127.0.0.19")
+	Settle(settled)
+	var flood []net.Conn
+	for i := range 20 {
+		for range 2 {
+			if c, ok := r.dial(t, fmt.Sprintf("127.0.0.%d", 20+i)); ok {
+				flood = append(flood, c)
+			}
+		}
+	}
+	if st := r.l.Stats(); st.Pending != 40 || st.Open != 41 {
+		t.Fatalf("after the flood: %+v; want 40 pending, 41 open", st)
+	}
+	// The newcomers: each gets in, one evicted each time.
+	for i := range 5 {
+		c, ok := r.dial(t, fmt.Sprintf("127.0.0.%d", 100+i))
+		if !ok {
+			t.Fatalf("newcomer %d refused under a flood of 20 sources", i)
+		}
+		Settle(c) // logs in
+	}
+	st := r.l.Stats()
+	if st.Refused[RefusedEvicted] != 5 || st.Pending != 35 || st.Open != 41 {
+		t.Fatalf("after 5 newcomers: %+v; want 5 evicted, 35 pending, 41 open", st)
+	}
+	// A flooding source that still holds its share gains nothing.
+	if _, ok := r.dial(t, "127.0.0.39"); ok {
+		t.Fatal("a source at its pending share was let in")
+	}
+	// Fill the pending cap again with newcomers of one pending each,
+	// then the settled connection of .19 must still be open.
+	for i := range 20 {
+		r.dial(t, fmt.Sprintf("127.0.0.%d", 120+i))
+	}
+	if _, err := settled.Write([]byte("x")); err != nil {
+		t.Fatalf("a settled connection was closed: %v", err)
+	}
+	if st := r.l.Stats(); st.Pending > 40 || st.Open > 41 {
+		t.Fatalf("over the caps: %+v", st)
 	}
 }

@@ -57,9 +57,43 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 	m.powerReads.WithLabelValues("error")
 	m.planSteps.WithLabelValues("inband")
 	m.planSteps.WithLabelValues("oob")
-	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, plans, outbox,
+	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, plans, outbox, siteBrokerCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// siteBrokerCollector shows the site broker's connection budget: the
+// connections it holds and those refused at accept, by kind
+// (netbudget's: total, per-source, pending, pending-per-source, evicted,
+// fd-pool, fd-reserve). Nothing without a site broker.
+type siteBrokerCollector struct{ a *Agent }
+
+var (
+	listenerConnsDesc = prometheus.NewDesc(metricsNamespace+"_listener_connections",
+		"Connections held now by the site broker (state: open, of which pending: before their whole CONNECT).", []string{"listener", "state"}, nil)
+	listenerRefusedDesc = prometheus.NewDesc(metricsNamespace+"_listener_refused_total",
+		"Connections the site broker closed at accept, before TLS or any read, because a budget was full, or closed while pending to make room for "+
+			"a source that held fewer (kind: total, per-source, pending, pending-per-source, evicted, fd-pool, fd-reserve).", []string{"listener", "kind"}, nil)
+)
+
+func (c siteBrokerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- listenerConnsDesc
+	ch <- listenerRefusedDesc
+}
+
+func (c siteBrokerCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.a.relay == nil {
+		return
+	}
+	st, ok := c.a.relay.ConnStats()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(listenerConnsDesc, prometheus.GaugeValue, float64(st.Open), st.Name, "open")
+	ch <- prometheus.MustNewConstMetric(listenerConnsDesc, prometheus.GaugeValue, float64(st.Pending), st.Name, "pending")
+	for kind, n := range st.Refused {
+		ch <- prometheus.MustNewConstMetric(listenerRefusedDesc, prometheus.CounterValue, float64(n), st.Name, kind)
+	}
 }
 
 // label keeps a label's value within the known ones.

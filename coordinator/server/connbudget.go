@@ -17,7 +17,7 @@ var (
 		"Connections held now by a listener of the coordinator (state: open, of which pending: before the first request header or the whole CONNECT).",
 		[]string{"listener", "state"}, nil)
 	connRefusedDesc = prometheus.NewDesc(metrics.Namespace+"_listener_refused_total",
-		"Connections closed at accept, before TLS or any read, because a budget was full (kind: total, per-source, pending, pending-per-source, fd-pool, fd-reserve).",
+		"Connections closed at accept, before TLS or any read, because a budget was full, or closed while pending to make room for a source that held fewer (kind: total, per-source, pending, pending-per-source, evicted, fd-pool, fd-reserve).",
 		[]string{"listener", "kind"}, nil)
 	fdPoolDesc = prometheus.NewDesc(metrics.Namespace+"_listener_fd_pool",
 		"The file descriptors the coordinator's listeners may hold together (NOFILE less --fd-reserve), and how many they hold.",

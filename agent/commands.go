@@ -8,6 +8,7 @@ import (
 	"github.com/bmedge/bmedge/agent/bmc"
 	"github.com/bmedge/bmedge/agent/imagecache"
 	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/agent/plan"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -29,6 +30,8 @@ func (a *Agent) runOnce(m *protocol.Message) outbox.Outcome {
 		a.log.Debug("stale BMC command not run: a newer command of the node has started", "node", m.Node, "command", m.ID, "action", m.Action)
 	case outbox.Full:
 		a.log.Debug("BMC command not run: the outbox is full", "node", m.Node, "command", m.ID, "action", m.Action)
+	case outbox.Unsequenced:
+		a.refuseCommand(refusedUnsequenced, m)
 	case outbox.Ran, outbox.Redone:
 		if m.Action == protocol.ActionOOBStep {
 			a.tellPlan(m.Node, m.ID)
@@ -124,4 +127,29 @@ func (a *Agent) cacheImage(m *protocol.Message) *protocol.Message {
 	}
 	res.Sent = a.cfg.Clock.Now()
 	return res
+}
+
+// Kinds of command refused by the agent itself, as counted by
+// bmedge_agent_commands_refused_total (the coordinator's broker refuses
+// commands from anybody but the coordinator before they get here).
+const (
+	// refusedUnsequenced: a node's command without a Seq once the site
+	// has had sequenced ones.
+	refusedUnsequenced = "unsequenced"
+	// refusedPlanEnded: a run_plan of a plan that ended (kept in the
+	// state folder until its deadline).
+	refusedPlanEnded = plan.RefusedEnded
+	// refusedPlanExpired: a run_plan past its deadline.
+	refusedPlanExpired = plan.RefusedExpired
+)
+
+// refuseCommand counts and logs (at a bounded rate) a command the agent
+// will not run.
+func (a *Agent) refuseCommand(kind string, m *protocol.Message) {
+	if a.metrics == nil {
+		return // not running yet
+	}
+	a.metrics.refused.WithLabelValues(kind).Inc()
+	a.warn.Warn("command refused "+kind, "command refused: it is not the coordinator's, or no longer stands", "kind", kind,
+		"node", m.Node, "command", m.ID, "action", m.Action)
 }

@@ -419,13 +419,19 @@ const (
 	// Full: the outbox is at its limit (CheckFull); the coordinator
 	// sends the command again.
 	Full
+	// Unsequenced: a node's command without a Seq, once the site has had
+	// commands with one (CheckSeq): the coordinator stamps every node
+	// command, so it is not the coordinator's.
+	Unsequenced
 )
 
 // Command is one command for Once.
 type Command struct {
 	Msg *protocol.Message
 	// CheckSeq refuses a copy older than a command of the node already
-	// started, and records the command's Seq as the node's latest.
+	// started, and a node's command without a Seq once any command with
+	// one has been seen (Latest is not empty), and records the command's
+	// Seq as the node's latest.
 	CheckSeq bool
 	// CheckFull does not run the command while the outbox is full.
 	CheckFull bool
@@ -457,6 +463,10 @@ func (o *Outbox) Once(c Command) Outcome {
 	if o.st.Running[m.ID] {
 		o.mu.Unlock()
 		return Running
+	}
+	if c.CheckSeq && m.Seq == 0 && m.Node != "" && len(o.st.Latest) > 0 {
+		o.mu.Unlock()
+		return Unsequenced
 	}
 	if c.CheckSeq && m.Seq != 0 && m.Seq < o.st.Latest[m.Node] {
 		// A copy of a command older than one this node already started:

@@ -166,6 +166,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 			return nil, fmt.Errorf("%w; pick another address with --mqtt-listen", err)
 		}
 		c.Broker = b
+		met.Registry().MustRegister(publishRefusedCollector{b})
 		e.SetRevoker(b.Disconnect)
 		c.BrokerURL = scheme + b.Addr
 		pub = b

@@ -140,6 +140,7 @@ type Broker struct {
 	drop *dropHook
 	conn *netbudget.Listener
 	sl   *serveListener
+	acl  *aclHook
 	// served is closed once srv.Serve has returned (it has started the
 	// listener's accept loop).
 	served    chan struct{}
@@ -149,6 +150,17 @@ type Broker struct {
 // ConnStats returns the counts of the broker's listener: connections
 // held and refused at accept.
 func (b *Broker) ConnStats() netbudget.Stats { return b.conn.Stats() }
+
+// PublishRefused counts the publishes (and last wills) the broker
+// refused to authenticated clients, by kind (Refused* constants; every
+// kind is present).
+func (b *Broker) PublishRefused() map[string]int64 {
+	out := map[string]int64{}
+	for k, n := range b.acl.refusedBy {
+		out[k] = n.Load()
+	}
+	return out
+}
 
 // Handler receives a message published to a subscribed topic filter.
 // It runs on the publishing client's connection goroutine and must not
@@ -178,7 +190,8 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 	if cfg.MaxSubscriptions <= 0 {
 		cfg.MaxSubscriptions = DefaultMaxSubscriptions
 	}
-	acl := &aclHook{creds: creds, log: blog, rl: ratelog.New(blog, 0), maxSubs: cfg.MaxSubscriptions}
+	acl := &aclHook{creds: creds, log: blog, rl: ratelog.New(blog, 0), maxSubs: cfg.MaxSubscriptions,
+		refusedBy: map[string]*atomic.Int64{RefusedCommandTopic: new(atomic.Int64), RefusedPresence: new(atomic.Int64)}}
 	acl.owner, _ = creds.(PresenceOwner)
 	acl.obs, _ = creds.(PublishObserver)
 	if err := srv.AddHook(acl, nil); err != nil {
@@ -226,7 +239,7 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 			log.Error("broker stopped", "err", err)
 		}
 	}()
-	return &Broker{srv: srv, Addr: ln.Addr().String(), drop: drop, conn: bl, sl: sl, served: served}, nil
+	return &Broker{srv: srv, Addr: ln.Addr().String(), drop: drop, conn: bl, sl: sl, served: served, acl: acl}, nil
 }
 
 // listenerStack puts ln (the raw TCP listener) under the broker's
@@ -319,6 +332,8 @@ type aclHook struct {
 	obs   PublishObserver
 	// maxSubs bounds the topic filters a client may hold.
 	maxSubs int
+	// refusedBy counts refused publishes by kind (a fixed set of keys).
+	refusedBy map[string]*atomic.Int64
 	// pass holds each connected client's password, so that every ACL
 	// check can ask whether its credential is still valid.
 	pass sync.Map // *mqtt.Client → string
@@ -390,6 +405,10 @@ func (h *aclHook) willAllowed(user, clientID, topic string, retain bool, delay u
 	case delay > 0:
 		return errors.New("a last will with a delay interval is not taken")
 	}
+	if err := commandAllowed(prefix, topic); err != nil {
+		h.refused(RefusedCommandTopic)
+		return err
+	}
 	return h.presenceAllowed(user, clientID, prefix, topic)
 }
 
@@ -439,12 +458,53 @@ func (h *aclHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return false
 	}
 	if write {
+		if err := commandAllowed(prefix, topic); err != nil {
+			h.refused(RefusedCommandTopic)
+			h.rl.Warn("mqtt command topic", "MQTT publish refused", "reason", err, "user", clip(user, 64), "client", clip(cl.ID, 64), "remote", cl.Net.Remote)
+			return false
+		}
 		if err := h.presenceAllowed(user, cl.ID, prefix, topic); err != nil {
+			h.refused(RefusedPresence)
 			h.rl.Warn("mqtt presence", "MQTT publish refused", "reason", err, "remote", cl.Net.Remote)
 			return false
 		}
 	}
 	return true
+}
+
+// Kinds of refused publish, as PublishRefused counts them.
+const (
+	// RefusedCommandTopic: a publish (or a last will) on a command topic
+	// by an identity that does not hold every topic.
+	RefusedCommandTopic = "command-topic"
+	// RefusedPresence: a presence said by another client of the
+	// identity than its own (PresenceOwner).
+	RefusedPresence = "presence"
+)
+
+// IsCommandTopic tells whether topic is a command topic: its last level
+// is "cmd" (a site's bmc/cmd, a node's cmd). Only the coordinator sends
+// commands.
+func IsCommandTopic(topic string) bool { return topic == "cmd" || strings.HasSuffix(topic, "/cmd") }
+
+// commandAllowed is the rule of command topics: only an identity that
+// holds every topic (prefix "", the coordinator's own link; the inline
+// client is not checked) may publish on one. A site's clients (its edge
+// agent and every edge-SITE.* tool, all with the site's credential) and
+// a ramdisk may read their command topics, never write them: else one
+// of them could send the agent a power command, a forged plan or an ack
+// that drops its results.
+func commandAllowed(prefix, topic string) error {
+	if prefix != "" && IsCommandTopic(topic) {
+		return fmt.Errorf("publish on command topic %q: only the coordinator sends commands", clip(topic, 100))
+	}
+	return nil
+}
+
+func (h *aclHook) refused(kind string) {
+	if n, ok := h.refusedBy[kind]; ok {
+		n.Add(1)
+	}
 }
 
 // OnPublish refuses retained messages except on the identity's own

@@ -211,6 +211,9 @@ func (e *edge) KillLoop(ctx context.Context, every time.Duration, afterPower boo
 		if afterPower && e.awaitPowerCommand(ctx, 30*time.Second) {
 			e.AfterPower++
 		}
+		if ctx.Err() != nil {
+			return nil // the cycles ended meanwhile
+		}
 		fmt.Printf("soak: SIGKILL #%d of the edge agent; nodes: %s\n", e.Kills+1, inFlight())
 		e.mu.Lock()
 		e.killing = true
@@ -227,6 +230,9 @@ func (e *edge) KillLoop(ctx context.Context, every time.Duration, afterPower boo
 		e.mu.Lock()
 		e.killing = false
 		e.mu.Unlock()
+		if err != nil && ctx.Err() != nil && e.Alive() {
+			return nil // the cycles ended while it came back; it runs
+		}
 		if err != nil {
 			return fmt.Errorf("restart of the edge agent after its SIGKILL #%d: %w", e.Kills, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,7 +55,8 @@ func TestCloseWhileFlooded(t *testing.T) {
 		select {
 		case <-closed:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("round %d: Close did not return within 30 s under a flood", round)
+			buf := make([]byte, 1<<20)
+			t.Fatalf("round %d: Close did not return within 30 s under a flood; goroutines:\n%s", round, buf[:runtime.Stack(buf, true)])
 		}
 		stop.Store(true)
 		wg.Wait()

@@ -53,6 +53,7 @@ func (w *settleWriter) decide(status int) {
 	w.done = true
 	if status != http.StatusUnauthorized && status != http.StatusForbidden && status != http.StatusTooManyRequests {
 		netbudget.Settle(w.c)
+		netbudget.Known(w.c)
 	}
 }
 

@@ -388,6 +388,9 @@ func (h *aclHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool
 		}
 	}
 	h.pass.Store(cl, pass)
+	// The source proved an identity: its connections are spared by the
+	// listener's evictions (netbudget).
+	netbudget.Known(cl.Net.Conn)
 	return true
 }
 

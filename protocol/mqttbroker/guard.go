@@ -88,6 +88,10 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// NetConn is the connection under the guard (netbudget.Settle and Known
+// look through it).
+func (c *guardConn) NetConn() net.Conn { return c.Conn }
+
 func (c *guardConn) Close() error {
 	c.release()
 	return c.Conn.Close()

@@ -30,7 +30,12 @@
 // (counted as RefusedEvicted): a flood from N sources leaves room for
 // every other source, such as a site's agent or a node's ramdisk logging
 // in, whose identity is known only once its CONNECT or request is read.
-// Settled connections are never evicted.
+// Settled connections are never evicted. Sources that proved an
+// identity (Known: an MQTT login, an API request that passed
+// authentication) within knownTTL are never taken from either, and one
+// of them coming back needs only to hold fewer than the heaviest: a
+// site's agent reconnecting from its address finds room even while many
+// strangers hold one pending connection each.
 //
 // Refusals are counted (Stats) and logged through ratelog: one line per
 // listener and kind per interval, with the count. Accept outlives failed
@@ -222,7 +227,18 @@ type Listener struct {
 	pending int
 	sources map[netip.Addr]*source
 	refused map[string]*atomic.Int64
+	// known is when each source last proved an identity (Known); now
+	// is the clock (tests replace it).
+	known map[netip.Addr]time.Time
+	now   func() time.Time
 }
+
+// knownTTL is how long a source that proved an identity stays known;
+// maxKnown bounds the sources remembered.
+const (
+	knownTTL = time.Hour
+	maxKnown = 4096
+)
 
 type source struct {
 	open, pending int
@@ -238,7 +254,8 @@ func (p *Pool) Wrap(ln net.Listener, o Options) *Listener {
 		log = slog.Default()
 	}
 	l := &Listener{Listener: ln, name: o.Name, lim: o.Limits, pool: p, log: log, rl: ratelog.New(log, o.LogInterval),
-		sleep: time.Sleep, fdOf: fdOf, sources: map[netip.Addr]*source{}, refused: map[string]*atomic.Int64{}}
+		sleep: time.Sleep, fdOf: fdOf, sources: map[netip.Addr]*source{}, refused: map[string]*atomic.Int64{},
+		known: map[netip.Addr]time.Time{}, now: time.Now}
 	for _, k := range kinds {
 		l.refused[k] = new(atomic.Int64)
 	}
@@ -313,7 +330,7 @@ func (l *Listener) admit(c net.Conn) *Conn {
 		kind, limit = RefusedPending, l.lim.MaxPending
 	}
 	if kind == RefusedTotal || kind == RefusedPending {
-		if victim = l.evictFor(s); victim != nil {
+		if victim = l.evictFor(s, key); victim != nil {
 			kind = ""
 		}
 	}
@@ -346,18 +363,25 @@ func (l *Listener) admit(c net.Conn) *Conn {
 }
 
 // evictFor takes out, under l.mu, the oldest pending connection of the
-// source holding the most pending connections, when that is at least two
-// more than s holds (so that s, once admitted, still holds fewer), and
-// returns it for the caller to close; nil when there is none such. Its
-// places are given back here: the caller's connection takes them.
-func (l *Listener) evictFor(s *source) *Conn {
+// unknown source (see Known) holding the most pending connections, when
+// that is at least two more than s (the newcomer's source, key) holds,
+// or one more when key is known: so that s, once admitted, holds no
+// more than it. It returns it for the caller to close; nil when there is
+// none such. Its places are given back here: the caller's connection
+// takes them.
+func (l *Listener) evictFor(s *source, key netip.Addr) *Conn {
+	now := l.now()
 	var heavy *source
-	for _, x := range l.sources {
-		if len(x.pend) > 0 && (heavy == nil || x.pending > heavy.pending) {
+	for k, x := range l.sources {
+		if len(x.pend) > 0 && !l.knownLocked(k, now) && (heavy == nil || x.pending > heavy.pending) {
 			heavy = x
 		}
 	}
-	if heavy == nil || heavy == s || heavy.pending < s.pending+2 {
+	need := s.pending + 2
+	if l.knownLocked(key, now) {
+		need = s.pending + 1
+	}
+	if heavy == nil || heavy == s || heavy.pending < need {
 		return nil
 	}
 	v := heavy.pend[0]
@@ -371,6 +395,48 @@ func (l *Listener) evictFor(s *source) *Conn {
 	}
 	l.pool.give()
 	return v
+}
+
+func (l *Listener) knownLocked(key netip.Addr, now time.Time) bool {
+	at, ok := l.known[key]
+	return ok && now.Sub(at) < knownTTL
+}
+
+// markKnown notes that key proved an identity now.
+func (l *Listener) markKnown(key netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if _, ok := l.known[key]; !ok && len(l.known) >= maxKnown {
+		for k, at := range l.known {
+			if now.Sub(at) >= knownTTL {
+				delete(l.known, k)
+			}
+		}
+		if len(l.known) >= maxKnown {
+			return // full of live ones: this one is not remembered
+		}
+	}
+	l.known[key] = now
+}
+
+// Known notes that the budgeted connection under c (looking through
+// wrappers, as Settle) proved an identity: its source is not evicted
+// for a while, and finds room more easily (see the package
+// documentation). It reports whether it found one.
+func Known(c net.Conn) bool {
+	for range 8 {
+		switch x := c.(type) {
+		case *Conn:
+			x.l.markKnown(x.key)
+			return true
+		case interface{ NetConn() net.Conn }:
+			c = x.NetConn()
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // unpend drops c from its source's pending list (under l.mu).

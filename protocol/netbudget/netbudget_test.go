@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newRig(t *testing.T, p *Pool, name string, lim Limits) *rig {
+func newRig(t *testing.T, p *Pool, name string, lim Limits, fdOf ...func(net.Conn) int) *rig {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -52,6 +53,9 @@ func newRig(t *testing.T, p *Pool, name string, lim Limits) *rig {
 	// The test process holds descriptors of its own; the pools here are
 	// small, so only the counting is checked (fd-reserve has its own test).
 	l.fdOf = func(net.Conn) int { return -1 }
+	if len(fdOf) > 0 {
+		l.fdOf = fdOf[0] // before the accept loop starts (no race)
+	}
 	r := &rig{l: l, got: make(chan net.Conn, 100), log: buf, addr: ln.Addr().String()}
 	go func() {
 		for {
@@ -248,13 +252,13 @@ func TestPoolSharedByListeners(t *testing.T) {
 // fewer than the reserve are left is refused, whatever the counts.
 func TestDescriptorReserve(t *testing.T) {
 	p := pool(t, 1024, 256)
-	r := newRig(t, p, "api", Limits{})
-	fd := 700
-	r.l.fdOf = func(net.Conn) int { return fd }
+	var fd atomic.Int64
+	fd.Store(700)
+	r := newRig(t, p, "api", Limits{}, func(net.Conn) int { return int(fd.Load()) })
 	if _, ok := r.dial(t, "127.0.0.2"); !ok {
 		t.Fatal("fd 700 of 1024 with 256 reserved was refused")
 	}
-	fd = 800
+	fd.Store(800)
 	if _, ok := r.dial(t, "127.0.0.2"); ok {
 		t.Fatal("fd 800 of 1024 with 256 reserved was accepted")
 	}
@@ -407,5 +411,57 @@ func TestEvictionLeavesRoomForOthers(t *testing.T) {
 	}
 	if st := r.l.Stats(); st.Pending > 40 || st.Open > 41 {
 		t.Fatalf("over the caps: %+v", st)
+	}
+}
+
+// TestKnownSourcesFindRoom: when strangers hold the pending cap one
+// connection each (no source heavier than another by two), an unknown
+// newcomer is refused, but a source that proved an identity (Known) gets
+// in by taking a stranger's place (once: then it holds as many as they
+// do), and a known source's own pending connection is never taken; past
+// knownTTL it is a stranger again.
+func TestKnownSourcesFindRoom(t *testing.T) {
+	r := newRig(t, pool(t, 1000, 10), "mqtt", Limits{MaxConns: 100, MaxPerSource: 10, MaxPending: 8, MaxPendingPerSource: 4})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r.l.mu.Lock()
+	r.l.now = func() time.Time { return now }
+	r.l.mu.Unlock()
+	// The agent logs in from .7 once, then goes away.
+	agent, _ := r.dial(t, "127.0.0.7")
+	if !Known(agent) {
+		t.Fatal("Known found no budgeted connection")
+	}
+	agent.Close()
+	// .8 proves itself too and keeps one pending connection.
+	k8, _ := r.dial(t, "127.0.0.8")
+	Known(k8)
+	for i := range 7 {
+		if _, ok := r.dial(t, fmt.Sprintf("127.0.0.%d", 20+i)); !ok {
+			t.Fatalf("stranger %d refused below the cap", i)
+		}
+	}
+	if _, ok := r.dial(t, "127.0.0.50"); ok {
+		t.Fatal("an unknown newcomer got in while every source holds one pending connection")
+	}
+	if _, ok := r.dial(t, "127.0.0.7"); !ok {
+		t.Fatal("a known source (the agent coming back) was refused while strangers hold the pending cap")
+	}
+	// Its share stays fair: a second pending one would hold more than
+	// any stranger.
+	if _, ok := r.dial(t, "127.0.0.7"); ok {
+		t.Fatal("a known source took a second place while strangers hold one each")
+	}
+	if _, err := k8.Write([]byte("x")); err != nil {
+		t.Fatalf("a known source's pending connection was taken: %v", err)
+	}
+	if st := r.l.Stats(); st.Refused[RefusedEvicted] != 1 || st.Pending != 8 {
+		t.Fatalf("stats %+v; want 1 evicted, 8 pending", st)
+	}
+	// An hour later .7 is a stranger again.
+	r.l.mu.Lock()
+	now = now.Add(knownTTL)
+	r.l.mu.Unlock()
+	if _, ok := r.dial(t, "127.0.0.9"); ok {
+		t.Fatal("an unknown newcomer got in")
 	}
 }

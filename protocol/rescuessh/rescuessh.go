@@ -336,6 +336,7 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	netbudget.Settle(c) // logged in
+	netbudget.Known(c)
 	defer sc.Close()
 	go ssh.DiscardRequests(reqs)
 	for nc := range chans {

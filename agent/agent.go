@@ -25,6 +25,7 @@ import (
 	"github.com/bmedge/bmedge/agent/sitecache"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // Agent is a running edge agent.
@@ -59,6 +60,8 @@ type Agent struct {
 	// the coordinator was last heard.
 	plans *plan.Runner
 	heard heardAt
+	// warn logs refused commands at a bounded rate.
+	warn *ratelog.Limiter
 }
 
 // DefaultOutboxLimit is the default of Config.OutboxLimit.
@@ -120,6 +123,7 @@ func New(cfg Config) *Agent {
 	a.sim = sim.New(sim.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Opts: cfg.Sim, ResendInterval: cfg.ResendInterval, Info: a.bmcs.Info,
 		Transport: agentTransport{a}, Context: func() context.Context { return a.ctx }, CacheBase: a.cache.Base})
 	a.metrics = newAgentMetrics(a)
+	a.warn = ratelog.New(cfg.Log, time.Minute)
 	return a
 }
 

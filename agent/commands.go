@@ -8,6 +8,7 @@ import (
 	"github.com/bmedge/bmedge/agent/bmc"
 	"github.com/bmedge/bmedge/agent/imagecache"
 	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/agent/plan"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -20,15 +21,19 @@ func (a *Agent) runBMC(m *protocol.Message) { a.runOnce(m) }
 // plan runner is told (agent/plan).
 func (a *Agent) runOnce(m *protocol.Message) outbox.Outcome {
 	out := a.ob.Once(outbox.Command{Msg: m, CheckSeq: true, CheckFull: true,
-		Start: func() { a.bmcs.Begin(m.Node) },
-		End:   func() { a.bmcs.End(m.Node) },
-		Run:   func() *protocol.Message { return a.bmcCommand(m) }})
+		Start:   func() { a.bmcs.Begin(m.Node) },
+		End:     func() { a.bmcs.End(m.Node) },
+		Run:     func() *protocol.Message { return a.bmcCommand(m) },
+		Intent:  rebootCommand(m),
+		Resumed: func() *protocol.Message { return a.resumedReboot(m) }})
 	switch out {
 	case outbox.Stale:
 		a.metrics.stale.Inc()
 		a.log.Debug("stale BMC command not run: a newer command of the node has started", "node", m.Node, "command", m.ID, "action", m.Action)
 	case outbox.Full:
 		a.log.Debug("BMC command not run: the outbox is full", "node", m.Node, "command", m.ID, "action", m.Action)
+	case outbox.Unsequenced:
+		a.refuseCommand(refusedUnsequenced, m)
 	case outbox.Ran, outbox.Redone:
 		if m.Action == protocol.ActionOOBStep {
 			a.tellPlan(m.Node, m.ID)
@@ -73,6 +78,55 @@ func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
 			res.Data = map[string]any{}
 		}
 		res.Data[protocol.StepsDone] = se.Done
+	}
+	return res
+}
+
+// rebootCommand tells whether m reboots its node (a boot into the
+// ramdisk): such a command is kept as started before it runs, so that a
+// kill of the agent while it runs never boots the node twice.
+func rebootCommand(m *protocol.Message) bool {
+	st, _ := m.Args["state"].(string)
+	return m.Action == protocol.ActionPower && (st == protocol.PowerReboot || st == protocol.PowerSoftReboot)
+}
+
+// resumedReboot answers a copy of a reboot the agent started before it
+// was killed, without its result: rebooting again would boot the node a
+// second time (its ramdisk would say hello twice, and the coordinator
+// fail the operation: "restarted on its own"). The boot's credential is
+// noted again (the kill may have come before), and the node's power is
+// read: on, the reboot ran; off, it did not take, and the command runs
+// now (powering the node on boots it once).
+func (a *Agent) resumedReboot(m *protocol.Message) *protocol.Message {
+	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline.Add(-resultMargin(time.Until(m.Deadline))))
+	defer cancel()
+	if u, _ := m.Args[protocol.ArgAgentUsername].(string); u != "" {
+		a.boot.NoteArgs(m.Node, m.Args)
+	}
+	st := ""
+	b, err := a.bmcs.Get(m.Node, m.Driver, m.DriverInfo)
+	if err == nil {
+		err = a.bmcs.Limited(ctx, func() error {
+			var e error
+			st, e = b.PowerState(ctx)
+			return e
+		})
+	}
+	if err != nil && a.ctx.Err() != nil {
+		return nil // stopping: the next agent answers it
+	}
+	res := &protocol.Message{Kind: protocol.KindResult, ID: outbox.NewID(), Site: a.cfg.Site, Node: m.Node, Sent: a.cfg.Clock.Now(), CommandID: m.ID, Seq: m.Seq}
+	switch {
+	case err != nil:
+		res.Error = "the edge agent restarted while this reboot ran and could not read the node's power to learn whether it took (" + err.Error() +
+			"); it did not reboot the node again, which would boot it twice"
+	case st == protocol.PowerOff:
+		a.log.Info("a reboot started before the agent restarted did not take (the node is off): it runs now", "node", m.Node, "command", m.ID)
+		return a.bmcCommand(m)
+	default:
+		a.log.Info("a reboot started before the agent restarted: the node is on, so it ran; not run again", "node", m.Node, "command", m.ID)
+		res.OK = true
+		a.bmcs.CommandDone(m)
 	}
 	return res
 }
@@ -124,4 +178,29 @@ func (a *Agent) cacheImage(m *protocol.Message) *protocol.Message {
 	}
 	res.Sent = a.cfg.Clock.Now()
 	return res
+}
+
+// Kinds of command refused by the agent itself, as counted by
+// bmedge_agent_commands_refused_total (the coordinator's broker refuses
+// commands from anybody but the coordinator before they get here).
+const (
+	// refusedUnsequenced: a node's command without a Seq once the site
+	// has had sequenced ones.
+	refusedUnsequenced = "unsequenced"
+	// refusedPlanEnded: a run_plan of a plan that ended (kept in the
+	// state folder until its deadline).
+	refusedPlanEnded = plan.RefusedEnded
+	// refusedPlanExpired: a run_plan past its deadline.
+	refusedPlanExpired = plan.RefusedExpired
+)
+
+// refuseCommand counts and logs (at a bounded rate) a command the agent
+// will not run.
+func (a *Agent) refuseCommand(kind string, m *protocol.Message) {
+	if a.metrics == nil {
+		return // not running yet
+	}
+	a.metrics.refused.WithLabelValues(kind).Inc()
+	a.warn.Warn("command refused "+kind, "command refused: it is not the coordinator's, or no longer stands", "kind", kind,
+		"node", m.Node, "command", m.ID, "action", m.Action)
 }

@@ -53,3 +53,7 @@ const DefaultHeartbeatSummary = relay.DefaultHeartbeatSummary
 
 // SiteBrokerAddr is the site broker's bound address ("" without one).
 func (a *Agent) SiteBrokerAddr() string { return a.relay.Addr() }
+
+// SiteBrokerConnStats are the site broker listener's counts (ok false
+// without one).
+func (a *Agent) SiteBrokerConnStats() (netbudget.Stats, bool) { return a.relay.ConnStats() }

@@ -30,6 +30,7 @@ type agentMetrics struct {
 	stale      prometheus.Counter
 	powerReads *prometheus.CounterVec
 	planSteps  *prometheus.CounterVec
+	refused    *prometheus.CounterVec
 }
 
 func newAgentMetrics(a *Agent) *agentMetrics {
@@ -48,6 +49,12 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 		Help: "Power-state reads of the site's real BMCs by power sync, by outcome (ok, error)."}, []string{"outcome"})
 	m.planSteps = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "plan_steps_total",
 		Help: "Steps the site's plans started on their own (run_plan), by where they run: inband (the ramdisk) or oob (the BMC)."}, []string{"where"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "commands_refused_total",
+		Help: "Commands the agent refused as not the coordinator's or no longer standing (kind: unsequenced, a node's command without a seq once the site has had sequenced ones; " +
+			"plan-ended, a run_plan of a plan that ended; plan-past-deadline, a run_plan past its deadline)."}, []string{"kind"})
+	for _, k := range []string{refusedUnsequenced, refusedPlanEnded, refusedPlanExpired} {
+		m.refused.WithLabelValues(k)
+	}
 	plans := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "plans_running",
 		Help: "Plans the agent holds now (one per node at most), paused ones included."}, func() float64 { return float64(a.plans.Len()) })
 	outbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "outbox_depth",
@@ -57,9 +64,43 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 	m.powerReads.WithLabelValues("error")
 	m.planSteps.WithLabelValues("inband")
 	m.planSteps.WithLabelValues("oob")
-	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, plans, outbox,
+	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, m.refused, plans, outbox, siteBrokerCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// siteBrokerCollector shows the site broker's connection budget: the
+// connections it holds and those refused at accept, by kind
+// (netbudget's: total, per-source, pending, pending-per-source, evicted,
+// fd-pool, fd-reserve). Nothing without a site broker.
+type siteBrokerCollector struct{ a *Agent }
+
+var (
+	listenerConnsDesc = prometheus.NewDesc(metricsNamespace+"_listener_connections",
+		"Connections held now by the site broker (state: open, of which pending: before their whole CONNECT).", []string{"listener", "state"}, nil)
+	listenerRefusedDesc = prometheus.NewDesc(metricsNamespace+"_listener_refused_total",
+		"Connections the site broker closed at accept, before TLS or any read, because a budget was full, or closed while pending to make room for "+
+			"a source that held fewer (kind: total, per-source, pending, pending-per-source, evicted, fd-pool, fd-reserve).", []string{"listener", "kind"}, nil)
+)
+
+func (c siteBrokerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- listenerConnsDesc
+	ch <- listenerRefusedDesc
+}
+
+func (c siteBrokerCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.a.relay == nil {
+		return
+	}
+	st, ok := c.a.relay.ConnStats()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(listenerConnsDesc, prometheus.GaugeValue, float64(st.Open), st.Name, "open")
+	ch <- prometheus.MustNewConstMetric(listenerConnsDesc, prometheus.GaugeValue, float64(st.Pending), st.Name, "pending")
+	for kind, n := range st.Refused {
+		ch <- prometheus.MustNewConstMetric(listenerRefusedDesc, prometheus.CounterValue, float64(n), st.Name, kind)
+	}
 }
 
 // label keeps a label's value within the known ones.

@@ -35,6 +35,7 @@ func (a *Agent) newPlans() *plan.Runner {
 		Kept:    a.keptResult,
 		Heard:   a.heardFrom,
 		Started: func(where string) { a.metrics.planSteps.WithLabelValues(where).Inc() },
+		Refused: a.refuseCommand,
 		NewID:   outbox.NewID})
 }
 
@@ -118,7 +119,7 @@ func (a *Agent) runPlanOOB(m *protocol.Message) plan.Outcome {
 	switch a.runOnce(m) {
 	case outbox.Running:
 		return plan.OOBRunning
-	case outbox.Stale:
+	case outbox.Stale, outbox.Unsequenced:
 		return plan.OOBStale
 	case outbox.Full:
 		return plan.OOBRetry

@@ -46,6 +46,8 @@ PACKAGES+=(sshpass openssh-client)
 PACKAGES+=(mdadm)
 # grub-pc-bin, grub2-common, e2fsprogs: GRUB for BIOS, grub-install and mke2fs make the bootable image deployed onto software RAID (scripts/systest/ramdisk/raid_e2e_test.go)
 PACKAGES+=(grub-pc-bin grub2-common e2fsprogs)
+# stress-ng: keeps both cores busy while timing-sensitive tests are checked on a loaded machine (docs/benchmarks.md, issue 30)
+PACKAGES+=(stress-ng)
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'

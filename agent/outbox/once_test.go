@@ -141,3 +141,35 @@ func TestResendLoopOnTheClock(t *testing.T) {
 		t.Fatalf("after the clock passed Resend: %d publishes, want %d (one resend)", published(), first+1)
 	}
 }
+
+// TestOnceRefusesUnsequenced (issue 30, point 4): a node's command without
+// a Seq runs while the site has sent none with one (an older
+// coordinator), and is refused, not run, once one has been started; a
+// site-wide command (no node) is not concerned.
+func TestOnceRefusesUnsequenced(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var pub []string
+	o := memOutbox(t, 100, clk, &pub)
+	runs := 0
+	cmd := func(id, node string, seq uint64) Command {
+		m := &protocol.Message{Kind: protocol.KindCommand, ID: id, Site: "s1", Node: node, Seq: seq, Deadline: clk.Now().Add(time.Minute)}
+		return Command{Msg: m, CheckSeq: true, Run: func() *protocol.Message {
+			runs++
+			return &protocol.Message{Kind: protocol.KindResult, ID: "r-" + id, Site: "s1", Node: node, Sent: clk.Now(), CommandID: id, Seq: seq, OK: true}
+		}}
+	}
+	if got := o.Once(cmd("old", "n1", 0)); got != Ran || runs != 1 {
+		t.Fatalf("unsequenced command before any sequenced one: %v, runs %d; want Ran", got, runs)
+	}
+	if got := o.Once(cmd("c1", "n1", 10)); got != Ran || runs != 2 {
+		t.Fatalf("sequenced command: %v, runs %d", got, runs)
+	}
+	for _, node := range []string{"n1", "n2"} {
+		if got := o.Once(cmd("forged-"+node, node, 0)); got != Unsequenced || runs != 2 {
+			t.Fatalf("unsequenced command of %s after a sequenced one: %v, runs %d; want Unsequenced, not run", node, got, runs)
+		}
+	}
+	if got := o.Once(cmd("site-wide", "", 0)); got != Ran || runs != 3 {
+		t.Fatalf("site-wide command: %v, runs %d; want Ran", got, runs)
+	}
+}

@@ -113,6 +113,9 @@ type Outbox struct {
 	// resending is set while ResendAll runs; resendAgain asks it for
 	// one more pass.
 	resending, resendAgain bool
+	// intents are the Intent commands started before a restart whose
+	// result was not kept (Load); a copy of one calls its Resumed.
+	intents map[string]intent
 }
 
 // New returns an empty outbox with no store (nothing is written until
@@ -206,6 +209,22 @@ func (o *Outbox) Load(s *Store) error {
 		} else if !r.Acked.IsZero() {
 			s.Later(seq, nil)
 		}
+	}
+	kept, err := s.LoadIntents()
+	if err != nil {
+		return fmt.Errorf("read the started commands in the state folder: %w", err)
+	}
+	for cmd, b := range kept {
+		var in intent
+		_ = json.Unmarshal(b, &in)
+		if _, done := o.st.Done[cmd]; done || (!in.Deadline.IsZero() && now.After(in.Deadline)) {
+			s.DropIntent(cmd) // answered, or no copy will come any more
+			continue
+		}
+		if o.intents == nil {
+			o.intents = map[string]intent{}
+		}
+		o.intents[cmd] = in
 	}
 	if len(recs) > 0 {
 		o.log.Info("outbox loaded from the state folder: what the coordinator has not acknowledged is sent again once connected",
@@ -419,13 +438,19 @@ const (
 	// Full: the outbox is at its limit (CheckFull); the coordinator
 	// sends the command again.
 	Full
+	// Unsequenced: a node's command without a Seq, once the site has had
+	// commands with one (CheckSeq): the coordinator stamps every node
+	// command, so it is not the coordinator's.
+	Unsequenced
 )
 
 // Command is one command for Once.
 type Command struct {
 	Msg *protocol.Message
 	// CheckSeq refuses a copy older than a command of the node already
-	// started, and records the command's Seq as the node's latest.
+	// started, and a node's command without a Seq once any command with
+	// one has been seen (Latest is not empty), and records the command's
+	// Seq as the node's latest.
 	CheckSeq bool
 	// CheckFull does not run the command while the outbox is full.
 	CheckFull bool
@@ -435,6 +460,19 @@ type Command struct {
 	// Run runs the command and returns its result (nil: none is kept,
 	// as when the agent is stopping).
 	Run func() *protocol.Message
+	// Intent keeps, on disk before Run, that the command started (a
+	// reboot, which must not run twice): a copy of it that comes after
+	// the agent was killed while it ran (its intent kept, no result)
+	// calls Resumed instead of Run, which says what became of it without
+	// doing it again. Needs Resumed.
+	Intent  bool
+	Resumed func() *protocol.Message
+}
+
+// intent is what the store keeps of a started Intent command.
+type intent struct {
+	Node     string    `json:"node"`
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // Once runs a command at most once, however many copies arrive: the
@@ -458,6 +496,10 @@ func (o *Outbox) Once(c Command) Outcome {
 		o.mu.Unlock()
 		return Running
 	}
+	if c.CheckSeq && m.Seq == 0 && m.Node != "" && len(o.st.Latest) > 0 {
+		o.mu.Unlock()
+		return Unsequenced
+	}
 	if c.CheckSeq && m.Seq != 0 && m.Seq < o.st.Latest[m.Node] {
 		// A copy of a command older than one this node already started:
 		// the coordinator has moved on from it, so it must not run (its
@@ -475,7 +517,31 @@ func (o *Outbox) Once(c Command) Outcome {
 	if c.CheckSeq && m.Seq != 0 {
 		o.st.Latest[m.Node] = max(o.st.Latest[m.Node], m.Seq)
 	}
+	_, resumed := o.intents[m.ID]
+	store := o.store
 	o.mu.Unlock()
+	run := c.Run
+	if c.Intent && c.Resumed != nil {
+		if resumed {
+			// Started by the agent before it was killed: it may have
+			// acted; it is not run again.
+			o.log.Info("command started before the agent restarted, its result not kept: not run again, its outcome read instead",
+				"node", m.Node, "command", m.ID, "action", m.Action)
+			run = c.Resumed
+		} else if store != nil {
+			b, _ := json.Marshal(intent{Node: m.Node, Deadline: m.Deadline})
+			if err := store.PutIntent(m.ID, b); err != nil {
+				// Not kept: a kill while it runs would let a copy run it
+				// again, as before intents; it runs all the same.
+				o.log.Warn("a command's start could not be kept in the state folder: it runs all the same", "node", m.Node, "command", m.ID, "err", err)
+			}
+		}
+		defer func() {
+			o.mu.Lock()
+			delete(o.intents, m.ID)
+			o.mu.Unlock()
+		}()
+	}
 	if c.Start != nil {
 		c.Start()
 	}
@@ -487,8 +553,11 @@ func (o *Outbox) Once(c Command) Outcome {
 			c.End()
 		}
 	}()
-	if res := c.Run(); res != nil {
+	if res := run(); res != nil {
 		o.Send(protocol.BMCEvtTopic(o.cfg.Site), res, m.Deadline)
+		if c.Intent && store != nil {
+			store.DropIntent(m.ID) // after the result, which is on disk now
+		}
 	}
 	return Ran
 }

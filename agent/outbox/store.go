@@ -64,6 +64,10 @@ const (
 	// password: only in this encrypted store), so that a restarted agent
 	// polls every such node at once.
 	polledPrefix = "b/"
+	// intentPrefix + command id: a command that must not run twice (a
+	// reboot) was started: kept on disk before it runs, removed with its
+	// result (Command.Intent).
+	intentPrefix = "i/"
 	// outboxGCInterval is how often value-log GC runs, besides after
 	// each flush (see collectGarbage).
 	outboxGCInterval = 5 * time.Minute
@@ -329,6 +333,33 @@ func (s *Store) PutVMedia(node string, state []byte) {
 		s.warn.Warn("vmedia state", "a node's virtual-media boot could not be written to the state folder: after a restart the agent would not eject its virtual media at the boot's end", "node", node, "err", err)
 	}
 }
+
+// PutIntent writes that command cmd starts (its Intent) and waits until
+// it is on disk: a kill while the command runs leaves it, and the
+// restarted agent knows the command may have acted.
+func (s *Store) PutIntent(cmd string, intent []byte) error {
+	if s == nil {
+		return nil
+	}
+	ch := make(chan error, 1)
+	if !s.enqueue(storeOp{key: intentPrefix + cmd, val: intent}, ch) {
+		return ErrClosed
+	}
+	return <-ch
+}
+
+// DropIntent removes command cmd's intent with the next group commit
+// (its result is written before; a lost removal leaves an intent that
+// Load drops once the command's deadline passed).
+func (s *Store) DropIntent(cmd string) {
+	if s == nil {
+		return
+	}
+	s.enqueue(storeOp{key: intentPrefix + cmd, val: nil}, nil)
+}
+
+// LoadIntents returns the intents kept (command id → intent).
+func (s *Store) LoadIntents() (map[string][]byte, error) { return s.loadPrefix(intentPrefix) }
 
 // LoadVMedia returns the virtual-media boots kept (node → state).
 func (s *Store) LoadVMedia() (map[string][]byte, error) { return s.loadPrefix(vmediaPrefix) }

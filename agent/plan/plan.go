@@ -107,19 +107,46 @@ type Config struct {
 	Started func(where string)
 	// NewID makes a message id (abort_step commands).
 	NewID func() string
+	// Refused, when set, is told of each run_plan refused as no longer
+	// standing: RefusedEnded (the plan ended: a late or replayed copy)
+	// or RefusedExpired (past its deadline).
+	Refused func(kind string, m *protocol.Message)
 }
+
+// ClockGrace is how far past its deadline (the coordinator's clock) a
+// run_plan is still taken (the agent's clock may be a little off).
+const ClockGrace = time.Minute
+
+// Kinds of refused run_plan (Config.Refused).
+const (
+	RefusedEnded   = "plan-ended"
+	RefusedExpired = "plan-past-deadline"
+)
 
 // DefaultMax is the default of Config.Max.
 const DefaultMax = 10000
 
 // endedPerNode is how many ended plans' ids each node remembers, so
-// that a late copy of a run_plan does not start them again.
+// that a late copy of a run_plan does not start them again. They are
+// kept in the state folder with the node's plan record, each until its
+// plan's deadline has passed (a copy then is refused as past its
+// deadline anyway).
 const endedPerNode = 4
 
-// Record is a plan as the store keeps it.
+// Ended is a plan that ended, as remembered.
+type Ended struct {
+	ID       string    `json:"id"`
+	Deadline time.Time `json:"deadline,omitzero"`
+}
+
+// Record is a plan as the store keeps it. A record with no ID holds only
+// the node's ended plans.
 type Record struct {
-	ID   string `json:"id"`
+	ID   string `json:"id,omitempty"`
 	Node string `json:"node"`
+	// Deadline is the run_plan's own (the coordinator's: when it would
+	// be done if every step took its span).
+	Deadline time.Time `json:"deadline,omitzero"`
 	// Steps are the commands of the plan's steps; a started one has its
 	// Deadline set to its start plus its span.
 	Steps []*protocol.Message `json:"steps"`
@@ -127,6 +154,9 @@ type Record struct {
 	// false.
 	Index   int  `json:"index"`
 	Started bool `json:"started,omitempty"`
+	// Ended are the node's ended plans (the store's copy of
+	// Runner.ended).
+	Ended []Ended `json:"ended,omitempty"`
 }
 
 // run is one node's plan; mu orders what happens to it (a decision, its
@@ -154,7 +184,7 @@ type Runner struct {
 
 	mu    sync.Mutex
 	plans map[string]*run
-	ended map[string][]string
+	ended map[string][]Ended
 }
 
 // New returns a runner holding no plan (Restore loads the kept ones).
@@ -184,10 +214,13 @@ func New(cfg Config) *Runner {
 	if cfg.Started == nil {
 		cfg.Started = func(string) {}
 	}
+	if cfg.Refused == nil {
+		cfg.Refused = func(string, *protocol.Message) {}
+	}
 	if cfg.NewID == nil {
 		cfg.NewID = func() string { return fmt.Sprintf("abort-%d", time.Now().UnixNano()) }
 	}
-	return &Runner{cfg: cfg, log: cfg.Log, warn: ratelog.New(cfg.Log, time.Minute), plans: map[string]*run{}, ended: map[string][]string{}}
+	return &Runner{cfg: cfg, log: cfg.Log, warn: ratelog.New(cfg.Log, time.Minute), plans: map[string]*run{}, ended: map[string][]Ended{}}
 }
 
 // Len is how many plans are held (running or paused).
@@ -218,11 +251,25 @@ func (p *Runner) Run(node string, m *protocol.Message) {
 		p.warn.Warn("plan refused", "run_plan refused: it names another node than its topic's", "node", node, "plan", m.ID)
 		return
 	}
+	now := p.cfg.Clock.Now()
 	p.mu.Lock()
 	old := p.plans[node]
-	if old != nil && old.rec.ID == m.ID || p.endedLocked(node, m.ID) {
+	if old != nil && old.rec.ID == m.ID {
 		p.mu.Unlock()
 		p.log.Debug("run_plan already known: duplicate ignored", "node", node, "plan", m.ID)
+		return
+	}
+	if p.endedLocked(node, m.ID, now) {
+		p.mu.Unlock()
+		p.cfg.Refused(RefusedEnded, m)
+		p.log.Debug("run_plan of a plan that ended: not run again", "node", node, "plan", m.ID)
+		return
+	}
+	if !m.Deadline.IsZero() && now.After(m.Deadline.Add(ClockGrace)) {
+		p.mu.Unlock()
+		p.cfg.Refused(RefusedExpired, m)
+		p.warn.Warn("plan expired", "run_plan refused: it is past its deadline (a late or replayed copy); the coordinator sends the steps itself",
+			"node", node, "plan", m.ID, "deadline", m.Deadline)
 		return
 	}
 	if old == nil && len(p.plans) >= p.cfg.Max {
@@ -230,7 +277,7 @@ func (p *Runner) Run(node string, m *protocol.Message) {
 		p.warn.Warn("plans full", "run_plan refused: the agent holds as many plans as it may; the coordinator sends the steps itself", "node", node, "plan", m.ID, "max", p.cfg.Max)
 		return
 	}
-	r := &run{rec: Record{ID: m.ID, Node: node, Steps: make([]*protocol.Message, len(m.Plan))}}
+	r := &run{rec: Record{ID: m.ID, Node: node, Deadline: m.Deadline, Steps: make([]*protocol.Message, len(m.Plan))}}
 	for i, s := range m.Plan {
 		c := *s
 		r.rec.Steps[i] = &c
@@ -300,6 +347,9 @@ func (p *Runner) Forget(node string) {
 	p.mu.Lock()
 	delete(p.ended, node)
 	p.mu.Unlock()
+	if p.cfg.Store != nil {
+		p.cfg.Store.PutPlan(node, nil)
+	}
 }
 
 // Result tells the runner that the result of node's command cmd is kept
@@ -466,42 +516,69 @@ func (p *Runner) dropLocked(r *run, remove bool) {
 	if p.plans[node] == r {
 		delete(p.plans, node)
 	}
-	ids := append(p.ended[node], r.rec.ID)
+	ids := append(p.liveEndedLocked(node, p.cfg.Clock.Now()), Ended{ID: r.rec.ID, Deadline: r.rec.Deadline})
 	if len(ids) > endedPerNode {
 		ids = ids[len(ids)-endedPerNode:]
 	}
 	p.ended[node] = ids
 	if len(p.ended) > 2*p.cfg.Max {
 		// Bounded: the oldest memories go first (roughly: all of them).
-		p.ended = map[string][]string{node: ids}
+		p.ended = map[string][]Ended{node: ids}
 	}
 	_, replaced := p.plans[node]
 	p.mu.Unlock()
 	if remove && !replaced && p.cfg.Store != nil {
-		p.cfg.Store.PutPlan(node, nil)
+		// The record stays, holding the ended plans only.
+		p.saveRecord(Record{Node: node, Ended: ids})
 	}
 }
 
-func (p *Runner) endedLocked(node, id string) bool {
-	for _, x := range p.ended[node] {
-		if x == id {
+// liveEndedLocked is node's ended plans whose deadline has not passed
+// (or that have none); p.mu held.
+func (p *Runner) liveEndedLocked(node string, now time.Time) []Ended {
+	var out []Ended
+	for _, e := range p.ended[node] {
+		if e.Deadline.IsZero() || !now.After(e.Deadline) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (p *Runner) endedLocked(node, id string, now time.Time) bool {
+	for _, x := range p.liveEndedLocked(node, now) {
+		if x.ID == id {
 			return true
 		}
 	}
 	return false
 }
 
-// save writes r to the store; r.mu held.
+// save writes r to the store, with its node's ended plans; r.mu held.
 func (p *Runner) save(r *run) {
 	if p.cfg.Store == nil {
 		return
 	}
-	b, err := json.Marshal(r.rec)
-	if err != nil {
-		p.log.Error("plan cannot be encoded; not kept", "node", r.rec.Node, "plan", r.rec.ID, "err", err)
+	rec := r.rec
+	p.mu.Lock()
+	rec.Ended = p.liveEndedLocked(rec.Node, p.cfg.Clock.Now())
+	p.mu.Unlock()
+	p.saveRecord(rec)
+}
+
+// saveRecord writes rec to the store (with no plan and no ended plan:
+// removes the node's record).
+func (p *Runner) saveRecord(rec Record) {
+	if rec.ID == "" && len(rec.Ended) == 0 {
+		p.cfg.Store.PutPlan(rec.Node, nil)
 		return
 	}
-	p.cfg.Store.PutPlan(r.rec.Node, b)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		p.log.Error("plan cannot be encoded; not kept", "node", rec.Node, "plan", rec.ID, "err", err)
+		return
+	}
+	p.cfg.Store.PutPlan(rec.Node, b)
 }
 
 // Tick looks at every plan: an in-band step the ramdisk has not been
@@ -583,15 +660,32 @@ func (p *Runner) Restore() error {
 		nodes = append(nodes, node)
 	}
 	sort.Strings(nodes)
+	now := p.cfg.Clock.Now()
 	for _, node := range nodes {
 		var rec Record
-		if err := json.Unmarshal(kept[node], &rec); err != nil || rec.Node != node || rec.ID == "" || rec.Index < 0 || rec.Index > len(rec.Steps) {
+		if err := json.Unmarshal(kept[node], &rec); err != nil || rec.Node != node || (rec.ID == "" && len(rec.Ended) == 0) || rec.Index < 0 || rec.Index > len(rec.Steps) {
 			p.log.Warn("kept plan unreadable: dropped (the coordinator sends the steps itself)", "node", node, "err", err)
 			p.cfg.Store.PutPlan(node, nil)
 			continue
 		}
-		r := &run{rec: rec, sign: p.cfg.Clock.Now()}
+		p.mu.Lock()
+		p.ended[node] = rec.Ended
+		p.mu.Unlock()
+		rec.Ended = nil
+		if rec.ID == "" {
+			continue // ended plans only
+		}
+		r := &run{rec: rec, sign: now}
 		r.mu.Lock()
+		if !rec.Deadline.IsZero() && now.After(rec.Deadline.Add(p.cfg.Resend)) {
+			// The agent was down past the plan's end: the coordinator has
+			// timed its steps out or sent them itself.
+			p.log.Warn("kept plan past its deadline: ended, not resumed (the coordinator decides what becomes of its steps)",
+				"node", node, "plan", rec.ID, "deadline", rec.Deadline)
+			p.dropLocked(r, true)
+			r.mu.Unlock()
+			continue
+		}
 		p.mu.Lock()
 		p.plans[node] = r
 		p.mu.Unlock()

@@ -54,6 +54,14 @@ func (s *memStore) record(t *testing.T, node string) (Record, bool) {
 	return r, ok
 }
 
+// active is the node's kept plan, if it holds one (a record may hold
+// only the node's ended plans).
+func (s *memStore) active(t *testing.T, node string) (Record, bool) {
+	t.Helper()
+	r, ok := s.record(t, node)
+	return r, ok && r.ID != ""
+}
+
 // site is a fake agent around a Runner: what the ramdisk and the BMC
 // runner were handed, in order.
 type site struct {
@@ -91,7 +99,7 @@ func (b *syncBuf) String() string {
 
 func newSite(t *testing.T, store *memStore, bound time.Duration) *site {
 	t.Helper()
-	s := &site{t: t, clk: clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), store: store, logs: &syncBuf{},
+	s := &site{t: t, clk: clock.NewFake(testEpoch), store: store, logs: &syncBuf{},
 		kept: map[string]Kept{}, oobCalls: make(chan string, 100)}
 	s.heard = s.clk.Now()
 	s.p = s.runner(bound)
@@ -173,9 +181,12 @@ func step(id, kind string, seq uint64) *protocol.Message {
 	return m
 }
 
+// testEpoch is the fake clock's start.
+var testEpoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
 func planMsg(id string, steps ...*protocol.Message) *protocol.Message {
-	m := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: id, Site: "s1", Node: "n1", Sent: time.Now(),
-		Deadline: time.Now().Add(time.Hour), Action: protocol.ActionPlanRun, Plan: steps}
+	m := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: id, Site: "s1", Node: "n1", Sent: testEpoch,
+		Deadline: testEpoch.Add(30 * 24 * time.Hour), Action: protocol.ActionPlanRun, Plan: steps}
 	return m
 }
 
@@ -232,7 +243,7 @@ func TestStepsInOrder(t *testing.T) {
 	if s.p.Len() != 0 {
 		t.Fatal("the plan is still held after its last step")
 	}
-	if _, ok := st.record(t, "n1"); ok {
+	if _, ok := st.active(t, "n1"); ok {
 		t.Fatal("the plan's kept state outlived it")
 	}
 }
@@ -246,7 +257,7 @@ func TestFailureEndsPlan(t *testing.T) {
 	s.clk.Advance(time.Minute)
 	s.p.Tick()
 	s.want("deliver:c1")
-	if _, ok := st.record(t, "n1"); ok || s.p.Len() != 0 {
+	if _, ok := st.active(t, "n1"); ok || s.p.Len() != 0 {
 		t.Fatal("a failed plan is still kept")
 	}
 	// A late copy of the same run_plan does not start it again.
@@ -333,7 +344,7 @@ func TestStop(t *testing.T) {
 			s.clk.Advance(time.Minute)
 			s.p.Tick()
 			s.want(c.want)
-			if _, ok := st.record(t, "n1"); ok || s.p.Len() != 0 {
+			if _, ok := st.active(t, "n1"); ok || s.p.Len() != 0 {
 				t.Fatal("a stopped plan is still kept")
 			}
 		})
@@ -426,7 +437,7 @@ func TestRestartResumes(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.want("oob:c1")
-			if _, ok := st.record(t, "n1"); ok || s.p.Len() != 0 {
+			if _, ok := st.active(t, "n1"); ok || s.p.Len() != 0 {
 				t.Fatal("the plan went on after its step's kept result said it ended")
 			}
 		})
@@ -570,5 +581,78 @@ func TestForget(t *testing.T) {
 	s.want("deliver:c1")
 	if _, ok := st.record(t, "n1"); ok || s.p.Len() != 0 {
 		t.Fatal("a forgotten node's plan is still kept")
+	}
+}
+
+// TestEndedPlanRefusedAfterRestart (issue 30, point 4): a plan that ended
+// is remembered in the state folder with its deadline: a copy of its
+// run_plan replayed to a restarted agent is refused (and counted), as
+// is, once that deadline has passed, any copy; a run_plan already past
+// its deadline is refused on receipt; a kept plan the agent was down
+// past the deadline of is ended at restart, not resumed.
+func TestEndedPlanRefusedAfterRestart(t *testing.T) {
+	st := &memStore{m: map[string][]byte{}}
+	s := newSite(t, st, 0)
+	var refused []string
+	count := func(r *Runner) {
+		r.cfg.Refused = func(kind string, m *protocol.Message) {
+			s.mu.Lock()
+			refused = append(refused, kind+":"+m.ID)
+			s.mu.Unlock()
+		}
+	}
+	count(s.p)
+	p1 := planMsg("p1", step("c1", "i", 1), step("c2", "i", 2))
+	p1.Deadline = testEpoch.Add(time.Hour)
+	s.p.Run("n1", p1)
+	s.p.Result("n1", "c1", true)
+	s.p.Result("n1", "c2", true)
+	s.want("deliver:c1 deliver:c2")
+	if rec, ok := st.record(t, "n1"); !ok || rec.ID != "" || len(rec.Ended) != 1 || rec.Ended[0].ID != "p1" || !rec.Ended[0].Deadline.Equal(p1.Deadline) {
+		t.Fatalf("kept after the plan ended: %+v (kept %v); want its id and deadline among the ended", rec, ok)
+	}
+	// A restarted agent: the replayed run_plan is refused.
+	s.p = s.runner(0)
+	count(s.p)
+	if err := s.p.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	s.p.Run("n1", planMsg("p1", step("c1", "i", 1), step("c2", "i", 2)))
+	s.want("deliver:c1 deliver:c2")
+	if s.p.Len() != 0 {
+		t.Fatal("a replayed ended plan is held after a restart")
+	}
+	// Past its deadline, every copy is refused as such, ended or not.
+	s.clk.Advance(2 * time.Hour)
+	late := planMsg("p1", step("c1", "i", 1))
+	late.Deadline = p1.Deadline
+	s.p.Run("n1", late)
+	fresh := planMsg("p9", step("c9", "i", 9))
+	fresh.Deadline = s.clk.Now().Add(-ClockGrace - time.Second)
+	s.p.Run("n1", fresh)
+	s.want("deliver:c1 deliver:c2")
+	s.mu.Lock()
+	got := strings.Join(refused, " ")
+	s.mu.Unlock()
+	if got != "plan-ended:p1 plan-past-deadline:p1 plan-past-deadline:p9" {
+		t.Fatalf("refusals %q", got)
+	}
+	// A kept plan whose deadline passed while the agent was down.
+	p3 := planMsg("p3", step("c5", "i", 5), step("c6", "i", 6))
+	p3.Deadline = s.clk.Now().Add(time.Minute)
+	s.p.Run("n1", p3)
+	s.want("deliver:c1 deliver:c2 deliver:c5")
+	s.clk.Advance(time.Hour)
+	s.p = s.runner(0)
+	if err := s.p.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	s.p.Tick()
+	if s.p.Len() != 0 {
+		t.Fatal("a kept plan past its deadline was resumed after a restart")
+	}
+	s.want("deliver:c1 deliver:c2 deliver:c5")
+	if rec, ok := st.active(t, "n1"); ok {
+		t.Fatalf("a plan past its deadline is still kept as running: %+v", rec)
 	}
 }

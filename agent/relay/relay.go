@@ -324,6 +324,15 @@ func (r *Relay) Addr() string {
 	return r.site.b.Addr
 }
 
+// ConnStats are the site broker listener's counts: connections held and
+// refused at accept by kind (ok false without a site broker).
+func (r *Relay) ConnStats() (netbudget.Stats, bool) {
+	if r.site == nil {
+		return netbudget.Stats{}, false
+	}
+	return r.site.b.ConnStats(), true
+}
+
 // siteCreds admits to the site broker only the ramdisks of the nodes this
 // agent is booting, each with its boot's credential (from the power
 // command that boots it), under its own client ID, to its own topics.

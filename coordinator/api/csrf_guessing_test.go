@@ -282,10 +282,10 @@ func TestPasswordGuessingThrottled(t *testing.T) {
 	for i, g := range got.Guesses {
 		switch g.Status {
 		case 401:
+			// The burst, then one per refill: when those come depends on
+			// the machine's speed, so only their number is checked
+			// (below), not their places.
 			n401++
-			if i >= allowed {
-				t.Errorf("guess %d answered 401 after the burst (%d allowed in %s)", i+1, allowed, elapsed)
-			}
 		case 429:
 			n429++
 			secs := -1
@@ -320,10 +320,15 @@ func TestPasswordGuessingThrottled(t *testing.T) {
 		{"127.0.0.2", "/v1/nodes", password, 429}, {"127.0.0.2", "/metrics", password, 429},
 		{"127.0.0.1", "/v1/nodes", password, 200}, {"127.0.0.1", "/metrics", password, 200},
 	} {
+		// The budget refills one try per LoginRefill: spend what came back
+		// since (on a busy machine that may be a try or two), so that
+		// the check follows a 429 of the same address at once.
+		drain(t, base, user)
 		r := curl(t, "--interface", c.src, "-u", user+":"+c.pw, base+c.path)
 		if r.status != c.want {
 			t.Errorf("curl from %s to %s: HTTP %d %.200s; want %d", c.src, c.path, r.status, r.body, c.want)
 		}
+		drain(t, base, user)
 		hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(c.src)}}).DialContext}}
 		req, _ := http.NewRequest("GET", base+c.path, nil)
 		req.SetBasicAuth(user, c.pw)
@@ -354,6 +359,27 @@ func TestPasswordGuessingThrottled(t *testing.T) {
 	if strings.Contains(out, "wrong-guess") || strings.Contains(out, password) {
 		t.Errorf("the log shows a password:\n%s", out)
 	}
+}
+
+// drain sends wrong passwords from 127.0.0.2 until one is answered 429:
+// the tries the address's budget got back are spent.
+func drain(t *testing.T, base, user string) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
+	defer hc.CloseIdleConnections()
+	for i := 0; i <= api.LoginBurst; i++ {
+		req, _ := http.NewRequest("GET", base+"/v1/nodes", nil)
+		req.SetBasicAuth(user, fmt.Sprintf("wrong-drain-%d", i))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 429 {
+			return
+		}
+	}
+	t.Fatalf("127.0.0.2 is not throttled: %d wrong passwords answered without a 429", api.LoginBurst+1)
 }
 
 // TestWeakHTPasswdRefusedAtStart makes an entry with Debian's htpasswd

@@ -154,7 +154,7 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"```\n" +
 	"agent --credentials-file FILE [--state-dir DIR] [--outbox-limit 100000] [--ca-file CA]\n" +
 	"      [--power-sync-interval 60s] [--bmc-concurrency 32]\n" +
-	"      [--site-broker-listen ADDR [--site-broker-url URL] [--site-broker-tls-cert C --site-broker-tls-key K]] [--heartbeat-summary 10s]\n" +
+	"      [--site-broker-listen ADDR [--site-broker-url URL] [--site-broker-tls-cert C --site-broker-tls-key K | --site-broker-insecure]] [--heartbeat-summary 10s]\n" +
 	"      [--ramdisk-iso ISO --media-listen ADDR [--media-url URL] [--ramdisk-params P]]\n" +
 	"      [--metrics-listen ADDR [--metrics-listen-any]]\n" +
 	"      [--netboot-interface IFACE --netboot-kernel K --netboot-initrd I (--netboot-dhcp-range FIRST-LAST | --netboot-dhcp-mode proxy)]\n" +
@@ -171,7 +171,8 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"ramdisks it boots connect there, each with its boot's credential, never across the WAN; the\n" +
 	"agent relays over its one connection, keeps their results in its outbox and sends their\n" +
 	"heartbeats as one summary per `--heartbeat-summary`. Without it, `--ramdisk-broker-url`\n" +
-	"names the broker the ramdisks use.\n" +
+	"names the broker the ramdisks use. Plain MQTT (no `--site-broker-tls-cert`) on an address\n" +
+	"that is not loopback is refused unless `--site-broker-insecure` says so (a lab network).\n" +
 	"`--ramdisk-iso` (make ramdisk: build/ramdisk/bmramdisk.iso) lets it boot redfish nodes\n" +
 	"into the ramdisk from virtual media: it serves the ISO and each boot's parameters image on\n" +
 	"`--media-listen` (docs/drivers.md, Booting the ramdisk from virtual media).\n\n" +

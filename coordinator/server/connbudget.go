@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bmedge/bmedge/coordinator/metrics"
+	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
@@ -17,7 +18,7 @@ var (
 		"Connections held now by a listener of the coordinator (state: open, of which pending: before the first request header or the whole CONNECT).",
 		[]string{"listener", "state"}, nil)
 	connRefusedDesc = prometheus.NewDesc(metrics.Namespace+"_listener_refused_total",
-		"Connections closed at accept, before TLS or any read, because a budget was full (kind: total, per-source, pending, pending-per-source, fd-pool, fd-reserve).",
+		"Connections closed at accept, before TLS or any read, because a budget was full, or closed while pending to make room for a source that held fewer (kind: total, per-source, pending, pending-per-source, evicted, fd-pool, fd-reserve).",
 		[]string{"listener", "kind"}, nil)
 	fdPoolDesc = prometheus.NewDesc(metrics.Namespace+"_listener_fd_pool",
 		"The file descriptors the coordinator's listeners may hold together (NOFILE less --fd-reserve), and how many they hold.",
@@ -39,5 +40,23 @@ func (c connCollector) Collect(ch chan<- prometheus.Metric) {
 		for kind, n := range st.Refused {
 			ch <- prometheus.MustNewConstMetric(connRefusedDesc, prometheus.CounterValue, float64(n), st.Name, kind)
 		}
+	}
+}
+
+// publishRefusedCollector shows the publishes of authenticated clients
+// the embedded broker refused, by kind: on a command topic by anybody
+// but the coordinator (command-topic), a site's presence by another
+// client than its agent (presence).
+type publishRefusedCollector struct{ b *mqttbroker.Broker }
+
+var publishRefusedDesc = prometheus.NewDesc(metrics.Namespace+"_mqtt_publish_refused_total",
+	"Publishes (and last wills) of logged-in clients the embedded broker refused (kind: command-topic, a publish on a command topic by anybody but the coordinator; "+
+		"presence, a site's presence said by another client than its edge agent).", []string{"kind"}, nil)
+
+func (c publishRefusedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- publishRefusedDesc }
+
+func (c publishRefusedCollector) Collect(ch chan<- prometheus.Metric) {
+	for kind, n := range c.b.PublishRefused() {
+		ch <- prometheus.MustNewConstMetric(publishRefusedDesc, prometheus.CounterValue, float64(n), kind)
 	}
 }

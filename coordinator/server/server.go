@@ -77,8 +77,12 @@ type Options struct {
 // DefaultAPIConnLimits are the API listener's budgets. An operator's
 // proxy in front of the API comes from one address: raise
 // MaxPerSource (--api-max-connections-per-source) for it. A connection
-// is pending until its first request header is read.
-var DefaultAPIConnLimits = netbudget.Limits{MaxConns: 1024, MaxPerSource: 256, MaxPendingPerSource: 32}
+// is pending until a request of it passes authentication. Pending connections
+// hold at most half of the listener (MaxPending), and when the listener
+// or that half is full a source holding fewer takes the place of the
+// oldest pending connection of the source holding the most (netbudget),
+// so that many sources' idle sockets leave room for an API client.
+var DefaultAPIConnLimits = netbudget.Limits{MaxConns: 1024, MaxPerSource: 256, MaxPending: 512, MaxPendingPerSource: 32}
 
 // Coordinator is a running coordinator.
 type Coordinator struct {
@@ -164,6 +168,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 			return nil, fmt.Errorf("%w; pick another address with --mqtt-listen", err)
 		}
 		c.Broker = b
+		met.Registry().MustRegister(publishRefusedCollector{b})
 		e.SetRevoker(b.Disconnect)
 		c.BrokerURL = scheme + b.Addr
 		pub = b
@@ -241,8 +246,10 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	})
 	// ErrorLog takes net/http's own complaints (TLS handshakes that fail,
 	// mostly clients that do not trust the certificate) into the log.
-	c.http = &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelInfo), ConnState: netbudget.ConnState(nil)}
+	// A connection stays pending until a request of it passes
+	// authentication (settle.go), not merely until its first header.
+	c.http = &http.Server{Handler: settleAuthenticated(root, auth == nil), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelInfo), ConnContext: connContext}
 	// Shutdown waits for idle connections: the web view's event streams
 	// end first.
 	c.http.RegisterOnShutdown(web.Close)

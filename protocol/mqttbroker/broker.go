@@ -20,7 +20,6 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/bmedge/bmedge/protocol"
@@ -86,8 +85,9 @@ type Config struct {
 	// authenticated (default DefaultMaxConnectSize).
 	MaxConnectSize int
 	// MaxPendingConnects bounds the connections that have not yet sent
-	// their whole CONNECT (default DefaultMaxPendingConnects); more are
-	// closed at once.
+	// their whole CONNECT (Conns.MaxPending; default
+	// DefaultMaxPendingConnects); more are closed at once, or take the
+	// place of the oldest of a source that holds more (netbudget).
 	MaxPendingConnects int
 	// Name names the listener in logs and stats; it is the prefix of its
 	// budget flags (default "mqtt": --mqtt-max-connections...).
@@ -110,7 +110,7 @@ type Config struct {
 // behind one NAT address share the per-source caps; a benchmark's
 // simulated sites all come from 127.0.0.1 and raise them. What stops a
 // flood of connections that never log in is the pending cap per source.
-var DefaultConnLimits = netbudget.Limits{MaxConns: 16384, MaxPerSource: 2048, MaxPendingPerSource: 128}
+var DefaultConnLimits = netbudget.Limits{MaxConns: 16384, MaxPerSource: 2048, MaxPending: DefaultMaxPendingConnects, MaxPendingPerSource: 128}
 
 // Limits of the embedded broker.
 const (
@@ -139,11 +139,28 @@ type Broker struct {
 	Addr string
 	drop *dropHook
 	conn *netbudget.Listener
+	sl   *serveListener
+	acl  *aclHook
+	// served is closed once srv.Serve has returned (it has started the
+	// listener's accept loop).
+	served    chan struct{}
+	closeOnce sync.Once
 }
 
 // ConnStats returns the counts of the broker's listener: connections
 // held and refused at accept.
 func (b *Broker) ConnStats() netbudget.Stats { return b.conn.Stats() }
+
+// PublishRefused counts the publishes (and last wills) the broker
+// refused to authenticated clients, by kind (Refused* constants; every
+// kind is present).
+func (b *Broker) PublishRefused() map[string]int64 {
+	out := map[string]int64{}
+	for k, n := range b.acl.refusedBy {
+		out[k] = n.Load()
+	}
+	return out
+}
 
 // Handler receives a message published to a subscribed topic filter.
 // It runs on the publishing client's connection goroutine and must not
@@ -161,9 +178,6 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 	if cfg.MaxConnectSize <= 0 {
 		cfg.MaxConnectSize = DefaultMaxConnectSize
 	}
-	if cfg.MaxPendingConnects <= 0 {
-		cfg.MaxPendingConnects = DefaultMaxPendingConnects
-	}
 	caps := mqtt.NewDefaultServerCapabilities()
 	// Queued messages of offline sessions must not silently expire.
 	caps.MaximumMessageExpiryInterval = 0
@@ -176,7 +190,8 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 	if cfg.MaxSubscriptions <= 0 {
 		cfg.MaxSubscriptions = DefaultMaxSubscriptions
 	}
-	acl := &aclHook{creds: creds, log: blog, rl: ratelog.New(blog, 0), maxSubs: cfg.MaxSubscriptions}
+	acl := &aclHook{creds: creds, log: blog, rl: ratelog.New(blog, 0), maxSubs: cfg.MaxSubscriptions,
+		refusedBy: map[string]*atomic.Int64{RefusedCommandTopic: new(atomic.Int64), RefusedPresence: new(atomic.Int64)}}
 	acl.owner, _ = creds.(PresenceOwner)
 	acl.obs, _ = creds.(PublishObserver)
 	if err := srv.AddHook(acl, nil); err != nil {
@@ -210,16 +225,21 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 		}
 	}
 	bl, gl := listenerStack(ln, cfg, blog)
-	if err := srv.AddListener(listeners.NewNet("mqtt", gl)); err != nil {
+	sl := newServeListener("mqtt", gl, srv)
+	if err := srv.AddListener(sl); err != nil {
 		ln.Close()
 		return nil, err
 	}
+	served := make(chan struct{})
 	go func() {
-		if err := srv.Serve(); err != nil {
+		// Serve starts the listener's loop in a goroutine of its own.
+		err := srv.Serve()
+		close(served)
+		if err != nil {
 			log.Error("broker stopped", "err", err)
 		}
 	}()
-	return &Broker{srv: srv, Addr: ln.Addr().String(), drop: drop, conn: bl}, nil
+	return &Broker{srv: srv, Addr: ln.Addr().String(), drop: drop, conn: bl, sl: sl, served: served, acl: acl}, nil
 }
 
 // listenerStack puts ln (the raw TCP listener) under the broker's
@@ -228,13 +248,16 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 // at the first error), then TLS, then the guard, which reads above TLS so
 // that it checks MQTT bytes.
 func listenerStack(ln net.Listener, cfg Config, blog *slog.Logger) (*netbudget.Listener, *guardListener) {
-	bl := cfg.Pool.Wrap(ln, netbudget.Options{Name: cfg.Name, Limits: cfg.Conns.Or(DefaultConnLimits), Log: blog})
+	lim := cfg.Conns
+	if cfg.MaxPendingConnects > 0 {
+		lim.MaxPending = cfg.MaxPendingConnects
+	}
+	bl := cfg.Pool.Wrap(ln, netbudget.Options{Name: cfg.Name, Limits: lim.Or(DefaultConnLimits), Log: blog})
 	var inner net.Listener = bl
 	if cfg.TLS != nil {
 		inner = tls.NewListener(bl, cfg.TLS)
 	}
-	return bl, &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog, rl: ratelog.New(blog, 0),
-		pending: make(chan struct{}, cfg.MaxPendingConnects)}
+	return bl, &guardListener{Listener: inner, max: cfg.MaxConnectSize, log: blog, rl: ratelog.New(blog, 0)}
 }
 
 // Publish hands a message to the broker as its inline client, which may
@@ -264,8 +287,16 @@ func (b *Broker) Disconnect(user string) int {
 	return n
 }
 
-// Close stops the broker and drops every connection.
-func (b *Broker) Close() error { return b.srv.Close() }
+// Close stops the broker and drops every connection. It stops accepting
+// first, and waits for that, before mochi's Close (see serveListener).
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() {
+		<-b.served
+		b.sl.stop(true)
+		_ = b.srv.Close()
+	})
+	return nil
+}
 
 // dropHook counts messages the broker drops because a client's pending
 // writes are full and logs the first of each burst (never the payload).
@@ -301,6 +332,8 @@ type aclHook struct {
 	obs   PublishObserver
 	// maxSubs bounds the topic filters a client may hold.
 	maxSubs int
+	// refusedBy counts refused publishes by kind (a fixed set of keys).
+	refusedBy map[string]*atomic.Int64
 	// pass holds each connected client's password, so that every ACL
 	// check can ask whether its credential is still valid.
 	pass sync.Map // *mqtt.Client → string
@@ -355,6 +388,9 @@ func (h *aclHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool
 		}
 	}
 	h.pass.Store(cl, pass)
+	// The source proved an identity: its connections are spared by the
+	// listener's evictions (netbudget).
+	netbudget.Known(cl.Net.Conn)
 	return true
 }
 
@@ -371,6 +407,10 @@ func (h *aclHook) willAllowed(user, clientID, topic string, retain bool, delay u
 		return fmt.Errorf("retained last will on topic %q; only the identity's own presence topic may be retained", clip(topic, 100))
 	case delay > 0:
 		return errors.New("a last will with a delay interval is not taken")
+	}
+	if err := commandAllowed(prefix, topic); err != nil {
+		h.refused(RefusedCommandTopic)
+		return err
 	}
 	return h.presenceAllowed(user, clientID, prefix, topic)
 }
@@ -421,12 +461,53 @@ func (h *aclHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return false
 	}
 	if write {
+		if err := commandAllowed(prefix, topic); err != nil {
+			h.refused(RefusedCommandTopic)
+			h.rl.Warn("mqtt command topic", "MQTT publish refused", "reason", err, "user", clip(user, 64), "client", clip(cl.ID, 64), "remote", cl.Net.Remote)
+			return false
+		}
 		if err := h.presenceAllowed(user, cl.ID, prefix, topic); err != nil {
+			h.refused(RefusedPresence)
 			h.rl.Warn("mqtt presence", "MQTT publish refused", "reason", err, "remote", cl.Net.Remote)
 			return false
 		}
 	}
 	return true
+}
+
+// Kinds of refused publish, as PublishRefused counts them.
+const (
+	// RefusedCommandTopic: a publish (or a last will) on a command topic
+	// by an identity that does not hold every topic.
+	RefusedCommandTopic = "command-topic"
+	// RefusedPresence: a presence said by another client of the
+	// identity than its own (PresenceOwner).
+	RefusedPresence = "presence"
+)
+
+// IsCommandTopic tells whether topic is a command topic: its last level
+// is "cmd" (a site's bmc/cmd, a node's cmd). Only the coordinator sends
+// commands.
+func IsCommandTopic(topic string) bool { return topic == "cmd" || strings.HasSuffix(topic, "/cmd") }
+
+// commandAllowed is the rule of command topics: only an identity that
+// holds every topic (prefix "", the coordinator's own link; the inline
+// client is not checked) may publish on one. A site's clients (its edge
+// agent and every edge-SITE.* tool, all with the site's credential) and
+// a ramdisk may read their command topics, never write them: else one
+// of them could send the agent a power command, a forged plan or an ack
+// that drops its results.
+func commandAllowed(prefix, topic string) error {
+	if prefix != "" && IsCommandTopic(topic) {
+		return fmt.Errorf("publish on command topic %q: only the coordinator sends commands", clip(topic, 100))
+	}
+	return nil
+}
+
+func (h *aclHook) refused(kind string) {
+	if n, ok := h.refusedBy[kind]; ok {
+		n.Add(1)
+	}
 }
 
 // OnPublish refuses retained messages except on the identity's own

@@ -21,18 +21,16 @@ import (
 // inventories), so without this a stranger could make it buffer megabytes
 // before it has authenticated anybody, or hold connections for ever.
 //
-// At most cap(pending) connections may be between accept and the end of
-// their CONNECT at once; more are closed at once, so that strangers
-// cannot take the process's file descriptors. The budgets per source
-// and the descriptor pool are netbudget's, under TLS; a connection is
-// settled there once its whole CONNECT is read. Failed accepts (too many
+// The budgets of connections between accept and the end of their
+// CONNECT (in all: Config.MaxPendingConnects, and per source), per
+// source and of the descriptor pool are netbudget's, under TLS; a
+// connection is settled there once its whole CONNECT is read. Failed accepts (too many
 // open files) are retried below, by netbudget's listener (listenerStack).
 type guardListener struct {
 	net.Listener
-	max     int
-	log     *slog.Logger
-	rl      *ratelog.Limiter // refusals; nil: log every one
-	pending chan struct{}
+	max int
+	log *slog.Logger
+	rl  *ratelog.Limiter // refusals; nil: log every one
 }
 
 // connectTimeout is how long a new connection may take to send its whole
@@ -40,7 +38,10 @@ type guardListener struct {
 var connectTimeout = 10 * time.Second
 
 // DefaultMaxPendingConnects bounds the connections that have not yet sent
-// their whole CONNECT.
+// their whole CONNECT, all sources together (netbudget's MaxPending; a
+// source holds at most DefaultConnLimits.MaxPendingPerSource of them,
+// and when they are full a source holding fewer takes the place of the
+// heaviest source's oldest).
 const DefaultMaxPendingConnects = 2048
 
 func (l *guardListener) Accept() (net.Conn, error) {
@@ -49,28 +50,10 @@ func (l *guardListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.pending <- struct{}{}:
-		default:
-			l.warn("mqtt pending", "MQTT connection closed: too many connections have not sent their CONNECT yet", "remote", c.RemoteAddr(), "limit", cap(l.pending))
-			c.Close()
-			continue
-		}
 		g := &guardConn{Conn: c, max: l.max, log: l.log, rl: l.rl}
-		g.release = sync.OnceFunc(func() {
-			<-l.pending
-			netbudget.Settle(c)
-		})
+		g.release = sync.OnceFunc(func() { netbudget.Settle(c) })
 		return g, nil
 	}
-}
-
-func (l *guardListener) warn(kind, msg string, args ...any) {
-	if l.rl != nil {
-		l.rl.Warn(kind, msg, args...)
-		return
-	}
-	l.log.Warn(msg, args...)
 }
 
 // guardConn reads and checks the fixed header of the first packet on the
@@ -104,6 +87,10 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// NetConn is the connection under the guard (netbudget.Settle and Known
+// look through it).
+func (c *guardConn) NetConn() net.Conn { return c.Conn }
 
 func (c *guardConn) Close() error {
 	c.release()

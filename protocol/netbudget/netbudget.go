@@ -12,13 +12,30 @@
 //     source (Limits.MaxPendingPerSource). A connection is pending from
 //     accept until its server says it is past its first complete
 //     exchange (Settle): for HTTP the first request header (ConnState),
-//     for MQTT the whole CONNECT;
+//     for MQTT the whole CONNECT. Settled connections (a logged-in
+//     client) no longer count against these;
 //   - the process's descriptors: a Pool shared by all the process's
 //     listeners holds what RLIMIT_NOFILE leaves after a reserve for the
 //     store and everything else, and an accepted socket whose
 //     descriptor number shows that fewer than the reserve are left is
 //     refused too (Linux hands out the lowest free number, so fd N means
 //     N are open).
+//
+// The per-source shares are smaller than the totals, so a few sources
+// cannot fill a total alone; but many sources can (17 addresses of one
+// host fill 2048 pending slots at 128 each). So when MaxConns or
+// MaxPending is full, a connection from a source that holds fewer
+// pending connections than the heaviest source, by two or more, takes
+// the place of that source's oldest pending connection, which is closed
+// (counted as RefusedEvicted): a flood from N sources leaves room for
+// every other source, such as a site's agent or a node's ramdisk logging
+// in, whose identity is known only once its CONNECT or request is read.
+// Settled connections are never evicted. Sources that proved an
+// identity (Known: an MQTT login, an API request that passed
+// authentication) within knownTTL are never taken from either, and one
+// of them coming back needs only to hold fewer than the heaviest: a
+// site's agent reconnecting from its address finds room even while many
+// strangers hold one pending connection each.
 //
 // Refusals are counted (Stats) and logged through ratelog: one line per
 // listener and kind per interval, with the count. Accept outlives failed
@@ -92,9 +109,13 @@ const (
 	RefusedPending = "pending"
 	// RefusedPendingPerSource: MaxPendingPerSource.
 	RefusedPendingPerSource = "pending-per-source"
+	// RefusedEvicted: a pending connection closed to make room, under a
+	// full MaxConns or MaxPending, for a connection from a source that
+	// held fewer (see the package documentation).
+	RefusedEvicted = "evicted"
 )
 
-var kinds = []string{RefusedPool, RefusedReserve, RefusedTotal, RefusedPerSource, RefusedPending, RefusedPendingPerSource}
+var kinds = []string{RefusedPool, RefusedReserve, RefusedTotal, RefusedPerSource, RefusedPending, RefusedPendingPerSource, RefusedEvicted}
 
 // Pool is the file descriptors a process's listeners may hold, together:
 // RLIMIT_NOFILE less a reserve.
@@ -206,9 +227,24 @@ type Listener struct {
 	pending int
 	sources map[netip.Addr]*source
 	refused map[string]*atomic.Int64
+	// known is when each source last proved an identity (Known); now
+	// is the clock (tests replace it).
+	known map[netip.Addr]time.Time
+	now   func() time.Time
 }
 
-type source struct{ open, pending int }
+// knownTTL is how long a source that proved an identity stays known;
+// maxKnown bounds the sources remembered.
+const (
+	knownTTL = time.Hour
+	maxKnown = 4096
+)
+
+type source struct {
+	open, pending int
+	// pend is the source's pending connections, oldest first.
+	pend []*Conn
+}
 
 // Wrap returns ln under the pool's and o's budgets. ln should be the raw
 // TCP listener: put tls.NewListener above it.
@@ -218,7 +254,8 @@ func (p *Pool) Wrap(ln net.Listener, o Options) *Listener {
 		log = slog.Default()
 	}
 	l := &Listener{Listener: ln, name: o.Name, lim: o.Limits, pool: p, log: log, rl: ratelog.New(log, o.LogInterval),
-		sleep: time.Sleep, fdOf: fdOf, sources: map[netip.Addr]*source{}, refused: map[string]*atomic.Int64{}}
+		sleep: time.Sleep, fdOf: fdOf, sources: map[netip.Addr]*source{}, refused: map[string]*atomic.Int64{},
+		known: map[netip.Addr]time.Time{}, now: time.Now}
 	for _, k := range kinds {
 		l.refused[k] = new(atomic.Int64)
 	}
@@ -281,15 +318,21 @@ func (l *Listener) admit(c net.Conn) *Conn {
 		s = &source{}
 	}
 	kind, limit := "", 0
+	var victim *Conn
 	switch {
-	case l.lim.MaxConns > 0 && l.open >= l.lim.MaxConns:
-		kind, limit = RefusedTotal, l.lim.MaxConns
 	case l.lim.MaxPerSource > 0 && s.open >= l.lim.MaxPerSource:
 		kind, limit = RefusedPerSource, l.lim.MaxPerSource
-	case l.lim.MaxPending > 0 && l.pending >= l.lim.MaxPending:
-		kind, limit = RefusedPending, l.lim.MaxPending
 	case l.lim.MaxPendingPerSource > 0 && s.pending >= l.lim.MaxPendingPerSource:
 		kind, limit = RefusedPendingPerSource, l.lim.MaxPendingPerSource
+	case l.lim.MaxConns > 0 && l.open >= l.lim.MaxConns:
+		kind, limit = RefusedTotal, l.lim.MaxConns
+	case l.lim.MaxPending > 0 && l.pending >= l.lim.MaxPending:
+		kind, limit = RefusedPending, l.lim.MaxPending
+	}
+	if kind == RefusedTotal || kind == RefusedPending {
+		if victim = l.evictFor(s, key); victim != nil {
+			kind = ""
+		}
 	}
 	if kind != "" {
 		l.mu.Unlock()
@@ -302,8 +345,108 @@ func (l *Listener) admit(c net.Conn) *Conn {
 	s.open++
 	s.pending++
 	l.sources[key] = s
+	bc := &Conn{Conn: c, l: l, key: key, pending: true}
+	s.pend = append(s.pend, bc)
 	l.mu.Unlock()
-	return &Conn{Conn: c, l: l, key: key, pending: true}
+	if victim != nil {
+		l.refused[RefusedEvicted].Add(1)
+		if tc, ok := victim.Conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = victim.Conn.Close()
+		l.rl.Warn("netbudget "+l.name+" "+RefusedEvicted, "pending connection closed to make room for a source that holds fewer: "+
+			"the listener's connections or pending connections are full", "listener", l.name, "kind", RefusedEvicted,
+			"source", victim.key.String(), "for", key.String(), "refused_total", l.refused[RefusedEvicted].Load(),
+			"hint", "many sources hold connections that have not finished their first request or CONNECT")
+	}
+	return bc
+}
+
+// evictFor takes out, under l.mu, the oldest pending connection of the
+// unknown source (see Known) holding the most pending connections, when
+// that is at least two more than s (the newcomer's source, key) holds,
+// or one more when key is known: so that s, once admitted, holds no
+// more than it. It returns it for the caller to close; nil when there is
+// none such. Its places are given back here: the caller's connection
+// takes them.
+func (l *Listener) evictFor(s *source, key netip.Addr) *Conn {
+	now := l.now()
+	var heavy *source
+	for k, x := range l.sources {
+		if len(x.pend) > 0 && !l.knownLocked(k, now) && (heavy == nil || x.pending > heavy.pending) {
+			heavy = x
+		}
+	}
+	need := s.pending + 2
+	if l.knownLocked(key, now) {
+		need = s.pending + 1
+	}
+	if heavy == nil || heavy == s || heavy.pending < need {
+		return nil
+	}
+	v := heavy.pend[0]
+	heavy.pend = heavy.pend[1:]
+	v.closed, v.pending = true, false
+	heavy.pending--
+	l.pending--
+	l.open--
+	if heavy.open--; heavy.open == 0 {
+		delete(l.sources, v.key)
+	}
+	l.pool.give()
+	return v
+}
+
+func (l *Listener) knownLocked(key netip.Addr, now time.Time) bool {
+	at, ok := l.known[key]
+	return ok && now.Sub(at) < knownTTL
+}
+
+// markKnown notes that key proved an identity now.
+func (l *Listener) markKnown(key netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if _, ok := l.known[key]; !ok && len(l.known) >= maxKnown {
+		for k, at := range l.known {
+			if now.Sub(at) >= knownTTL {
+				delete(l.known, k)
+			}
+		}
+		if len(l.known) >= maxKnown {
+			return // full of live ones: this one is not remembered
+		}
+	}
+	l.known[key] = now
+}
+
+// Known notes that the budgeted connection under c (looking through
+// wrappers, as Settle) proved an identity: its source is not evicted
+// for a while, and finds room more easily (see the package
+// documentation). It reports whether it found one.
+func Known(c net.Conn) bool {
+	for range 8 {
+		switch x := c.(type) {
+		case *Conn:
+			x.l.markKnown(x.key)
+			return true
+		case interface{ NetConn() net.Conn }:
+			c = x.NetConn()
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// unpend drops c from its source's pending list (under l.mu).
+func (s *source) unpend(c *Conn) {
+	for i, x := range s.pend {
+		if x == c {
+			s.pend = append(s.pend[:i], s.pend[i+1:]...)
+			return
+		}
+	}
 }
 
 var reasons = map[string]string{
@@ -313,6 +456,7 @@ var reasons = map[string]string{
 	RefusedPerSource:        "too many connections from one source address",
 	RefusedPending:          "too many connections that have not finished their first request or CONNECT",
 	RefusedPendingPerSource: "too many connections from one source address that have not finished their first request or CONNECT",
+	RefusedEvicted:          "a pending connection was closed to make room for a source that holds fewer",
 }
 
 var flagSuffix = map[string]string{
@@ -329,7 +473,7 @@ func (l *Listener) refuse(c net.Conn, kind string, limit int, key netip.Addr) {
 	}
 	_ = c.Close()
 	hint := "raise the NOFILE limit or lower --fd-reserve"
-	if kind == RefusedPending {
+	if kind == RefusedPending || kind == RefusedEvicted {
 		hint = "pending connections end within their deadline (10 s)"
 	} else if s, ok := flagSuffix[kind]; ok {
 		hint = "if legitimate clients are refused, raise --" + l.name + s
@@ -374,7 +518,9 @@ func (l *Listener) settle(c *Conn) {
 	}
 	c.pending = false
 	l.pending--
-	l.sources[c.key].pending--
+	s := l.sources[c.key]
+	s.pending--
+	s.unpend(c)
 }
 
 func (l *Listener) release(c *Conn) {
@@ -389,6 +535,7 @@ func (l *Listener) release(c *Conn) {
 		c.pending = false
 		l.pending--
 		s.pending--
+		s.unpend(c)
 	}
 	l.open--
 	if s.open--; s.open == 0 {

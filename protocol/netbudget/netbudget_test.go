@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -40,7 +42,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newRig(t *testing.T, p *Pool, name string, lim Limits) *rig {
+func newRig(t *testing.T, p *Pool, name string, lim Limits, fdOf ...func(net.Conn) int) *rig {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,6 +53,9 @@ func newRig(t *testing.T, p *Pool, name string, lim Limits) *rig {
 	// The test process holds descriptors of its own; the pools here are
 	// small, so only the counting is checked (fd-reserve has its own test).
 	l.fdOf = func(net.Conn) int { return -1 }
+	if len(fdOf) > 0 {
+		l.fdOf = fdOf[0] // before the accept loop starts (no race)
+	}
 	r := &rig{l: l, got: make(chan net.Conn, 100), log: buf, addr: ln.Addr().String()}
 	go func() {
 		for {
@@ -72,7 +77,9 @@ func newRig(t *testing.T, p *Pool, name string, lim Limits) *rig {
 }
 
 // dial connects from the loopback address from and reports whether the
-// listener kept the connection (false: it was closed at once).
+// listener kept the connection (false: it was closed at once). It waits
+// for whichever comes first, the server's side handed out or the
+// client's side closed, so that a slow machine decides nothing.
 func (r *rig) dial(t *testing.T, from string) (net.Conn, bool) {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
@@ -84,17 +91,21 @@ func (r *rig) dial(t *testing.T, from string) (net.Conn, bool) {
 		t.Fatalf("dial from %s: %v", from, err)
 	}
 	t.Cleanup(func() { c.Close() })
+	closed := make(chan error, 1)
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		closed <- err
+	}()
 	select {
 	case sc := <-r.got:
 		return sc, true
-	case <-time.After(300 * time.Millisecond):
+	case err := <-closed:
+		if err == nil || isTimeout(err) {
+			t.Fatalf("a connection from %s was neither accepted nor closed within 30 s (read: %v)", from, err)
+		}
+		return nil, false
 	}
-	// Not handed out: it must have been closed at once.
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, syscall.ETIMEDOUT) || isTimeout(err) {
-		t.Fatalf("a connection from %s was neither accepted nor closed (read: %v)", from, err)
-	}
-	return nil, false
 }
 
 func isTimeout(err error) bool {
@@ -241,13 +252,13 @@ func TestPoolSharedByListeners(t *testing.T) {
 // fewer than the reserve are left is refused, whatever the counts.
 func TestDescriptorReserve(t *testing.T) {
 	p := pool(t, 1024, 256)
-	r := newRig(t, p, "api", Limits{})
-	fd := 700
-	r.l.fdOf = func(net.Conn) int { return fd }
+	var fd atomic.Int64
+	fd.Store(700)
+	r := newRig(t, p, "api", Limits{}, func(net.Conn) int { return int(fd.Load()) })
 	if _, ok := r.dial(t, "127.0.0.2"); !ok {
 		t.Fatal("fd 700 of 1024 with 256 reserved was refused")
 	}
-	fd = 800
+	fd.Store(800)
 	if _, ok := r.dial(t, "127.0.0.2"); ok {
 		t.Fatal("fd 800 of 1024 with 256 reserved was accepted")
 	}
@@ -350,5 +361,107 @@ func TestSourceText(t *testing.T) {
 		if got := Source(in); got != want {
 			t.Errorf("Source(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestEvictionLeavesRoomForOthers (issue 30, point 2): 20 sources holding
+// their whole pending share fill the pending and total caps; a 21st
+// source still gets in, each time, by taking the place of the oldest
+// pending connection of a source that holds the most; a source that
+// holds as many as the heaviest gets no such place (it is refused), and
+// a settled connection is never taken.
+func TestEvictionLeavesRoomForOthers(t *testing.T) {
+	r := newRig(t, pool(t, 1000, 10), "mqtt", Limits{MaxConns: 41, MaxPerSource: 10, MaxPending: 40, MaxPendingPerSource: 2})
+	settled, _ := r.dial(t, "127.0.0.19")
+	Settle(settled)
+	var flood []net.Conn
+	for i := range 20 {
+		for range 2 {
+			if c, ok := r.dial(t, fmt.Sprintf("127.0.0.%d", 20+i)); ok {
+				flood = append(flood, c)
+			}
+		}
+	}
+	if st := r.l.Stats(); st.Pending != 40 || st.Open != 41 {
+		t.Fatalf("after the flood: %+v; want 40 pending, 41 open", st)
+	}
+	// The newcomers: each gets in, one evicted each time.
+	for i := range 5 {
+		c, ok := r.dial(t, fmt.Sprintf("127.0.0.%d", 100+i))
+		if !ok {
+			t.Fatalf("newcomer %d refused under a flood of 20 sources", i)
+		}
+		Settle(c) // logs in
+	}
+	st := r.l.Stats()
+	if st.Refused[RefusedEvicted] != 5 || st.Pending != 35 || st.Open != 41 {
+		t.Fatalf("after 5 newcomers: %+v; want 5 evicted, 35 pending, 41 open", st)
+	}
+	// A flooding source that still holds its share gains nothing.
+	if _, ok := r.dial(t, "127.0.0.39"); ok {
+		t.Fatal("a source at its pending share was let in")
+	}
+	// Fill the pending cap again with newcomers of one pending each,
+	// then the settled connection of .19 must still be open.
+	for i := range 20 {
+		r.dial(t, fmt.Sprintf("127.0.0.%d", 120+i))
+	}
+	if _, err := settled.Write([]byte("x")); err != nil {
+		t.Fatalf("a settled connection was closed: %v", err)
+	}
+	if st := r.l.Stats(); st.Pending > 40 || st.Open > 41 {
+		t.Fatalf("over the caps: %+v", st)
+	}
+}
+
+// TestKnownSourcesFindRoom: when strangers hold the pending cap one
+// connection each (no source heavier than another by two), an unknown
+// newcomer is refused, but a source that proved an identity (Known) gets
+// in by taking a stranger's place (once: then it holds as many as they
+// do), and a known source's own pending connection is never taken; past
+// knownTTL it is a stranger again.
+func TestKnownSourcesFindRoom(t *testing.T) {
+	r := newRig(t, pool(t, 1000, 10), "mqtt", Limits{MaxConns: 100, MaxPerSource: 10, MaxPending: 8, MaxPendingPerSource: 4})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r.l.mu.Lock()
+	r.l.now = func() time.Time { return now }
+	r.l.mu.Unlock()
+	// The agent logs in from .7 once, then goes away.
+	agent, _ := r.dial(t, "127.0.0.7")
+	if !Known(agent) {
+		t.Fatal("Known found no budgeted connection")
+	}
+	agent.Close()
+	// .8 proves itself too and keeps one pending connection.
+	k8, _ := r.dial(t, "127.0.0.8")
+	Known(k8)
+	for i := range 7 {
+		if _, ok := r.dial(t, fmt.Sprintf("127.0.0.%d", 20+i)); !ok {
+			t.Fatalf("stranger %d refused below the cap", i)
+		}
+	}
+	if _, ok := r.dial(t, "127.0.0.50"); ok {
+		t.Fatal("an unknown newcomer got in while every source holds one pending connection")
+	}
+	if _, ok := r.dial(t, "127.0.0.7"); !ok {
+		t.Fatal("a known source (the agent coming back) was refused while strangers hold the pending cap")
+	}
+	// Its share stays fair: a second pending one would hold more than
+	// any stranger.
+	if _, ok := r.dial(t, "127.0.0.7"); ok {
+		t.Fatal("a known source took a second place while strangers hold one each")
+	}
+	if _, err := k8.Write([]byte("x")); err != nil {
+		t.Fatalf("a known source's pending connection was taken: %v", err)
+	}
+	if st := r.l.Stats(); st.Refused[RefusedEvicted] != 1 || st.Pending != 8 {
+		t.Fatalf("stats %+v; want 1 evicted, 8 pending", st)
+	}
+	// An hour later .7 is a stranger again.
+	r.l.mu.Lock()
+	now = now.Add(knownTTL)
+	r.l.mu.Unlock()
+	if _, ok := r.dial(t, "127.0.0.9"); ok {
+		t.Fatal("an unknown newcomer got in")
 	}
 }

@@ -6,11 +6,15 @@
 // ramdisk (ramdisk/rescue) runs its shell, the edge agent's simulator
 // (agent/sim) a small built-in command set.
 //
-// Budgets: a bounded number of connections and of sessions, a handshake
-// deadline, three password tries per connection, and failed tries limited
-// for the whole server (a token bucket, which a caller's other logins,
-// such as a serial console, share through Check): once it is empty every
-// try is refused unchecked until it refills. Refusals are logged through
+// Budgets: a bounded number of connections, with a share per source
+// address and a bound on those not yet logged in (protocol/netbudget:
+// a flood from many sources leaves room for one more), a bounded number
+// of sessions, a handshake deadline, three password tries per
+// connection, and failed tries limited per source address (a token
+// bucket each; a caller's other way in, such as a serial console, has a
+// bucket of its own through Check): once a source's bucket is empty its
+// tries are refused unchecked until it refills, and other sources are
+// not affected. Refusals are counted (Stats) and logged through
 // protocol/ratelog; the password never is. It must never offer
 // forwarding, agent forwarding, X11, env or subsystems.
 package rescuessh
@@ -25,10 +29,12 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/bmedge/bmedge/protocol/netbudget"
 	"github.com/bmedge/bmedge/protocol/ratelog"
 	"github.com/bmedge/bmedge/protocol/shacrypt"
 )
@@ -62,13 +68,17 @@ type Config struct {
 	Listen string
 	// Shell makes the Session of each session channel (required).
 	Shell func() Session
-	// MaxConns bounds concurrent SSH connections (default 8), MaxSessions
+	// MaxConns bounds concurrent SSH connections (default 16), MaxSessions
 	// concurrent sessions over all of them and the caller's other logins
 	// (AcquireSession; default 4).
 	MaxConns, MaxSessions int
-	// FailBurst failed tries are allowed at once, then one per FailEvery
-	// (defaults 5 and 2 s); FailDelay is waited after each failed try
-	// (default 1 s).
+	// MaxConnsPerSource bounds the connections from one source address
+	// (default 4); MaxPending those not yet logged in (default 3/4 of
+	// MaxConns), MaxPendingPerSource those of one source (default 2).
+	MaxConnsPerSource, MaxPending, MaxPendingPerSource int
+	// FailBurst failed tries are allowed at once from one source
+	// address (and from the console), then one per FailEvery (defaults 5
+	// and 2 s); FailDelay is waited after each failed try (default 1 s).
 	FailBurst            int
 	FailEvery, FailDelay time.Duration
 	// HostKey is the SSH host key; nil makes a new Ed25519 key.
@@ -86,9 +96,10 @@ type Server struct {
 	ssh      *ssh.ServerConfig
 	rl       *ratelog.Limiter
 	log      *slog.Logger
-	conns    chan struct{}
+	bl       *netbudget.Listener
 	sessions chan struct{}
-	fails    *bucket
+	fails    *buckets
+	refused  map[string]*atomic.Int64
 
 	mu     sync.Mutex
 	closed bool
@@ -108,7 +119,16 @@ func Start(cfg Config) (*Server, error) {
 		cfg.Listen = ":22"
 	}
 	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = 8
+		cfg.MaxConns = 16
+	}
+	if cfg.MaxConnsPerSource <= 0 {
+		cfg.MaxConnsPerSource = 4
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = max(1, cfg.MaxConns*3/4)
+	}
+	if cfg.MaxPendingPerSource <= 0 {
+		cfg.MaxPendingPerSource = 2
 	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = 4
@@ -138,12 +158,15 @@ func Start(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, rl: ratelog.New(cfg.Log, 0),
-		conns: make(chan struct{}, cfg.MaxConns), sessions: make(chan struct{}, cfg.MaxSessions),
-		fails: newBucket(cfg.FailBurst, cfg.FailEvery), live: map[io.Closer]struct{}{}}
+		sessions: make(chan struct{}, cfg.MaxSessions),
+		fails:    newBuckets(cfg.FailBurst, cfg.FailEvery), live: map[io.Closer]struct{}{}, refused: map[string]*atomic.Int64{}}
+	for _, k := range []string{RefusedLoginBudget, RefusedLoginFailed, RefusedSessions} {
+		s.refused[k] = new(atomic.Int64)
+	}
 	s.ssh = &ssh.ServerConfig{
 		MaxAuthTries: 3,
 		PasswordCallback: func(c ssh.ConnMetadata, pw []byte) (*ssh.Permissions, error) {
-			if err := s.Check(c.User(), string(pw)); err != nil {
+			if err := s.check(netbudget.Source(c.RemoteAddr().String()), c.User(), string(pw)); err != nil {
 				return nil, err
 			}
 			return &ssh.Permissions{}, nil
@@ -155,7 +178,16 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.ln = ln
+	// A pool of its own: the caps here are tiny beside the process's
+	// descriptors, and a simulator runs many of these servers.
+	pool, err := netbudget.NewPoolLimit(1<<20, 0)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s.bl = pool.Wrap(ln, netbudget.Options{Name: "rescue-ssh", Log: cfg.Log, Limits: netbudget.Limits{MaxConns: cfg.MaxConns,
+		MaxPerSource: cfg.MaxConnsPerSource, MaxPending: cfg.MaxPending, MaxPendingPerSource: cfg.MaxPendingPerSource}})
+	s.ln = s.bl
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -196,12 +228,49 @@ func (s *Server) untrack(c io.Closer) {
 	s.mu.Unlock()
 }
 
-// Check verifies a login, over SSH or another way in (a console): the
-// user must be "rescue", the failure budget not spent, the password the
-// hashed one. A failed try waits FailDelay.
+// Kinds of refusal counted in Stats besides the listener's (netbudget's
+// kinds: total, per-source, pending, pending-per-source, evicted).
+const (
+	// RefusedLoginBudget: a try refused unchecked, its source's failure
+	// budget spent.
+	RefusedLoginBudget = "login-budget"
+	// RefusedLoginFailed: a wrong user or password.
+	RefusedLoginFailed = "login-failed"
+	// RefusedSessions: a session over MaxSessions.
+	RefusedSessions = "sessions"
+)
+
+// ConsoleSource is the failure-budget key of Check: the console's tries
+// have a budget of their own, apart from every network source's.
+const ConsoleSource = "console"
+
+// Stats returns the refusals, by kind: the listener's (netbudget) and
+// the logins' and sessions' (Refused* constants).
+func (s *Server) Stats() map[string]int64 {
+	out := map[string]int64{}
+	for k, n := range s.bl.Stats().Refused {
+		out[k] = n
+	}
+	for k, n := range s.refused {
+		out[k] = n.Load()
+	}
+	return out
+}
+
+// Check verifies a login from another way in than SSH (a console), with
+// the console's own failure budget: the user must be "rescue", the
+// budget not spent, the password the hashed one. A failed try waits
+// FailDelay.
 func (s *Server) Check(user, password string) error {
-	if !s.fails.ok() {
-		s.rl.Warn("rescue-login-budget", "rescue login refused unchecked: too many failed tries; wait and retry")
+	return s.check(ConsoleSource, user, password)
+}
+
+// check is Check for the failure budget of source.
+func (s *Server) check(source, user, password string) error {
+	if !s.fails.ok(source) {
+		s.refused[RefusedLoginBudget].Add(1)
+		s.rl.Warn("rescue-login-budget "+source, "rescue login refused unchecked: too many failed tries from this source; wait and retry",
+			"source", source)
 		time.Sleep(s.cfg.FailDelay)
 		return errors.New("too many failed logins; retry later")
 	}
@@ -210,12 +279,13 @@ func (s *Server) Check(user, password string) error {
 		err = errors.New("unknown user")
 	}
 	if err != nil {
-		s.fails.take()
-		s.rl.Warn("rescue-login-failed", "rescue login refused: wrong user or password")
+		s.fails.take(source)
+		s.refused[RefusedLoginFailed].Add(1)
+		s.rl.Warn("rescue-login-failed", "rescue login refused: wrong user or password", "source", source)
 		time.Sleep(s.cfg.FailDelay)
 		return errors.New("wrong user or password")
 	}
-	s.log.Info("rescue login accepted", "user", User)
+	s.log.Info("rescue login accepted", "user", User, "source", source)
 	return nil
 }
 
@@ -245,21 +315,12 @@ func (s *Server) accept() {
 			}
 			return
 		}
-		select {
-		case s.conns <- struct{}{}:
-		default:
-			s.rl.Warn("rescue-ssh-conns", "rescue SSH connection refused: too many connections", "max", s.cfg.MaxConns)
-			c.Close()
-			continue
-		}
 		if !s.track(c) {
-			<-s.conns
 			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer func() { <-s.conns }()
 			defer s.untrack(c)
 			defer c.Close()
 			s.serveConn(c)
@@ -274,6 +335,8 @@ func (s *Server) serveConn(c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
+	netbudget.Settle(c) // logged in
+	netbudget.Known(c)
 	defer sc.Close()
 	go ssh.DiscardRequests(reqs)
 	for nc := range chans {
@@ -283,6 +346,7 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 		release, ok := s.AcquireSession()
 		if !ok {
+			s.refused[RefusedSessions].Add(1)
 			s.rl.Warn("rescue-sessions", "rescue session refused: too many sessions", "max", s.cfg.MaxSessions)
 			_ = nc.Reject(ssh.ResourceShortage, fmt.Sprintf("at most %d rescue sessions at once", s.cfg.MaxSessions))
 			continue
@@ -394,37 +458,79 @@ func parsePtyReq(b []byte) (term string, cols, rows uint32, ok bool) {
 	return p.Term, p.Cols, p.Rows, true
 }
 
+// maxSources bounds the failure buckets kept; past it, buckets that
+// have refilled are dropped, and if none has, new sources share one.
+const maxSources = 1024
+
+// buckets are the failure budgets, one token bucket per source.
+type buckets struct {
+	mu    sync.Mutex
+	burst int
+	every time.Duration
+	by    map[string]*bucket
+	// shared is the bucket of new sources while by is full.
+	shared *bucket
+	now    func() time.Time
+}
+
+func newBuckets(burst int, every time.Duration) *buckets {
+	b := &buckets{burst: burst, every: every, by: map[string]*bucket{}, now: time.Now}
+	b.shared = b.newBucket()
+	return b
+}
+
+func (b *buckets) newBucket() *bucket {
+	return &bucket{tokens: float64(b.burst), burst: float64(b.burst), every: b.every, last: b.now()}
+}
+
+// of returns source's bucket (under b.mu).
+func (b *buckets) of(source string) *bucket {
+	if x, ok := b.by[source]; ok {
+		return x
+	}
+	if len(b.by) >= maxSources {
+		now := b.now()
+		for k, x := range b.by {
+			if x.refill(now); x.tokens >= x.burst {
+				delete(b.by, k)
+			}
+		}
+		if len(b.by) >= maxSources {
+			return b.shared
+		}
+	}
+	x := b.newBucket()
+	b.by[source] = x
+	return x
+}
+
+// ok says whether a try from source may be checked.
+func (b *buckets) ok(source string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	x := b.of(source)
+	x.refill(b.now())
+	return x.tokens >= 1
+}
+
+// take spends a token of source's for a failed try.
+func (b *buckets) take(source string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	x := b.of(source)
+	x.refill(b.now())
+	x.tokens = max(0, x.tokens-1)
+}
+
 // bucket is a token bucket of failed tries.
 type bucket struct {
-	mu     sync.Mutex
 	tokens float64
 	burst  float64
 	every  time.Duration
 	last   time.Time
 }
 
-func newBucket(burst int, every time.Duration) *bucket {
-	return &bucket{tokens: float64(burst), burst: float64(burst), every: every, last: time.Now()}
-}
-
-func (b *bucket) refill() {
-	now := time.Now()
+func (b *bucket) refill(now time.Time) {
 	b.tokens = min(b.burst, b.tokens+float64(now.Sub(b.last))/float64(b.every))
 	b.last = now
-}
-
-// ok says whether a try may be checked.
-func (b *bucket) ok() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.refill()
-	return b.tokens >= 1
-}
-
-// take spends a token for a failed try.
-func (b *bucket) take() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.refill()
-	b.tokens = max(0, b.tokens-1)
 }

@@ -110,8 +110,14 @@ func start(t *testing.T, password string, cfg Config) (*Server, *syncBuffer) {
 // sshLogin runs OpenSSH's client (through sshpass) against s.
 func sshLogin(t *testing.T, s *Server, user, password, command string) (string, error) {
 	t.Helper()
+	return sshLoginFrom(t, s, "127.0.0.1", user, password, command)
+}
+
+// sshLoginFrom is sshLogin from the loopback address from.
+func sshLoginFrom(t *testing.T, s *Server, from, user, password, command string) (string, error) {
+	t.Helper()
 	_, port, _ := net.SplitHostPort(s.Addr().String())
-	args := []string{"-p", password, "ssh", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+	args := []string{"-p", password, "ssh", "-F", "/dev/null", "-b", from, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
 		"-o", "PreferredAuthentications=password", "-o", "PubkeyAuthentication=no", "-o", "NumberOfPasswordPrompts=1",
 		"-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR", "-p", port, user + "@127.0.0.1", command}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -157,27 +163,122 @@ func TestSSHLogin(t *testing.T) {
 	}
 }
 
-// TestFailedTriesLimited: once the failure budget is spent, even the
-// right password is refused until it refills, and Check (a console's
-// way in) shares the budget.
+// TestFailedTriesLimited: once a source's failure budget is spent, even
+// the right password is refused from it until it refills; another source
+// and the console (Check) have budgets of their own, and the console's
+// spent budget leaves SSH alone.
 func TestFailedTriesLimited(t *testing.T) {
 	needTools(t, "ssh", "sshpass")
 	const pw = "Rescue-Pa55-limit"
 	s, logs := start(t, pw, Config{FailBurst: 2, FailEvery: time.Hour})
-	if _, err := sshLogin(t, s, "rescue", "wrong", "true"); err == nil {
-		t.Fatal("a wrong password logged in")
+	for range 2 {
+		if _, err := sshLoginFrom(t, s, "127.0.0.2", "rescue", "wrong", "true"); err == nil {
+			t.Fatal("a wrong password logged in")
+		}
 	}
-	if err := s.Check("rescue", "wrong-too"); err == nil {
-		t.Fatal("Check took a wrong password")
+	if out, err := sshLoginFrom(t, s, "127.0.0.2", "rescue", pw, "in"); err == nil {
+		t.Fatalf("the right password was checked with the source's failure budget spent: %q", out)
 	}
-	if out, err := sshLogin(t, s, "rescue", pw, "in"); err == nil {
-		t.Fatalf("the right password was checked with the failure budget spent: %q", out)
+	if out, err := sshLoginFrom(t, s, "127.0.0.3", "rescue", pw, "in"); err != nil || !strings.Contains(out, "ran: in") {
+		t.Fatalf("another source was refused for 127.0.0.2's failures: %q %v", out, err)
+	}
+	if err := s.Check("rescue", pw); err != nil {
+		t.Fatalf("the console was refused for 127.0.0.2's failures: %v", err)
+	}
+	for range 2 {
+		if err := s.Check("rescue", "wrong-too"); err == nil {
+			t.Fatal("Check took a wrong password")
+		}
 	}
 	if err := s.Check("rescue", pw); err == nil {
-		t.Fatal("Check took the right password with the failure budget spent")
+		t.Fatal("Check took the right password with the console's failure budget spent")
+	}
+	if out, err := sshLoginFrom(t, s, "127.0.0.3", "rescue", pw, "in"); err != nil || !strings.Contains(out, "ran: in") {
+		t.Fatalf("SSH was refused for the console's failures: %q %v", out, err)
 	}
 	if !strings.Contains(logs.String(), "too many failed tries") {
 		t.Fatalf("the spent budget is not logged:\n%s", logs)
+	}
+	st := s.Stats()
+	if st[RefusedLoginFailed] != 4 || st[RefusedLoginBudget] != 2 {
+		t.Fatalf("stats %v; want 4 failed and 2 refused unchecked", st)
+	}
+}
+
+// TestStrangersLeaveRoom (issue 30, acceptance 2): 8 idle sockets from
+// one address and 4 from four others, and 3 guessers (x/crypto/ssh
+// clients) spending their failure budgets, do not keep the operator out:
+// OpenSSH's client with the right password logs in from another address
+// while they hold on. The refusals are counted by kind.
+func TestStrangersLeaveRoom(t *testing.T) {
+	needTools(t, "ssh", "sshpass")
+	const pw = "Rescue-Pa55-room"
+	s, _ := start(t, pw, Config{FailBurst: 3, FailEvery: time.Hour, FailDelay: 50 * time.Millisecond})
+	addr := s.Addr().String()
+	var idle []net.Conn
+	dial := func(from string) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+		if c, err := d.Dial("tcp", addr); err == nil {
+			idle = append(idle, c)
+		}
+	}
+	for range 8 {
+		dial("127.0.0.50")
+	}
+	for i := range 4 {
+		dial(fmt.Sprintf("127.0.0.%d", 51+i))
+	}
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	// The guessers: each tries wrong passwords until it is refused
+	// unchecked, and goes on trying while the operator logs in.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			from := &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("127.0.0.%d", 60+i))}
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				d := net.Dialer{LocalAddr: from, Timeout: 5 * time.Second}
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					continue
+				}
+				cfg := &ssh.ClientConfig{User: "rescue", Auth: []ssh.AuthMethod{ssh.Password(fmt.Sprintf("guess-%d", n))},
+					HostKeyCallback: ssh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second}
+				if sc, _, _, err := ssh.NewClientConn(c, addr, cfg); err == nil {
+					sc.Close()
+				}
+				c.Close()
+			}
+		}()
+	}
+	// Let the guessers spend their budgets before the operator comes.
+	for deadline := time.Now().Add(30 * time.Second); s.Stats()[RefusedLoginBudget] < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the guessers never spent their budgets: %v", s.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out, err := sshLoginFrom(t, s, "127.0.0.1", "rescue", pw, "operator")
+	close(stop)
+	wg.Wait()
+	if err != nil || !strings.Contains(out, "ran: operator") {
+		t.Fatalf("the operator was kept out by 12 idle sockets and 3 guessers: %q %v (stats %v)", out, err, s.Stats())
+	}
+	st := s.Stats()
+	t.Logf("refusals: %v", st)
+	if st["pending-per-source"] < 6 || st[RefusedLoginFailed] < 9 || st[RefusedLoginBudget] < 3 {
+		t.Fatalf("stats %v: want 6 refused over the pending share of 127.0.0.50, 9 failed and 3 unchecked tries", st)
 	}
 }
 

@@ -7,13 +7,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bmedge/bmedge/drivers"
@@ -23,29 +23,45 @@ import (
 // two ramdisks. The writer listens; the reader connects. Before any data,
 // both prove that they hold the pair's key (which the coordinator derives
 // for the two nodes and hands to each ramdisk with the step), each over
-// the other's fresh nonce:
+// the other's fresh nonce, and neither tells anything (no node UUID)
+// before the other has shown it holds the key: the UUIDs are bound into
+// the MACs, never sent.
 //
-//	reader -> writer  hello:     magic, nonce R, reader's node UUID, the UUID it expects the writer to be
-//	writer -> reader  challenge: magic, nonce W, writer's node UUID, the UUID it expects the reader to be,
-//	                             HMAC(key, "writer", R, W, writer UUID, reader UUID)
+//	reader -> writer  hello:     magic, nonce R, HMAC(key, "hello", R, reader UUID, writer UUID)
+//	writer -> reader  challenge: magic, nonce W, HMAC(key, "writer", R, W, writer UUID, reader UUID)
 //	reader -> writer  response:  HMAC(key, "reader", W, R, reader UUID, writer UUID)
 //	writer -> reader  accept:    magic
 //
-// Every message has a fixed size, read under the handshake deadline.
+// Every message has a fixed size, read under the handshake deadline. The
+// writer answers only a hello with the right MAC (a replayed hello gets a
+// challenge over a fresh W, which a replayed response does not answer).
+// It handshakes with several connections at once (a bounded number, and
+// fewer per source address) and ignores those that fail, so that a port
+// scan, garbage or a stranger neither fails the step nor keeps the
+// partner out; only the pairing timeout ends the wait.
 // Then the writer streams for the runtime, the reader checks every block
 // (a pattern both derive from the key and the nonces, and a sequence
 // number), and the direction swaps on the same connection.
 
 const (
-	netMagic    = "bmnetbi1"
+	netMagic    = "bmnetbi2"
 	nonceSize   = 32
 	uuidSize    = 36
 	macSize     = sha256.Size
-	helloSize   = len(netMagic) + nonceSize + 2*uuidSize
-	challSize   = len(netMagic) + nonceSize + 2*uuidSize + macSize
+	helloSize   = len(netMagic) + nonceSize + macSize
+	challSize   = len(netMagic) + nonceSize + macSize
 	blockSize   = 64 << 10
 	patternSize = 1 << 20
 	frameHeader = 16
+)
+
+// The writer's handshake budget: connections being authenticated at once,
+// in all and from one source address. Past them a connection is closed
+// at once (and counted as refused); the partner's own address (when the
+// writer is told it, as Partner) has a share that strangers cannot use.
+const (
+	maxHandshakes          = 16
+	maxHandshakesPerSource = 4
 )
 
 // Frame types of the stream.
@@ -76,8 +92,10 @@ type NetworkOptions struct {
 	PairingTimeout time.Duration
 	// HandshakeTimeout bounds one handshake (default 5 s).
 	HandshakeTimeout time.Duration
-	// MaxFailedHandshakes ends the pairing after this many failed
-	// handshakes (default 3).
+	// MaxFailedHandshakes ends the reader's pairing after this many
+	// failed handshakes with the writer's address (default 3). The
+	// writer never ends its wait on failed handshakes (a stranger could
+	// fail them on purpose): only PairingTimeout ends it.
 	MaxFailedHandshakes int
 	// RetryInterval is the reader's pause between attempts (default 1 s).
 	RetryInterval time.Duration
@@ -106,7 +124,9 @@ type NetworkResult struct {
 	// Write is this node to its partner, Read the partner to this node.
 	Write DirectionResult `json:"write"`
 	Read  DirectionResult `json:"read"`
-	// FailedHandshakes is the handshakes refused before the partner's.
+	// FailedHandshakes is the handshakes refused before the partner's
+	// (on the writer: connections that sent nothing, garbage or no proof
+	// of the key, and those over the handshake budget).
 	FailedHandshakes int `json:"failed_handshakes"`
 }
 
@@ -234,10 +254,12 @@ type HandshakeError struct {
 
 func (e *HandshakeError) Error() string { return e.Peer + ": " + e.Reason }
 
-// listenPartner is the writer's pairing: it accepts one connection at a
-// time, each with HandshakeTimeout for the handshake, until one proves
-// the key, the pairing timeout passes or MaxFailedHandshakes failed. The
-// listening socket lives only this long.
+// listenPartner is the writer's pairing: it accepts connections and
+// handshakes with each (HandshakeTimeout each, up to maxHandshakes at
+// once, maxHandshakesPerSource from one address) until one proves the
+// key or the pairing timeout passes. Failed handshakes are counted and
+// the last one's reason named, but end nothing. The listening socket
+// lives only this long.
 func listenPartner(ctx context.Context, opts NetworkOptions) (net.Conn, []byte, int, error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", opts.Listen)
@@ -249,34 +271,119 @@ func listenPartner(ctx context.Context, opts NetworkOptions) (net.Conn, []byte, 
 	_ = l.(*net.TCPListener).SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
+	partnerHost := hostOf(opts.Partner)
+
+	type outcome struct {
+		c    net.Conn
+		seed []byte
+		err  error
+	}
+	var (
+		mu       sync.Mutex
+		open     = map[net.Conn]string{} // handshakes under way, by source
+		perSrc   = map[string]int{}
+		done     bool
+		refused  int
+		results  = make(chan outcome)
+		finished = make(chan struct{})
+		acceptEr = make(chan error, 1)
+	)
+	drop := func(c net.Conn) {
+		mu.Lock()
+		if src, ok := open[c]; ok {
+			delete(open, c)
+			if perSrc[src]--; perSrc[src] == 0 {
+				delete(perSrc, src)
+			}
+		}
+		mu.Unlock()
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				acceptEr <- err
+				return
+			}
+			src := hostOf(c.RemoteAddr().String())
+			mu.Lock()
+			others := len(open) - perSrc[partnerHost]
+			over := done || perSrc[src] >= maxHandshakesPerSource ||
+				(src != partnerHost && others >= maxHandshakes-maxHandshakesPerSource) || len(open) >= maxHandshakes
+			if over {
+				if !done {
+					refused++
+				}
+				mu.Unlock()
+				c.Close()
+				continue
+			}
+			open[c] = src
+			perSrc[src]++
+			mu.Unlock()
+			go func() {
+				seed, err := writerHandshake(c, opts)
+				drop(c)
+				select {
+				case results <- outcome{c, seed, err}:
+				case <-finished:
+					c.Close()
+				}
+			}()
+		}
+	}()
+	// finish ends the handshakes still under way (their goroutines close
+	// their connections) and the accept loop.
+	finish := func() int {
+		mu.Lock()
+		done = true
+		for c := range open {
+			c.Close()
+		}
+		n := refused
+		mu.Unlock()
+		close(finished)
+		l.Close()
+		return n
+	}
 	fails := 0
 	var last error
 	for {
-		c, err := l.Accept()
-		if err != nil {
+		select {
+		case r := <-results:
+			if r.err == nil {
+				return r.c, r.seed, fails + finish(), nil
+			}
+			r.c.Close()
+			fails++
+			last = r.err
+		case <-acceptEr:
+			n := finish()
+			fails += n
 			if ctx.Err() != nil {
 				return nil, nil, fails, fmt.Errorf("network burn-in cancelled while waiting for partner node %s: %w", opts.PartnerNode, ctx.Err())
 			}
 			why := "no connection"
 			if last != nil {
 				why = fmt.Sprintf("%d failed handshakes, the last: %v", fails, last)
+			} else if n > 0 {
+				why = fmt.Sprintf("%d connections over the handshake budget", n)
 			}
 			return nil, nil, fails, fmt.Errorf("network burn-in: partner node %s did not connect and authenticate to this writer (port %s) within %s (%s); "+
-				"is it cleaning with burnin_network as reader, with this node as partner_node and partner set to this node's address, and can it reach the port?",
+				"is it cleaning with burnin_network as reader, with this node as partner_node and partner set to this node's address, and can it reach the port? "+
+				"Both nodes must name each other as partner_node (their pair key is derived from both)",
 				opts.PartnerNode, portOf(opts.Listen), opts.PairingTimeout, why)
 		}
-		seed, err := writerHandshake(c, opts)
-		if err == nil {
-			return c, seed, fails, nil
-		}
-		c.Close()
-		fails++
-		last = err
-		if fails >= opts.MaxFailedHandshakes {
-			return nil, nil, fails, fmt.Errorf("network burn-in: %d handshakes failed, none from partner node %s with this pair's key (the last: %v); "+
-				"both nodes must name each other as partner_node and clean with burnin_network at the same time", fails, opts.PartnerNode, last)
-		}
 	}
+}
+
+// hostOf is the host of HOST:PORT (addr itself when it has no port).
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return h
 }
 
 func portOf(addr string) string {
@@ -287,7 +394,8 @@ func portOf(addr string) string {
 	return p
 }
 
-// writerHandshake authenticates a connection on the writer's side.
+// writerHandshake authenticates a connection on the writer's side. It
+// sends nothing before a hello with the pair's MAC has arrived.
 func writerHandshake(c net.Conn, opts NetworkOptions) ([]byte, error) {
 	peer := "peer " + c.RemoteAddr().String()
 	_ = c.SetDeadline(time.Now().Add(opts.HandshakeTimeout))
@@ -299,30 +407,25 @@ func writerHandshake(c net.Conn, opts NetworkOptions) ([]byte, error) {
 		return nil, &HandshakeError{peer, "sent something else than a burn-in hello"}
 	}
 	p := hello[len(netMagic):]
-	rNonce, rNode, rWants := p[:nonceSize], string(p[nonceSize:nonceSize+uuidSize]), string(p[nonceSize+uuidSize:])
-	wNonce := nonce()
+	rNonce, rMAC := p[:nonceSize], p[nonceSize:]
 	self, partner := []byte(opts.Node), []byte(opts.PartnerNode)
+	if !hmac.Equal(rMAC, mac(opts.Key, "hello", rNonce, partner, self)) {
+		return nil, &HandshakeError{peer, "its hello does not carry this pair's key (a stranger, or a reader that names other nodes or holds another pair's key)"}
+	}
+	wNonce := nonce()
 	chall := make([]byte, 0, challSize)
 	chall = append(chall, netMagic...)
 	chall = append(chall, wNonce...)
-	chall = append(chall, self...)
-	chall = append(chall, partner...)
 	chall = append(chall, mac(opts.Key, "writer", rNonce, wNonce, self, partner)...)
 	if _, err := c.Write(chall); err != nil {
 		return nil, &HandshakeError{peer, "challenge not delivered: " + ioReason(err)}
 	}
 	resp := make([]byte, macSize)
 	if _, err := io.ReadFull(c, resp); err != nil {
-		why := "closed without proving the pair key"
-		if rNode != opts.PartnerNode {
-			why += fmt.Sprintf(" (it says it is node %s, this node's partner_node is %s)", printable(rNode), opts.PartnerNode)
-		} else if rWants != opts.Node {
-			why += fmt.Sprintf(" (it says it is node %s and pairs with node %s, not this node %s)", printable(rNode), printable(rWants), opts.Node)
-		}
-		return nil, &HandshakeError{peer, why + ": " + ioReason(err)}
+		return nil, &HandshakeError{peer, "closed without proving the pair key over this writer's nonce: " + ioReason(err)}
 	}
 	if !hmac.Equal(resp, mac(opts.Key, "reader", wNonce, rNonce, partner, self)) {
-		return nil, &HandshakeError{peer, fmt.Sprintf("does not hold this pair's key (it says it is node %s)", printable(rNode))}
+		return nil, &HandshakeError{peer, "did not prove this pair's key over this writer's nonce (a replayed handshake?)"}
 	}
 	if _, err := c.Write([]byte(netMagic)); err != nil {
 		return nil, &HandshakeError{peer, "accept not delivered: " + ioReason(err)}
@@ -385,28 +488,21 @@ func readerHandshake(c net.Conn, opts NetworkOptions) ([]byte, error) {
 	hello := make([]byte, 0, helloSize)
 	hello = append(hello, netMagic...)
 	hello = append(hello, rNonce...)
-	hello = append(hello, self...)
-	hello = append(hello, partner...)
+	hello = append(hello, mac(opts.Key, "hello", rNonce, self, partner)...)
 	if _, err := c.Write(hello); err != nil {
 		return nil, &HandshakeError{peer, "hello not delivered: " + ioReason(err)}
 	}
 	chall := make([]byte, challSize)
 	if _, err := io.ReadFull(c, chall); err != nil {
-		return nil, &HandshakeError{peer, "no complete challenge within the handshake deadline: " + ioReason(err)}
+		return nil, &HandshakeError{peer, "no complete challenge within the handshake deadline (" + ioReason(err) + "): " +
+			"the writer did not recognise this node's hello; both nodes must name each other as partner_node and clean at the same time"}
 	}
 	if string(chall[:len(netMagic)]) != netMagic {
 		return nil, &HandshakeError{peer, "answered something else than a burn-in challenge (another service on that port?)"}
 	}
 	p := chall[len(netMagic):]
-	wNonce := p[:nonceSize]
-	wNode, wWants := string(p[nonceSize:nonceSize+uuidSize]), string(p[nonceSize+uuidSize:nonceSize+2*uuidSize])
-	wMAC := p[nonceSize+2*uuidSize:]
-	switch {
-	case wNode != opts.PartnerNode:
-		return nil, &HandshakeError{peer, fmt.Sprintf("says it is node %s, not partner_node %s: check partner and partner_node", printable(wNode), opts.PartnerNode)}
-	case wWants != opts.Node:
-		return nil, &HandshakeError{peer, fmt.Sprintf("is node %s, but its partner_node is node %s, not this node %s: both nodes must name each other", printable(wNode), printable(wWants), opts.Node)}
-	case !hmac.Equal(wMAC, mac(opts.Key, "writer", rNonce, wNonce, partner, self)):
+	wNonce, wMAC := p[:nonceSize], p[nonceSize:]
+	if !hmac.Equal(wMAC, mac(opts.Key, "writer", rNonce, wNonce, partner, self)) {
 		return nil, &HandshakeError{peer, "did not prove this pair's key"}
 	}
 	if _, err := c.Write(mac(opts.Key, "reader", wNonce, rNonce, self, partner)); err != nil {
@@ -418,21 +514,6 @@ func readerHandshake(c net.Conn, opts NetworkOptions) ([]byte, error) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	return patternSeed(opts.Key, rNonce, wNonce), nil
-}
-
-// printable shows a peer's claimed UUID safely (it is unauthenticated).
-func printable(s string) string {
-	ok := true
-	for _, r := range s {
-		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F' || r == '-') {
-			ok = false
-			break
-		}
-	}
-	if ok {
-		return s
-	}
-	return fmt.Sprintf("%q", hex.EncodeToString([]byte(s)))
 }
 
 func ioReason(err error) string {

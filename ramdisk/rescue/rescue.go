@@ -5,12 +5,13 @@
 // (it never sees the password). A session runs the ramdisk's shell
 // (u-root's gosh as /bin/sh) as root.
 //
-// Budgets (protocol/rescuessh): a bounded number of connections and of
-// sessions (the console's counted too), a handshake deadline, three
-// password tries per connection, and failed tries limited for the whole
-// server (a token bucket shared by SSH and the console): once it is
-// empty every try is refused unchecked until it refills. Refusals are
-// logged through protocol/ratelog; the password never is.
+// Budgets (protocol/rescuessh): a bounded number of connections, with a
+// share per source address, and of sessions (the console's counted too),
+// a handshake deadline, three password tries per connection, and failed
+// tries limited per source address, the console having a budget of its
+// own: once a source's budget is empty its tries are refused unchecked
+// until it refills, and nobody else's are. Refusals are logged through
+// protocol/ratelog; the password never is.
 package rescue
 
 import (
@@ -39,12 +40,12 @@ type Config struct {
 	// Shell is the shell a session runs (default /bin/sh); a command
 	// runs as Shell -c COMMAND.
 	Shell string
-	// MaxConns bounds concurrent SSH connections (default 8), MaxSessions
+	// MaxConns bounds concurrent SSH connections (default 16), MaxSessions
 	// concurrent sessions over all of them and the console (default 4).
 	MaxConns, MaxSessions int
-	// FailBurst failed tries are allowed at once, then one per FailEvery
-	// (defaults 5 and 2 s); FailDelay is waited after each failed try
-	// (default 1 s).
+	// FailBurst failed tries are allowed at once from one source (the
+	// console is one), then one per FailEvery (defaults 5 and 2 s);
+	// FailDelay is waited after each failed try (default 1 s).
 	FailBurst            int
 	FailEvery, FailDelay time.Duration
 	// HostKey is the SSH host key; nil makes a new Ed25519 key.

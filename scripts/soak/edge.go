@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -36,8 +39,11 @@ type edge struct {
 	killing bool
 	// start runs the agent program once more (the same command).
 	start func() error
-	// Kills counts the SIGKILLs of -kill-agent-every.
-	Kills int
+	// Kills counts the SIGKILLs of -kill-agent-every, AfterPower those
+	// that came right after a power command (-kill-after-power).
+	Kills, AfterPower int
+	// metrics is the agent's metrics address (the process agent).
+	metrics string
 }
 
 // simulated nodes' settings, the same in both ways of running the agent:
@@ -92,12 +98,15 @@ func startEdge(ctx context.Context, o options, tmp string, creds agent.Credentia
 		return e, nil
 	}
 	bin := o.agentBin
+	var err error
 	if bin == "" {
 		fmt.Fprintln(os.Stderr, "soak: building the edge agent…")
-		var err error
 		if bin, err = buildAgent(ctx, tmp); err != nil {
 			return nil, err
 		}
+	}
+	if e.metrics, err = freeAddr(); err != nil {
+		return nil, err
 	}
 	credFile := filepath.Join(tmp, "site.json")
 	b, _ := json.Marshal(creds)
@@ -111,7 +120,7 @@ func startEdge(ctx context.Context, o options, tmp string, creds agent.Credentia
 		}
 		cmd := exec.Command(bin, "--credentials-file", credFile, "--state-dir", e.StateDir,
 			"--simulate", strconv.Itoa(o.nodes), "--heartbeat", simHeartbeat.String(),
-			"--step-duration", o.stepDuration.String(), "--boot-delay", "0s", "--bmc-delay", "0s")
+			"--step-duration", o.stepDuration.String(), "--boot-delay", "0s", "--bmc-delay", "0s", "--metrics-listen", e.metrics)
 		cmd.Stdout, cmd.Stderr = lf, lf
 		// As the coordinator: its own process group, killed with the soak.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -192,12 +201,18 @@ func (e *edge) Pid() int {
 // KillLoop kills the agent with SIGKILL every `every` and starts it
 // again on the same state folder, until ctx ends (-kill-agent-every).
 // Before each kill it prints what inFlight says (the nodes in flight).
-func (e *edge) KillLoop(ctx context.Context, every time.Duration, api *loadrig.API, inFlight func() string) error {
+func (e *edge) KillLoop(ctx context.Context, every time.Duration, afterPower bool, api *loadrig.API, inFlight func() string) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(every):
+		}
+		if afterPower && e.awaitPowerCommand(ctx, 30*time.Second) {
+			e.AfterPower++
+		}
+		if ctx.Err() != nil {
+			return nil // the cycles ended meanwhile
 		}
 		fmt.Printf("soak: SIGKILL #%d of the edge agent; nodes: %s\n", e.Kills+1, inFlight())
 		e.mu.Lock()
@@ -215,10 +230,55 @@ func (e *edge) KillLoop(ctx context.Context, every time.Duration, api *loadrig.A
 		e.mu.Lock()
 		e.killing = false
 		e.mu.Unlock()
+		if err != nil && ctx.Err() != nil && e.Alive() {
+			return nil // the cycles ended while it came back; it runs
+		}
 		if err != nil {
 			return fmt.Errorf("restart of the edge agent after its SIGKILL #%d: %w", e.Kills, err)
 		}
 	}
+}
+
+// awaitPowerCommand polls the agent's metrics until its count of power
+// commands run goes up (one just returned from its BMC: its result may
+// not be kept yet), for at most within; it tells whether it saw one.
+func (e *edge) awaitPowerCommand(ctx context.Context, within time.Duration) bool {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	last := -1.0
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		n := -1.0
+		if resp, err := hc.Get("http://" + e.metrics + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			n = 0
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "bmedge_agent_bmc_operations_total{") && strings.Contains(l, `action="power"`) {
+					if v, err := strconv.ParseFloat(l[strings.LastIndex(l, " ")+1:], 64); err == nil {
+						n += v
+					}
+				}
+			}
+		}
+		if last >= 0 && n > last {
+			return true
+		}
+		if n >= 0 {
+			last = n
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return false
+}
+
+// freeAddr is a 127.0.0.1 address nobody listens on now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // Alive tells whether the agent still runs.

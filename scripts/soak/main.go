@@ -61,6 +61,8 @@ type options struct {
 	// killEvery and stepDuration: -kill-agent-every, -step-duration.
 	killEvery    time.Duration
 	stepDuration time.Duration
+	// killAfterPower: -kill-after-power.
+	killAfterPower bool
 }
 
 func envInt(name string, def int) int {
@@ -98,7 +100,12 @@ func main() {
 	flag.Float64Var(&o.growth, "max-growth", 1.25, "target: RSS and data folder after the last cycle at most this many times their value after cycle 2")
 	flag.DurationVar(&o.killEvery, "kill-agent-every", 0, "kill the edge agent with SIGKILL this often while the cycles run and start it again on the same state folder (0: never; not with -inprocess): every node must still end each cycle in its target state, with its in-flight ramdisk steps and results carried over the restarts")
 	flag.DurationVar(&o.stepDuration, "step-duration", 0, "how long each simulated in-band step takes (the agent's --step-duration); with -kill-agent-every, a few seconds make the kills land in the middle of steps")
+	flag.BoolVar(&o.killAfterPower, "kill-after-power", false, "with -kill-agent-every: after each interval, wait until the agent has just run a BMC power command (its metrics, read every few ms) and kill it then, so that kills land between a boot's power action and keeping its result")
 	flag.Parse()
+	if o.killAfterPower && o.killEvery <= 0 {
+		fmt.Fprintln(os.Stderr, "soak: -kill-after-power goes with -kill-agent-every D")
+		os.Exit(2)
+	}
 	if o.killEvery > 0 && o.inprocess {
 		fmt.Fprintln(os.Stderr, "soak: -kill-agent-every needs the agent as a process of its own; drop -inprocess")
 		os.Exit(2)
@@ -240,13 +247,16 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 	if o.killEvery > 0 {
 		kctx, stopKills := context.WithCancel(ctx)
 		defer stopKills()
-		go func() { killErr <- s.edge.KillLoop(kctx, o.killEvery, s.api, func() string { return s.states(kctx) }) }()
+		go func() {
+			killErr <- s.edge.KillLoop(kctx, o.killEvery, o.killAfterPower, s.api, func() string { return s.states(kctx) })
+		}()
 		defer func() {
 			stopKills()
 			if kerr := <-killErr; kerr != nil && err == nil {
 				err = kerr
 			}
-			fmt.Printf("soak: the edge agent was killed with SIGKILL %d times (every %s) and started again on its state folder\n", s.edge.Kills, o.killEvery)
+			fmt.Printf("soak: the edge agent was killed with SIGKILL %d times (every %s; right after a power command: %d) and started again on its state folder\n",
+				s.edge.Kills, o.killEvery, s.edge.AfterPower)
 		}()
 	}
 	base := s.measure(0, 0)

@@ -108,8 +108,11 @@ func TestWANCutMidPlan(t *testing.T) {
 		}
 		return done == nodes, fmt.Sprintf("%d of %d available", done, nodes)
 	})
-	if took := time.Since(back); took > summary {
-		t.Errorf("the nodes took %s after the site's return to be available, more than one summary interval (%s)", took.Round(100*time.Millisecond), summary)
+	// About one summary interval on a quiet machine; the bound leaves
+	// room for a loaded one (what it catches is a wait for a timeout,
+	// minutes).
+	if took := time.Since(back); took > 3*summary+30*time.Second {
+		t.Errorf("the nodes took %s after the site's return to be available, more than three summary intervals (%s) and 30 s", took.Round(100*time.Millisecond), summary)
 	} else {
 		t.Logf("every node available %s after the site's return", took.Round(100*time.Millisecond))
 	}

@@ -143,8 +143,12 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	planSilence := fs.Duration("plan-silence-bound", agent.DefaultPlanSilenceBound, "once the coordinator has not been heard (the agent's link is down) for longer than this, a plan starts no next step until it is heard again; the running step finishes (0: never hold a plan back)")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
-	sb, summary := siteBroker()
+	sb, summary, sbErr := siteBroker()
 	sb.Conns = sbConns()
+	if sbErr != "" {
+		fmt.Fprintln(os.Stderr, "error: "+sbErr)
+		os.Exit(2)
+	}
 	if msg := checkConnBudgets(fs); msg != "" {
 		fmt.Fprintln(os.Stderr, "error: "+msg)
 		os.Exit(2)

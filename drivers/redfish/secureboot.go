@@ -14,7 +14,7 @@ type NoSecureBootError struct {
 }
 
 func (e *NoSecureBootError) Error() string {
-	return fmt.Sprintf("redfish BMC %s cannot boot %s with UEFI Secure Boot: the system has no SecureBoot resource (the BMC lacks Redfish's SecureBoot, or the server lacks Secure Boot); the node asks for it (capability secure_boot:true in instance_info or properties): remove that capability, or turn Secure Boot on in the server's firmware setup and leave it out", e.Endpoint, e.System)
+	return fmt.Sprintf("redfish BMC %s cannot boot %s with UEFI Secure Boot: the system has no SecureBoot resource (the BMC lacks Redfish's SecureBoot, or the server lacks Secure Boot); the node asks for it (capability secure_boot:true in its instance_info or properties); nothing was booted. Remove that capability to boot without Secure Boot, or update the BMC's firmware to one that offers the SecureBoot resource", e.Endpoint, e.System)
 }
 
 // SetSecureBoot turns UEFI Secure Boot on or off for the system's next

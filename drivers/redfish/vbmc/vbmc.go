@@ -18,7 +18,9 @@
 // sessions (with a limit), Basic and token authentication, systems with
 // power, boot override and a reset action, BIOS attributes with pending
 // settings applied at the next start, managers with a reset action and a
-// virtual CD. Besides (firmware.go, storage.go, registry.go): an
+// virtual CD, a SecureBoot resource whose SecureBootEnable applies at the
+// next UEFI start (a QEMUMachine then runs OVMF's Secure Boot firmware
+// with Microsoft's keys). Besides (firmware.go, storage.go, registry.go): an
 // UpdateService with SimpleUpdate (the BMC fetches ImageURI) and a
 // multipart push, whose tasks (TaskService, 202 while running) end
 // Completed or Exception; a FirmwareInventory (BIOS, BMC, NIC) whose

@@ -79,6 +79,7 @@ type Boot struct {
 	// holds the kept boots' parameters images until Start serves them
 	// again.
 	creds   map[string][2]string
+	secure  map[string]secureArg
 	vmBoot  map[string]vmMode
 	kept    KeptStore
 	restore map[string]vmKept
@@ -110,7 +111,7 @@ func New(cfg Config) *Boot {
 	if cfg.Dropped == nil {
 		cfg.Dropped = func(string) {}
 	}
-	return &Boot{cfg: cfg, log: cfg.Log, creds: map[string][2]string{}, vmBoot: map[string]vmMode{}, nb: newNetbootState()}
+	return &Boot{cfg: cfg, log: cfg.Log, creds: map[string][2]string{}, secure: map[string]secureArg{}, vmBoot: map[string]vmMode{}, nb: newNetbootState()}
 }
 
 // Start starts the media server (with Ramdisk.ISO) and the network boot
@@ -161,6 +162,12 @@ func (p *Boot) NoteArgs(node string, args map[string]any) {
 	pw, _ := args[protocol.ArgAgentPassword].(string)
 	p.mu.Lock()
 	p.creds[node] = [2]string{u, pw}
+	if v, ok := args[protocol.ArgSecureBoot]; ok {
+		b, isBool := v.(bool)
+		p.secure[node] = secureArg{want: b, bad: !isBool, raw: v}
+	} else {
+		delete(p.secure, node)
+	}
 	p.mu.Unlock()
 	p.noteBootCredential(node, pw)
 	p.netbootNoteArgs(node, args)
@@ -269,6 +276,7 @@ func (p *Boot) End(node string) {
 func (p *Boot) Forget(node string) {
 	p.mu.Lock()
 	delete(p.creds, node)
+	delete(p.secure, node)
 	delete(p.vmBoot, node)
 	p.mu.Unlock()
 	p.keepVM(node, nil)

@@ -208,6 +208,50 @@ func (m *mediaServer) dropLocked(node string) {
 	}
 }
 
+// secureBooter is a BMC that turns UEFI Secure Boot on and off for the
+// system's next boot (redfish: the SecureBoot resource).
+type secureBooter interface {
+	SetSecureBoot(ctx context.Context, enable bool) error
+}
+
+// secureArg is what a node's last boot command said of Secure Boot
+// (protocol.ArgSecureBoot), until the power-on that uses it.
+type secureArg struct {
+	want, bad bool
+	raw       any
+}
+
+// applySecureBoot turns Secure Boot on (or off) on the node's BMC before
+// a power-on or reboot whose command says secure_boot (the node asked
+// for it with Ironic's capability secure_boot:true). Only BMCs that can
+// (secureBooter) are asked: network boot gives the firmware of the
+// others the signed chain, whose Secure Boot the operator sets. A BMC
+// that cannot turn it on fails the command before anything boots: the
+// node never boots unsigned where it asked for Secure Boot.
+func (p *Boot) applySecureBoot(ctx context.Context, node string, b any) error {
+	p.mu.Lock()
+	a, ok := p.secure[node]
+	delete(p.secure, node) // one power command's
+	p.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if a.bad {
+		return fmt.Errorf("the power command's %s is %v, not true or false", protocol.ArgSecureBoot, a.raw)
+	}
+	sb, can := b.(secureBooter)
+	if !can {
+		return nil
+	}
+	if err := sb.SetSecureBoot(ctx, a.want); err != nil {
+		if a.want {
+			return fmt.Errorf("boot with UEFI Secure Boot: %w", err)
+		}
+		return fmt.Errorf("turn UEFI Secure Boot off: %w", err)
+	}
+	return nil
+}
+
 // mediaBooter is a BMC that boots the ramdisk from virtual media.
 type mediaBooter interface {
 	BootFromMedia(ctx context.Context, isoURL, paramsURL string) error
@@ -386,6 +430,9 @@ func (p *Boot) setPower(ctx context.Context, node string, b interface {
 		}
 		p.ejectOrWarn(ctx, node, mb, "powered off")
 		return nil
+	}
+	if err := p.applySecureBoot(ctx, node, b); err != nil {
+		return err
 	}
 	vm := mode == vmWanted && p.media != nil // else a power-on with no ramdisk ISO to boot: as before
 	if !vm {

@@ -10,8 +10,10 @@ import (
 // (Ironic's redfish inspect interface, sushy's readers): one processor
 // whose threads are the system's CPUs, the system's Ethernet interfaces
 // with their MACs (SystemConfig.MACs; none without them), and its
-// SecureBoot resource (left out with
-// SystemConfig.NoSecureBoot). The drives are the RAID controller's
+// SecureBoot resource (left out with SystemConfig.NoSecureBoot), whose
+// SecureBootEnable a client PATCHes: the machine's next start in UEFI
+// mode boots with Secure Boot on (a QEMUMachine on OVMF's Secure Boot
+// firmware with Microsoft's keys). The drives are the RAID controller's
 // (storage.go).
 
 const processorModel = "bmedge virtual CPU"
@@ -59,15 +61,68 @@ func (b *BMC) routeInventory(w http.ResponseWriter, r *http.Request, s *system, 
 		}
 		notFound(w, r)
 	case segs[0] == "SecureBoot" && n == 1 && !s.noSecureBoot:
-		b.get(w, r, func() any {
-			return map[string]any{
-				"@odata.type": "#SecureBoot.v1_1_0.SecureBoot", "@odata.id": sysPath(s) + "/SecureBoot", "Id": "SecureBoot", "Name": "UEFI Secure Boot",
-				"SecureBootEnable": false, "SecureBootCurrentBoot": "Disabled", "SecureBootMode": "UserMode",
-			}
-		})
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			writeJSON(w, http.StatusOK, b.secureBootResource(s))
+		case http.MethodPatch:
+			b.patchSecureBoot(w, r, s)
+		default:
+			methodNotAllowed(w, r)
+		}
 	default:
 		notFound(w, r)
 	}
 }
 
 func nicID(i int) string { return "NIC." + strconv.Itoa(i+1) }
+
+func (b *BMC) secureBootResource(s *system) map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	current := "Disabled"
+	if s.secureBootCurrent {
+		current = "Enabled"
+	}
+	return map[string]any{
+		"@odata.type": "#SecureBoot.v1_1_0.SecureBoot", "@odata.id": sysPath(s) + "/SecureBoot", "Id": "SecureBoot", "Name": "UEFI Secure Boot",
+		"SecureBootEnable": s.secureBoot, "SecureBootCurrentBoot": current, "SecureBootMode": "UserMode",
+	}
+}
+
+// patchSecureBoot takes SecureBootEnable (a boolean) and nothing else; it
+// applies at the system's next start, as on real servers
+// (SecureBootCurrentBoot says what the running boot has).
+func (b *BMC) patchSecureBoot(w http.ResponseWriter, r *http.Request, s *system) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var enable *bool
+	for k, v := range body {
+		switch {
+		case strings.HasPrefix(k, "@odata."):
+		case k == "SecureBootEnable":
+			x, isBool := v.(bool)
+			if !isBool {
+				writeError(w, http.StatusBadRequest, "PropertyValueTypeError",
+					"The value for the property SecureBootEnable is of a different type than the property can accept.", "Send SecureBootEnable as true or false.")
+				return
+			}
+			enable = &x
+		default:
+			writeError(w, http.StatusBadRequest, "PropertyNotWritable",
+				"The property "+k+" is a read only property and cannot be assigned a value.", "Remove the property from the request body and resubmit the request.")
+			return
+		}
+	}
+	if enable == nil {
+		writeError(w, http.StatusBadRequest, "PropertyMissing", "The property SecureBootEnable is a required property and must be included in the request.",
+			"Send SecureBootEnable as true or false.")
+		return
+	}
+	b.mu.Lock()
+	s.secureBoot = *enable
+	b.log.Info("vbmc secure boot", "system", s.id, "enable", s.secureBoot)
+	b.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -54,6 +54,9 @@ const (
 type Boot struct {
 	Device string // BootPxe, BootHdd, BootCd or BootBiosSetup
 	Mode   string // ModeUEFI or ModeLegacy
+	// SecureBoot: the firmware boots with UEFI Secure Boot on (UEFI
+	// mode only; the SecureBoot resource's SecureBootEnable).
+	SecureBoot bool
 }
 
 // Machine is the computer behind a vBMC system. The vBMC calls it one

@@ -39,6 +39,14 @@ type QEMUConfig struct {
 	// OVMF is the UEFI firmware used when the boot mode is UEFI (default
 	// /usr/share/ovmf/OVMF.fd, Debian's ovmf); Legacy boots SeaBIOS.
 	OVMF string
+	// OVMFSecureCode and OVMFSecureVars are the UEFI firmware with Secure
+	// Boot and its variables' template with Microsoft's keys enrolled,
+	// used when the boot mode is UEFI and the SecureBoot resource's
+	// SecureBootEnable is on (default Debian's ovmf:
+	// /usr/share/OVMF/OVMF_CODE_4M.ms.fd and OVMF_VARS_4M.ms.fd). The
+	// machine keeps its own copy of the variables in Dir, made at its
+	// first Secure Boot start, as a server keeps its NVRAM.
+	OVMFSecureCode, OVMFSecureVars string
 	// Netdev is the -netdev value, with id=n0 (default "user,id=n0"); for
 	// PXE, e.g. "user,id=n0,bootfile=http://10.0.2.2:8080/boot.ipxe".
 	Netdev string
@@ -100,6 +108,12 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 	if cfg.OVMF == "" {
 		cfg.OVMF = "/usr/share/ovmf/OVMF.fd"
 	}
+	if cfg.OVMFSecureCode == "" {
+		cfg.OVMFSecureCode = "/usr/share/OVMF/OVMF_CODE_4M.ms.fd"
+	}
+	if cfg.OVMFSecureVars == "" {
+		cfg.OVMFSecureVars = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
+	}
 	if cfg.Netdev == "" {
 		cfg.Netdev = "user,id=n0"
 	}
@@ -127,6 +141,10 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 
 func (c QEMUConfig) socketPath() string { return filepath.Join(c.Dir, "qmp.sock") }
 
+// secureVarsPath is the machine's copy of the Secure Boot firmware's
+// variables.
+func (c QEMUConfig) secureVarsPath() string { return filepath.Join(c.Dir, "OVMF_VARS.secure.fd") }
+
 // Args returns QEMU's command line for a start with boot and the media
 // files by slot (the CD drive is there, empty, without one; the USB stick
 // only when it holds an image). Boot order is given by bootindex on the
@@ -136,7 +154,19 @@ func (m *QEMUMachine) Args(boot Boot, media map[Slot]string) ([]string, error) {
 	args := []string{"-m", strconv.Itoa(c.MemoryMB), "-smp", strconv.Itoa(c.CPUs),
 		"-nographic", "-display", "none", "-monitor", "none", "-serial", "file:" + c.Console,
 		"-qmp", "unix:" + c.socketPath() + ",server=on,wait=off"}
-	if boot.Mode == ModeUEFI {
+	switch {
+	case boot.Mode == ModeUEFI && boot.SecureBoot:
+		for _, f := range []string{c.OVMFSecureCode, c.OVMFSecureVars} {
+			if _, err := os.Stat(f); err != nil {
+				return nil, fmt.Errorf("UEFI Secure Boot needs the OVMF firmware with Secure Boot %s (Debian package ovmf): %v; or turn SecureBootEnable off", f, err)
+			}
+		}
+		// Secure Boot's variables are writable from SMM only: q35 with
+		// SMM, the flash's secure property, the code read-only.
+		args = append(args, "-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on",
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+c.OVMFSecureCode,
+			"-drive", "if=pflash,format=raw,unit=1,file="+c.secureVarsPath())
+	case boot.Mode == ModeUEFI:
 		if _, err := os.Stat(c.OVMF); err != nil {
 			return nil, fmt.Errorf("boot mode UEFI needs the OVMF firmware %s (Debian package ovmf): %v; or set the boot mode to Legacy", c.OVMF, err)
 		}
@@ -238,6 +268,11 @@ func (m *QEMUMachine) startLocked() error {
 	if err != nil {
 		return fmt.Errorf("qemu machine: %w", err)
 	}
+	if m.next.Mode == ModeUEFI && m.next.SecureBoot {
+		if err := m.secureVars(); err != nil {
+			return fmt.Errorf("qemu machine: %w", err)
+		}
+	}
 	_ = os.Remove(m.cfg.socketPath())
 	cmd := exec.Command(m.cfg.QEMU, args...)
 	out, err := os.OpenFile(filepath.Join(m.cfg.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -254,7 +289,7 @@ func (m *QEMUMachine) startLocked() error {
 	done := make(chan struct{})
 	m.cmd, m.done, m.started = cmd, done, m.next
 	go func() { _ = cmd.Wait(); out.Close(); close(done) }()
-	m.log.Info("qemu machine started", "boot", m.next.Device, "mode", m.next.Mode, "media", m.media, "pid", cmd.Process.Pid)
+	m.log.Info("qemu machine started", "boot", m.next.Device, "mode", m.next.Mode, "secure_boot", m.next.SecureBoot, "media", m.media, "pid", cmd.Process.Pid)
 	// QMP must answer before the start counts: a VM whose QEMU refused
 	// its command line exits at once, and the caller must hear of it.
 	if _, err := m.qmpLocked(context.Background(), "query-status", nil); err != nil {
@@ -263,6 +298,24 @@ func (m *QEMUMachine) startLocked() error {
 		return fmt.Errorf("qemu machine: VM did not come up: %v; qemu.log: %s", err, lastLines(string(tail), 5))
 	}
 	return nil
+}
+
+// secureVars makes the machine's copy of the Secure Boot variables from
+// the template, once: later starts keep what the firmware wrote.
+func (m *QEMUMachine) secureVars() error {
+	dst := m.cfg.secureVarsPath()
+	if _, err := os.Stat(dst); err == nil {
+		return nil
+	}
+	b, err := os.ReadFile(m.cfg.OVMFSecureVars)
+	if err != nil {
+		return fmt.Errorf("UEFI Secure Boot variables: %w", err)
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
 }
 
 func lastLines(s string, n int) string {

@@ -111,3 +111,28 @@ func TestSushyFirmwareVolumesRegistry(t *testing.T) {
 		t.Fatalf("tasks: %+v", tasks)
 	}
 }
+
+// TestSushySecureBoot runs python3-sushy through the SecureBoot resource
+// as Ironic's set_secure_boot_state does (set_enabled, then a read), and
+// a start that boots with it.
+func TestSushySecureBoot(t *testing.T) {
+	py := requireSushy(t)
+	l := newLab(t, vbmc.Config{})
+	script, err := filepath.Abs("testdata/sushy_secureboot.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, py, script, l.url, "admin", "s3cret").CombinedOutput()
+	t.Logf("sushy:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "ALL OK") {
+		t.Fatalf("sushy check failed: %v", err)
+	}
+	if st, _ := l.bmc.State("1"); !st.SecureBoot {
+		t.Fatalf("state after sushy: %+v", st)
+	}
+	if starts := l.machine.Starts(); len(starts) != 1 || !starts[0].SecureBoot {
+		t.Fatalf("machine starts = %+v; want one with Secure Boot", starts)
+	}
+}

@@ -18,7 +18,9 @@
 // sessions (with a limit), Basic and token authentication, systems with
 // power, boot override and a reset action, BIOS attributes with pending
 // settings applied at the next start, managers with a reset action and a
-// virtual CD. Besides (firmware.go, storage.go, registry.go): an
+// virtual CD, a SecureBoot resource whose SecureBootEnable applies at the
+// next UEFI start (a QEMUMachine then runs OVMF's Secure Boot firmware
+// with Microsoft's keys). Besides (firmware.go, storage.go, registry.go): an
 // UpdateService with SimpleUpdate (the BMC fetches ImageURI) and a
 // multipart push, whose tasks (TaskService, 202 while running) end
 // Completed or Exception; a FirmwareInventory (BIOS, BMC, NIC) whose
@@ -141,6 +143,7 @@ type SystemState struct {
 	BootTarget        string
 	BootEnabled       string
 	BootMode          string
+	SecureBoot        bool // SecureBootEnable
 	Bios              map[string]any
 	PendingBios       map[string]any
 	BiosResetPending  bool
@@ -176,16 +179,20 @@ type system struct {
 
 	// Guarded by BMC.mu.
 	bootTarget, bootEnabled, bootMode string
-	biosDefaults, bios, pending       map[string]any
-	biosResetPending                  bool
-	biosAppliedAt                     time.Time
-	media                             map[Slot]mediaState
-	lastPowerErr                      string
-	queued                            int
-	fw, fwPending                     map[string]string
-	drives                            []drive
-	volumes                           []*volume
-	volSeq                            int
+	// secureBoot is the SecureBoot resource's SecureBootEnable;
+	// secureBootCurrent whether the running boot has it (the last start
+	// was in UEFI mode with it on).
+	secureBoot, secureBootCurrent bool
+	biosDefaults, bios, pending   map[string]any
+	biosResetPending              bool
+	biosAppliedAt                 time.Time
+	media                         map[Slot]mediaState
+	lastPowerErr                  string
+	queued                        int
+	fw, fwPending                 map[string]string
+	drives                        []drive
+	volumes                       []*volume
+	volSeq                        int
 }
 
 // BMC is one virtual Redfish BMC. It is an http.Handler.
@@ -378,7 +385,7 @@ func (b *BMC) State(systemID string) (SystemState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return SystemState{PowerState: power, BootTarget: s.bootTarget, BootEnabled: s.bootEnabled, BootMode: s.bootMode,
-		Bios: copyMap(s.bios), PendingBios: copyMap(s.pending), BiosResetPending: s.biosResetPending,
+		SecureBoot: s.secureBoot, Bios: copyMap(s.bios), PendingBios: copyMap(s.pending), BiosResetPending: s.biosResetPending,
 		MediaImage: s.media[SlotCD].image, MediaInserted: s.media[SlotCD].inserted,
 		USBImage: s.media[SlotUSB].image, USBInserted: s.media[SlotUSB].inserted, LastPowerError: s.lastPowerErr, PowerActionsQueue: s.queued}, nil
 }
@@ -1036,7 +1043,7 @@ func (b *BMC) applyReset(ctx context.Context, s *system, rt ResetType) error {
 		rt == ResetOn && !s.machine.PoweredOn()
 	if starts {
 		b.mu.Lock()
-		boot := Boot{Device: BootHdd, Mode: s.bootMode}
+		boot := Boot{Device: BootHdd, Mode: s.bootMode, SecureBoot: s.secureBoot && s.bootMode == ModeUEFI && !s.noSecureBoot}
 		if s.bootEnabled != OverrideDisabled && s.bootTarget != BootNone {
 			boot.Device = s.bootTarget
 		}
@@ -1052,6 +1059,7 @@ func (b *BMC) applyReset(ctx context.Context, s *system, rt ResetType) error {
 	defer b.mu.Unlock()
 	s.lastPowerErr = ""
 	if starts {
+		s.secureBootCurrent = s.secureBoot && s.bootMode == ModeUEFI && !s.noSecureBoot
 		if s.bootEnabled == OverrideOnce {
 			s.bootEnabled = OverrideDisabled
 		}

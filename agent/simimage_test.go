@@ -61,11 +61,11 @@ func TestSimWriteImage(t *testing.T) {
 		want []string
 	}{
 		{"unreachable origin", map[string]any{"image_source": deadURL, "image_checksum": sum},
-			[]string{"site cache answered", "connection was refused"}},
+			[]string{"site image cache: cannot fetch image " + deadURL, "connection was refused"}},
 		{"not found at the origin", map[string]any{"image_source": origin.URL + "/missing.raw", "image_checksum": sum},
-			[]string{"site cache answered", "did not answer with the image"}},
+			[]string{"site image cache: the origin", "did not answer with the image (not 200 OK"}},
 		{"checksum mismatch", map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": wrong},
-			[]string{"checksum mismatch"}},
+			[]string{"checksum mismatch", "is not the " + strings.TrimPrefix(wrong, "sha256:") + " given"}},
 		{"no checksum", map[string]any{"image_source": origin.URL + "/good.raw"},
 			[]string{"no image checksum given"}},
 		{"no checksum, bad URL", map[string]any{"image_source": deadURL},
@@ -84,6 +84,16 @@ func TestSimWriteImage(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: error %q does not say %q", c.name, err, w)
 			}
+		}
+		// Never a status line of an answer, nor the digest of what
+		// came back (the image's, where the checksum given is wrong).
+		for _, n := range []string{"Bad Gateway", "Not Found", "dial tcp"} {
+			if strings.Contains(err.Error(), n) {
+				t.Errorf("%s: error %q tells %q", c.name, err, n)
+			}
+		}
+		if c.args["image_checksum"] == wrong && strings.Contains(err.Error(), hex.EncodeToString(h[:])) {
+			t.Errorf("%s: error %q tells the digest of what came back", c.name, err)
 		}
 	}
 
@@ -105,13 +115,26 @@ func TestSimWriteImage(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{"unreachable", map[string]any{"image_source": deadURL, "image_checksum": sum}, "connection refused"},
-		{"404", map[string]any{"image_source": origin.URL + "/missing.raw", "image_checksum": sum}, "404 Not Found"},
-		{"mismatch", map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": wrong}, "checksum mismatch"},
+		{"unreachable", map[string]any{"image_source": deadURL, "image_checksum": sum},
+			"cannot fetch image " + deadURL + " from its origin " + strings.TrimPrefix(dead.URL, "http://") + ": the connection was refused"},
+		{"404", map[string]any{"image_source": origin.URL + "/missing.raw", "image_checksum": sum},
+			"the origin " + strings.TrimPrefix(origin.URL, "http://") + " of image " + origin.URL + "/missing.raw did not answer with the image (not 200 OK: not found)"},
+		{"mismatch", map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": wrong},
+			"checksum mismatch for image " + origin.URL + "/good.raw: its sha256 is not the " + strings.TrimPrefix(wrong, "sha256:") + " given"},
 		{"not http", map[string]any{"image_source": "file:///img.raw", "image_checksum": sum}, "not http:// or https://"},
 	} {
-		if err := direct(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+		err := direct(c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("origin, %s: error %v, want one saying %q", c.name, err, c.want)
+			continue
+		}
+		for _, n := range []string{"Not Found", "dial tcp"} {
+			if strings.Contains(err.Error(), n) {
+				t.Errorf("origin, %s: error %q tells %q", c.name, err, n)
+			}
+		}
+		if c.args["image_checksum"] == wrong && strings.Contains(err.Error(), hex.EncodeToString(h[:])) {
+			t.Errorf("origin, %s: error %q tells the digest of what came back", c.name, err)
 		}
 	}
 

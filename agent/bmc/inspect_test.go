@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"sort"
 	"strings"
 	"testing"
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/ramdisk/disk"
-	"github.com/bmedge/bmedge/ramdisk/image"
+	"github.com/bmedge/bmedge/protocol/roothints"
 )
 
 // inspectorBMC is a BMC that inspects out of band and counts power
@@ -109,47 +107,30 @@ func (noBooter) SetBootDevice(context.Context, string, drivers.BMC, string) erro
 func (noBooter) SetPower(context.Context, string, drivers.BMC, string) error { panic("power changed") }
 func (noBooter) NoteArgs(string, map[string]any)                             {}
 
-// TestRootHintsAsTheRamdisk: the out-of-band root disk choice is the
-// ramdisk's (ramdisk/image.SelectRoot) on the same disks and hints.
-func TestRootHintsAsTheRamdisk(t *testing.T) {
+// TestSelectRootByName: the rule is protocol/roothints' (tested there,
+// TestRootHintsAsTheRamdisk, as the ramdisk applies it); the agent gives
+// it a BMC's disks by name, as the ramdisk lists its devices, and names
+// them in its errors as the BMC's.
+func TestSelectRootByName(t *testing.T) {
 	const gib = 1 << 30
 	disks := []drivers.OOBDisk{
-		{Name: "sda", Size: 1800 * gib, Rotational: true, Serial: "WD-1", Model: "HUS726T", Vendor: "HGST", WWN: "0x5000cca"},
-		{Name: "sdb", Size: 480 * gib, Serial: "S3Z", Model: "MZ7KH480", Vendor: "Samsung"},
-		{Name: "sdc", Size: 2 * gib, Serial: "SD1"},
-		{Name: "nvme0n1", Size: 960 * gib, Serial: "PHL", Model: "INTEL SSDPE2KX", WWN: "eui.01"},
+		{Name: "sda", Size: 1800 * gib, Rotational: true, Serial: "WD-1"},
+		{Name: "sdb", Size: 480 * gib, Serial: "S3Z"},
+		{Name: "nvme0n1", Size: 960 * gib, Serial: "PHL"},
 	}
-	var devs []disk.Device
-	for _, d := range disks {
-		devs = append(devs, disk.Device{Name: d.Name, Path: "/dev/" + d.Name, SizeBytes: d.Size, Rotational: d.Rotational,
-			Serial: d.Serial, Model: d.Model, Vendor: d.Vendor, WWN: d.WWN})
+	if d, err := selectRoot(disks, roothints.Hints{Size: ">= 900"}); err != nil || d.Name != "nvme0n1" {
+		t.Errorf("size >= 900: %q, %v; want nvme0n1, the first by name", d.Name, err)
 	}
-	// disk.List gives the ramdisk its devices sorted by name.
-	sort.Slice(devs, func(i, j int) bool { return devs[i].Name < devs[j].Name })
-	for _, hints := range []map[string]any{
-		nil,
-		{"size": 480}, {"size": ">= 900"}, {"size": "<or> 2 <or> 960"}, {"size": "!= 480"}, {"size": "< 100"},
-		{"serial": "s3z"}, {"serial": "<in> ph"}, {"model": "s== mz7kh480"}, {"vendor": "<or> hgst <or> samsung"},
-		{"wwn": "0x5000cca"}, {"name": "/dev/nvme0n1"}, {"name": "sdc"}, {"rotational": false}, {"rotational": "true", "size": "> 100"},
-		{"model": "s> m"}, {"serial": "none"}, {"size": "big"}, {"model": "<xx> y"},
-	} {
-		h, herr := parseHints(hints)
-		got, gerr := drivers.OOBDisk{}, herr
-		if herr == nil {
-			got, gerr = selectRoot(disks, h)
-		}
-		var rh image.RootDeviceHints
-		var werr error
-		if hints != nil {
-			b, _ := json.Marshal(hints)
-			werr = json.Unmarshal(b, &rh)
-		}
-		want := disk.Device{}
-		if werr == nil {
-			want, werr = image.SelectRoot(devs, rh)
-		}
-		if (gerr != nil) != (werr != nil) || got.Name != want.Name {
-			t.Errorf("hints %v: out of band chose %q (%v), the ramdisk %q (%v)", hints, got.Name, gerr, want.Name, werr)
-		}
+	if disks[0].Name != "sda" {
+		t.Errorf("selectRoot reordered the disks it was given: %v", disks)
+	}
+	if d, err := selectRoot(disks, roothints.Hints{}); err != nil || d.Name != "sdb" {
+		t.Errorf("no hints: %q, %v; want sdb, the smallest of at least 4 GiB", d.Name, err)
+	}
+	if _, err := selectRoot(disks, roothints.Hints{Serial: "none"}); err == nil || !strings.Contains(err.Error(), "no disk matches the root device hints {serial=none}; disks the BMC reports: nvme0n1 (960 GiB, serial PHL): serial none does not match") {
+		t.Errorf("no match: %v", err)
+	}
+	if _, err := selectRoot(nil, roothints.Hints{}); err == nil || err.Error() != "no disk of at least 4 GiB: the BMC reports no disks" {
+		t.Errorf("no disks: %v", err)
 	}
 }

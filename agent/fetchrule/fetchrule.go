@@ -12,8 +12,6 @@ package fetchrule
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -24,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/bmedge/bmedge/protocol/fetchwords"
 )
 
 // Flag is the agent flag that allows a network.
@@ -282,13 +282,13 @@ func (r *Rule) Get(ctx context.Context, c *http.Client, u string) (*http.Respons
 }
 
 // Words is a fetch error in words for an operator: what the rule
-// refused, a redirect refused, a timeout, a refused connection or a
-// name that does not resolve, never the text of an answer.
+// refused, a redirect refused, else the transport's error in the words
+// the ramdisk uses too (protocol/fetchwords: a timeout, a refused
+// connection, a name that does not resolve), never the text of an
+// answer.
 func Words(err error) string {
 	var rf *Refused
 	var rd *Redirect
-	var dns *net.DNSError
-	var op *net.OpError
 	switch {
 	case errors.As(err, &rd) && errors.As(err, &rf):
 		return fmt.Sprintf("a redirect to %s was refused: %v", rd.Host, rf)
@@ -298,36 +298,8 @@ func Words(err error) string {
 		return rd.Error()
 	case errors.Is(err, errTooManyRedirects):
 		return errTooManyRedirects.Error()
-	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-		return "no answer in time"
-	case errors.Is(err, context.Canceled):
-		return "the fetch was stopped"
-	case errors.As(err, &dns):
-		return fmt.Sprintf("the name %s does not resolve", dns.Name)
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "the connection was refused"
-	case errors.Is(err, syscall.ECONNRESET):
-		return "the connection was reset"
-	case isTLS(err):
-		return "the TLS handshake failed (is the certificate valid for this name, and signed by a CA this host trusts?)"
-	case errors.As(err, &op):
-		return "the connection failed (" + op.Op + ")"
 	}
-	return "the transfer failed"
-}
-
-func isTLS(err error) bool {
-	var cv *tls.CertificateVerificationError
-	var rh tls.RecordHeaderError
-	var ua x509.UnknownAuthorityError
-	var he x509.HostnameError
-	var ci x509.CertificateInvalidError
-	return errors.As(err, &cv) || errors.As(err, &rh) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
+	return fetchwords.Cause(err)
 }
 
 // ParseAllow parses --fetch-allow values (CIDRs, or single addresses).

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/bmedge/bmedge/protocol/fetchwords"
 )
 
 // MaxReasonBytes bounds the reason a node reads in the body of an error
@@ -132,13 +134,7 @@ func oneLine(s string, limit int) string {
 }
 
 // hostOf is the host (and port) of a URL, without user information.
-func hostOf(u string) string {
-	p, err := url.Parse(u)
-	if err != nil || p.Host == "" {
-		return "(unparsable URL)"
-	}
-	return p.Host
-}
+func hostOf(u string) string { return fetchwords.Host(u) }
 
 // account is the whole account of err, for the agent's log.
 func account(err error) error {

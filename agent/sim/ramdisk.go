@@ -8,11 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/bmedge/bmedge/agent/imagecache"
+	"github.com/bmedge/bmedge/protocol/fetchwords"
 	"github.com/bmedge/bmedge/protocol/imagechecksum"
 
 	"github.com/bmedge/bmedge/drivers"
@@ -232,15 +232,12 @@ func simFetchOrigin(ctx context.Context, src string, sum imagecache.Checksum) er
 	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := simClient.Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // *url.Error quotes the full URL
-		}
-		return fmt.Errorf("cannot download image %s: %w; check that the image server is reachable", shown, err)
+		return fmt.Errorf("cannot fetch image %s from its origin %s: %s; check the image URL and that its server is reachable from the node's network", shown, fetchwords.Host(src), fetchwords.Cause(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("cannot download image %s: server answered %s, want 200 OK; check the image URL", shown, resp.Status)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, fetchwords.MaxReasonBytes))
+		return fmt.Errorf("%s; check instance_info image_source and the origin", fetchwords.Answer(resp.StatusCode, b, "image", shown))
 	}
 	h := imagecache.NewHash(sum)
 	n, err := io.Copy(h, resp.Body)
@@ -251,7 +248,7 @@ func simFetchOrigin(ctx context.Context, src string, sum imagecache.Checksum) er
 		return fmt.Errorf("image %s is truncated: %d of %d bytes", shown, n, resp.ContentLength)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != sum.Hex {
-		return fmt.Errorf("checksum mismatch for %s: expected %s %s, actual %s %s; fix the image or its checksum and deploy again", shown, sum.Algo, sum.Hex, sum.Algo, got)
+		return mismatch(shown, sum)
 	}
 	return nil
 }
@@ -281,7 +278,7 @@ func (s *Sim) FetchImage(ctx context.Context, url string, args map[string]any) e
 	}
 	defer resp.Body.Close()
 	if err := cacheRefused(resp); err != nil {
-		return err
+		return fmt.Errorf("cannot download image %s: %w", imagecache.Redact(url), err)
 	}
 	h := imagecache.NewHash(sum)
 	n, err := io.Copy(h, resp.Body)
@@ -298,9 +295,15 @@ func (s *Sim) FetchImage(ctx context.Context, url string, args map[string]any) e
 		return err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != sum.Hex {
-		return fmt.Errorf("image from the site cache has %s %s, expected %s", sum.Algo, got, sum.Hex)
+		return mismatch(imagecache.Redact(url), sum)
 	}
 	return nil
+}
+
+// mismatch is the real ramdisk's checksum mismatch (ramdisk/image): the
+// checksum given, never the digest of what came back.
+func mismatch(shown string, sum imagecache.Checksum) error {
+	return fmt.Errorf("checksum mismatch for image %s: its %s is not the %s given; the simulated disk now holds an unverified image, do not boot it: fix the image at its origin or the checksum in instance_info and write again", shown, sum.Algo, sum.Hex)
 }
 
 // simFetchDrive downloads a config drive from the site cache and drops
@@ -322,11 +325,15 @@ func simFetchDrive(ctx context.Context, u string) error {
 	return err
 }
 
-// cacheRefused is the error of a cache answer that is not the image.
+// cacheRefused is the error of a cache answer that is not the image: its
+// reason, or its status in words, as the real ramdisk says it.
 func cacheRefused(resp *http.Response) error {
 	if resp.StatusCode == http.StatusOK {
 		return nil
 	}
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return fmt.Errorf("the site cache answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, fetchwords.MaxReasonBytes))
+	if why := fetchwords.CacheReason(b); why != "" {
+		return errors.New(why)
+	}
+	return fmt.Errorf("the site cache did not answer with the file (not 200 OK: %s)", fetchwords.Status(resp.StatusCode))
 }

@@ -34,7 +34,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/bmedge/bmedge/protocol/fetchwords"
 )
 
 const (
@@ -136,15 +137,15 @@ func download(ctx context.Context, u string, opts Options) ([]byte, error) {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("cannot download the config drive from %s: %v", Redact(u), err)
+		// In words: the error's text names the addresses dialled.
+		return nil, fmt.Errorf("cannot download the config drive from %s: %s; check the URL and that its server is reachable from the node's network", Redact(u), fetchwords.Cause(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("cannot download the config drive from %s: the server answered %s%s", Redact(u), resp.Status, siteCacheReason(resp))
+		// The site cache's reason, or the status in words: never
+		// another server's status line or body (docs/security.md).
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, fetchwords.MaxReasonBytes))
+		return nil, fmt.Errorf("%s; check the node's instance_info configdrive", fetchwords.Answer(resp.StatusCode, b, "config drive", Redact(u)))
 	}
 	if resp.ContentLength > maxDownload {
 		return nil, fmt.Errorf("the config drive at %s is %d bytes, more than the %d MiB limit allows", Redact(u), resp.ContentLength, MaxImageBytes>>20)
@@ -495,18 +496,4 @@ func (d *diskIO) mbr(img []byte, mbr []byte) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Partition: free + 1, Table: "mbr", Created: true, Offset: first * d.ss, Size: (end - first + 1) * d.ss}, nil
-}
-
-// siteCacheReason is the reason the site's image cache gives in the body
-// of its refusal (one line, "site image cache: ..."): what its fetch rule
-// refused, or why the origin's answer is no config drive. Another
-// server's body is not read.
-func siteCacheReason(resp *http.Response) string {
-	const prefix = "site image cache: "
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	line, _, _ := strings.Cut(string(b), "\n")
-	if !strings.HasPrefix(line, prefix) || !utf8.ValidString(line) {
-		return ""
-	}
-	return "; " + strings.TrimSpace(line)
 }

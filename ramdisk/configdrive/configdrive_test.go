@@ -227,8 +227,9 @@ func TestImage(t *testing.T) {
 			t.Fatalf("URL %s: %v", p, err)
 		}
 	}
-	if _, err := Image(ctx, srv.URL+"/missing?sig=secret", Options{}); err == nil || !strings.Contains(err.Error(), "404") || strings.Contains(err.Error(), "secret") {
-		t.Fatalf("404: %v (must name the status, not the query)", err)
+	if _, err := Image(ctx, srv.URL+"/missing?sig=secret", Options{}); err == nil || !strings.Contains(err.Error(), "did not answer with the config drive (not 200 OK: not found)") ||
+		strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "Not Found") {
+		t.Fatalf("404: %v (must say not found in words, not the status line nor the query)", err)
 	}
 	if _, err := Image(ctx, srv.URL+"/big", Options{}); err == nil || !strings.Contains(err.Error(), "64 MiB") {
 		t.Fatalf("oversized download: %v", err)
@@ -240,7 +241,8 @@ func TestImage(t *testing.T) {
 
 // TestSiteCacheReason: a config drive URL the site cache refuses fails
 // with the cache's one-line reason (what its fetch rule refused); another
-// server's error body is not repeated.
+// server's status line and error body are not repeated, nor the
+// addresses of a connection refused.
 func TestSiteCacheReason(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/cache" {
@@ -251,11 +253,19 @@ func TestSiteCacheReason(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	_, err := Image(context.Background(), srv.URL+"/cache", Options{})
-	if err == nil || !strings.Contains(err.Error(), "403 Forbidden; site image cache: the config drive from 127.0.0.1:9100 was not passed on") {
+	if err == nil || !strings.Contains(err.Error(), "cannot download config drive "+srv.URL+"/cache: site image cache: the config drive from 127.0.0.1:9100 was not passed on") ||
+		strings.Contains(err.Error(), "403") {
 		t.Errorf("refused by the site cache: %v", err)
 	}
 	_, err = Image(context.Background(), srv.URL+"/other", Options{})
-	if err == nil || !strings.Contains(err.Error(), "500") || strings.Contains(err.Error(), "secret") {
+	if err == nil || !strings.Contains(err.Error(), "the origin "+strings.TrimPrefix(srv.URL, "http://")+" of config drive "+srv.URL+"/other did not answer with the config drive (not 200 OK: a server error)") ||
+		strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "500") {
 		t.Errorf("refused by another server: %v", err)
+	}
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	_, err = Image(context.Background(), dead.URL+"/cd", Options{})
+	if err == nil || !strings.Contains(err.Error(), "cannot download the config drive from "+dead.URL+"/cd: the connection was refused") || strings.Contains(err.Error(), "dial") {
+		t.Errorf("connection refused: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bmedge/bmedge/protocol/roothints"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
 
@@ -70,7 +71,7 @@ func FuzzRootDeviceHints(f *testing.F) {
 		if !found || d.Protected() != "" {
 			t.Fatalf("hints %s chose %+v", h, d)
 		}
-		if why, err := rejectReason(d, h); why != "" || err != nil {
+		if why, err := roothints.Reject(rootDisk(d), h); why != "" || err != nil {
 			t.Fatalf("hints %s chose %s, which they reject: %q %v", h, d.Name, why, err)
 		}
 	})

@@ -1,12 +1,13 @@
 package image
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
+
+const gib = 1 << 30
 
 func TestSelectRoot(t *testing.T) {
 	devs := []disk.Device{
@@ -75,38 +76,5 @@ func TestSelectRoot(t *testing.T) {
 	}
 	if _, err := SelectRoot(nil, RootDeviceHints{}); err == nil || !strings.Contains(err.Error(), "no block devices were found") {
 		t.Fatalf("no devices: err = %v", err)
-	}
-}
-
-func TestRootDeviceHintsJSON(t *testing.T) {
-	cases := []struct {
-		in      string
-		want    RootDeviceHints
-		wantErr string
-	}{
-		{in: `{"size": 100}`, want: RootDeviceHints{Size: "100"}},
-		{in: `{"size": ">= 50", "rotational": false}`, want: RootDeviceHints{Size: ">= 50", Rotational: new(bool)}},
-		{in: `{"serial": "ABC", "rotational": "true"}`, want: RootDeviceHints{Serial: "ABC", Rotational: func() *bool { b := true; return &b }()}},
-		{in: `{"hctl": "1:0:0:0"}`, wantErr: `"hctl" is not supported`},
-		{in: `{"rotational": "maybe"}`, wantErr: "not a boolean"},
-		{in: `{"size": -3}`, wantErr: "not a positive integer"},
-		{in: `[1]`, wantErr: "not a JSON object"},
-	}
-	for _, c := range cases {
-		var h RootDeviceHints
-		err := json.Unmarshal([]byte(c.in), &h)
-		if c.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-				t.Errorf("%s: err = %v, want containing %q", c.in, err, c.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%s: %v", c.in, err)
-			continue
-		}
-		if h.String() != c.want.String() {
-			t.Errorf("%s: got %s, want %s", c.in, h, c.want)
-		}
 	}
 }

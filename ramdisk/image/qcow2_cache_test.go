@@ -3,12 +3,14 @@ package image
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent/fetchrule"
 	"github.com/bmedge/bmedge/agent/imagecache"
 )
 
@@ -36,7 +38,10 @@ func TestWriteQcow2ThroughSiteCache(t *testing.T) {
 		w.Write(qcow[len(qcow)-64<<10:])
 	}))
 	t.Cleanup(origin.Close)
-	c, err := imagecache.Open(imagecache.Options{Dir: t.TempDir(), MaxBytes: 1 << 30, StallTimeout: 10 * time.Second})
+	// The origin is on loopback, which the cache's fetch rule refuses
+	// unless the operator allows it (agent --fetch-allow).
+	rule := &fetchrule.Rule{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	c, err := imagecache.Open(imagecache.Options{Dir: t.TempDir(), MaxBytes: 1 << 30, StallTimeout: 10 * time.Second, Rule: rule})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -304,7 +304,7 @@ func TestWriteQcow2Refusals(t *testing.T) {
 		{"truncated compressed (stream)", "/plain/cutc.qcow2", Options{InsecureSkipChecksum: true}, 0, "truncated"},
 		{"truncated header", "/plain/header.qcow2", Options{InsecureSkipChecksum: true}, 0, "header is cut short"},
 		{"checksum mismatch (Range)", "/range/good.qcow2", Options{Checksum: sha256hex(raw)}, 0, "checksum mismatch for"},
-		{"checksum mismatch (stream)", "/plain/goodc.qcow2", Options{Checksum: sha256hex(good)}, 0, "expected sha256 " + sha256hex(good) + ", actual sha256 " + sha256hex(goodc)},
+		{"checksum mismatch (stream)", "/plain/goodc.qcow2", Options{Checksum: sha256hex(good)}, 0, "its sha256 is not the " + sha256hex(good) + " given"},
 		{"Range answers differ from the download", "/liar/good.qcow2", Options{InsecureSkipChecksum: true}, 0, "differs between the Range request and the full download"},
 		{"tables after data without Range", "/plain/ends.qcow2", Options{InsecureSkipChecksum: true, BufferBytes: 64 << 10}, 0, "did not answer Range requests"},
 		{"larger than the device", "/range/good.qcow2", Options{InsecureSkipChecksum: true}, 1 << 20, "virtual size of 2097152 bytes, larger than"},
@@ -316,6 +316,7 @@ func TestWriteQcow2Refusals(t *testing.T) {
 		{"QED", "/plain/img.qed", Options{InsecureSkipChecksum: true}, 0, "is QED, which"},
 		{"disk_format vmdk", "/range/good.qcow2", Options{InsecureSkipChecksum: true, DiskFormat: "vmdk"}, 0, `image_disk_format "vmdk" is not supported`},
 	}
+	received := map[string]string{"checksum mismatch (Range)": sha256hex(good), "checksum mismatch (stream)": sha256hex(goodc)}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			size := c.size
@@ -328,6 +329,11 @@ func TestWriteQcow2Refusals(t *testing.T) {
 			res, err := Write(t.Context(), Source{URL: srv.URL + c.url}, dev, c.opts)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want containing %q", err, c.want)
+			}
+			// A mismatch names the checksum given, never the digest of
+			// what was received.
+			if d := received[c.name]; d != "" && strings.Contains(err.Error(), d) {
+				t.Fatalf("err = %v names the digest of what was received", err)
 			}
 			t.Logf("error: %v", err)
 			if res.Reread != "" || res.Duration != 0 {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/bmedge/bmedge/protocol/fetchwords"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
 
@@ -75,11 +75,8 @@ func (r *httpRanger) readRange(ctx context.Context, p []byte, off uint64) error 
 	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := r.client.Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return err
+		// In words: the error's text names the addresses dialled.
+		return errors.New(fetchwords.Cause(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusPartialContent {
@@ -92,10 +89,15 @@ func (r *httpRanger) readRange(ctx context.Context, p []byte, off uint64) error 
 	span, _, _ := strings.Cut(cr, "/")
 	first, last, _ := strings.Cut(span, "-")
 	if a, err := strconv.ParseUint(first, 10, 64); err != nil || a != off {
-		return fmt.Errorf("a Range request for bytes %d-%d was answered with Content-Range %q", off, end, resp.Header.Get("Content-Range"))
+		// The header's text is the server's, not repeated.
+		return fmt.Errorf("a Range request for bytes %d-%d was answered with other bytes", off, end)
 	}
-	if b, err := strconv.ParseUint(last, 10, 64); err != nil || b != end {
-		return fmt.Errorf("bytes %d-%d lie past the end of the file (the server has up to %s): %w", off, end, last, io.ErrUnexpectedEOF)
+	b, err := strconv.ParseUint(last, 10, 64)
+	if err != nil {
+		return fmt.Errorf("a Range request for bytes %d-%d was answered with other bytes", off, end)
+	}
+	if b != end {
+		return fmt.Errorf("bytes %d-%d lie past the end of the file (the server has up to %d): %w", off, end, b, io.ErrUnexpectedEOF)
 	}
 	rd := &readNotify{r: resp.Body, f: r.onRead}
 	if _, err := io.ReadFull(rd, p); err != nil {

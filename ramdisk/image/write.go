@@ -20,7 +20,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/bmedge/bmedge/protocol/fetchwords"
 	"github.com/bmedge/bmedge/protocol/imagechecksum"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
@@ -337,11 +337,14 @@ func Write(ctx context.Context, src Source, dev disk.Device, opts Options) (Resu
 		cr.hashDone()
 	}
 	if h != nil {
-		res.Checksum = hex.EncodeToString(h.Sum(nil))
-		if res.Checksum != want {
-			return res, fmt.Errorf("checksum mismatch for %s: expected %s %s, actual %s %s; %s now holds an unverified image, do not boot it: fix the image or its checksum and write again",
-				src, algo, want, algo, res.Checksum, dev.Path)
+		// The digest of what came back is not told: a digest of an
+		// answer tells about its content, and an image URL may name
+		// any server the node reaches (docs/security.md).
+		if got := hex.EncodeToString(h.Sum(nil)); got != want {
+			return res, fmt.Errorf("checksum mismatch for image %s: its %s is not the %s given; %s now holds an unverified image, do not boot it: fix the image at its origin or the checksum in instance_info and write again",
+				src, algo, want, dev.Path)
 		}
+		res.Checksum = want
 	}
 	switch {
 	case dev.Regular:
@@ -733,16 +736,13 @@ func open(ctx context.Context, src Source, opts Options) (io.ReadCloser, int64, 
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		// *url.Error quotes the full URL; keep only its cause.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, 0, fmt.Errorf("cannot download image %s: %w; check that the image server is reachable", src, err)
+		// In words: the error's text names the addresses dialled.
+		return nil, 0, fmt.Errorf("cannot fetch image %s from its origin %s: %s; check the image URL and that its server is reachable from the node's network", src, fetchwords.Host(src.URL), fetchwords.Cause(err))
 	}
 	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, 0, fmt.Errorf("cannot download image %s: server answered %s, want 200 OK; check the image URL", src, resp.Status)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, fetchwords.MaxReasonBytes))
+		return nil, 0, fmt.Errorf("%s; check instance_info image_source and the origin", fetchwords.Answer(resp.StatusCode, b, "image", src.String()))
 	}
 	return resp.Body, resp.ContentLength, nil
 }

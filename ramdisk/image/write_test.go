@@ -125,6 +125,7 @@ func TestWrite(t *testing.T) {
 		opts     Options
 		target   int // target size; default 8 MiB
 		wantErr  string
+		wantNot  string // what the error must not say (a digest of what came back, a status line)
 		wantComp string
 	}{
 		{name: "raw sha256", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img)}, wantComp: CompressionNone},
@@ -133,12 +134,13 @@ func TestWrite(t *testing.T) {
 		{name: "explicit algo", url: srv.URL + "/ok/img.gz", opts: Options{Checksum: sha256hex(gz), ChecksumAlgo: "sha256"}, wantComp: CompressionGzip},
 		{name: "no checksum allowed explicitly", url: srv.URL + "/ok/img.raw", opts: Options{InsecureSkipChecksum: true}, wantComp: CompressionNone},
 
-		{name: "checksum mismatch names both digests", url: srv.URL + "/ok/img.gz", opts: Options{Checksum: sha256hex(img)},
-			wantErr: "expected sha256 " + sha256hex(img) + ", actual sha256 " + sha256hex(gz)},
+		{name: "checksum mismatch names the checksum given, not the digest received", url: srv.URL + "/ok/img.gz", opts: Options{Checksum: sha256hex(img)},
+			wantErr: "checksum mismatch for image " + srv.URL + "/ok/img.gz: its sha256 is not the " + sha256hex(img) + " given", wantNot: sha256hex(gz)},
 		{name: "no checksum", url: srv.URL + "/ok/img.raw", wantErr: "no image checksum given"},
 		{name: "md5 refused", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: strings.Repeat("a", 32)}, wantErr: "md5"},
 		{name: "algo/length disagree", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img), ChecksumAlgo: "sha512"}, wantErr: "is not a sha512 digest: want 128 hex digits"},
-		{name: "404", url: srv.URL + "/ok/missing", opts: Options{Checksum: sha256hex(img)}, wantErr: "404 Not Found"},
+		{name: "404 in words", url: srv.URL + "/ok/missing", opts: Options{Checksum: sha256hex(img)},
+			wantErr: "the origin " + strings.TrimPrefix(srv.URL, "http://") + " of image " + srv.URL + "/ok/missing did not answer with the image (not 200 OK: not found)", wantNot: "Not Found"},
 		{name: "connection cut (content-length)", url: srv.URL + "/cut/img.raw", opts: Options{Checksum: sha256hex(img)}, wantErr: "unexpected EOF"},
 		{name: "connection cut (chunked raw)", url: srv.URL + "/cutchunked/img.raw", opts: Options{Checksum: sha256hex(img)}, wantErr: "unexpected EOF"},
 		{name: "connection cut (chunked gzip)", url: srv.URL + "/cutchunked/img.gz", opts: Options{Checksum: sha256hex(gz)}, wantErr: "unexpected EOF"},
@@ -172,6 +174,9 @@ func TestWrite(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("err = %v, want containing %q", err, c.wantErr)
 				}
+				if c.wantNot != "" && strings.Contains(err.Error(), c.wantNot) {
+					t.Fatalf("err = %v, must not contain %q", err, c.wantNot)
+				}
 				t.Logf("error: %v", err)
 				return
 			}
@@ -192,6 +197,52 @@ func TestWrite(t *testing.T) {
 				t.Errorf("last progress = %+v", last)
 			}
 		})
+	}
+}
+
+// TestFetchErrorsInWords: an image URL may name any server the node
+// reaches, so what the error tells of the answer is the host and what
+// went wrong in words: not a server's status line nor its body (an
+// internal server's answer), not the addresses dialled. The site
+// cache's reason line is passed on.
+func TestFetchErrorsInWords(t *testing.T) {
+	const secret = "internal-answer-7f3a"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/internal":
+			http.Error(w, secret, http.StatusTeapot)
+		case "/error":
+			http.Error(w, secret, http.StatusInternalServerError)
+		case "/cache":
+			http.Error(w, "site image cache: checksum mismatch for image http://images.example/u.raw: its sha256 is not the 00 given", http.StatusBadGateway)
+		}
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	// A port nothing listens on: one the test took and gave back.
+	l := httptest.NewServer(http.NotFoundHandler())
+	dead := l.URL
+	l.Close()
+	sum := strings.Repeat("a", 64)
+	for _, c := range []struct {
+		url, want string
+		not       []string
+	}{
+		{srv.URL + "/internal", "the origin " + host + " of image " + srv.URL + "/internal did not answer with the image (not 200 OK: the request was refused); check instance_info image_source", []string{secret, "418", "teapot"}},
+		{srv.URL + "/error", "did not answer with the image (not 200 OK: a server error)", []string{secret, "500", "Internal Server Error"}},
+		{srv.URL + "/cache", "cannot download image " + srv.URL + "/cache: site image cache: checksum mismatch for image http://images.example/u.raw", []string{"502", "Bad Gateway"}},
+		{dead + "/x", "cannot fetch image " + dead + "/x from its origin " + strings.TrimPrefix(dead, "http://") + ": the connection was refused", []string{"dial", "tcp"}},
+	} {
+		_, err := Write(t.Context(), Source{URL: c.url}, targetFile(t, 1<<20), Options{Checksum: sum})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want containing %q", c.url, err, c.want)
+			continue
+		}
+		for _, n := range c.not {
+			if strings.Contains(err.Error(), n) {
+				t.Errorf("%s: err = %v tells %q", c.url, err, n)
+			}
+		}
 	}
 }
 

@@ -214,8 +214,8 @@ func TestWriteImageArgs(t *testing.T) {
 	}
 	wrong := sha256.Sum256([]byte("other"))
 	if _, err := run(map[string]any{"image_source": url, "image_os_hash_algo": "sha256", "image_os_hash_value": hex.EncodeToString(wrong[:]), "root_device": hints}); err == nil ||
-		!strings.Contains(err.Error(), hex.EncodeToString(wrong[:])) || !strings.Contains(err.Error(), hex.EncodeToString(sum[:])) {
-		t.Errorf("wrong checksum: %v; want both digests named", err)
+		!strings.Contains(err.Error(), "its sha256 is not the "+hex.EncodeToString(wrong[:])+" given") || strings.Contains(err.Error(), hex.EncodeToString(sum[:])) {
+		t.Errorf("wrong checksum: %v; want the checksum given named, and not the digest received", err)
 	}
 	res, err := run(map[string]any{"image_source": url, "image_os_hash_algo": "sha256", "image_os_hash_value": hex.EncodeToString(sum[:]), "root_device": hints})
 	if err != nil {

@@ -42,9 +42,5 @@ func checkInspectInterfacePatch(n *fsm.Node, ops []patchOp) error {
 // inspect_interface its (possibly new) driver does not support, and
 // stores the default as "".
 func (s *Server) checkPatchedInspectInterface(n *fsm.Node) error {
-	d, check := s.keptInterfaceDriver(n, &n.InspectInterface, drivers.InspectDefault)
-	if !check {
-		return nil
-	}
-	return checkInspectInterface(d, n.InspectInterface)
+	return s.checkKeptInterface(n, &n.InspectInterface, drivers.InspectDefault, checkInspectInterface)
 }

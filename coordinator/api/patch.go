@@ -213,24 +213,24 @@ func checkKeptInterfacePatch(n *fsm.Node, ops []patchOp, field, def, cur, choice
 	return nil
 }
 
-// keptInterfaceDriver is the driver that a patched node's kept interface
-// (*impl: raid_interface, inspect_interface) is checked against; false
-// when there is nothing to check: the interface is unset, the driver
-// unknown (the engine refuses it), or the interface is def, which is
-// then stored as "".
-func (s *Server) keptInterfaceDriver(n *fsm.Node, impl *string, def string) (drivers.Declaration, bool) {
+// checkKeptInterface refuses, with supported's 400, a patched node whose
+// kept interface (*impl: raid_interface, inspect_interface) its
+// (possibly new) driver does not support, and stores def as "". An unset
+// interface, or an unknown driver (the engine refuses it), is not
+// checked.
+func (s *Server) checkKeptInterface(n *fsm.Node, impl *string, def string, supported func(d drivers.Declaration, impl string) error) error {
 	if *impl == "" {
-		return drivers.Declaration{}, false
+		return nil
 	}
 	d, err := s.e.Machine().Config().Drivers.Get(n.Driver)
 	if err != nil {
-		return drivers.Declaration{}, false
+		return nil
 	}
 	if *impl == def {
 		*impl = "" // stored as the default, which it is
-		return drivers.Declaration{}, false
+		return nil
 	}
-	return d, true
+	return supported(d, *impl)
 }
 
 // implQuote shows an interface implementation as Ironic does: in single

@@ -377,16 +377,17 @@ func checkRAIDInterfacePatch(n *fsm.Node, ops []patchOp) error {
 // patched node whose raid_interface its (possibly new) driver does not
 // support, and stores the default as "".
 func (s *Server) checkRAIDInterface(n *fsm.Node) error {
-	d, check := s.keptInterfaceDriver(n, &n.RaidInterface, drivers.RAIDDefault)
-	if !check {
-		return nil
-	}
+	return s.checkKeptInterface(n, &n.RaidInterface, drivers.RAIDDefault, checkRAIDImpl)
+}
+
+// checkRAIDImpl refuses a raid_interface the driver does not support.
+func checkRAIDImpl(d drivers.Declaration, impl string) error {
 	ok := d.RAIDInterfaces()
-	if contains(ok, n.RaidInterface) {
+	if contains(ok, impl) {
 		return nil
 	}
 	return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("raid interface implementation %s is not supported by hardware type %s. It supports %s: agent is software RAID built by the ramdisk, %s",
-		implQuote(n.RaidInterface), d.Name, strings.Join(ok, ", "), hardwareRAIDHint(d))}
+		implQuote(impl), d.Name, strings.Join(ok, ", "), hardwareRAIDHint(d))}
 }
 
 // ifaceName is what an interface implementation's name looks like.

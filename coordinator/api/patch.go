@@ -689,11 +689,7 @@ func (s *Server) portList(w http.ResponseWriter, r *http.Request, node string) {
 }
 
 func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
-	node := r.URL.Query().Get("node")
-	if node == "" {
-		node = r.URL.Query().Get("node_uuid")
-	}
-	s.portList(w, r, node)
+	s.portList(w, r, nodeFilter(r))
 }
 
 func (s *Server) nodePorts(w http.ResponseWriter, r *http.Request) {

@@ -348,12 +348,17 @@ func (s *Server) portGroupList(w http.ResponseWriter, r *http.Request, node stri
 	writeJSON(w, 200, map[string]any{"portgroups": out})
 }
 
-func (s *Server) listPortGroups(w http.ResponseWriter, r *http.Request) {
-	node := r.URL.Query().Get("node")
-	if node == "" {
-		node = r.URL.Query().Get("node_uuid")
+// nodeFilter is the node of a port or port group list: the node
+// filter, or node_uuid.
+func nodeFilter(r *http.Request) string {
+	if node := r.URL.Query().Get("node"); node != "" {
+		return node
 	}
-	s.portGroupList(w, r, node)
+	return r.URL.Query().Get("node_uuid")
+}
+
+func (s *Server) listPortGroups(w http.ResponseWriter, r *http.Request) {
+	s.portGroupList(w, r, nodeFilter(r))
 }
 
 func (s *Server) nodePortGroups(w http.ResponseWriter, r *http.Request) {

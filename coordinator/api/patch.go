@@ -176,6 +176,72 @@ func ifaceChangeState(n *fsm.Node) bool {
 	return n.Maintenance
 }
 
+// checkKeptInterfacePatch answers a patch of an interface kept on the
+// node (raid_interface, inspect_interface: field) before it is applied,
+// as Ironic's conductor does: the value must be a string (one of
+// choices; remove or null resets it to def); a change from cur, the
+// node's implementation, is 409 outside enroll, inspecting, inspect
+// wait, manageable and available unless the node is in maintenance.
+// Whether the driver supports the value is checked once the patch
+// (which may change the driver too) is applied.
+func checkKeptInterfacePatch(n *fsm.Node, ops []patchOp, field, def, cur, choices string) error {
+	for i, op := range ops {
+		if op.Path != "/"+field {
+			continue
+		}
+		want := def
+		if op.Op != "remove" {
+			var v any
+			if err := json.Unmarshal(op.Value, &v); err != nil {
+				continue // not JSON: applyPatch refuses it
+			}
+			if v != nil {
+				s, ok := v.(string)
+				if !ok {
+					return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: /%s must be a string: %s", i+1, field, choices)}
+				}
+				want = s
+			}
+		}
+		if want == cur || !fsm.UpdateAllowed(n.ProvisionState) {
+			continue // no change, or CheckUpdate refuses the whole patch with 409
+		}
+		if !ifaceChangeState(n) {
+			return &engine.Error{Kind: engine.Conflict, Msg: fmt.Sprintf("Node %s can not have %s updated unless it is in one of allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode. Current state is '%s'.", n.Ident(), field, n.ProvisionState)}
+		}
+	}
+	return nil
+}
+
+// checkKeptInterface refuses, with supported's 400, a patched node whose
+// kept interface (*impl: raid_interface, inspect_interface) its
+// (possibly new) driver does not support, and stores def as "". An unset
+// interface, or an unknown driver (the engine refuses it), is not
+// checked.
+func (s *Server) checkKeptInterface(n *fsm.Node, impl *string, def string, supported func(d drivers.Declaration, impl string) error) error {
+	if *impl == "" {
+		return nil
+	}
+	d, err := s.e.Machine().Config().Drivers.Get(n.Driver)
+	if err != nil {
+		return nil
+	}
+	if *impl == def {
+		*impl = "" // stored as the default, which it is
+		return nil
+	}
+	return supported(d, *impl)
+}
+
+// implQuote shows an interface implementation as Ironic does: in single
+// quotes, or quoted and cut short when it is not a plain name.
+func implQuote(impl string) string {
+	if !ifaceName.MatchString(impl) {
+		return shortQuote(impl)
+	}
+	return "'" + impl + "'"
+}
+
 // unsupportedInterface refuses an interface implementation the driver
 // does not have (every interface but raid has one per driver here), for
 // a PATCH and a create alike.
@@ -623,11 +689,7 @@ func (s *Server) portList(w http.ResponseWriter, r *http.Request, node string) {
 }
 
 func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
-	node := r.URL.Query().Get("node")
-	if node == "" {
-		node = r.URL.Query().Get("node_uuid")
-	}
-	s.portList(w, r, node)
+	s.portList(w, r, nodeFilter(r))
 }
 
 func (s *Server) nodePorts(w http.ResponseWriter, r *http.Request) {

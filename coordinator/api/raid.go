@@ -364,70 +364,30 @@ func (s *Server) raidProperties(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkRAIDInterfacePatch answers a patch of raid_interface (API 1.31)
-// before it is applied, as Ironic's conductor does: the value must be a
-// string (remove or null resets it to the default, agent); a change is
-// 409 outside enroll, inspecting, inspect wait, manageable and available
-// unless the node is in maintenance. Whether the node's driver supports
-// the value is checkRAIDInterface's, once the patch (which may change
-// the driver too) is applied.
+// before it is applied (checkKeptInterfacePatch): a string, remove or
+// null resets it to the default, agent. Whether the node's driver
+// supports the value is checkRAIDInterface's, once the patch (which may
+// change the driver too) is applied.
 func checkRAIDInterfacePatch(n *fsm.Node, ops []patchOp) error {
-	for i, op := range ops {
-		if op.Path != "/raid_interface" {
-			continue
-		}
-		want := drivers.RAIDDefault
-		if op.Op != "remove" {
-			var v any
-			if err := json.Unmarshal(op.Value, &v); err != nil {
-				continue // not JSON: applyPatch refuses it
-			}
-			if v != nil {
-				s, ok := v.(string)
-				if !ok {
-					return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: /raid_interface must be a string: agent, no-raid or the driver's own (redfish)", i+1)}
-				}
-				want = s
-			}
-		}
-		if want == drivers.RAIDInterfaceOf(n.RaidInterface) || !fsm.UpdateAllowed(n.ProvisionState) {
-			continue // no change, or CheckUpdate refuses the whole patch with 409
-		}
-		switch n.ProvisionState {
-		case fsm.Enroll, fsm.Inspecting, fsm.InspectWait, fsm.Manageable, fsm.Available:
-		default:
-			if !n.Maintenance {
-				return &engine.Error{Kind: engine.Conflict, Msg: fmt.Sprintf("Node %s can not have raid_interface updated unless it is in one of allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode. Current state is '%s'.", n.Ident(), n.ProvisionState)}
-			}
-		}
-	}
-	return nil
+	return checkKeptInterfacePatch(n, ops, "raid_interface", drivers.RAIDDefault,
+		drivers.RAIDInterfaceOf(n.RaidInterface), "agent, no-raid or the driver's own (redfish)")
 }
 
 // checkRAIDInterface refuses, with Ironic's IncompatibleInterface 400, a
 // patched node whose raid_interface its (possibly new) driver does not
-// support.
+// support, and stores the default as "".
 func (s *Server) checkRAIDInterface(n *fsm.Node) error {
-	if n.RaidInterface == "" {
-		return nil
-	}
-	d, err := s.e.Machine().Config().Drivers.Get(n.Driver)
-	if err != nil {
-		return nil // the engine refuses an unknown driver
-	}
-	if n.RaidInterface == drivers.RAIDDefault {
-		n.RaidInterface = "" // stored as the default, which it is
-		return nil
-	}
+	return s.checkKeptInterface(n, &n.RaidInterface, drivers.RAIDDefault, checkRAIDImpl)
+}
+
+// checkRAIDImpl refuses a raid_interface the driver does not support.
+func checkRAIDImpl(d drivers.Declaration, impl string) error {
 	ok := d.RAIDInterfaces()
-	if contains(ok, n.RaidInterface) {
+	if contains(ok, impl) {
 		return nil
-	}
-	impl := "'" + n.RaidInterface + "'" // Ironic's quotes, for a plain name
-	if !ifaceName.MatchString(n.RaidInterface) {
-		impl = shortQuote(n.RaidInterface)
 	}
 	return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("raid interface implementation %s is not supported by hardware type %s. It supports %s: agent is software RAID built by the ramdisk, %s",
-		impl, d.Name, strings.Join(ok, ", "), hardwareRAIDHint(d))}
+		implQuote(impl), d.Name, strings.Join(ok, ", "), hardwareRAIDHint(d))}
 }
 
 // ifaceName is what an interface implementation's name looks like.

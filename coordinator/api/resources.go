@@ -135,6 +135,30 @@ func patchedString(obj map[string]any, f string) (string, error) {
 	return "", &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("/%s must be a string", f)}
 }
 
+// patchedText is a text field of a resource that a patch may set.
+type patchedText struct {
+	name string
+	to   *string
+}
+
+// patchedTexts reads the patched text fields back, those obj has (the
+// request's API version shows them), each at most 255 characters.
+func patchedTexts(obj map[string]any, fields []patchedText) error {
+	for _, f := range fields {
+		if _, ok := obj[f.name]; !ok {
+			continue
+		}
+		var err error
+		if *f.to, err = patchedString(obj, f.name); err != nil {
+			return err
+		}
+		if err := checkText(f.name, *f.to, 255); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func patchedBool(obj map[string]any, f string) (bool, error) {
 	raw, _ := json.Marshal(obj[f])
 	b, err := boolValue(raw)
@@ -192,19 +216,8 @@ func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) {
 		} else if p.PXE, err = patchedBool(obj, "pxe_enabled"); err != nil {
 			return err
 		}
-		for _, f := range []struct {
-			name string
-			to   *string
-		}{{"description", &p.Description}, {"vendor", &p.Vendor}, {"category", &p.Category}} {
-			if _, ok := obj[f.name]; !ok {
-				continue
-			}
-			if *f.to, err = patchedString(obj, f.name); err != nil {
-				return err
-			}
-			if err := checkText(f.name, *f.to, 255); err != nil {
-				return err
-			}
+		if err := patchedTexts(obj, []patchedText{{"description", &p.Description}, {"vendor", &p.Vendor}, {"category", &p.Category}}); err != nil {
+			return err
 		}
 		p.Extra, _ = obj["extra"].(map[string]any)
 		return checkMapSize("extra", p.Extra)
@@ -239,6 +252,36 @@ func (s *Server) siteFilter(r *http.Request) (func(node string) bool, error) {
 		_ = s.e.View(node, func(n *fsm.Node, _ bool) error { site = n.Site; return nil })
 		return strings.EqualFold(site, group)
 	}, nil
+}
+
+// getResource answers a GET of one resource: get finds it by the path's
+// id and render shows it, cut to the fields asked for.
+func getResource[T any](w http.ResponseWriter, r *http.Request, get func(string) (T, error), render func(*http.Request, T) map[string]any) {
+	x, err := get(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	v := render(r, x)
+	if f := r.URL.Query().Get("fields"); f != "" {
+		v = pick(v, strings.Split(f, ","))
+	}
+	writeJSON(w, 200, v)
+}
+
+// writeCreated answers a create: 201 with v, the new resource at path.
+func writeCreated(w http.ResponseWriter, r *http.Request, path string, v map[string]any) {
+	w.Header().Set("Location", baseURL(r)+path)
+	writeJSON(w, 201, v)
+}
+
+// writeDeleted answers a delete: err, or 204.
+func writeDeleted(w http.ResponseWriter, err error) {
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(204)
 }
 
 // Port groups.
@@ -305,12 +348,17 @@ func (s *Server) portGroupList(w http.ResponseWriter, r *http.Request, node stri
 	writeJSON(w, 200, map[string]any{"portgroups": out})
 }
 
-func (s *Server) listPortGroups(w http.ResponseWriter, r *http.Request) {
-	node := r.URL.Query().Get("node")
-	if node == "" {
-		node = r.URL.Query().Get("node_uuid")
+// nodeFilter is the node of a port or port group list: the node
+// filter, or node_uuid.
+func nodeFilter(r *http.Request) string {
+	if node := r.URL.Query().Get("node"); node != "" {
+		return node
 	}
-	s.portGroupList(w, r, node)
+	return r.URL.Query().Get("node_uuid")
+}
+
+func (s *Server) listPortGroups(w http.ResponseWriter, r *http.Request) {
+	s.portGroupList(w, r, nodeFilter(r))
 }
 
 func (s *Server) nodePortGroups(w http.ResponseWriter, r *http.Request) {
@@ -380,21 +428,11 @@ func (s *Server) createPortGroup(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	w.Header().Set("Location", baseURL(r)+"/v1/portgroups/"+out.UUID)
-	writeJSON(w, 201, s.renderPortGroup(r, *out))
+	writeCreated(w, r, "/v1/portgroups/"+out.UUID, s.renderPortGroup(r, *out))
 }
 
 func (s *Server) getPortGroup(w http.ResponseWriter, r *http.Request) {
-	g, err := s.e.PortGroup(r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	v := s.renderPortGroup(r, g)
-	if f := r.URL.Query().Get("fields"); f != "" {
-		v = pick(v, strings.Split(f, ","))
-	}
-	writeJSON(w, 200, v)
+	getResource(w, r, s.e.PortGroup, s.renderPortGroup)
 }
 
 func (s *Server) patchPortGroup(w http.ResponseWriter, r *http.Request) {
@@ -445,19 +483,8 @@ func (s *Server) patchPortGroup(w http.ResponseWriter, r *http.Request) {
 			}
 			g.Properties, _ = obj["properties"].(map[string]any)
 		}
-		for _, f := range []struct {
-			name string
-			to   *string
-		}{{"physical_network", &g.PhysicalNetwork}, {"category", &g.Category}} {
-			if _, ok := obj[f.name]; !ok {
-				continue
-			}
-			if *f.to, err = patchedString(obj, f.name); err != nil {
-				return err
-			}
-			if err := checkText(f.name, *f.to, 255); err != nil {
-				return err
-			}
+		if err := patchedTexts(obj, []patchedText{{"physical_network", &g.PhysicalNetwork}, {"category", &g.Category}}); err != nil {
+			return err
 		}
 		g.Extra, _ = obj["extra"].(map[string]any)
 		if err := checkMapSize("extra", g.Extra); err != nil {
@@ -473,11 +500,7 @@ func (s *Server) patchPortGroup(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deletePortGroup(w http.ResponseWriter, r *http.Request) {
-	if err := s.e.DeletePortGroup(r.PathValue("id")); err != nil {
-		writeErr(w, err)
-		return
-	}
-	w.WriteHeader(204)
+	writeDeleted(w, s.e.DeletePortGroup(r.PathValue("id")))
 }
 
 // portGroupPorts is GET /v1/portgroups/{id}/ports (API 1.24).
@@ -628,21 +651,11 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	w.Header().Set("Location", baseURL(r)+"/v1/allocations/"+a.UUID)
-	writeJSON(w, 201, s.renderAllocation(r, *a))
+	writeCreated(w, r, "/v1/allocations/"+a.UUID, s.renderAllocation(r, *a))
 }
 
 func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request) {
-	a, err := s.e.Allocation(r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	v := s.renderAllocation(r, a)
-	if f := r.URL.Query().Get("fields"); f != "" {
-		v = pick(v, strings.Split(f, ","))
-	}
-	writeJSON(w, 200, v)
+	getResource(w, r, s.e.Allocation, s.renderAllocation)
 }
 
 // patchAllocation is PATCH /v1/allocations/{id} (API 1.57): name and
@@ -686,11 +699,7 @@ func (s *Server) patchAllocation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteAllocation(w http.ResponseWriter, r *http.Request) {
-	if err := s.e.DeleteAllocation(r.PathValue("id")); err != nil {
-		writeErr(w, err)
-		return
-	}
-	w.WriteHeader(204)
+	writeDeleted(w, s.e.DeleteAllocation(r.PathValue("id")))
 }
 
 // nodeAllocation is GET /v1/nodes/{id}/allocation.
@@ -717,9 +726,5 @@ func (s *Server) deleteNodeAllocation(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 404, fmt.Sprintf("Allocation for node %s could not be found.", uuid))
 		return
 	}
-	if err := s.e.DeleteAllocation(alloc); err != nil {
-		writeErr(w, err)
-		return
-	}
-	w.WriteHeader(204)
+	writeDeleted(w, s.e.DeleteAllocation(alloc))
 }

@@ -44,11 +44,7 @@ func (t *tx) inspectedPorts(n *fsm.Node, macs []string) {
 			continue
 		}
 		p := &Port{UUID: uuid.NewString(), Address: addr, NodeUUID: n.UUID, Extra: map[string]any{}, PXE: true, CreatedAt: t.now}
-		b, _ := json.Marshal(p)
-		t.batch.Set(store.PortPrefix+p.UUID, b)
-		e.ports[p.UUID] = p
-		e.macs[addr] = p.UUID
-		e.notePort(p, true)
+		e.addPort(t, p)
 		t.addHistory(n, fsm.HistoryEntry{Time: t.now, Severity: "INFO", EventType: "inspection",
 			Event: fmt.Sprintf("port %s created for MAC %s found by inspection", p.UUID, addr)})
 	}

@@ -416,36 +416,24 @@ func (e *Engine) CreatePort(address, nodeIdent string, extra map[string]any, pxe
 			return errorf(Conflict, "A port with MAC address %s already exists.", addr)
 		}
 		p = &Port{UUID: uuid.NewString(), Address: addr, NodeUUID: n.UUID, Extra: orEmpty(extra), PXE: pxe, CreatedAt: t.now}
-		b, _ := json.Marshal(p)
-		t.batch.Set(store.PortPrefix+p.UUID, b)
-		e.ports[p.UUID] = p
-		e.macs[addr] = p.UUID
-		e.notePort(p, true)
+		e.addPort(t, p)
 		return nil
 	})
 	return p, err
 }
 
+// addPort keeps and stores a new port. The caller holds e.mu, in the
+// loop.
+func (e *Engine) addPort(t *tx, p *Port) {
+	t.putPort(p)
+	e.ports[p.UUID] = p
+	e.macs[p.Address] = p.UUID
+	e.notePort(p, true)
+}
+
 // Ports lists ports, of one node when nodeIdent is set.
 func (e *Engine) Ports(nodeIdent string) ([]Port, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	var nodeID string
-	if nodeIdent != "" {
-		n, err := e.lookup(nodeIdent)
-		if err != nil {
-			return nil, err
-		}
-		nodeID = n.UUID
-	}
-	var out []Port
-	for _, p := range e.ports {
-		if nodeID == "" || p.NodeUUID == nodeID {
-			out = append(out, *p)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
+	return listRecords(e, nodeIdent, e.ports, portOf)
 }
 
 // Port returns one port by UUID or MAC address.

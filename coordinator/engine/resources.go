@@ -80,55 +80,98 @@ type AllocationSpec struct {
 }
 
 func (e *Engine) loadResources() error {
-	err := e.st.Scan(store.PortGroupPrefix, func(_ string, v []byte) error {
-		var g PortGroup
-		if err := json.Unmarshal(v, &g); err != nil {
-			return err
-		}
-		e.pgroups[g.UUID] = &g
-		return nil
-	})
-	if err != nil {
+	if err := loadRecords(e, store.PortGroupPrefix, func(g *PortGroup) { e.pgroups[g.UUID] = g }); err != nil {
 		return err
 	}
-	return e.st.Scan(store.AllocationPrefix, func(_ string, v []byte) error {
-		var a Allocation
-		if err := json.Unmarshal(v, &a); err != nil {
+	return loadRecords(e, store.AllocationPrefix, func(a *Allocation) { e.allocs[a.UUID] = a })
+}
+
+// loadRecords reads the records of type T under prefix at start, each
+// one to keep.
+func loadRecords[T any](e *Engine, prefix string, keep func(*T)) error {
+	return e.st.Scan(prefix, func(_ string, v []byte) error {
+		var x T
+		if err := json.Unmarshal(v, &x); err != nil {
 			return err
 		}
-		e.allocs[a.UUID] = &a
+		keep(&x)
 		return nil
 	})
 }
 
-func (t *tx) putPortGroup(g *PortGroup) {
-	b, _ := json.Marshal(g)
-	t.batch.Set(store.PortGroupPrefix+g.UUID, b)
+func (t *tx) putJSON(key string, v any) {
+	b, _ := json.Marshal(v)
+	t.batch.Set(key, b)
 }
 
-func (t *tx) putAllocation(a *Allocation) {
-	b, _ := json.Marshal(a)
-	t.batch.Set(store.AllocationPrefix+a.UUID, b)
-}
+func (t *tx) putPortGroup(g *PortGroup)   { t.putJSON(store.PortGroupPrefix+g.UUID, g) }
+func (t *tx) putAllocation(a *Allocation) { t.putJSON(store.AllocationPrefix+a.UUID, a) }
+func (t *tx) putPort(p *Port)             { t.putJSON(store.PortPrefix+p.UUID, p) }
 
-func (t *tx) putPort(p *Port) {
-	b, _ := json.Marshal(p)
-	t.batch.Set(store.PortPrefix+p.UUID, b)
-}
-
-// pgLookup finds a port group by UUID or name. The caller holds e.mu.
-func (e *Engine) pgLookup(ident string) (*PortGroup, error) {
-	if g, ok := e.pgroups[ident]; ok {
-		return g, nil
+// lookupNamed finds a record of all by UUID or, when ident is not one,
+// by name (nameOf); what names the kind in the NotFound error. The
+// caller holds e.mu.
+func lookupNamed[T any](all map[string]*T, ident string, nameOf func(*T) string, what string) (*T, error) {
+	if x, ok := all[ident]; ok {
+		return x, nil
 	}
 	if ident != "" {
-		for _, g := range e.pgroups {
-			if g.Name == ident {
-				return g, nil
+		for _, x := range all {
+			if nameOf(x) == ident {
+				return x, nil
 			}
 		}
 	}
-	return nil, errorf(NotFound, "Portgroup %s could not be found.", ident)
+	return nil, errorf(NotFound, "%s %s could not be found.", what, ident)
+}
+
+// getRecord returns a copy of the record lookup finds for ident.
+func getRecord[T any](e *Engine, ident string, lookup func(string) (*T, error)) (T, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	x, err := lookup(ident)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return *x, nil
+}
+
+// listRecords lists copies of the records of all, of one node when
+// nodeIdent is set (of gives a record's node and creation time), oldest
+// first.
+func listRecords[T any](e *Engine, nodeIdent string, all map[string]*T, of func(*T) (node string, created time.Time)) ([]T, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var nodeID string
+	if nodeIdent != "" {
+		n, err := e.lookup(nodeIdent)
+		if err != nil {
+			return nil, err
+		}
+		nodeID = n.UUID
+	}
+	out := []T{}
+	for _, x := range all {
+		if node, _ := of(x); nodeID == "" || node == nodeID {
+			out = append(out, *x)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		_, a := of(&out[i])
+		_, b := of(&out[j])
+		return a.Before(b)
+	})
+	return out, nil
+}
+
+func pgOf(g *PortGroup) (string, time.Time)     { return g.NodeUUID, g.CreatedAt }
+func allocOf(a *Allocation) (string, time.Time) { return a.NodeUUID, a.CreatedAt }
+func portOf(p *Port) (string, time.Time)        { return p.NodeUUID, p.CreatedAt }
+
+// pgLookup finds a port group by UUID or name. The caller holds e.mu.
+func (e *Engine) pgLookup(ident string) (*PortGroup, error) {
+	return lookupNamed(e.pgroups, ident, func(g *PortGroup) string { return g.Name }, "Portgroup")
 }
 
 // checkPortGroup checks a port group's fields (as a create or an update
@@ -196,35 +239,12 @@ func (e *Engine) CreatePortGroup(g PortGroup, nodeIdent string) (*PortGroup, err
 
 // PortGroups lists port groups, of one node when nodeIdent is set.
 func (e *Engine) PortGroups(nodeIdent string) ([]PortGroup, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	var nodeID string
-	if nodeIdent != "" {
-		n, err := e.lookup(nodeIdent)
-		if err != nil {
-			return nil, err
-		}
-		nodeID = n.UUID
-	}
-	out := []PortGroup{}
-	for _, g := range e.pgroups {
-		if nodeID == "" || g.NodeUUID == nodeID {
-			out = append(out, *g)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
+	return listRecords(e, nodeIdent, e.pgroups, pgOf)
 }
 
 // PortGroup returns one port group by UUID or name.
 func (e *Engine) PortGroup(ident string) (PortGroup, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	g, err := e.pgLookup(ident)
-	if err != nil {
-		return PortGroup{}, err
-	}
-	return *g, nil
+	return getRecord(e, ident, e.pgLookup)
 }
 
 // UpdatePortGroup changes a port group through fn, on a copy checked
@@ -381,17 +401,7 @@ func cloneMap(m map[string]any) map[string]any {
 
 // allocLookup finds an allocation by UUID or name. The caller holds e.mu.
 func (e *Engine) allocLookup(ident string) (*Allocation, error) {
-	if a, ok := e.allocs[ident]; ok {
-		return a, nil
-	}
-	if ident != "" {
-		for _, a := range e.allocs {
-			if a.Name == ident {
-				return a, nil
-			}
-		}
-	}
-	return nil, errorf(NotFound, "Allocation %s could not be found.", ident)
+	return lookupNamed(e.allocs, ident, func(a *Allocation) string { return a.Name }, "Allocation")
 }
 
 // CreateAllocation makes an allocation and processes it at once, as
@@ -497,35 +507,12 @@ func (e *Engine) allocate(t *tx, a *Allocation) {
 // Allocations lists the allocations (of one node when nodeIdent is
 // set), oldest first.
 func (e *Engine) Allocations(nodeIdent string) ([]Allocation, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	var nodeID string
-	if nodeIdent != "" {
-		n, err := e.lookup(nodeIdent)
-		if err != nil {
-			return nil, err
-		}
-		nodeID = n.UUID
-	}
-	out := []Allocation{}
-	for _, a := range e.allocs {
-		if nodeID == "" || a.NodeUUID == nodeID {
-			out = append(out, *a)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
+	return listRecords(e, nodeIdent, e.allocs, allocOf)
 }
 
 // Allocation returns one allocation by UUID or name.
 func (e *Engine) Allocation(ident string) (Allocation, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	a, err := e.allocLookup(ident)
-	if err != nil {
-		return Allocation{}, err
-	}
-	return *a, nil
+	return getRecord(e, ident, e.allocLookup)
 }
 
 // UpdateAllocation changes an allocation's name and extra (Ironic's

@@ -21,6 +21,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/cli"
+	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
@@ -203,7 +204,10 @@ func TestImageCache(t *testing.T) {
 	url := srv.URL + "/image.raw"
 	good := "sha256:" + o.sum
 
-	c := testrig.Coordinator(t, testrig.Options{})
+	// The origin may hold the nodes in write_image for up to 60 s, and on a
+	// busy machine (load 20 seen) the heartbeats of that wait come late:
+	// the rig's 30 s WAIT timeout is not what this test is about.
+	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{WaitTimeout: 3 * time.Minute}})
 	cl := testrig.NewClient(t, c)
 	dir1 := t.TempDir()
 	cacheSite(t, c, "site1", dir1, nodes)

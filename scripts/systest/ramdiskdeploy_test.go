@@ -22,7 +22,8 @@ import (
 // loopback image server (allowed with --fetch-allow) ends active with the
 // ISO on the virtual CD, fetched over the WAN once and served to the BMC
 // by the site cache (the BMC never sees the origin), the node powered on
-// and no ramdisk booted; GET boot_device says cdrom, persistent. Undeploy
+// and no ramdisk booted; GET boot_device says cdrom, persistent, and an
+// operator's reboot starts the machine from the ISO again. Undeploy
 // powers it off and ejects the ISO (automated_clean off: no cleaning).
 // A deploy without boot_iso is a 400 naming it, and an ipmi node cannot
 // take the interface at all.
@@ -100,6 +101,26 @@ func TestRedfishRamdiskDeployLiveISO(t *testing.T) {
 	var bd map[string]any
 	if code := cl.Do("GET", "/v1/nodes/"+n.UUID+"/management/boot_device", nil, &bd); code != 200 || bd["boot_device"] != "cdrom" || bd["persistent"] != true {
 		t.Fatalf("boot_device: %d %v; want cdrom, persistent", code, bd)
+	}
+
+	// An operator's reboot boots the ISO again: it stays inserted, and
+	// the CD stays the boot device.
+	if code := cl.Do("PUT", "/v1/nodes/"+n.UUID+"/states/power", map[string]any{"target": "rebooted"}, nil); code != 202 {
+		t.Fatalf("reboot: %d", code)
+	}
+	for deadline := time.Now().Add(60 * time.Second); len(m.Starts()) == len(starts); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reboot did not start the machine")
+		}
+	}
+	if st := m.Starts(); st[len(st)-1].Device != vbmc.BootCd {
+		t.Fatalf("after the reboot the machine started from %q; want the CD", st[len(st)-1].Device)
+	}
+	if u, _, _ := m.MediaIn(vbmc.SlotCD); u != url {
+		t.Fatalf("after the reboot the CD holds %q; want the ISO %q", u, url)
+	}
+	if got := cl.WaitRest(n.UUID, 60*time.Second); got.State != "active" || got.PowerState != "power on" || got.LastError != "" {
+		t.Fatalf("after the reboot: %q, power %q, last_error %q", got.State, got.PowerState, got.LastError)
 	}
 
 	cl.MustVerb(n.UUID, "deleted", nil)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
@@ -25,8 +26,9 @@ import (
 // and no ramdisk booted; GET boot_device says cdrom, persistent, and an
 // operator's reboot starts the machine from the ISO again. Undeploy
 // powers it off and ejects the ISO (automated_clean off: no cleaning).
-// A deploy without boot_iso is a 400 naming it, and an ipmi node cannot
-// take the interface at all.
+// A deploy without boot_iso is a 400 naming it, an ipmi node cannot
+// take the interface at all, and an ISO on a host the fetch rule refuses
+// fails the deploy naming --fetch-allow, the BMC untouched.
 func TestRedfishRamdiskDeployLiveISO(t *testing.T) {
 	iso := bytes.Repeat([]byte("live ISO "), 40000)
 	o := &fwOrigin{gets: map[string]int{}, files: map[string][]byte{"/live.iso": iso}}
@@ -50,7 +52,7 @@ func TestRedfishRamdiskDeployLiveISO(t *testing.T) {
 		t.Fatalf("site add: %d", code)
 	}
 	ag := testrig.StartAgentConfig(t, creds, agent.Config{Cache: agent.ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30,
-		FetchAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+		FetchAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}})
 
 	var ipmi map[string]any
 	if code := cl.Do("POST", "/v1/nodes", map[string]any{"name": "bmc-ipmi", "driver": "ipmi", "conductor_group": "rack1", "deploy_interface": "ramdisk",
@@ -129,5 +131,29 @@ func TestRedfishRamdiskDeployLiveISO(t *testing.T) {
 	}
 	if url, _, _ := m.MediaIn(vbmc.SlotCD); url != "" || m.PoweredOn() {
 		t.Fatalf("after undeploy: CD %q, powered on %v; want ejected and off", url, m.PoweredOn())
+	}
+
+	// An ISO on a host the fetch rule refuses (loopback 127.0.0.2, not
+	// allowed) fails the deploy naming the flag; the BMC gets nothing.
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no 127.0.0.2 here: %v", err)
+	}
+	o2 := &fwOrigin{gets: map[string]int{}, files: map[string][]byte{"/live.iso": iso}}
+	refused := httptest.NewUnstartedServer(o2)
+	refused.Listener.Close()
+	refused.Listener = ln
+	refused.Start()
+	t.Cleanup(refused.Close)
+	patch = []map[string]any{{"op": "add", "path": "/instance_info/boot_iso", "value": refused.URL + "/live.iso"}}
+	if code := cl.Do("PATCH", "/v1/nodes/"+n.UUID, patch, nil); code != 200 {
+		t.Fatalf("PATCH boot_iso: %d", code)
+	}
+	cl.MustVerb(n.UUID, "active", nil)
+	if got := cl.WaitRest(n.UUID, 60*time.Second); got.State != "deploy failed" || !strings.Contains(got.LastError, "--fetch-allow") {
+		t.Fatalf("deploy of a refused ISO: %q, last_error %q; want deploy failed naming --fetch-allow", got.State, got.LastError)
+	}
+	if u, _, _ := m.MediaIn(vbmc.SlotCD); u != "" || o2.count("/live.iso") != 0 {
+		t.Fatalf("refused ISO: CD %q, origin asked %d times; want nothing", u, o2.count("/live.iso"))
 	}
 }

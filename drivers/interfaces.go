@@ -65,7 +65,7 @@ func Refused(iface, impl string) string {
 	case "boot/" + BootIPXE, "boot/" + BootPXE:
 		return "the edge agent boots Redfish nodes from virtual media only, not by network boot"
 	case "deploy/anaconda", "deploy/custom-agent", "deploy/ansible", "deploy/bootc", "deploy/autodetect":
-		return "only direct deploy is built (the ramdisk writes a whole-disk image)"
+		return "only direct deploy (the ramdisk writes a whole-disk image) and, on redfish, ramdisk deploy (a live ISO from virtual media) are built"
 	}
 	return ""
 }

@@ -25,8 +25,10 @@ const (
 	BootFake = "fake"
 	// DeployDirect: the ramdisk writes the image (Ironic's direct).
 	DeployDirect = "direct"
-	// DeployRamdisk: Ironic's ramdisk deploy (boot a given ISO or
-	// kernel/ramdisk and end active). Not built yet: refused.
+	// DeployRamdisk: Ironic's ramdisk deploy: the node boots the ISO of
+	// instance_info boot_iso from its BMC's virtual CD and is active,
+	// with nothing written to its disks (Metal3's live ISO). Redfish
+	// nodes only (virtual media).
 	DeployRamdisk = "ramdisk"
 	// DeployFake: Ironic's fake deploy: deploy, undeploy and cleaning end
 	// at once, with no ramdisk boot, no power change and no image.
@@ -55,7 +57,7 @@ func (i Ifaces) Has(iface, impl string) bool { return slices.Contains(i[iface], 
 func Refused(iface, impl string) string {
 	switch iface + "/" + impl {
 	case "deploy/" + DeployRamdisk:
-		return "the ramdisk deploy interface (boot an ISO or kernel and ramdisk and end active) is not built yet; use direct (the ramdisk writes the image)"
+		return "the ramdisk deploy interface boots instance_info boot_iso from the BMC's virtual media, which needs a Redfish BMC (driver redfish); booting a given kernel and ramdisk by network boot is not built; use direct (the ramdisk writes the image)"
 	case "boot/redfish-https":
 		return "redfish-https (UEFI HTTP boot from a URL the BMC is given) is not built; the edge agent boots Redfish nodes from virtual media (redfish-virtual-media)"
 	case "boot/" + BootVirtualMedia:
@@ -63,7 +65,7 @@ func Refused(iface, impl string) string {
 	case "boot/" + BootIPXE, "boot/" + BootPXE:
 		return "the edge agent boots Redfish nodes from virtual media only, not by network boot"
 	case "deploy/anaconda", "deploy/custom-agent", "deploy/ansible", "deploy/bootc", "deploy/autodetect":
-		return "only direct deploy is built (the ramdisk writes a whole-disk image)"
+		return "only direct deploy (the ramdisk writes a whole-disk image) and, on redfish, ramdisk deploy (a live ISO from virtual media) are built"
 	}
 	return ""
 }
@@ -93,6 +95,7 @@ func (d Declaration) InterfacesFor(name string) Ifaces {
 		i["boot"] = []string{BootIPXE, BootPXE}
 	case "redfish":
 		i["boot"] = []string{BootVirtualMedia}
+		i["deploy"] = []string{DeployDirect, DeployRamdisk}
 	case "fake":
 		if name == "fake-hardware" {
 			// Ironic's fake-hardware: the fake implementations first.

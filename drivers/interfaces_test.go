@@ -7,8 +7,9 @@ import (
 
 // TestInterfacesPerHardwareType: the defaults are Ironic's for what each
 // driver does (ipmi: ipxe and ipmitool; redfish: virtual media;
-// fake-hardware: Ironic's fake boot and deploy), and an implementation
-// Ironic has that is not built here is refused with its reason.
+// fake-hardware: Ironic's fake boot and deploy; ramdisk deploy on
+// redfish), and an implementation Ironic has that is not built here is
+// refused with its reason.
 func TestInterfacesPerHardwareType(t *testing.T) {
 	for _, c := range []struct {
 		decl                 Declaration
@@ -17,7 +18,7 @@ func TestInterfacesPerHardwareType(t *testing.T) {
 		otherBoot, otherDepl string
 	}{
 		{IPMIDeclaration(), "ipmi", BootIPXE, DeployDirect, "ipmitool", BootPXE, ""},
-		{RedfishDeclaration(), "redfish", BootVirtualMedia, DeployDirect, "redfish", "", ""},
+		{RedfishDeclaration(), "redfish", BootVirtualMedia, DeployDirect, "redfish", "", DeployRamdisk},
 		{FakeDeclaration(), "fake-hardware", BootFake, DeployFake, "fake", BootPXE, DeployDirect},
 		{FakeDeclaration(), "fake", BootPXE, DeployDirect, "fake", BootFake, DeployFake},
 		{QEMUDeclaration(), "qemu-dev", BootPXE, DeployDirect, "qemu-dev", "", ""},
@@ -33,8 +34,12 @@ func TestInterfacesPerHardwareType(t *testing.T) {
 		if c.otherDepl != "" && c.decl.CheckImpl(c.name, "deploy", c.otherDepl) != nil {
 			t.Errorf("%s: deploy %s refused", c.name, c.otherDepl)
 		}
+		if c.name == "redfish" {
+			continue
+		}
+		// Ramdisk deploy boots an ISO from virtual media: redfish only.
 		err := c.decl.CheckImpl(c.name, "deploy", DeployRamdisk)
-		if err == nil || !strings.Contains(err.Error(), "not built yet") || !strings.Contains(err.Error(), "is not supported by hardware type "+c.name) {
+		if err == nil || !strings.Contains(err.Error(), "needs a Redfish BMC") || !strings.Contains(err.Error(), "is not supported by hardware type "+c.name) {
 			t.Errorf("%s: deploy ramdisk: %v; want refused with the reason", c.name, err)
 		}
 	}

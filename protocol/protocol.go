@@ -181,6 +181,14 @@ const (
 	// once the power changed and return them in the result's data
 	// (DataFirmware, DataBIOS), as manage does.
 	ArgReadHardware = "read_firmware_bios"
+	// ArgISOURL, on a boot_device command of device BootISO, is the
+	// ISO's URL (Ironic's instance_info boot_iso): the edge agent
+	// fetches it through the site's image cache (under its fetch rule)
+	// and has the BMC insert the cache's copy as its virtual CD.
+	ArgISOURL = "iso_url"
+	// ArgEjectISO, true on a boot_device command of device BootDisk,
+	// ejects the virtual media first (the ramdisk deploy's tear down).
+	ArgEjectISO = "eject_iso"
 )
 
 // Power states, with Ironic's spelling.
@@ -202,7 +210,14 @@ func PowerIsOff(state string) bool { return state == PowerOff || state == PowerS
 const (
 	BootPXE  = "pxe"
 	BootDisk = "disk"
+	// BootISO: the ISO of the command's ArgISOURL on the BMC's virtual
+	// CD, the CD the persistent boot device (the ramdisk deploy
+	// interface's boot of a live ISO).
+	BootISO = "iso"
 )
+
+// MaxISOURLBytes bounds a boot_device command's ISO URL.
+const MaxISOURLBytes = 4096
 
 // NodeCmdTopic is where the coordinator sends commands to a node's ramdisk agent.
 func NodeCmdTopic(site, node string) string {
@@ -459,8 +474,14 @@ func (m *Message) Validate() error {
 			}
 		case ActionBootDev:
 			d, _ := m.Args["device"].(string)
-			if d != BootPXE && d != BootDisk {
-				return fmt.Errorf("boot_device command %q has device %q; want %q or %q", m.ID, d, BootPXE, BootDisk)
+			if d != BootPXE && d != BootDisk && d != BootISO {
+				return fmt.Errorf("boot_device command %q has device %q; want %q, %q or %q", m.ID, d, BootPXE, BootDisk, BootISO)
+			}
+			if u, _ := m.Args[ArgISOURL].(string); d == BootISO && (u == "" || len(u) > MaxISOURLBytes) {
+				return fmt.Errorf("boot_device command %q of device %q needs %s, an http(s) URL of at most %d bytes", m.ID, BootISO, ArgISOURL, MaxISOURLBytes)
+			}
+			if e, set := m.Args[ArgEjectISO]; set && (d != BootDisk || e != true) {
+				return fmt.Errorf("boot_device command %q: %s is true, with device %q only", m.ID, ArgEjectISO, BootDisk)
 			}
 		case ActionOOBStep, ActionInbandRun:
 			if m.Step == nil || m.Step.Step == "" || m.Step.Interface == "" {

@@ -75,6 +75,21 @@ type Config struct {
 	// verifies its checksum and returns the URL the BMCs fetch it from
 	// (agent/sitecache); nil: no cache, firmware.update is refused.
 	BlobURL func(ctx context.Context, url, checksum string) (string, error)
+	// MediaURL fetches a ramdisk deploy's boot ISO into the site's image
+	// cache (no checksum: Ironic's boot_iso has none) and returns the
+	// URL the BMCs fetch it from (agent/sitecache); nil: no cache, the
+	// ISO boot is refused.
+	MediaURL func(ctx context.Context, url string) (string, error)
+}
+
+// ISOBooter is a Booter that boots a given ISO from a BMC's virtual
+// media (agent/boot): the ramdisk deploy interface's live ISO.
+type ISOBooter interface {
+	// BootISO inserts the ISO at isoURL (the site cache's copy) as the
+	// node's virtual CD and makes the CD its persistent boot device.
+	BootISO(ctx context.Context, node string, b drivers.BMC, isoURL string) error
+	// EjectISO ejects the node's virtual media.
+	EjectISO(ctx context.Context, node string, b drivers.BMC) error
 }
 
 // Set holds the site's BMCs.
@@ -403,7 +418,21 @@ func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot
 		return nil
 	case protocol.ActionBootDev:
 		d, _ := m.Args["device"].(string)
-		return boot.SetBootDevice(ctx, m.Node, b, d)
+		eject, _ := m.Args[protocol.ArgEjectISO].(bool)
+		if d != protocol.BootISO && !eject {
+			return boot.SetBootDevice(ctx, m.Node, b, d)
+		}
+		ib, ok := boot.(ISOBooter)
+		if !ok {
+			return fmt.Errorf("this edge agent cannot boot an ISO on node %s", m.Node)
+		}
+		if eject {
+			if err := ib.EjectISO(ctx, m.Node, b); err != nil {
+				return fmt.Errorf("eject the boot ISO: %w", err)
+			}
+			return boot.SetBootDevice(ctx, m.Node, b, d)
+		}
+		return s.bootISO(ctx, m, b, ib)
 	case protocol.ActionOOBStep:
 		steps := m.OOBSteps()
 		for i := range steps {
@@ -417,6 +446,21 @@ func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot
 		return nil
 	}
 	return fmt.Errorf("edge agent cannot run action %q", m.Action)
+}
+
+// bootISO runs a boot_device command of device iso: the ISO fetched
+// into the site's image cache (under the fetch rule), then inserted from
+// there as the node's virtual CD, the CD its persistent boot device.
+func (s *Set) bootISO(ctx context.Context, m *protocol.Message, b drivers.BMC, ib ISOBooter) error {
+	src, _ := m.Args[protocol.ArgISOURL].(string)
+	if s.cfg.MediaURL == nil {
+		return fmt.Errorf("the edge agent of site %s has no image cache (start it with --image-cache-dir and --image-cache-listen): a ramdisk deploy's boot_iso reaches the BMCs only through it", s.cfg.Site)
+	}
+	local, err := s.cfg.MediaURL(ctx, src)
+	if err != nil {
+		return fmt.Errorf("boot_iso: %w", err)
+	}
+	return ib.BootISO(ctx, m.Node, b, local)
 }
 
 // StepsError is the failure of one step of a run of several: Done steps

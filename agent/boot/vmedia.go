@@ -258,6 +258,59 @@ type mediaBooter interface {
 	EjectBootMedia(ctx context.Context) error
 }
 
+// isoBooter is a BMC that boots a given ISO from its virtual CD, kept
+// as the boot device (redfish).
+type isoBooter interface {
+	BootISO(ctx context.Context, isoURL string) error
+}
+
+// BootISO boots a node from a given ISO (a ramdisk deploy's boot_iso,
+// served by the site's image cache): the BMC inserts it as the virtual
+// CD and keeps the CD as the boot device, as Ironic's redfish virtual
+// media boot does for the ramdisk deploy interface; the next power-on
+// boots it. It is no ramdisk boot: power-offs leave it inserted (an
+// operator's power cycle boots the ISO again) until EjectISO. A ramdisk
+// boot's media still owed an eject are ejected first.
+func (p *Boot) BootISO(ctx context.Context, node string, b drivers.BMC, isoURL string) error {
+	ib, ok := b.(isoBooter)
+	mb, _ := b.(mediaBooter)
+	if !ok || mb == nil {
+		return fmt.Errorf("the BMC of node %s has no virtual media to boot an ISO from; the ramdisk deploy interface needs a Redfish BMC with a virtual CD", node)
+	}
+	if p.owesEject(node) {
+		if p.media != nil {
+			p.media.dropParams(node)
+		}
+		if !p.ejectOrWarn(ctx, node, mb, "the boot ISO is inserted next") {
+			return fmt.Errorf("the ramdisk's virtual media of node %s did not eject; the boot ISO was not inserted", node)
+		}
+	}
+	return ib.BootISO(ctx, isoURL)
+}
+
+// EjectISO ejects a node's virtual media (the ramdisk deploy's tear
+// down): the boot ISO, and a ramdisk boot's media if any are owed.
+func (p *Boot) EjectISO(ctx context.Context, node string, b drivers.BMC) error {
+	mb, ok := b.(mediaBooter)
+	if !ok {
+		return fmt.Errorf("the BMC of node %s has no virtual media", node)
+	}
+	if p.media != nil {
+		p.media.dropParams(node)
+	}
+	if err := mb.EjectBootMedia(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	_, owed := p.vmBoot[node]
+	delete(p.vmBoot, node)
+	p.mu.Unlock()
+	if owed {
+		p.keepVM(node, nil)
+	}
+	return nil
+}
+
 // bootParams are the kernel-style parameters of a node's ramdisk boot: who
 // it is, where its broker is and with what credential, the CA pin, then
 // the site's and the node's own additions (driver_info

@@ -19,6 +19,14 @@ type Checksum struct {
 	Hex  string // lower-case hex digest
 }
 
+// Unverified is the checksum of an image the operator gave none for and
+// that the cache keeps all the same: a ramdisk deploy's boot ISO
+// (instance_info boot_iso, which Ironic takes without a checksum). It is
+// fetched under the fetch rule like any image, and its bytes are
+// checked against nothing; the same URL with a checksum is another
+// image.
+var Unverified = Checksum{Algo: "none"}
+
 // String is "ALGO:HEX".
 func (c Checksum) String() string { return c.Algo + ":" + c.Hex }
 
@@ -72,6 +80,9 @@ func acceptAlgo(c imagechecksum.Checksum) (Checksum, error) {
 func checkSum(algo, hexpart string) (Checksum, error) {
 	if algo == "" {
 		return Checksum{}, errors.New("the checksum has no algorithm; give ALGO:HEX with sha256, sha512 or md5")
+	}
+	if algo == Unverified.Algo && hexpart == "" {
+		return Unverified, nil
 	}
 	c, err := imagechecksum.ParseDigest(hexpart, algo)
 	if err != nil {

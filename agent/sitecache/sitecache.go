@@ -280,6 +280,26 @@ func (sc *Cache) BlobURL(ctx context.Context, src, checksum string) (string, err
 	return sc.base + token, nil
 }
 
+// MediaURL fetches a boot ISO (a ramdisk deploy's instance_info
+// boot_iso) into the cache under the fetch rule, with no checksum (Ironic
+// takes boot_iso without one: imagecache.Unverified), and returns the
+// URL the site's BMCs fetch it from: the cache's, under the image's
+// token. The origin URL and its credentials never reach a BMC; every
+// node naming the same URL shares the one download.
+func (sc *Cache) MediaURL(ctx context.Context, src string) (string, error) {
+	if !sc.on {
+		return "", fmt.Errorf("the edge agent of site %s has no image cache (start it with --image-cache-dir and --image-cache-listen): a ramdisk deploy's boot_iso reaches the BMCs only through it", sc.cfg.Site)
+	}
+	if _, err := sc.c.Fetch(ctx, src, imagecache.Unverified); err != nil {
+		return "", err
+	}
+	token, err := sc.c.Register(src, imagecache.Unverified)
+	if err != nil {
+		return "", err
+	}
+	return sc.base + token, nil
+}
+
 // Preseed fetches a cache_image command's image into the cache, within
 // ctx.
 func (sc *Cache) Preseed(ctx context.Context, m *protocol.Message) (imagecache.Result, error) {

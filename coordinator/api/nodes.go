@@ -570,13 +570,19 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request) {
 
 // getBootDevice shows the boot device the BMC was last told to use (the
 // coordinator does not ask the BMC: null until one was set). Persistent
-// is what the drivers do: disk is kept, pxe is for the next boot.
+// is what the drivers do: disk and a live ISO's cdrom are kept, pxe is
+// for the next boot.
 func (s *Server) getBootDevice(w http.ResponseWriter, r *http.Request) {
 	var v map[string]any
 	err := s.e.View(r.PathValue("id"), func(n *fsm.Node, _ bool) error {
 		v = map[string]any{"boot_device": nullable(n.BootDevice), "persistent": nil}
 		if n.BootDevice != "" {
 			v["persistent"] = n.BootDevice == protocol.BootDisk
+		}
+		if n.BootDevice == protocol.BootISO {
+			// A ramdisk deploy's live ISO: the virtual CD, kept (Ironic's
+			// cdrom, persistent).
+			v["boot_device"], v["persistent"] = "cdrom", true
 		}
 		return nil
 	})

@@ -184,7 +184,7 @@ func TestFakeHardwareAndNodeFields(t *testing.T) {
 	if raw["driver"] != "fake" || raw["deploy_interface"] != "direct" || raw["boot_interface"] != "fake" {
 		t.Fatalf("after reset: deploy %v boot %v", raw["deploy_interface"], raw["boot_interface"])
 	}
-	if a := vcurl(t, base, "1.95", "PATCH", "/v1/nodes/"+sim, `[{"op":"replace","path":"/deploy_interface","value":"ramdisk"}]`); a.status != 400 || !strings.Contains(a.body, "not built yet") {
+	if a := vcurl(t, base, "1.95", "PATCH", "/v1/nodes/"+sim, `[{"op":"replace","path":"/deploy_interface","value":"ramdisk"}]`); a.status != 400 || !strings.Contains(a.body, "needs a Redfish BMC") {
 		t.Fatalf("deploy_interface ramdisk: %d %.300s, want 400 saying why", a.status, a.body)
 	}
 

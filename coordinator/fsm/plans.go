@@ -51,14 +51,43 @@ func (m *Machine) autoClean(n *Node) bool {
 // fakeDeploy tells whether node n has Ironic's fake deploy interface (its
 // own, or its driver's default: fake-hardware's): its deploy, undeploy
 // and cleaning boot nothing and run no step.
-func (m *Machine) fakeDeploy(n *Node) bool {
+func (m *Machine) fakeDeploy(n *Node) bool { return m.deployImpl(n) == drivers.DeployFake }
+
+// ramdiskDeploy tells whether node n has Ironic's ramdisk deploy
+// interface: its deploy boots instance_info boot_iso from the BMC's
+// virtual CD (no ramdisk of this project, nothing written to disk) and
+// its undeploy powers it off and ejects the ISO; cleaning is as for
+// direct (Ironic's ramdisk deploy cleans with the agent too).
+func (m *Machine) ramdiskDeploy(n *Node) bool { return m.deployImpl(n) == drivers.DeployRamdisk }
+
+// deployImpl is node n's deploy interface: its own, or its driver's
+// default.
+func (m *Machine) deployImpl(n *Node) string {
 	impl := n.DeployInterface
 	if impl == "" {
 		if d, err := m.cfg.Drivers.Get(n.Driver); err == nil {
 			impl = d.InterfacesFor(n.Driver).Default("deploy")
 		}
 	}
-	return impl == drivers.DeployFake
+	return impl
+}
+
+// bootISOPlan is the ramdisk deploy's plan, as Ironic's RamdiskDeploy
+// deploy step: power off, the boot interface's prepare_instance (the
+// ISO of instance_info boot_iso on the virtual CD, the CD as the
+// persistent boot device), power on.
+func bootISOPlan(n *Node) []Action {
+	iso, _ := n.InstanceInfo[BootISOField].(string)
+	insert := Action{Kind: ActOOB, Action: protocol.ActionBootDev, Args: map[string]any{"device": protocol.BootISO, protocol.ArgISOURL: iso}}
+	return []Action{powerAction(protocol.PowerOff), insert, powerAction(protocol.PowerOn)}
+}
+
+// ejectISOPlan is the ramdisk deploy's tear down: power off, then the
+// boot interface's clean_up_instance (the ISO ejected) and the disk as
+// the boot device again.
+func ejectISOPlan() []Action {
+	return []Action{powerAction(protocol.PowerOff),
+		{Kind: ActOOB, Action: protocol.ActionBootDev, Args: map[string]any{"device": protocol.BootDisk, protocol.ArgEjectISO: true}}}
 }
 
 // ensureWorking puts a node that waits back into its -ING state and locks it.

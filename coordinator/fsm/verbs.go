@@ -3,9 +3,11 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
+	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/imagechecksum"
 	"github.com/bmedge/bmedge/protocol/shacrypt"
@@ -139,6 +141,12 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 			}
 			break
 		}
+		if m.ramdiskDeploy(n) {
+			if r := m.checkRamdiskDeploy(n, req); r != nil {
+				return r
+			}
+			break
+		}
 		if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
 			return refuse(Invalid, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
 		}
@@ -231,6 +239,9 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		if m.fakeDeploy(n) {
 			plan = nil // Ironic's fake deploy: done at once
 		}
+		if m.ramdiskDeploy(n) {
+			plan = bootISOPlan(n)
+		}
 		m.start(n, req.Verb, Active, "deploy", plan, now, &out)
 	case RescueV:
 		plan := append(bootRamdisk(), Action{Kind: ActStep, Step: &StepRun{Interface: "rescue", Step: "finalize_rescue", InBand: true}})
@@ -245,6 +256,9 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		plan := []Action{powerAction(protocol.PowerOff)}
 		if m.fakeDeploy(n) {
 			plan = nil // Ironic's fake deploy: tear down changes nothing
+		}
+		if m.ramdiskDeploy(n) {
+			plan = ejectISOPlan()
 		}
 		m.start(n, req.Verb, retiredTarget, "delete", plan, now, &out)
 	case Service:
@@ -300,7 +314,7 @@ func (m *Machine) needsRamdisk(n *Node, v Event) bool {
 	case RescueV:
 		return true
 	case Deploy, Rebuild:
-		return !m.fakeDeploy(n)
+		return !m.fakeDeploy(n) && !m.ramdiskDeploy(n)
 	case Provide:
 		return m.autoClean(n) && !m.fakeDeploy(n)
 	}
@@ -532,7 +546,15 @@ func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
 		out["inspect"] = fail(err.Error())
 	}
 	out["deploy"] = boot
-	if s, _ := n.InstanceInfo["image_source"].(string); s == "" && d.NoRamdiskBoot == "" {
+	if m.ramdiskDeploy(n) {
+		// Ironic's RamdiskDeploy.validate: the boot interface boots the
+		// ISO (here: the BMC's virtual media) and boot_iso is set.
+		if r := m.checkRamdiskDeploy(n, VerbRequest{Verb: Deploy}); r != nil {
+			out["deploy"] = fail(r.Msg)
+		} else {
+			out["deploy"] = ok
+		}
+	} else if s, _ := n.InstanceInfo["image_source"].(string); s == "" && d.NoRamdiskBoot == "" {
 		out["deploy"] = fail(fmt.Sprintf("instance_info image_source of node %s is not set", n.Ident()))
 	} else if err := deployChecksumError(n); err != nil && d.NoRamdiskBoot == "" {
 		out["deploy"] = fail(fmt.Sprintf("node %s: %v", n.Ident(), err))
@@ -544,6 +566,41 @@ func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
 		}
 	}
 	return out
+}
+
+// BootISOField is the instance_info field of the ISO a ramdisk deploy
+// boots (Ironic's boot_iso).
+const BootISOField = "boot_iso"
+
+// checkRamdiskDeploy checks a deploy (or rebuild) of a node of the
+// ramdisk deploy interface: it boots instance_info boot_iso from the
+// BMC's virtual CD, so it needs that URL and a BMC with virtual media,
+// and it takes nothing it would not use (an image to write, a config
+// drive, deploy steps): each is refused saying why.
+func (m *Machine) checkRamdiskDeploy(n *Node, req VerbRequest) *Refusal {
+	id := n.Ident()
+	if d, err := m.cfg.Drivers.Get(n.Driver); err == nil && !d.InterfacesFor(n.Driver).Has("deploy", drivers.DeployRamdisk) {
+		return refuse(Invalid, "Cannot deploy node %s with deploy_interface ramdisk: %s", id, drivers.Refused("deploy", drivers.DeployRamdisk))
+	}
+	iso, isString := n.InstanceInfo[BootISOField].(string)
+	if !isString || iso == "" {
+		return refuse(Invalid, "Cannot deploy node %s: instance_info/boot_iso is missing; the ramdisk deploy interface boots that ISO (set it with baremetal node set %s --instance-info boot_iso=URL)", id, id)
+	}
+	if u, err := url.Parse(iso); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(iso) > protocol.MaxISOURLBytes {
+		return refuse(Invalid, "Cannot deploy node %s: instance_info/boot_iso must be an http:// or https:// URL of at most %d bytes, which the site's edge agent fetches", id, protocol.MaxISOURLBytes)
+	}
+	for _, k := range []string{"image_source", "kernel", "ramdisk"} {
+		if v, set := n.InstanceInfo[k]; set && v != nil && v != "" {
+			return refuse(Invalid, "Cannot deploy node %s: instance_info/%s is set, but the ramdisk deploy interface boots instance_info/boot_iso and writes no image (booting a kernel and ramdisk is not built); remove %s, or set deploy_interface direct to write an image", id, k, k)
+		}
+	}
+	if req.ConfigDrive != "" {
+		return refuse(Invalid, "Cannot deploy node %s with a config drive: its deploy_interface is ramdisk, whose live ISO gets none (the BMC's virtual CD holds the ISO); deploy without configdrive", id)
+	}
+	if len(req.DeploySteps) > 0 || len(matchingTemplates(n, req.Templates)) > 0 {
+		return refuse(Invalid, "Cannot deploy node %s with deploy steps or deploy templates: its deploy_interface is ramdisk, which runs only its own deploy (boot instance_info/boot_iso); set deploy_interface direct to run steps", id)
+	}
+	return nil
 }
 
 // partitionImageError refuses a partition image (Ironic's instance_info

@@ -524,6 +524,17 @@ func (b *BMC) BootFromMedia(ctx context.Context, isoURL, paramsURL string) error
 	return b.SetBoot(ctx, BootCDROM, false)
 }
 
+// BootISO boots the system from a given ISO: the image at isoURL on the
+// virtual CD and the CD as the persistent boot device (Ironic's redfish
+// virtual media prepare_instance for the ramdisk deploy interface). The
+// power is not changed.
+func (b *BMC) BootISO(ctx context.Context, isoURL string) error {
+	if err := b.InsertMedia(ctx, MediaCD, isoURL); err != nil {
+		return err
+	}
+	return b.SetBoot(ctx, BootCDROM, true)
+}
+
 // EjectBootMedia ejects what BootFromMedia inserted.
 func (b *BMC) EjectBootMedia(ctx context.Context) error {
 	errCD := b.EjectMedia(ctx, MediaCD)

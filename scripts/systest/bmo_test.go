@@ -3,10 +3,15 @@ package systest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,8 +40,11 @@ import (
 // PATCH (getInstanceUpdateOpts: instance_uuid, instance_info with the
 // image and its hash, force_persistent_boot_device) and the deploy with a
 // config drive in its JSON form, then deprovisioning (automated_clean
-// sync, deleted) and the delete. No request may be refused: BMO retries
-// a refused one for ever.
+// sync, deleted) and the delete; for a live-ISO host (image format
+// live-iso), the provisioning PATCH of setLiveIsoUpdateOptsForNode
+// (instance_info boot_iso, deploy_interface ramdisk), validateNode and a
+// deploy with no config drive. No request may be refused: BMO retries a
+// refused one for ever.
 
 // bmoClient is gophercloud as BMO sets it up: noauth, the microversion
 // BMO chooses from the API's maximum (clients/features.go
@@ -218,19 +226,19 @@ func (h *bmoHost) deprovision() {
 	}
 }
 
-// TestBMORedfishVirtualMediaHost: a redfish-virtualmedia host (BMO's
+// bmoRedfishRig is a redfish-virtualmedia host (BMO's
 // redfish-virtualmedia:// BMC) behind the virtual Redfish BMC, its
-// ramdisk booted from the BMC's virtual CD by the edge agent (a stand-in
-// ramdisk that runs the standard steps), through BMO's calls from
-// registration to active and back to deleted. The node names no site:
-// the coordinator has one.
-func TestBMORedfishVirtualMediaHost(t *testing.T) {
+// ramdisk booted from the BMC's virtual CD by a real edge agent (a
+// stand-in ramdisk that runs the standard steps), with a coordinator of
+// one site; liveISO also gives the agent an image cache allowed to fetch
+// from loopback and lets the machine boot a live ISO.
+func bmoRedfishRig(t *testing.T, liveISO bool) (*bmoHost, *mediaRamdiskMachine, *agent.Agent) {
 	dir := t.TempDir()
 	iso := filepath.Join(dir, "bmramdisk.iso")
 	if err := os.WriteFile(iso, bytes.Repeat([]byte("ramdisk ISO "), 8192), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := &mediaRamdiskMachine{MemoryMachine: vbmc.NewMemoryMachine(vbmc.MemoryOptions{}), t: t, inventory: map[string]any{
+	m := &mediaRamdiskMachine{MemoryMachine: vbmc.NewMemoryMachine(vbmc.MemoryOptions{FetchMedia: liveISO}), t: t, liveISO: liveISO, inventory: map[string]any{
 		"inventory": map[string]any{
 			"cpu":        map[string]any{"count": 4, "architecture": "x86_64"},
 			"memory":     map[string]any{"total_bytes": int64(8) << 30, "physical_mb": 8192},
@@ -254,18 +262,101 @@ func TestBMORedfishVirtualMediaHost(t *testing.T) {
 	if code := testrig.NewClient(t, c).Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
 		t.Fatalf("site add: %d", code)
 	}
-	testrig.StartAgentConfig(t, creds, agent.Config{Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0", BrokerURL: c.BrokerURL}})
+	cfg := agent.Config{Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0", BrokerURL: c.BrokerURL}}
+	if liveISO {
+		cfg.Cache = agent.ImageCacheOptions{Dir: t.TempDir(), Listen: "127.0.0.1:0", MaxBytes: 1 << 30,
+			FetchAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	}
+	ag := testrig.StartAgentConfig(t, creds, cfg)
 
 	h := &bmoHost{t: t, cl: bmoClient(t, c), name: "metal3~host1", mac: "52:54:00:6b:3c:58",
 		driver: "redfish", bootIface: "redfish-virtual-media", raidIface: "redfish", firmwareIface: "redfish",
 		driverInfo: map[string]any{"redfish_address": srv.URL, "redfish_username": "root", "redfish_password": "calvin",
 			"redfish_system_id": "/redfish/v1/Systems/" + b.SystemIDs()[0]}}
+	return h, m, ag
+}
+
+// TestBMORedfishVirtualMediaHost: a redfish-virtualmedia host through
+// BMO's calls from registration to active and back to deleted. The node
+// names no site: the coordinator has one.
+func TestBMORedfishVirtualMediaHost(t *testing.T) {
+	h, m, _ := bmoRedfishRig(t, false)
 	h.register()
 	h.inspect()
 	h.provision("http://127.0.0.1:1/host1.raw", "b004fddf42c9888a32bf3f385b1ba84307a3cf8499944f654b992f1a519af29c")
 	h.deprovision()
 	if m.cdBoots() < 3 {
 		t.Errorf("the machine booted the ramdisk from its virtual CD %d times; inspection, cleaning, deploy and cleaning again each boot it", m.cdBoots())
+	}
+}
+
+// provisionLiveISO is ironic.go Provision of a live-ISO image (BMO's
+// image.DiskFormat "live-iso"): provide, setUpForProvisioning's PATCH
+// (getInstanceUpdateOpts with setLiveIsoUpdateOptsForNode: instance_uuid,
+// instance_info capabilities, root_device and boot_iso, deploy_interface
+// ramdisk, force_persistent_boot_device; no image_source or checksum
+// was set, so none is removed), validateNode (boot and deploy must
+// pass), then the deploy with getConfigDrive's empty config drive (BMO
+// gives a live ISO none).
+func (h *bmoHost) provisionLiveISO(iso string) {
+	h.verb(nodes.ProvisionStateOpts{Target: nodes.TargetProvide})
+	h.wait(nodes.Available, 90*time.Second)
+	n := h.update("provisioning", nodes.UpdateOpts{
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_uuid", Value: "7d2f5e3b-4c6a-4f8b-8d9e-1b2c3d4e5f60"},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_info/capabilities", Value: map[string]string{}},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_info/root_device", Value: map[string]any{}},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/instance_info/boot_iso", Value: iso},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/deploy_interface", Value: "ramdisk"},
+		nodes.UpdateOperation{Op: nodes.AddOp, Path: "/driver_info/force_persistent_boot_device", Value: "Default"},
+	})
+	if n.DeployInterface != "ramdisk" || n.InstanceInfo["boot_iso"] != iso {
+		h.t.Fatalf("after the PATCH: deploy_interface %q, boot_iso %v", n.DeployInterface, n.InstanceInfo["boot_iso"])
+	}
+	v, err := nodes.Validate(context.Background(), h.cl, h.uuid).Extract()
+	h.must("validate", err)
+	if !v.Boot.Result || !v.Deploy.Result {
+		h.t.Fatalf("validate: boot %v (%s), deploy %v (%s); BMO fails the host", v.Boot.Result, v.Boot.Reason, v.Deploy.Result, v.Deploy.Reason)
+	}
+	h.verb(nodes.ProvisionStateOpts{Target: nodes.TargetActive, ConfigDrive: nodes.ConfigDrive{}})
+	h.wait(nodes.Active, 120*time.Second)
+}
+
+// TestBMORedfishLiveISOHost: a live-ISO host (Metal3's image format
+// live-iso) behind the virtual Redfish BMC through BMO's calls:
+// registered, inspected and provided as any host (the ramdisk cleans it),
+// deployed with the ramdisk deploy interface: active with the ISO (from
+// a loopback image server, through the site's image cache) on the
+// virtual CD and booted, no ramdisk boot for the deploy; deprovisioned
+// (power off, eject, automated cleaning) and deleted. No request is
+// refused.
+func TestBMORedfishLiveISOHost(t *testing.T) {
+	live := bytes.Repeat([]byte("metal3 live ISO "), 20000)
+	o := &fwOrigin{gets: map[string]int{}, files: map[string][]byte{"/live.iso": live}}
+	origin := httptest.NewServer(o)
+	t.Cleanup(origin.Close)
+	h, m, ag := bmoRedfishRig(t, true)
+	h.register()
+	h.inspect()
+	ramdiskBoots := m.cdBoots()
+	h.provisionLiveISO(origin.URL + "/live.iso")
+	url, size, sum := m.MediaIn(vbmc.SlotCD)
+	want := sha256.Sum256(live)
+	if !strings.HasPrefix(url, "http://"+ag.ImageCacheAddr()+"/images/") || size != int64(len(live)) || sum != hex.EncodeToString(want[:]) {
+		t.Fatalf("virtual CD when active: %q, %d bytes, sha256 %s; want the live ISO (%d bytes) from the site cache", url, size, sum, len(live))
+	}
+	if n := h.get(); n.PowerState != "power on" || !m.PoweredOn() || m.liveISOBoots() != 1 {
+		t.Fatalf("active: power_state %q, machine on %v, %d live ISO boots; want on, one", n.PowerState, m.PoweredOn(), m.liveISOBoots())
+	}
+	// provide's cleaning booted the ramdisk; the deploy did not.
+	if got := m.cdBoots(); got != ramdiskBoots+1 {
+		t.Fatalf("ramdisk boots: %d after inspection, %d when active; want one more (provide's cleaning) and none for the deploy", ramdiskBoots, got)
+	}
+	h.deprovision()
+	if got := m.cdBoots(); got != ramdiskBoots+2 {
+		t.Errorf("ramdisk boots after deprovisioning: %d; want %d (the automated cleaning)", got, ramdiskBoots+2)
+	}
+	if url, _, _ := m.MediaIn(vbmc.SlotCD); url != "" || m.PoweredOn() {
+		t.Errorf("after deprovisioning: CD %q, powered on %v; want ejected and off", url, m.PoweredOn())
 	}
 }
 

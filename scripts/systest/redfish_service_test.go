@@ -44,6 +44,11 @@ type mediaRamdiskMachine struct {
 	// inventory, when set, is what the stand-in's inspect_hardware
 	// reports (nil: it reports nothing).
 	inventory map[string]any
+	// liveISO: a start from the CD with no parameters medium on the USB
+	// stick is a live ISO's boot (a ramdisk deploy), counted in
+	// liveBoots, not a failed ramdisk boot.
+	liveISO   bool
+	liveBoots int
 }
 
 func (m *mediaRamdiskMachine) Power(ctx context.Context, action vbmc.ResetType) error {
@@ -60,8 +65,12 @@ func (m *mediaRamdiskMachine) Power(ctx context.Context, action vbmc.ResetType) 
 		m.stop = nil
 	}
 	if started && starts[len(starts)-1].Device == vbmc.BootCd {
-		m.boots++
 		usb, _, _ := m.MediaIn(vbmc.SlotUSB)
+		if cd, _, _ := m.MediaIn(vbmc.SlotCD); usb == "" && cd != "" && m.liveISO {
+			m.liveBoots++
+			return nil
+		}
+		m.boots++
 		rctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		m.stop = func() { cancel(); <-done }
@@ -74,6 +83,12 @@ func (m *mediaRamdiskMachine) cdBoots() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.boots
+}
+
+func (m *mediaRamdiskMachine) liveISOBoots() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.liveBoots
 }
 
 func (m *mediaRamdiskMachine) close() {

@@ -120,7 +120,9 @@ func (r *simRunner) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// inventory is a plausible hardware report, stable per node.
+// inventory is a plausible hardware report, stable per node; its NICs
+// are the node's enrolled ports' MACs (opts.MACs, from the boot
+// command), else one of a MAC made from the node's name.
 func (r *simRunner) inventory() map[string]any {
 	h := 0
 	for _, c := range r.node {
@@ -133,6 +135,13 @@ func (r *simRunner) inventory() map[string]any {
 	memMB := 16384 << (h % 4)
 	diskGB := 480 << (h % 3)
 	mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", (h>>16)&0xff, (h>>8)&0xff, h&0xff)
+	nics := []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true}}
+	if len(r.opts.MACs) > 0 {
+		nics = nil
+		for i, m := range r.opts.MACs {
+			nics = append(nics, map[string]any{"name": fmt.Sprintf("eth%d", i), "mac_address": m, "has_carrier": true})
+		}
+	}
 	short := r.node
 	if len(short) > 8 {
 		short = short[:8]
@@ -142,7 +151,7 @@ func (r *simRunner) inventory() map[string]any {
 			"cpu":           map[string]any{"count": cpus, "architecture": "x86_64", "model_name": "Simulated CPU"},
 			"memory":        map[string]any{"total_bytes": int64(memMB) << 20, "physical_mb": memMB},
 			"disks":         []any{map[string]any{"name": "/dev/sda", "size": int64(diskGB) << 30, "rotational": false, "serial": "SIM" + short}},
-			"interfaces":    []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true}},
+			"interfaces":    nics,
 			"system_vendor": map[string]any{"manufacturer": "bmedge", "product_name": "simulated node", "serial_number": short},
 			"boot":          map[string]any{"current_boot_mode": "uefi"},
 		},

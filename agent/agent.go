@@ -122,7 +122,7 @@ func New(cfg Config) *Agent {
 		OnResult: func(node, cmd string, ok bool) { a.plans.Result(node, cmd, ok) }, OnRunning: func(node, cmd string) { a.plans.Running(node, cmd) }})
 	a.plans = a.newPlans()
 	a.sim = sim.New(sim.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Opts: cfg.Sim, ResendInterval: cfg.ResendInterval, Info: a.bmcs.Info,
-		Transport: agentTransport{a}, Context: func() context.Context { return a.ctx }, CacheBase: a.cache.Base})
+		Transport: agentTransport{a}, Context: func() context.Context { return a.ctx }, CacheBase: a.cache.Base, BootMACs: a.boot.BootMACs})
 	a.metrics = newAgentMetrics(a)
 	a.warn = ratelog.New(cfg.Log, time.Minute)
 	return a

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/md5"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/bmedge/bmedge/protocol"
 )
 
 // TestSimWriteImage: on a site with an image cache, a simulated ramdisk's
@@ -71,7 +74,9 @@ func TestSimWriteImage(t *testing.T) {
 		{"no checksum, bad URL", map[string]any{"image_source": deadURL},
 			[]string{"no image checksum given"}},
 		{"md5", map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": "md5:" + strings.Repeat("a", 32)},
-			[]string{"md5, which is not supported"}},
+			[]string{"is md5, which is taken only when the operator allows it", "--allow-md5-checksum"}},
+		{"md5 allowed, wrong", map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": "md5:" + strings.Repeat("a", 32), protocol.ArgAllowMD5Checksum: true},
+			[]string{"checksum mismatch"}},
 		{"no image_source", map[string]any{"image_checksum": sum},
 			[]string{"needs instance_info/image_source"}},
 	} {
@@ -95,6 +100,12 @@ func TestSimWriteImage(t *testing.T) {
 		if c.args["image_checksum"] == wrong && strings.Contains(err.Error(), hex.EncodeToString(h[:])) {
 			t.Errorf("%s: error %q tells the digest of what came back", c.name, err)
 		}
+	}
+
+	// md5, allowed by the coordinator (allow_md5_checksum): verified.
+	m5 := md5.Sum(img)
+	if err := run(map[string]any{"image_source": origin.URL + "/good.raw", "image_checksum": hex.EncodeToString(m5[:]), protocol.ArgAllowMD5Checksum: true}); err != nil {
+		t.Errorf("md5 allowed, right digest: %v", err)
 	}
 
 	// An image the agent did not take through the cache (here: handed to

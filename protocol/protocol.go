@@ -167,6 +167,13 @@ const (
 	// network boot requests (DHCP, TFTP, HTTP) from these MACs only, and
 	// only while it is booting the node.
 	ArgBootMACs = "boot_macs"
+	// ArgAllowMD5Checksum, true on a write_image step's args when the
+	// coordinator allows md5 and sha1 image checksums (serve
+	// --allow-md5-checksum, Ironic's [agent]allow_md5_checksum, which
+	// Ironic passes to its ramdisk as agent_md5_checksum_enable): the
+	// ramdisk verifies such a digest only then. The coordinator sets or
+	// removes it on every write_image, whatever a deploy step's args say.
+	ArgAllowMD5Checksum = "allow_md5_checksum"
 	// ArgSecureBoot, true on a power command that boots a node asked to
 	// boot with UEFI Secure Boot (Ironic's capability secure_boot:true):
 	// network boot gives its UEFI firmware the signed chain (shim, GRUB,

@@ -322,8 +322,8 @@ func (s *Set) Limited(ctx context.Context, fn func() error) error {
 	}
 }
 
-// Exec runs a BMC command's action on the node's BMC. After a power
-// action, and after any failure of a command that may have changed the
+// Exec runs a BMC command's action on the node's BMC. After a
+// validation, a power action, and after any failure of a command that may have changed the
 // power (power, boot device, out-of-band steps), the BMC's power state
 // is read back into the result data (protocol.DataPowerState): the
 // coordinator records the BMC's state, not the one the command aimed at.
@@ -343,11 +343,16 @@ func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error 
 }
 
 // readsBack tells whether a command's outcome calls for reading the
-// power state back: a power action, a step that powers the node, or a
-// failure of a command that may have changed the power half way. BMCs
-// that are not polled (simulated ones) are read back only after a
-// failure: a simulated site stays cheap.
+// power state back: a validation that succeeded (manage's verify: as
+// Ironic's, it records the BMC's power state), a power action, a step
+// that powers the node, or a failure of a command that may have changed
+// the power half way. BMCs that are not polled (simulated ones) are read
+// back only after a validation or a failure: a simulated site stays
+// cheap.
 func (s *Set) readsBack(m *protocol.Message, err error) bool {
+	if m.Action == protocol.ActionValidate {
+		return err == nil
+	}
 	switch m.Action {
 	case protocol.ActionPower, protocol.ActionBootDev, protocol.ActionOOBStep:
 	default:

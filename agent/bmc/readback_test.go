@@ -28,8 +28,9 @@ func (powerBooter) NoteArgs(string, map[string]any) {}
 // TestReadBack: the power state is read back into the result data after
 // every power action of a polled BMC and after any failure of a power,
 // boot device or out-of-band step command (a simulated BMC only after a
-// failure); never after a validate, and not once the command's time ran
-// out.
+// failure); after a validate that worked, simulated BMC too (manage's
+// verify records the BMC's power state, as Ironic's), and not once the
+// command's time ran out.
 func TestReadBack(t *testing.T) {
 	real, sim := &stubBMC{}, &stubBMC{}
 	s := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler),
@@ -47,7 +48,8 @@ func TestReadBack(t *testing.T) {
 		{"power on that failed half way", "r1", protocol.ActionPower, failed, protocol.PowerOff, protocol.PowerOff, false},
 		{"boot device that failed", "r1", protocol.ActionBootDev, failed, protocol.PowerOn, protocol.PowerOn, false},
 		{"boot device that worked: nothing", "r1", protocol.ActionBootDev, nil, protocol.PowerOn, "", false},
-		{"validate: nothing", "r1", protocol.ActionValidate, nil, protocol.PowerOn, "", false},
+		{"validate", "r1", protocol.ActionValidate, nil, protocol.PowerOn, protocol.PowerOn, false},
+		{"simulated validate", "f1", protocol.ActionValidate, nil, protocol.PowerOff, protocol.PowerOff, false},
 		{"simulated power on that worked: nothing", "f1", protocol.ActionPower, nil, protocol.PowerOn, "", false},
 		{"simulated power on that failed", "f1", protocol.ActionPower, failed, protocol.PowerOff, protocol.PowerOff, false},
 		{"time ran out: nothing", "r1", protocol.ActionPower, failed, protocol.PowerOff, "", true},

@@ -163,6 +163,20 @@ func (p *Boot) netbootNoteArgs(node string, args map[string]any) {
 	}
 }
 
+// BootMACs are the node's PXE-enabled port MACs from its last boot
+// command (args.boot_macs), in their order; nil when none said any. The
+// simulator gives its nodes these NICs.
+func (p *Boot) BootMACs(node string) []string {
+	st := p.netbootState()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []string
+	for _, m := range st.macs[node] {
+		out = append(out, m.String())
+	}
+	return out
+}
+
 // netbootForget drops what the BMC commands told about a deleted node.
 func (p *Boot) netbootForget(node string) {
 	st := p.netbootState()

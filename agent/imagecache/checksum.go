@@ -1,9 +1,6 @@
 package imagecache
 
 import (
-	"crypto/md5"
-	"crypto/sha256"
-	"crypto/sha512"
 	"errors"
 	"fmt"
 	"hash"
@@ -15,7 +12,7 @@ import (
 // protocol/imagechecksum; which algorithms the cache takes is decided
 // here (see acceptAlgo).
 type Checksum struct {
-	Algo string // md5, sha256 or sha512
+	Algo string // md5, sha1, sha256 or sha512
 	Hex  string // lower-case hex digest
 }
 
@@ -31,14 +28,10 @@ var Unverified = Checksum{Algo: "none"}
 func (c Checksum) String() string { return c.Algo + ":" + c.Hex }
 
 func (c Checksum) hash() hash.Hash {
-	switch c.Algo {
-	case imagechecksum.MD5:
-		return md5.New()
-	case imagechecksum.SHA256:
-		return sha256.New()
-	default:
-		return sha512.New()
+	if h := imagechecksum.NewHash(c.Algo); h != nil {
+		return h
 	}
+	return imagechecksum.NewHash(imagechecksum.SHA512)
 }
 
 // ErrNoChecksum says that an image has no checksum: the cache keeps
@@ -47,10 +40,11 @@ var ErrNoChecksum = errors.New("no image checksum: the site cache keeps only ima
 
 // ParseChecksum reads the checksum of an image as Ironic gives it; as the
 // ramdisk does, os_hash_value (with os_hash_algo) wins over
-// image_checksum. The cache takes a digest of md5, sha256 or sha512.
-// md5 is taken although the standard ramdisk refuses it: the cache's
-// check only keeps a corrupt download from being served, the node
-// verifies the image again under its own rule. A checksum file URL is
+// image_checksum. The cache takes a digest of md5, sha1, sha256 or
+// sha512. md5 and sha1 are taken whatever the coordinator's
+// --allow-md5-checksum: the cache's check only keeps a corrupt download
+// from being served, the node verifies the image again under the
+// coordinator's rule (a deploy the coordinator refuses never comes). A checksum file URL is
 // refused: the cache does not fetch checksum files, so such an image is
 // left to the ramdisk.
 func ParseChecksum(checksum, osHashAlgo, osHashValue string) (Checksum, error) {
@@ -70,16 +64,16 @@ func ParseChecksum(checksum, osHashAlgo, osHashValue string) (Checksum, error) {
 // acceptAlgo is the cache's rule on algorithms.
 func acceptAlgo(c imagechecksum.Checksum) (Checksum, error) {
 	switch c.Algo {
-	case imagechecksum.MD5, imagechecksum.SHA256, imagechecksum.SHA512:
+	case imagechecksum.MD5, imagechecksum.SHA1, imagechecksum.SHA256, imagechecksum.SHA512:
 		return Checksum{Algo: c.Algo, Hex: c.Hex}, nil
 	}
-	return Checksum{}, fmt.Errorf("the site cache does not verify %s checksums; give the image's sha256 or sha512 digest (md5 is also taken)", c.Algo)
+	return Checksum{}, fmt.Errorf("the site cache does not verify %s checksums; give the image's sha256 or sha512 digest (md5 and sha1 are also taken)", c.Algo)
 }
 
 // checkSum validates a Checksum given as a value (Register, Fetch).
 func checkSum(algo, hexpart string) (Checksum, error) {
 	if algo == "" {
-		return Checksum{}, errors.New("the checksum has no algorithm; give ALGO:HEX with sha256, sha512 or md5")
+		return Checksum{}, errors.New("the checksum has no algorithm; give ALGO:HEX with sha256, sha512, md5 or sha1")
 	}
 	if algo == Unverified.Algo && hexpart == "" {
 		return Unverified, nil

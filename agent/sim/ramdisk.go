@@ -120,7 +120,9 @@ func (r *simRunner) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// inventory is a plausible hardware report, stable per node.
+// inventory is a plausible hardware report, stable per node; its NICs
+// are the node's enrolled ports' MACs (opts.MACs, from the boot
+// command), else one of a MAC made from the node's name.
 func (r *simRunner) inventory() map[string]any {
 	h := 0
 	for _, c := range r.node {
@@ -133,6 +135,13 @@ func (r *simRunner) inventory() map[string]any {
 	memMB := 16384 << (h % 4)
 	diskGB := 480 << (h % 3)
 	mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", (h>>16)&0xff, (h>>8)&0xff, h&0xff)
+	nics := []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true}}
+	if len(r.opts.MACs) > 0 {
+		nics = nil
+		for i, m := range r.opts.MACs {
+			nics = append(nics, map[string]any{"name": fmt.Sprintf("eth%d", i), "mac_address": m, "has_carrier": true})
+		}
+	}
 	short := r.node
 	if len(short) > 8 {
 		short = short[:8]
@@ -142,7 +151,7 @@ func (r *simRunner) inventory() map[string]any {
 			"cpu":           map[string]any{"count": cpus, "architecture": "x86_64", "model_name": "Simulated CPU"},
 			"memory":        map[string]any{"total_bytes": int64(memMB) << 20, "physical_mb": memMB},
 			"disks":         []any{map[string]any{"name": "/dev/sda", "size": int64(diskGB) << 30, "rotational": false, "serial": "SIM" + short}},
-			"interfaces":    []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true}},
+			"interfaces":    nics,
 			"system_vendor": map[string]any{"manufacturer": "bmedge", "product_name": "simulated node", "serial_number": short},
 			"boot":          map[string]any{"current_boot_mode": "uefi"},
 		},
@@ -153,7 +162,8 @@ func (r *simRunner) inventory() map[string]any {
 // writeImage is a simulated ramdisk's write_image up to the disk. On a
 // site with an image cache (make run's, the benchmark's) it does what the
 // real ramdisk (ramdisk/steps, ramdisk/image) does where an operator can
-// see it: it needs image_source and a sha256 or sha512 checksum, downloads
+// see it: it needs image_source and a sha256 or sha512 checksum (md5 or
+// sha1 when the coordinator allows them: allow_md5_checksum), downloads
 // the image (from the site cache, when the agent took the image through
 // it, else from its origin) and verifies it; each refusal or failure is
 // the step's error, so the deploy's last_error. On a site without an
@@ -178,7 +188,8 @@ func (s *Sim) writeImage(ctx context.Context, args map[string]any) error {
 	}
 	// The ramdisk's rule on checksums (ramdisk/steps writeImage and
 	// ramdisk/image checksumSetup): os_hash_value wins over
-	// image_checksum; one is required; sha256 or sha512 only.
+	// image_checksum; one is required; sha256 or sha512, md5 and sha1
+	// only when the coordinator allows them (allow_md5_checksum).
 	sum, _ := args["image_os_hash_value"].(string)
 	algo, _ := args["image_os_hash_algo"].(string)
 	if sum == "" {
@@ -198,8 +209,10 @@ func (s *Sim) writeImage(ctx context.Context, args map[string]any) error {
 	}
 	switch c.Algo {
 	case imagechecksum.SHA256, imagechecksum.SHA512:
-	case imagechecksum.MD5:
-		return fmt.Errorf("image checksum %q is md5, which is not supported; give a sha256 or sha512 digest", sum)
+	case imagechecksum.MD5, imagechecksum.SHA1:
+		if allow, _ := args[protocol.ArgAllowMD5Checksum].(bool); !allow {
+			return fmt.Errorf("image checksum %q is %s, which is taken only when the operator allows it (coordinator serve --allow-md5-checksum, Ironic's [agent]allow_md5_checksum); give a sha256 or sha512 digest", sum, c.Algo)
+		}
 	default:
 		return fmt.Errorf("checksum algorithm %q is not supported; use sha256 or sha512", c.Algo)
 	}

@@ -37,6 +37,9 @@ type Options struct {
 	DieStep                string // every node's ramdisk dies during this step
 	RebootStep             string // every node's ramdisk reboots on its own during this step
 	NoBoot                 bool   // no ramdisk ever boots
+	// MACs are the NICs a node's ramdisk reports (set per boot from
+	// Config.BootMACs; none: one NIC of a MAC made from the node's name).
+	MACs []string
 	// PowerWatch, when set, is told of every power change of a
 	// simulated BMC (state and boot device), as a test counts power-ons.
 	PowerWatch func(node, state, bootDevice string)
@@ -63,6 +66,11 @@ type Config struct {
 	// Clock is the clock (default clock.Real) of the simulated boot
 	// delays, step durations and rescue shells' uptime.
 	Clock clock.Clock
+	// BootMACs are a node's MACs as its last boot command gave them (its
+	// enrolled PXE-enabled ports, args.boot_macs); nil: none. A ramdisk
+	// booted then reports one NIC per MAC in its inventory, as the
+	// node's real NICs would be.
+	BootMACs func(node string) []string
 }
 
 // Store keeps the simulated nodes' state (the edge agent's encrypted
@@ -95,6 +103,7 @@ type bootOptions struct {
 	FailStep     string        `json:"fail_step,omitempty"`
 	DieStep      string        `json:"die_step,omitempty"`
 	RebootStep   string        `json:"reboot_step,omitempty"`
+	MACs         []string      `json:"macs,omitempty"`
 }
 
 // simNode is a simulated node's state and the lock that keeps its
@@ -137,6 +146,9 @@ func New(cfg Config) *Sim {
 	}
 	if cfg.CacheBase == nil {
 		cfg.CacheBase = func() string { return "" }
+	}
+	if cfg.BootMACs == nil {
+		cfg.BootMACs = func(string) []string { return nil }
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	return &Sim{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}, boots: map[string]uint64{}, rescues: map[string]*rescueLogin{},
@@ -201,6 +213,7 @@ func (s *Sim) OnPower(node, state, boot string) {
 	// The node's options first: its driver_info is the BMC part's, whose
 	// lock is held while it builds a BMC here (NewBMC takes s.mu).
 	opts := s.options(node)
+	opts.MACs = s.cfg.BootMACs(node)
 	s.mu.Lock()
 	if r := s.sessions[node]; r != nil {
 		r.Stop()
@@ -216,7 +229,7 @@ func (s *Sim) OnPower(node, state, boot string) {
 	if state == protocol.PowerOn && boot == protocol.BootPXE {
 		if !opts.NoBoot {
 			n.state.Boot = &bootOptions{StepDuration: opts.StepDuration, Heartbeat: opts.Heartbeat,
-				FailStep: opts.FailStep, DieStep: opts.DieStep, RebootStep: opts.RebootStep}
+				FailStep: opts.FailStep, DieStep: opts.DieStep, RebootStep: opts.RebootStep, MACs: opts.MACs}
 			s.bootLocked(node, opts, nil, opts.BootDelay)
 		}
 	}
@@ -353,6 +366,7 @@ func (s *Sim) Restore(st Store) error {
 		opts := s.cfg.Opts
 		opts.StepDuration, opts.Heartbeat = ns.Boot.StepDuration, ns.Boot.Heartbeat
 		opts.FailStep, opts.DieStep, opts.RebootStep = ns.Boot.FailStep, ns.Boot.DieStep, ns.Boot.RebootStep
+		opts.MACs = ns.Boot.MACs
 		if ns.Session == nil {
 			continue // its ramdisk died
 		}

@@ -292,10 +292,11 @@ func TestBaremetalCLI(t *testing.T) {
 	// filtered list (ironicclient asks /v1/nodes/?provision_state=...)
 	// and the instance_info set above.
 	// An md5 checksum (a bare digest of 32 hex digits, as older Ironic
-	// examples give) is refused before anything boots: the ramdisk
-	// verifies sha256 or sha512 only.
-	if r := bm.run("node", "deploy", "bm1"); r.code == 0 || !strings.Contains(r.stderr, "image checksum is md5") || !strings.Contains(r.stderr, "sha256:HEX") {
-		t.Errorf("deploy with an md5 checksum: exit %d, stderr %q; want a refusal naming md5 and what to give", r.code, r.stderr)
+	// examples give) is refused before anything boots, naming the
+	// option that allows it (Ironic's [agent]allow_md5_checksum).
+	if r := bm.run("node", "deploy", "bm1"); r.code == 0 || !strings.Contains(r.stderr, "image checksum is md5") || !strings.Contains(r.stderr, "sha256:HEX") ||
+		!strings.Contains(r.stderr, "--allow-md5-checksum") {
+		t.Errorf("deploy with an md5 checksum: exit %d, stderr %q; want a refusal naming md5, the option --allow-md5-checksum and what to give", r.code, r.stderr)
 	}
 	if st := api.Get(id).State; st != "available" {
 		t.Fatalf("after the refused deploy the node is %q, want available", st)

@@ -64,6 +64,7 @@ type serveOptions struct {
 	waitTimeout, cmdTimeout, resend, tick      time.Duration
 	autoClean, forcePower, verbose             bool
 	fastTrack                                  bool
+	allowMD5                                   bool
 	edgePlans                                  bool
 	fastTrackTimeout                           time.Duration
 	prio                                       kv
@@ -115,6 +116,8 @@ func (c *cmd) serveCmd() *cobra.Command {
 		"credential and agent token go on; a new boot still gets new ones). A node's driver_info fast_track=true|false overrides it (docs/deploy.md, Fast track)")
 	fs.DurationVar(&o.fastTrackTimeout, "fast-track-timeout", fsm.DefaultFastTrackTimeout, "with fast track, a ramdisk counts as running if it heartbeated within this `DURATION` "+
 		"(Ironic's [deploy]fast_track_timeout, 300 s), and a node kept in its ramdisk that no operation used this long after the last one ended is powered off")
+	fs.BoolVar(&o.allowMD5, "allow-md5-checksum", false, "take md5 and sha1 image checksums (Ironic's [agent]allow_md5_checksum): a deploy with one is verified with it by the ramdisk; "+
+		"without it such a deploy is refused (400). sha256 and sha512 are always taken")
 	fs.BoolVar(&o.edgePlans, "edge-plans", true, "hand the rest of a clean, deploy or service phase to the site's edge agent as one plan when the agent runs plans "+
 		"(it relays its ramdisks): the site goes from step to step by itself, also while its link is down, and the results are applied here in order, "+
 		"with the same history and failure rules; false sends each step's command alone (docs/edge.md, Plans)")
@@ -176,7 +179,7 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 		Auth: o.auth, HTPasswd: o.htpasswd, TLSCert: o.tlsCert, TLSKey: o.tlsKey, BrokerCAFile: o.brokerCA, MaxPacketSize: o.maxPacket,
 		Machine: fsm.Config{WaitTimeout: o.waitTimeout, CommandTimeout: o.cmdTimeout, ResendInterval: o.resend,
 			AutomatedClean: o.autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: o.forcePower,
-			FastTrack: o.fastTrack, FastTrackTimeout: o.fastTrackTimeout},
+			FastTrack: o.fastTrack, FastTrackTimeout: o.fastTrackTimeout, AllowMD5Checksum: o.allowMD5},
 		MaxConcurrentClean: o.maxClean, MaxConcurrentDeploy: o.maxDeploy, TickInterval: o.tick, HistoryMaxEntries: o.histMax, Log: log,
 		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns, NoEdgePlans: !o.edgePlans, DefaultSite: o.defaultSite})
 	if err != nil {

@@ -79,7 +79,7 @@ func (e *Engine) CacheImage(site, imageURL, checksum, commandID string) (CacheSt
 	if err := checkImageURL(imageURL); err != nil {
 		return CacheStatus{}, err
 	}
-	sum, err := normalChecksum(checksum)
+	sum, err := normalChecksum(checksum, e.cfg.Machine.AllowMD5Checksum)
 	if err != nil {
 		return CacheStatus{}, err
 	}
@@ -156,9 +156,10 @@ func checkImageURL(u string) error {
 }
 
 // normalChecksum checks an image checksum as the site cache takes it
-// for a deploy (ALGO:HEX, or HEX of sha256 or sha512 by its length) and returns
-// it as ALGO:HEX.
-func normalChecksum(s string) (string, error) {
+// for a deploy (ALGO:HEX, or HEX of sha256 or sha512 by its length; md5
+// and sha1 only when the coordinator allows them, as a deploy does) and
+// returns it as ALGO:HEX.
+func normalChecksum(s string, allowMD5 bool) (string, error) {
 	if strings.TrimSpace(s) == "" {
 		return "", errorf(Invalid, "the image checksum is missing: the site cache keeps only images it can verify; give --checksum sha256:HEX (the image's instance_info image_checksum)")
 	}
@@ -166,14 +167,17 @@ func normalChecksum(s string) (string, error) {
 	if err != nil {
 		return "", errorf(Invalid, "%v", err)
 	}
-	switch c.Algo {
-	case imagechecksum.SHA256, imagechecksum.SHA512:
+	switch {
+	case c.Algo == imagechecksum.SHA256 || c.Algo == imagechecksum.SHA512:
 		return c.String(), nil
+	case imagechecksum.Legacy(c.Algo) && allowMD5:
+		return c.String(), nil
+	case imagechecksum.Legacy(c.Algo):
+		// The cache would take it, but a deploy of it is refused, so it
+		// would be a WAN download for nothing.
+		return "", errorf(Invalid, "image checksum %q is %s, which a deploy does not take on this coordinator (the operator allows md5 and sha1 with serve --allow-md5-checksum, Ironic's [agent]allow_md5_checksum): give sha256:HEX (64 hex digits) or sha512:HEX (128)", s, c.Algo)
 	}
-	// md5 too: the cache would take it, but a deploy of it is refused
-	// (the ramdisk verifies sha256 or sha512 only), so it would be a WAN
-	// download for nothing.
-	return "", errorf(Invalid, "image checksum %q is %s, which a deploy does not take (the ramdisk verifies sha256 or sha512 only): give sha256:HEX (64 hex digits) or sha512:HEX (128)", s, c.Algo)
+	return "", errorf(Invalid, "image checksum %q is %s, which a deploy does not take (the ramdisk verifies sha256 or sha512): give sha256:HEX (64 hex digits) or sha512:HEX (128)", s, c.Algo)
 }
 
 // redactURL leaves out a URL's query string (often a signature) and password.

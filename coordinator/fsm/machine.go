@@ -59,6 +59,12 @@ type Config struct {
 	// of a running ramdisk, and a kept ramdisk that no operation used
 	// this long after the last one ended is powered off.
 	FastTrackTimeout time.Duration
+	// AllowMD5Checksum (Ironic's [agent]allow_md5_checksum; serve's
+	// --allow-md5-checksum): a deploy may give an md5 or sha1 image
+	// checksum, which the ramdisk is then told to verify
+	// (protocol.ArgAllowMD5Checksum). Without it such a deploy is
+	// refused (400) naming the option.
+	AllowMD5Checksum bool
 }
 
 // Check is the start-time check of the configuration, for the coordinator

@@ -642,6 +642,8 @@ func TestDeployChecksumRefused(t *testing.T) {
 		{map[string]any{"image_checksum": strings.Repeat("0", 32)}, "image checksum is md5"},
 		{map[string]any{"image_checksum": "md5:" + strings.Repeat("0", 32)}, "image checksum is md5"},
 		{map[string]any{"image_os_hash_algo": "md5", "image_os_hash_value": strings.Repeat("0", 32)}, "image checksum is md5"},
+		{map[string]any{"image_checksum": "sha1:" + strings.Repeat("0", 40)}, "image checksum is sha1"},
+		{map[string]any{"image_os_hash_algo": "sha1", "image_os_hash_value": strings.Repeat("0", 40)}, "image checksum is sha1"},
 		{map[string]any{"image_checksum": "sha384:" + strings.Repeat("0", 96)}, "image checksum is sha384"},
 		{map[string]any{"image_checksum": "sha256:" + strings.Repeat("0", 32)}, "not a sha256 digest"},
 	} {
@@ -666,12 +668,50 @@ func TestDeployChecksumRefused(t *testing.T) {
 		if c.want != "not a sha256 digest" && (r == nil || !strings.Contains(r.Msg, "sha256:HEX")) {
 			t.Errorf("%v: refusal %+v does not say what to give", c.ii, r)
 		}
+		if legacy := strings.HasSuffix(c.want, "md5") || strings.HasSuffix(c.want, "sha1"); legacy != (r != nil && strings.Contains(r.Msg, "--allow-md5-checksum")) {
+			t.Errorf("%v: refusal %+v; want the option --allow-md5-checksum named for md5 and sha1 only", c.ii, r)
+		}
 		if w.n.ProvisionState != Available || w.n.Op != nil || out.Changed {
 			t.Errorf("%v: refused deploy changed the node: state %q", c.ii, w.n.ProvisionState)
 		}
 		if res := v["deploy"].Result; res == nil || *res || !strings.Contains(v["deploy"].Reason, c.want) {
 			t.Errorf("%v: validate deploy %+v, want false with %q", c.ii, v["deploy"], c.want)
 		}
+	}
+}
+
+// TestDeployChecksumMD5Allowed: with AllowMD5Checksum (serve
+// --allow-md5-checksum) a deploy of an md5 or sha1 checksum starts and
+// validates, and its write_image command tells the ramdisk to take it;
+// without the option the command never carries the permission, whatever
+// the step's own args say.
+func TestDeployChecksumMD5Allowed(t *testing.T) {
+	for _, ii := range []map[string]any{
+		{"image_checksum": strings.Repeat("0", 32)},
+		{"image_os_hash_algo": "md5", "image_os_hash_value": strings.Repeat("0", 32)},
+		{"image_checksum": "sha1:" + strings.Repeat("0", 40)},
+	} {
+		w := newWorld(t)
+		w.m.cfg.AllowMD5Checksum = true
+		w.n.ProvisionState = Available
+		w.n.InstanceInfo = map[string]any{"image_source": "http://i/img.raw"}
+		maps.Copy(w.n.InstanceInfo, ii)
+		if res := w.m.Validate(w.n)["deploy"].Result; res == nil || !*res {
+			t.Errorf("%v: validate deploy %+v, want true", ii, w.m.Validate(w.n)["deploy"])
+		}
+		if _, r := w.m.Verb(w.n, VerbRequest{Verb: Deploy}, w.now); r != nil || w.n.ProvisionState != Deploying {
+			t.Errorf("%v: refused %+v, state %q; want the deploy started", ii, r, w.n.ProvisionState)
+		}
+		args, err := w.m.inbandStepArgs(w.n, &StepRun{Interface: "deploy", Step: "write_image"})
+		if err != nil || args[protocol.ArgAllowMD5Checksum] != true || args["image_checksum"] != ii["image_checksum"] {
+			t.Errorf("%v: write_image args %v (%v); want allow_md5_checksum true with the checksum", ii, args, err)
+		}
+	}
+	w := newWorld(t)
+	w.n.InstanceInfo = map[string]any{"image_source": "http://i/img.raw", "image_checksum": strings.Repeat("ab", 32)}
+	args, err := w.m.inbandStepArgs(w.n, &StepRun{Interface: "deploy", Step: "write_image", Args: map[string]any{protocol.ArgAllowMD5Checksum: true}})
+	if _, set := args[protocol.ArgAllowMD5Checksum]; err != nil || set {
+		t.Errorf("write_image args without the option: %v (%v); want no allow_md5_checksum", args, err)
 	}
 }
 

@@ -206,6 +206,11 @@ func (m *Machine) inbandStepArgs(n *Node, s *StepRun) (map[string]any, error) {
 	}
 	if s.Step == "write_image" {
 		args = imageArgs(n.InstanceInfo, s.Args)
+		// The operator's rule on md5 and sha1, never a step's.
+		delete(args, protocol.ArgAllowMD5Checksum)
+		if m.cfg.AllowMD5Checksum {
+			args[protocol.ArgAllowMD5Checksum] = true
+		}
 		if n.ConfigDrive != "" {
 			args["configdrive"] = n.ConfigDrive
 		}

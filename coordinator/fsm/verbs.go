@@ -150,7 +150,7 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 		if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
 			return refuse(Invalid, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
 		}
-		if err := deployChecksumError(n); err != nil {
+		if err := m.deployChecksumError(n); err != nil {
 			return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
 		}
 		if err := partitionImageError(n); err != nil {
@@ -556,7 +556,7 @@ func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
 		}
 	} else if s, _ := n.InstanceInfo["image_source"].(string); s == "" && d.NoRamdiskBoot == "" {
 		out["deploy"] = fail(fmt.Sprintf("instance_info image_source of node %s is not set", n.Ident()))
-	} else if err := deployChecksumError(n); err != nil && d.NoRamdiskBoot == "" {
+	} else if err := m.deployChecksumError(n); err != nil && d.NoRamdiskBoot == "" {
 		out["deploy"] = fail(fmt.Sprintf("node %s: %v", n.Ident(), err))
 	}
 	out["bios"] = unsupported
@@ -621,10 +621,11 @@ func partitionImageError(n *Node) error {
 // deployChecksumError says why the ramdisk would refuse the image checksum
 // in the node's instance_info, so that such a deploy is refused before a
 // boot and an image download instead of failing after them: a checksum
-// that does not parse, or a digest other than sha256 or sha512 (md5, which
-// Ironic no longer allows by default, or sha384). No checksum, or the URL
-// of a checksum file, is left to the ramdisk.
-func deployChecksumError(n *Node) error {
+// that does not parse, md5 or sha1 unless the operator allows them
+// (AllowMD5Checksum, as Ironic's [agent]allow_md5_checksum), or a digest
+// the ramdisk does not verify (sha384). No checksum, or the URL of a
+// checksum file, is left to the ramdisk.
+func (m *Machine) deployChecksumError(n *Node) error {
 	str := func(k string) string { s, _ := n.InstanceInfo[k].(string); return s }
 	c, err := imagechecksum.Parse(str("image_checksum"), str("image_os_hash_algo"), str("image_os_hash_value"))
 	if errors.Is(err, imagechecksum.ErrNoChecksum) {
@@ -633,8 +634,13 @@ func deployChecksumError(n *Node) error {
 	if err != nil {
 		return fmt.Errorf("its image checksum is not valid: %v", err)
 	}
-	if c.IsURL() || c.Algo == imagechecksum.SHA256 || c.Algo == imagechecksum.SHA512 {
+	switch {
+	case c.IsURL() || c.Algo == imagechecksum.SHA256 || c.Algo == imagechecksum.SHA512:
 		return nil
+	case imagechecksum.Legacy(c.Algo) && m.cfg.AllowMD5Checksum:
+		return nil
+	case imagechecksum.Legacy(c.Algo):
+		return fmt.Errorf("its image checksum is %s, which this coordinator does not allow (the operator allows md5 and sha1 with serve --allow-md5-checksum, Ironic's [agent]allow_md5_checksum); set instance_info image_checksum to the image's sha256:HEX or sha512:HEX (or image_os_hash_algo and image_os_hash_value)", c.Algo)
 	}
 	return fmt.Errorf("its image checksum is %s, which the ramdisk does not verify; set instance_info image_checksum to the image's sha256:HEX or sha512:HEX (or image_os_hash_algo and image_os_hash_value)", c.Algo)
 }

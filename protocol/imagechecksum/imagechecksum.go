@@ -7,15 +7,23 @@
 // It only parses: it never fetches a checksum file (Parse says "this is a
 // URL, fetch it"; ParseFile reads the text once the caller fetched it),
 // and it never decides whether an algorithm is good enough. Each program
-// keeps its own policy: the site cache takes md5 too, the ramdisk only
-// sha256 and sha512. It must stay free of I/O and of any program's
-// packages.
+// keeps its own policy: sha256 and sha512 always; md5 and sha1 only
+// where the operator allows them (the coordinator's
+// --allow-md5-checksum, Ironic's [agent]allow_md5_checksum, which the
+// coordinator passes to the ramdisk with the image; the site cache,
+// whose check only keeps a corrupt download from being served, takes
+// them always). It must stay free of I/O and of any program's packages.
 package imagechecksum
 
 import (
+	"crypto/md5"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"net/url"
 	"path"
 	"strconv"
@@ -27,6 +35,7 @@ import (
 // Glance and Ironic use in os_hash_algo).
 const (
 	MD5    = "md5"
+	SHA1   = "sha1"
 	SHA256 = "sha256"
 	SHA384 = "sha384"
 	SHA512 = "sha512"
@@ -36,16 +45,40 @@ const (
 const MaxURLBytes = 8192
 
 // hexLen is the digest length in hex digits of each known algorithm.
-var hexLen = map[string]int{MD5: 32, SHA256: 64, SHA384: 96, SHA512: 128}
+var hexLen = map[string]int{MD5: 32, SHA1: 40, SHA256: 64, SHA384: 96, SHA512: 128}
 
 // byLen infers the algorithm of a bare digest from its length, as
 // ironic-python-agent does for SHA-2, and as Ironic does for the legacy
-// md5 image_checksum.
+// md5 image_checksum. sha1 is read only when named (sha1:HEX, or
+// image_os_hash_algo sha1), as neither infers it.
 var byLen = map[int]string{32: MD5, 64: SHA256, 96: SHA384, 128: SHA512}
 
 // strength orders the algorithms, for a checksum file that lists one
 // image under several.
-var strength = map[string]int{MD5: 1, SHA256: 2, SHA384: 3, SHA512: 4}
+var strength = map[string]int{MD5: 1, SHA1: 2, SHA256: 3, SHA384: 4, SHA512: 5}
+
+// Legacy tells whether algo is one of the broken hashes (md5, sha1) that
+// Ironic takes only when the operator allows them
+// ([agent]allow_md5_checksum).
+func Legacy(algo string) bool { return algo == MD5 || algo == SHA1 }
+
+// NewHash returns a fresh hash of algo, nil for an algorithm the parser
+// does not know.
+func NewHash(algo string) hash.Hash {
+	switch algo {
+	case MD5:
+		return md5.New()
+	case SHA1:
+		return sha1.New()
+	case SHA256:
+		return sha256.New()
+	case SHA384:
+		return sha512.New384()
+	case SHA512:
+		return sha512.New()
+	}
+	return nil
+}
 
 // HexLen is the length in hex digits of a digest of algo, 0 for an
 // algorithm the parser does not know.
@@ -57,7 +90,7 @@ var ErrNoChecksum = errors.New("no image checksum: set instance_info image_check
 // Checksum is a parsed image checksum: either a digest (Algo and Hex) or
 // the URL of a checksum file to fetch and read with ParseFile (URL).
 type Checksum struct {
-	Algo string // md5, sha256, sha384 or sha512; empty when URL is set
+	Algo string // md5, sha1, sha256, sha384 or sha512; empty when URL is set
 	Hex  string // the lower-case hex digest; empty when URL is set
 	URL  string // the checksum file's http(s) URL; empty for a digest
 }
@@ -154,7 +187,7 @@ func parseURL(s string) (Checksum, error) {
 // around it ignored). algo, when not empty, is the algorithm the digest
 // is of (image_os_hash_algo): a prefix must agree with it. Without either,
 // the algorithm comes from the digest's length: 32 hex digits md5, 64
-// sha256, 96 sha384, 128 sha512.
+// sha256, 96 sha384, 128 sha512 (sha1's 40 only when named).
 func ParseDigest(s, algo string) (Checksum, error) {
 	s = strings.TrimSpace(s)
 	algo = strings.ToLower(strings.TrimSpace(algo))
@@ -172,13 +205,13 @@ func ParseDigest(s, algo string) (Checksum, error) {
 	if algo == "" {
 		algo = byLen[len(digest)]
 		if algo == "" {
-			return Checksum{}, fmt.Errorf("checksum %s has %d characters; a bare digest must have 64 hex digits (sha256), 128 (sha512), 96 (sha384) or 32 (md5): give ALGO:HEX or the image's full digest",
+			return Checksum{}, fmt.Errorf("checksum %s has %d characters; a bare digest must have 64 hex digits (sha256), 128 (sha512), 96 (sha384) or 32 (md5), a sha1 one its prefix (sha1:HEX): give ALGO:HEX or the image's full digest",
 				quote(s), len(digest))
 		}
 	}
 	n, ok := hexLen[algo]
 	if !ok {
-		return Checksum{}, fmt.Errorf("checksum algorithm %s is not known; use sha256 or sha512 (also read: sha384, md5)", quote(algo))
+		return Checksum{}, fmt.Errorf("checksum algorithm %s is not known; use sha256 or sha512 (also read: sha384, md5, sha1)", quote(algo))
 	}
 	if _, err := hex.DecodeString(digest); err != nil || len(digest) != n {
 		return Checksum{}, fmt.Errorf("checksum %s is not a %s digest: want %d hex digits, got %d characters%s; give the image's full %s hex digest",

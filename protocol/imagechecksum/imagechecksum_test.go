@@ -29,6 +29,8 @@ func TestParse(t *testing.T) {
 		{name: "upper case, spaces", checksum: "  " + strings.ToUpper(sha256Hex) + "\n", want: "sha256:" + sha256Hex},
 		{name: "ALGO:HEX", checksum: "SHA512:" + strings.ToUpper(sha512Hex), want: "sha512:" + sha512Hex},
 		{name: "md5:HEX", checksum: "md5:" + md5Hex, want: "md5:" + md5Hex},
+		{name: "sha1:HEX", checksum: "sha1:" + strings.Repeat("4e", 20), want: "sha1:" + strings.Repeat("4e", 20)},
+		{name: "Glance's os_hash sha1", algo: "sha1", value: strings.Repeat("4e", 20), want: "sha1:" + strings.Repeat("4e", 20)},
 		{name: "os_hash wins", checksum: md5Hex, algo: "sha256", value: sha256Hex, want: "sha256:" + sha256Hex},
 		{name: "os_hash wins over a URL", checksum: "http://x/SUMS", algo: "sha512", value: sha512Hex, want: "sha512:" + sha512Hex},
 		{name: "os_hash_algo in capitals", algo: " SHA256 ", value: sha256Hex, want: "sha256:" + sha256Hex},
@@ -42,7 +44,7 @@ func TestParse(t *testing.T) {
 		{name: "only spaces", checksum: " \t", value: " ", errHas: []string{"no image checksum"}},
 		{name: "short digest", checksum: "sha256:00", errHas: []string{"sha256", "64 hex digits", "give"}},
 		{name: "unknown algorithm", checksum: "crc32:00", errHas: []string{"crc32", "not known", "sha256"}},
-		{name: "bare digest of odd length", checksum: strings.Repeat("a", 40), errHas: []string{"40 characters", "64 hex digits"}},
+		{name: "bare digest of odd length", checksum: strings.Repeat("a", 40), errHas: []string{"40 characters", "64 hex digits", "sha1:HEX"}},
 		{name: "not hex", checksum: strings.Repeat("g", 64), errHas: []string{"not all hex", "image_checksum"}},
 		{name: "prefix disagrees with os_hash_algo", algo: "sha512", value: "sha256:" + sha256Hex, errHas: []string{"make them agree"}},
 		{name: "os_hash_value not hex", algo: "sha256", value: "zz", errHas: []string{"image_os_hash_value", "sha256"}},
@@ -199,5 +201,22 @@ func TestRedactURL(t *testing.T) {
 	c := Checksum{URL: "https://u:pw@img.example/SUMS?sig=s"}
 	if s := c.String(); strings.Contains(s, "pw") || strings.Contains(s, "sig") {
 		t.Errorf("Checksum.String shows a secret: %s", s)
+	}
+}
+
+// TestLegacyAndNewHash: md5 and sha1 are the legacy algorithms; NewHash
+// gives each known algorithm's hash, of its digest length.
+func TestLegacyAndNewHash(t *testing.T) {
+	for _, a := range []string{MD5, SHA1, SHA256, SHA384, SHA512} {
+		if Legacy(a) != (a == MD5 || a == SHA1) {
+			t.Errorf("Legacy(%s) = %v", a, Legacy(a))
+		}
+		h := NewHash(a)
+		if h == nil || 2*h.Size() != HexLen(a) {
+			t.Errorf("NewHash(%s) = %v; want a hash of %d hex digits", a, h, HexLen(a))
+		}
+	}
+	if NewHash("crc32") != nil {
+		t.Error("NewHash of an unknown algorithm is not nil")
 	}
 }

@@ -120,6 +120,10 @@ type Options struct {
 	DiskFormat string
 	// InsecureSkipChecksum allows writing without a checksum.
 	InsecureSkipChecksum bool
+	// AllowMD5Checksum takes an md5 or sha1 Checksum too (the
+	// coordinator's --allow-md5-checksum, Ironic's
+	// [agent]allow_md5_checksum); without it they are refused.
+	AllowMD5Checksum bool
 	// HTTPClient fetches URLs; nil means a client with connect, TLS and
 	// response-header timeouts but no overall timeout (images are large).
 	HTTPClient *http.Client
@@ -794,8 +798,11 @@ func checksumSetup(opts Options) (hash.Hash, string, string, error) {
 		return sha256.New(), c.Algo, c.Hex, nil
 	case imagechecksum.SHA512:
 		return sha512.New(), c.Algo, c.Hex, nil
-	case imagechecksum.MD5:
-		return nil, "", "", fmt.Errorf("image checksum %q is md5, which is not supported; give a sha256 or sha512 digest", opts.Checksum)
+	case imagechecksum.MD5, imagechecksum.SHA1:
+		if opts.AllowMD5Checksum {
+			return imagechecksum.NewHash(c.Algo), c.Algo, c.Hex, nil
+		}
+		return nil, "", "", fmt.Errorf("image checksum %q is %s, which is taken only when the operator allows it (coordinator serve --allow-md5-checksum, Ironic's [agent]allow_md5_checksum); give a sha256 or sha512 digest", opts.Checksum, c.Algo)
 	}
 	return nil, "", "", fmt.Errorf("checksum algorithm %q is not supported; use sha256 or sha512", c.Algo)
 }

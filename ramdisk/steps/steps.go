@@ -270,7 +270,9 @@ func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress f
 		return nil, err
 	}
 	format, _ := args["image_disk_format"].(string)
+	allowMD5, _ := args[protocol.ArgAllowMD5Checksum].(bool) // the coordinator's --allow-md5-checksum
 	res, err := image.Write(ctx, image.Source{URL: url}, dev, image.Options{Checksum: sum, ChecksumAlgo: algo, DiskFormat: format, ProcRoot: r.Erase.ProcRoot,
+		AllowMD5Checksum: allowMD5,
 		Progress: func(p image.Progress) {
 			if p.DownloadTotal > 0 {
 				progress(float64(p.Downloaded)/float64(p.DownloadTotal), dev.Path)

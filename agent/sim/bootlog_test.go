@@ -1,0 +1,92 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// bootLogBuffer is a log's output, read while the simulator writes it.
+type bootLogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *bootLogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *bootLogBuffer) lines(msg string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, s := range strings.Split(l.b.String(), "\n") {
+		if strings.Contains(s, "msg=\""+msg+"\"") {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// helloWatch is a store that notes whether a hello was published before
+// the node's power-on was kept.
+type helloWatch struct {
+	memStore
+	tr              *recorder
+	helloBeforeKept bool
+}
+
+func (s *helloWatch) PutSim(node string, b []byte, wait bool) {
+	if wait && bytes.Contains(b, []byte(`"power":"on"`)) &&
+		s.tr.count(func(m *protocol.Message) bool { return m.Kind == protocol.KindHello }) > 0 {
+		s.helloBeforeKept = true
+	}
+	s.memStore.PutSim(node, b, wait)
+}
+
+// TestBootLogged: a simulated BMC's power-on from the network logs one
+// BootLog line naming the node and the boot its ramdisk says hello
+// with, after the power state is kept and before that ramdisk runs; a
+// power-on from disk logs none, and a restarted simulator that resumes
+// the ramdisk logs no new boot (scripts/soak counts these lines).
+func TestBootLogged(t *testing.T) {
+	out := &bootLogBuffer{}
+	tr := &recorder{}
+	store := &helloWatch{memStore: memStore{m: map[string][]byte{}}, tr: tr}
+	start := func(tr *recorder) (*Sim, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := New(Config{Site: "s1", Log: slog.New(slog.NewTextHandler(out, nil)), Opts: Options{Nodes: 2, Heartbeat: 50 * time.Millisecond},
+			Transport: tr, Context: func() context.Context { return ctx }})
+		if err := s.Restore(store); err != nil {
+			t.Fatal(err)
+		}
+		return s, cancel
+	}
+	s, kill := start(tr)
+	s.OnPower("n2", protocol.PowerOn, protocol.BootDisk)
+	s.OnPower("n1", protocol.PowerOn, protocol.BootPXE)
+	hello := tr.await(t, "hello", func(m *protocol.Message) bool { return m.Kind == protocol.KindHello })
+	l := out.lines(BootLog)
+	if len(l) != 1 || !strings.Contains(l[0], "node=n1 ") || !strings.Contains(l[0], "boot="+hello.BootID) {
+		t.Fatalf("boot lines %q, want one of n1 with boot %s", l, hello.BootID)
+	}
+	if store.helloBeforeKept {
+		t.Fatal("the ramdisk said hello before the node's power-on was kept")
+	}
+	kill()
+	tr2 := &recorder{}
+	_, kill2 := start(tr2)
+	defer kill2()
+	tr2.await(t, "the resumed ramdisk's hello", func(m *protocol.Message) bool { return m.Kind == protocol.KindHello && m.BootID == hello.BootID })
+	if l := out.lines(BootLog); len(l) != 1 {
+		t.Fatalf("after the restart %d boot lines, want still 1: %q", len(l), l)
+	}
+}

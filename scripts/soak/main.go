@@ -431,11 +431,9 @@ func (s *soak) verb(ctx context.Context, target string, want fsm.State) error {
 	if !s.edge.inproc {
 		offset = s.edge.logOffset()
 	}
-	if err := s.verbOnly(ctx, target, want); err != nil {
-		return err
-	}
-	if offset < 0 {
-		return nil
+	verr := s.verbOnly(ctx, target, want)
+	if offset < 0 || ctx.Err() != nil {
+		return verr
 	}
 	boots, err := s.edge.bootsSince(offset)
 	if err != nil {
@@ -444,6 +442,14 @@ func (s *soak) verb(ctx context.Context, target string, want fsm.State) error {
 	s.phases++
 	c := checkBoots(fmt.Sprintf("phase %d (%s)", s.phases, target), s.uuids, boots)
 	fmt.Printf("soak: %s\n", c)
+	if verr != nil {
+		// The phase failed (or stalled): its double boots, if any, are
+		// part of why.
+		if len(c.twice) > 0 {
+			return fmt.Errorf("%w; %v", verr, c.err(false))
+		}
+		return verr
+	}
 	return c.err(target != "manage")
 }
 

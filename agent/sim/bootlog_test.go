@@ -90,3 +90,53 @@ func TestBootLogged(t *testing.T) {
 		t.Fatalf("after the restart %d boot lines, want still 1: %q", len(l), l)
 	}
 }
+
+// TestBootDeviceKept: a boot device set while the node's ramdisk runs
+// (a deploy's prepare_instance_boot sets disk) is kept across an agent
+// restart, as a BMC keeps it: the ramdisk still resumes, and a reboot by
+// the restarted agent boots from disk, not a second ramdisk.
+func TestBootDeviceKept(t *testing.T) {
+	out := &bootLogBuffer{}
+	store := &memStore{m: map[string][]byte{}}
+	start := func(tr *recorder) (*Sim, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := New(Config{Site: "s1", Log: slog.New(slog.NewTextHandler(out, nil)), Opts: Options{Nodes: 1, Heartbeat: 50 * time.Millisecond},
+			Transport: tr, Context: func() context.Context { return ctx }})
+		if err := s.Restore(store); err != nil {
+			t.Fatal(err)
+		}
+		return s, cancel
+	}
+	tr := &recorder{}
+	s, kill := start(tr)
+	ctx := context.Background()
+	b, err := s.NewBMC("n1", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetBootDevice(ctx, protocol.BootPXE); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetPower(ctx, protocol.PowerReboot); err != nil {
+		t.Fatal(err)
+	}
+	hello := tr.await(t, "hello", func(m *protocol.Message) bool { return m.Kind == protocol.KindHello })
+	if err := b.SetBootDevice(ctx, protocol.BootDisk); err != nil {
+		t.Fatal(err)
+	}
+	kill()
+	tr2 := &recorder{}
+	s2, kill2 := start(tr2)
+	defer kill2()
+	tr2.await(t, "the resumed ramdisk's hello", func(m *protocol.Message) bool { return m.Kind == protocol.KindHello && m.BootID == hello.BootID })
+	b2, err := s2.NewBMC("n1", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.SetPower(ctx, protocol.PowerReboot); err != nil {
+		t.Fatal(err)
+	}
+	if l := out.lines(BootLog); len(l) != 1 {
+		t.Fatalf("%d ramdisk boots after a reboot with the boot device set to disk before the restart, want 1: %q", len(l), l)
+	}
+}

@@ -165,7 +165,23 @@ func (s *Sim) NewBMC(node string, info map[string]any, have int) (drivers.BMC, e
 		}
 		s.OnPower(node, state, boot)
 	}
+	opts.OnBootDevice = func(device string) { s.onBootDevice(node, device) }
 	return fake.New(opts), nil
+}
+
+// onBootDevice keeps a simulated node's boot device, on disk before the
+// action is reported, as a BMC keeps it: a restarted agent's BMC boots
+// the node from the device last set (a reboot after a boot device set
+// to disk, across a restart, does not boot the ramdisk).
+func (s *Sim) onBootDevice(node, device string) {
+	s.mu.Lock()
+	n := s.nodeLocked(node)
+	changed := n.state.BootDevice != device
+	n.state.BootDevice = device
+	s.mu.Unlock()
+	if changed {
+		s.save(node, true)
+	}
 }
 
 // options are the node's simulation options: the site's, with its
@@ -376,7 +392,9 @@ func (s *Sim) Restore(st Store) error {
 		}
 		n := s.nodeLocked(node)
 		n.state = ns
-		if ns.Power != protocol.PowerOn || ns.BootDevice != protocol.BootPXE || ns.Boot == nil {
+		// Boot is set only by a power-on from the network: the running
+		// boot's (BootDevice is the next boot's, set since maybe).
+		if ns.Power != protocol.PowerOn || ns.Boot == nil {
 			continue
 		}
 		opts := s.cfg.Opts

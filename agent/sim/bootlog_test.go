@@ -56,7 +56,8 @@ func (s *helloWatch) PutSim(node string, b []byte, wait bool) {
 // BootLog line naming the node and the boot its ramdisk says hello
 // with, after the power state is kept and before that ramdisk runs; a
 // power-on from disk logs none, and a restarted simulator that resumes
-// the ramdisk logs no new boot (scripts/soak counts these lines).
+// the ramdisk logs no new boot but a ResumeLog line of the same boot
+// (scripts/soak counts the distinct boots of these lines).
 func TestBootLogged(t *testing.T) {
 	out := &bootLogBuffer{}
 	tr := &recorder{}
@@ -88,6 +89,9 @@ func TestBootLogged(t *testing.T) {
 	tr2.await(t, "the resumed ramdisk's hello", func(m *protocol.Message) bool { return m.Kind == protocol.KindHello && m.BootID == hello.BootID })
 	if l := out.lines(BootLog); len(l) != 1 {
 		t.Fatalf("after the restart %d boot lines, want still 1: %q", len(l), l)
+	}
+	if l := out.lines(ResumeLog); len(l) != 1 || !strings.Contains(l[0], "node=n1 ") || !strings.Contains(l[0], "boot="+hello.BootID) {
+		t.Fatalf("resume lines %q, want one of n1 with boot %s", l, hello.BootID)
 	}
 }
 

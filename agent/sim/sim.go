@@ -256,6 +256,11 @@ func (s *Sim) OnPower(node, state, boot string) {
 // of a simulated node (attributes node and boot), once the boot is kept.
 const BootLog = "simulated node booted its ramdisk"
 
+// ResumeLog is the message of the agent's log line for each simulated
+// ramdisk a restarted agent resumes (attributes node and boot): the same
+// boot as its BootLog line, if that was written before the kill.
+const ResumeLog = "simulated node's ramdisk resumed"
+
 // nodeLocked is node's state, made if needed; s.mu is held.
 func (s *Sim) nodeLocked(node string) *simNode {
 	n := s.nodes[node]
@@ -408,6 +413,9 @@ func (s *Sim) Restore(st Store) error {
 			delay = opts.BootDelay // it was booting: it boots
 		}
 		s.bootLocked(node, opts, ns.Session, delay, nil)
+		// The boot's line once more: a kill between keeping the boot and
+		// its BootLog line leaves it only here.
+		s.log.Info(ResumeLog, "node", node, "boot", ns.Session.BootID)
 		resumed++
 	}
 	if len(saved) > 0 {

@@ -43,30 +43,45 @@ func (e *edge) bootsSince(offset int64) (map[string]int, error) {
 	return countBoots(f)
 }
 
-// countBoots counts the lines of sim.BootLog per node in an agent log
-// (slog's text format: msg="..." node=UUID boot=ID).
+// countBoots counts the distinct boots of each node in an agent log
+// (slog's text format: msg="..." node=UUID boot=ID): those of sim.BootLog
+// lines and those of sim.ResumeLog lines, so that a boot kept just before
+// a kill, whose BootLog line the kill cut, counts by the line of the
+// agent that resumed it, and a boot logged and then resumed counts once.
 func countBoots(r io.Reader) (map[string]int, error) {
-	want := fmt.Sprintf("msg=%q ", sim.BootLog)
+	wants := []string{fmt.Sprintf("msg=%q ", sim.BootLog), fmt.Sprintf("msg=%q ", sim.ResumeLog)}
+	seen := map[[2]string]bool{}
 	boots := map[string]int{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
 		l := sc.Text()
-		i := strings.Index(l, want)
-		if i < 0 {
-			continue
-		}
-		node := ""
-		for _, f := range strings.Fields(l[i+len(want):]) {
-			if v, ok := strings.CutPrefix(f, "node="); ok {
-				node = strings.Trim(v, `"`)
+		i, n := -1, 0
+		for _, w := range wants {
+			if i = strings.Index(l, w); i >= 0 {
+				n = len(w)
 				break
 			}
 		}
-		if node == "" {
-			return boots, fmt.Errorf("a boot line of the agent's log names no node: %s", l)
+		if i < 0 {
+			continue
 		}
-		boots[node]++
+		node, boot := "", ""
+		for _, f := range strings.Fields(l[i+n:]) {
+			if v, ok := strings.CutPrefix(f, "node="); ok {
+				node = strings.Trim(v, `"`)
+			}
+			if v, ok := strings.CutPrefix(f, "boot="); ok {
+				boot = strings.Trim(v, `"`)
+			}
+		}
+		if node == "" || boot == "" {
+			return boots, fmt.Errorf("a boot line of the agent's log names no node or no boot: %s", l)
+		}
+		if !seen[[2]string{node, boot}] {
+			seen[[2]string{node, boot}] = true
+			boots[node]++
+		}
 	}
 	return boots, sc.Err()
 }

@@ -21,16 +21,21 @@ func TestCountBootsDoubleBoot(t *testing.T) {
 	log.Info("power command run", "node", "n2")
 	log.Info(sim.BootLog, "node", "n2", "boot", "b2")
 	b.WriteString("garbage cut by a SIGKILL: msg=\"simulated node bo\n")
+	// n1's boot resumed by a restarted agent: the same boot, once.
+	log.Info(sim.ResumeLog, "node", "n1", "boot", "b1")
 	log.Info(sim.BootLog, "node", "n2", "boot", "b3")
+	// n3's boot kept just before a kill that cut its BootLog line: counted
+	// by its resume line.
+	log.Info(sim.ResumeLog, "node", "n3", "boot", "b4")
 	boots, err := countBoots(strings.NewReader(b.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if boots["n1"] != 1 || boots["n2"] != 2 || len(boots) != 2 {
-		t.Fatalf("boots %v, want n1 once, n2 twice", boots)
+	if boots["n1"] != 1 || boots["n2"] != 2 || boots["n3"] != 1 || len(boots) != 3 {
+		t.Fatalf("boots %v, want n1 once, n2 twice, n3 once", boots)
 	}
-	c := checkBoots("phase 3 (active)", []string{"n1", "n2", "n3"}, boots)
-	if c.once != 1 || c.none != 1 || len(c.twice) != 1 || c.total != 3 {
+	c := checkBoots("phase 3 (active)", []string{"n1", "n2", "n3", "n4"}, boots)
+	if c.once != 2 || c.none != 1 || len(c.twice) != 1 || c.total != 4 {
 		t.Fatalf("check %+v", c)
 	}
 	err = c.err(true)

@@ -177,7 +177,23 @@ func (s *Sim) NewBMC(node string, info map[string]any, have int) (drivers.BMC, e
 		}
 		s.OnPower(node, state, boot)
 	}
+	opts.OnBootDevice = func(device string) { s.onBootDevice(node, device) }
 	return fake.New(opts), nil
+}
+
+// onBootDevice keeps a simulated node's boot device, on disk before the
+// action is reported, as a BMC keeps it: a restarted agent's BMC boots
+// the node from the device last set (a reboot after a boot device set
+// to disk, across a restart, does not boot the ramdisk).
+func (s *Sim) onBootDevice(node, device string) {
+	s.mu.Lock()
+	n := s.nodeLocked(node)
+	changed := n.state.BootDevice != device
+	n.state.BootDevice = device
+	s.mu.Unlock()
+	if changed {
+		s.save(node, true)
+	}
 }
 
 // options are the node's simulation options: the site's, with its
@@ -226,16 +242,37 @@ func (s *Sim) OnPower(node, state, boot string) {
 		state = protocol.PowerOn // on, or a reboot
 	}
 	n.state = nodeState{Power: state, BootDevice: boot}
+	var booted chan struct{}
+	bootID := ""
 	if state == protocol.PowerOn && boot == protocol.BootPXE {
 		if !opts.NoBoot {
 			n.state.Boot = &bootOptions{StepDuration: opts.StepDuration, Heartbeat: opts.Heartbeat,
 				FailStep: opts.FailStep, DieStep: opts.DieStep, RebootStep: opts.RebootStep, MACs: opts.MACs}
-			s.bootLocked(node, opts, nil, opts.BootDelay)
+			booted = make(chan struct{})
+			bootID = s.bootLocked(node, opts, nil, opts.BootDelay, booted)
 		}
 	}
 	s.mu.Unlock()
-	s.save(node, true) // a BMC keeps its power state: on disk before the action is reported
+	// A BMC keeps its power state: on disk before the action is reported,
+	// and before the ramdisk it boots runs (an agent killed before this
+	// write comes back to a node that did not boot).
+	s.save(node, true)
+	if booted != nil {
+		// Each ramdisk boot a simulated BMC performed, counted where it
+		// happens (scripts/soak counts these lines per node).
+		s.log.Info(BootLog, "node", node, "boot", bootID)
+		close(booted)
+	}
 }
+
+// BootLog is the message of the agent's log line for each ramdisk boot
+// of a simulated node (attributes node and boot), once the boot is kept.
+const BootLog = "simulated node booted its ramdisk"
+
+// ResumeLog is the message of the agent's log line for each simulated
+// ramdisk a restarted agent resumes (attributes node and boot): the same
+// boot as its BootLog line, if that was written before the kill.
+const ResumeLog = "simulated node's ramdisk resumed"
 
 // nodeLocked is node's state, made if needed; s.mu is held.
 func (s *Sim) nodeLocked(node string) *simNode {
@@ -249,7 +286,10 @@ func (s *Sim) nodeLocked(node string) *simNode {
 
 // bootLocked starts node's ramdisk after delay, a new boot or (resume
 // set) the one a previous agent ran; s.mu is held.
-func (s *Sim) bootLocked(node string, opts Options, resume *session.State, delay time.Duration) {
+//
+// A new boot waits for ready to close before its ramdisk runs (nil: it
+// runs at once); bootLocked returns its boot ID.
+func (s *Sim) bootLocked(node string, opts Options, resume *session.State, delay time.Duration, ready <-chan struct{}) string {
 	ctx := s.cfg.Context()
 	boot := s.boots[node]
 	r := session.New(session.Config{Site: s.cfg.Site, Node: node, Heartbeat: opts.Heartbeat, ResendInterval: s.cfg.ResendInterval,
@@ -261,6 +301,15 @@ func (s *Sim) bootLocked(node string, opts Options, resume *session.State, delay
 	}
 	s.nodeLocked(node).state.Session = resume
 	go func() {
+		if ready != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.Stopped():
+				return
+			case <-ready:
+			}
+		}
 		t := s.cfg.Clock.NewTimer(delay)
 		defer t.Stop()
 		select {
@@ -280,6 +329,7 @@ func (s *Sim) bootLocked(node string, opts Options, resume *session.State, delay
 			s.saveSession(node, boot, nil)
 		}
 	}()
+	return r.BootID()
 }
 
 // saveSession keeps the session state of node's boot-th boot (nil: its
@@ -360,7 +410,9 @@ func (s *Sim) Restore(st Store) error {
 		}
 		n := s.nodeLocked(node)
 		n.state = ns
-		if ns.Power != protocol.PowerOn || ns.BootDevice != protocol.BootPXE || ns.Boot == nil {
+		// Boot is set only by a power-on from the network: the running
+		// boot's (BootDevice is the next boot's, set since maybe).
+		if ns.Power != protocol.PowerOn || ns.Boot == nil {
 			continue
 		}
 		opts := s.cfg.Opts
@@ -374,7 +426,10 @@ func (s *Sim) Restore(st Store) error {
 		if ns.Session.Token == "" {
 			delay = opts.BootDelay // it was booting: it boots
 		}
-		s.bootLocked(node, opts, ns.Session, delay)
+		s.bootLocked(node, opts, ns.Session, delay, nil)
+		// The boot's line once more: a kill between keeping the boot and
+		// its BootLog line leaves it only here.
+		s.log.Info(ResumeLog, "node", node, "boot", ns.Session.BootID)
 		resumed++
 	}
 	if len(saved) > 0 {

@@ -22,6 +22,8 @@ type Options struct {
 	FailValidate string
 	// OnPower is told of every power change with the boot device in force.
 	OnPower func(state, bootDevice string)
+	// OnBootDevice is told of every boot device set, once it is in force.
+	OnBootDevice func(device string)
 	// Power and BootDevice are the state it starts in ("": powered off,
 	// booting from disk), as a real BMC keeps its state while the agent
 	// that drives it restarts.
@@ -118,6 +120,9 @@ func (b *BMC) SetBootDevice(ctx context.Context, device string) error {
 	b.mu.Lock()
 	b.boot = device
 	b.mu.Unlock()
+	if b.opts.OnBootDevice != nil {
+		b.opts.OnBootDevice(device)
+	}
 	return nil
 }
 

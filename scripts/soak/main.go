@@ -189,6 +189,9 @@ type soak struct {
 	co    *loadrig.Coord
 	edge  *edge
 	uuids []string
+	// phases counts the verbs sent to every node whose boots were
+	// counted.
+	phases int
 }
 
 func run(ctx context.Context, o options) (ok bool, err error) {
@@ -298,6 +301,9 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 		stopPeaks(&sm)
 		samples = append(samples, sm)
 		printSample(sm)
+	}
+	if s.phases > 0 {
+		fmt.Printf("soak: ramdisk boots counted in the agent's log in each of %d phases: no node booted more than once in any\n", s.phases)
 	}
 	var idle *sample
 	if o.agentIdle > 0 {
@@ -417,8 +423,37 @@ func (s *soak) setImage(ctx context.Context) error {
 	})
 }
 
-// verb sends target to every node and waits until all are in want.
+// verb sends target to every node and waits until all are in want;
+// then (the agent a process of its own) it counts each node's ramdisk
+// boots in the phase and fails when one booted more than once.
 func (s *soak) verb(ctx context.Context, target string, want fsm.State) error {
+	offset := int64(-1)
+	if !s.edge.inproc {
+		offset = s.edge.logOffset()
+	}
+	verr := s.verbOnly(ctx, target, want)
+	if offset < 0 || ctx.Err() != nil {
+		return verr
+	}
+	boots, err := s.edge.bootsSince(offset)
+	if err != nil {
+		return fmt.Errorf("count the ramdisk boots of %s in the agent's log: %w", target, err)
+	}
+	s.phases++
+	c := checkBoots(fmt.Sprintf("phase %d (%s)", s.phases, target), s.uuids, boots)
+	fmt.Printf("soak: %s\n", c)
+	if verr != nil {
+		// The phase failed (or stalled): its double boots, if any, are
+		// part of why.
+		if len(c.twice) > 0 {
+			return fmt.Errorf("%w; %v", verr, c.err(false))
+		}
+		return verr
+	}
+	return c.err(target != "manage")
+}
+
+func (s *soak) verbOnly(ctx context.Context, target string, want fsm.State) error {
 	err := loadrig.ForEach(ctx, s.o.concurrency, s.o.nodes, func(ctx context.Context, i int) error {
 		return loadrig.Retrying(ctx, func() error {
 			err := s.api.Do(ctx, "PUT", "/v1/nodes/"+s.uuids[i]+"/states/provision", map[string]any{"target": target}, nil)

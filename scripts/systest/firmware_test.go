@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
@@ -94,7 +95,11 @@ func TestFirmwareUpdateThroughTheSiteCache(t *testing.T) {
 		labs = append(labs, lab{bmc: b, url: srv.URL})
 	}
 
-	c := testrig.Coordinator(t, testrig.Options{})
+	// The BMC reset that activates an update waits the driver's 15 s
+	// settle (drivers/redfish BMCResetSettle) before it looks again: the
+	// rig's 20 s command timeout left 5 s for the update itself, which a
+	// busy machine (load 13-16) overran.
+	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{CommandTimeout: 90 * time.Second}})
 	cl := testrig.NewClient(t, c)
 	var creds agent.Credentials
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {

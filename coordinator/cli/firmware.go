@@ -125,6 +125,12 @@ func raidInterfaceUsage() string {
 		"or the driver's hardware RAID, out of band (" + strings.Join(hw, ", ") + ")"
 }
 
+// inspectInterfaceUsage is the --inspect-interface flag's help.
+func inspectInterfaceUsage() string {
+	return "the node's inspect `INTERFACE`: agent, the ramdisk boots and reads the hardware in band (the default); " +
+		"or redfish, the BMC's own reading out of band, without a ramdisk boot (Redfish nodes; docs/drivers.md)"
+}
+
 func allRAIDInterfaces() []string {
 	all, _ := raidInterfaces()
 	return all

@@ -164,4 +164,32 @@ func TestNodeFirmwareBIOSAndRAIDInterfaceCLI(t *testing.T) {
 	if got := raidOf(); got != "agent" {
 		t.Errorf("node unset --raid-interface: the node has raid_interface %q, want agent", got)
 	}
+
+	// The inspect interface: redfish (the BMC's reading) by node set, a
+	// value the driver lacks refused with the API's text, unset back to
+	// agent.
+	inspectOf := func() string {
+		t.Helper()
+		var n struct {
+			InspectInterface string `json:"inspect_interface"`
+		}
+		if code := api.Do("GET", "/v1/nodes/rf1", nil, &n); code != 200 {
+			t.Fatalf("GET node: %d", code)
+		}
+		return n.InspectInterface
+	}
+	ok("node", "set", "rf1", "--inspect-interface", "redfish")
+	if got := inspectOf(); got != "redfish" {
+		t.Errorf("node set --inspect-interface redfish: the node has inspect_interface %q", got)
+	}
+	if code, _, errOut := run("node", "set", "rf1", "--inspect-interface", "bogus"); code != 1 || !strings.Contains(errOut, "bogus") {
+		t.Errorf("node set --inspect-interface bogus: exit %d, %q; want 1 with the API's 400 naming it", code, errOut)
+	}
+	if got := inspectOf(); got != "redfish" {
+		t.Errorf("a refused --inspect-interface changed the node's to %q", got)
+	}
+	ok("node", "unset", "rf1", "--inspect-interface")
+	if got := inspectOf(); got != "agent" {
+		t.Errorf("node unset --inspect-interface: the node has inspect_interface %q, want agent", got)
+	}
 }

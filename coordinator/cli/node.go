@@ -205,7 +205,7 @@ func nodePath(id string, rest ...string) string {
 }
 
 func (c *cmd) nodeCreate() *cobra.Command {
-	var name, driver, site, raidIface string
+	var name, driver, site, raidIface, inspectIface string
 	info, props, extra := kv{}, kv{}, kv{}
 	var ports list
 	cc := clientCmd(&cobra.Command{
@@ -242,6 +242,9 @@ NICs as ports; 'node manage NODE' then verifies the BMC.`,
 			if raidIface != "" {
 				body["raid_interface"] = raidIface
 			}
+			if inspectIface != "" {
+				body["inspect_interface"] = inspectIface
+			}
 			var n map[string]any
 			if _, _, err := cl.do("POST", "/v1/nodes", body, &n); err != nil {
 				return err
@@ -265,6 +268,8 @@ NICs as ports; 'node manage NODE' then verifies the BMC.`,
 	fs.Var(&ports, "port", "`MAC` address of a NIC (repeatable)")
 	fs.StringVar(&raidIface, "raid-interface", "", raidInterfaceUsage())
 	_ = cc.RegisterFlagCompletionFunc("raid-interface", fixed(allRAIDInterfaces()...))
+	fs.StringVar(&inspectIface, "inspect-interface", "", inspectInterfaceUsage())
+	_ = cc.RegisterFlagCompletionFunc("inspect-interface", fixed("agent", "redfish"))
 	_ = cc.RegisterFlagCompletionFunc("driver", fixed(driverNames()...))
 	_ = cc.RegisterFlagCompletionFunc("site", c.completeSite)
 	for _, f := range []string{"name", "driver-info", "property", "extra", "port"} {
@@ -415,8 +420,8 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 	if unset {
 		verbName, short = "unset", "Remove a node's fields, bring it back from retirement or out of maintenance"
 	}
-	var retired, maint, resetRAID bool
-	var name, retiredReason, reason, site, raidIface string
+	var retired, maint, resetRAID, resetInspect bool
+	var name, retiredReason, reason, site, raidIface, inspectIface string
 	info, props, inst, extra := kv{}, kv{}, kv{}, kv{}
 	var infoK, propK, instK, extraK list
 	cc := clientCmd(&cobra.Command{
@@ -450,6 +455,9 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 				if raidIface != "" {
 					add("replace", "/raid_interface", raidIface)
 				}
+				if inspectIface != "" {
+					add("replace", "/inspect_interface", inspectIface)
+				}
 				for p, m := range map[string]kv{"driver_info": info, "properties": props, "instance_info": inst, "extra": extra} {
 					for k, v := range m {
 						add("add", "/"+p+"/"+k, typedValue(v))
@@ -461,6 +469,9 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 				}
 				if resetRAID {
 					add("remove", "/raid_interface", nil)
+				}
+				if resetInspect {
+					add("remove", "/inspect_interface", nil)
 				}
 				for p, l := range map[string]list{"driver_info": infoK, "properties": propK, "instance_info": instK, "extra": extraK} {
 					for _, k := range l {
@@ -503,7 +514,8 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 			"      --instance-info image_checksum=sha256:6f1ed002ab5595859014ebf0951522d92f5b8e0d3c7a19e46b0d2c8f1a3e5b7d\n" +
 			"  coordinator node set n3 --retired --retired-reason \"warranty ended\"\n" +
 			"  coordinator node set n2 --maintenance --reason \"checking cables\"\n" +
-			"  coordinator node set rf1 --raid-interface redfish    # the BMC's hardware RAID"
+			"  coordinator node set rf1 --raid-interface redfish    # the BMC's hardware RAID\n" +
+			"  coordinator node set rf1 --inspect-interface redfish # inspect from the BMC, no ramdisk boot"
 		fs.StringVar(&name, "name", "", "new `NAME`")
 		fs.StringVar(&site, "site", "", "move the node to another registered `SITE` (its conductor_group)")
 		fs.Var(info, "driver-info", "driver_info field (repeatable)")
@@ -516,6 +528,8 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 		fs.StringVar(&reason, "reason", "", "why the node is in maintenance (`TEXT`)")
 		fs.StringVar(&raidIface, "raid-interface", "", raidInterfaceUsage()+"; changes in enroll, manageable, available or maintenance")
 		_ = cc.RegisterFlagCompletionFunc("raid-interface", fixed(allRAIDInterfaces()...))
+		fs.StringVar(&inspectIface, "inspect-interface", "", inspectInterfaceUsage()+"; changes in enroll, manageable, available or maintenance")
+		_ = cc.RegisterFlagCompletionFunc("inspect-interface", fixed("agent", "redfish"))
 	} else {
 		cc.Example = "  coordinator node unset n1 --instance-info image_checksum\n  coordinator node unset n2 --maintenance\n" +
 			"  coordinator node unset rf1 --raid-interface"
@@ -526,6 +540,7 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 		fs.BoolVar(&retired, "retired", false, "bring the node back from retirement")
 		fs.BoolVar(&maint, "maintenance", false, "take the node out of maintenance: a paused operation resumes")
 		fs.BoolVar(&resetRAID, "raid-interface", false, "reset the node's raid_interface to the default, agent (software RAID the ramdisk builds)")
+		fs.BoolVar(&resetInspect, "inspect-interface", false, "reset the node's inspect_interface to the default, agent (the ramdisk inspects)")
 	}
 	return cc
 }

@@ -22,7 +22,7 @@ run-lab: deps build ramdisk
 
 # Installs the test dependencies (Debian packages), then runs every test.
 test: deps ramdisk
-	@unformatted=$$(gofmt -l agent coordinator drivers protocol ramdisk scripts); \
+	@unformatted=$$(gofmt -l agent coordinator drivers lib protocol ramdisk scripts); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -w these files: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	# The race-detector run, every other package, and the ramdisk's QEMU tests beside them.

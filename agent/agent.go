@@ -17,15 +17,15 @@ import (
 
 	"github.com/bmedge/bmedge/agent/bmc"
 	"github.com/bmedge/bmedge/agent/boot"
-	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/agent/plan"
 	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/agent/sim"
 	"github.com/bmedge/bmedge/agent/sitecache"
+	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/mqttlink"
+	"github.com/bmedge/bmedge/lib/ratelog"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/mqttlink"
-	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // Agent is a running edge agent.

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/boot"
-	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/relay"
 	"github.com/bmedge/bmedge/agent/sim"
 	"github.com/bmedge/bmedge/agent/sitecache"
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 // Credentials is the file `coordinator site add` writes for an edge agent.

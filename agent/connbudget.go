@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"net"
 
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 // Connection budgets of the edge agent's HTTP listeners (the site

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 // heldOpen dials addr from the loopback address from and reports whether

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
 )
 
 // openCreds lets every client of a test broker in, to every topic.

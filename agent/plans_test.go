@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/agent/plan"
+	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
 	dto "github.com/prometheus/client_model/go"
 )
 

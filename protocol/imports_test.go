@@ -23,8 +23,12 @@ import (
 //     under it. Outside its _test.go files, a package of one program
 //     depends, directly or through other packages, on no package of
 //     another program.
-//   - The shared libraries, protocol/ and drivers/, depend on no package
-//     of any program outside their _test.go files.
+//   - The shared libraries, protocol/ (the wire contract), drivers/ and
+//     lib/ (the infrastructure the programs share: the store opener, the
+//     MQTT broker and link, budgets, the clock), depend on no package of
+//     any program outside their _test.go files.
+//   - The contract depends on no infrastructure: no package of
+//     protocol/ depends on lib/ outside its _test.go files.
 //   - No package of a program or a shared library depends on anything
 //     under scripts/ outside its _test.go files.
 //   - The rig that wires the programs together for system tests
@@ -63,7 +67,7 @@ import (
 var programs = []string{"coordinator", "agent", "ramdisk"}
 
 // shared are the libraries the programs may all import.
-var shared = []string{"protocol", "drivers"}
+var shared = []string{"protocol", "drivers", "lib"}
 
 // systest is the folder of the system tests and their rig (testrig),
 // outside every program; the rule must see its packages.
@@ -146,12 +150,15 @@ func importViolations(module string, pkgs []listedPackage) []string {
 			case there == "scripts":
 				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
 					": "+home+"/ must not use anything under scripts/ (tools, benchmarks, system tests) outside _test.go files")
+			case home == "protocol" && there == "lib":
+				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
+					": the contract protocol/ must not use the infrastructure of lib/; move what it needs into protocol/ or the code that needs lib/ out of it")
 			case isProgram(there) && isShared(home):
 				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
 					": the shared library "+home+"/ must import no program ("+strings.Join(programs, "/, ")+"/)")
 			case isProgram(there):
 				out = append(out, short(p.ImportPath)+" "+how+" "+short(d)+
-					": the program "+home+"/ must not use the program "+there+"/ outside _test.go files; move what both use into protocol/")
+					": the program "+home+"/ must not use the program "+there+"/ outside _test.go files; move what both use into protocol/ (the contract) or lib/ (infrastructure)")
 			}
 		}
 	}
@@ -397,6 +404,9 @@ func TestImportRuleCases(t *testing.T) {
 			[]string{"scripts/bench-x imports scripts/systest/testrig: a testrig package"}},
 		{"a shared library imports a program", []listedPackage{pkg("drivers/x", "x", "agent")},
 			[]string{"drivers/x imports agent: the shared library drivers/"}},
+		{"the contract imports the infrastructure", []listedPackage{pkg("lib/kvstore", "kvstore"), pkg("protocol/x", "x", "lib/kvstore")},
+			[]string{"protocol/x imports lib/kvstore: the contract protocol/"}},
+		{"the infrastructure imports the contract", []listedPackage{pkg("lib/x", "x", "protocol")}, nil},
 		{"an agent part imports the agent", []listedPackage{pkg("agent/relay", "relay", "protocol", "agent")},
 			[]string{"agent/relay imports agent: an arrow back up inside agent/"}},
 		{"through a sibling", []listedPackage{pkg("agent/relay", "relay", "agent/outbox"), pkg("agent/outbox", "outbox", "agent/outbox/store"), pkg("agent/outbox/store", "store", "agent")},

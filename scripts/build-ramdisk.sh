@@ -5,7 +5,7 @@
 # with Secure Boot on or off, CD or USB stick) with a generic kernel
 # command line, for boots through a BMC's virtual media: it carries
 # nothing node-specific, each boot's parameters come on a second medium
-# (protocol/bootmedia). For UEFI network boot with Secure Boot, Debian's
+# (lib/bootmedia). For UEFI network boot with Secure Boot, Debian's
 # signed shim and network GRUB: OUTDIR/shimx64.efi and OUTDIR/grubx64.efi.
 #
 #   scripts/build-ramdisk.sh [OUTDIR]        (default build/ramdisk)

@@ -9,7 +9,7 @@
 #   openipmi              ipmi_sim, a real IPMI BMC for the IPMI driver's tests (drivers/ipmi)
 #   ipmitool              an independent IPMI client, to check what the IPMI driver did
 #   xorriso               xorriso/osirrox, an independent ISO9660 reader, to check the boot
-#                         parameters medium (protocol/bootmedia)
+#                         parameters medium (lib/bootmedia)
 #   ipxe                  Debian's iPXE binaries (undionly.kpxe, snponly.efi) that the edge agent's
 #                         network boot serves by TFTP (agent/netboot, docs/netboot.md)
 #   ipxe-qemu ovmf qemu-system-x86
@@ -40,7 +40,7 @@ PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy op
 PACKAGES+=(cloud-init)
 # fdisk: sfdisk, an independent partition table reader for the config drive tests
 PACKAGES+=(fdisk)
-# sshpass, openssh-client: OpenSSH's client logs in to the rescue ramdisk (ramdisk/rescue, scripts/systest/ramdisk/rescue_e2e_test.go) and to make run's simulated rescue login (protocol/rescuessh, agent/sim, coordinator/cli/readme_test.go)
+# sshpass, openssh-client: OpenSSH's client logs in to the rescue ramdisk (ramdisk/rescue, scripts/systest/ramdisk/rescue_e2e_test.go) and to make run's simulated rescue login (lib/rescuessh, agent/sim, coordinator/cli/readme_test.go)
 PACKAGES+=(sshpass openssh-client)
 # mdadm: reads the software RAID members on the disk files of a QEMU node (scripts/systest/ramdisk/raid_e2e_test.go)
 PACKAGES+=(mdadm)

@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"github.com/bmedge/bmedge/drivers"
-	"github.com/bmedge/bmedge/protocol/roothints"
+	"github.com/bmedge/bmedge/lib/roothints"
 )
 
 // Out-of-band inspection (inspect_interface redfish): the step
@@ -107,7 +107,7 @@ var oobWords = roothints.Words{
 }
 
 // selectRoot chooses the root disk as the ramdisk does (the rule of
-// protocol/roothints, which ramdisk/image.SelectRoot applies): with no
+// lib/roothints, which ramdisk/image.SelectRoot applies): with no
 // hints the smallest disk of at least 4 GiB, else the first (by name)
 // that matches every hint. Hints the BMC cannot give (hctl, by_path, wwn
 // extensions) are errors, never ignored.

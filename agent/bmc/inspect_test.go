@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/roothints"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/roothints"
 )
 
 // inspectorBMC is a BMC that inspects out of band and counts power
@@ -107,7 +107,7 @@ func (noBooter) SetBootDevice(context.Context, string, drivers.BMC, string) erro
 func (noBooter) SetPower(context.Context, string, drivers.BMC, string) error { panic("power changed") }
 func (noBooter) NoteArgs(string, map[string]any)                             {}
 
-// TestSelectRootByName: the rule is protocol/roothints' (tested there,
+// TestSelectRootByName: the rule is lib/roothints' (tested there,
 // TestRootHintsAsTheRamdisk, as the ramdisk applies it); the agent gives
 // it a BMC's disks by name, as the ramdisk lists its devices, and names
 // them in its errors as the BMC's.

@@ -18,10 +18,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/netbudget"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // DefaultMediaConns and DefaultNetbootHTTPConns are the connection

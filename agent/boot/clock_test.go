@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent/clock"
+	"github.com/bmedge/bmedge/lib/clock"
 )
 
 // TestParamsImageLifetimeOnTheClock: the media server the boot part

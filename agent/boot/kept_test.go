@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/netboot"
+	"github.com/bmedge/bmedge/lib/netbudget"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // NetbootOptions configure network boot (DHCP or proxy-DHCP, TFTP, HTTP)

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/bootmedia"
+	"github.com/bmedge/bmedge/lib/netbudget"
+	"github.com/bmedge/bmedge/lib/ratelog"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/bootmedia"
-	"github.com/bmedge/bmedge/protocol/netbudget"
-	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // RamdiskOptions configure how the edge agent boots the ramdisk on nodes

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/ratelog"
+	"github.com/bmedge/bmedge/lib/ratelog"
 )
 
 // lockedBuffer is a log sink that the server's goroutines share.

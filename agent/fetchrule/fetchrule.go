@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/fetchwords"
+	"github.com/bmedge/bmedge/lib/fetchwords"
 )
 
 // Flag is the agent flag that allows a network.
@@ -283,7 +283,7 @@ func (r *Rule) Get(ctx context.Context, c *http.Client, u string) (*http.Respons
 
 // Words is a fetch error in words for an operator: what the rule
 // refused, a redirect refused, else the transport's error in the words
-// the ramdisk uses too (protocol/fetchwords: a timeout, a refused
+// the ramdisk uses too (lib/fetchwords: a timeout, a refused
 // connection, a name that does not resolve), never the text of an
 // answer.
 func Words(err error) string {

@@ -39,9 +39,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/fetchrule"
-	"github.com/bmedge/bmedge/protocol/imagechecksum"
+	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/imagechecksum"
 )
 
 // Defaults.

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"hash"
 
-	"github.com/bmedge/bmedge/protocol/imagechecksum"
+	"github.com/bmedge/bmedge/lib/imagechecksum"
 )
 
 // Checksum is the digest an image must have. It is read by
-// protocol/imagechecksum; which algorithms the cache takes is decided
+// lib/imagechecksum; which algorithms the cache takes is decided
 // here (see acceptAlgo).
 type Checksum struct {
 	Algo string // md5, sha1, sha256 or sha512

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent/clock"
+	"github.com/bmedge/bmedge/lib/clock"
 )
 
 // TestFailureMemoryOnTheClock: a node asking again for an image whose

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/bmedge/bmedge/protocol/fetchwords"
+	"github.com/bmedge/bmedge/lib/fetchwords"
 )
 
 // MaxReasonBytes bounds the reason a node reads in the body of an error

@@ -14,7 +14,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/insomniacslk/dhcp/iana"
 
-	"github.com/bmedge/bmedge/protocol/ratelog"
+	"github.com/bmedge/bmedge/lib/ratelog"
 )
 
 // proxyPort is where PXE clients send their ProxyDHCP requests.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/pin/tftp/v3"
 
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 // maxTransfers bounds the TFTP transfers and the HTTP downloads of the

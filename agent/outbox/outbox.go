@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bmedge/bmedge/agent/clock"
+	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 

@@ -13,9 +13,9 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	"github.com/bmedge/bmedge/agent/clock"
-	"github.com/bmedge/bmedge/protocol/kvstore"
-	"github.com/bmedge/bmedge/protocol/ratelog"
+	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/kvstore"
+	"github.com/bmedge/bmedge/lib/ratelog"
 )
 
 // The durable outbox: every message the agent puts in its outbox (BMC
@@ -33,7 +33,7 @@ import (
 // start) and the Badger database in outboxDBDir, encrypted at rest with
 // that key; with the process umask made private, every file Badger
 // creates is 0600. Opening it, the key file, the failure latch and the
-// garbage collection's flush and value-log GC are protocol/kvstore's,
+// garbage collection's flush and value-log GC are lib/kvstore's,
 // shared with the coordinator's store.
 
 const (
@@ -572,7 +572,7 @@ func (s *Store) flushDue() bool {
 // collectGarbage reclaims the space of deleted and overwritten records;
 // writer only. It decides when, as coordinator/store's CollectGarbage
 // does for the coordinator; how (the flush, Flatten, value-log GC) is
-// protocol/kvstore's, shared by both.
+// lib/kvstore's, shared by both.
 //
 // A record lives a few minutes: written before it is sent, rewritten
 // when acked, deleted when its done-record's retention ends. Records are

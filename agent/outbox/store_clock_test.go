@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent/clock"
-	"github.com/bmedge/bmedge/protocol/kvstore"
+	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/kvstore"
 )
 
 // TestOutboxGCTimersOnTheClock: the store's garbage collection runs by

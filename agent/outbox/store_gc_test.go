@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/kvstore"
+	"github.com/bmedge/bmedge/lib/kvstore"
 )
 
 // stateDirSize is what du counts (allocated blocks) for every file under

@@ -25,9 +25,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bmedge/bmedge/agent/clock"
+	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/ratelog"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // Store keeps the plans (the agent's encrypted state folder).

@@ -14,11 +14,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/bmedge/bmedge/agent/clock"
+	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
+	"github.com/bmedge/bmedge/lib/mqttlink"
+	"github.com/bmedge/bmedge/lib/netbudget"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
-	"github.com/bmedge/bmedge/protocol/mqttlink"
-	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // The relay. The edge agent is its site's anchor: the ramdisks of the

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/imagecache"
-	"github.com/bmedge/bmedge/protocol/fetchwords"
-	"github.com/bmedge/bmedge/protocol/imagechecksum"
+	"github.com/bmedge/bmedge/lib/fetchwords"
+	"github.com/bmedge/bmedge/lib/imagechecksum"
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/bmedge/bmedge/protocol/rescuessh"
+	"github.com/bmedge/bmedge/lib/rescuessh"
 )
 
 // RescueHost is the loopback address a simulated node's rescue login
@@ -15,7 +15,7 @@ import (
 const RescueHost = "127.0.0.1"
 
 // rescueLogin is a simulated node's rescue login: the real ramdisk's SSH
-// server (protocol/rescuessh, same user, hash check and budgets) whose
+// server (lib/rescuessh, same user, hash check and budgets) whose
 // sessions run a small built-in command set (rescueShell) instead of a
 // shell.
 type rescueLogin struct {

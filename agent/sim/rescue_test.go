@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/bmedge/bmedge/lib/shacrypt"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/shacrypt"
 )
 
 type lockedBuffer struct {

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/bmedge/bmedge/agent/clock"
+	"github.com/bmedge/bmedge/lib/clock"
 )
 
 // rescueShell is what a simulated node's rescue login runs: no shell and

@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/drivers/fake"
+	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/protocol/session"
 )

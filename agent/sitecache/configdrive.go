@@ -18,8 +18,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bmedge/bmedge/agent/clock"
 	"github.com/bmedge/bmedge/agent/fetchrule"
+	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 

@@ -22,7 +22,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/bmedge/bmedge/coordinator/engine"
-	"github.com/bmedge/bmedge/protocol/ratelog"
+	"github.com/bmedge/bmedge/lib/ratelog"
 )
 
 // API versions served. 1.11 made new nodes start in enroll; 1.82 (node

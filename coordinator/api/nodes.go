@@ -14,8 +14,8 @@ import (
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/shacrypt"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/shacrypt"
 )
 
 // Mask replaces secret values of driver_info with Ironic's "******".

@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/lib/mqttlink"
 )
 
 // File names that WriteFiles writes in its folder.

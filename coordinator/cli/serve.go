@@ -15,8 +15,8 @@ import (
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/coordinator/store"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
+	"github.com/bmedge/bmedge/lib/netbudget"
 	"github.com/spf13/cobra"
 )
 

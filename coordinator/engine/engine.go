@@ -28,9 +28,9 @@ import (
 	"github.com/bmedge/bmedge/coordinator/metrics"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
+	"github.com/bmedge/bmedge/lib/ratelog"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
-	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // Publisher sends MQTT messages.

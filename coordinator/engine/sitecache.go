@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/lib/imagechecksum"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/imagechecksum"
 )
 
 // CacheImageTimeout is the deadline of a pre-seed command: an image may

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/imagechecksum"
+	"github.com/bmedge/bmedge/lib/shacrypt"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/imagechecksum"
-	"github.com/bmedge/bmedge/protocol/shacrypt"
 )
 
 // This file holds the operator's verbs: the checks Ironic makes before a

@@ -4,8 +4,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bmedge/bmedge/coordinator/metrics"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 // connCollector shows the connection budgets of the coordinator's

@@ -20,10 +20,10 @@ import (
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/metrics"
 	"github.com/bmedge/bmedge/coordinator/ui"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
+	"github.com/bmedge/bmedge/lib/mqttlink"
+	"github.com/bmedge/bmedge/lib/netbudget"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
-	"github.com/bmedge/bmedge/protocol/mqttlink"
-	"github.com/bmedge/bmedge/protocol/netbudget"
 )
 
 // Options configure a coordinator.

@@ -5,7 +5,7 @@ import (
 	"net"
 	"net/http"
 
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 // An API connection counts as pending (against the listener's pending

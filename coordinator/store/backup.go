@@ -25,7 +25,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 	"golang.org/x/crypto/hkdf"
 
-	"github.com/bmedge/bmedge/protocol/kvstore"
+	"github.com/bmedge/bmedge/lib/kvstore"
 )
 
 // A backup is a consistent snapshot of the database (every key's newest

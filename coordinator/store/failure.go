@@ -1,13 +1,13 @@
 package store
 
-import "github.com/bmedge/bmedge/protocol/kvstore"
+import "github.com/bmedge/bmedge/lib/kvstore"
 
 // A Badger error while writing (a commit, the memtable flush, a drop, a
 // value-log GC round) or a panic in any Badger call fails the store for
 // good: the first failure is kept, every later call returns it without
 // calling Badger again, and Failed is closed. The coordinator then stops
 // (engine) and a restart recovers from what is on disk. The latch, and
-// why Badger must not be called again, are protocol/kvstore's
+// why Badger must not be called again, are lib/kvstore's
 // (failure.go); the store opens it with FatalWrites and
 // FailOnLoggedErrors.
 

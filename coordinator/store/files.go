@@ -3,7 +3,7 @@ package store
 import (
 	"log/slog"
 
-	"github.com/bmedge/bmedge/protocol/kvstore"
+	"github.com/bmedge/bmedge/lib/kvstore"
 )
 
 // KeySize is the size of the database's encryption key: 32 bytes select

@@ -14,7 +14,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	"github.com/bmedge/bmedge/protocol/kvstore"
+	"github.com/bmedge/bmedge/lib/kvstore"
 )
 
 // Key prefixes.
@@ -34,7 +34,7 @@ const (
 	AllocationPrefix = "al/"
 )
 
-// Store is the Badger database (protocol/kvstore: encrypted at rest,
+// Store is the Badger database (lib/kvstore: encrypted at rest,
 // behind the failure latch).
 type Store struct {
 	db  *kvstore.DB
@@ -101,7 +101,7 @@ const KeyRotation = kvstore.KeyRotation
 //
 // Open makes the process's umask private (077) for good, so that every
 // file Badger creates now and later is 0600 and every folder 0700; see
-// protocol/kvstore's privateUmask. An existing database written without encryption is
+// lib/kvstore's privateUmask. An existing database written without encryption is
 // refused with an error that says what to do.
 //
 // Any error of Badger while writing, and any panic in Badger, fails the

@@ -29,7 +29,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/protocol/ratelog"
+	"github.com/bmedge/bmedge/lib/ratelog"
 )
 
 //go:embed templates/*.html

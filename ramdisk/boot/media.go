@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/bootmedia"
+	"github.com/bmedge/bmedge/lib/bootmedia"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
 
@@ -61,7 +61,7 @@ type ParamsMedium struct {
 }
 
 // FindParamsMedium looks for the boot parameters medium (an ISO9660
-// volume BMPARAMS, protocol/bootmedia) on the whole block devices of
+// volume BMPARAMS, lib/bootmedia) on the whole block devices of
 // /sys/block (CD-ROMs and USB disks included, partitions not), scanning
 // again every Poll until Timeout: a BMC's virtual media are USB devices,
 // which enumerate seconds after their host controller's module loads. It

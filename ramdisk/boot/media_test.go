@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/bootmedia"
+	"github.com/bmedge/bmedge/lib/bootmedia"
 )
 
 const secret = "pa55-w0rd"

@@ -35,7 +35,7 @@ import (
 	"time"
 	"unicode/utf16"
 
-	"github.com/bmedge/bmedge/protocol/fetchwords"
+	"github.com/bmedge/bmedge/lib/fetchwords"
 )
 
 const (

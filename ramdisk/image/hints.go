@@ -1,16 +1,16 @@
 package image
 
 import (
-	"github.com/bmedge/bmedge/protocol/roothints"
+	"github.com/bmedge/bmedge/lib/roothints"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
 
 // MinRootBytes is the smallest disk chosen as root when there are no
-// hints (protocol/roothints).
+// hints (lib/roothints).
 const MinRootBytes = roothints.MinRootBytes
 
 // RootDeviceHints are Ironic's root_device hints (node properties), with
-// the rules of protocol/roothints, which the edge agent's out-of-band
+// the rules of lib/roothints, which the edge agent's out-of-band
 // inspection applies too.
 type RootDeviceHints = roothints.Hints
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bmedge/bmedge/protocol/roothints"
+	"github.com/bmedge/bmedge/lib/roothints"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
 

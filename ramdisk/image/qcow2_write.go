@@ -21,7 +21,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/bmedge/bmedge/protocol/fetchwords"
+	"github.com/bmedge/bmedge/lib/fetchwords"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
 

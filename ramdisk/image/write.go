@@ -28,8 +28,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/bmedge/bmedge/protocol/fetchwords"
-	"github.com/bmedge/bmedge/protocol/imagechecksum"
+	"github.com/bmedge/bmedge/lib/fetchwords"
+	"github.com/bmedge/bmedge/lib/imagechecksum"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
 

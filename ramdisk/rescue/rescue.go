@@ -1,17 +1,17 @@
 // Package rescue is the login the rescue ramdisk offers its operator once
 // finalize_rescue has run: an SSH server for the user "rescue"
-// (protocol/rescuessh) and a login prompt on the serial console, both
+// (lib/rescuessh) and a login prompt on the serial console, both
 // checking the password against the SHA-crypt hash the coordinator sent
 // (it never sees the password). A session runs the ramdisk's shell
 // (u-root's gosh as /bin/sh) as root.
 //
-// Budgets (protocol/rescuessh): a bounded number of connections, with a
+// Budgets (lib/rescuessh): a bounded number of connections, with a
 // share per source address, and of sessions (the console's counted too),
 // a handshake deadline, three password tries per connection, and failed
 // tries limited per source address, the console having a budget of its
 // own: once a source's budget is empty its tries are refused unchecked
 // until it refills, and nobody else's are. Refusals are logged through
-// protocol/ratelog; the password never is.
+// lib/ratelog; the password never is.
 package rescue
 
 import (
@@ -25,7 +25,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/bmedge/bmedge/protocol/rescuessh"
+	"github.com/bmedge/bmedge/lib/rescuessh"
 )
 
 // User is the only user name the rescue login accepts (Ironic's).

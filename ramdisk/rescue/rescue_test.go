@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/bmedge/bmedge/protocol/shacrypt"
+	"github.com/bmedge/bmedge/lib/shacrypt"
 )
 
 func needTools(t *testing.T, tools ...string) {

@@ -32,8 +32,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/lib/mqttlink"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/mqttlink"
 	"github.com/bmedge/bmedge/scripts/internal/loadrig"
 )
 

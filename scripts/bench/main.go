@@ -46,9 +46,9 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/lib/mqttlink"
+	"github.com/bmedge/bmedge/lib/netbudget"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/mqttlink"
-	"github.com/bmedge/bmedge/protocol/netbudget"
 	"github.com/bmedge/bmedge/scripts/internal/loadrig"
 )
 

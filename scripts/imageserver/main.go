@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 func main() {

@@ -27,7 +27,7 @@ import (
 // (mosquitto_sub, an independent client) and an API client still get
 // in, and both /metrics count the refusals by listener and kind (the
 // evictions are netbudget's TestEvictionLeavesRoomForOthers'). The
-// rescue SSH part of the acceptance is protocol/rescuessh's
+// rescue SSH part of the acceptance is lib/rescuessh's
 // TestStrangersLeaveRoom.
 func TestManySourcesLeaveRoom(t *testing.T) {
 	if testing.Short() {

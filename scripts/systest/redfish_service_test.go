@@ -18,9 +18,9 @@ import (
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/lib/bootmedia"
+	"github.com/bmedge/bmedge/lib/mqttlink"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/bootmedia"
-	"github.com/bmedge/bmedge/protocol/mqttlink"
 	"github.com/bmedge/bmedge/protocol/session"
 	rdboot "github.com/bmedge/bmedge/ramdisk/boot"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
@@ -29,7 +29,7 @@ import (
 // mediaRamdiskMachine is a vBMC machine (in memory) whose start from the
 // virtual CD runs a stand-in for the ramdisk ISO: it reads its
 // parameters from the virtual USB stick as the ramdisk does
-// (protocol/bootmedia), connects to the broker they name with the boot's
+// (lib/bootmedia), connects to the broker they name with the boot's
 // credential and speaks the real protocol (protocol/session); its in-band
 // steps succeed at once (inspection reports nothing). A power-off or a
 // start from the disk ends it. Every start is recorded.

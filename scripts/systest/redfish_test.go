@@ -15,7 +15,7 @@ import (
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/cli"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
-	"github.com/bmedge/bmedge/protocol/bootmedia"
+	"github.com/bmedge/bmedge/lib/bootmedia"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/lib/mqttlink"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/mqttlink"
 )
 
 // TestWANBench is make bench-wan (scripts/bench-wan/run.sh): the full

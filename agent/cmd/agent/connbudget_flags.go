@@ -4,7 +4,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 // connBudgetFlags declares a listener's connection budget flags

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 func main() {

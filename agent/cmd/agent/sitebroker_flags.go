@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 // siteBrokerFlags declares the flags of agent.SiteBrokerOptions and the

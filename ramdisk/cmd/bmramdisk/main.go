@@ -2,7 +2,7 @@
 // runs as the uinit of a u-root initramfs: it reads its bm.* parameters
 // from the kernel command line, loads the drivers for the hardware (and
 // without bm.node on the command line reads its parameters from a boot
-// parameters medium, protocol/bootmedia), waits for randomness, brings
+// parameters medium, lib/bootmedia), waits for randomness, brings
 // the network up and reports that it is ready.
 // Then it connects to the site's broker with the node's credentials and
 // runs the protocol (protocol/session) with the local step runner
@@ -24,8 +24,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/bmedge/bmedge/lib/mqttlink"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/mqttlink"
 	"github.com/bmedge/bmedge/protocol/session"
 	"github.com/bmedge/bmedge/ramdisk/boot"
 	"github.com/bmedge/bmedge/ramdisk/disk"
@@ -121,7 +121,7 @@ func (t *linkTransport) Publish(ctx context.Context, topic string, payload []byt
 // params reads the boot's parameters and loads the kernel modules. With
 // bm.node on the kernel command line the parameters are there. Without
 // it (the generic ramdisk ISO booted from virtual media) they are on a
-// boot parameters medium (protocol/bootmedia), a second virtual CD or USB
+// boot parameters medium (lib/bootmedia), a second virtual CD or USB
 // stick that appears once its controller's modules are loaded: the
 // command line followed by the medium's text, which wins. The medium is
 // marked so that no step ever writes to it.

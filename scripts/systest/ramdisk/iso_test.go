@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/bootmedia"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/bootmedia"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
 )
 
 // OVMF is Debian's UEFI firmware for QEMU (package ovmf, which

@@ -18,7 +18,7 @@ import (
 	"github.com/bmedge/bmedge/agent/netboot/labnet"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
-	"github.com/bmedge/bmedge/protocol/bootmedia"
+	"github.com/bmedge/bmedge/lib/bootmedia"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 

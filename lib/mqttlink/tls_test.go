@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/certs"
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
-	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
+	"github.com/bmedge/bmedge/lib/mqttlink"
 )
 
 // tlsLab is a CA, a server certificate for 127.0.0.1 signed by it, and a

@@ -7,7 +7,7 @@
 // (agent/sim) a small built-in command set.
 //
 // Budgets: a bounded number of connections, with a share per source
-// address and a bound on those not yet logged in (protocol/netbudget:
+// address and a bound on those not yet logged in (lib/netbudget:
 // a flood from many sources leaves room for one more), a bounded number
 // of sessions, a handshake deadline, three password tries per
 // connection, and failed tries limited per source address (a token
@@ -15,7 +15,7 @@
 // bucket of its own through Check): once a source's bucket is empty its
 // tries are refused unchecked until it refills, and other sources are
 // not affected. Refusals are counted (Stats) and logged through
-// protocol/ratelog; the password never is. It must never offer
+// lib/ratelog; the password never is. It must never offer
 // forwarding, agent forwarding, X11, env or subsystems.
 package rescuessh
 
@@ -34,9 +34,9 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/bmedge/bmedge/protocol/netbudget"
-	"github.com/bmedge/bmedge/protocol/ratelog"
-	"github.com/bmedge/bmedge/protocol/shacrypt"
+	"github.com/bmedge/bmedge/lib/netbudget"
+	"github.com/bmedge/bmedge/lib/ratelog"
+	"github.com/bmedge/bmedge/lib/shacrypt"
 )
 
 // User is the only user name the rescue login accepts (Ironic's).

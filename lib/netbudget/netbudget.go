@@ -55,7 +55,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/ratelog"
+	"github.com/bmedge/bmedge/lib/ratelog"
 )
 
 // DefaultReserve is how many file descriptors a Pool keeps for the rest

@@ -22,9 +22,9 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/bmedge/bmedge/lib/netbudget"
+	"github.com/bmedge/bmedge/lib/ratelog"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/netbudget"
-	"github.com/bmedge/bmedge/protocol/ratelog"
 )
 
 // Credentials decides who may connect, under which client ID, and under

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/mqttbroker"
-	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
+	"github.com/bmedge/bmedge/lib/mqttlink"
 )
 
 // creds lets everyone in; user "limited" may only use topics under t/.

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/netbudget"
-	"github.com/bmedge/bmedge/protocol/ratelog"
+	"github.com/bmedge/bmedge/lib/netbudget"
+	"github.com/bmedge/bmedge/lib/ratelog"
 )
 
 // guardListener checks the first packet of every connection before the

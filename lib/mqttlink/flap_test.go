@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/protocol/mqttlink"
+	"github.com/bmedge/bmedge/lib/mqttlink"
 )
 
 // flapProxy forwards TCP to a broker. While flapping it passes only the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/bmedge/bmedge/protocol/netbudget"
+	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
 func TestAllowed(t *testing.T) {

@@ -35,7 +35,7 @@ func (e *Engine) Backup(ctx context.Context, w io.Writer) (store.BackupInfo, err
 	if err != nil {
 		return store.BackupInfo{}, err
 	}
-	return e.st.Backup(ctx, w, key, map[string][]byte{secretFile: e.secret})
+	return e.st.Backup(ctx, w, key, map[string][]byte{secretFile: e.auth.Secret()})
 }
 
 // Restore makes a new data folder dataDir from the backup in the file

@@ -17,7 +17,7 @@ func (e *Engine) handleBeats(site string, msg *protocol.Message) {
 		e.noteSiteSummary(t, site, msg)
 		for i := range msg.Beats {
 			b := &msg.Beats[i]
-			n, ok := e.nodes[b.Node]
+			n, ok := e.reg.nodes[b.Node]
 			if !ok || n.Site != site {
 				e.log.Warn("heartbeat in summary rejected", "site", site, "reason", fmt.Sprintf("node %q is not a node of site %q", b.Node, site))
 				continue

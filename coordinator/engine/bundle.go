@@ -20,7 +20,7 @@ func (e *Engine) enqueue(o fsm.Outgoing, urgent bool) {
 	// site's messages of one batch together, to be bundled.
 	h := fnv.New32a()
 	h.Write([]byte(topicSite(o.Topic)))
-	sq := e.sendq[int(h.Sum32())%len(e.sendq)]
+	sq := e.run.sendq[int(h.Sum32())%len(e.run.sendq)]
 	q := sq.normal
 	if urgent {
 		q = sq.urgent
@@ -44,29 +44,9 @@ func topicSite(topic string) string {
 	return site
 }
 
-// noteRelay records what a site's presence says of its ramdisks, and
-// whether its agent runs plans (only one that relays can).
-func (e *Engine) noteRelay(site string, online, relay, plans bool) {
-	if online && relay {
-		e.relaying.Store(site, true)
-	} else if online {
-		e.relaying.Delete(site)
-	}
-	if online && relay && plans {
-		e.planning.Store(site, true)
-	} else if online {
-		e.planning.Delete(site)
-	}
-	// Offline keeps what the agent said: its messages wait in the broker
-	// for its return, and a restarted agent says again.
-}
-
 // sitePlans is fsm.Config.SitePlans: whether the site's edge agent runs
 // plans, as its last online presence said.
-func (e *Engine) sitePlans(site string) bool {
-	_, ok := e.planning.Load(site)
-	return ok
-}
+func (e *Engine) sitePlans(site string) bool { return e.sites.Plans(site) }
 
 // maxOut is the most queued messages a publisher takes at once, and
 // publishGather how long it waits for more after the first.
@@ -79,7 +59,7 @@ const (
 // once for a site whose edge agent relays its ramdisks goes as bundles
 // on the site's bmc/cmd topic; everything else goes on its own topic.
 func (e *Engine) publisher(q sendQueue) {
-	defer e.wg.Done()
+	defer e.run.wg.Done()
 	var batch []fsm.Outgoing
 	for {
 		batch = batch[:0]
@@ -89,7 +69,7 @@ func (e *Engine) publisher(q sendQueue) {
 			batch, urgent = append(batch, o), true
 		default:
 			select {
-			case <-e.stopped:
+			case <-e.run.stopped:
 				return
 			case o := <-q.urgent:
 				batch, urgent = append(batch, o), true
@@ -134,7 +114,7 @@ func (e *Engine) publisher(q sendQueue) {
 				batch = append(batch, o)
 			case <-gather:
 				break drain
-			case <-e.stopped:
+			case <-e.run.stopped:
 				break drain
 			}
 		}
@@ -156,7 +136,7 @@ func (e *Engine) publishBatch(batch []fsm.Outgoing) {
 	pending := map[string]*pendingBundle{}
 	var order []string
 	for _, o := range batch {
-		b, err := protocol.Encode(e.withCredential(o.Msg))
+		b, err := protocol.Encode(e.auth.WithCredential(o.Msg))
 		if err != nil {
 			e.log.Error("not sending invalid message", "topic", o.Topic, "err", err)
 			continue
@@ -164,7 +144,7 @@ func (e *Engine) publishBatch(batch []fsm.Outgoing) {
 		site := topicSite(o.Topic)
 		rec := protocol.BundleRecord{Topic: o.Topic, Payload: b}
 		size := protocol.BundleSize(site, rec)
-		if v, _ := e.relaying.Load(site); v != true || size > protocol.MaxBundleBytes/2 {
+		if !e.sites.Relaying(site) || size > protocol.MaxBundleBytes/2 {
 			// In order: what is gathered for the site goes first.
 			if p := pending[site]; p != nil {
 				e.publishBundle(site, p)
@@ -190,9 +170,9 @@ func (e *Engine) publishBatch(batch []fsm.Outgoing) {
 }
 
 func (e *Engine) publishOne(topic string, b []byte, m *protocol.Message) {
-	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(e.run.ctx, 10*time.Second)
 	defer cancel()
-	err := e.pub.Publish(ctx, topic, b, false)
+	err := e.run.pub.Publish(ctx, topic, b, false)
 	if err != nil {
 		e.log.Debug("publish failed; the resend loop will retry", "topic", topic, "err", err)
 	}
@@ -214,10 +194,10 @@ func (e *Engine) publishBundle(site string, p *pendingBundle) {
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(e.run.ctx, 10*time.Second)
 	defer cancel()
 	topic := protocol.BMCCmdTopic(site)
-	err = e.pub.Publish(ctx, topic, b, false)
+	err = e.run.pub.Publish(ctx, topic, b, false)
 	if err != nil {
 		e.log.Debug("publish failed; the resend loop will retry", "topic", topic, "messages", len(p.recs), "err", err)
 	}

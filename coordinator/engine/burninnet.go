@@ -43,7 +43,7 @@ func (e *Engine) burninPair(n *fsm.Node, partnerNode string) (string, string, er
 	if b < a {
 		a, b = b, a
 	}
-	return p.UUID, e.derive("burnin_network:" + a + ":" + b), nil
+	return p.UUID, e.auth.Derive("burnin_network:" + a + ":" + b), nil
 }
 
 // checkBurninNetwork refuses a clean list whose deploy.burnin_network has

@@ -34,7 +34,7 @@ func TestBurninPairKey(t *testing.T) {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("burnin_network:" + lo + ":" + hi))
 	want := hex.EncodeToString(m.Sum(nil))
-	node := func(id string) *fsm.Node { return e.nodes[id] }
+	node := func(id string) *fsm.Node { return e.reg.nodes[id] }
 	pa, ka, err := e.burninPair(node(a.UUID), "b")
 	if err != nil || pa != b.UUID || ka != want {
 		t.Fatalf("a with b: %s %s %v; want %s %s", pa, ka, err, b.UUID, want)

@@ -75,7 +75,7 @@ func (e *Engine) saveRecord(key string, v any) error {
 		}
 		b.Set(key, data)
 	}
-	if err := e.st.Commit(&b); err != nil {
+	if err := e.write(&b); err != nil {
 		e.fail(err)
 		return e.stoppedError()
 	}
@@ -192,7 +192,7 @@ func (e *Engine) CreateDeployTemplate(t fsm.DeployTemplate) (fsm.DeployTemplate,
 	if len(e.cat.templates) >= MaxDeployTemplates {
 		return t, errorf(Invalid, "There are already %d deploy templates, the most this coordinator keeps; delete one that is no longer used first", MaxDeployTemplates)
 	}
-	t.CreatedAt, t.UpdatedAt = e.cfg.Now().UTC(), nil
+	t.CreatedAt, t.UpdatedAt = e.cfg.Clock.Now().UTC(), nil
 	if err := e.saveRecord(store.DeployTemplatePrefix+t.UUID, &t); err != nil {
 		return t, err
 	}
@@ -220,7 +220,7 @@ func (e *Engine) UpdateDeployTemplate(ident string, fn func(cur fsm.DeployTempla
 	if o, ok := findEntry(e.cat.templates, t.Name, tName); ok && o.UUID != old.UUID {
 		return t, errorf(Conflict, "A deploy template with name %s already exists.", t.Name)
 	}
-	now := e.cfg.Now().UTC()
+	now := e.cfg.Clock.Now().UTC()
 	t.CreatedAt, t.UpdatedAt = old.CreatedAt, &now
 	if err := e.saveRecord(store.DeployTemplatePrefix+t.UUID, &t); err != nil {
 		return t, err
@@ -284,7 +284,7 @@ func (e *Engine) CreateRunbook(r fsm.Runbook) (fsm.Runbook, error) {
 	if len(e.cat.runbooks) >= MaxRunbooks {
 		return r, errorf(Invalid, "There are already %d runbooks, the most this coordinator keeps; delete one that is no longer used first", MaxRunbooks)
 	}
-	r.CreatedAt, r.UpdatedAt = e.cfg.Now().UTC(), nil
+	r.CreatedAt, r.UpdatedAt = e.cfg.Clock.Now().UTC(), nil
 	if err := e.saveRecord(store.RunbookPrefix+r.UUID, &r); err != nil {
 		return r, err
 	}
@@ -311,7 +311,7 @@ func (e *Engine) UpdateRunbook(ident string, fn func(cur fsm.Runbook) (fsm.Runbo
 	if o, ok := findEntry(e.cat.runbooks, r.Name, rName); ok && o.UUID != old.UUID {
 		return r, errorf(Conflict, "A runbook with name %s already exists.", r.Name)
 	}
-	now := e.cfg.Now().UTC()
+	now := e.cfg.Clock.Now().UTC()
 	r.CreatedAt, r.UpdatedAt = old.CreatedAt, &now
 	if err := e.saveRecord(store.RunbookPrefix+r.UUID, &r); err != nil {
 		return r, err

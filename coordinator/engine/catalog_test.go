@@ -78,7 +78,7 @@ func TestCatalogSurvivesRestart(t *testing.T) {
 	}
 
 	// A locked node's traits do not change.
-	if err := e.do(func(t *tx) error { e.nodes[n.UUID].Reservation = "coordinator"; return nil }); err != nil {
+	if err := e.do(func(t *tx) error { e.reg.nodes[n.UUID].Reservation = "coordinator"; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	err = e.ChangeTraits("n1", func(id string, cur []string) ([]string, error) { return nil, nil })

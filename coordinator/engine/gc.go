@@ -22,7 +22,7 @@ const DefaultValueLogGCInterval = 5 * time.Minute
 // quiet trigger reclaims what the burst left as soon as it ends, so that
 // a coordinator at rest does not sit on reclaimable files for minutes.
 func (e *Engine) collector() {
-	defer e.wg.Done()
+	defer e.run.wg.Done()
 	check := min(time.Second, e.cfg.ValueLogGCInterval)
 	tk := time.NewTicker(check)
 	defer tk.Stop()
@@ -30,7 +30,7 @@ func (e *Engine) collector() {
 	prev := lastWritten
 	for {
 		select {
-		case <-e.stopped:
+		case <-e.run.stopped:
 			return
 		case <-tk.C:
 		}

@@ -44,14 +44,14 @@ func historyKey(nodeUUID string, h fsm.HistoryEntry, seq uint64) string {
 // its cap, deletes its oldest entries in the same batch.
 func (t *tx) addHistory(n *fsm.Node, h fsm.HistoryEntry) {
 	e := t.e
-	e.histSeq++
-	key := historyKey(n.UUID, h, e.histSeq)
+	e.reg.histSeq++
+	key := historyKey(n.UUID, h, e.reg.histSeq)
 	b, _ := json.Marshal(h)
 	t.batch.Set(key, b)
-	hs := e.hist[n.UUID]
+	hs := e.reg.hist[n.UUID]
 	if hs == nil {
 		hs = &histState{}
-		e.hist[n.UUID] = hs
+		e.reg.hist[n.UUID] = hs
 	}
 	hs.count++
 	if t.histNew == nil {
@@ -116,7 +116,7 @@ func (e *Engine) loadHistory() error {
 		if cur == "" {
 			return
 		}
-		if _, ok := e.nodes[cur]; !ok {
+		if _, ok := e.reg.nodes[cur]; !ok {
 			for _, k := range keys {
 				del.Delete(k)
 			}
@@ -129,7 +129,7 @@ func (e *Engine) loadHistory() error {
 			}
 			hs.count, hs.floor = e.cfg.HistoryMaxEntries, keys[over-1]
 		}
-		e.hist[cur] = hs
+		e.reg.hist[cur] = hs
 	}
 	err := e.st.Keys(store.HistoryPrefix, "", func(k string) bool {
 		rest := strings.TrimPrefix(k, store.HistoryPrefix)
@@ -147,7 +147,7 @@ func (e *Engine) loadHistory() error {
 	flush()
 	if del.Len() > 0 {
 		e.log.Info("trimming node history to the cap", "entries", del.Len(), "history_max_entries", e.cfg.HistoryMaxEntries)
-		if err := e.st.Commit(&del); err != nil {
+		if err := e.write(&del); err != nil {
 			return fmt.Errorf("trim node history: %w", err)
 		}
 	}

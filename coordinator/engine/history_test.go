@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -128,7 +129,7 @@ func TestHistoryCapAcrossRestart(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		b.Set(fmt.Sprintf("%s%s/%020d-%08d", store.HistoryPrefix, orphan, time.Now().UnixNano(), i), []byte(`{"event":"orphan"}`))
 	}
-	if err := st.Commit(&b); err != nil {
+	if err := st.Commit(context.Background(), &b); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -162,7 +163,7 @@ func TestHistoryCapWithinOneBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = e.do(func(tx *tx) error {
-		n := e.nodes[a.UUID]
+		n := e.reg.nodes[a.UUID]
 		for i := 0; i < 5; i++ {
 			tx.addHistory(n, fsm.HistoryEntry{Time: tx.now.Add(time.Duration(i)), Severity: "INFO", Event: fmt.Sprintf("e%d", i)})
 		}
@@ -195,9 +196,9 @@ func TestDeleteNodeDropsHistory(t *testing.T) {
 	if n := storedHistory(t, e, a.UUID); n != 0 {
 		t.Fatalf("%d history keys left after delete", n)
 	}
-	e.mu.RLock()
-	_, known := e.hist[a.UUID]
-	e.mu.RUnlock()
+	e.reg.mu.RLock()
+	_, known := e.reg.hist[a.UUID]
+	e.reg.mu.RUnlock()
 	if known {
 		t.Fatal("the engine still counts the deleted node's history")
 	}

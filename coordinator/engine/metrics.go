@@ -24,7 +24,7 @@ func (e *Engine) verbDone(verb fsm.Event, start time.Time, err *error) {
 	e.cfg.Metrics.Verb(string(verb), outcome, time.Since(start))
 }
 
-// runHeld runs one request in the loop (the loop holds e.mu) and gives
+// runHeld runs one request in the loop (the loop holds e.reg.mu) and gives
 // how long it held the loop to the metrics: the longest single hold is
 // what any other request or agent message may have to wait behind one
 // request, besides the batch's commit.

@@ -32,12 +32,12 @@ func (t *tx) storeInventory(n *fsm.Node, out fsm.Output) {
 // found that no port has (Ironic's inspection creates the ports of the
 // MACs it discovers, pxe_enabled as a new port is); a MAC that is
 // another node's port is left to it, with a warning in this node's
-// history. The caller holds e.mu (the loop).
+// history. The caller holds e.reg.mu (the loop).
 func (t *tx) inspectedPorts(n *fsm.Node, macs []string) {
 	e := t.e
 	for _, addr := range macs {
-		if id, ok := e.macs[addr]; ok {
-			if p := e.ports[id]; p != nil && p.NodeUUID != n.UUID {
+		if id, ok := e.reg.macs[addr]; ok {
+			if p := e.reg.ports[id]; p != nil && p.NodeUUID != n.UUID {
 				t.addHistory(n, fsm.HistoryEntry{Time: t.now, Severity: "WARNING", EventType: "inspection",
 					Event: fmt.Sprintf("inspection found MAC %s, which is a port of node %s already; no port made for node %s", addr, p.NodeUUID, n.Ident())})
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/bmedge/bmedge/coordinator/engine/brokerauth"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/drivers"
@@ -61,7 +62,7 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 			if !nameRE.MatchString(spec.Name) || uuid.Validate(spec.Name) == nil {
 				return errorf(Invalid, "Node name %q is not valid: use letters, digits, '.', '_', '~' or '-', not a UUID", spec.Name)
 			}
-			if _, ok := e.names[spec.Name]; ok {
+			if _, ok := e.reg.names[spec.Name]; ok {
 				return errorf(Conflict, "A node with name %s already exists.", spec.Name)
 			}
 		}
@@ -75,7 +76,7 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 		} else if uuid.Validate(id) != nil {
 			return errorf(Invalid, "uuid %q is not a valid UUID", id)
 		}
-		if _, ok := e.nodes[id]; ok {
+		if _, ok := e.reg.nodes[id]; ok {
 			return errorf(Conflict, "A node with UUID %s already exists.", id)
 		}
 		if spec.InstanceUUID != "" {
@@ -92,11 +93,11 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 			InstanceInfo: orEmpty(spec.InstanceInfo), Extra: orEmpty(spec.Extra),
 			ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner, RaidInterface: spec.RaidInterface, InspectInterface: spec.InspectInterface,
 			ProvisionState: fsm.Enroll, PowerState: "", CreatedAt: t.now, UpdatedAt: t.now, ProvisionUpdatedAt: t.now}
-		e.nodes[id] = n
+		e.reg.nodes[id] = n
 		if n.Name != "" {
-			e.names[n.Name] = id
+			e.reg.names[n.Name] = id
 		}
-		e.phaseCount[""]++
+		e.reg.phaseCount[""]++
 		t.dirty[id] = n
 		t.apply(n, fsm.Output{History: []fsm.HistoryEntry{{Time: t.now, Severity: "INFO", EventType: "enrollment", Event: "node created in enroll", To: fsm.Enroll}}})
 		created = n
@@ -106,9 +107,9 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 }
 
 // instanceNode is the UUID of the node whose instance_uuid is id, "" when
-// none. The caller holds e.mu.
+// none. The caller holds e.reg.mu.
 func (e *Engine) instanceNode(id string) string {
-	for _, n := range e.nodes {
+	for _, n := range e.reg.nodes {
 		if n.InstanceUUID == id {
 			return n.UUID
 		}
@@ -125,27 +126,21 @@ func orEmpty(m map[string]any) map[string]any {
 
 func (e *Engine) pickSite(site string) (string, error) {
 	if site != "" {
-		if _, ok := e.sites[site]; !ok {
+		if !e.sites.Has(site) {
 			return "", errorf(Invalid, "site (conductor_group) %q is not registered; register it with 'coordinator site add %s --credentials-file FILE'", site, site)
 		}
 		return site, nil
 	}
 	if d := e.cfg.DefaultSite; d != "" {
-		if _, ok := e.sites[d]; !ok {
+		if !e.sites.Has(d) {
 			return "", errorf(Invalid, "the node names no site (conductor_group) and the default site %q (serve --default-site) is not registered; register it with 'coordinator site add %s --credentials-file FILE', or name a site", d, d)
 		}
 		return d, nil
 	}
-	if len(e.sites) == 1 {
-		for s := range e.sites {
-			return s, nil
-		}
+	names := e.sites.Names()
+	if len(names) == 1 {
+		return names[0], nil
 	}
-	names := make([]string, 0, len(e.sites))
-	for s := range e.sites {
-		names = append(names, s)
-	}
-	sort.Strings(names)
 	if len(names) == 0 {
 		return "", errorf(Invalid, "no site is registered; register one with 'coordinator site add NAME --credentials-file FILE' first")
 	}
@@ -154,21 +149,21 @@ func (e *Engine) pickSite(site string) (string, error) {
 
 // View runs fn on the node under the read lock. fn must not keep n.
 func (e *Engine) View(ident string, fn func(n *fsm.Node, siteOnline bool) error) error {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+	e.reg.mu.RLock()
+	defer e.reg.mu.RUnlock()
 	n, err := e.lookup(ident)
 	if err != nil {
 		return err
 	}
-	return fn(n, e.siteOnline[n.Site])
+	return fn(n, e.sites.Online(n.Site))
 }
 
 // Each calls fn for every node in creation order under the read lock.
 func (e *Engine) Each(fn func(n *fsm.Node) bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	all := make([]*fsm.Node, 0, len(e.nodes))
-	for _, n := range e.nodes {
+	e.reg.mu.RLock()
+	defer e.reg.mu.RUnlock()
+	all := make([]*fsm.Node, 0, len(e.reg.nodes))
+	for _, n := range e.reg.nodes {
 		all = append(all, n)
 	}
 	sort.Slice(all, func(i, j int) bool {
@@ -229,14 +224,14 @@ func (e *Engine) DeleteNode(ident string) error {
 		}
 		id = n.UUID
 		t.sends = append(t.sends, e.m.Deleted(n, t.now).Send...)
-		e.forgetAuth(n.UUID)
-		delete(e.nodes, n.UUID)
-		delete(e.names, n.Name)
-		e.phaseCount[phaseOf(n)]--
-		for pid, p := range e.ports {
+		e.auth.DropNode(n.UUID)
+		delete(e.reg.nodes, n.UUID)
+		delete(e.reg.names, n.Name)
+		e.reg.phaseCount[phaseOf(n)]--
+		for pid, p := range e.reg.ports {
 			if p.NodeUUID == n.UUID {
-				delete(e.ports, pid)
-				delete(e.macs, p.Address)
+				delete(e.reg.ports, pid)
+				delete(e.reg.macs, p.Address)
 				e.notePort(p, false)
 				t.batch.Delete(store.PortPrefix + pid)
 			}
@@ -246,13 +241,13 @@ func (e *Engine) DeleteNode(ident string) error {
 		t.batch.Delete(store.InventoryPrefix + n.UUID)
 		t.batch.Delete(store.FirmwarePrefix + n.UUID)
 		t.batch.Delete(store.BIOSPrefix + n.UUID)
-		delete(e.hist, n.UUID)
+		delete(e.reg.hist, n.UUID)
 		return nil
 	})
 	if err == nil {
 		var b store.Batch
 		_ = e.st.Scan(store.HistoryPrefix+id+"/", func(k string, _ []byte) error { b.Delete(k); return nil })
-		_ = e.st.Commit(&b)
+		_ = e.write(&b)
 	}
 	return err
 }
@@ -281,12 +276,12 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 		// its clients retry), and provide is not limited.
 		switch req.Verb {
 		case fsm.Clean, fsm.Undeploy:
-			if e.phaseCount["clean"]+e.phaseCount["delete"] >= e.cfg.MaxConcurrentClean {
+			if e.reg.phaseCount["clean"]+e.reg.phaseCount["delete"] >= e.cfg.MaxConcurrentClean {
 				what := map[fsm.Event]string{fsm.Clean: "cleaning", fsm.Undeploy: "unprovisioning"}[req.Verb]
 				return errorf(Internal, "Unable to process request at this time. The concurrent action limit for %s has been reached. Please contact your administrator and try again later. (%d nodes are cleaning: max_concurrent_clean)", what, e.cfg.MaxConcurrentClean)
 			}
 		case fsm.Deploy, fsm.Rebuild:
-			if e.phaseCount["deploy"] >= e.cfg.MaxConcurrentDeploy {
+			if e.reg.phaseCount["deploy"] >= e.cfg.MaxConcurrentDeploy {
 				return errorf(Internal, "Unable to process request at this time. The concurrent action limit for provisioning has been reached. Please contact your administrator and try again later. (%d nodes are deploying: max_concurrent_deploy)", e.cfg.MaxConcurrentDeploy)
 			}
 		}
@@ -412,7 +407,7 @@ func (e *Engine) CreatePort(address, nodeIdent string, extra map[string]any, pxe
 			return errorf(Invalid, "%v", err)
 		}
 		addr := mac.String()
-		if _, ok := e.macs[addr]; ok {
+		if _, ok := e.reg.macs[addr]; ok {
 			return errorf(Conflict, "A port with MAC address %s already exists.", addr)
 		}
 		p = &Port{UUID: uuid.NewString(), Address: addr, NodeUUID: n.UUID, Extra: orEmpty(extra), PXE: pxe, CreatedAt: t.now}
@@ -422,29 +417,29 @@ func (e *Engine) CreatePort(address, nodeIdent string, extra map[string]any, pxe
 	return p, err
 }
 
-// addPort keeps and stores a new port. The caller holds e.mu, in the
+// addPort keeps and stores a new port. The caller holds e.reg.mu, in the
 // loop.
 func (e *Engine) addPort(t *tx, p *Port) {
 	t.putPort(p)
-	e.ports[p.UUID] = p
-	e.macs[p.Address] = p.UUID
+	e.reg.ports[p.UUID] = p
+	e.reg.macs[p.Address] = p.UUID
 	e.notePort(p, true)
 }
 
 // Ports lists ports, of one node when nodeIdent is set.
 func (e *Engine) Ports(nodeIdent string) ([]Port, error) {
-	return listRecords(e, nodeIdent, e.ports, portOf)
+	return listRecords(e, nodeIdent, e.reg.ports, portOf)
 }
 
 // Port returns one port by UUID or MAC address.
 func (e *Engine) Port(ident string) (Port, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if p, ok := e.ports[ident]; ok {
+	e.reg.mu.RLock()
+	defer e.reg.mu.RUnlock()
+	if p, ok := e.reg.ports[ident]; ok {
 		return *p, nil
 	}
-	if id, ok := e.macs[strings.ToLower(ident)]; ok {
-		return *e.ports[id], nil
+	if id, ok := e.reg.macs[strings.ToLower(ident)]; ok {
+		return *e.reg.ports[id], nil
 	}
 	return Port{}, errorf(NotFound, "Port %s could not be found.", ident)
 }
@@ -452,12 +447,12 @@ func (e *Engine) Port(ident string) (Port, error) {
 // DeletePort removes a port.
 func (e *Engine) DeletePort(ident string) error {
 	return e.do(func(t *tx) error {
-		p, ok := e.ports[ident]
+		p, ok := e.reg.ports[ident]
 		if !ok {
 			return errorf(NotFound, "Port %s could not be found.", ident)
 		}
-		delete(e.ports, p.UUID)
-		delete(e.macs, p.Address)
+		delete(e.reg.ports, p.UUID)
+		delete(e.reg.macs, p.Address)
 		e.notePort(p, false)
 		t.batch.Delete(store.PortPrefix + p.UUID)
 		return nil
@@ -472,14 +467,14 @@ func (e *Engine) AddSite(name string) (user, password string, err error) {
 	}
 	password = randomHex()
 	err = e.do(func(t *tx) error {
-		if _, ok := e.sites[name]; ok {
+		if e.sites.Has(name) {
 			return errorf(Conflict, "site %s already exists", name)
 		}
-		s := &Site{Name: name, PasswordHash: hashPassword(password), CreatedAt: t.now}
+		s := &Site{Name: name, PasswordHash: brokerauth.HashPassword(password), CreatedAt: t.now}
 		b, _ := json.Marshal(s)
 		t.batch.Set(store.SitePrefix+name, b)
-		e.sites[name] = s
-		e.sitePass.Store(name, s.PasswordHash)
+		e.sites.Put(s)
+		e.auth.SetSite(name, s.PasswordHash)
 		return nil
 	})
 	return "site:" + name, password, err
@@ -494,16 +489,16 @@ func (e *Engine) AddSite(name string) (user, password string, err error) {
 func (e *Engine) RotateSite(name string) (user, password string, err error) {
 	password = randomHex()
 	err = e.do(func(t *tx) error {
-		s, ok := e.sites[name]
+		s, ok := e.sites.Get(name)
 		if !ok {
 			return errorf(NotFound, "site %s could not be found; 'coordinator site list' shows the sites", name)
 		}
 		ns := *s
-		ns.PasswordHash = hashPassword(password)
+		ns.PasswordHash = brokerauth.HashPassword(password)
 		b, _ := json.Marshal(&ns)
 		t.batch.Set(store.SitePrefix+name, b)
-		e.sites[name] = &ns
-		e.sitePass.Store(name, ns.PasswordHash)
+		e.sites.Put(&ns)
+		e.auth.SetSite(name, ns.PasswordHash)
 		return nil
 	})
 	if err != nil {
@@ -520,11 +515,11 @@ func (e *Engine) RotateSite(name string) (user, password string, err error) {
 // coordinator knew of its reachability is forgotten.
 func (e *Engine) DeleteSite(name string) error {
 	err := e.do(func(t *tx) error {
-		if _, ok := e.sites[name]; !ok {
+		if !e.sites.Has(name) {
 			return errorf(NotFound, "site %s could not be found; 'coordinator site list' shows the sites", name)
 		}
 		nodes := 0
-		for _, n := range e.nodes {
+		for _, n := range e.reg.nodes {
 			if n.Site == name {
 				nodes++
 			}
@@ -532,11 +527,9 @@ func (e *Engine) DeleteSite(name string) error {
 		if nodes > 0 {
 			return errorf(Conflict, "site %s still has %d node(s); delete them, or move them to another site (coordinator node set NODE --site SITE, or baremetal node set NODE --conductor-group SITE), first", name, nodes)
 		}
-		delete(e.sites, name)
-		e.sitePass.Delete(name)
-		delete(e.siteOnline, name)
+		e.sites.Delete(name)
+		e.auth.DropSite(name)
 		delete(e.reach().sites, name)
-		e.relaying.Delete(name)
 		t.batch.Delete(store.SitePrefix + name)
 		t.batch.Delete(store.ReachPrefix + name)
 		return nil
@@ -554,13 +547,11 @@ func (e *Engine) DeleteSite(name string) error {
 // credential (the embedded broker's Disconnect). Without it (an external
 // broker), a revoked credential still fails at that broker only as its
 // own authentication decides.
-func (e *Engine) SetRevoker(f func(user string) int) { e.revoker.Store(&f) }
+func (e *Engine) SetRevoker(f func(user string) int) { e.auth.SetRevoker(f) }
 
 func (e *Engine) revoke(user string) {
-	if f := e.revoker.Load(); f != nil {
-		if n := (*f)(user); n > 0 {
-			e.log.Info("connections of a revoked credential closed", "user", user, "connections", n)
-		}
+	if n := e.auth.Revoke(user); n > 0 {
+		e.log.Info("connections of a revoked credential closed", "user", user, "connections", n)
 	}
 }
 
@@ -570,7 +561,7 @@ func (e *Engine) revoke(user string) {
 // message) and for after a restart (the retained presence would still say
 // online). A deleted site's retained presence is cleared instead.
 func (e *Engine) siteGone(site string, deleted bool) {
-	if e.pub == nil {
+	if e.run.pub == nil {
 		return
 	}
 	var b []byte
@@ -579,7 +570,7 @@ func (e *Engine) siteGone(site string, deleted bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := e.pub.Publish(ctx, protocol.SitePresenceTopic(site), b, true); err != nil {
+	if err := e.run.pub.Publish(ctx, protocol.SitePresenceTopic(site), b, true); err != nil {
 		e.log.Warn("site presence not updated after its credential was revoked", "site", site, "err", err)
 	}
 }
@@ -605,15 +596,15 @@ type SiteInfo struct {
 
 // Sites lists the registered sites.
 func (e *Engine) Sites() []SiteInfo {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+	e.reg.mu.RLock()
+	defer e.reg.mu.RUnlock()
 	count := map[string]int{}
-	for _, n := range e.nodes {
+	for _, n := range e.reg.nodes {
 		count[n.Site]++
 	}
 	var out []SiteInfo
-	for _, s := range e.sites {
-		i := SiteInfo{Name: s.Name, Online: e.siteOnline[s.Name], Nodes: count[s.Name], CreatedAt: s.CreatedAt}
+	for _, s := range e.sites.All() {
+		i := SiteInfo{Name: s.Name, Online: e.sites.Online(s.Name), Nodes: count[s.Name], CreatedAt: s.CreatedAt}
 		i.LastSeen, i.OfflineSince, i.Queued, i.QueuedAt = e.siteReachView(s.Name)
 		out = append(out, i)
 	}
@@ -664,9 +655,9 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		if nodeID != "" {
 			return
 		}
-		e.noteRelay(site, msg.Online, msg.Relay, msg.Plans)
+		e.sites.NoteRelay(site, msg.Online, msg.Relay, msg.Plans)
 		e.NoteSiteBroker(site, msg.Online, msg.SiteBroker)
-		e.noteSiteSoftware(site, msg.Online, msg.Software)
+		e.sites.NoteSoftware(site, msg.Online, msg.Software)
 		_ = e.submit(func(t *tx) error {
 			e.sitePresence(t, site, msg.Online)
 			return nil
@@ -691,7 +682,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 	}
 	_ = e.submit(func(t *tx) error {
 		e.noteSiteHeard(t, site)
-		n, ok := e.nodes[msg.Node]
+		n, ok := e.reg.nodes[msg.Node]
 		if !ok || n.Site != site {
 			e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", fmt.Sprintf("node %q is not a node of site %q", msg.Node, site))
 			switch {
@@ -752,7 +743,5 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 
 // SiteOnline tells whether a site's edge agent is connected.
 func (e *Engine) SiteOnline(site string) bool {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.siteOnline[site]
+	return e.sites.Online(site)
 }

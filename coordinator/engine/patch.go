@@ -46,7 +46,7 @@ func (e *Engine) PatchNode(ident string, fn func(c *fsm.Node) error) (string, er
 			return id, err
 		}
 		err = e.do(func(t *tx) error {
-			n, ok := e.nodes[id]
+			n, ok := e.reg.nodes[id]
 			if !ok {
 				return errorf(NotFound, "Node %s could not be found.", ident)
 			}
@@ -69,8 +69,8 @@ func (e *Engine) PatchNode(ident string, fn func(c *fsm.Node) error) (string, er
 // together under the read lock. A locked node is refused at once (the
 // loop checks again at commit).
 func (e *Engine) snapshot(ident string) (*fsm.Node, uint64, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+	e.reg.mu.RLock()
+	defer e.reg.mu.RUnlock()
 	n, err := e.lookup(ident)
 	if err != nil {
 		return nil, 0, err
@@ -82,7 +82,7 @@ func (e *Engine) snapshot(ident string) (*fsm.Node, uint64, error) {
 }
 
 // viewVersion is the node's view version: it moves on with every change
-// of the node (tx.forget). The caller holds e.mu (read or write).
+// of the node (tx.forget). The caller holds e.reg.mu (read or write).
 func (e *Engine) viewVersion(id string) uint64 {
 	e.views.mu.Lock()
 	defer e.views.mu.Unlock()
@@ -103,7 +103,7 @@ func (e *Engine) replaceNode(t *tx, n, c *fsm.Node) error {
 		if c.Name != "" && (!nameRE.MatchString(c.Name) || uuid.Validate(c.Name) == nil) {
 			return errorf(Invalid, "Node name %q is not valid", c.Name)
 		}
-		if _, ok := e.names[c.Name]; ok && c.Name != "" {
+		if _, ok := e.reg.names[c.Name]; ok && c.Name != "" {
 			return errorf(Conflict, "A node with name %s already exists.", c.Name)
 		}
 	}
@@ -114,7 +114,7 @@ func (e *Engine) replaceNode(t *tx, n, c *fsm.Node) error {
 		}
 	}
 	if c.Site != n.Site {
-		if _, ok := e.sites[c.Site]; !ok {
+		if !e.sites.Has(c.Site) {
 			return errorf(Invalid, "site (conductor_group) %q is not registered", c.Site)
 		}
 	}
@@ -138,7 +138,7 @@ func (e *Engine) replaceNode(t *tx, n, c *fsm.Node) error {
 			if !n.Maintenance && !idleState(n.ProvisionState) {
 				return errorf(Conflict, "Node %s with an allocation can not have instance_uuid removed unless it is in one of allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode. Current state is '%s'.", n.UUID, n.ProvisionState)
 			}
-			delete(e.allocs, n.AllocationUUID)
+			delete(e.reg.allocs, n.AllocationUUID)
 			t.batch.Delete(store.AllocationPrefix + n.AllocationUUID)
 			c.AllocationUUID = ""
 		}
@@ -150,9 +150,9 @@ func (e *Engine) replaceNode(t *tx, n, c *fsm.Node) error {
 	}
 	c.UpdatedAt = t.now
 	if c.Name != n.Name {
-		delete(e.names, n.Name)
+		delete(e.reg.names, n.Name)
 		if c.Name != "" {
-			e.names[c.Name] = c.UUID
+			e.reg.names[c.Name] = c.UUID
 		}
 	}
 	*n = *c

@@ -68,8 +68,8 @@ type siteReach struct {
 }
 
 // reachBook holds an engine's siteReach records. It is changed only in
-// the engine's loop (which holds e.mu for writing) or while loading, and
-// read under e.mu.
+// the engine's loop (which holds e.reg.mu for writing) or while loading, and
+// read under e.reg.mu.
 type reachBook struct {
 	sites map[string]*siteReach
 	// saveEvery is reachSaveInterval as the engine started.
@@ -127,12 +127,12 @@ func (e *Engine) loadReach() error {
 // reachSaver writes the last-seen time of the connected sites every
 // interval, through the loop, until the engine stops (started by Start).
 func (e *Engine) reachSaver(interval time.Duration) {
-	defer e.wg.Done()
+	defer e.run.wg.Done()
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
 	for {
 		select {
-		case <-e.stopped:
+		case <-e.run.stopped:
 			return
 		case <-tk.C:
 		}
@@ -141,7 +141,7 @@ func (e *Engine) reachSaver(interval time.Duration) {
 		}
 		_ = e.submit(func(t *tx) error {
 			b := e.reach()
-			for site, online := range e.siteOnline {
+			for site, online := range e.sites.OnlineSites() {
 				if online {
 					r := b.site(site)
 					r.LastSeen = t.now
@@ -153,16 +153,7 @@ func (e *Engine) reachSaver(interval time.Duration) {
 	}
 }
 
-func (e *Engine) anySiteOnline() bool {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	for _, online := range e.siteOnline {
-		if online {
-			return true
-		}
-	}
-	return false
-}
+func (e *Engine) anySiteOnline() bool { return e.sites.AnyOnline() }
 
 func (e *Engine) saveReach(t *tx, site string, r *siteReach) {
 	v, err := json.Marshal(r)
@@ -183,7 +174,7 @@ func (e *Engine) noteSiteHeard(t *tx, site string) {
 	if t.now.After(r.heard) {
 		r.heard = t.now
 	}
-	if e.siteOnline[site] && t.now.After(r.LastSeen) {
+	if e.sites.Online(site) && t.now.After(r.LastSeen) {
 		r.LastSeen = t.now
 	}
 }
@@ -191,13 +182,12 @@ func (e *Engine) noteSiteHeard(t *tx, site string) {
 // sitePresence takes a site's presence (its edge agent connected or
 // gone). Runs in the engine's loop.
 func (e *Engine) sitePresence(t *tx, site string, online bool) {
-	if _, ok := e.sites[site]; !ok {
+	if !e.sites.Has(site) {
 		// A deleted site's last will, or a retained presence it left.
 		return
 	}
 	r := e.reach().site(site)
-	was := e.siteOnline[site]
-	e.siteOnline[site] = online
+	was := e.sites.SetOnline(site, online)
 	e.reach().up.Store(site, online)
 	sb := online && e.reach().runsSiteBroker(site)
 	if online && sb != r.SiteBroker {
@@ -208,7 +198,7 @@ func (e *Engine) sitePresence(t *tx, site string, online bool) {
 	case online && !was:
 		since := r.OfflineSince
 		busy := 0
-		for _, n := range e.nodes {
+		for _, n := range e.reg.nodes {
 			if n.Site == site && (n.Op != nil || n.PlanStop != nil) {
 				if n.Op != nil {
 					busy++
@@ -228,7 +218,7 @@ func (e *Engine) sitePresence(t *tx, site string, online bool) {
 	case !online && was:
 		heard := r.heard
 		busy := 0
-		for _, n := range e.nodes {
+		for _, n := range e.reg.nodes {
 			if n.Site != site {
 				continue
 			}
@@ -262,7 +252,7 @@ func (e *Engine) sitePresence(t *tx, site string, online bool) {
 // then sends the old connection's will), which would otherwise leave a
 // connected site offline, its commands never resent.
 func (e *Engine) noteSiteSummary(t *tx, site string, msg *protocol.Message) {
-	if _, known := e.sites[site]; known && !e.siteOnline[site] {
+	if e.sites.Has(site) && !e.sites.Online(site) {
 		e.log.Info("heartbeat summary from a site counted offline: its edge agent is connected again", "site", site)
 		e.sitePresence(t, site, true)
 	}
@@ -274,7 +264,7 @@ func (e *Engine) noteSiteSummary(t *tx, site string, msg *protocol.Message) {
 	}
 }
 
-// siteReachView is a site's reachability for Sites; e.mu is held.
+// siteReachView is a site's reachability for Sites; e.reg.mu is held.
 func (e *Engine) siteReachView(site string) (lastSeen, offlineSince *time.Time, queued int, queuedAt *time.Time) {
 	r, ok := e.reach().sites[site]
 	if !ok {
@@ -286,7 +276,7 @@ func (e *Engine) siteReachView(site string) (lastSeen, offlineSince *time.Time, 
 		}
 		return &t
 	}
-	if !e.siteOnline[site] {
+	if !e.sites.Online(site) {
 		offlineSince = ptr(r.OfflineSince)
 	}
 	return ptr(r.LastSeen), offlineSince, r.Queued, ptr(r.QueuedAt)
@@ -341,7 +331,7 @@ func (e *Engine) Published(user, clientID, topic string) {
 	}
 	err := e.submit(func(t *tx) error {
 		b.marking.Delete(site)
-		if _, known := e.sites[site]; known && !e.siteOnline[site] {
+		if e.sites.Has(site) && !e.sites.Online(site) {
 			e.log.Info("message from the edge agent of a site counted offline: it is connected", "site", site)
 			e.sitePresence(t, site, true)
 		}

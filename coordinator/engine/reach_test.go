@@ -8,22 +8,27 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 
-// clock is a settable clock for the engine.
-type clock struct{ ns atomic.Int64 }
+// testClock is a settable clock for the engine; its timers are real.
+type testClock struct {
+	clock.Real
+	ns atomic.Int64
+}
 
-func (c *clock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
-func (c *clock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
-func (c *clock) add(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *testClock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) now() time.Time      { return c.Now() }
+func (c *testClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
+func (c *testClock) add(d time.Duration) { c.ns.Add(int64(d)) }
 func presenceMsg(site string, on bool) []byte {
 	return mustJSON(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: on})
 }
 
-func openEngine(t *testing.T, dir string, clk *clock) *Engine {
+func openEngine(t *testing.T, dir string, clk *testClock) *Engine {
 	t.Helper()
-	cfg := Config{DataDir: dir, Now: clk.now, TickInterval: 20 * time.Millisecond, Log: quietLog(t)}
+	cfg := Config{DataDir: dir, Clock: clk, TickInterval: 20 * time.Millisecond, Log: quietLog(t)}
 	cfg.Machine.AutomatedClean = true
 	cfg.Machine.WaitTimeout = 10 * time.Minute
 	cfg.Machine.CommandTimeout = 2 * time.Minute
@@ -67,7 +72,7 @@ func same(p *time.Time, want time.Time) bool { return p != nil && p.Equal(want) 
 // back.
 func TestSiteReachability(t *testing.T) {
 	dir := t.TempDir()
-	clk := &clock{}
+	clk := &testClock{}
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
 	clk.set(t0)
 	e := openEngine(t, dir, clk)
@@ -86,7 +91,7 @@ func TestSiteReachability(t *testing.T) {
 	// The node waits in clean wait for its ramdisk; its deadline was set
 	// at t0 (a heartbeat then).
 	err = e.do(func(t *tx) error {
-		n := e.nodes[id]
+		n := e.reg.nodes[id]
 		n.ProvisionState, n.TargetProvisionState = fsm.CleanWait, fsm.Available
 		n.Op = &fsm.Operation{Verb: fsm.Provide, Target: fsm.Available, Phase: "clean", StartedAt: t.now}
 		n.Reservation = "coordinator"
@@ -166,7 +171,7 @@ func TestSiteReachRestartWhileOnline(t *testing.T) {
 	reachSaveInterval = 50 * time.Millisecond
 	t.Cleanup(func() { reachSaveInterval = old })
 	dir := t.TempDir()
-	clk := &clock{}
+	clk := &testClock{}
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
 	clk.set(t0)
 	e := openEngine(t, dir, clk)
@@ -194,7 +199,7 @@ func TestSiteReachRestartWhileOnline(t *testing.T) {
 // summary, which only a connected agent sends, makes the site reachable
 // again, its nodes' deadlines moved as for any return.
 func TestSiteSummaryAfterWill(t *testing.T) {
-	clk := &clock{}
+	clk := &testClock{}
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
 	clk.set(t0)
 	e := openEngine(t, t.TempDir(), clk)
@@ -208,7 +213,7 @@ func TestSiteSummaryAfterWill(t *testing.T) {
 	}
 	id := n.UUID
 	err = e.do(func(t *tx) error {
-		n := e.nodes[id]
+		n := e.reg.nodes[id]
 		n.ProvisionState, n.TargetProvisionState = fsm.CleanWait, fsm.Available
 		n.Op = &fsm.Operation{Verb: fsm.Provide, Target: fsm.Available, Phase: "clean", StartedAt: t.now}
 		n.Reservation = "coordinator"

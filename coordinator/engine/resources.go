@@ -80,10 +80,10 @@ type AllocationSpec struct {
 }
 
 func (e *Engine) loadResources() error {
-	if err := loadRecords(e, store.PortGroupPrefix, func(g *PortGroup) { e.pgroups[g.UUID] = g }); err != nil {
+	if err := loadRecords(e, store.PortGroupPrefix, func(g *PortGroup) { e.reg.pgroups[g.UUID] = g }); err != nil {
 		return err
 	}
-	return loadRecords(e, store.AllocationPrefix, func(a *Allocation) { e.allocs[a.UUID] = a })
+	return loadRecords(e, store.AllocationPrefix, func(a *Allocation) { e.reg.allocs[a.UUID] = a })
 }
 
 // loadRecords reads the records of type T under prefix at start, each
@@ -110,7 +110,7 @@ func (t *tx) putPort(p *Port)             { t.putJSON(store.PortPrefix+p.UUID, p
 
 // lookupNamed finds a record of all by UUID or, when ident is not one,
 // by name (nameOf); what names the kind in the NotFound error. The
-// caller holds e.mu.
+// caller holds e.reg.mu.
 func lookupNamed[T any](all map[string]*T, ident string, nameOf func(*T) string, what string) (*T, error) {
 	if x, ok := all[ident]; ok {
 		return x, nil
@@ -127,8 +127,8 @@ func lookupNamed[T any](all map[string]*T, ident string, nameOf func(*T) string,
 
 // getRecord returns a copy of the record lookup finds for ident.
 func getRecord[T any](e *Engine, ident string, lookup func(string) (*T, error)) (T, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+	e.reg.mu.RLock()
+	defer e.reg.mu.RUnlock()
 	x, err := lookup(ident)
 	if err != nil {
 		var zero T
@@ -141,8 +141,8 @@ func getRecord[T any](e *Engine, ident string, lookup func(string) (*T, error)) 
 // nodeIdent is set (of gives a record's node and creation time), oldest
 // first.
 func listRecords[T any](e *Engine, nodeIdent string, all map[string]*T, of func(*T) (node string, created time.Time)) ([]T, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+	e.reg.mu.RLock()
+	defer e.reg.mu.RUnlock()
 	var nodeID string
 	if nodeIdent != "" {
 		n, err := e.lookup(nodeIdent)
@@ -169,19 +169,19 @@ func pgOf(g *PortGroup) (string, time.Time)     { return g.NodeUUID, g.CreatedAt
 func allocOf(a *Allocation) (string, time.Time) { return a.NodeUUID, a.CreatedAt }
 func portOf(p *Port) (string, time.Time)        { return p.NodeUUID, p.CreatedAt }
 
-// pgLookup finds a port group by UUID or name. The caller holds e.mu.
+// pgLookup finds a port group by UUID or name. The caller holds e.reg.mu.
 func (e *Engine) pgLookup(ident string) (*PortGroup, error) {
-	return lookupNamed(e.pgroups, ident, func(g *PortGroup) string { return g.Name }, "Portgroup")
+	return lookupNamed(e.reg.pgroups, ident, func(g *PortGroup) string { return g.Name }, "Portgroup")
 }
 
 // checkPortGroup checks a port group's fields (as a create or an update
-// leaves them) against the others. The caller holds e.mu.
+// leaves them) against the others. The caller holds e.reg.mu.
 func (e *Engine) checkPortGroup(g *PortGroup) error {
 	if g.Name != "" {
 		if !nameRE.MatchString(g.Name) || uuid.Validate(g.Name) == nil {
 			return errorf(Invalid, "Portgroup name %q is not valid: use letters, digits, '.', '_', '~' or '-', not a UUID", g.Name)
 		}
-		for _, o := range e.pgroups {
+		for _, o := range e.reg.pgroups {
 			if o.UUID != g.UUID && o.Name == g.Name {
 				return errorf(Conflict, "A portgroup with name %s already exists.", g.Name)
 			}
@@ -193,7 +193,7 @@ func (e *Engine) checkPortGroup(g *PortGroup) error {
 			return errorf(Invalid, "Expected a MAC address but received %s.", g.Address)
 		}
 		g.Address = mac.String()
-		for _, o := range e.pgroups {
+		for _, o := range e.reg.pgroups {
 			if o.UUID != g.UUID && o.Address == g.Address {
 				return errorf(Conflict, "A portgroup with MAC address %s already exists.", g.Address)
 			}
@@ -202,7 +202,7 @@ func (e *Engine) checkPortGroup(g *PortGroup) error {
 	if g.Mode != "" && !slices.Contains(BondModes, g.Mode) {
 		return errorf(Invalid, "Invalid portgroup mode %q: use one of %s (Linux bonding modes)", g.Mode, strings.Join(BondModes, ", "))
 	}
-	if _, ok := e.nodes[g.NodeUUID]; !ok {
+	if _, ok := e.reg.nodes[g.NodeUUID]; !ok {
 		return errorf(Invalid, "Node %s could not be found.", g.NodeUUID)
 	}
 	return nil
@@ -221,7 +221,7 @@ func (e *Engine) CreatePortGroup(g PortGroup, nodeIdent string) (*PortGroup, err
 			g.UUID = uuid.NewString()
 		} else if uuid.Validate(g.UUID) != nil {
 			return errorf(Invalid, "uuid %q is not a valid UUID", g.UUID)
-		} else if _, ok := e.pgroups[g.UUID]; ok {
+		} else if _, ok := e.reg.pgroups[g.UUID]; ok {
 			return errorf(Conflict, "A portgroup with UUID %s already exists.", g.UUID)
 		}
 		if err := e.checkPortGroup(&g); err != nil {
@@ -230,7 +230,7 @@ func (e *Engine) CreatePortGroup(g PortGroup, nodeIdent string) (*PortGroup, err
 		g.Extra, g.Properties = orEmpty(g.Extra), orEmpty(g.Properties)
 		g.CreatedAt = t.now
 		out = &g
-		e.pgroups[g.UUID] = out
+		e.reg.pgroups[g.UUID] = out
 		t.putPortGroup(out)
 		return nil
 	})
@@ -239,7 +239,7 @@ func (e *Engine) CreatePortGroup(g PortGroup, nodeIdent string) (*PortGroup, err
 
 // PortGroups lists port groups, of one node when nodeIdent is set.
 func (e *Engine) PortGroups(nodeIdent string) ([]PortGroup, error) {
-	return listRecords(e, nodeIdent, e.pgroups, pgOf)
+	return listRecords(e, nodeIdent, e.reg.pgroups, pgOf)
 }
 
 // PortGroup returns one port group by UUID or name.
@@ -270,7 +270,7 @@ func (e *Engine) UpdatePortGroup(ident string, fn func(g *PortGroup) error) (*Po
 				return errorf(Invalid, "%v", err)
 			}
 			c.NodeUUID = n.UUID
-			for _, p := range e.ports {
+			for _, p := range e.reg.ports {
 				if p.PortGroupUUID == g.UUID {
 					return errorf(Conflict, "Portgroup %s has ports; a portgroup with ports cannot move to another node: remove its ports from it first", g.UUID)
 				}
@@ -297,12 +297,12 @@ func (e *Engine) DeletePortGroup(ident string) error {
 		if err != nil {
 			return err
 		}
-		for _, p := range e.ports {
+		for _, p := range e.reg.ports {
 			if p.PortGroupUUID == g.UUID {
 				return errorf(Invalid, "Port group %s still has ports. Port group cannot be removed until all its ports are removed: take them out ('baremetal port unset --port-group PORT') or delete them first.", g.UUID)
 			}
 		}
-		delete(e.pgroups, g.UUID)
+		delete(e.reg.pgroups, g.UUID)
 		t.batch.Delete(store.PortGroupPrefix + g.UUID)
 		t.forget(g.NodeUUID)
 		return nil
@@ -310,16 +310,16 @@ func (e *Engine) DeletePortGroup(ident string) error {
 }
 
 // dropNodeResources removes the port groups of a deleted node and its
-// allocation. The caller holds e.mu, in the loop.
+// allocation. The caller holds e.reg.mu, in the loop.
 func (e *Engine) dropNodeResources(t *tx, n *fsm.Node) {
-	for id, g := range e.pgroups {
+	for id, g := range e.reg.pgroups {
 		if g.NodeUUID == n.UUID {
-			delete(e.pgroups, id)
+			delete(e.reg.pgroups, id)
 			t.batch.Delete(store.PortGroupPrefix + id)
 		}
 	}
-	if a, ok := e.allocs[n.AllocationUUID]; ok {
-		delete(e.allocs, a.UUID)
+	if a, ok := e.reg.allocs[n.AllocationUUID]; ok {
+		delete(e.reg.allocs, a.UUID)
 		t.batch.Delete(store.AllocationPrefix + a.UUID)
 	}
 }
@@ -329,10 +329,10 @@ func (e *Engine) dropNodeResources(t *tx, n *fsm.Node) {
 func (e *Engine) UpdatePort(ident string, fn func(p *Port) error) (*Port, error) {
 	var out *Port
 	err := e.do(func(t *tx) error {
-		p, ok := e.ports[ident]
+		p, ok := e.reg.ports[ident]
 		if !ok {
-			if id, byMAC := e.macs[strings.ToLower(ident)]; byMAC {
-				p, ok = e.ports[id]
+			if id, byMAC := e.reg.macs[strings.ToLower(ident)]; byMAC {
+				p, ok = e.reg.ports[id]
 			}
 		}
 		if !ok {
@@ -351,7 +351,7 @@ func (e *Engine) UpdatePort(ident string, fn func(p *Port) error) (*Port, error)
 			return errorf(Invalid, "Expected a MAC address but received %s.", c.Address)
 		}
 		c.Address = mac.String()
-		if id, taken := e.macs[c.Address]; taken && id != p.UUID {
+		if id, taken := e.reg.macs[c.Address]; taken && id != p.UUID {
 			return errorf(Conflict, "A port with MAC address %s already exists.", c.Address)
 		}
 		n, err := e.lookup(c.NodeUUID)
@@ -375,10 +375,10 @@ func (e *Engine) UpdatePort(ident string, fn func(p *Port) error) (*Port, error)
 		now := t.now
 		c.UpdatedAt = &now
 		e.notePort(p, false)
-		delete(e.macs, p.Address)
+		delete(e.reg.macs, p.Address)
 		old := p.NodeUUID
 		*p = c
-		e.macs[p.Address] = p.UUID
+		e.reg.macs[p.Address] = p.UUID
 		e.notePort(p, true)
 		t.putPort(p)
 		t.forget(old)
@@ -399,9 +399,9 @@ func cloneMap(m map[string]any) map[string]any {
 	return out
 }
 
-// allocLookup finds an allocation by UUID or name. The caller holds e.mu.
+// allocLookup finds an allocation by UUID or name. The caller holds e.reg.mu.
 func (e *Engine) allocLookup(ident string) (*Allocation, error) {
-	return lookupNamed(e.allocs, ident, func(a *Allocation) string { return a.Name }, "Allocation")
+	return lookupNamed(e.reg.allocs, ident, func(a *Allocation) string { return a.Name }, "Allocation")
 }
 
 // CreateAllocation makes an allocation and processes it at once, as
@@ -422,7 +422,7 @@ func (e *Engine) CreateAllocation(spec AllocationSpec) (*Allocation, error) {
 		} else if uuid.Validate(a.UUID) != nil {
 			return errorf(Invalid, "uuid %q is not a valid UUID", a.UUID)
 		}
-		if _, ok := e.allocs[a.UUID]; ok {
+		if _, ok := e.reg.allocs[a.UUID]; ok {
 			return errorf(Conflict, "An allocation with UUID %s already exists.", a.UUID)
 		}
 		if e.instanceNode(a.UUID) != "" {
@@ -444,7 +444,7 @@ func (e *Engine) CreateAllocation(spec AllocationSpec) (*Allocation, error) {
 			a.CandidateNodes = append(a.CandidateNodes, n.UUID)
 		}
 		e.allocate(t, a)
-		e.allocs[a.UUID] = a
+		e.reg.allocs[a.UUID] = a
 		t.putAllocation(a)
 		out = a
 		return nil
@@ -452,10 +452,10 @@ func (e *Engine) CreateAllocation(spec AllocationSpec) (*Allocation, error) {
 	return out, err
 }
 
-// allocate picks a node for a (CreateAllocation). The caller holds e.mu.
+// allocate picks a node for a (CreateAllocation). The caller holds e.reg.mu.
 func (e *Engine) allocate(t *tx, a *Allocation) {
 	var nodes []*fsm.Node
-	for _, n := range e.nodes {
+	for _, n := range e.reg.nodes {
 		if n.ProvisionState != fsm.Available || n.Maintenance || n.PowerState == "" || n.InstanceUUID != "" ||
 			n.AllocationUUID != "" || n.ResourceClass != a.ResourceClass || n.Locked() {
 			continue
@@ -507,7 +507,7 @@ func (e *Engine) allocate(t *tx, a *Allocation) {
 // Allocations lists the allocations (of one node when nodeIdent is
 // set), oldest first.
 func (e *Engine) Allocations(nodeIdent string) ([]Allocation, error) {
-	return listRecords(e, nodeIdent, e.allocs, allocOf)
+	return listRecords(e, nodeIdent, e.reg.allocs, allocOf)
 }
 
 // Allocation returns one allocation by UUID or name.
@@ -557,7 +557,7 @@ func (e *Engine) DeleteAllocation(ident string) error {
 		if err != nil {
 			return err
 		}
-		if n, ok := e.nodes[a.NodeUUID]; ok && n.AllocationUUID == a.UUID {
+		if n, ok := e.reg.nodes[a.NodeUUID]; ok && n.AllocationUUID == a.UUID {
 			if !n.Maintenance {
 				if n.Locked() || (n.TargetProvisionState != "" && !fsm.UpdateAllowed(n.ProvisionState)) {
 					return errorf(Conflict, "Cannot remove allocation %s for node %s, because the node is in state %s where updates are not allowed.", a.UUID, n.UUID, n.ProvisionState)
@@ -569,20 +569,20 @@ func (e *Engine) DeleteAllocation(ident string) error {
 			e.release(t, n)
 			return nil
 		}
-		delete(e.allocs, a.UUID)
+		delete(e.reg.allocs, a.UUID)
 		t.batch.Delete(store.AllocationPrefix + a.UUID)
 		return nil
 	})
 }
 
 // release deletes node n's allocation and clears its allocation_uuid and
-// instance_uuid (Ironic's Allocation.destroy). The caller holds e.mu, in
+// instance_uuid (Ironic's Allocation.destroy). The caller holds e.reg.mu, in
 // the loop.
 func (e *Engine) release(t *tx, n *fsm.Node) {
 	if n.AllocationUUID == "" {
 		return
 	}
-	delete(e.allocs, n.AllocationUUID)
+	delete(e.reg.allocs, n.AllocationUUID)
 	t.batch.Delete(store.AllocationPrefix + n.AllocationUUID)
 	n.AllocationUUID, n.InstanceUUID = "", ""
 	n.UpdatedAt = t.now

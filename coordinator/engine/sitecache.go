@@ -52,14 +52,11 @@ func (e *Engine) cacheBook() *cacheBook { return e.cacheBk }
 // it once and answers a duplicate with its result), and its outcome is
 // returned once known.
 func (e *Engine) CacheImage(site, imageURL, checksum, commandID string) (CacheStatus, error) {
-	e.mu.RLock()
-	_, ok := e.sites[site]
-	e.mu.RUnlock()
-	if !ok {
+	if !e.sites.Has(site) {
 		return CacheStatus{}, errorf(NotFound, "site %s could not be found; 'coordinator site list' shows the sites", site)
 	}
 	book := e.cacheBook()
-	now := e.cfg.Now()
+	now := e.cfg.Clock.Now()
 	book.mu.Lock()
 	defer book.mu.Unlock()
 	if commandID != "" {
@@ -102,7 +99,7 @@ func (e *Engine) CacheImage(site, imageURL, checksum, commandID string) (CacheSt
 
 // sendCacheImage publishes a pre-seed's command; book.mu is held.
 func (e *Engine) sendCacheImage(st *CacheStatus) {
-	msg := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: st.CommandID, Site: st.Site, Sent: e.cfg.Now(),
+	msg := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: st.CommandID, Site: st.Site, Sent: e.cfg.Clock.Now(),
 		Action: protocol.ActionCacheImage, Args: map[string]any{"url": st.URL, "checksum": st.Checksum}, Deadline: st.deadline}
 	e.enqueue(fsm.Outgoing{Topic: protocol.BMCCmdTopic(st.Site), Msg: msg}, true)
 }
@@ -114,7 +111,7 @@ func (e *Engine) handleSiteResult(site string, msg *protocol.Message) {
 	book.mu.Lock()
 	st := book.byID[msg.CommandID]
 	if st != nil && st.Site == site && st.State == "pending" {
-		now := e.cfg.Now()
+		now := e.cfg.Clock.Now()
 		st.FinishedAt = &now
 		if msg.OK {
 			st.State = "cached"

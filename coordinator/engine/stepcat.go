@@ -47,7 +47,7 @@ func keyOf(n *fsm.Node) listKey {
 }
 
 // stepCats are the known catalogues. Only the engine loop uses them
-// (under e.mu), like the nodes.
+// (under e.reg.mu), like the nodes.
 type stepCats struct {
 	byRef map[string]*stepCatalog
 	// byKey maps the shared (canonical) lists of each catalogue to its
@@ -95,7 +95,7 @@ func (s *stepCats) intern(n *fsm.Node) (ref string, fresh []byte, err error) {
 // encodeNode is a node's record; a new catalogue it refers to joins the
 // same batch.
 func (e *Engine) encodeNode(t *tx, n *fsm.Node) ([]byte, error) {
-	ref, fresh, err := e.cats.intern(n)
+	ref, fresh, err := e.reg.cats.intern(n)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ func (e *Engine) loadStepCats() error {
 		if err := json.Unmarshal(v, &c); err != nil {
 			return fmt.Errorf("corrupt step catalogue %s: %w", k, err)
 		}
-		e.cats.add(k[len(store.StepCatalogPrefix):], &c)
+		e.reg.cats.add(k[len(store.StepCatalogPrefix):], &c)
 		return nil
 	})
 }
@@ -129,7 +129,7 @@ func (e *Engine) decodeNode(v []byte) (*fsm.Node, error) {
 	}
 	n.CachedCleanSteps, n.CachedDeploySteps = s.CachedCleanSteps, s.CachedDeploySteps
 	if s.StepsRef != "" {
-		c, ok := e.cats.byRef[s.StepsRef]
+		c, ok := e.reg.cats.byRef[s.StepsRef]
 		if !ok {
 			return nil, fmt.Errorf("node %s refers to step catalogue %s, which is not stored", n.UUID, s.StepsRef)
 		}
@@ -143,21 +143,21 @@ func (e *Engine) decodeNode(v []byte) (*fsm.Node, error) {
 // they do not pile up over the years.
 func (e *Engine) dropUnusedStepCats() error {
 	used := map[string]bool{}
-	for _, n := range e.nodes {
-		if r, ok := e.cats.byKey[keyOf(n)]; ok {
+	for _, n := range e.reg.nodes {
+		if r, ok := e.reg.cats.byKey[keyOf(n)]; ok {
 			used[r] = true
 		}
 	}
 	var b store.Batch
-	for ref, c := range e.cats.byRef {
+	for ref, c := range e.reg.cats.byRef {
 		if !used[ref] {
 			b.Delete(store.StepCatalogPrefix + ref)
-			delete(e.cats.byKey, listKey{unsafe.SliceData(c.Clean), unsafe.SliceData(c.Deploy)})
-			delete(e.cats.byRef, ref)
+			delete(e.reg.cats.byKey, listKey{unsafe.SliceData(c.Clean), unsafe.SliceData(c.Deploy)})
+			delete(e.reg.cats.byRef, ref)
 		}
 	}
 	if b.Len() == 0 {
 		return nil
 	}
-	return e.st.Commit(&b)
+	return e.write(&b)
 }

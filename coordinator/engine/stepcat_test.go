@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
@@ -61,7 +62,7 @@ func TestStepListsStoredOnce(t *testing.T) {
 	a, b, c := struct{ UUID string }{ids[0]}, struct{ UUID string }{ids[1]}, struct{ UUID string }{ids[2]}
 	for _, id := range []string{a.UUID, b.UUID} {
 		if err := e.do(func(t *tx) error {
-			n := e.nodes[id]
+			n := e.reg.nodes[id]
 			n.CachedCleanSteps, n.CachedDeploySteps = offered()
 			t.dirty[n.UUID] = n
 			return nil
@@ -83,16 +84,16 @@ func TestStepListsStoredOnce(t *testing.T) {
 	if strings.Contains(string(recs[store.NodePrefix+c.UUID]), "steps_ref") {
 		t.Fatal("a node without step lists got a reference")
 	}
-	if unsafe.SliceData(e.nodes[a.UUID].CachedCleanSteps) != unsafe.SliceData(e.nodes[b.UUID].CachedCleanSteps) {
+	if unsafe.SliceData(e.reg.nodes[a.UUID].CachedCleanSteps) != unsafe.SliceData(e.reg.nodes[b.UUID].CachedCleanSteps) {
 		t.Fatal("equal step lists of two nodes are not shared in memory")
 	}
 	// A clone (PATCH, UpdateNode) shares them too and keeps them.
-	if cl := clone(e.nodes[a.UUID]); !reflect.DeepEqual(cl.CachedCleanSteps, e.nodes[a.UUID].CachedCleanSteps) {
+	if cl := clone(e.reg.nodes[a.UUID]); !reflect.DeepEqual(cl.CachedCleanSteps, e.reg.nodes[a.UUID].CachedCleanSteps) {
 		t.Fatal("clone lost the step lists")
 	}
 
 	// An older record with inline lists, and a stored copy nobody uses.
-	old := *e.nodes[c.UUID]
+	old := *e.reg.nodes[c.UUID]
 	old.CachedCleanSteps, old.CachedDeploySteps = offered()
 	old.CachedCleanSteps = old.CachedCleanSteps[:1]
 	inline, _ := json.Marshal(&old)
@@ -108,7 +109,7 @@ func TestStepListsStoredOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Commit(&batch); err != nil {
+	if err := st.Commit(context.Background(), &batch); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -120,12 +121,12 @@ func TestStepListsStoredOnce(t *testing.T) {
 	defer e2.Close()
 	wantClean, wantDeploy := offered()
 	for _, id := range []string{a.UUID, b.UUID} {
-		n := e2.nodes[id]
+		n := e2.reg.nodes[id]
 		if !reflect.DeepEqual(n.CachedCleanSteps, wantClean) || !reflect.DeepEqual(n.CachedDeploySteps, wantDeploy) {
 			t.Fatalf("after restart node %s has clean %v deploy %v, want %v %v", id, n.CachedCleanSteps, n.CachedDeploySteps, wantClean, wantDeploy)
 		}
 	}
-	if n := e2.nodes[c.UUID]; len(n.CachedCleanSteps) != 1 || n.CachedCleanSteps[0].Step != "erase_devices_metadata" || len(n.CachedDeploySteps) != 1 {
+	if n := e2.reg.nodes[c.UUID]; len(n.CachedCleanSteps) != 1 || n.CachedCleanSteps[0].Step != "erase_devices_metadata" || len(n.CachedDeploySteps) != 1 {
 		t.Fatalf("record with inline lists loaded as clean %v deploy %v", n.CachedCleanSteps, n.CachedDeploySteps)
 	}
 	if got := scanKeys(t, e2, store.StepCatalogPrefix); len(got) != 1 {

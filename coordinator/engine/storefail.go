@@ -30,14 +30,14 @@ func newFatalState() fatalState { return fatalState{failed: make(chan struct{})}
 // Failed is closed when the engine has stopped because its database
 // failed; Err then says why. The process must end: the engine takes no
 // more work.
-func (e *Engine) Failed() <-chan struct{} { return e.fatal.failed }
+func (e *Engine) Failed() <-chan struct{} { return e.run.fatal.failed }
 
 // Err is the database failure that stopped the engine (a
 // *store.FailedError), or nil.
 func (e *Engine) Err() error {
 	select {
-	case <-e.fatal.failed:
-		return e.fatal.err
+	case <-e.run.fatal.failed:
+		return e.run.fatal.err
 	default:
 		return nil
 	}
@@ -46,15 +46,15 @@ func (e *Engine) Err() error {
 // fail stops the engine for err, once: later failures are consequences
 // of the first.
 func (e *Engine) fail(err error) {
-	e.fatal.once.Do(func() {
+	e.run.fatal.once.Do(func() {
 		var fe *store.FailedError
 		if !errors.As(err, &fe) {
 			// A failure that did not come through the store's checks
 			// (not expected): stopping is still the safe answer.
 			fe = &store.FailedError{Op: "write", Err: err}
 		}
-		e.fatal.err = fe
-		close(e.fatal.failed)
+		e.run.fatal.err = fe
+		close(e.run.fatal.failed)
 		e.log.Error(fe.Error(), "err", fe.Err)
 		if e.cfg.OnFatal != nil {
 			e.cfg.OnFatal(fe)
@@ -74,16 +74,16 @@ func (e *Engine) Stopped() error {
 
 // stoppedError is what requests get once the engine has failed.
 func (e *Engine) stoppedError() *Error {
-	fe := e.fatal.err
+	fe := e.run.fatal.err
 	return errorf(Unavailable, "The coordinator has stopped: its database failed (store %s: %s), so this request was not stored; it exits, and a restart recovers every acknowledged change.", fe.Op, fe.Cause())
 }
 
 // watchStore fails the engine when the store fails by itself; it ends
 // at Close.
 func (e *Engine) watchStore() {
-	defer e.wg.Done()
+	defer e.run.wg.Done()
 	select {
-	case <-e.stopped:
+	case <-e.run.stopped:
 	case <-e.st.Failed():
 		e.fail(e.st.Err())
 	}

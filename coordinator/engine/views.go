@@ -119,14 +119,14 @@ func (e *Engine) Views(ids []string, key string, keep bool, build func(n *fsm.No
 	for start := 0; start < len(ids); start += viewChunk {
 		end := min(start+viewChunk, len(ids))
 		misses = misses[:0]
-		e.mu.RLock()
+		e.reg.mu.RLock()
 		e.views.mu.Lock()
 		for i := start; i < end; i++ {
 			n, err := e.lookup(ids[i])
 			if err != nil {
 				continue
 			}
-			online := e.siteOnline[n.Site]
+			online := e.sites.Online(n.Site)
 			if kv, ok := e.views.m[n.UUID]; keep && ok && kv.key == key && kv.online == online {
 				out[i] = kv.v
 				continue
@@ -138,7 +138,7 @@ func (e *Engine) Views(ids []string, key string, keep bool, build func(n *fsm.No
 			e.pruneViews()
 		}
 		e.views.mu.Unlock()
-		e.mu.RUnlock()
+		e.reg.mu.RUnlock()
 		for _, m := range misses {
 			if finish != nil {
 				out[m.i] = finish(out[m.i])
@@ -162,16 +162,16 @@ func (e *Engine) Views(ids []string, key string, keep bool, build func(n *fsm.No
 // pruneViews drops the kept views and versions of deleted nodes once
 // they are many. The caller holds the read lock and views.mu.
 func (e *Engine) pruneViews() {
-	if len(e.views.m)+len(e.views.ver) <= 2*len(e.nodes)+512 {
+	if len(e.views.m)+len(e.views.ver) <= 2*len(e.reg.nodes)+512 {
 		return
 	}
 	for id := range e.views.m {
-		if _, ok := e.nodes[id]; !ok {
+		if _, ok := e.reg.nodes[id]; !ok {
 			delete(e.views.m, id)
 		}
 	}
 	for id := range e.views.ver {
-		if _, ok := e.nodes[id]; !ok {
+		if _, ok := e.reg.nodes[id]; !ok {
 			delete(e.views.ver, id)
 		}
 	}

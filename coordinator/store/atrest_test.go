@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -87,7 +88,7 @@ func TestEncryptedAtRestAndPrivate(t *testing.T) {
 	var b Batch
 	b.Set(NodePrefix+"small", []byte(`{"password":"`+small+`"}`))
 	b.Set(NodePrefix+"large", []byte(`{"password":"`+large+`","pad":"`+strings.Repeat("x", 2*ValueThreshold)+`"}`))
-	if err := s.Commit(&b); err != nil {
+	if err := s.Commit(context.Background(), &b); err != nil {
 		t.Fatal(err)
 	}
 	// The values are really there (so that not finding them below is
@@ -294,7 +295,7 @@ func TestCollectGarbageReclaimsValueLog(t *testing.T) {
 		for i := 0; i < 200; i++ { // new keys: they fill memtables, so that compactions run
 			b.Set(fmt.Sprintf("%sr%03d-%03d", HistoryPrefix, round, i), small)
 		}
-		if err := s.Commit(&b); err != nil {
+		if err := s.Commit(context.Background(), &b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -338,7 +339,7 @@ func overwriteLarge(t *testing.T, s *Store, rounds, count int, val []byte) {
 		for i := 0; i < count; i++ {
 			b.Set(fmt.Sprintf("%sn%03d", NodePrefix, i), val)
 		}
-		if err := s.Commit(&b); err != nil {
+		if err := s.Commit(context.Background(), &b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -467,7 +468,7 @@ func TestCommitsDuringDropPrefix(t *testing.T) {
 			var b Batch
 			b.Set(fmt.Sprintf("%sn%03d", NodePrefix, i%100), large)
 			b.Set(fmt.Sprintf("%sx/%06d", HistoryPrefix, i), []byte("h"))
-			if err := s.Commit(&b); err != nil {
+			if err := s.Commit(context.Background(), &b); err != nil {
 				errs <- err
 				return
 			}

@@ -764,7 +764,7 @@ func RestoreBackup(r io.Reader, key []byte, dbDir string, log *slog.Logger) (Bac
 		if size < restoreBatchBytes {
 			return nil
 		}
-		err := st.Commit(&b)
+		err := st.Commit(context.Background(), &b)
 		b, size = Batch{}, 0
 		return err
 	}, func(name string, data []byte) error {
@@ -775,7 +775,7 @@ func RestoreBackup(r io.Reader, key []byte, dbDir string, log *slog.Logger) (Bac
 		return nil
 	})
 	if err == nil {
-		err = st.Commit(&b)
+		err = st.Commit(context.Background(), &b)
 	}
 	if cerr := st.Close(); err == nil && cerr != nil {
 		err = cerr

@@ -29,12 +29,12 @@ func backupOf(t *testing.T) (want map[string]string, file []byte) {
 		want[k] = v
 	}
 	b.Set(SitePrefix+"gone", []byte("x"))
-	if err := s.Commit(&b); err != nil {
+	if err := s.Commit(context.Background(), &b); err != nil {
 		t.Fatal(err)
 	}
 	var d Batch
 	d.Delete(SitePrefix + "gone")
-	if err := s.Commit(&d); err != nil {
+	if err := s.Commit(context.Background(), &d); err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
@@ -174,7 +174,7 @@ func TestCloseEndsBackup(t *testing.T) {
 	for i := range 500 {
 		b.Set(fmt.Sprintf("%s%04d", NodePrefix, i), bytes.Repeat([]byte{byte(i)}, 2000))
 	}
-	if err := s.Commit(&b); err != nil {
+	if err := s.Commit(context.Background(), &b); err != nil {
 		t.Fatal(err)
 	}
 	w := stalled{entered: make(chan struct{}), once: &sync.Once{}, release: make(chan struct{})}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,7 +69,7 @@ func checkFailedForGood(t *testing.T, s *Store, f *faultAt, want string) *Failed
 	before := f.total()
 	var b Batch
 	b.Set(NodePrefix+"later", []byte("x"))
-	calls := map[string]error{"Commit": s.Commit(&b), "DeletePrefix": s.DeletePrefix(HistoryPrefix)}
+	calls := map[string]error{"Commit": s.Commit(context.Background(), &b), "DeletePrefix": s.DeletePrefix(HistoryPrefix)}
 	_, calls["CollectGarbage"] = s.CollectGarbage()
 	_, _, calls["Get"] = s.Get(NodePrefix + "a")
 	calls["Scan"] = s.Scan(NodePrefix, func(string, []byte) error { return nil })
@@ -99,10 +100,10 @@ func TestInjectedWriteFailureIsFatalForGood(t *testing.T) {
 	defer s.Close()
 	var b Batch
 	b.Set(NodePrefix+"a", []byte("a"))
-	if err := s.Commit(&b); err != nil {
+	if err := s.Commit(context.Background(), &b); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Commit(&b); err == nil {
+	if err := s.Commit(context.Background(), &b); err == nil {
 		t.Fatal("the injected failure did not fail Commit")
 	}
 	fe := checkFailedForGood(t, s, f, "store write failed: no space left on device")
@@ -139,7 +140,7 @@ func writeValueLog(t *testing.T, s *Store, n int) {
 	for i := 0; i*len(val) < n; i++ {
 		var b Batch
 		b.Set(fmt.Sprintf("%sbig%03d", NodePrefix, i), val)
-		if err := s.Commit(&b); err != nil {
+		if err := s.Commit(context.Background(), &b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -223,7 +224,7 @@ func failedFlushChild(t *testing.T) {
 	}
 	var b Batch
 	b.Set(NodePrefix+"x", []byte("x"))
-	if err := s.Commit(&b); err != fe {
+	if err := s.Commit(context.Background(), &b); err != fe {
 		t.Fatalf("Commit after the failure: %v, want the first failure", err)
 	}
 	fmt.Println("CHILD OK")

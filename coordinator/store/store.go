@@ -5,6 +5,8 @@
 package store
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -188,6 +190,30 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
+// Committer is the one way a change of the coordinator's state reaches
+// the database: every write the engine makes (a loop's batch of node
+// transitions, a catalog entry, the trimming of history) is one Batch
+// given to Commit, applied whole, in the order Commit is called, and
+// durable when Commit returns. *Store is the implementation on Badger; a
+// replicated log carries the same batches (MarshalBinary) and applies
+// each to every member's Store.
+type Committer interface {
+	Commit(ctx context.Context, b *Batch) error
+}
+
+// Reader is what the engine reads of the database besides what it keeps
+// in memory: records scanned at start, history, inventories, readings.
+type Reader interface {
+	Get(key string) (val []byte, found bool, err error)
+	Scan(prefix string, fn func(key string, val []byte) error) error
+	Keys(prefix, after string, fn func(key string) bool) error
+}
+
+var (
+	_ Committer = (*Store)(nil)
+	_ Reader    = (*Store)(nil)
+)
+
 // Batch collects writes for one commit.
 type Batch struct {
 	keys []string
@@ -209,9 +235,79 @@ func (b *Batch) Delete(key string) {
 // Len is the number of writes.
 func (b *Batch) Len() int { return len(b.keys) }
 
-// Commit writes the batch durably. A batch too big for one transaction is
-// split; each part is synced before Commit returns.
-func (s *Store) Commit(b *Batch) error {
+// Each calls fn for every write in order; val is nil for a deletion.
+func (b *Batch) Each(fn func(key string, val []byte)) {
+	for i, k := range b.keys {
+		fn(k, b.vals[i])
+	}
+}
+
+// MarshalBinary encodes the batch (for a log that carries it): per write
+// the key's length and bytes, then a flag (0 delete, 1 set) and for a set
+// the value's length and bytes, lengths as uvarints.
+func (b *Batch) MarshalBinary() ([]byte, error) {
+	n := 0
+	for i, k := range b.keys {
+		n += len(k) + len(b.vals[i]) + 2*binary.MaxVarintLen64 + 1
+	}
+	out := make([]byte, 0, n)
+	for i, k := range b.keys {
+		out = binary.AppendUvarint(out, uint64(len(k)))
+		out = append(out, k...)
+		if b.vals[i] == nil {
+			out = append(out, 0)
+			continue
+		}
+		out = append(out, 1)
+		out = binary.AppendUvarint(out, uint64(len(b.vals[i])))
+		out = append(out, b.vals[i]...)
+	}
+	return out, nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary made, replacing b's writes.
+func (b *Batch) UnmarshalBinary(data []byte) error {
+	b.keys, b.vals = nil, nil
+	next := func() ([]byte, error) {
+		l, k := binary.Uvarint(data)
+		if k <= 0 || uint64(len(data)-k) < l {
+			return nil, errors.New("store: truncated batch")
+		}
+		v := data[k : k+int(l)]
+		data = data[k+int(l):]
+		return v, nil
+	}
+	for len(data) > 0 {
+		k, err := next()
+		if err != nil {
+			return err
+		}
+		if len(data) == 0 {
+			return errors.New("store: truncated batch")
+		}
+		flag := data[0]
+		data = data[1:]
+		switch flag {
+		case 0:
+			b.Delete(string(k))
+		case 1:
+			v, err := next()
+			if err != nil {
+				return err
+			}
+			b.Set(string(k), append([]byte{}, v...))
+		default:
+			return fmt.Errorf("store: bad write flag %d in batch", flag)
+		}
+	}
+	return nil
+}
+
+// Commit writes the batch durably (Committer). A batch too big for one
+// transaction is split; each part is synced before Commit returns. ctx
+// is not waited on: a commit begun is finished, so that what the caller
+// was told matches the disk.
+func (s *Store) Commit(_ context.Context, b *Batch) error {
 	if b.Len() == 0 {
 		return nil
 	}

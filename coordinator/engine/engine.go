@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/bmedge/bmedge/coordinator/engine/backups"
 	"github.com/bmedge/bmedge/coordinator/engine/brokerauth"
 	"github.com/bmedge/bmedge/coordinator/engine/sites"
 	"github.com/bmedge/bmedge/coordinator/fsm"
@@ -235,12 +236,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	// The database is encrypted at rest with a key of its own in the data
 	// folder (db.key): the database holds BMC and rescue passwords.
-	dbDir := filepath.Join(cfg.DataDir, "db")
-	key, err := store.LoadKey(filepath.Join(cfg.DataDir, "db.key"), dbDir)
+	dbDir := filepath.Join(cfg.DataDir, backups.DBFolder)
+	key, err := store.LoadKey(filepath.Join(cfg.DataDir, backups.KeyFile), dbDir)
 	if err != nil {
 		return nil, err
 	}
-	secret, err := loadSecret(filepath.Join(cfg.DataDir, "secret"))
+	secret, err := loadSecret(filepath.Join(cfg.DataDir, backups.SecretFile))
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/bmedge/bmedge/coordinator/engine/readings"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/protocol"
 )
@@ -62,9 +63,9 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q but came on node %q's topic", msg.Node, nodeID))
 		return
 	}
-	var oob *oobReport // firmware and BIOS read by the edge agent (firmware.go)
+	var oob *readings.Report // firmware and BIOS read by the edge agent (readings)
 	if leaf == "bmc/evt" {
-		oob = readOOBReport(msg)
+		oob = readings.Read(msg)
 	}
 	_ = e.submit(func(t *tx) error {
 		e.noteSiteHeard(t, site)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/engine/backups"
 	"github.com/bmedge/bmedge/coordinator/engine/brokerauth"
+	"github.com/bmedge/bmedge/coordinator/engine/catalog"
 	"github.com/bmedge/bmedge/coordinator/engine/sites"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/metrics"
@@ -186,7 +187,7 @@ type Engine struct {
 	// views are the readers' published views of the nodes (views.go).
 	views viewCache
 	// cat holds the deploy templates and runbooks (catalog.go).
-	cat catalog
+	cat *catalog.Book
 	// run is the loop's machinery (loop.go).
 	run loopState
 }
@@ -256,6 +257,7 @@ func New(cfg Config) (*Engine, error) {
 		reachBk: &reachBook{sites: map[string]*siteReach{}, saveEvery: reachSaveInterval}, cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
 	e.run = loopState{reqs: make(chan *request, 8192), stopped: make(chan struct{}), fatal: newFatalState()}
 	e.auth = brokerauth.New(secret, e.reach().runsSiteBroker)
+	e.cat = catalog.New(e.saveRecord, cfg.Clock.Now)
 	if cfg.Committer != nil {
 		e.commits = cfg.Committer(st)
 	}
@@ -354,7 +356,7 @@ func (e *Engine) load() error {
 	if err != nil {
 		return err
 	}
-	if err := e.loadCatalog(); err != nil {
+	if err := e.cat.Load(e.st); err != nil {
 		return err
 	}
 	return e.loadReach()

@@ -278,6 +278,7 @@ func New(cfg Config) (*Engine, error) {
 		st.Close()
 		return nil, err
 	}
+	e.views.publishAll(e.reg.nodes)
 	return e, nil
 }
 

@@ -37,7 +37,10 @@ type tx struct {
 	now   time.Time
 	batch store.Batch
 	dirty map[string]*fsm.Node
-	sends []fsm.Outgoing
+	// touched are the nodes whose readers' snapshots are published
+	// again after the commit (tx.forget).
+	touched map[string]struct{}
+	sends   []fsm.Outgoing
 	// urgent are the first commands of verbs on idle nodes: they go out
 	// ahead of the stream of other nodes' step commands, so a verb's
 	// latency does not depend on how busy the site is.
@@ -53,7 +56,7 @@ type sendQueue struct {
 }
 
 func (e *Engine) newTx() *tx {
-	return &tx{e: e, now: e.cfg.Clock.Now(), dirty: map[string]*fsm.Node{}, acks: map[string][]string{}}
+	return &tx{e: e, now: e.cfg.Clock.Now(), dirty: map[string]*fsm.Node{}, touched: map[string]struct{}{}, acks: map[string][]string{}}
 }
 
 func phaseOf(n *fsm.Node) string {
@@ -141,6 +144,7 @@ func (e *Engine) commit(t *tx) error {
 	for _, n := range t.dirty {
 		e.publishAuth(n)
 	}
+	e.views.publish(e.reg.nodes, t.touched)
 	for _, o := range t.urgent {
 		e.enqueue(o, true)
 	}

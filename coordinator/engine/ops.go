@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 
@@ -143,38 +142,6 @@ func (e *Engine) pickSite(site string) (string, error) {
 	return "", errorf(Invalid, "the node's site (conductor_group) is required: one of %s; or start the coordinator with 'serve --default-site NAME' for the nodes created without one (as gophercloud and Metal3 create them)", strings.Join(names, ", "))
 }
 
-// View runs fn on the node under the read lock. fn must not keep n.
-func (e *Engine) View(ident string, fn func(n *fsm.Node, siteOnline bool) error) error {
-	e.reg.mu.RLock()
-	defer e.reg.mu.RUnlock()
-	n, err := e.lookup(ident)
-	if err != nil {
-		return err
-	}
-	return fn(n, e.sites.Online(n.Site))
-}
-
-// Each calls fn for every node in creation order under the read lock.
-func (e *Engine) Each(fn func(n *fsm.Node) bool) {
-	e.reg.mu.RLock()
-	defer e.reg.mu.RUnlock()
-	all := make([]*fsm.Node, 0, len(e.reg.nodes))
-	for _, n := range e.reg.nodes {
-		all = append(all, n)
-	}
-	sort.Slice(all, func(i, j int) bool {
-		if !all[i].CreatedAt.Equal(all[j].CreatedAt) {
-			return all[i].CreatedAt.Before(all[j].CreatedAt)
-		}
-		return all[i].UUID < all[j].UUID
-	})
-	for _, n := range all {
-		if !fn(n) {
-			return
-		}
-	}
-}
-
 func clone(n *fsm.Node) *fsm.Node {
 	// The ramdisk's step lists are never changed in place (stepcat.go):
 	// the copy shares them instead of copying them through JSON.
@@ -221,6 +188,7 @@ func (e *Engine) DeleteNode(ident string) error {
 		id = n.UUID
 		t.sends = append(t.sends, e.m.Deleted(n, t.now).Send...)
 		e.auth.DropNode(n.UUID)
+		t.forget(n.UUID)
 		delete(e.reg.nodes, n.UUID)
 		delete(e.reg.names, n.Name)
 		e.reg.phaseCount[phaseOf(n)]--

@@ -20,7 +20,7 @@ var errNodeChanged = errors.New("the node changed since its snapshot")
 
 // PatchNode changes a resting node's fields through fn, like UpdateNode,
 // but fn runs outside the engine loop, on a private copy of the node (a
-// snapshot taken under the read lock), so that however long fn takes
+// copy of its published snapshot), so that however long fn takes
 // (a JSON Patch of many operations) the loop serves every other request
 // and agent message meanwhile. The copy is then committed in the loop
 // only if the node did not change since the snapshot: its view version
@@ -50,7 +50,8 @@ func (e *Engine) PatchNode(ident string, fn func(c *fsm.Node) error) (string, er
 			if !ok {
 				return errorf(NotFound, "Node %s could not be found.", ident)
 			}
-			if _, busy := t.dirty[id]; busy || e.viewVersion(id) != ver {
+			_, busy := t.dirty[id]
+			if _, touched := t.touched[id]; busy || touched || e.viewVersion(id) != ver {
 				return errNodeChanged
 			}
 			if n.Locked() {
@@ -65,29 +66,23 @@ func (e *Engine) PatchNode(ident string, fn func(c *fsm.Node) error) (string, er
 	return id, errorf(Conflict, "Node %s was changed by other requests while this change was being applied, %d times in a row; nothing was changed: send the request again.", ident, PatchAttempts)
 }
 
-// snapshot returns a deep copy of the node and its view version, read
-// together under the read lock. A locked node is refused at once (the
-// loop checks again at commit).
-func (e *Engine) snapshot(ident string) (*fsm.Node, uint64, error) {
-	e.reg.mu.RLock()
-	defer e.reg.mu.RUnlock()
-	n, err := e.lookup(ident)
-	if err != nil {
-		return nil, 0, err
+// snapshot returns a deep copy of the node's published snapshot and the
+// snapshot itself as its view version. A locked node is refused at once
+// (the loop checks again at commit).
+func (e *Engine) snapshot(ident string) (*fsm.Node, *fsm.Node, error) {
+	n := e.views.get(ident)
+	if n == nil {
+		return nil, nil, errorf(NotFound, "Node %s could not be found.", ident)
 	}
 	if n.Locked() {
-		return nil, 0, lockedError(n)
+		return nil, nil, lockedError(n)
 	}
-	return clone(n), e.viewVersion(n.UUID), nil
+	return clone(n), n, nil
 }
 
-// viewVersion is the node's view version: it moves on with every change
-// of the node (tx.forget). The caller holds e.reg.mu (read or write).
-func (e *Engine) viewVersion(id string) uint64 {
-	e.views.mu.Lock()
-	defer e.views.mu.Unlock()
-	return e.views.ver[id]
-}
+// viewVersion is the node's view version: its published snapshot, which
+// every change of the node (tx.forget) replaces after the commit.
+func (e *Engine) viewVersion(id string) *fsm.Node { return e.views.get(id) }
 
 func lockedError(n *fsm.Node) error {
 	return errorf(Conflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)

@@ -22,6 +22,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/engine/backups"
 	"github.com/bmedge/bmedge/coordinator/engine/brokerauth"
 	"github.com/bmedge/bmedge/coordinator/engine/catalog"
+	"github.com/bmedge/bmedge/coordinator/engine/reach"
 	"github.com/bmedge/bmedge/coordinator/engine/sites"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/metrics"
@@ -182,7 +183,7 @@ type Engine struct {
 	sites *sites.Book
 	// reachBk is what the engine knows of its sites' reachability
 	// (reach.go); cacheBk the sites' image pre-seeds (sitecache.go).
-	reachBk *reachBook
+	reachBk *reach.Book
 	cacheBk *cacheBook
 	// views are the readers' published views of the nodes (views.go).
 	views viewCache
@@ -254,9 +255,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, log: cfg.Log, st: st, commits: st, reg: newRegistry(), sites: sites.New(),
-		reachBk: &reachBook{sites: map[string]*siteReach{}, saveEvery: reachSaveInterval}, cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
+		reachBk: reach.New(reachSaveInterval), cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
 	e.run = loopState{reqs: make(chan *request, 8192), stopped: make(chan struct{}), fatal: newFatalState()}
-	e.auth = brokerauth.New(secret, e.reach().runsSiteBroker)
+	e.auth = brokerauth.New(secret, e.reach().RunsSiteBroker)
 	e.cat = catalog.New(e.saveRecord, cfg.Clock.Now)
 	if cfg.Committer != nil {
 		e.commits = cfg.Committer(st)
@@ -360,7 +361,7 @@ func (e *Engine) load() error {
 	if err := e.cat.Load(e.st); err != nil {
 		return err
 	}
-	return e.loadReach()
+	return e.reach().Load(e.st)
 }
 
 // Machine returns the state machine (for read-only views).
@@ -397,7 +398,7 @@ func (e *Engine) Start(pub Publisher) error {
 	go e.ticker()
 	go e.collector()
 	go e.watchStore()
-	go e.reachSaver(e.reachBk.saveEvery)
+	go e.reachSaver(e.reachBk.SaveEvery)
 	return nil
 }
 

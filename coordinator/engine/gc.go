@@ -24,25 +24,26 @@ const DefaultValueLogGCInterval = 5 * time.Minute
 func (e *Engine) collector() {
 	defer e.run.wg.Done()
 	check := min(time.Second, e.cfg.ValueLogGCInterval)
-	tk := time.NewTicker(check)
+	clk := e.cfg.Clock
+	tk := clk.NewTicker(check)
 	defer tk.Stop()
-	last, lastWritten := time.Now(), e.st.ValueLogWritten()
+	last, lastWritten := clk.Now(), e.st.ValueLogWritten()
 	prev := lastWritten
 	for {
 		select {
 		case <-e.run.stopped:
 			return
-		case <-tk.C:
+		case <-tk.C():
 		}
 		written := e.st.ValueLogWritten()
-		timed := time.Since(last) >= e.cfg.ValueLogGCInterval
+		timed := clk.Now().Sub(last) >= e.cfg.ValueLogGCInterval
 		volume := written-lastWritten >= store.ValueLogFileSize
 		quiet := written == prev && written > lastWritten
 		prev = written
 		if !timed && !volume && !quiet {
 			continue
 		}
-		last, lastWritten = time.Now(), written
+		last, lastWritten = clk.Now(), written
 		n, err := e.st.CollectGarbage()
 		switch {
 		case err != nil:
@@ -52,7 +53,7 @@ func (e *Engine) collector() {
 			e.fail(err)
 			return
 		case n > 0:
-			e.log.Debug("database value log GC", "files_rewritten", n, "took", time.Since(last).Round(time.Millisecond))
+			e.log.Debug("database value log GC", "files_rewritten", n, "took", clk.Now().Sub(last).Round(time.Millisecond))
 		}
 	}
 }

@@ -85,7 +85,7 @@ func (e *Engine) DeleteSite(name string) error {
 		}
 		e.sites.Delete(name)
 		e.auth.DropSite(name)
-		delete(e.reach().sites, name)
+		e.reach().Delete(name)
 		t.batch.Delete(store.SitePrefix + name)
 		t.batch.Delete(store.ReachPrefix + name)
 		return nil

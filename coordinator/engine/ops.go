@@ -237,7 +237,10 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 			}
 		}
 		// Ironic's concurrent action limits: a 500 (not a 503, which
-		// its clients retry), and provide is not limited.
+		// its clients retry), and provide is not limited. The caps are a
+		// lifecycle rule: they move to the state machine's capacity check
+		// (one per phase) once it has one; the engine then only hands it
+		// the phase counts.
 		switch req.Verb {
 		case fsm.Clean, fsm.Undeploy:
 			if e.reg.phaseCount["clean"]+e.reg.phaseCount["delete"] >= e.cfg.MaxConcurrentClean {

@@ -513,9 +513,9 @@ func toInt(v any) (int, bool) {
 // argument at fault.
 func (m *Machine) resolveManual(n *Node, d drivers.Declaration, list []map[string]any, inbandKnown bool) ([]Action, error) {
 	var out []Action
-	kind := "clean"
-	if n.Op != nil && n.Op.Phase == "service" {
-		kind = "service"
+	kind := StepsClean
+	if n.Op != nil && n.Op.Phase.Info().Steps == StepsService {
+		kind = StepsService
 	}
 	for i, raw := range list {
 		iface, ok1 := raw["interface"].(string)
@@ -604,22 +604,23 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 	case !n.FastTrackUntil.IsZero() && n.AgentToken != "":
 		// An operation that did not use the kept ramdisk (out-of-band
 		// steps only): it runs on until its timeout.
-	case op.Phase != "rescue" && op.Phase != "boot_device":
+	case !op.Phase.Info().KeepsBoot:
 		// The operation is over, and so is its boot (a rescued node keeps
 		// its ramdisk until unrescue powers it off; setting the boot
 		// device ends no boot).
 		withdrawToken(n)
 	}
-	switch op.Phase {
-	case "power", "boot_device", "service_abort":
+	if op.Phase.Info().Aside {
 		return
-	case "inspect":
+	}
+	switch op.Phase {
+	case PhaseInspect:
 		t := now
 		n.InspectionFinishedAt = &t
-	case "delete":
+	case PhaseDelete:
 		n.InstanceInfo, n.ConfigDrive, n.InstanceUUID, n.InstanceName = nil, "", "", ""
 		if m.autoClean(n) {
-			n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: "clean", Plan: m.autoCleanPlan(n), StartedAt: now}
+			n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: PhaseClean, Plan: m.autoCleanPlan(n), StartedAt: now}
 			n.Reservation = m.cfg.Holder
 			m.fire(n, Clean, "", now, out)
 			n.TargetProvisionState = op.Target
@@ -645,7 +646,7 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
 	// The site stops the plan at its first abortable point.
 	m.stopSitePlan(n, op, protocol.PlanStopAbort, now, out)
-	if op == nil || op.Phase != "boot_device" {
+	if op == nil || !(op.Phase.Info().Aside && op.Phase.Info().KeepsBoot) {
 		if n.BootNonce != "" {
 			// The node stays powered on with its ramdisk: the site must
 			// stop admitting that boot's credential too.
@@ -658,15 +659,15 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	// Whatever power action was under way is over too: a node at rest
 	// has no power target (Ironic clears it when the action ends).
 	n.TargetPowerState = ""
-	if op == nil || op.Phase == "power" || op.Phase == "boot_device" || op.Phase == "service_abort" {
+	if op == nil || op.Phase.Info().Aside {
 		return
 	}
-	if (op.Phase == "clean" || op.Phase == "service") && stepRunning && e == Fail {
+	if op.Phase.Info().FailMaintenance && stepRunning && e == Fail {
 		// As Ironic's cleaning and servicing error handlers: a failed
 		// step leaves the node in maintenance with its fault.
 		n.Maintenance = true
 		n.MaintenanceReason = msg
-		n.Fault = op.Phase + " failure"
+		n.Fault = string(op.Phase) + " failure"
 	}
 	m.fire(n, e, "", now, out)
 	n.TargetProvisionState = ""

@@ -781,7 +781,7 @@ func (s *scenario) fields() map[string]string {
 		"instance_info":      "none",
 	}
 	if n.Op != nil {
-		f["op"] = n.Op.Phase
+		f["op"] = string(n.Op.Phase)
 		steps, index := n.Op.StepList()
 		var names []string
 		for _, st := range steps {

@@ -56,9 +56,6 @@ func (sp *SitePlan) index(id string) int {
 // Holds tells whether command id is one of the plan's steps.
 func (sp *SitePlan) Holds(id string) bool { return sp.index(id) >= 0 }
 
-// sitePlanPhases are the phases whose steps go to the site as a plan.
-var sitePlanPhases = map[string]bool{"clean": true, "deploy": true, "service": true}
-
 // stepSpans are how long a planned step may run once the edge agent
 // starts it: an in-band step as long as its ramdisk heartbeats (the wait
 // timeout is the silence allowed), an out-of-band one the command timeout.
@@ -91,7 +88,7 @@ func (m *Machine) stepCommand(n *Node, s *StepRun) (msg *protocol.Message, topic
 // two steps, one of them in band. It tells whether it sent one.
 func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 	op := n.Op
-	if m.cfg.SitePlans == nil || op == nil || !sitePlanPhases[op.Phase] || n.AgentToken == "" || n.Maintenance || op.AbortAfter ||
+	if m.cfg.SitePlans == nil || op == nil || !op.Phase.Info().SitePlan || n.AgentToken == "" || n.Maintenance || op.AbortAfter ||
 		!m.cfg.SitePlans(n.Site) {
 		return false
 	}

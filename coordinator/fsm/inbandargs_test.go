@@ -16,6 +16,15 @@ func TestInbandArgs(t *testing.T) {
 		DriverInfo: map[string]any{"agent_burnin_cpu_timeout": "60", "agent_burnin_cpu_cpu": 2.0, "redfish_password": "secret", "agent_burnin_vm_timeout": 5.0},
 		Properties: map[string]any{"cpus": 4.0, "memory_mb": 1024.0, "capabilities": "boot_mode:uefi", "root_device": map[string]any{"serial": "D0"}},
 	}
+	// inbandArgs is the machine's one filler of a step's arguments.
+	inbandArgs := func(n *Node, s *StepRun, args map[string]any) map[string]any {
+		s.Args, s.InBand = args, true
+		got, err := New(Config{}).stepArgs(n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
 	got := inbandArgs(n, &StepRun{Interface: "deploy", Step: "burnin_cpu"}, map[string]any{"agent_burnin_cpu_cpu": 1.0})
 	want := map[string]any{"agent_burnin_cpu_timeout": "60", "agent_burnin_cpu_cpu": 1.0}
 	if !reflect.DeepEqual(got, want) {

@@ -453,10 +453,8 @@ func (m *Machine) abort(n *Node, now time.Time, out *Output) {
 		return
 	}
 	if n.Pending != nil && n.Pending.InBand {
-		stop := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID,
-			Sent: now, Action: protocol.ActionAbort, Token: n.AgentToken, Deadline: now.Add(m.cfg.CommandTimeout),
-			Args: map[string]any{"command_id": n.Pending.ID}}
-		out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: stop})
+		m.notice(n, protocol.NodeCmdTopic(n.Site, n.UUID), &protocol.Message{Action: protocol.ActionAbort, Token: n.AgentToken,
+			Args: map[string]any{"command_id": n.Pending.ID}}, now, out)
 	}
 	m.failWith(n, now, out, fmt.Sprintf("aborted by request during step %s", a.Step.Name()), Abort)
 }

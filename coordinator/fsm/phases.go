@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Phase is the kind of operation a node runs (Operation.Phase): each verb
@@ -75,6 +76,10 @@ type PhaseInfo struct {
 	// FastTrack: the phase's closing power-off may be skipped to keep
 	// the ramdisk for the next operation (fasttrack.go).
 	FastTrack bool
+	// Finish, when set, is what the phase does when its plan ends, before
+	// the node moves to the operation's target; it tells whether another
+	// operation follows instead (undeploy's cleaning).
+	Finish func(m *Machine, n *Node, op *Operation, now time.Time, out *Output) (goesOn bool)
 	// Doc says what the phase does, for docs/states.md.
 	Doc string
 }
@@ -83,13 +88,13 @@ type PhaseInfo struct {
 func Phases() []PhaseInfo {
 	return []PhaseInfo{
 		{Phase: PhaseVerify, EventType: "verification", Doc: "manage from enroll: the BMC's credentials are checked"},
-		{Phase: PhaseInspect, EventType: "inspection", FastTrack: true, Doc: "inspect: the ramdisk (or the BMC) reads the hardware"},
+		{Phase: PhaseInspect, EventType: "inspection", FastTrack: true, Finish: finishInspect, Doc: "inspect: the ramdisk (or the BMC) reads the hardware"},
 		{Phase: PhaseClean, EventType: "cleaning", Steps: StepsClean, SitePlan: true, Cap: CapClean, FailMaintenance: true, FastTrack: true,
 			Doc: "provide, clean, and the cleaning after undeploy"},
 		{Phase: PhaseDeploy, EventType: "deployment", Steps: StepsDeploy, SitePlan: true, Cap: CapDeploy, Doc: "deploy and rebuild"},
 		{Phase: PhaseRescue, EventType: "rescue", KeepsBoot: true, Doc: "rescue: the rescue ramdisk boots and stays up"},
 		{Phase: PhaseUnrescue, EventType: "unrescue", Doc: "unrescue: the instance boots again"},
-		{Phase: PhaseDelete, EventType: "delete", Cap: CapClean, Doc: "undeploy: the instance is torn down, then cleaned"},
+		{Phase: PhaseDelete, EventType: "delete", Cap: CapClean, Finish: finishDelete, Doc: "undeploy: the instance is torn down, then cleaned"},
 		{Phase: PhaseService, EventType: "servicing", Steps: StepsService, SitePlan: true, FailMaintenance: true, Doc: "service: steps on an active node, its instance kept"},
 		{Phase: PhaseServiceAbort, EventType: "servicing", Aside: true, Doc: "abort from service failed: the instance boots again"},
 		{Phase: PhasePower, EventType: "power", Aside: true, Doc: "a power change outside any provision operation"},
@@ -97,13 +102,22 @@ func Phases() []PhaseInfo {
 	}
 }
 
-var phaseRows = sync.OnceValue(func() map[Phase]PhaseInfo {
-	out := map[Phase]PhaseInfo{}
-	for _, r := range Phases() {
-		out[r.Phase] = r
-	}
-	return out
-})
+var (
+	phaseOnce sync.Once
+	phaseMap  map[Phase]PhaseInfo
+)
+
+// phaseRows is Phases() by phase, built once (no package variable's
+// initializer may reach the machine's code, which the rows name).
+func phaseRows() map[Phase]PhaseInfo {
+	phaseOnce.Do(func() {
+		phaseMap = map[Phase]PhaseInfo{}
+		for _, r := range Phases() {
+			phaseMap[r.Phase] = r
+		}
+	})
+	return phaseMap
+}
 
 // Info is the phase's row; a phase not in the table (a record from a
 // newer coordinator) has only its name as event type.

@@ -306,8 +306,8 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 	}
 	// Deploy: driver's deploy steps plus the ramdisk's, user overrides on top.
 	all := append(append([]drivers.Step{}, d.DeploySteps...), standardPriorities(raidInband(n, n.CachedDeploySteps), drivers.InbandDeploySteps())...)
-	if _, ok := drivers.Find(all, "deploy", "write_image"); !ok {
-		return nil, fmt.Errorf("Deploy of node %s failed: the ramdisk does not offer deploy.write_image (it offered %d deploy steps)", n.Ident(), len(n.CachedDeploySteps))
+	if core, step, _ := strings.Cut(CoreDeployStep, "."); !hasStep(all, core, step) {
+		return nil, fmt.Errorf("Deploy of node %s failed: the ramdisk does not offer %s (it offered %d deploy steps)", n.Ident(), CoreDeployStep, len(n.CachedDeploySteps))
 	}
 	args := map[string]map[string]any{}
 	user, err := withTemplateSteps(n, all, AsObjects(a.Args["template_steps"]), AsObjects(a.Args["deploy_steps"]))
@@ -367,6 +367,11 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 		run = append(run[:i], append([]drivers.Step{h}, run[i:]...)...)
 	}
 	return stepActions(run, args), nil
+}
+
+func hasStep(steps []drivers.Step, iface, step string) bool {
+	_, ok := drivers.Find(steps, iface, step)
+	return ok
 }
 
 func stepActions(steps []drivers.Step, args map[string]map[string]any) []Action {
@@ -494,22 +499,32 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 	if op.Phase.Info().Aside {
 		return
 	}
-	switch op.Phase {
-	case PhaseInspect:
-		t := now
-		n.InspectionFinishedAt = &t
-	case PhaseDelete:
-		n.InstanceInfo, n.ConfigDrive, n.InstanceUUID, n.InstanceName = nil, "", "", ""
-		if m.autoClean(n) {
-			n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: PhaseClean, Plan: m.autoCleanPlan(n), StartedAt: now}
-			n.Reservation = m.cfg.Holder
-			m.fire(n, Clean, "", now, out)
-			n.TargetProvisionState = op.Target
-			m.advance(n, now, out)
-			return
-		}
+	if f := op.Phase.Info().Finish; f != nil && f(m, n, op, now, out) {
+		return
 	}
 	m.fire(n, Done, op.Target, now, out)
+}
+
+// finishInspect stamps the end of an inspection.
+func finishInspect(_ *Machine, n *Node, _ *Operation, now time.Time, _ *Output) bool {
+	t := now
+	n.InspectionFinishedAt = &t
+	return false
+}
+
+// finishDelete drops the instance; with automated cleaning the node goes
+// on into cleaning toward the undeploy's target.
+func finishDelete(m *Machine, n *Node, op *Operation, now time.Time, out *Output) bool {
+	n.InstanceInfo, n.ConfigDrive, n.InstanceUUID, n.InstanceName = nil, "", "", ""
+	if !m.autoClean(n) {
+		return false
+	}
+	n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: PhaseClean, Plan: m.autoCleanPlan(n), StartedAt: now}
+	n.Reservation = m.cfg.Holder
+	m.fire(n, Clean, "", now, out)
+	n.TargetProvisionState = op.Target
+	m.advance(n, now, out)
+	return true
 }
 
 // fail ends the operation in its failed state with last_error.

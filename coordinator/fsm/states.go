@@ -148,10 +148,11 @@ type Transition struct {
 }
 
 // Table is the single source of truth of the lifecycle: every move a node
-// makes is a row here, docs/states.md is generated from it, and any move
-// not in it is refused.
+// makes is a row here (or of its verb's row, VerbSpec.Moves, which end
+// it), docs/states.md is generated from it, and any move not in it is
+// refused.
 func Table() []Transition {
-	return []Transition{
+	rows := []Transition{
 		{Enroll, Manage, Verifying},
 		{Verifying, Done, Manageable},
 		{Verifying, Fail, Enroll},
@@ -250,6 +251,11 @@ func Table() []Transition {
 		{ServiceHold, Fail, ServiceFailed},
 		{ServiceHold, Service, Servicing},
 	}
+	// Verbs whose row lists their moves (VerbSpec.Moves).
+	for _, v := range builtinVerbs() {
+		rows = append(rows, v.Moves...)
+	}
+	return rows
 }
 
 // StateInfo is one state's row: every attribute of a state is a field
@@ -352,18 +358,30 @@ func IsWait(s State) bool { return stateRows()[s].Wait }
 // operator's unhold or abort: unlocked, with no timeout.
 func IsHold(s State) bool { return stateRows()[s].Hold }
 
+var (
+	tableOnce sync.Once
+	tableRows []Transition
+)
+
 // builtinTable is Table() built once: Next runs for every message and
 // verb. Nothing changes it.
-var builtinTable = sync.OnceValue(Table)
+func builtinTable() []Transition {
+	tableOnce.Do(func() { tableRows = Table() })
+	return tableRows
+}
 
-// table is Table() with the moves of verbs a test registered.
+// table is Table() with the moves of the verbs a test registered.
 func table() []Transition {
 	verbsExtra.mu.RLock()
 	defer verbsExtra.mu.RUnlock()
-	if len(verbsExtra.moves) == 0 {
+	if len(verbsExtra.extra) == 0 {
 		return builtinTable()
 	}
-	return append(slices.Clone(builtinTable()), verbsExtra.moves...)
+	out := slices.Clone(builtinTable())
+	for _, v := range verbsExtra.extra {
+		out = append(out, v.Moves...)
+	}
+	return out
 }
 
 // Allowed returns the verbs allowed from state s, in table order.

@@ -268,7 +268,9 @@ func startAbort(m *Machine, n *Node, req VerbRequest, now time.Time, out *Output
 		m.serviceAbort(n, n.BootDevice == protocol.BootPXE, now, out)
 		return
 	}
-	wasService := n.ProvisionState == ServiceWait || n.ProvisionState == ServiceHold
+	// Abort is allowed from service wait and service hold only, of
+	// servicing's states (service failed is above).
+	wasService := n.Op != nil && n.Op.Phase.Info().Steps == StepsService
 	// A node in service wait has booted (or is booting) its
 	// ramdisk; one held in service hold has if an in-band step ran.
 	inRamdisk := n.ProvisionState == ServiceWait || n.AgentToken != "" || n.BootNonce != ""

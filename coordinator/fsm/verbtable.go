@@ -11,10 +11,13 @@ import (
 )
 
 // VerbSpec is one operator verb's row: everything the API, the CLI, the
-// engine and the machine know of a verb is a field here. Its moves are
-// rows of Table().
+// engine and the machine know of a verb is a field here.
 type VerbSpec struct {
 	Verb Event
+	// Moves are the verb's rows of the transition table when they are
+	// not listed in Table() itself (the verbs of Ironic's machine are,
+	// in lifecycle order): Table() ends with them.
+	Moves []Transition
 	// Since is the API minor version from which Ironic takes the verb
 	// (its MIN_VERB_VERSIONS); below it the request is refused with 406.
 	Since int
@@ -189,17 +192,25 @@ hold step stops it.`,
 	}
 }
 
-// verbReg is the verb table as the machine reads it: the rows and their
-// moves, with any a test registered (registerVerb).
+// verbReg holds the verbs a test registered (registerVerb).
 type verbReg struct {
 	mu    sync.RWMutex
 	extra []VerbSpec
-	moves []Transition
 }
 
 var verbsExtra verbReg
 
-var builtinVerbs = sync.OnceValue(verbSpecs)
+var (
+	verbsOnce sync.Once
+	verbRows  []VerbSpec
+)
+
+// builtinVerbs is verbSpecs() built once (no package variable's
+// initializer may reach the machine's code, which reads the table).
+func builtinVerbs() []VerbSpec {
+	verbsOnce.Do(func() { verbRows = verbSpecs() })
+	return verbRows
+}
 
 // VerbSpecs returns the verb table, in the order of the API's valid targets.
 func VerbSpecs() []VerbSpec {
@@ -260,18 +271,16 @@ func (s VerbSpec) From() string {
 	return strings.Join(out, ", ")
 }
 
-// registerVerb adds a verb row and its moves to the tables: the
+// registerVerb adds a verb row, with its Moves, to the tables: the
 // recipe's test ("Adding a verb" in docs/architecture.md) proves with it
-// that a row and its moves are all a verb needs. It returns the undo.
-func registerVerb(s VerbSpec, moves []Transition) (undo func()) {
+// that a row is all a verb needs. It returns the undo.
+func registerVerb(s VerbSpec) (undo func()) {
 	verbsExtra.mu.Lock()
 	verbsExtra.extra = append(verbsExtra.extra, s)
-	verbsExtra.moves = append(verbsExtra.moves, moves...)
 	verbsExtra.mu.Unlock()
 	return func() {
 		verbsExtra.mu.Lock()
 		verbsExtra.extra = slices.DeleteFunc(verbsExtra.extra, func(x VerbSpec) bool { return x.Verb == s.Verb })
-		verbsExtra.moves = slices.DeleteFunc(verbsExtra.moves, func(t Transition) bool { return t.Event == s.Verb })
 		verbsExtra.mu.Unlock()
 	}
 }

@@ -226,5 +226,5 @@ func (m *Machine) stopSitePlan(n *Node, op *Operation, mode string, now time.Tim
 func (m *Machine) sendPlanStop(n *Node, now time.Time, out *Output) {
 	out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: &protocol.Message{V: protocol.Version,
 		Kind: protocol.KindCommand, Action: protocol.ActionPlanStop, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID, Sent: now,
-		Deadline: now.Add(m.cfg.CommandTimeout), Args: map[string]any{"plan_id": n.PlanStop.ID, "mode": n.PlanStop.Mode}}})
+		Deadline: now.Add(m.cfg.CommandTimeout), Args: protocol.PlanStopArgs{PlanID: n.PlanStop.ID, Mode: n.PlanStop.Mode}.Args()}})
 }

@@ -234,8 +234,8 @@ func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusa
 		if req.ConfigDrive != "" {
 			n.ConfigDrive = req.ConfigDrive
 		}
-		plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps,
-			"template_steps": templateStepObjects(matchingTemplates(n, req.Templates))}})
+		plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: deployPlanArgs(req.DeploySteps,
+			templateStepObjects(matchingTemplates(n, req.Templates)))})
 		if m.fakeDeploy(n) {
 			plan = nil // Ironic's fake deploy: done at once
 		}
@@ -374,7 +374,7 @@ func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time
 		err = fmt.Errorf("Cannot clean node %s with in-band steps: %s; only out-of-band steps can run on it for now", n.Ident(), d.NoRamdiskBoot)
 	}
 	if inband {
-		plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}}, endRamdisk())
+		plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: cleanPlanArgs(list)}, endRamdisk())
 	} else {
 		plan = actions
 	}
@@ -424,9 +424,9 @@ func (m *Machine) startService(n *Node, list []map[string]any, now time.Time, ou
 	switch {
 	case inband && inRamdisk:
 		// Service again from service hold: the held ramdisk runs on.
-		n.Op.Plan = append([]Action{{Kind: ActAwaitAgent}, {Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}}}, bootInstance()...)
+		n.Op.Plan = append([]Action{{Kind: ActAwaitAgent}, {Kind: ActPlanClean, Args: cleanPlanArgs(list)}}, bootInstance()...)
 	case inband:
-		n.Op.Plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}})
+		n.Op.Plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: cleanPlanArgs(list)})
 		n.Op.Plan = append(n.Op.Plan, bootInstance()...)
 	case inRamdisk:
 		n.Op.Plan = append(n.Op.Plan, bootInstance()...)
@@ -476,7 +476,7 @@ func (m *Machine) abort(n *Node, now time.Time, out *Output) {
 	if n.Pending != nil && n.Pending.InBand {
 		stop := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID,
 			Sent: now, Action: protocol.ActionAbort, Token: n.AgentToken, Deadline: now.Add(m.cfg.CommandTimeout),
-			Args: map[string]any{"command_id": n.Pending.ID}}
+			Args: protocol.AbortArgs{CommandID: n.Pending.ID}.Args()}
 		out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: stop})
 	}
 	m.failWith(n, now, out, fmt.Sprintf("aborted by request during step %s", a.Step.Name()), Abort)

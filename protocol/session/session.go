@@ -344,7 +344,7 @@ func (s *Session) handle(m *protocol.Message) {
 		case protocol.ActionInbandRun:
 			s.start(m)
 		case protocol.ActionAbort:
-			id, _ := m.Args["command_id"].(string)
+			id := protocol.AbortArgsOf(m.Args).CommandID
 			s.mu.Lock()
 			if c := s.steps[id]; c != nil {
 				c()

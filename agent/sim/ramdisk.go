@@ -16,14 +16,14 @@ import (
 	"github.com/bmedge/bmedge/lib/imagechecksum"
 
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/session"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/session"
 )
 
 // simRunner is the hardware of a simulated node: its in-band steps take
 // StepDuration, can be made to fail or to kill the agent, and inspection
 // reports a plausible inventory. The protocol around it is the real
-// ramdisk's (protocol/session).
+// ramdisk's (lib/session).
 type simRunner struct {
 	s    *Sim
 	node string

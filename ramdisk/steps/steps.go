@@ -1,7 +1,7 @@
 // Package steps is the ramdisk's in-band step runner: it offers the steps
 // this hardware supports and runs them with ramdisk/disk, ramdisk/image and
 // ramdisk/inventory, reporting progress. It is the Runner of a
-// protocol/session; it must never speak the protocol itself.
+// lib/session; it must never speak the protocol itself.
 package steps
 
 import (

@@ -193,5 +193,5 @@ func (m *Machine) stopSitePlan(n *Node, op *Operation, mode string, now time.Tim
 
 func (m *Machine) sendPlanStop(n *Node, now time.Time, out *Output) {
 	m.notice(n, protocol.NodeCmdTopic(n.Site, n.UUID), &protocol.Message{Action: protocol.ActionPlanStop,
-		Args: map[string]any{"plan_id": n.PlanStop.ID, "mode": n.PlanStop.Mode}}, now, out)
+		Args: protocol.PlanStopArgs{PlanID: n.PlanStop.ID, Mode: n.PlanStop.Mode}.Args()}, now, out)
 }

@@ -164,7 +164,7 @@ func (b *Book) BootMACs(nodeUUID string) []string {
 // credential, on a copy: the stored command keeps only the nonce. It adds
 // the node's boot MACs.
 func (b *Book) WithCredential(m *protocol.Message) *protocol.Message {
-	nonce, _ := m.Args[protocol.ArgBootNonce].(string)
+	nonce := protocol.PowerArgsOf(m.Args).BootNonce
 	if nonce == "" {
 		return m
 	}

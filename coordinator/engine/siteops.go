@@ -122,7 +122,7 @@ func (e *Engine) siteGone(site string, deleted bool) {
 	}
 	var b []byte
 	if !deleted {
-		b, _ = protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: false, Sent: time.Now()})
+		b, _ = protocol.Encode(&protocol.Message{Kind: protocol.KindPresence, Site: site, Online: false, Sent: e.cfg.Clock.Now()})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

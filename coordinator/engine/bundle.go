@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -84,10 +85,10 @@ func (e *Engine) publisher(q sendQueue) {
 		// verb's first command (urgent: an operator waits) does not
 		// wait; it takes what is queued already.
 		var gather <-chan time.Time
-		var timer *time.Timer
+		var timer clock.Timer
 		if !urgent && len(q.urgent) == 0 {
-			timer = time.NewTimer(publishGather)
-			gather = timer.C
+			timer = e.cfg.Clock.NewTimer(publishGather)
+			gather = timer.C()
 		}
 	drain:
 		for len(batch) < maxOut {

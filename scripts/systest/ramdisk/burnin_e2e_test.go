@@ -25,20 +25,7 @@ func curlJSON(t *testing.T, cl *testrig.Client, method, path, body string) (int,
 		}
 		t.Skip("curl is missing")
 	}
-	args := []string{"-sS", "-o", "-", "-w", "\n%{http_code}", "-X", method, "-H", "Content-Type: application/json",
-		"-H", "X-OpenStack-Ironic-API-Version: latest", cl.Base + path}
-	if body != "" {
-		args = append(args, "--data", body)
-	}
-	out, err := exec.Command("curl", args...).Output()
-	if err != nil {
-		t.Fatalf("curl %s %s: %v", method, path, err)
-	}
-	s := strings.TrimSpace(string(out))
-	i := strings.LastIndexByte(s, '\n')
-	code := 0
-	json.Unmarshal([]byte(s[i+1:]), &code)
-	return code, s[:max(i, 0)]
+	return curlAt(t, cl, "latest", method, path, body)
 }
 
 // stepArgs returns the argsinfo names GET …/cleaning/steps lists for a

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -198,11 +197,7 @@ func TestQEMUConfigDrive(t *testing.T) {
 	files := map[string][]byte{"/gpt.img": gpt, "/mbr.img": mbr}
 	var filesMu sync.Mutex
 	gets := map[string]int{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	port := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
 		filesMu.Lock()
 		b, ok := files[r.URL.Path]
 		gets[r.URL.Path]++
@@ -212,10 +207,8 @@ func TestQEMUConfigDrive(t *testing.T) {
 			return
 		}
 		w.Write(b)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	base := "http://" + ln.Addr().String()
+	})
+	base := "http://127.0.0.1:" + port
 
 	// The edge agent also runs the site image cache, which the VMs reach
 	// at 10.0.2.2: write_image's image and a URL config drive reach the

@@ -117,11 +117,7 @@ func TestQEMURamdisk(t *testing.T) {
 		files["/img.qcow2"] = qcow
 	}
 	var qcowRanges atomic.Int32
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	port := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
 		b, ok := files[r.URL.Path]
 		if !ok {
 			http.NotFound(w, r)
@@ -135,11 +131,8 @@ func TestQEMURamdisk(t *testing.T) {
 			return
 		}
 		w.Write(b)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	port := ln.Addr().(*net.TCPAddr).Port
-	imgURL := func(p string) string { return "http://10.0.2.2:" + itoa(port) + p }
+	})
+	imgURL := func(p string) string { return "http://10.0.2.2:" + port + p }
 
 	// This lab runs MQTT over TLS: the edge agent trusts the lab CA's
 	// file, the ramdisk only the CA's pin on its kernel command line.
@@ -424,21 +417,10 @@ func qmpReset(t *testing.T, sock string) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// history is the history of node vm1, one event a line.
 func history(t *testing.T, cl *testrig.Client) string {
 	t.Helper()
-	var h struct {
-		History []struct {
-			Event string `json:"event"`
-		} `json:"history"`
-	}
-	if code := cl.Do("GET", "/v1/nodes/vm1/history", nil, &h); code != 200 {
-		t.Fatalf("history: %d", code)
-	}
-	var b strings.Builder
-	for _, e := range h.History {
-		b.WriteString(e.Event + "\n")
-	}
-	return b.String()
+	return nodeHistory(t, cl, "vm1")
 }
 
 func historyHas(t *testing.T, cl *testrig.Client, want string) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -151,6 +152,34 @@ func newLab(t *testing.T, o labOptions) *lab {
 	}
 	l.agent = testrig.StartAgentConfig(t, l.creds, cfg)
 	return l
+}
+
+// serveHTTP serves h on a loopback port until the test ends and returns
+// the port: the guests reach it at 10.0.2.2, the host at 127.0.0.1.
+func serveHTTP(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// serveFile serves b at path on a loopback port until the test ends
+// and returns its URL for the guests.
+func serveFile(t *testing.T, path string, b []byte) string {
+	t.Helper()
+	return "http://10.0.2.2:" + serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != path {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(b)
+	}) + path
 }
 
 // stop closes the coordinator before the test ends (it is closed once).

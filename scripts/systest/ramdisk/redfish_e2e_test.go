@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -66,20 +64,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	for i := range img {
 		img[i] = byte(rng.Uint32())
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	imgSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/raw.img" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Write(img)
-	})}
-	go imgSrv.Serve(ln)
-	t.Cleanup(func() { imgSrv.Close() })
-	imgURL := "http://10.0.2.2:" + itoa(ln.Addr().(*net.TCPAddr).Port) + "/raw.img"
+	imgURL := serveFile(t, "/raw.img", img)
 
 	// The coordinator (API and broker over TLS) and the site's edge agent
 	// in real mode, serving the ISO to the BMC on loopback; the ramdisk

@@ -242,6 +242,16 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// await waits until the log holds want n times, failing the test after d.
+func (l *lockedBuffer) await(t *testing.T, want string, n int, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); strings.Count(l.String(), want) < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say %q %d times after %s:\n%s", want, n, d, l.String())
+		}
+	}
+}
+
 func newFaultRig(t *testing.T, o faultRigOptions) *faultRig {
 	t.Helper()
 	pw := make([]byte, 8)

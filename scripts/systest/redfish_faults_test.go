@@ -37,6 +37,7 @@ import (
 // BMC is made slower than the coordinator's command timeout, which a
 // test can shorten.
 func TestRedfishFaults(t *testing.T) {
+	t.Parallel()
 	t.Run("slow BMC", func(t *testing.T) {
 		r := newFaultRig(t, faultRigOptions{commandTimeout: 8 * time.Second})
 		r.createNode(nil)

@@ -104,6 +104,7 @@ func (p *proc) kill() {
 // wait call-back and deploying; after a restart every node reaches its
 // target or a failed state with last_error.
 func TestKill9Recovery(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
 	api, mqtt := testrig.FreeAddr(t), testrig.FreeAddr(t)

@@ -290,6 +290,7 @@ func TestQEMURamdiskCrashOnly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU twice")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	dir := t.TempDir()
 	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd})
@@ -330,6 +331,7 @@ func TestQEMURamdiskResetMidOperation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU twice")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	dir := t.TempDir()
 	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd})

@@ -112,6 +112,7 @@ func TestQEMURamdiskISO(t *testing.T) {
 		{"ovmf", ovmfFirmware, ""}, // DHCP
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			b, port := startISOBroker(t, user, password)
 			params := fmt.Sprintf("bm.node=%s bm.site=lab bm.broker=mqtt://10.0.2.2:%d bm.user=%s bm.password=%s %s", node, port, user, password, c.net)
 			start := time.Now()
@@ -142,6 +143,7 @@ func TestQEMURamdiskISO(t *testing.T) {
 		})
 	}
 	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
 		t.Run("wrong password", func(t *testing.T) { t.Parallel(); isoWrongPassword(t, iso, node, user, password) })
 		t.Run("no parameters medium", func(t *testing.T) { t.Parallel(); isoNoMedium(t, iso) })
 	})

@@ -159,6 +159,7 @@ func TestQEMUSecureBootISO(t *testing.T) {
 	}
 	dir := secureBootRamdisk(t)
 	t.Run("signed", func(t *testing.T) {
+		t.Parallel()
 		const node = "5b0e3c1d-2a4f-4e6b-8c7d-9e0f1a2b3c4d"
 		const password = "secure-media-0123456789"
 		user := "node:" + node
@@ -179,6 +180,7 @@ func TestQEMUSecureBootISO(t *testing.T) {
 		secureBootConsole(t, console)
 	})
 	t.Run("unsigned", func(t *testing.T) {
+		t.Parallel()
 		console, exited := secureVM(t, append(usbCD(t, unsignedISO(t), ""), "-nic", "none")...)
 		opt := awaitConsole(t, console, exited, firmwareRefusal, 2*time.Minute)
 		if !strings.Contains(opt, "USB") {

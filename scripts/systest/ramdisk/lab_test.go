@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/lib/bootmedia"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
@@ -40,6 +42,9 @@ const (
 	ovmfSecureVars = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
 	unsignedGRUB   = "/usr/lib/grub/x86_64-efi/monolithic/gcdx64.efi"
 )
+
+// ansiEscape matches a terminal escape (firmware menus print them).
+var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[a-zA-Z]`)
 
 // labOptions says what a lab runs. The zero value is a coordinator with a
 // 3-minute WAIT timeout (a ramdisk under TCG on a loaded 2-core machine:
@@ -511,4 +516,26 @@ func startVM(t *testing.T, s vmSpec) (string, <-chan struct{}) {
 		}
 	})
 	return s.Console, done
+}
+
+// usbCD is QEMU's arguments for an image as a BMC's virtual media: a USB
+// CD-ROM on an xHCI controller, the first boot device; and, when params
+// is not "", the boot parameters medium as a read-only USB stick.
+func usbCD(t *testing.T, iso, params string) []string {
+	args := []string{"-device", "qemu-xhci,id=xhci",
+		"-drive", "if=none,id=cd0,media=cdrom,format=raw,readonly=on,file=" + iso,
+		"-device", "usb-bot,id=bot0,bus=xhci.0", "-device", "scsi-cd,bus=bot0.0,drive=cd0,bootindex=0"}
+	if params != "" {
+		p := filepath.Join(t.TempDir(), "params.iso")
+		img, err := bootmedia.ParamsImage(params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, img, 0o444); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-drive", "if=none,id=p0,format=raw,readonly=on,file="+p,
+			"-device", "usb-storage,bus=xhci.0,drive=p0,removable=on")
+	}
+	return args
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/bmedge/bmedge/agent/netboot"
 	"github.com/bmedge/bmedge/agent/netboot/labnet"
-	"github.com/bmedge/bmedge/lib/bootmedia"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
@@ -23,7 +22,6 @@ import (
 // console when Secure Boot refuses a boot option's image.
 var firmwareRefusal = regexp.MustCompile(`BdsDxe: failed to load (Boot[0-9A-F]{4} "[^"]*")[^\n]*: Access Denied`)
 
-var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[a-zA-Z]`)
 
 // secureBootRamdisk is the folder of scripts/build-ramdisk.sh's output:
 // build/ramdisk, or BM_RAMDISK_DIR (a build of one's own). It skips (fails
@@ -64,28 +62,6 @@ func secureBootRamdisk(t *testing.T) string {
 func secureVM(t *testing.T, args ...string) (string, <-chan struct{}) {
 	t.Helper()
 	return startVM(t, vmSpec{Firmware: ovmfSecureCode, Args: append([]string{"-device", "virtio-rng-pci"}, args...)})
-}
-
-// usbCD is QEMU's arguments for an image as a BMC's virtual media: a USB
-// CD-ROM on an xHCI controller, the first boot device; and, when params
-// is not "", the boot parameters medium as a read-only USB stick.
-func usbCD(t *testing.T, iso, params string) []string {
-	args := []string{"-device", "qemu-xhci,id=xhci",
-		"-drive", "if=none,id=cd0,media=cdrom,format=raw,readonly=on,file=" + iso,
-		"-device", "usb-bot,id=bot0,bus=xhci.0", "-device", "scsi-cd,bus=bot0.0,drive=cd0,bootindex=0"}
-	if params != "" {
-		p := filepath.Join(t.TempDir(), "params.iso")
-		img, err := bootmedia.ParamsImage(params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, img, 0o444); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "-drive", "if=none,id=p0,format=raw,readonly=on,file="+p,
-			"-device", "usb-storage,bus=xhci.0,drive=p0,removable=on")
-	}
-	return args
 }
 
 // awaitConsole waits until the console matches re, QEMU exits, or the

@@ -22,7 +22,6 @@ import (
 // console when Secure Boot refuses a boot option's image.
 var firmwareRefusal = regexp.MustCompile(`BdsDxe: failed to load (Boot[0-9A-F]{4} "[^"]*")[^\n]*: Access Denied`)
 
-
 // secureBootRamdisk is the folder of scripts/build-ramdisk.sh's output:
 // build/ramdisk, or BM_RAMDISK_DIR (a build of one's own). It skips (fails
 // under make test) when the ramdisk, its Secure Boot chain or the

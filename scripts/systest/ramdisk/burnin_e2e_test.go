@@ -156,6 +156,7 @@ func TestQEMUBurnInEraseVerify(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU three times")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd})
 	cl := l.cl

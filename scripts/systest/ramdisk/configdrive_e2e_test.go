@@ -172,6 +172,7 @@ func TestQEMUConfigDrive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU several times")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	needCmd(t, "sfdisk", "fdisk")
 	needCmd(t, "xorriso", "xorriso")

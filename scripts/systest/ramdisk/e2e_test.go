@@ -84,6 +84,7 @@ func TestQEMURamdisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU several times")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	dir := t.TempDir()
 	diskPath := filepath.Join(dir, "disk.raw")

@@ -95,6 +95,7 @@ func TestQEMURamdiskISO(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU four times")
 	}
+	t.Parallel()
 	iso := needISO(t)
 	if _, err := os.Stat(ovmfFirmware); err != nil {
 		if os.Getenv("BM_REQUIRE_ALL") == "1" {

@@ -36,6 +36,7 @@ func TestRedfishQEMUPlanSurvivesAgentKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
+	t.Parallel()
 	iso := needISO(t)
 	bin := buildAgentBinary(t)
 	vmDir := vmDir(t, "pkvm")

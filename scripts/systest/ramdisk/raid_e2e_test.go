@@ -108,6 +108,7 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU five times")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	for _, tool := range []string{"mdadm", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {

@@ -47,6 +47,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU several times")
 	}
+	t.Parallel()
 	iso := needISO(t)
 	vmDir := vmDir(t, "rfvm")
 	diskPath := filepath.Join(vmDir, "disk.raw")

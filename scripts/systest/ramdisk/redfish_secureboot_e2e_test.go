@@ -27,6 +27,7 @@ func TestQEMURedfishSecureBoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
+	t.Parallel()
 	dir := secureBootRamdisk(t)
 	iso := filepath.Join(dir, "bmramdisk.iso")
 	vmDir := vmDir(t, "rfsb")

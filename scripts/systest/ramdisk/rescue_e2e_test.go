@@ -63,6 +63,7 @@ func TestRescueLogin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU twice")
 	}
+	t.Parallel()
 	iso := needISO(t)
 	needTool(t, "ssh")
 	sshpass := needTool(t, "sshpass")

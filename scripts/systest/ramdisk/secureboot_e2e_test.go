@@ -132,6 +132,7 @@ func TestQEMUSecureBootISO(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU twice")
 	}
+	t.Parallel()
 	dir := secureBootRamdisk(t)
 	t.Run("signed", func(t *testing.T) {
 		t.Parallel()

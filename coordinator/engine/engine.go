@@ -484,7 +484,7 @@ func phaseOf(n *fsm.Node) string {
 	if n.Op == nil {
 		return ""
 	}
-	return n.Op.Phase
+	return string(n.Op.Phase)
 }
 
 // apply records the machine's output for n in the batch. Every change to
@@ -886,7 +886,7 @@ func (e *Engine) forgetAuth(nodeUUID string) {
 // withCredential replaces a boot command's nonce by the boot's credential,
 // on a copy: the stored command keeps only the nonce.
 func (e *Engine) withCredential(m *protocol.Message) *protocol.Message {
-	nonce, _ := m.Args[protocol.ArgBootNonce].(string)
+	nonce := protocol.PowerArgsOf(m.Args).BootNonce
 	if nonce == "" {
 		return m
 	}

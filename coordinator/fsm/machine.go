@@ -308,19 +308,7 @@ func eventType(op *Operation) string {
 	if op == nil {
 		return "power"
 	}
-	switch op.Phase {
-	case "clean":
-		return "cleaning"
-	case "deploy":
-		return "deployment"
-	case "inspect":
-		return "inspection"
-	case "verify":
-		return "verification"
-	case "service", "service_abort":
-		return "servicing"
-	}
-	return op.Phase
+	return op.Phase.Info().EventType
 }
 
 // withdrawToken ends the ramdisk boot: its agent token and its MQTT
@@ -354,7 +342,7 @@ func describe(n *Node, a *Action) string {
 	case ActOOB:
 		if a.Action == protocol.ActionPower {
 			// "power on", "power off", "rebooted" → "power on", "power off", "reboot".
-			switch st := fmt.Sprint(a.Args["state"]); {
+			switch st := protocol.PowerArgsOf(a.Args).State; {
 			case st == protocol.PowerReboot:
 				return "reboot"
 			case st == protocol.PowerSoftReboot:
@@ -366,7 +354,7 @@ func describe(n *Node, a *Action) string {
 			}
 		}
 		if a.Action == protocol.ActionBootDev {
-			return fmt.Sprintf("setting boot device %v", a.Args["device"])
+			return "setting boot device " + protocol.BootDeviceArgsOf(a.Args).Device
 		}
 		return "BMC " + a.Action
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/inspectrules"
 	"github.com/bmedge/bmedge/coordinator/metrics"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/drivers"
@@ -42,6 +43,9 @@ type Publisher interface {
 type Config struct {
 	DataDir string
 	Machine fsm.Config
+	// BuiltInInspectionRules are the coordinator's built-in inspection
+	// rules (serve's --inspection-rules file), run with the stored ones.
+	BuiltInInspectionRules []inspectrules.Rule
 	// MaxConcurrentClean and MaxConcurrentDeploy cap the nodes in cleaning
 	// (or deleting) and deploying at once; a manual clean, undeploy,
 	// deploy or rebuild over the cap gets 500, as in Ironic (provide is
@@ -169,7 +173,9 @@ type Engine struct {
 	rejects *ratelog.Limiter
 	m       *fsm.Machine
 	st      *store.Store
-	pub     Publisher
+	// rules are the inspection rules (inspectrules.go).
+	rules *inspectrules.Set
+	pub   Publisher
 
 	mu    sync.RWMutex
 	nodes map[string]*fsm.Node
@@ -330,6 +336,10 @@ func New(cfg Config) (*Engine, error) {
 	if !cfg.NoEdgePlans && cfg.Machine.SitePlans == nil {
 		cfg.Machine.SitePlans = e.sitePlans
 		e.cfg.Machine.SitePlans = e.sitePlans
+	}
+	if err := e.openInspectionRules(&cfg); err != nil {
+		st.Close()
+		return nil, err
 	}
 	e.m = fsm.New(cfg.Machine)
 	e.rejects = ratelog.New(cfg.Log, 0)

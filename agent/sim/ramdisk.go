@@ -135,11 +135,13 @@ func (r *simRunner) inventory() map[string]any {
 	memMB := 16384 << (h % 4)
 	diskGB := 480 << (h % 3)
 	mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", (h>>16)&0xff, (h>>8)&0xff, h&0xff)
-	nics := []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true}}
+	// The NICs are QEMU's e1000 (PCI 8086:100e), as the ramdisk reads
+	// vendor and product from sysfs.
+	nics := []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true, "vendor": "0x8086", "product": "0x100e"}}
 	if len(r.opts.MACs) > 0 {
 		nics = nil
 		for i, m := range r.opts.MACs {
-			nics = append(nics, map[string]any{"name": fmt.Sprintf("eth%d", i), "mac_address": m, "has_carrier": true})
+			nics = append(nics, map[string]any{"name": fmt.Sprintf("eth%d", i), "mac_address": m, "has_carrier": true, "vendor": "0x8086", "product": "0x100e"})
 		}
 	}
 	short := r.node

@@ -45,7 +45,7 @@ func (s *Server) registerCatalog(m routeList) {
 // path older than its version is answered: 404 to GET, 405 to the other
 // methods (Ironic's controllers' _route).
 func catalogSinceMethod(res, method string) int {
-	if (res == "/v1/deploy_templates" || res == "/v1/runbooks") && method != http.MethodGet {
+	if (res == "/v1/deploy_templates" || res == "/v1/runbooks" || res == "/v1/inspection_rules") && method != http.MethodGet {
 		return http.StatusMethodNotAllowed
 	}
 	return http.StatusNotFound

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"gopkg.in/yaml.v3"
 )
 
 // MaxRules is the most rules the coordinator keeps (every rule runs on
@@ -61,15 +62,24 @@ func NewSet(rec Records, now func() time.Time, builtIn []Rule) (*Set, error) {
 	return s, err
 }
 
-// ParseBuiltIn reads the built-in rules (a JSON list of rules in the
-// API's shape, as Ironic's [inspection_rules]built_in_rules file): each
+// ParseBuiltIn reads the built-in rules (a YAML or JSON list of rules in
+// the API's shape, Ironic's [inspection_rules]built_in_rules file): each
 // is checked as the API checks a rule, any priority allowed; a rule
 // without a UUID gets Ironic's synthetic one,
 // 00000000-0000-0000-0000-00000000000N.
 func ParseBuiltIn(data []byte) ([]Rule, error) {
+	var y any
+	if err := yaml.Unmarshal(data, &y); err != nil {
+		return nil, fmt.Errorf("built-in inspection rules: not YAML (or JSON): %v", err)
+	}
+	// As the API's JSON: numbers float64, objects map[string]any.
+	j, err := json.Marshal(y)
+	if err != nil {
+		return nil, fmt.Errorf("built-in inspection rules: %v", err)
+	}
 	var docs []map[string]any
-	if err := json.Unmarshal(data, &docs); err != nil {
-		return nil, fmt.Errorf("built-in inspection rules: a JSON list of rules is expected: %v", err)
+	if err := json.Unmarshal(j, &docs); err != nil {
+		return nil, fmt.Errorf("built-in inspection rules: a list of rules is expected: %v", err)
 	}
 	var out []Rule
 	synthetic := 0

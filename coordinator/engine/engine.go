@@ -148,11 +148,15 @@ type Port struct {
 	PortGroupUUID string `json:"portgroup_uuid,omitempty"`
 	// Description (API 1.97), Vendor (1.100) and Category (1.101) are
 	// the operator's, kept and shown as given.
-	Description string     `json:"description,omitempty"`
-	Vendor      string     `json:"vendor,omitempty"`
-	Category    string     `json:"category,omitempty"`
-	CreatedAt   time.Time  `json:"created_at"`
-	UpdatedAt   *time.Time `json:"updated_at"`
+	Description string `json:"description,omitempty"`
+	Vendor      string `json:"vendor,omitempty"`
+	Category    string `json:"category,omitempty"`
+	// LocalLinkConnection is the switch port the NIC is cabled to
+	// (switch_id, port_id, switch_info): the operator's, or filled by
+	// inspection from the LLDP frame the NIC heard (inspectrules.go).
+	LocalLinkConnection map[string]any `json:"local_link_connection,omitempty"`
+	CreatedAt           time.Time      `json:"created_at"`
+	UpdatedAt           *time.Time     `json:"updated_at"`
 }
 
 // Site is a registered edge site.
@@ -539,6 +543,9 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 	}
 	if len(out.Ports) > 0 {
 		t.inspectedPorts(n, out.Ports)
+	}
+	if out.Inventory != nil {
+		t.linkPorts(n, out.Inventory)
 	}
 	t.sends = append(t.sends, out.Send...)
 }

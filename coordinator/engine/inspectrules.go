@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"fmt"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/inspectrules"
 	"github.com/bmedge/bmedge/coordinator/store"
 )
@@ -41,3 +44,38 @@ func (e *Engine) openInspectionRules(cfg *Config) error {
 
 // InspectionRules is the rule set the API reads and changes.
 func (e *Engine) InspectionRules() *inspectrules.Set { return e.rules }
+
+// linkPorts fills the local_link_connection of the node's ports from the
+// LLDP frames its inventory's NICs heard (inspectrules.LinkConnections),
+// as Ironic's local_link_connection hook: only the keys a port does not
+// have; a value the operator set, or an earlier inspection found, stays.
+// The caller holds e.mu (the loop).
+func (t *tx) linkPorts(n *fsm.Node, inv map[string]any) {
+	e := t.e
+	found := inspectrules.LinkConnections(inv)
+	macs := make([]string, 0, len(found))
+	for mac := range found {
+		macs = append(macs, mac)
+	}
+	sort.Strings(macs)
+	for _, mac := range macs {
+		p := e.ports[e.macs[mac]]
+		if p == nil || p.NodeUUID != n.UUID {
+			continue
+		}
+		next, added := inspectrules.FillLink(p.LocalLinkConnection, found[mac])
+		if len(added) == 0 {
+			continue
+		}
+		now := t.now
+		p.LocalLinkConnection, p.UpdatedAt = next, &now
+		t.putPort(p)
+		var kv []string
+		for _, k := range added {
+			kv = append(kv, fmt.Sprintf("%s=%v", k, next[k]))
+		}
+		t.addHistory(n, fsm.HistoryEntry{Time: t.now, Severity: "INFO", EventType: "inspection",
+			Event: fsm.BoundText(fmt.Sprintf("port %s (%s): local_link_connection %s from LLDP", p.UUID, p.Address, strings.Join(kv, ", ")), 0)})
+	}
+	t.forget(n.UUID)
+}

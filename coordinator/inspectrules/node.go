@@ -94,6 +94,15 @@ func DriverCheck(reg *drivers.Registry) Check {
 // when every rule ran: a failed inspection keeps the node as it was.
 func Hook(rules func() []Rule, reg *drivers.Registry) func(n *fsm.Node, inventory, pluginData map[string]any, now time.Time) ([]fsm.HistoryEntry, map[string]any, error) {
 	return func(n *fsm.Node, inventory, pluginData map[string]any, now time.Time) ([]fsm.HistoryEntry, map[string]any, error) {
+		// Ironic's parse_lldp hook runs before the rules, which may read
+		// its plugin_data parsed_lldp.
+		if parsed := ParsedLLDP(inventory); len(parsed) > 0 {
+			pluginData = maps.Clone(pluginData)
+			if pluginData == nil {
+				pluginData = map[string]any{}
+			}
+			pluginData["parsed_lldp"] = parsed
+		}
 		list := rules()
 		if len(list) == 0 {
 			return nil, pluginData, nil

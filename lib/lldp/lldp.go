@@ -320,3 +320,24 @@ func (n Neighbour) LocalLinkConnection() map[string]string {
 	}
 	return out
 }
+
+// Basic is the TLVs of a frame that names a switch port: the chassis ID
+// (a MAC), the port ID (an interface name), a TTL of 120 s, the port
+// description and system name when given (what a simulated switch
+// sends).
+func Basic(chassis net.HardwareAddr, portID, portDescription, systemName string) []TLV {
+	str := func(s string) []byte {
+		if len(s) > MaxValue-1 {
+			s = s[:MaxValue-1]
+		}
+		return []byte(s)
+	}
+	out := []TLV{{TypeChassisID, append([]byte{4}, chassis...)}, {TypePortID, append([]byte{5}, str(portID)...)}, {TypeTTL, []byte{0, 120}}}
+	if portDescription != "" {
+		out = append(out, TLV{TypePortDescription, str(portDescription)})
+	}
+	if systemName != "" {
+		out = append(out, TLV{TypeSystemName, str(systemName)})
+	}
+	return out
+}

@@ -12,7 +12,9 @@ func (a *Agent) handle(topic string, payload []byte) {
 		return
 	}
 	if leaf == "bmc/cmd" && protocol.IsBundle(payload) {
-		a.handleBundle(payload)
+		if a.handleBundle(payload) {
+			a.keepBeforeAck()
+		}
 		return
 	}
 	m, err := protocol.Decode(payload)
@@ -20,10 +22,26 @@ func (a *Agent) handle(topic string, payload []byte) {
 		a.log.Warn("message rejected", "topic", topic, "reason", err)
 		return
 	}
-	a.handleOne(leaf, node, m)
+	if a.handleOne(leaf, node, m) {
+		a.keepBeforeAck()
+	}
 }
 
-func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
+// keepBeforeAck waits until what handling a message queued for the state
+// folder (a plan received) is on disk. handle returns to the MQTT link,
+// which acknowledges the message to the broker: after that the
+// coordinator counts the plan as delivered and does not send its steps
+// again, so a kill must not lose it.
+func (a *Agent) keepBeforeAck() {
+	if err := a.ob.Store().Sync(); err != nil {
+		a.log.Warn("plan not on disk before its acknowledgement", "err", err,
+			"what_happens", "a kill before the next write loses the plan; the coordinator's resends carry its steps")
+	}
+}
+
+// handleOne handles one message; it tells whether the message queued
+// state that must be on disk before it is acknowledged.
+func (a *Agent) handleOne(leaf, node string, m *protocol.Message) (keep bool) {
 	a.markHeard()
 	switch leaf {
 	case "bmc/cmd":
@@ -34,32 +52,35 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) {
 			switch m.Action {
 			case protocol.ActionCacheImage:
 				go a.cacheImageCommand(m)
-				return
+				return false
 			case protocol.ActionForget:
 				a.forget(m.Node)
-				return
+				return false
 			case protocol.ActionEndBoot:
 				a.boot.End(m.Node)
-				return
+				return false
 			}
 			go a.runBMC(m)
 		}
 	case "cmd":
 		if m.Kind == protocol.KindCommand && (m.Action == protocol.ActionPlanRun || m.Action == protocol.ActionPlanStop) {
 			a.planCommand(node, m)
-			return
+			return true
 		}
 		a.relay.FromCoordinator(node, m)
 	}
+	return false
 }
 
 // handleBundle takes a bundle the coordinator sent on the site's bmc/cmd
-// topic: each message is handled as if it had come on its own topic.
-func (a *Agent) handleBundle(payload []byte) {
+// topic: each message is handled as if it had come on its own topic. It
+// tells whether one of them queued state to keep before the bundle's
+// acknowledgement.
+func (a *Agent) handleBundle(payload []byte) (keep bool) {
 	recs, err := protocol.DecodeBundle(a.cfg.Site, payload)
 	if err != nil {
 		a.log.Warn("bundle rejected", "topic", protocol.BMCCmdTopic(a.cfg.Site), "reason", err)
-		return
+		return false
 	}
 	for _, r := range recs {
 		_, node, leaf, _ := protocol.ParseTopic(r.Topic)
@@ -72,8 +93,11 @@ func (a *Agent) handleBundle(payload []byte) {
 			a.log.Warn("message rejected", "topic", r.Topic, "reason", err)
 			continue
 		}
-		a.handleOne(leaf, node, m)
+		if a.handleOne(leaf, node, m) {
+			keep = true
+		}
 	}
+	return keep
 }
 
 // relays tells whether every ramdisk of the site reaches the coordinator

@@ -328,3 +328,47 @@ func TestPlanSilenceBoundAtTheAgent(t *testing.T) {
 		return rec.Index == 1 && rec.Started
 	})
 }
+
+// TestPlanOnDiskBeforeAck: a run_plan is in the state folder when the
+// agent's handler returns, that is before the MQTT link acknowledges it
+// to the broker: from then on the coordinator takes the plan as
+// delivered, and an agent killed right after must find it when it starts
+// again. The same for a bundle of plans.
+func TestPlanOnDiskBeforeAck(t *testing.T) {
+	s := newPlanSite(t, SimOptions{Nodes: 3, StepDuration: time.Hour, Heartbeat: 50 * time.Millisecond})
+	kept := func(node, id string) bool {
+		plans, err := s.a.ob.Store().LoadPlans()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec plan.Record
+		return json.Unmarshal(plans[node], &rec) == nil && rec.ID == id
+	}
+	s.boot("n1", 1)
+	s.send(protocol.NodeCmdTopic("s1", "n1"), &protocol.Message{Kind: protocol.KindCommand, ID: "plan-1", Node: "n1", Action: protocol.ActionPlanRun,
+		Plan: []*protocol.Message{inband("n1", "c1", 2), inband("n1", "c2", 3)}})
+	if !kept("n1", "plan-1") {
+		t.Fatal("the plan was not in the state folder when its message's handler returned (before the acknowledgement)")
+	}
+
+	var recs []protocol.BundleRecord
+	for i, node := range []string{"n2", "n3"} {
+		m := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: "plan-" + node, Site: "s1", Node: node, Action: protocol.ActionPlanRun,
+			Sent: time.Now(), Deadline: time.Now().Add(time.Minute), Plan: []*protocol.Message{inband(node, "d"+node, uint64(2+i))}}
+		b, err := protocol.Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, protocol.BundleRecord{Topic: protocol.NodeCmdTopic("s1", node), Payload: b})
+	}
+	b, err := protocol.EncodeBundle("s1", recs, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.a.handle(protocol.BMCCmdTopic("s1"), b)
+	for _, node := range []string{"n2", "n3"} {
+		if !kept(node, "plan-"+node) {
+			t.Fatalf("%s's plan of the bundle was not in the state folder when the handler returned", node)
+		}
+	}
+}

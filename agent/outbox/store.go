@@ -130,6 +130,9 @@ type storeOp struct {
 	rec *Record
 	key string
 	val []byte
+	// barrier writes nothing: its waiter returns once everything queued
+	// before it is on disk (Sync).
+	barrier bool
 }
 
 // Store writes records with group commit: writes queue up while a
@@ -315,6 +318,23 @@ func (s *Store) PutPlan(node string, plan []byte) {
 	s.enqueue(storeOp{key: planPrefix + node, val: plan}, nil)
 }
 
+// Sync returns once everything queued before it (plans, simulated
+// nodes' states, records) is on disk, or the write failed: the agent
+// calls it before the MQTT acknowledgement of a message whose effect it
+// queued without waiting (a plan received), so that a kill after the
+// acknowledgement cannot lose what the coordinator takes as delivered.
+// One Sync after a bundle of many plans costs one group commit.
+func (s *Store) Sync() error {
+	if s == nil {
+		return nil
+	}
+	ch := make(chan error, 1)
+	if !s.enqueue(storeOp{barrier: true}, ch) {
+		return ErrClosed
+	}
+	return <-ch
+}
+
 // LoadPlans returns the plans kept (node → plan).
 func (s *Store) LoadPlans() (map[string][]byte, error) { return s.loadPrefix(planPrefix) }
 
@@ -492,7 +512,12 @@ func (s *Store) flush() {
 	if len(ops) == 0 {
 		return
 	}
-	err := s.commit(ops)
+	var err error
+	if !allBarriers(ops) {
+		// Barriers alone wait for nothing: the commits before this
+		// one (the writer's, one at a time) hold what came before them.
+		err = s.commit(ops)
+	}
 	if err != nil {
 		s.warn.Warn("outbox write", "writing the outbox to the state folder failed; the results stay in memory and are still sent", "err", err, "writes", len(ops))
 	}
@@ -532,7 +557,19 @@ func (s *Store) commit(ops []storeOp) error {
 	return err
 }
 
+func allBarriers(ops []storeOp) bool {
+	for _, op := range ops {
+		if !op.barrier {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *Store) apply(txn *badger.Txn, op storeOp) error {
+	if op.barrier {
+		return nil
+	}
 	if op.key != "" {
 		s.garbage += int64(len(op.key) + max(len(op.val), 32)) // replaces or deletes the node's previous value, mostly
 		if op.val == nil {

@@ -668,12 +668,23 @@ func (p *Runner) Restore() error {
 			p.cfg.Store.PutPlan(node, nil)
 			continue
 		}
+		// The link is up before Restore runs: a plan the coordinator sent
+		// (or the broker delivered again) may have come in since the
+		// start. It is the newer: it replaces the kept one, as a new
+		// plan replaces a node's plan, and the ended plans add up.
 		p.mu.Lock()
-		p.ended[node] = rec.Ended
+		p.ended[node] = append(rec.Ended, p.ended[node]...)
+		received := p.plans[node]
 		p.mu.Unlock()
 		rec.Ended = nil
 		if rec.ID == "" {
 			continue // ended plans only
+		}
+		if received != nil {
+			if received.rec.ID != rec.ID {
+				p.log.Info("a plan received since the start replaces the kept plan; the kept one is not resumed", "node", node, "plan", rec.ID, "new_plan", received.rec.ID)
+			}
+			continue
 		}
 		r := &run{rec: rec, sign: now}
 		r.mu.Lock()

@@ -483,6 +483,40 @@ func TestRestartResumes(t *testing.T) {
 	})
 }
 
+// TestPlanReceivedBeforeRestore: the link is up before the kept plans
+// are restored, so a plan can arrive first (the coordinator's newer plan,
+// or the broker delivering one again). Restore keeps it: the kept plan
+// of the node is not resumed over it, and the ended plans kept stay
+// known.
+func TestPlanReceivedBeforeRestore(t *testing.T) {
+	st := &memStore{m: map[string][]byte{}}
+	s := newSite(t, st, 0)
+	s.p.Run("n1", planMsg("p1", step("c1", "i", 1), step("c2", "i", 2)))
+	s.p.Result("n1", "c1", true)
+	forN2 := func() *protocol.Message {
+		m := planMsg("q1", step("d1", "i", 1))
+		m.Node, m.Plan[0].Node = "n2", "n2"
+		return m
+	}
+	s.p.Run("n2", forN2())
+	s.p.Result("n2", "d1", true) // q1 ended: kept among n2's ended plans
+	// kill -9, then the restarted agent hears p2 before Restore.
+	s.p = s.runner(0)
+	s.p.Run("n1", planMsg("p2", step("c7", "i", 7), step("c8", "i", 8)))
+	if err := s.p.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	s.want("deliver:c1 deliver:c2 deliver:d1 deliver:c7")
+	if rec, ok := s.p.Get("n1"); !ok || rec.ID != "p2" || rec.Index != 0 {
+		t.Fatalf("after Restore node n1 runs plan %q at step %d, want the received p2 at 0", rec.ID, rec.Index)
+	}
+	s.p.Run("n2", forN2())
+	s.want("deliver:c1 deliver:c2 deliver:d1 deliver:c7")
+	if _, ok := s.p.Get("n2"); ok {
+		t.Fatal("a replayed copy of n2's ended plan ran again after the restart")
+	}
+}
+
 // cfgDeadline is the deadline of node's running step.
 func (p *Runner) cfgDeadline(t *testing.T, node string) time.Time {
 	t.Helper()

@@ -14,7 +14,7 @@ import (
 // repository that a document in docs/ names exists, so that an operator
 // who follows a reference finds it. Checked: relative Markdown link
 // targets; paths under a top-level folder of the repository (agent/,
-// coordinator/, docs/, drivers/, protocol/, ramdisk/, scripts/), a
+// coordinator/, docs/, drivers/, lib/, protocol/, ramdisk/, scripts/), a
 // trailing .Symbol allowed after a package folder; bare file names
 // ending in .go, .md, .sh or .py (some file of that name must exist); and
 // the state machine's scenario files (NN_name.txt). Paths under build/
@@ -27,7 +27,7 @@ func TestDocsCiteOnlyRepositoryFiles(t *testing.T) {
 		t.Fatalf("no docs/*.md found from %s: %v", root, err)
 	}
 	tops := map[string]bool{}
-	for _, d := range []string{"agent", "coordinator", "docs", "drivers", "protocol", "ramdisk", "scripts"} {
+	for _, d := range []string{"agent", "coordinator", "docs", "drivers", "lib", "protocol", "ramdisk", "scripts"} {
 		if st, err := os.Stat(filepath.Join(root, d)); err != nil || !st.IsDir() {
 			t.Fatalf("top-level folder %s missing: %v", d, err)
 		}
@@ -56,7 +56,7 @@ func TestDocsCiteOnlyRepositoryFiles(t *testing.T) {
 
 	var (
 		link     = regexp.MustCompile(`\]\(([^)\s#]+)`)
-		repoPath = regexp.MustCompile(`(^|[^A-Za-z0-9_./:-])((?:agent|coordinator|docs|drivers|protocol|ramdisk|scripts)/[A-Za-z0-9_./@-]*)`)
+		repoPath = regexp.MustCompile(`(^|[^A-Za-z0-9_./:-])((?:agent|coordinator|docs|drivers|lib|protocol|ramdisk|scripts)/[A-Za-z0-9_./@-]*)`)
 		bare     = regexp.MustCompile(`(^|[^A-Za-z0-9_./*-])([A-Za-z][A-Za-z0-9_.-]*\.(?:go|md|sh|py))\b`)
 		scenario = regexp.MustCompile(`\b(\d\d_[a-z0-9_]+\.txt)\b`)
 	)

@@ -185,6 +185,12 @@ func TestInspectionRulesAPI(t *testing.T) {
 	if !strings.Contains(str(got.LastErr), "Failed to inspect hardware. Reason: simulated machines are not welcome") {
 		t.Fatalf("last_error %q", str(got.LastErr))
 	}
+	// A manual clean's inspect_hardware step is no inspection: the rules
+	// do not run (the failing one would fail it).
+	r.api.MustVerb(n, "clean", map[string]any{"clean_steps": []map[string]any{{"interface": "deploy", "step": "inspect_hardware"}}})
+	if got = r.settle(n, ""); got.State != "manageable" || str(got.LastErr) != "" {
+		t.Fatalf("clean with inspect_hardware: %s %q", got.State, str(got.LastErr))
+	}
 }
 
 // historyText is the node's history events, one a line.

@@ -55,3 +55,28 @@ func TestInspectionRulesHook(t *testing.T) {
 		t.Fatalf("failed by a rule: %s, %q, op %v, locked %v", n.ProvisionState, n.LastError, n.Op, n.Locked())
 	}
 }
+
+// TestInspectionRulesHookInBand: the hook runs on an in-band inspection
+// (the ramdisk's inspect_hardware), once, and not during cleaning.
+func TestInspectionRulesHookInBand(t *testing.T) {
+	w := newWorld(t)
+	calls := 0
+	w.m.cfg.InspectionRules = func(n *Node, inv, pd map[string]any, now time.Time) ([]HistoryEntry, map[string]any, error) {
+		calls++
+		n.Traits = []string{"CUSTOM_IN_BAND"}
+		return nil, pd, nil
+	}
+	w.verb(Manage, VerbRequest{})
+	w.want(Manageable)
+	w.verb(Inspect, VerbRequest{})
+	w.want(Manageable)
+	if calls != 1 || len(w.n.Traits) != 1 {
+		t.Fatalf("after an in-band inspection: %d calls, traits %v", calls, w.n.Traits)
+	}
+	// Cleaning (automated, by provide) runs no inspection rule.
+	w.verb(Provide, VerbRequest{})
+	w.want(Available)
+	if calls != 1 {
+		t.Fatalf("the hook ran during cleaning (%d calls)", calls)
+	}
+}

@@ -27,7 +27,8 @@ type Config struct {
 	PriorityOverrides map[string]int
 	Drivers           *drivers.Registry
 	// InspectionRules, when set, runs on every inspection's inventory
-	// once it is applied to the node (in band and out of band): the
+	// once it is applied to the node (in band and out of band; not on
+	// the inspect_hardware step of a manual clean): the
 	// inspection rules (coordinator/inspectrules). It may change the
 	// node, and returns the history to record, the plugin data to store
 	// with the inventory, and an error that fails the inspection.

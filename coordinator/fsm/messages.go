@@ -302,9 +302,10 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 		if !a.Step.InBand {
 			m.takeOOBInspection(n, msg, now, out)
 		}
-		if out.Inventory != nil && m.cfg.InspectionRules != nil {
-			// The inspection rules, in band and out of band alike; one
-			// that fails the inspection ends the operation here.
+		if out.Inventory != nil && m.cfg.InspectionRules != nil && n.Op != nil && n.Op.Phase == "inspect" {
+			// The inspection rules, in band and out of band alike (not
+			// a clean's inspect_hardware step); one that fails the
+			// inspection ends the operation here.
 			h, pd, err := m.cfg.InspectionRules(n, out.Inventory, out.PluginData, now)
 			out.History = append(out.History, h...)
 			if err != nil {

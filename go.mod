@@ -4,6 +4,7 @@ go 1.25.0
 
 require (
 	github.com/bougou/go-ipmi v0.9.1
+	github.com/cockroachdb/datadriven v1.0.2
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/evanphx/json-patch/v5 v5.9.11
@@ -68,6 +69,7 @@ require (
 	github.com/olekukonko/tablewriter v1.0.9 // indirect
 	github.com/peterh/liner v1.2.2 // indirect
 	github.com/pierrec/lz4/v4 v4.1.22 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/prometheus/common v0.66.1 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
 	github.com/rivo/uniseg v0.4.4 // indirect

@@ -173,15 +173,15 @@ func InbandCleanSteps() []Step { return slices.Clone(inbandCleanSteps()) }
 var inbandCleanSteps = sync.OnceValue(func() []Step {
 	return append([]Step{
 		{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true, RequiresRamdisk: true},
-		{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true, RequiresRamdisk: true, ArgsInfo: eraseDeviceArgs},
-		{Interface: "deploy", Step: "inspect_hardware", Priority: 0, Abortable: true, RequiresRamdisk: true},
+		{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromDriverInfo}, ArgsInfo: eraseDeviceArgs},
+		{Interface: "deploy", Step: "inspect_hardware", Priority: 0, Abortable: true, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromRootDevice}},
 	}, inbandMoreCleanSteps()...)
 })
 
 // InbandDeploySteps are the in-band deploy steps of a standard ramdisk.
 func InbandDeploySteps() []Step {
 	return []Step{
-		{Interface: "deploy", Step: "write_image", Priority: 80, Abortable: false, RequiresRamdisk: true},
+		{Interface: "deploy", Step: "write_image", Priority: 80, Abortable: false, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromImage, FromConfigDrive, FromRootDevice}},
 		inbandRAIDApply(),
 	}
 }

@@ -59,7 +59,7 @@ func redfishRAIDApply() Step {
 const redfishRAIDNeeds = "Redfish Storage with Drives and a Volumes collection that takes POST and DELETE"
 
 func redfishRAIDCreate() Step {
-	return Step{Interface: "raid", Step: "create_configuration", Priority: 0, Abortable: false,
+	return Step{Interface: "raid", Step: "create_configuration", Priority: 0, Abortable: false, ArgsFrom: []ArgSource{FromTargetRAID},
 		ArgsInfo: map[string]ArgInfo{
 			ArgRaidCreateRoot:    {Description: "false: do not create the root volume (the logical disk with is_root_volume) of target_raid_config; default true"},
 			ArgRaidCreateNonroot: {Description: "false: create only the root volume of target_raid_config; default true"},

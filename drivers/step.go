@@ -57,6 +57,50 @@ type Step struct {
 	// Refused, when set, is why the step cannot run here (what is
 	// missing); a manual clean that names it is refused at once with it.
 	Refused string `json:"-"`
+	// ArgsFrom are where the coordinator takes the step's arguments
+	// from besides the step's own args, filled in the order of
+	// ArgSources (coordinator/fsm's stepArgs); not part of the API.
+	ArgsFrom []ArgSource `json:"-"`
+}
+
+// ArgSource names where a step's arguments come from besides its args.
+type ArgSource string
+
+// Argument sources, in the order they are filled.
+const (
+	// FromRescueHash: the args are the rescue password's hash, marked as
+	// one (Ironic's agent_client), and nothing else.
+	FromRescueHash ArgSource = "rescue_hash"
+	// FromImage: instance_info's image (image_source, its checksum and
+	// disk format, root_device) under the step's args, and the
+	// operator's rule on md5 and sha1 checksums, never a step's.
+	FromImage ArgSource = "image"
+	// FromConfigDrive: the deploy's config drive (configdrive).
+	FromConfigDrive ArgSource = "configdrive"
+	// FromRootDevice: the root device hints of the node's properties
+	// (root_device), unless the args set them.
+	FromRootDevice ArgSource = "root_device"
+	// FromDriverInfo: a declared argument the args leave unset is taken
+	// from the node's driver_info when set there (IPA's habit:
+	// agent_burnin_*, agent_erase_* live in driver_info).
+	FromDriverInfo ArgSource = "driver_info"
+	// FromProperties: the node's properties the step checks
+	// (ArgNodeProperties: root_device and VerifiedProperties).
+	FromProperties ArgSource = "node_properties"
+	// FromTargetRAID: the node's target_raid_config (ArgTargetRaidConfig).
+	FromTargetRAID ArgSource = "target_raid_config"
+	// FromBurninPair: the network burn-in pairing the coordinator
+	// derives for the node and its partner.
+	FromBurninPair ArgSource = "burnin_pair"
+)
+
+// ArgSources are the argument sources in the order they are filled.
+var ArgSources = []ArgSource{FromRescueHash, FromImage, FromConfigDrive, FromRootDevice, FromDriverInfo, FromProperties, FromTargetRAID, FromBurninPair}
+
+// InbandRescueSteps are the steps of the rescue ramdisk's setup, which
+// the rescue plan runs (they are in no step list).
+func InbandRescueSteps() []Step {
+	return []Step{{Interface: "rescue", Step: "finalize_rescue", Priority: 0, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromRescueHash}}}
 }
 
 // Name is "interface.step", the way operators and logs name a step.
@@ -181,7 +225,7 @@ var eraseDeviceArgs = map[string]ArgInfo{
 // pstore, hardware verification.
 func inbandMoreCleanSteps() []Step {
 	return []Step{
-		{Interface: "deploy", Step: "erase_devices_express", Priority: 0, Abortable: true, RequiresRamdisk: true,
+		{Interface: "deploy", Step: "erase_devices_express", Priority: 0, Abortable: true, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromDriverInfo},
 			ArgsInfo: map[string]ArgInfo{
 				ArgContinueIfSecureEraseFail: {Description: "true: a device with no hardware erase (or whose hardware erase fails) gets its metadata erased instead (IPA's express fallback); default false: the step fails naming the device"},
 				ArgEnableNVMeSecureErase:     eraseDeviceArgs[ArgEnableNVMeSecureErase],
@@ -191,14 +235,14 @@ func inbandMoreCleanSteps() []Step {
 				"A device with neither fails the step naming it and the fallback argument. Read-only devices, virtual media and removable devices are skipped and listed in the result, as IPA's express erase does."},
 		{Interface: "deploy", Step: "erase_pstore", Priority: 0, Abortable: true, RequiresRamdisk: true,
 			Doc: "Removes the kernel's persistent crash records (pstore: EFI variables, ERST, ramoops) that a previous tenant's kernel left; the result lists what was removed."},
-		{Interface: "deploy", Step: "burnin_cpu", Priority: 0, Abortable: true, RequiresRamdisk: true,
+		{Interface: "deploy", Step: "burnin_cpu", Priority: 0, Abortable: true, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromDriverInfo},
 			ArgsInfo: map[string]ArgInfo{
 				ArgBurninCPUTimeout: {Description: "seconds to run; default 86400 (24 h, IPA's); also read from driver_info"},
 				ArgBurninCPUWorkers: {Description: "workers (one per CPU each); 0 (default) means one per online CPU; also read from driver_info"},
 			},
 			Doc: "Loads every CPU with a compute loop (SHA-256 chains recomputed and compared across workers) for the duration; a wrong result fails the step. " +
 				"The result has the operations per second per worker and the errors found."},
-		{Interface: "deploy", Step: "burnin_memory", Priority: 0, Abortable: true, RequiresRamdisk: true,
+		{Interface: "deploy", Step: "burnin_memory", Priority: 0, Abortable: true, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromDriverInfo},
 			ArgsInfo: map[string]ArgInfo{
 				ArgBurninVMTimeout: {Description: "seconds to run; default 86400 (24 h, IPA's); also read from driver_info"},
 				ArgBurninVMWorkers: {Description: "workers sharing the tested memory; 0 (default) means one per online CPU; also read from driver_info"},
@@ -206,7 +250,7 @@ func inbandMoreCleanSteps() []Step {
 			},
 			Doc: "Writes patterns (address-derived, walking ones, inverted) over a bounded share of the free memory and reads them back, again and again for the duration; a mismatch fails the step naming the offset. " +
 				"The result has the bytes checked, MB/s and errors found."},
-		{Interface: "deploy", Step: "burnin_disk", Priority: 0, Abortable: true, RequiresRamdisk: true,
+		{Interface: "deploy", Step: "burnin_disk", Priority: 0, Abortable: true, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromDriverInfo},
 			ArgsInfo: map[string]ArgInfo{
 				ArgBurninDiskRuntime:  {Description: "seconds to run; 0 (default) means run agent_burnin_fio_disk_loops full passes instead; also read from driver_info"},
 				ArgBurninDiskLoops:    {Description: "full write-read-verify passes over each disk when the runtime is 0; default 4; also read from driver_info"},
@@ -215,7 +259,7 @@ func inbandMoreCleanSteps() []Step {
 			},
 			Doc: "Destructive: writes a checksummed pattern over each disk with O_DIRECT, reads it back and verifies it, all disks at once, for the duration or number of passes. " +
 				"An I/O error or a mismatch fails the step with a last_error naming the device and offset. The result has MB/s written and read, bytes verified and errors per device."},
-		{Interface: "deploy", Step: "burnin_network", Priority: 0, Abortable: true, RequiresRamdisk: true,
+		{Interface: "deploy", Step: "burnin_network", Priority: 0, Abortable: true, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromDriverInfo, FromBurninPair},
 			ArgsInfo: map[string]ArgInfo{
 				ArgBurninNetworkRuntime: {Description: "seconds each direction runs; default 21600 (IPA's); also read from driver_info"},
 				ArgBurninNetworkConfig: {Description: "the pairing, required: {\"role\": \"writer\"|\"reader\", \"partner\": \"HOST:PORT\", \"partner_node\": \"NODE\"}; " +
@@ -226,13 +270,13 @@ func inbandMoreCleanSteps() []Step {
 			Doc: "Network burn-in between two nodes of a site, cleaned at the same time (IPA's writer/reader pairing, Go-native instead of fio): the writer listens on port 9000, the reader connects to it, " +
 				"both prove they hold the key the coordinator derived for the pair (challenge-response with fresh nonces), then the writer streams a checksummed pattern for the runtime and the direction swaps on the same connection. " +
 				"A corrupted or missing block fails the step; a pairing mismatch or a partner that never answers fails it naming the partner. The result has MB/s and bytes each way, the errors and the partner."},
-		{Interface: "deploy", Step: "verify_hardware", Priority: 0, Abortable: true, RequiresRamdisk: true,
+		{Interface: "deploy", Step: "verify_hardware", Priority: 0, Abortable: true, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromDriverInfo, FromProperties},
 			ArgsInfo: map[string]ArgInfo{
 				ArgMemoryTolerance: {Description: "how far (in percent) the memory found may be below or above properties/memory_mb; default 5 (the kernel reserves some memory)"},
 			},
 			Doc: "Collects the inventory and checks it against the node's properties cpus, cpu_arch, memory_mb and local_gb (the root disk, with the node's root_device hints); " +
 				"a difference fails the step naming the property, the expected and the found value. Properties that are not set are not checked; none set fails the step."},
-		{Interface: "raid", Step: "create_configuration", Priority: 0, Abortable: false, RequiresRamdisk: true,
+		{Interface: "raid", Step: "create_configuration", Priority: 0, Abortable: false, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromDriverInfo, FromTargetRAID},
 			ArgsInfo: map[string]ArgInfo{
 				ArgRaidCreateRoot:    {Description: "false: do not create the root volume (the logical disk with is_root_volume) of target_raid_config; default true"},
 				ArgRaidCreateNonroot: {Description: "false: create only the root volume of target_raid_config; default true"},
@@ -251,7 +295,7 @@ func inbandMoreCleanSteps() []Step {
 // inbandRAIDApply is the ramdisk's raid.apply_configuration, a clean and
 // a deploy step (Ironic's AgentRAID): software RAID from its argument.
 func inbandRAIDApply() Step {
-	return Step{Interface: "raid", Step: "apply_configuration", Priority: 0, Abortable: false, RequiresRamdisk: true,
+	return Step{Interface: "raid", Step: "apply_configuration", Priority: 0, Abortable: false, RequiresRamdisk: true, ArgsFrom: []ArgSource{FromDriverInfo},
 		ArgsInfo: map[string]ArgInfo{
 			ArgRaidConfig:        {Required: true, Description: "The RAID configuration to apply: {\"logical_disks\": [...]} in target_raid_config's schema, every logical disk with \"controller\": \"software\""},
 			ArgDeleteExisting:    {Description: "true (default): delete every software RAID array first, as raid.delete_configuration; false: the disks must hold no partitions"},

@@ -439,10 +439,19 @@ func (s *Server) getStates(w http.ResponseWriter, r *http.Request) {
 // the node's whole plan is rewritten with every change of the node.
 const MaxStepsPerRequest = 100
 
-// verbSince are the provision verbs that Ironic refuses (406) below a
-// version (its MIN_VERB_VERSIONS).
-var verbSince = map[string]int{"manage": 4, "provide": 4, "inspect": 6, "abort": 13, "clean": 15, "adopt": 17,
-	"rescue": 38, "unrescue": 38, "deploy": 73, "undeploy": 73, "unhold": 85, "service": 87}
+// ironicOnlySince are the provision targets Ironic has and this
+// coordinator does not (a verb's own version is its row's Since), with
+// the version below which Ironic refuses them (406), as its
+// MIN_VERB_VERSIONS: from it on they are refused as unknown targets.
+var ironicOnlySince = map[string]int{"adopt": 17, "deploy": 73, "undeploy": 73}
+
+// verbSince is the version from which Ironic takes target v.
+func verbSince(v string) int {
+	if row, ok := fsm.VerbInfo(fsm.Event(v)); ok {
+		return row.Since
+	}
+	return ironicOnlySince[v]
+}
 
 func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	var body struct {
@@ -462,12 +471,13 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 400, "Mandatory field missing: target")
 		return
 	}
-	if since := verbSince[body.Target]; apiMinor(r) < since {
+	if since := verbSince(body.Target); apiMinor(r) < since {
 		writeErr(w, tooNew("the provision verb "+shortQuote(body.Target), since, apiMinor(r)))
 		return
 	}
 	req := fsm.VerbRequest{Verb: fsm.Event(body.Target)}
-	if !fsm.IsVerb(req.Verb) {
+	row, isVerb := fsm.VerbInfo(req.Verb)
+	if !isVerb {
 		// Ironic's answers, in its order (a locked node is 409 first),
 		// with this API's hint after.
 		var uuid, state, holder string
@@ -481,7 +491,7 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 			writeError(w, 409, fmt.Sprintf("Node %s is locked by host %s, please retry after the current operation is completed.", uuid, holder))
 			return
 		}
-		writeError(w, 400, fmt.Sprintf("The requested action %q can not be performed on node %q while it is in state %q. %s is not a valid provision target; valid targets: manage, inspect, clean, provide, active, rebuild, rescue, unrescue, deleted, abort, service, unhold", body.Target, uuid, state, shortQuote(body.Target)))
+		writeError(w, 400, fmt.Sprintf("The requested action %q can not be performed on node %q while it is in state %q. %s is not a valid provision target; valid targets: %s", body.Target, uuid, state, shortQuote(body.Target), fsm.VerbTargets()))
 		return
 	}
 	for _, x := range []struct {
@@ -507,11 +517,11 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	if !s.runbookRequest(w, r, &req, body.Runbook) {
 		return
 	}
-	if len(req.CleanSteps) > 0 && req.Verb != fsm.Clean {
+	if len(req.CleanSteps) > 0 && row.Steps != fsm.StepsClean {
 		writeError(w, 400, fmt.Sprintf("clean_steps is only valid with target \"clean\", not %q", body.Target))
 		return
 	}
-	if len(req.ServiceSteps) > 0 && req.Verb != fsm.Service {
+	if len(req.ServiceSteps) > 0 && row.Steps != fsm.StepsService {
 		// Ironic's words.
 		writeError(w, 400, fmt.Sprintf("\"service_steps\" is only valid when setting target provision state to service, not %q", body.Target))
 		return

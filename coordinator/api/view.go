@@ -190,14 +190,15 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		if at >= 0 {
 			index = at
 		}
-		if n.Op.Phase == "deploy" {
+		switch n.Op.Phase.Info().Steps {
+		case fsm.StepsDeploy:
 			internal.DeploySteps, internal.DeployStepIndex = steps, index
-		} else if n.Op.Phase == "service" {
+		case fsm.StepsService:
 			internal.ServiceSteps, internal.ServiceStepIndex = steps, index
-		} else {
+		default:
 			internal.CleanSteps, internal.CleanStepIndex = steps, index
 		}
-		internal.Operation = n.Op.Phase
+		internal.Operation = string(n.Op.Phase)
 		internal.AbortAfter = n.Op.AbortAfter
 	}
 	if n.Pending != nil {

@@ -11,12 +11,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/spf13/cobra"
 )
 
 // verb is a provision verb: its command, the API's target and where it
-// goes. The node command's help and docs/cli.md are made from this list.
+// goes, read from the verb's row of the lifecycle's verb table
+// (coordinator/fsm). The node command's help and docs/cli.md are made
+// from them.
 type verb struct {
 	name, target, short string
 	args                string // flags it needs, for the table
@@ -24,64 +27,14 @@ type verb struct {
 	long                string
 }
 
-var verbs = []verb{
-	{name: "manage", target: "manage", short: "Verify a node's BMC and make it manageable",
-		from: "enroll (verifies the BMC), available, clean failed, inspect failed", to: "manageable",
-		long: "From enroll, manage verifies the BMC with the driver_info: a BMC that refuses the credentials\nsends the node back to enroll with the BMC's answer in last_error."},
-	{name: "inspect", target: "inspect", short: "Boot the ramdisk and fill the node's properties from its hardware",
-		from: "manageable, inspect failed", to: "manageable, properties from the inventory",
-		long: "The ramdisk boots and reports the hardware inventory ('node inventory NODE');\nproperties such as cpus, memory_mb and local_gb are filled from it."},
-	{name: "provide", target: "provide", short: "Make a node available, through automated cleaning",
-		from: "manageable, clean failed", to: "available (automated cleaning)",
-		long: "Automated cleaning runs the clean steps of priority above 0 ('node steps NODE --min-priority 1')\nunless serve runs with --automated-clean=false. A retired node cannot be provided (409)."},
-	{name: "clean", target: "clean", short: "Run manual clean steps on a manageable node", args: " --clean-steps FILE|-",
-		from: "manageable", to: "manageable",
-		long: `A clean steps file is Ironic's list: [{"interface": "deploy", "step": "erase_devices_metadata",
-"args": {}}], run in order. Every step and argument is checked before anything runs; a bad
-list leaves the node in clean failed with a last_error that names the step and the argument.
-The reserved step {"interface": "deploy", "step": "hold"} stops the node there in clean hold
-(its ramdisk kept running, no timeout) until 'node unhold NODE' or 'node abort NODE'.`},
-	{name: "deploy", target: "active", short: "Write the image of instance_info to a node and boot it",
-		from: "available (needs instance_info/image_source)", to: "active",
-		long: "Set the image first: node set NODE --instance-info image_source=URL --instance-info image_checksum=sha256:HEX."},
-	{name: "rebuild", target: "rebuild", short: "Write the image again on a deployed node",
-		from: "active, deploy failed, error", to: "active"},
-	{name: "rescue", target: "rescue", short: "Boot a deployed node into the rescue ramdisk", args: " --rescue-password PW",
-		from: "active, rescue, rescue failed, service failed", to: "rescue"},
-	{name: "unrescue", target: "unrescue", short: "Boot a rescued node back into its instance",
-		from: "rescue, unrescue failed", to: "active"},
-	{name: "undeploy", target: "deleted", short: "Take a node's instance away and clean it",
-		from: "active, rescue, wait call-back, deploy failed, error, rescue failed, unrescue failed, service wait, service failed",
-		to:   "available (manageable if retired), through cleaning"},
-	{name: "service", target: "service", short: "Run service steps on a deployed node, keeping its instance", args: " --service-steps FILE|-",
-		from: "active, service failed (maintenance unset)", to: "active",
-		long: `Changes a running server without re-imaging it (Ironic API 1.87). A service steps file is
-Ironic's list, run in order: [{"interface": "bios", "step": "apply_configuration",
-"args": {"settings": [{"name": "ProcTurboMode", "value": "Disabled"}]}}]. Every step and
-argument is checked before anything runs; a bad list leaves the node in service failed with a
-last_error that names the step and the argument. Out-of-band steps (bios, management) run
-through the site's edge agent with no reboot; an in-band step boots the ramdisk (service wait)
-and then the instance again. Steps that erase or rewrite the instance's disk (erase_devices,
-erase_devices_metadata, write_image) are refused (400). A step that fails leaves the node in
-service failed and in maintenance: unset maintenance, then service again, rescue, undeploy or
-abort (back to active). The step {"interface": "deploy", "step": "hold"} stops the node in
-service hold until 'node unhold NODE', 'node abort NODE' (back to active) or service again.`},
-	{name: "unhold", target: "unhold", short: "Release a node that a hold step stopped, going on with its next step",
-		from: "clean hold, deploy hold, service hold", to: "where the held operation was going",
-		long: `A hold step ({"interface": "deploy", "step": "hold"} in clean steps, service steps or deploy
-steps) stops a node in clean hold, deploy hold or service hold: unlocked, with no timeout,
-its ramdisk (if booted) kept running, so that the operator can look at it. unhold (Ironic API
-1.85) takes it back to its WAIT state and on with the step after the hold; abort stops the
-operation instead. With --wait, unhold follows the node until it rests, or until another
-hold step stops it.`},
-	{name: "abort", target: "abort", short: "Stop a node's operation where it waits",
-		from: "clean wait, inspect wait, rescue wait, wait call-back, service wait, clean hold, deploy hold, service hold, service failed",
-		to:   "the matching failed state (active from service wait, service hold and service failed)",
-		long: `Abort during an abortable step fails the node at once ("aborted by request during step X");
-during a step that cannot be aborted (write_image) the node fails as soon as the step ends.
-Abort in service wait, as Ironic's, fails the service and boots the node back into its
-instance, in active with last_error saying it was aborted.`},
-}
+// verbs are the verb table's rows, in its order.
+var verbs = func() []verb {
+	var out []verb
+	for _, r := range fsm.VerbSpecs() {
+		out = append(out, verb{name: r.CLI, target: string(r.Verb), short: r.Short, args: r.CLIArgs, from: r.From(), to: r.To, long: r.Long})
+	}
+	return out
+}()
 
 // verbOf returns the CLI verb of an API target ("deleted" is undeploy).
 func verbOf(target string) string {

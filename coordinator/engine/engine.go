@@ -498,7 +498,7 @@ func phaseOf(n *fsm.Node) string {
 	if n.Op == nil {
 		return ""
 	}
-	return n.Op.Phase
+	return string(n.Op.Phase)
 }
 
 // apply records the machine's output for n in the batch. Every change to

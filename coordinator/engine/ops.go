@@ -269,7 +269,7 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 			// The deploy templates its instance_info traits name.
 			req.Templates = e.templatesNamed(fsm.InstanceTraits(n))
 		}
-		if r := e.m.CheckVerb(n, req); r != nil {
+		if r := e.m.CheckVerb(n, req); r != nil { // the one check of the request
 			return refused(r)
 		}
 		if req.Verb == fsm.Clean {
@@ -278,28 +278,13 @@ func (e *Engine) Verb(ident string, req fsm.VerbRequest) (err error) {
 			}
 		}
 		// Ironic's concurrent action limits: a 500 (not a 503, which
-		// its clients retry), and provide is not limited.
-		switch req.Verb {
-		case fsm.Clean, fsm.Undeploy:
-			if e.phaseCount["clean"]+e.phaseCount["delete"] >= e.cfg.MaxConcurrentClean {
-				what := map[fsm.Event]string{fsm.Clean: "cleaning", fsm.Undeploy: "unprovisioning"}[req.Verb]
-				return errorf(Internal, "Unable to process request at this time. The concurrent action limit for %s has been reached. Please contact your administrator and try again later. (%d nodes are cleaning: max_concurrent_clean)", what, e.cfg.MaxConcurrentClean)
-			}
-		case fsm.Deploy, fsm.Rebuild:
-			if e.phaseCount["deploy"] >= e.cfg.MaxConcurrentDeploy {
-				return errorf(Internal, "Unable to process request at this time. The concurrent action limit for provisioning has been reached. Please contact your administrator and try again later. (%d nodes are deploying: max_concurrent_deploy)", e.cfg.MaxConcurrentDeploy)
-			}
+		// its clients retry).
+		if msg, ok := fsm.Capacity(req.Verb, func(p fsm.Phase) int { return e.phaseCount[string(p)] },
+			fsm.Limits{MaxConcurrentClean: e.cfg.MaxConcurrentClean, MaxConcurrentDeploy: e.cfg.MaxConcurrentDeploy}); !ok {
+			return errorf(Internal, "%s", msg)
 		}
-		var refusal *fsm.Refusal
 		idle, from := n.Op == nil, len(t.sends)
-		t.run(n, func() fsm.Output {
-			out, r := e.m.Verb(n, req, t.now)
-			refusal = r
-			return out
-		})
-		if refusal != nil {
-			return refused(refusal)
-		}
+		t.run(n, func() fsm.Output { return e.m.Start(n, req, t.now) })
 		if req.Verb == fsm.Undeploy {
 			// As Ironic's tear down: the node's allocation goes, and
 			// its instance_uuid with it.

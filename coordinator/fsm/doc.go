@@ -70,5 +70,45 @@ func Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", s, kind, verbList(Allowed(s)), yes(UpdateAllowed(s)), yes(DeleteAllowed(s)))
 	}
 	b.WriteString("\nVerb names as the CLI spells them: `deploy` is the target `active`, `undeploy` is `deleted`.\n")
+	b.WriteString("\n## Verbs\n\n")
+	b.WriteString("One row per verb (coordinator/fsm/verbtable.go), read by the API (its valid targets and\n")
+	b.WriteString("versions), the CLI (its commands, from and to) and the engine (the one check of a request,\n")
+	b.WriteString("the capacity check, the start). *API* is the version from which the verb is taken (HTTP 406\n")
+	b.WriteString("below); *maintenance* names the operation refused for a node in maintenance (\"starts\": the\n")
+	b.WriteString("verb starts and the node pauses at its WAIT state); *ramdisk* says whether the verb boots the\n")
+	b.WriteString("ramdisk; *steps* the step list the request carries; *cap* the concurrency cap that limits it.\n\n")
+	b.WriteString("| verb | CLI | API | from | phase | steps | maintenance | ramdisk | cap |\n|---|---|---|---|---|---|---|---|---|\n")
+	or := func(s, none string) string {
+		if s == "" {
+			return none
+		}
+		return s
+	}
+	for _, v := range builtinVerbs() {
+		ramdisk := or(v.RamdiskDoc, "no")
+		since := "any"
+		if v.Since > 0 {
+			since = fmt.Sprintf("1.%d", v.Since)
+		}
+		steps := "none"
+		if v.Steps != StepsNone {
+			steps = "`" + string(v.Steps) + "_steps`"
+		}
+		fmt.Fprintf(&b, "| **%s** | %s | %s | %s | %s | %s | %s | %s | %s |\n", v.Verb, v.CLI, since, v.From(), or(string(v.Phase), "none"),
+			steps, or(v.Maintenance, "starts"), ramdisk, or(string(v.Cap), "none"))
+	}
+	b.WriteString("\n## Phases\n\n")
+	b.WriteString("One row per phase of an operation (coordinator/fsm/phases.go). *event type* is its history\n")
+	b.WriteString("entries'; *steps* the step list it runs (its running step shows as `clean_step`, `deploy_step`\n")
+	b.WriteString("or `service_step`); *site plan* whether those steps may go to the site's edge agent as one\n")
+	b.WriteString("plan; *cap* the concurrency cap its nodes count toward; *keeps boot* whether its end leaves the\n")
+	b.WriteString("ramdisk's boot alive; *aside* whether it runs beside the lifecycle (no provision move at its\n")
+	b.WriteString("end); *fault* whether a failed step sets maintenance with fault `PHASE failure`; *fast track*\n")
+	b.WriteString("whether its closing power-off may be skipped to keep the ramdisk.\n\n")
+	b.WriteString("| phase | what | event type | steps | site plan | cap | keeps boot | aside | fault | fast track |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, p := range Phases() {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Phase, p.Doc, p.EventType, or(string(p.Steps), "none"),
+			yes(p.SitePlan), or(string(p.Cap), "none"), yes(p.KeepsBoot), yes(p.Aside), yes(p.FailMaintenance), yes(p.FastTrack))
+	}
 	return b.String()
 }

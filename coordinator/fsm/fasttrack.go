@@ -127,7 +127,7 @@ func endRamdisk() Action {
 // skipped to keep the ramdisk for the next operation: fast track is on,
 // the node is outside maintenance and its ramdisk is alive.
 func (m *Machine) keepRamdisk(n *Node, now time.Time) bool {
-	return m.fastTrackOn(n) && !n.Maintenance && n.Op != nil && (n.Op.Phase == "inspect" || n.Op.Phase == "clean") &&
+	return m.fastTrackOn(n) && !n.Maintenance && n.Op != nil && n.Op.Phase.Info().FastTrack &&
 		m.ramdiskAlive(n, now)
 }
 
@@ -144,7 +144,7 @@ func (m *Machine) fastTrackExpire(n *Node, now time.Time, siteOnline bool) Outpu
 	out.Changed = true
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: "power",
 		Event: fmt.Sprintf("fast track: no operation came within the fast track timeout (%s); powering the node off, which ends its ramdisk boot", m.cfg.FastTrackTimeout)})
-	n.Op = &Operation{Verb: "power", Phase: "power", Plan: []Action{powerAction(protocol.PowerOff)}, StartedAt: now}
+	n.Op = &Operation{Verb: "power", Phase: PhasePower, Plan: []Action{powerAction(protocol.PowerOff)}, StartedAt: now}
 	n.Reservation = m.cfg.Holder
 	m.advance(n, now, &out)
 	return out

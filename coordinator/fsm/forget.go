@@ -12,9 +12,9 @@ import (
 // back. It is sent once and answered by no result (a lost one costs only
 // what the agent's next restart clears); n is not changed.
 func (m *Machine) Deleted(n *Node, now time.Time) Output {
-	msg := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID,
-		Sent: now, Deadline: now.Add(m.cfg.CommandTimeout), Action: protocol.ActionForget}
-	return Output{Send: []Outgoing{{Topic: protocol.BMCCmdTopic(n.Site), Msg: msg}}}
+	var out Output
+	m.notice(n, protocol.BMCCmdTopic(n.Site), &protocol.Message{Action: protocol.ActionForget}, now, &out)
+	return out
 }
 
 // endBoot tells n's site that its current ramdisk boot is over although
@@ -24,7 +24,5 @@ func (m *Machine) Deleted(n *Node, now time.Time) Output {
 // by no result (QoS 1 and the agent's persistent session carry it across
 // an outage); n.Pending is not touched.
 func (m *Machine) endBoot(n *Node, now time.Time, out *Output) {
-	msg := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID,
-		Sent: now, Deadline: now.Add(m.cfg.CommandTimeout), Action: protocol.ActionEndBoot}
-	out.Send = append(out.Send, Outgoing{Topic: protocol.BMCCmdTopic(n.Site), Msg: msg})
+	m.notice(n, protocol.BMCCmdTopic(n.Site), &protocol.Message{Action: protocol.ActionEndBoot}, now, out)
 }

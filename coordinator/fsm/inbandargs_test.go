@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,15 @@ func TestInbandArgs(t *testing.T) {
 	n := &Node{
 		DriverInfo: map[string]any{"agent_burnin_cpu_timeout": "60", "agent_burnin_cpu_cpu": 2.0, "redfish_password": "secret", "agent_burnin_vm_timeout": 5.0},
 		Properties: map[string]any{"cpus": 4.0, "memory_mb": 1024.0, "capabilities": "boot_mode:uefi", "root_device": map[string]any{"serial": "D0"}},
+	}
+	// inbandArgs is the machine's one filler of a step's arguments.
+	inbandArgs := func(n *Node, s *StepRun, args map[string]any) map[string]any {
+		s.Args, s.InBand = args, true
+		got, err := New(Config{}).stepArgs(n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
 	}
 	got := inbandArgs(n, &StepRun{Interface: "deploy", Step: "burnin_cpu"}, map[string]any{"agent_burnin_cpu_cpu": 1.0})
 	want := map[string]any{"agent_burnin_cpu_timeout": "60", "agent_burnin_cpu_cpu": 1.0}
@@ -51,5 +61,37 @@ func TestServiceRefusesDestructiveSteps(t *testing.T) {
 	}
 	if err := CheckServiceSteps("n1", []map[string]any{{"interface": "deploy", "step": "burnin_cpu"}}); err != nil {
 		t.Errorf("service with burnin_cpu: %v", err)
+	}
+}
+
+// TestStepArgsFromDeclarations: a step's arguments come from what its
+// declaration names (drivers.Step.ArgsFrom), in band or out of band: the
+// BMC's raid.create_configuration gets the node's target_raid_config, the
+// rescue step only the password's hash, and a step that names no source
+// its own args, unchanged.
+func TestStepArgsFromDeclarations(t *testing.T) {
+	m := testMachine(t)
+	raid := map[string]any{"logical_disks": []any{map[string]any{"size_gb": 100.0, "raid_level": "1"}}}
+	n := &Node{Driver: "redfish", TargetRaidConfig: raid, DriverInfo: map[string]any{"create_root_volume": false},
+		Op: &Operation{HashedRescuePassword: "$6$x$y"}}
+	got, err := m.stepArgs(n, &StepRun{Interface: "raid", Step: "create_configuration", Args: map[string]any{"delete_existing": true}})
+	if err != nil || !reflect.DeepEqual(got, map[string]any{"delete_existing": true, drivers.ArgTargetRaidConfig: raid}) {
+		t.Fatalf("out-of-band raid.create_configuration args %v (%v): want its own and target_raid_config, no driver_info", got, err)
+	}
+	got, _ = m.stepArgs(n, &StepRun{Interface: "rescue", Step: "finalize_rescue", InBand: true, Args: map[string]any{"x": 1.0}})
+	if !reflect.DeepEqual(got, map[string]any{"rescue_password": "$6$x$y", "hashed": true}) {
+		t.Fatalf("finalize_rescue args %v", got)
+	}
+	own := map[string]any{"settings": []any{}}
+	got, _ = m.stepArgs(n, &StepRun{Interface: "bios", Step: "apply_configuration", Args: own})
+	if !reflect.DeepEqual(got, own) {
+		t.Fatalf("bios.apply_configuration args %v, want its own", got)
+	}
+	for _, s := range append(drivers.InbandCleanSteps(), drivers.InbandDeploySteps()...) {
+		for _, src := range s.ArgsFrom {
+			if !slices.Contains(drivers.ArgSources, src) {
+				t.Errorf("step %s names source %q, which stepArgs does not fill", s.Name(), src)
+			}
+		}
 	}
 }

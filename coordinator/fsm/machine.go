@@ -315,19 +315,7 @@ func eventType(op *Operation) string {
 	if op == nil {
 		return "power"
 	}
-	switch op.Phase {
-	case "clean":
-		return "cleaning"
-	case "deploy":
-		return "deployment"
-	case "inspect":
-		return "inspection"
-	case "verify":
-		return "verification"
-	case "service", "service_abort":
-		return "servicing"
-	}
-	return op.Phase
+	return op.Phase.Info().EventType
 }
 
 // withdrawToken ends the ramdisk boot: its agent token and its MQTT

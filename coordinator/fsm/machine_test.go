@@ -44,6 +44,9 @@ type world struct {
 	// keeps their steps unanswered.
 	plans    []*protocol.Message
 	holdPlan bool
+	// offer, when set, is the clean steps the ramdisk offers (else the
+	// two erase steps).
+	offer []protocol.Step
 }
 
 // record notes the states an output moved the node through.
@@ -83,8 +86,12 @@ func (w *world) run(out Output) {
 			if st := msg.Args["state"]; st == protocol.PowerReboot && !w.noAgent {
 				// The ramdisk boots and says hello.
 				w.boots++
+				offer := []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true}, {Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true}}
+				if w.offer != nil {
+					offer = w.offer
+				}
 				h := w.m.Hello(w.n, &protocol.Message{BootID: fmt.Sprintf("boot-%d", w.boots),
-					CleanSteps:  []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true}, {Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true}},
+					CleanSteps:  offer,
 					DeploySteps: []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 80}}}, w.now)
 				next.Send = append(next.Send, h.Send...)
 				next.History = append(next.History, h.History...)
@@ -702,14 +709,14 @@ func TestDeployChecksumMD5Allowed(t *testing.T) {
 		if _, r := w.m.Verb(w.n, VerbRequest{Verb: Deploy}, w.now); r != nil || w.n.ProvisionState != Deploying {
 			t.Errorf("%v: refused %+v, state %q; want the deploy started", ii, r, w.n.ProvisionState)
 		}
-		args, err := w.m.inbandStepArgs(w.n, &StepRun{Interface: "deploy", Step: "write_image"})
+		args, err := w.m.stepArgs(w.n, &StepRun{Interface: "deploy", Step: "write_image", InBand: true})
 		if err != nil || args[protocol.ArgAllowMD5Checksum] != true || args["image_checksum"] != ii["image_checksum"] {
 			t.Errorf("%v: write_image args %v (%v); want allow_md5_checksum true with the checksum", ii, args, err)
 		}
 	}
 	w := newWorld(t)
 	w.n.InstanceInfo = map[string]any{"image_source": "http://i/img.raw", "image_checksum": strings.Repeat("ab", 32)}
-	args, err := w.m.inbandStepArgs(w.n, &StepRun{Interface: "deploy", Step: "write_image", Args: map[string]any{protocol.ArgAllowMD5Checksum: true}})
+	args, err := w.m.stepArgs(w.n, &StepRun{Interface: "deploy", Step: "write_image", InBand: true, Args: map[string]any{protocol.ArgAllowMD5Checksum: true}})
 	if _, set := args[protocol.ArgAllowMD5Checksum]; err != nil || set {
 		t.Errorf("write_image args without the option: %v (%v); want no allow_md5_checksum", args, err)
 	}

@@ -240,7 +240,7 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 		return // stepDone failed the operation (an inspection rule)
 	}
 	if n.Op.AbortAfter {
-		service := n.Op.Phase == "service"
+		service := n.Op.Phase.Info().Steps == StepsService
 		m.failWith(n, now, out, fmt.Sprintf("aborted by request after step %s finished", a.Step.Name()), Abort)
 		if service && n.ProvisionState == ServiceFailed {
 			// As an abort during an abortable step: back to active.

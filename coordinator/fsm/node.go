@@ -169,12 +169,12 @@ func (n *Node) setStep(s *StepRun) {
 	if n.Op == nil {
 		return
 	}
-	switch n.Op.Phase {
-	case "deploy":
+	switch n.Op.Phase.Info().Steps {
+	case StepsDeploy:
 		n.DeployStep = s
-	case "clean":
+	case StepsClean:
 		n.CleanStep = s
-	case "service":
+	case StepsService:
 		n.ServiceStep = s
 	}
 }
@@ -207,7 +207,7 @@ type Action struct {
 type Operation struct {
 	Verb   Event    `json:"verb"`
 	Target State    `json:"target"`
-	Phase  string   `json:"phase"` // "clean", "deploy", "inspect", "rescue", "verify", "unrescue", "delete", "power", "service", "service_abort"
+	Phase  Phase    `json:"phase"` // a row of Phases()
 	Plan   []Action `json:"plan"`
 	Index  int      `json:"index"`
 	Manual bool     `json:"manual,omitempty"`

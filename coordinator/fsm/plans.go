@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -133,7 +132,7 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 				}
 			}
 			m.ensureWorking(n, now, out)
-			m.sendOOB(n, a.Action, a.Args, nil, now, out)
+			m.issue(n, m.actionCommand(n, a.Action, a.Args), now, out)
 			return
 		case ActAwaitAgent:
 			if n.AgentToken != "" {
@@ -168,68 +167,30 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 			if m.sendSitePlan(n, now, out) {
 				continue // the first step of the plan is pending now
 			}
+			c, err := m.stepCommand(n, &s)
+			if err != nil {
+				n.setStep(&s)
+				m.fail(n, now, out, fmt.Sprintf("%s failed on node %s: %v", describe(n, a), n.Ident(), err))
+				return
+			}
 			if s.InBand {
-				args, err := m.inbandStepArgs(n, &s)
-				if err != nil {
-					n.setStep(&s)
-					m.fail(n, now, out, fmt.Sprintf("%s failed on node %s: %v", describe(n, a), n.Ident(), err))
-					return
-				}
-				m.sendInband(n, &s, args, now, out)
+				m.issue(n, c, now, out)
 				m.enterWait(n, now, out)
 				return
 			}
 			m.ensureWorking(n, now, out)
-			m.sendOOB(n, protocol.ActionOOBStep, nil, &s, now, out)
 			if run := m.oobRun(n); len(run) > 1 {
-				// Each step keeps the time it would have had alone.
-				n.Pending.Msg.Steps = run
-				n.Pending.Msg.Deadline = now.Add(m.commandSpan(n))
-				n.Deadline = n.Pending.Msg.Deadline
+				// One command, one round trip; each step keeps the time
+				// it would have had alone.
+				c.msg.Steps, c.steps = run, len(run)
 			}
+			m.issue(n, c, now, out)
 			return
 		default:
 			m.fail(n, now, out, fmt.Sprintf("internal error: unknown plan action %q", a.Kind))
 			return
 		}
 	}
-}
-
-// inbandStepArgs are the arguments of in-band step s's command: the
-// operation's and the node's (image, config drive, root device hints,
-// the rescue password's hash, a burn-in pairing) on top of the step's.
-func (m *Machine) inbandStepArgs(n *Node, s *StepRun) (map[string]any, error) {
-	args := s.Args
-	if s.Step == "finalize_rescue" {
-		// Ironic's agent_client: the hash, marked as one.
-		args = map[string]any{"rescue_password": n.Op.HashedRescuePassword, "hashed": true}
-	}
-	if s.Step == "write_image" {
-		args = imageArgs(n.InstanceInfo, s.Args)
-		// The operator's rule on md5 and sha1, never a step's.
-		delete(args, protocol.ArgAllowMD5Checksum)
-		if m.cfg.AllowMD5Checksum {
-			args[protocol.ArgAllowMD5Checksum] = true
-		}
-		if n.ConfigDrive != "" {
-			args["configdrive"] = n.ConfigDrive
-		}
-	}
-	// Ironic's root device hints live in the node's properties.
-	if rd, ok := n.Properties["root_device"]; ok && (s.Step == "write_image" || s.Step == "inspect_hardware") {
-		args = maps.Clone(args)
-		if args == nil {
-			args = map[string]any{}
-		}
-		if _, set := args["root_device"]; !set {
-			args["root_device"] = rd
-		}
-	}
-	args = inbandArgs(n, s, args)
-	if s.Interface == "deploy" && s.Step == "burnin_network" {
-		return m.burninNetworkArgs(n, args)
-	}
-	return args, nil
 }
 
 // hold stops the operation at a hold step: the node rests in its hold
@@ -248,15 +209,6 @@ func holdStep(iface string, priority int) Action {
 	return Action{Kind: ActStep, Step: &StepRun{Interface: iface, Step: HoldStep, Priority: priority, Abortable: true}}
 }
 
-// commandSpan is the time the node's outstanding out-of-band command has:
-// CommandTimeout, for each step of a run.
-func (m *Machine) commandSpan(n *Node) time.Duration {
-	if n.Pending != nil && n.Pending.Msg != nil && len(n.Pending.Msg.Steps) > 1 {
-		return time.Duration(len(n.Pending.Msg.Steps)) * m.cfg.CommandTimeout
-	}
-	return m.cfg.CommandTimeout
-}
-
 // oobRun is the run of consecutive out-of-band steps from the plan's
 // current action (at most protocol.MaxOOBSteps): sent as one command,
 // they cost one round trip to the site.
@@ -267,81 +219,10 @@ func (m *Machine) oobRun(n *Node) []protocol.Step {
 			break
 		}
 		s := a.Step
-		run = append(run, protocol.Step{Interface: s.Interface, Step: s.Step, Args: oobArgs(n, s), Priority: s.Priority, Abortable: s.Abortable})
+		args, _ := m.stepArgs(n, s) // out of band: no source can fail
+		run = append(run, protocol.Step{Interface: s.Interface, Step: s.Step, Args: args, Priority: s.Priority, Abortable: s.Abortable})
 	}
 	return run
-}
-
-func imageArgs(ii map[string]any, extra map[string]any) map[string]any {
-	args := map[string]any{}
-	for _, k := range []string{"image_source", "image_checksum", "image_os_hash_algo", "image_os_hash_value", "image_disk_format", "root_device"} {
-		if v, ok := ii[k]; ok {
-			args[k] = v
-		}
-	}
-	maps.Copy(args, extra)
-	return args
-}
-
-func (m *Machine) newCommand(n *Node, topic string, msg *protocol.Message, now time.Time, out *Output) {
-	msg.V = protocol.Version
-	msg.Kind = protocol.KindCommand
-	msg.ID = m.cfg.NewID()
-	msg.Site = n.Site
-	msg.Node = n.UUID
-	msg.Sent = now
-	msg.Deadline = now.Add(m.cfg.CommandTimeout)
-	// Each new command of the node gets a higher Seq, which lets the edge
-	// agent refuse stale copies of older ones without remembering them.
-	// It starts from the clock so that it also grows over a node deleted
-	// and enrolled again, or a store restored from a backup.
-	n.CmdSeq = max(n.CmdSeq+1, uint64(max(now.UnixNano(), 0)))
-	msg.Seq = n.CmdSeq
-	n.Pending = &Command{ID: msg.ID, Topic: topic, Msg: msg, LastSent: now, Attempts: 1}
-	out.Send = append(out.Send, Outgoing{Topic: topic, Msg: msg})
-}
-
-func (m *Machine) sendOOB(n *Node, action string, args map[string]any, step *StepRun, now time.Time, out *Output) {
-	msg := &protocol.Message{Action: action, Args: args, Driver: n.Driver, DriverInfo: n.DriverInfo}
-	if step != nil {
-		msg.Step = &protocol.Step{Interface: step.Interface, Step: step.Step, Args: oobArgs(n, step), Priority: step.Priority, Abortable: step.Abortable}
-	}
-	if action == protocol.ActionPower {
-		// A power cycle ends the ramdisk's boot: its token dies with it.
-		withdrawToken(n)
-		s, _ := args["state"].(string)
-		// Ironic shows where the power goes: a reboot's target is "power on".
-		n.TargetPowerState = s
-		switch s {
-		case protocol.PowerReboot, protocol.PowerSoftReboot:
-			n.TargetPowerState = protocol.PowerOn
-		case protocol.PowerSoftOff:
-			n.TargetPowerState = protocol.PowerOff
-		}
-		if !protocol.PowerIsOff(s) {
-			// Every boot gets a credential of its own. Only its nonce is
-			// kept here; the engine derives the credential from it when it
-			// sends the command, so that no credential is ever stored.
-			n.BootNonce = m.cfg.NewToken()
-			msg.Args = maps.Clone(args)
-			msg.Args[protocol.ArgBootNonce] = n.BootNonce
-			if SecureBootRequested(n) {
-				msg.Args[protocol.ArgSecureBoot] = true
-			}
-		}
-	}
-	n.Pending = nil
-	m.newCommand(n, protocol.BMCCmdTopic(n.Site), msg, now, out)
-	n.Deadline = now.Add(m.cfg.CommandTimeout)
-}
-
-func (m *Machine) sendInband(n *Node, step *StepRun, args map[string]any, now time.Time, out *Output) {
-	msg := &protocol.Message{Action: protocol.ActionInbandRun, Token: n.AgentToken,
-		Step: &protocol.Step{Interface: step.Interface, Step: step.Step, Args: args, Priority: step.Priority, Abortable: step.Abortable}}
-	n.Pending = nil
-	m.newCommand(n, protocol.NodeCmdTopic(n.Site, n.UUID), msg, now, out)
-	msg.Deadline = now.Add(m.cfg.WaitTimeout)
-	n.Pending.InBand = true
 }
 
 // standardPriorities gives the steps a ramdisk offered that the standard
@@ -425,8 +306,8 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 	}
 	// Deploy: driver's deploy steps plus the ramdisk's, user overrides on top.
 	all := append(append([]drivers.Step{}, d.DeploySteps...), standardPriorities(raidInband(n, n.CachedDeploySteps), drivers.InbandDeploySteps())...)
-	if _, ok := drivers.Find(all, "deploy", "write_image"); !ok {
-		return nil, fmt.Errorf("Deploy of node %s failed: the ramdisk does not offer deploy.write_image (it offered %d deploy steps)", n.Ident(), len(n.CachedDeploySteps))
+	if core, step, _ := strings.Cut(CoreDeployStep, "."); !hasStep(all, core, step) {
+		return nil, fmt.Errorf("Deploy of node %s failed: the ramdisk does not offer %s (it offered %d deploy steps)", n.Ident(), CoreDeployStep, len(n.CachedDeploySteps))
 	}
 	args := map[string]map[string]any{}
 	user, err := withTemplateSteps(n, all, AsObjects(a.Args["template_steps"]), AsObjects(a.Args["deploy_steps"]))
@@ -488,6 +369,11 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 	return stepActions(run, args), nil
 }
 
+func hasStep(steps []drivers.Step, iface, step string) bool {
+	_, ok := drivers.Find(steps, iface, step)
+	return ok
+}
+
 func stepActions(steps []drivers.Step, args map[string]map[string]any) []Action {
 	out := make([]Action, 0, len(steps))
 	for _, s := range steps {
@@ -513,9 +399,9 @@ func toInt(v any) (int, bool) {
 // argument at fault.
 func (m *Machine) resolveManual(n *Node, d drivers.Declaration, list []map[string]any, inbandKnown bool) ([]Action, error) {
 	var out []Action
-	kind := "clean"
-	if n.Op != nil && n.Op.Phase == "service" {
-		kind = "service"
+	kind := StepsClean
+	if n.Op != nil && n.Op.Phase.Info().Steps == StepsService {
+		kind = StepsService
 	}
 	for i, raw := range list {
 		iface, ok1 := raw["interface"].(string)
@@ -604,30 +490,41 @@ func (m *Machine) finish(n *Node, now time.Time, out *Output) {
 	case !n.FastTrackUntil.IsZero() && n.AgentToken != "":
 		// An operation that did not use the kept ramdisk (out-of-band
 		// steps only): it runs on until its timeout.
-	case op.Phase != "rescue" && op.Phase != "boot_device":
+	case !op.Phase.Info().KeepsBoot:
 		// The operation is over, and so is its boot (a rescued node keeps
 		// its ramdisk until unrescue powers it off; setting the boot
 		// device ends no boot).
 		withdrawToken(n)
 	}
-	switch op.Phase {
-	case "power", "boot_device", "service_abort":
+	if op.Phase.Info().Aside {
 		return
-	case "inspect":
-		t := now
-		n.InspectionFinishedAt = &t
-	case "delete":
-		n.InstanceInfo, n.ConfigDrive, n.InstanceUUID, n.InstanceName = nil, "", "", ""
-		if m.autoClean(n) {
-			n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: "clean", Plan: m.autoCleanPlan(n), StartedAt: now}
-			n.Reservation = m.cfg.Holder
-			m.fire(n, Clean, "", now, out)
-			n.TargetProvisionState = op.Target
-			m.advance(n, now, out)
-			return
-		}
+	}
+	if f := op.Phase.Info().Finish; f != nil && f(m, n, op, now, out) {
+		return
 	}
 	m.fire(n, Done, op.Target, now, out)
+}
+
+// finishInspect stamps the end of an inspection.
+func finishInspect(_ *Machine, n *Node, _ *Operation, now time.Time, _ *Output) bool {
+	t := now
+	n.InspectionFinishedAt = &t
+	return false
+}
+
+// finishDelete drops the instance; with automated cleaning the node goes
+// on into cleaning toward the undeploy's target.
+func finishDelete(m *Machine, n *Node, op *Operation, now time.Time, out *Output) bool {
+	n.InstanceInfo, n.ConfigDrive, n.InstanceUUID, n.InstanceName = nil, "", "", ""
+	if !m.autoClean(n) {
+		return false
+	}
+	n.Op = &Operation{Verb: Clean, Target: op.Target, Phase: PhaseClean, Plan: m.autoCleanPlan(n), StartedAt: now}
+	n.Reservation = m.cfg.Holder
+	m.fire(n, Clean, "", now, out)
+	n.TargetProvisionState = op.Target
+	m.advance(n, now, out)
+	return true
 }
 
 // fail ends the operation in its failed state with last_error.
@@ -645,7 +542,7 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	n.Op, n.Pending, n.Deadline, n.Reservation = nil, nil, time.Time{}, ""
 	// The site stops the plan at its first abortable point.
 	m.stopSitePlan(n, op, protocol.PlanStopAbort, now, out)
-	if op == nil || op.Phase != "boot_device" {
+	if op == nil || !(op.Phase.Info().Aside && op.Phase.Info().KeepsBoot) {
 		if n.BootNonce != "" {
 			// The node stays powered on with its ramdisk: the site must
 			// stop admitting that boot's credential too.
@@ -658,15 +555,15 @@ func (m *Machine) failWith(n *Node, now time.Time, out *Output, msg string, e Ev
 	// Whatever power action was under way is over too: a node at rest
 	// has no power target (Ironic clears it when the action ends).
 	n.TargetPowerState = ""
-	if op == nil || op.Phase == "power" || op.Phase == "boot_device" || op.Phase == "service_abort" {
+	if op == nil || op.Phase.Info().Aside {
 		return
 	}
-	if (op.Phase == "clean" || op.Phase == "service") && stepRunning && e == Fail {
+	if op.Phase.Info().FailMaintenance && stepRunning && e == Fail {
 		// As Ironic's cleaning and servicing error handlers: a failed
 		// step leaves the node in maintenance with its fault.
 		n.Maintenance = true
 		n.MaintenanceReason = msg
-		n.Fault = op.Phase + " failure"
+		n.Fault = string(op.Phase) + " failure"
 	}
 	m.fire(n, e, "", now, out)
 	n.TargetProvisionState = ""
@@ -712,56 +609,6 @@ func withStandardArgs(offered []drivers.Step) []drivers.Step {
 		}
 		out[i] = s
 	}
-	return out
-}
-
-// inbandArgs completes an in-band step's args: a declared argument the
-// step does not set is taken from the node's driver_info when set there
-// (IPA's habit: agent_burnin_*, agent_erase_* live in driver_info), and
-// deploy.verify_hardware gets the node properties it checks.
-func inbandArgs(n *Node, s *StepRun, args map[string]any) map[string]any {
-	std, ok := drivers.Standard(s.Interface, s.Step)
-	if !ok {
-		return args
-	}
-	var add map[string]any
-	for name := range std.ArgsInfo {
-		if _, set := args[name]; set {
-			continue
-		}
-		if v, ok := n.DriverInfo[name]; ok {
-			if add == nil {
-				add = map[string]any{}
-			}
-			add[name] = v
-		}
-	}
-	if s.Interface == "deploy" && s.Step == "verify_hardware" {
-		props := map[string]any{}
-		for _, k := range append([]string{"root_device"}, drivers.VerifiedProperties...) {
-			if v, ok := n.Properties[k]; ok {
-				props[k] = v
-			}
-		}
-		if add == nil {
-			add = map[string]any{}
-		}
-		add[drivers.ArgNodeProperties] = props
-	}
-	if s.Interface == "raid" && s.Step == "create_configuration" && len(n.TargetRaidConfig) > 0 {
-		if add == nil {
-			add = map[string]any{}
-		}
-		add[drivers.ArgTargetRaidConfig] = n.TargetRaidConfig
-	}
-	if add == nil {
-		return args
-	}
-	out := maps.Clone(args)
-	if out == nil {
-		out = map[string]any{}
-	}
-	maps.Copy(out, add)
 	return out
 }
 

@@ -98,7 +98,7 @@ func (m *Machine) PowerReport(n *Node, msg *protocol.Message, now time.Time) Out
 	}
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "WARNING", EventType: "power",
 		Event: fmt.Sprintf("power state changed behind the coordinator's back: BMC reports %s, recorded %s; forcing %s", state, recorded, recorded)})
-	n.Op = &Operation{Verb: "power", Phase: "power", Plan: []Action{powerAction(recorded)}, StartedAt: now}
+	n.Op = &Operation{Verb: "power", Phase: PhasePower, Plan: []Action{powerAction(recorded)}, StartedAt: now}
 	n.Reservation = m.cfg.Holder
 	m.advance(n, now, &out)
 	return out

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"fmt"
-	"maps"
 
 	"github.com/bmedge/bmedge/drivers"
 )
@@ -26,21 +25,6 @@ func (m *Machine) nodeDriver(n *Node) (drivers.Declaration, error) {
 // standard ones) the node may run for its raid_interface.
 func raidInband(n *Node, steps []drivers.Step) []drivers.Step {
 	return drivers.InbandForRAID(steps, n.RaidInterface)
-}
-
-// oobArgs are an out-of-band step's arguments as sent to the edge
-// agent: the hardware raid.create_configuration gets the node's
-// target_raid_config, as the ramdisk's does (never shown in clean_step).
-func oobArgs(n *Node, s *StepRun) map[string]any {
-	if s.Interface != "raid" || s.Step != "create_configuration" || len(n.TargetRaidConfig) == 0 {
-		return s.Args
-	}
-	out := maps.Clone(s.Args)
-	if out == nil {
-		out = map[string]any{}
-	}
-	out[drivers.ArgTargetRaidConfig] = n.TargetRaidConfig
-	return out
 }
 
 // refusedSteps refuses a clean, deploy or service list naming a step

@@ -289,7 +289,7 @@ func (m *Machine) BootDeviceRequest(n *Node, device string, now time.Time) (Outp
 	if !slices.Contains(BootDevices(), device) {
 		return out, refuse(Invalid, "Invalid boot device %q for node %s; the supported boot devices are: %s", device, n.Ident(), strings.Join(BootDevices(), ", "))
 	}
-	n.Op = &Operation{Verb: "boot_device", Phase: "boot_device", Plan: []Action{bootDevAction(device)}, StartedAt: now}
+	n.Op = &Operation{Verb: "boot_device", Phase: PhaseBootDevice, Plan: []Action{bootDevAction(device)}, StartedAt: now}
 	n.Reservation = m.cfg.Holder
 	n.LastError = ""
 	out.Changed = true

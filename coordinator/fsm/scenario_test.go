@@ -2,11 +2,8 @@ package fsm
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,21 +12,26 @@ import (
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/cockroachdb/datadriven"
 )
 
 // The scenario files under testdata/scenarios are lifecycle tests that read
-// like the seeds, in the manner of etcd raft's datadriven interaction
-// tests: each block is a command, a line "----" and what the machine did
-// (transitions, history, messages sent, refusals), ended by a blank line.
-// A command without "----" expects no output (expect prints nothing: it
-// fails the test when the node differs). go test -run TestScenarios
-// -rewrite writes the outputs anew from what the machine does now; expect
-// lines are never rewritten, so a rewrite cannot hide a broken rule.
+// like the seeds, run by cockroachdb/datadriven as etcd raft's rafttest
+// runs its interaction tests: each block is a command, a line "----" and
+// what the machine did (transitions, history, messages sent, refusals),
+// ended by a blank line; an empty output is nothing printed (expect
+// prints nothing: it fails the test when the node differs). A command's
+// arguments that hold spaces (a quoted value, a JSON list) follow it on
+// the next line, before the "----". go test -run TestScenarios -rewrite
+// writes the outputs anew from what the machine does now; expect lines
+// are never rewritten, so a rewrite cannot hide a broken rule.
 //
-// Commands (arguments are words, key=value or key~value; a value may be a
-// Go-quoted string or a JSON list or object):
+// Commands, one handler each (scenarioCommands; arguments are words,
+// key=value or key~value; a value may be a Go-quoted string or a JSON list
+// or object):
 //
 //	config [clean=on|off] [priority=iface.step:N,...|none] [wait_timeout=D] [command_timeout=D]
+//	       [site_plans=on|off] [fast_track=on|off] [fast_track_timeout=D]
 //	                                     (checked as at the coordinator's start)
 //	node create name=N [driver=fake] [site=site1]
 //	set instance_info.K=V | driver_info.K=V | properties.K=V | retired=true|false | retired_reason=R ...
@@ -42,6 +44,7 @@ import (
 //	agent hello [boot=B] [clean=standard|none|JSON] [deploy=standard|none|JSON]
 //	agent result ok [data=JSON] | agent result fail [error=E] [token=T]
 //	agent heartbeat [progress=P] [token=T]
+//	plan early ok|fail [error=E]         the site ran the site plan's next step ahead of the machine
 //	tick +D [offline]                    advance the clock by D, then tick
 //	settle                               answer everything as a healthy site does
 //	recover                              the coordinator restarted
@@ -49,100 +52,90 @@ import (
 //	history                              the node's whole history
 //	show                                 the node's main fields
 //	steps [min_priority=N]               the clean steps, as the steps API shows them
-var rewrite = flag.Bool("rewrite", false, "rewrite the outputs of testdata/scenarios/*.txt from what the machine does now")
 
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/scenarios/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenario files under testdata/scenarios (%v)", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScenarioFile(t, f) })
-	}
+	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
+		s := newScenario(t, path)
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			s.t, s.pos = t, d.Pos
+			h, ok := scenarioCommands[d.Cmd]
+			if !ok {
+				s.fatalf("unknown command %q", d.Cmd)
+			}
+			if d.Cmd != "config" && d.Cmd != "node" && s.n == nil {
+				s.fatalf("%s before node create", d.Cmd)
+			}
+			var b strings.Builder
+			h(s, s.command(d), &b)
+			return b.String()
+		})
+	})
 }
 
-// block is one command of a scenario file with what precedes it
-// (comments, blank lines) and its expected output.
-type block struct {
-	pre  []string
-	line int
-	cmd  string
-	want string
+// cmdArgs is a scenario command's arguments: all of them in order, the bare
+// words after the command, the key=value ones.
+type cmdArgs struct {
+	args  []arg
+	words []string
+	o     opts
 }
 
-func parseScenario(t *testing.T, path string) (blocks []block, tail []string) {
-	b, err := os.ReadFile(path)
+// command reads d's arguments: those of its line, then those of its
+// input (the arguments that hold spaces), in order.
+func (s *scenario) command(d *datadriven.TestData) cmdArgs {
+	var parts []string
+	for _, a := range d.CmdArgs {
+		switch len(a.Vals) {
+		case 0:
+			parts = append(parts, a.Key)
+		case 1:
+			parts = append(parts, a.Key+"="+a.Vals[0])
+		default:
+			s.fatalf("argument %s: a list of values (%s) is not a scenario argument", a.Key, a)
+		}
+	}
+	if in := strings.TrimSpace(d.Input); in != "" {
+		parts = append(parts, strings.ReplaceAll(in, "\n", " "))
+	}
+	args, err := splitArgs(strings.Join(parts, " "))
 	if err != nil {
-		t.Fatal(err)
+		s.fatalf("%v", err)
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	var pre []string
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			pre = append(pre, l)
-			continue
+	c := cmdArgs{args: args, o: opts{}}
+	for _, a := range args {
+		if a.key == "" {
+			c.words = append(c.words, a.val)
+		} else if a.op == "=" {
+			c.o[a.key] = a.val
 		}
-		if l == "----" {
-			t.Fatalf("%s:%d: ---- without a command", path, i+1)
-		}
-		bl := block{pre: pre, line: i + 1, cmd: l}
-		pre = nil
-		if i+1 < len(lines) && lines[i+1] == "----" {
-			i++
-			var out []string
-			for i+1 < len(lines) && strings.TrimSpace(lines[i+1]) != "" {
-				i++
-				out = append(out, lines[i])
-			}
-			i++ // the blank line that ends the output
-			bl.want = strings.Join(out, "\n")
-		}
-		blocks = append(blocks, bl)
 	}
-	return blocks, pre
+	return c
 }
 
-func runScenarioFile(t *testing.T, path string) {
-	blocks, tail := parseScenario(t, path)
-	s := newScenario(t, path)
-	var rw strings.Builder
-	for _, bl := range blocks {
-		s.line = bl.line
-		got := strings.TrimRight(s.do(bl.cmd), "\n")
-		if *rewrite {
-			for _, p := range bl.pre {
-				rw.WriteString(p + "\n")
-			}
-			rw.WriteString(bl.cmd + "\n")
-			if got != "" {
-				rw.WriteString("----\n" + got + "\n\n")
-			}
-			continue
+// scenarioCommands are the handlers, one per command.
+var scenarioCommands = map[string]func(s *scenario, c cmdArgs, b *strings.Builder){
+	"config":      func(s *scenario, c cmdArgs, b *strings.Builder) { s.config(c.o, b) },
+	"node":        (*scenario).nodeCreate,
+	"set":         func(s *scenario, c cmdArgs, b *strings.Builder) { s.set(c.args, b) },
+	"maintenance": (*scenario).maintenance,
+	"verb":        (*scenario).verb,
+	"power":       (*scenario).power,
+	"bmc": func(s *scenario, c cmdArgs, b *strings.Builder) {
+		s.bmc(len(c.words) > 0 && c.words[0] == "ok", c.o.get("error", "the BMC said no"), c.o.get("done", ""), b)
+	},
+	"agent":   (*scenario).agent,
+	"plan":    (*scenario).planEarly,
+	"tick":    (*scenario).tick,
+	"settle":  func(s *scenario, _ cmdArgs, b *strings.Builder) { s.settle(b) },
+	"recover": func(s *scenario, _ cmdArgs, b *strings.Builder) { s.apply(s.m.Recover(s.n, s.now), b) },
+	"expect":  func(s *scenario, c cmdArgs, _ *strings.Builder) { s.expect(c.args) },
+	"history": func(s *scenario, _ cmdArgs, b *strings.Builder) {
+		for _, h := range s.hist {
+			fmt.Fprintf(b, "%s %s: %s\n", h.Severity, h.EventType, h.Event)
 		}
-		if got != bl.want {
-			t.Errorf("%s:%d: %s\nwant:\n%s\ngot:\n%s", path, bl.line, bl.cmd, indent(bl.want), indent(got))
-		}
-	}
-	if *rewrite {
-		for _, p := range tail {
-			rw.WriteString(p + "\n")
-		}
-		text := rw.String()
-		for strings.Contains(text, "\n\n\n") {
-			text = strings.ReplaceAll(text, "\n\n\n", "\n\n")
-		}
-		if err := os.WriteFile(path, []byte(strings.TrimRight(text, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func indent(s string) string {
-	if s == "" {
-		return "    (nothing)"
-	}
-	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+	},
+	"show":  func(s *scenario, _ cmdArgs, b *strings.Builder) { s.show(b) },
+	"steps": (*scenario).steps,
 }
 
 // scenario is one node, the machine and a clock; the site (edge agent and
@@ -150,7 +143,7 @@ func indent(s string) string {
 type scenario struct {
 	t     *testing.T
 	path  string
-	line  int
+	pos   string // file:line of the command
 	cfg   Config
 	m     *Machine
 	n     *Node
@@ -180,7 +173,7 @@ func newScenario(t *testing.T, path string) *scenario {
 
 func (s *scenario) fatalf(format string, a ...any) {
 	s.t.Helper()
-	s.t.Fatalf("%s:%d: %s", s.path, s.line, fmt.Sprintf(format, a...))
+	s.t.Fatalf("%s: %s", s.pos, fmt.Sprintf(format, a...))
 }
 
 // arg is one word of a command: a bare word (key empty) or key=value,
@@ -268,151 +261,145 @@ func (o opts) get(k, def string) string {
 	return def
 }
 
-func (s *scenario) do(line string) string {
-	s.t.Helper()
-	args, err := splitArgs(line)
+func (s *scenario) nodeCreate(c cmdArgs, b *strings.Builder) {
+	if len(c.words) < 1 || c.words[0] != "create" {
+		s.fatalf("want node create")
+	}
+	name := c.o.get("name", "n1")
+	s.n = &Node{UUID: "uuid-" + name, Name: name, Driver: c.o.get("driver", "fake"), Site: c.o.get("site", "site1"),
+		ProvisionState: Enroll, CreatedAt: s.now, UpdatedAt: s.now}
+	fmt.Fprintf(b, "%s: %s\n", name, s.n.ProvisionState)
+}
+
+func (s *scenario) maintenance(c cmdArgs, b *strings.Builder) {
+	on := len(c.words) > 0 && c.words[0] == "on"
+	s.apply(s.m.SetMaintenance(s.n, on, c.o.get("reason", ""), s.now), b)
+}
+
+func (s *scenario) verb(c cmdArgs, b *strings.Builder) {
+	if len(c.words) < 1 {
+		s.fatalf("verb needs a verb")
+	}
+	o := c.o
+	req := VerbRequest{Verb: cliVerb(c.words[0]), HashedRescuePassword: o.get("hashed_password", "")}
+	if v, ok := o["steps"]; ok {
+		req.CleanSteps = s.objects(v)
+	}
+	if v, ok := o["deploy_steps"]; ok {
+		req.DeploySteps = s.objects(v)
+	}
+	if v, ok := o["service_steps"]; ok {
+		req.ServiceSteps = s.objects(v)
+	}
+	s.catalogArgs(o, &req)
+	out, r := s.m.Verb(s.n, req, s.now)
+	if r != nil {
+		fmt.Fprintf(b, "refused %d: %s\n", r.httpCode(), r.Msg)
+		return
+	}
+	s.apply(out, b)
+}
+
+func (s *scenario) power(c cmdArgs, b *strings.Builder) {
+	target := strings.Join(c.words, " ")
+	switch target {
+	case "on", "off":
+		target = "power " + target
+	case "reboot":
+		target = PowerTargetReboot
+	case "soft-off":
+		target = PowerTargetSoftOff
+	}
+	out, r := s.m.PowerRequest(s.n, target, s.now)
+	if r != nil {
+		fmt.Fprintf(b, "refused %d: %s\n", r.httpCode(), r.Msg)
+		return
+	}
+	s.apply(out, b)
+}
+
+func (s *scenario) agent(c cmdArgs, b *strings.Builder) {
+	if len(c.words) < 1 {
+		s.fatalf("agent hello|result|heartbeat")
+	}
+	switch c.words[0] {
+	case "hello":
+		s.hello(c.o, b)
+	case "result":
+		s.agentResult(len(c.words) > 1 && c.words[1] == "ok", c.o, b)
+	case "heartbeat":
+		s.heartbeat(c.o, b)
+	default:
+		s.fatalf("agent hello|result|heartbeat")
+	}
+}
+
+func (s *scenario) tick(c cmdArgs, b *strings.Builder) {
+	if len(c.words) < 1 || !strings.HasPrefix(c.words[0], "+") {
+		s.fatalf("tick +DURATION")
+	}
+	d, err := time.ParseDuration(c.words[0][1:])
 	if err != nil {
 		s.fatalf("%v", err)
 	}
-	var words []string
-	o := opts{}
-	for _, a := range args {
-		if a.key == "" {
-			words = append(words, a.val)
-		} else if a.op == "=" {
-			o[a.key] = a.val
-		}
-	}
-	var b strings.Builder
-	if len(words) == 0 {
-		s.fatalf("no command in %q", line)
-	}
-	if words[0] != "config" && words[0] != "node" && s.n == nil {
-		s.fatalf("%s before node create", words[0])
-	}
-	switch words[0] {
-	case "config":
-		s.config(o, &b)
-	case "node":
-		if len(words) < 2 || words[1] != "create" {
-			s.fatalf("want node create")
-		}
-		name := o.get("name", "n1")
-		s.n = &Node{UUID: "uuid-" + name, Name: name, Driver: o.get("driver", "fake"), Site: o.get("site", "site1"),
-			ProvisionState: Enroll, CreatedAt: s.now, UpdatedAt: s.now}
-		fmt.Fprintf(&b, "%s: %s\n", name, s.n.ProvisionState)
-	case "set":
-		s.set(args, &b)
-	case "maintenance":
-		on := len(words) > 1 && words[1] == "on"
-		s.apply(s.m.SetMaintenance(s.n, on, o.get("reason", ""), s.now), &b)
-	case "verb":
-		if len(words) < 2 {
-			s.fatalf("verb needs a verb")
-		}
-		req := VerbRequest{Verb: cliVerb(words[1]), HashedRescuePassword: o.get("hashed_password", "")}
-		if v, ok := o["steps"]; ok {
-			req.CleanSteps = s.objects(v)
-		}
-		if v, ok := o["deploy_steps"]; ok {
-			req.DeploySteps = s.objects(v)
-		}
-		if v, ok := o["service_steps"]; ok {
-			req.ServiceSteps = s.objects(v)
-		}
-		s.catalogArgs(o, &req)
-		out, r := s.m.Verb(s.n, req, s.now)
-		if r != nil {
-			fmt.Fprintf(&b, "refused %d: %s\n", r.httpCode(), r.Msg)
-			break
-		}
-		s.apply(out, &b)
-	case "power":
-		target := strings.Join(words[1:], " ")
-		switch target {
-		case "on", "off":
-			target = "power " + target
-		case "reboot":
-			target = PowerTargetReboot
-		case "soft-off":
-			target = PowerTargetSoftOff
-		}
-		out, r := s.m.PowerRequest(s.n, target, s.now)
-		if r != nil {
-			fmt.Fprintf(&b, "refused %d: %s\n", r.httpCode(), r.Msg)
-			break
-		}
-		s.apply(out, &b)
-	case "bmc":
-		s.bmc(len(words) > 1 && words[1] == "ok", o.get("error", "the BMC said no"), o.get("done", ""), &b)
-	case "agent":
-		if len(words) < 2 {
-			s.fatalf("agent hello|result|heartbeat")
-		}
-		switch words[1] {
-		case "hello":
-			s.hello(o, &b)
-		case "result":
-			s.agentResult(len(words) > 2 && words[2] == "ok", o, &b)
-		case "heartbeat":
-			s.heartbeat(o, &b)
-		default:
-			s.fatalf("agent hello|result|heartbeat")
-		}
-	case "tick":
-		if len(words) < 2 || !strings.HasPrefix(words[1], "+") {
-			s.fatalf("tick +DURATION")
-		}
-		d, err := time.ParseDuration(words[1][1:])
-		if err != nil {
-			s.fatalf("%v", err)
-		}
-		s.now = s.now.Add(d)
-		online := !(len(words) > 2 && words[2] == "offline")
-		s.apply(s.m.Tick(s.n, s.now, online), &b)
-	case "settle":
-		s.settle(&b)
-	case "recover":
-		s.apply(s.m.Recover(s.n, s.now), &b)
-	case "expect":
-		s.expect(args)
-	case "history":
-		for _, h := range s.hist {
-			fmt.Fprintf(&b, "%s %s: %s\n", h.Severity, h.EventType, h.Event)
-		}
-	case "show":
-		s.show(&b)
-	case "steps":
-		min, err := strconv.Atoi(o.get("min_priority", "0"))
-		if err != nil {
-			s.fatalf("min_priority: %v", err)
-		}
-		steps, known, err := s.m.SortedStepsView(s.n, min)
-		if err != nil {
-			s.fatalf("%v", err)
-		}
-		if !known {
-			b.WriteString("in-band steps not known yet\n")
-		}
-		for _, st := range steps {
-			where := "out of band"
-			if st.RequiresRamdisk {
-				where = "in band"
-			}
-			fmt.Fprintf(&b, "%s priority %d, %s\n", st.Name(), st.Priority, where)
-		}
-	default:
-		s.fatalf("unknown command %q", words[0])
-	}
-	return b.String()
+	s.now = s.now.Add(d)
+	online := !(len(c.words) > 1 && c.words[1] == "offline")
+	s.apply(s.m.Tick(s.n, s.now, online), b)
 }
 
+func (s *scenario) steps(c cmdArgs, b *strings.Builder) {
+	min, err := strconv.Atoi(c.o.get("min_priority", "0"))
+	if err != nil {
+		s.fatalf("min_priority: %v", err)
+	}
+	steps, known, err := s.m.SortedStepsView(s.n, min)
+	if err != nil {
+		s.fatalf("%v", err)
+	}
+	if !known {
+		b.WriteString("in-band steps not known yet\n")
+	}
+	for _, st := range steps {
+		where := "out of band"
+		if st.RequiresRamdisk {
+			where = "in band"
+		}
+		fmt.Fprintf(b, "%s priority %d, %s\n", st.Name(), st.Priority, where)
+	}
+}
+
+// planEarly plays a site that ran the site plan's next step (the one
+// after the pending one) before the machine got there: its result
+// arrives early.
+func (s *scenario) planEarly(c cmdArgs, b *strings.Builder) {
+	if len(c.words) < 2 || c.words[0] != "early" {
+		s.fatalf("plan early ok|fail")
+	}
+	op := s.n.Op
+	if op == nil || op.SitePlan == nil {
+		fmt.Fprintf(b, "error: no site plan\n")
+		return
+	}
+	j := op.Index - op.SitePlan.First + 1
+	if j < 0 || j >= len(op.SitePlan.Cmds) {
+		fmt.Fprintf(b, "error: the site plan has no step after the current one\n")
+		return
+	}
+	res := &protocol.Message{Kind: protocol.KindResult, CommandID: op.SitePlan.Cmds[j].ID, OK: c.words[1] == "ok"}
+	if a := op.Plan[op.Index+1]; a.Kind == ActStep && a.Step.InBand {
+		res.Token = s.n.AgentToken
+	}
+	if !res.OK {
+		res.Error = c.o.get("error", "the step failed")
+	}
+	s.apply(s.m.Result(s.n, res, s.now), b)
+}
+
+// cliVerb is the verb of a CLI name (deploy, undeploy) or API target,
+// from the verb table.
 func cliVerb(v string) Event {
-	switch v {
-	case "deploy":
-		return Deploy
-	case "undeploy":
-		return Undeploy
+	if row, ok := VerbByName(v); ok {
+		return row.Verb
 	}
 	return Event(v)
 }
@@ -449,6 +436,14 @@ func (s *scenario) config(o opts, b *strings.Builder) {
 			cfg.WaitTimeout = s.duration(v)
 		case "command_timeout":
 			cfg.CommandTimeout = s.duration(v)
+		case "site_plans":
+			// The site's edge agent runs plans (run_plan).
+			on := v == "on"
+			cfg.SitePlans = func(string) bool { return on }
+		case "fast_track":
+			cfg.FastTrack = v == "on"
+		case "fast_track_timeout":
+			cfg.FastTrackTimeout = s.duration(v)
 		default:
 			s.fatalf("unknown config %s", k)
 		}
@@ -480,7 +475,7 @@ func (s *scenario) set(args []arg, b *strings.Builder) {
 		}
 		(*m)[k] = v
 	}
-	for _, a := range args[1:] {
+	for _, a := range args {
 		switch {
 		case strings.HasPrefix(a.key, "instance_info.") && strings.HasPrefix(a.val, "["):
 			var l []any
@@ -569,6 +564,16 @@ func sentText(msg *protocol.Message) string {
 			}
 		}
 		return t
+	case msg.Action == protocol.ActionPlanRun:
+		var names []string
+		for _, c := range msg.Plan {
+			names = append(names, c.Step.Interface+"."+c.Step.Step)
+		}
+		return fmt.Sprintf("site: plan %s of %d steps: %s", msg.ID, len(msg.Plan), strings.Join(names, ", "))
+	case msg.Action == protocol.ActionPlanStop:
+		return fmt.Sprintf("site: stop plan %v (%v)", msg.Args["plan_id"], msg.Args["mode"])
+	case msg.Action == protocol.ActionEndBoot:
+		return "bmc: end_boot"
 	case msg.Action == protocol.ActionAbort:
 		return "ramdisk: abort the running step"
 	case msg.Action == protocol.ActionPower:
@@ -781,7 +786,7 @@ func (s *scenario) fields() map[string]string {
 		"instance_info":      "none",
 	}
 	if n.Op != nil {
-		f["op"] = n.Op.Phase
+		f["op"] = string(n.Op.Phase)
 		steps, index := n.Op.StepList()
 		var names []string
 		for _, st := range steps {
@@ -826,7 +831,7 @@ func slicesSorted(m map[string]any) []string {
 func (s *scenario) expect(args []arg) {
 	s.t.Helper()
 	f := s.fields()
-	for _, a := range args[1:] {
+	for _, a := range args {
 		if a.key == "" {
 			s.fatalf("expect: %q is not key=value", a.val)
 		}
@@ -841,11 +846,11 @@ func (s *scenario) expect(args []arg) {
 				want = ""
 			}
 			if got != want {
-				s.t.Errorf("%s:%d: %s = %q, want %q (state %q, last_error %q)", s.path, s.line, a.key, got, a.val, s.n.ProvisionState, s.n.LastError)
+				s.t.Errorf("%s: %s = %q, want %q (state %q, last_error %q)", s.pos, a.key, got, a.val, s.n.ProvisionState, s.n.LastError)
 			}
 		case "~":
 			if !strings.Contains(got, a.val) {
-				s.t.Errorf("%s:%d: %s = %q, want it to contain %q", s.path, s.line, a.key, got, a.val)
+				s.t.Errorf("%s: %s = %q, want it to contain %q", s.pos, a.key, got, a.val)
 			}
 		}
 	}

@@ -56,34 +56,6 @@ func (sp *SitePlan) index(id string) int {
 // Holds tells whether command id is one of the plan's steps.
 func (sp *SitePlan) Holds(id string) bool { return sp.index(id) >= 0 }
 
-// sitePlanPhases are the phases whose steps go to the site as a plan.
-var sitePlanPhases = map[string]bool{"clean": true, "deploy": true, "service": true}
-
-// stepSpans are how long a planned step may run once the edge agent
-// starts it: an in-band step as long as its ramdisk heartbeats (the wait
-// timeout is the silence allowed), an out-of-band one the command timeout.
-func (m *Machine) stepSpan(s *StepRun) time.Duration {
-	if s.InBand {
-		return m.cfg.WaitTimeout
-	}
-	return m.cfg.CommandTimeout
-}
-
-// stepCommand is the command of step s as it would be sent alone (not
-// yet stamped with an id, Seq or deadline).
-func (m *Machine) stepCommand(n *Node, s *StepRun) (msg *protocol.Message, topic string, err error) {
-	if s.InBand {
-		args, err := m.inbandStepArgs(n, s)
-		if err != nil {
-			return nil, "", err
-		}
-		return &protocol.Message{Action: protocol.ActionInbandRun, Token: n.AgentToken,
-			Step: &protocol.Step{Interface: s.Interface, Step: s.Step, Args: args, Priority: s.Priority, Abortable: s.Abortable}}, protocol.NodeCmdTopic(n.Site, n.UUID), nil
-	}
-	return &protocol.Message{Action: protocol.ActionOOBStep, Driver: n.Driver, DriverInfo: n.DriverInfo,
-		Step: &protocol.Step{Interface: s.Interface, Step: s.Step, Args: oobArgs(n, s), Priority: s.Priority, Abortable: s.Abortable}}, protocol.BMCCmdTopic(n.Site), nil
-}
-
 // sendSitePlan hands the site the steps from the current action on, up
 // to the first action that is not a step (a power action, the ramdisk's
 // boot) or a hold step, as one run_plan command, when the site's edge
@@ -91,7 +63,7 @@ func (m *Machine) stepCommand(n *Node, s *StepRun) (msg *protocol.Message, topic
 // two steps, one of them in band. It tells whether it sent one.
 func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 	op := n.Op
-	if m.cfg.SitePlans == nil || op == nil || !sitePlanPhases[op.Phase] || n.AgentToken == "" || n.Maintenance || op.AbortAfter ||
+	if m.cfg.SitePlans == nil || op == nil || !op.Phase.Info().SitePlan || n.AgentToken == "" || n.Maintenance || op.AbortAfter ||
 		!m.cfg.SitePlans(n.Site) {
 		return false
 	}
@@ -104,15 +76,16 @@ func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 		if a.Kind != ActStep || a.Step == nil || a.Step.Step == HoldStep {
 			break
 		}
-		msg, _, err := m.stepCommand(n, a.Step)
+		c, err := m.stepCommand(n, a.Step)
 		if err != nil {
 			break // it fails when it is reached, as it would alone
 		}
-		span := m.stepSpan(a.Step)
-		seq = max(seq+1, uint64(max(now.UnixNano(), 0)))
-		msg.V, msg.Kind, msg.ID, msg.Site, msg.Node, msg.Sent, msg.Seq = protocol.Version, protocol.KindCommand, m.cfg.NewID(), n.Site, n.UUID, now, seq
+		// Stamped as it will be when it is reached (pendPlanned), with
+		// the id and Seq fixed now.
+		msg, span := c.msg, m.span(c.inBand, c.steps)
+		seq = nextSeq(seq, now)
+		stamp(n, msg, m.cfg.NewID(), seq, span, now)
 		msg.SpanSeconds = int64((span + time.Second - 1) / time.Second)
-		msg.Deadline = now.Add(span)
 		total += span
 		inband = inband || a.Step.InBand
 		cmds = append(cmds, msg)
@@ -120,8 +93,8 @@ func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 	if len(cmds) < 2 || !inband {
 		return false
 	}
-	plan := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, Action: protocol.ActionPlanRun, ID: m.cfg.NewID(),
-		Site: n.Site, Node: n.UUID, Sent: now, Deadline: now.Add(total), Plan: cmds}
+	plan := &protocol.Message{Action: protocol.ActionPlanRun, Plan: cmds}
+	stamp(n, plan, m.cfg.NewID(), 0, total, now)
 	if err := plan.Validate(); err != nil {
 		return false
 	}
@@ -135,7 +108,7 @@ func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 	}
 	op.SitePlan = sp
 	n.PlanStop = nil
-	out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: plan})
+	out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: plan}) // stamped above, before it was measured
 	out.Changed = true
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: eventType(op),
 		Event: fmt.Sprintf("the next %d %s steps handed to the edge agent of site %s as one plan: the site runs them in turn, their results are applied here in order",
@@ -155,23 +128,18 @@ func (m *Machine) pendPlanned(n *Node, s *StepRun, now time.Time, out *Output) b
 	if j < 0 || j >= len(sp.Cmds) {
 		return false
 	}
-	msg, topic, err := m.stepCommand(n, s)
+	c, err := m.stepCommand(n, s)
 	if err != nil {
 		return false // sent alone, it fails as it would have
 	}
-	pc := sp.Cmds[j]
-	msg.V, msg.Kind, msg.ID, msg.Site, msg.Node, msg.Sent, msg.Seq = protocol.Version, protocol.KindCommand, pc.ID, n.Site, n.UUID, now, pc.Seq
-	n.CmdSeq = max(n.CmdSeq, pc.Seq)
+	c.planned = &sp.Cmds[j]
 	out.Changed = true
-	if s.InBand {
-		msg.Deadline = now.Add(m.cfg.WaitTimeout)
-		n.Pending = &Command{ID: msg.ID, Topic: topic, Msg: msg, LastSent: now, Attempts: 1, InBand: true}
-		m.enterWait(n, now, out)
-	} else {
+	if !s.InBand {
 		m.ensureWorking(n, now, out)
-		msg.Deadline = now.Add(m.cfg.CommandTimeout)
-		n.Pending = &Command{ID: msg.ID, Topic: topic, Msg: msg, LastSent: now, Attempts: 1}
-		n.Deadline = msg.Deadline
+	}
+	msg := m.issue(n, c, now, out)
+	if s.InBand {
+		m.enterWait(n, now, out)
 	}
 	if e := sp.Early[msg.ID]; e != nil {
 		delete(sp.Early, msg.ID)
@@ -224,7 +192,6 @@ func (m *Machine) stopSitePlan(n *Node, op *Operation, mode string, now time.Tim
 }
 
 func (m *Machine) sendPlanStop(n *Node, now time.Time, out *Output) {
-	out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: &protocol.Message{V: protocol.Version,
-		Kind: protocol.KindCommand, Action: protocol.ActionPlanStop, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID, Sent: now,
-		Deadline: now.Add(m.cfg.CommandTimeout), Args: map[string]any{"plan_id": n.PlanStop.ID, "mode": n.PlanStop.Mode}}})
+	m.notice(n, protocol.NodeCmdTopic(n.Site, n.UUID), &protocol.Message{Action: protocol.ActionPlanStop,
+		Args: map[string]any{"plan_id": n.PlanStop.ID, "mode": n.PlanStop.Mode}}, now, out)
 }

@@ -5,7 +5,10 @@
 // the node it gets back and sends the messages it is handed.
 package fsm
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // State is a provision state, spelled as Ironic spells it on the API.
 type State string
@@ -74,12 +77,14 @@ const (
 	ServiceFailed State = "service failed"
 )
 
-// AllStates lists every state, stable ones first in lifecycle order.
+// AllStates lists every state, stable ones first in lifecycle order
+// (the order of States()).
 func AllStates() []State {
-	return []State{Enroll, Verifying, Manageable, Inspecting, InspectWait, InspectFailed,
-		Cleaning, CleanWait, CleanHold, CleanFailed, Available, Deploying, DeployWait, DeployHold, DeployFailed,
-		Active, Deleting, Error, Rescuing, RescueWait, RescueFailed, Rescue, Unrescuing, UnrescueFailed,
-		Servicing, ServiceWait, ServiceHold, ServiceFailed}
+	var out []State
+	for _, r := range States() {
+		out = append(out, r.State)
+	}
+	return out
 }
 
 // Event moves a node along the table. Verbs come from operators (their
@@ -120,19 +125,19 @@ const (
 // hold until the operator's unhold (the next step runs) or abort.
 const HoldStep = "hold"
 
-// Verbs lists the operator verbs.
+// Verbs lists the operator verbs, in the order of the verb table.
 func Verbs() []Event {
-	return []Event{Manage, Inspect, Clean, Provide, Deploy, Rebuild, RescueV, Unrescue, Undeploy, Abort, Service, Unhold}
+	var out []Event
+	for _, s := range VerbSpecs() {
+		out = append(out, s.Verb)
+	}
+	return out
 }
 
-// IsVerb tells whether e is an operator verb.
+// IsVerb tells whether e is an operator verb (a row of the verb table).
 func IsVerb(e Event) bool {
-	for _, v := range Verbs() {
-		if v == e {
-			return true
-		}
-	}
-	return false
+	_, ok := VerbInfo(e)
+	return ok
 }
 
 // Transition is one row of the table.
@@ -143,10 +148,11 @@ type Transition struct {
 }
 
 // Table is the single source of truth of the lifecycle: every move a node
-// makes is a row here, docs/states.md is generated from it, and any move
-// not in it is refused.
+// makes is a row here (or of its verb's row, VerbSpec.Moves, which end
+// it), docs/states.md is generated from it, and any move not in it is
+// refused.
 func Table() []Transition {
-	return []Transition{
+	rows := []Transition{
 		{Enroll, Manage, Verifying},
 		{Verifying, Done, Manageable},
 		{Verifying, Fail, Enroll},
@@ -245,85 +251,138 @@ func Table() []Transition {
 		{ServiceHold, Fail, ServiceFailed},
 		{ServiceHold, Service, Servicing},
 	}
+	// Verbs whose row lists their moves (VerbSpec.Moves).
+	for _, v := range builtinVerbs() {
+		rows = append(rows, v.Moves...)
+	}
+	return rows
 }
+
+// StateInfo is one state's row: every attribute of a state is a field
+// here, read by the functions below; no other code lists states by kind.
+type StateInfo struct {
+	State State
+	// Stable: a resting state (no target_provision_state).
+	Stable bool
+	// KeepsTarget: a failed state, which keeps the target_provision_state
+	// of the operation that failed (Ironic's failed states have a target:
+	// clean failed → available, or manageable after a manual clean,
+	// deploy failed → active, ...). Other stable states have none.
+	KeepsTarget bool
+	// UpdateAllowed: the node may be updated (PATCH): not while a state
+	// transition is in progress, except in the states where Ironic allows
+	// it (its UPDATE_ALLOWED_STATES: verifying, inspecting, inspect wait,
+	// service hold and the failed states, besides the stable ones).
+	UpdateAllowed bool
+	// DeleteAllowed: the node may be deleted outside maintenance
+	// (Ironic's DELETE_ALLOWED_STATES with available, as
+	// allow_deleting_available_nodes defaults). In maintenance a node may
+	// be deleted in any state, once it is not locked.
+	DeleteAllowed bool
+	// Wait: a WAIT state, where the node waits for its ramdisk.
+	Wait bool
+	// Hold: a hold state, where the node waits for the operator's unhold
+	// or abort: unlocked, with no timeout.
+	Hold bool
+}
+
+// States is the state table, stable states first in lifecycle order.
+func States() []StateInfo {
+	const (
+		stable, keeps, upd, del, wait, hold = true, true, true, true, true, true
+		no                                  = false
+	)
+	return []StateInfo{
+		{Enroll, stable, no, upd, del, no, no},
+		{Verifying, no, no, upd, no, no, no},
+		{Manageable, stable, no, upd, del, no, no},
+		{Inspecting, no, no, upd, no, no, no},
+		{InspectWait, no, no, upd, no, wait, no},
+		{InspectFailed, stable, keeps, upd, no, no, no},
+		{Cleaning, no, no, no, no, no, no},
+		{CleanWait, no, no, no, no, wait, no},
+		{CleanHold, no, no, no, no, no, hold},
+		{CleanFailed, stable, keeps, upd, no, no, no},
+		{Available, stable, no, upd, del, no, no},
+		{Deploying, no, no, no, no, no, no},
+		{DeployWait, no, no, no, no, wait, no},
+		{DeployHold, no, no, no, no, no, hold},
+		{DeployFailed, stable, keeps, upd, no, no, no},
+		{Active, stable, no, upd, no, no, no},
+		{Deleting, no, no, no, no, no, no},
+		{Error, stable, no, upd, no, no, no},
+		{Rescuing, no, no, no, no, no, no},
+		{RescueWait, no, no, no, no, wait, no},
+		{RescueFailed, stable, keeps, upd, no, no, no},
+		{Rescue, stable, no, upd, no, no, no},
+		{Unrescuing, no, no, no, no, no, no},
+		{UnrescueFailed, stable, keeps, upd, no, no, no},
+		{Servicing, no, no, no, no, no, no},
+		{ServiceWait, no, no, no, no, wait, no},
+		{ServiceHold, no, no, upd, no, no, hold},
+		{ServiceFailed, stable, keeps, upd, no, no, no},
+	}
+}
+
+// stateRows is States() by state, built once.
+var stateRows = sync.OnceValue(func() map[State]StateInfo {
+	out := map[State]StateInfo{}
+	for _, r := range States() {
+		out[r.State] = r
+	}
+	return out
+})
 
 // Stable tells whether s is a resting state (no target_provision_state).
-func Stable(s State) bool {
-	switch s {
-	case Enroll, Manageable, Available, Active, Rescue,
-		InspectFailed, CleanFailed, DeployFailed, Error, RescueFailed, UnrescueFailed, ServiceFailed:
-		return true
-	}
-	return false
-}
+func Stable(s State) bool { return stateRows()[s].Stable }
 
 // KeepsTarget tells whether s is a failed state, which keeps the
-// target_provision_state of the operation that failed (Ironic's failed
-// states have a target: clean failed → available, or manageable after a
-// manual clean, deploy failed → active, ...). Other stable states have none.
-func KeepsTarget(s State) bool {
-	switch s {
-	case InspectFailed, CleanFailed, DeployFailed, RescueFailed, UnrescueFailed, ServiceFailed:
-		return true
-	}
-	return false
-}
+// target_provision_state of the operation that failed.
+func KeepsTarget(s State) bool { return stateRows()[s].KeepsTarget }
 
-// UpdateAllowed tells whether a node in s may be updated (PATCH): not
-// while a state transition is in progress, except in the states where
-// Ironic allows it (its UPDATE_ALLOWED_STATES: verifying, inspecting,
-// inspect wait, service hold and the failed states, besides the stable
-// ones).
+// UpdateAllowed tells whether a node in s may be updated (PATCH). A state
+// not in the table (none is) may be.
 func UpdateAllowed(s State) bool {
-	switch s {
-	case Cleaning, CleanWait, CleanHold, Deploying, DeployWait, DeployHold, Deleting, Rescuing, RescueWait, Unrescuing, Servicing, ServiceWait:
-		return false
-	}
-	return true
+	r, ok := stateRows()[s]
+	return !ok || r.UpdateAllowed
 }
 
 // DeleteAllowed tells whether a node in s may be deleted outside
-// maintenance (Ironic's DELETE_ALLOWED_STATES with available, as
-// allow_deleting_available_nodes defaults). In maintenance a node may be
-// deleted in any state, once it is not locked.
-func DeleteAllowed(s State) bool {
-	return s == Enroll || s == Manageable || s == Available
-}
-
-// MaintenanceOp names, in Ironic's words, the operation a verb starts
-// when Ironic refuses it for a node in maintenance (deploy, rebuild,
-// rescue, unrescue); ok is false for the verbs allowed in maintenance
-// (manage, inspect, clean, provide, undeploy, abort: Ironic's
-// allow_provisioning_in_maintenance).
-func MaintenanceOp(v Event) (op string, refused bool) {
-	switch v {
-	case Deploy, Rebuild:
-		return "provisioning", true
-	case RescueV:
-		return "rescuing", true
-	case Unrescue:
-		return "unrescuing", true
-	case Service:
-		// Ironic's do_node_service: NodeInMaintenance.
-		return "service", true
-	}
-	return "", false
-}
+// maintenance.
+func DeleteAllowed(s State) bool { return stateRows()[s].DeleteAllowed }
 
 // IsWait tells whether s is a WAIT state, where the node waits for its ramdisk.
-func IsWait(s State) bool {
-	return s == InspectWait || s == CleanWait || s == DeployWait || s == RescueWait || s == ServiceWait
-}
+func IsWait(s State) bool { return stateRows()[s].Wait }
 
 // IsHold tells whether s is a hold state, where the node waits for the
 // operator's unhold or abort: unlocked, with no timeout.
-func IsHold(s State) bool {
-	return s == CleanHold || s == DeployHold || s == ServiceHold
+func IsHold(s State) bool { return stateRows()[s].Hold }
+
+var (
+	tableOnce sync.Once
+	tableRows []Transition
+)
+
+// builtinTable is Table() built once: Next runs for every message and
+// verb. Nothing changes it.
+func builtinTable() []Transition {
+	tableOnce.Do(func() { tableRows = Table() })
+	return tableRows
 }
 
-// table is Table() built once: Next runs for every message and verb.
-// Nothing changes it.
-var table = sync.OnceValue(Table)
+// table is Table() with the moves of the verbs a test registered.
+func table() []Transition {
+	verbsExtra.mu.RLock()
+	defer verbsExtra.mu.RUnlock()
+	if len(verbsExtra.extra) == 0 {
+		return builtinTable()
+	}
+	out := slices.Clone(builtinTable())
+	for _, v := range verbsExtra.extra {
+		out = append(out, v.Moves...)
+	}
+	return out
+}
 
 // Allowed returns the verbs allowed from state s, in table order.
 func Allowed(s State) []Event {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/lib/imagechecksum"
-	"github.com/bmedge/bmedge/lib/shacrypt"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -76,13 +75,16 @@ func CheckServiceSteps(ident string, list []map[string]any) error {
 	return nil
 }
 
-// CheckVerb says whether verb may start on n now, without changing n.
+// CheckVerb says whether verb may start on n now, without changing n:
+// the checks every verb has, then its row's own. It is the one check of
+// a provision request; Start starts what it allowed.
 func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 	if n.Locked() {
 		return refuse(Conflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.Ident(), n.Reservation)
 	}
-	if !IsVerb(req.Verb) {
-		return refuse(Invalid, "%q is not a valid provision target; valid targets: %s", req.Verb, verbList(Verbs()))
+	row, ok := VerbInfo(req.Verb)
+	if !ok {
+		return refuse(Invalid, "%q is not a valid provision target; valid targets: %s", req.Verb, VerbTargets())
 	}
 	if _, ok := Next(n.ProvisionState, req.Verb, ""); !ok {
 		return refuse(Invalid, "The requested action %q can not be performed on node %q while it is in state %q. Allowed there: %s.",
@@ -95,18 +97,18 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 	// clean, provide, undeploy and abort start in maintenance, and the
 	// node pauses when it reaches a WAIT state; deploy, rebuild, rescue
 	// and unrescue are refused.
-	if op, refused := MaintenanceOp(req.Verb); refused && n.Maintenance {
-		return refuse(Invalid, "The %s operation can't be performed on node %s because it's in maintenance mode. (maintenance reason: %q; unset maintenance first)", op, n.Ident(), n.MaintenanceReason)
+	if row.Maintenance != "" && n.Maintenance {
+		return refuse(Invalid, "The %s operation can't be performed on node %s because it's in maintenance mode. (maintenance reason: %q; unset maintenance first)", row.Maintenance, n.Ident(), n.MaintenanceReason)
 	}
-	ramdisk := m.needsRamdisk(n, req.Verb)
-	if ramdisk || req.Verb == Clean {
+	ramdisk := row.Ramdisk != nil && row.Ramdisk(m, n)
+	if ramdisk || row.MayBootRamdisk {
 		if _, err := m.FastTrackEnabled(n); err != nil {
 			return refuse(Invalid, "%v", err)
 		}
 	}
-	if req.Verb == Inspect {
-		if err := m.checkInspectInterface(n); err != nil {
-			return refuse(Invalid, "%v", err)
+	if row.Precheck != nil {
+		if r := row.Precheck(m, n, req); r != nil {
+			return r
 		}
 	}
 	if ramdisk {
@@ -115,173 +117,169 @@ func (m *Machine) CheckVerb(n *Node, req VerbRequest) *Refusal {
 				req.Verb, n.Ident(), d.NoRamdiskBoot, n.Driver)
 		}
 	}
-	switch req.Verb {
-	case Provide:
-		if n.Retired {
-			return refuse(Conflict, "cannot provide node %s: node is retired (reason %q); unset retired first", n.Ident(), n.RetiredReason)
-		}
-	case Clean:
-		if len(req.CleanSteps) == 0 {
-			return refuse(Invalid, "clean_steps is required and must be a non-empty list for target \"clean\" on node %s", n.Ident())
-		}
-		if err := CheckCleanStepsSchema(req.CleanSteps); err != nil {
-			return refuse(Invalid, "%v", err)
-		}
-		if err := refusedSteps(req.CleanSteps); err != nil {
-			return refuse(Invalid, "%v", err)
-		}
-		if err := m.refusedSteps(n, "clean", req.CleanSteps); err != nil {
-			return refuse(Invalid, "%v", err)
-		}
-	case Deploy, Rebuild:
-		if m.fakeDeploy(n) {
-			// Ironic's fake deploy validates nothing and writes no image.
-			if len(req.DeploySteps) > 0 || len(matchingTemplates(n, req.Templates)) > 0 {
-				return refuse(Invalid, "Cannot deploy node %s with deploy steps or deploy templates: its deploy_interface is fake, which runs no step; set deploy_interface to direct (baremetal node set %s --deploy-interface direct)", n.Ident(), n.Ident())
-			}
-			break
-		}
-		if m.ramdiskDeploy(n) {
-			if r := m.checkRamdiskDeploy(n, req); r != nil {
-				return r
-			}
-			break
-		}
-		if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
-			return refuse(Invalid, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
-		}
-		if err := m.deployChecksumError(n); err != nil {
-			return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
-		}
-		if err := partitionImageError(n); err != nil {
-			return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
-		}
-		if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
-			return refuse(Invalid, "%v", err)
-		}
-		if err := m.refusedSteps(n, "deploy", req.DeploySteps); err != nil {
-			return refuse(Invalid, "%v", err)
-		}
-		if err := m.checkTemplates(n, req); err != nil {
-			return refuse(Invalid, "%v", err)
-		}
-	case RescueV:
-		if req.HashedRescuePassword == "" {
-			return refuse(Invalid, "A non-empty rescue_password is required to rescue node %s", n.Ident())
-		}
-		if err := shacrypt.Check(req.HashedRescuePassword); err != nil {
-			return refuse(Invalid, "Cannot rescue node %s: hashed_rescue_password: %v", n.Ident(), err)
-		}
-	case Service:
-		if err := CheckServiceSteps(n.Ident(), req.ServiceSteps); err != nil {
-			return refuse(Invalid, "%v", err)
-		}
-		if err := m.refusedSteps(n, "service", req.ServiceSteps); err != nil {
-			return refuse(Invalid, "%v", err)
-		}
-	case Abort:
-		if n.ProvisionState == ServiceFailed && n.Maintenance {
-			// Ironic's _do_abort, word for word.
-			return refuse(Invalid, "Can not abort service on node %q while it is in maintenance mode. Please remove the node from maintenance prior to issuing the request to abort the service operation.", n.UUID)
-		}
+	if row.Check != nil {
+		return row.Check(m, n, req)
 	}
 	return nil
 }
 
-// Verb starts an operator verb on n. A refusal leaves n untouched.
+func checkInspect(m *Machine, n *Node, _ VerbRequest) *Refusal {
+	if err := m.checkInspectInterface(n); err != nil {
+		return refuse(Invalid, "%v", err)
+	}
+	return nil
+}
+
+func checkClean(m *Machine, n *Node, req VerbRequest) *Refusal {
+	if len(req.CleanSteps) == 0 {
+		return refuse(Invalid, "clean_steps is required and must be a non-empty list for target \"clean\" on node %s", n.Ident())
+	}
+	if err := CheckCleanStepsSchema(req.CleanSteps); err != nil {
+		return refuse(Invalid, "%v", err)
+	}
+	if err := refusedSteps(req.CleanSteps); err != nil {
+		return refuse(Invalid, "%v", err)
+	}
+	if err := m.refusedSteps(n, "clean", req.CleanSteps); err != nil {
+		return refuse(Invalid, "%v", err)
+	}
+	return nil
+}
+
+func checkDeploy(m *Machine, n *Node, req VerbRequest) *Refusal {
+	if m.fakeDeploy(n) {
+		// Ironic's fake deploy validates nothing and writes no image.
+		if len(req.DeploySteps) > 0 || len(matchingTemplates(n, req.Templates)) > 0 {
+			return refuse(Invalid, "Cannot deploy node %s with deploy steps or deploy templates: its deploy_interface is fake, which runs no step; set deploy_interface to direct (baremetal node set %s --deploy-interface direct)", n.Ident(), n.Ident())
+		}
+		return nil
+	}
+	if m.ramdiskDeploy(n) {
+		return m.checkRamdiskDeploy(n, req)
+	}
+	if s, _ := n.InstanceInfo["image_source"].(string); s == "" {
+		return refuse(Invalid, "Cannot deploy node %s: instance_info/image_source is missing; set it with node set %s --instance-info image_source=URL", n.Ident(), n.Ident())
+	}
+	if err := m.deployChecksumError(n); err != nil {
+		return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
+	}
+	if err := partitionImageError(n); err != nil {
+		return refuse(Invalid, "Cannot deploy node %s: %v", n.Ident(), err)
+	}
+	if err := m.checkDeploySteps(n, req.DeploySteps); err != nil {
+		return refuse(Invalid, "%v", err)
+	}
+	if err := m.refusedSteps(n, "deploy", req.DeploySteps); err != nil {
+		return refuse(Invalid, "%v", err)
+	}
+	if err := m.checkTemplates(n, req); err != nil {
+		return refuse(Invalid, "%v", err)
+	}
+	return nil
+}
+
+// Verb starts an operator verb on n: CheckVerb, then Start. A refusal
+// leaves n untouched.
 func (m *Machine) Verb(n *Node, req VerbRequest, now time.Time) (Output, *Refusal) {
-	var out Output
 	if r := m.CheckVerb(n, req); r != nil {
-		return out, r
+		return Output{}, r
 	}
-	out.Changed = true
-	retiredTarget := Available
-	if n.Retired {
-		retiredTarget = Manageable
+	return m.Start(n, req, now), nil
+}
+
+// Start starts a verb that CheckVerb allowed, by its row's Start.
+func (m *Machine) Start(n *Node, req VerbRequest, now time.Time) Output {
+	out := Output{Changed: true}
+	row, ok := VerbInfo(req.Verb)
+	if !ok || row.Start == nil {
+		// CheckVerb refuses an unknown verb: this is a caller's bug.
+		panic(fmt.Sprintf("fsm: Start of verb %q, which CheckVerb refuses", req.Verb))
 	}
-	switch req.Verb {
-	case Manage:
-		if n.ProvisionState == Enroll {
-			m.start(n, req.Verb, Manageable, "verify", []Action{{Kind: ActOOB, Action: protocol.ActionValidate}}, now, &out)
-			return out, nil
-		}
-		// A direct move: no operation starts, and last_error stays (as
-		// Ironic keeps it when a node leaves clean failed).
-		m.fire(n, Manage, "", now, &out)
-	case Inspect:
-		t := now
-		n.InspectionStartedAt, n.InspectionFinishedAt = &t, nil
-		if m.inspectsOOB(n) {
-			// The BMC reads the hardware: one out-of-band step at the
-			// site, no ramdisk boot, no power action.
-			m.start(n, req.Verb, Manageable, "inspect", []Action{oobInspect(n)}, now, &out)
-			return out, nil
-		}
-		boot := bootRamdisk()
-		// The BMC's firmware versions and BIOS settings are read again
-		// (Ironic caches them at inspection too); a fast-tracked
-		// inspection, which boots nothing, keeps the last reading.
-		boot[0].Args[protocol.ArgReadHardware] = true
-		plan := append(boot,
-			Action{Kind: ActStep, Step: &StepRun{Interface: "deploy", Step: "inspect_hardware", InBand: true, Abortable: true}},
-			endRamdisk())
-		m.start(n, req.Verb, Manageable, "inspect", plan, now, &out)
-	case Provide:
-		m.start(n, req.Verb, retiredTarget, "clean", m.autoCleanPlan(n), now, &out)
-	case Clean:
-		m.startManualClean(n, req.CleanSteps, now, &out)
-	case Deploy, Rebuild:
-		if req.ConfigDrive != "" {
-			n.ConfigDrive = req.ConfigDrive
-		}
-		plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps,
-			"template_steps": templateStepObjects(matchingTemplates(n, req.Templates))}})
-		if m.fakeDeploy(n) {
-			plan = nil // Ironic's fake deploy: done at once
-		}
-		if m.ramdiskDeploy(n) {
-			plan = bootISOPlan(n)
-		}
-		m.start(n, req.Verb, Active, "deploy", plan, now, &out)
-	case RescueV:
-		plan := append(bootRamdisk(), Action{Kind: ActStep, Step: &StepRun{Interface: "rescue", Step: "finalize_rescue", InBand: true}})
-		m.start(n, req.Verb, Rescue, "rescue", plan, now, &out)
-		if n.Op != nil {
-			n.Op.HashedRescuePassword = req.HashedRescuePassword
-		}
-	case Unrescue:
-		plan := []Action{powerAction(protocol.PowerOff), bootDevAction(protocol.BootDisk), powerAction(protocol.PowerOn)}
-		m.start(n, req.Verb, Active, "unrescue", plan, now, &out)
-	case Undeploy:
-		plan := []Action{powerAction(protocol.PowerOff)}
-		if m.fakeDeploy(n) {
-			plan = nil // Ironic's fake deploy: tear down changes nothing
-		}
-		if m.ramdiskDeploy(n) {
-			plan = ejectISOPlan()
-		}
-		m.start(n, req.Verb, retiredTarget, "delete", plan, now, &out)
-	case Service:
-		m.startService(n, req.ServiceSteps, now, &out)
-	case Unhold:
-		m.unhold(n, now, &out)
-	case Abort:
-		if n.ProvisionState == ServiceFailed {
-			m.serviceAbort(n, n.BootDevice == protocol.BootPXE, now, &out)
-			return out, nil
-		}
-		wasService := n.ProvisionState == ServiceWait || n.ProvisionState == ServiceHold
-		// A node in service wait has booted (or is booting) its
-		// ramdisk; one held in service hold has if an in-band step ran.
-		inRamdisk := n.ProvisionState == ServiceWait || n.AgentToken != "" || n.BootNonce != ""
-		m.abort(n, now, &out)
-		if wasService && n.ProvisionState == ServiceFailed {
-			// As Ironic's _do_abort: service wait (or hold) fails, then
-			// aborts from service failed back to active.
-			m.serviceAbort(n, inRamdisk, now, &out)
-		}
+	row.Start(m, n, req, now, &out)
+	return out
+}
+
+func startManage(m *Machine, n *Node, req VerbRequest, now time.Time, out *Output) {
+	if n.ProvisionState == Enroll {
+		m.start(n, req.Verb, Manageable, PhaseVerify, []Action{{Kind: ActOOB, Action: protocol.ActionValidate}}, now, out)
+		return
 	}
-	return out, nil
+	// A direct move: no operation starts, and last_error stays (as
+	// Ironic keeps it when a node leaves clean failed).
+	m.fire(n, Manage, "", now, out)
+}
+
+func startInspect(m *Machine, n *Node, req VerbRequest, now time.Time, out *Output) {
+	t := now
+	n.InspectionStartedAt, n.InspectionFinishedAt = &t, nil
+	if m.inspectsOOB(n) {
+		// The BMC reads the hardware: one out-of-band step at the
+		// site, no ramdisk boot, no power action.
+		m.start(n, req.Verb, Manageable, PhaseInspect, []Action{oobInspect(n)}, now, out)
+		return
+	}
+	boot := bootRamdisk()
+	// The BMC's firmware versions and BIOS settings are read again
+	// (Ironic caches them at inspection too); a fast-tracked
+	// inspection, which boots nothing, keeps the last reading.
+	boot[0].Args[protocol.ArgReadHardware] = true
+	plan := append(boot,
+		Action{Kind: ActStep, Step: &StepRun{Interface: "deploy", Step: "inspect_hardware", InBand: true, Abortable: true}},
+		endRamdisk())
+	m.start(n, req.Verb, Manageable, PhaseInspect, plan, now, out)
+}
+
+func startDeploy(m *Machine, n *Node, req VerbRequest, now time.Time, out *Output) {
+	if req.ConfigDrive != "" {
+		n.ConfigDrive = req.ConfigDrive
+	}
+	plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps,
+		"template_steps": templateStepObjects(matchingTemplates(n, req.Templates))}})
+	if m.fakeDeploy(n) {
+		plan = nil // Ironic's fake deploy: done at once
+	}
+	if m.ramdiskDeploy(n) {
+		plan = bootISOPlan(n)
+	}
+	m.start(n, req.Verb, Active, PhaseDeploy, plan, now, out)
+}
+
+func startRescue(m *Machine, n *Node, req VerbRequest, now time.Time, out *Output) {
+	plan := append(bootRamdisk(), Action{Kind: ActStep, Step: &StepRun{Interface: "rescue", Step: "finalize_rescue", InBand: true}})
+	m.start(n, req.Verb, Rescue, PhaseRescue, plan, now, out)
+	if n.Op != nil {
+		n.Op.HashedRescuePassword = req.HashedRescuePassword
+	}
+}
+
+func startUndeploy(m *Machine, n *Node, req VerbRequest, now time.Time, out *Output) {
+	plan := []Action{powerAction(protocol.PowerOff)}
+	if m.fakeDeploy(n) {
+		plan = nil // Ironic's fake deploy: tear down changes nothing
+	}
+	if m.ramdiskDeploy(n) {
+		plan = ejectISOPlan()
+	}
+	m.start(n, req.Verb, retiredTarget(n), PhaseDelete, plan, now, out)
+}
+
+func startAbort(m *Machine, n *Node, req VerbRequest, now time.Time, out *Output) {
+	if n.ProvisionState == ServiceFailed {
+		m.serviceAbort(n, n.BootDevice == protocol.BootPXE, now, out)
+		return
+	}
+	// Abort is allowed from service wait and service hold only, of
+	// servicing's states (service failed is above).
+	wasService := n.Op != nil && n.Op.Phase.Info().Steps == StepsService
+	// A node in service wait has booted (or is booting) its
+	// ramdisk; one held in service hold has if an in-band step ran.
+	inRamdisk := n.ProvisionState == ServiceWait || n.AgentToken != "" || n.BootNonce != ""
+	m.abort(n, now, out)
+	if wasService && n.ProvisionState == ServiceFailed {
+		// As Ironic's _do_abort: service wait (or hold) fails, then
+		// aborts from service failed back to active.
+		m.serviceAbort(n, inRamdisk, now, out)
+	}
 }
 
 // unhold releases a held node (Ironic's unhold, API 1.85): it goes back
@@ -304,27 +302,10 @@ func (m *Machine) unhold(n *Node, now time.Time, out *Output) {
 	m.advance(n, now, out)
 }
 
-// needsRamdisk tells whether a verb always boots the ramdisk on node n (a
-// manual clean does only when its list has an in-band step; a node of the
-// fake deploy interface deploys and cleans with none).
-func (m *Machine) needsRamdisk(n *Node, v Event) bool {
-	switch v {
-	case Inspect:
-		return !m.inspectsOOB(n)
-	case RescueV:
-		return true
-	case Deploy, Rebuild:
-		return !m.fakeDeploy(n) && !m.ramdiskDeploy(n)
-	case Provide:
-		return m.autoClean(n) && !m.fakeDeploy(n)
-	}
-	return false
-}
-
 // start enters the -ING state of verb and runs the plan as far as it goes.
 // A fast-trackable node (fasttrack.go) skips the plan's reboot into the
 // ramdisk and uses the one it runs.
-func (m *Machine) start(n *Node, verb Event, target State, phase string, plan []Action, now time.Time, out *Output) {
+func (m *Machine) start(n *Node, verb Event, target State, phase Phase, plan []Action, now time.Time, out *Output) {
 	ft, _ := m.FastTrackable(n, now)
 	m.begin(n, verb, target, phase, plan, now, out)
 	m.fastTrackStart(n, ft, now, out)
@@ -332,7 +313,7 @@ func (m *Machine) start(n *Node, verb Event, target State, phase string, plan []
 }
 
 // begin enters the -ING state of verb with an operation, running nothing.
-func (m *Machine) begin(n *Node, verb Event, target State, phase string, plan []Action, now time.Time, out *Output) {
+func (m *Machine) begin(n *Node, verb Event, target State, phase Phase, plan []Action, now time.Time, out *Output) {
 	n.LastError = ""
 	n.CleanStep, n.DeployStep, n.ServiceStep = nil, nil, nil
 	n.Op = &Operation{Verb: verb, Target: target, Phase: phase, Plan: plan, StartedAt: now}
@@ -381,7 +362,7 @@ func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time
 	// A bad list fails before any step is current: nothing ran, so no
 	// maintenance is set.
 	ft, _ := m.FastTrackable(n, now)
-	m.begin(n, Clean, Manageable, "clean", nil, now, out)
+	m.begin(n, Clean, Manageable, PhaseClean, nil, now, out)
 	n.Op.Manual = true
 	if err != nil {
 		m.fail(n, now, out, err.Error())
@@ -404,7 +385,7 @@ func (m *Machine) startService(n *Node, list []map[string]any, now time.Time, ou
 	// From service hold the node may be in its ramdisk (an in-band step
 	// ran before the hold): it is used, and the instance booted at the end.
 	inRamdisk := n.ProvisionState == ServiceHold && n.AgentToken != ""
-	m.begin(n, Service, Active, "service", nil, now, out)
+	m.begin(n, Service, Active, PhaseService, nil, now, out)
 	n.Op.Manual = true
 	if err == nil {
 		actions, err = m.resolveManual(n, d, list, len(n.CachedCleanSteps) > 0)
@@ -452,7 +433,7 @@ func (m *Machine) serviceAbort(n *Node, inRamdisk bool, now time.Time, out *Outp
 	if !inRamdisk {
 		return
 	}
-	n.Op = &Operation{Verb: Abort, Target: Active, Phase: "service_abort", Plan: bootInstance(), StartedAt: now}
+	n.Op = &Operation{Verb: Abort, Target: Active, Phase: PhaseServiceAbort, Plan: bootInstance(), StartedAt: now}
 	n.Reservation = m.cfg.Holder
 	m.advance(n, now, out)
 	n.LastError = last
@@ -474,10 +455,8 @@ func (m *Machine) abort(n *Node, now time.Time, out *Output) {
 		return
 	}
 	if n.Pending != nil && n.Pending.InBand {
-		stop := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: m.cfg.NewID(), Site: n.Site, Node: n.UUID,
-			Sent: now, Action: protocol.ActionAbort, Token: n.AgentToken, Deadline: now.Add(m.cfg.CommandTimeout),
-			Args: map[string]any{"command_id": n.Pending.ID}}
-		out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: stop})
+		m.notice(n, protocol.NodeCmdTopic(n.Site, n.UUID), &protocol.Message{Action: protocol.ActionAbort, Token: n.AgentToken,
+			Args: map[string]any{"command_id": n.Pending.ID}}, now, out)
 	}
 	m.failWith(n, now, out, fmt.Sprintf("aborted by request during step %s", a.Step.Name()), Abort)
 }
@@ -492,7 +471,7 @@ func (m *Machine) PowerRequest(n *Node, target string, now time.Time) (Output, *
 	if !ok {
 		return out, refuse(Invalid, "Invalid power target %q for node %s; use one of: %s", target, n.Ident(), strings.Join(PowerTargets(), ", "))
 	}
-	n.Op = &Operation{Verb: "power", Phase: "power", Plan: []Action{powerAction(state)}, StartedAt: now}
+	n.Op = &Operation{Verb: "power", Phase: PhasePower, Plan: []Action{powerAction(state)}, StartedAt: now}
 	n.Reservation = m.cfg.Holder
 	n.LastError = ""
 	out.Changed = true

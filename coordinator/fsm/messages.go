@@ -302,7 +302,7 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 		if !a.Step.InBand {
 			m.takeOOBInspection(n, msg, now, out)
 		}
-		if out.Inventory != nil && m.cfg.InspectionRules != nil && n.Op != nil && n.Op.Phase == "inspect" {
+		if out.Inventory != nil && m.cfg.InspectionRules != nil && n.Op != nil && n.Op.Phase == PhaseInspect {
 			// The inspection rules, in band and out of band alike (not
 			// a clean's inspect_hardware step); one that fails the
 			// inspection ends the operation here.

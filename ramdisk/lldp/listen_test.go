@@ -139,7 +139,8 @@ func lldpdCase(t *testing.T, bridge bool) {
 	if !bridge {
 		// Nobody sends yet: the listener gives up after its wait.
 		r = helper(time.Second)
-		if r.LLDP != nil || r.Took < time.Second || r.Took > 3*time.Second || r.Flags != "down" {
+		// (The bound above the wait leaves room for a loaded machine.)
+		if r.LLDP != nil || r.Took < time.Second || r.Took > 5*time.Second || r.Flags != "down" {
 			t.Fatalf("with no sender: %+v; want nothing after about 1 s, the interface down again", r)
 		}
 	}
@@ -185,7 +186,7 @@ func lldpdCase(t *testing.T, bridge bool) {
 	if !macs[n.ChassisID] || n.ChassisIDSubtype != "mac_address" || n.PortID != send || n.SystemName != "sw-test-"+id || n.PortDescription != "rack 4 port 7" {
 		t.Fatalf("heard %+v; want chassis one of %v, port %s, system sw-test-%s, port description \"rack 4 port 7\"", n, macs, send, id)
 	}
-	if r.Flags != "down" || r.Took > 5*time.Second {
+	if r.Flags != "down" || r.Took > 8*time.Second {
 		t.Fatalf("listen took %s, interface %s after it; want a frame within the 1 s tx-interval, the interface down again", r.Took, r.Flags)
 	}
 }

@@ -88,7 +88,12 @@ func lldpdCase(t *testing.T, bridge bool) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("ip (iproute2) is missing")
 	}
-	id := fmt.Sprintf("%d", os.Getpid()%100000)
+	// Names of their own per case: the other case's namespaces may not
+	// be gone yet (their lldpd exiting).
+	id := fmt.Sprintf("%d", os.Getpid()%10000*10)
+	if bridge {
+		id = fmt.Sprintf("%d", os.Getpid()%10000*10+1)
+	}
 	nsA, nsB, ifA, ifB := "bmlldp-a-"+id, "bmlldp-b-"+id, "bml"+id+"a", "bml"+id+"b"
 	if out, err := exec.Command("ip", "netns", "add", nsA).CombinedOutput(); err != nil {
 		t.Skipf("cannot make a network namespace: %v %s", err, out)

@@ -203,7 +203,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Handler:       a.handle,
 		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, a.cfg.Clock.Now(), false, false, false),
 		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, a.cfg.Clock.Now(), true, a.relays(), a.relay.Addr() != ""),
-		Logger: a.log,
+		Logger: a.log, Clock: a.cfg.Clock,
 		OnUp: func() {
 			a.log.Info("edge agent connected", "site", site, "broker", a.cfg.BrokerURL)
 			a.ob.ResendAll()

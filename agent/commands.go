@@ -86,8 +86,7 @@ func (a *Agent) bmcCommand(m *protocol.Message) *protocol.Message {
 // ramdisk): such a command is kept as started before it runs, so that a
 // kill of the agent while it runs never boots the node twice.
 func rebootCommand(m *protocol.Message) bool {
-	st, _ := m.Args["state"].(string)
-	return m.Action == protocol.ActionPower && (st == protocol.PowerReboot || st == protocol.PowerSoftReboot)
+	return m.Action == protocol.ActionPower && protocol.PowerArgsOf(m.Args).Reboots()
 }
 
 // resumedReboot answers a copy of a reboot the agent started before it
@@ -100,7 +99,7 @@ func rebootCommand(m *protocol.Message) bool {
 func (a *Agent) resumedReboot(m *protocol.Message) *protocol.Message {
 	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline.Add(-resultMargin(time.Until(m.Deadline))))
 	defer cancel()
-	if u, _ := m.Args[protocol.ArgAgentUsername].(string); u != "" {
+	if protocol.PowerArgsOf(m.Args).AgentUsername != "" {
 		a.boot.NoteArgs(m.Node, m.Args)
 	}
 	st := ""
@@ -157,7 +156,7 @@ func (a *Agent) cacheImageCommand(m *protocol.Message) {
 // cacheImage pre-seeds the image and returns the result (nil when the
 // agent is stopping).
 func (a *Agent) cacheImage(m *protocol.Message) *protocol.Message {
-	u, _ := m.Args["url"].(string)
+	u := protocol.CacheImageArgsOf(m.Args).URL
 	res := &protocol.Message{Kind: protocol.KindResult, ID: outbox.NewID(), Site: a.cfg.Site, CommandID: m.ID}
 	// Within the command's deadline, less the time its result needs.
 	ctx, cancel := context.WithDeadline(a.ctx, m.Deadline.Add(-resultMargin(time.Until(m.Deadline))))

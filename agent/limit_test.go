@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -63,8 +64,8 @@ func TestBMCConcurrencyBound(t *testing.T) {
 			errs[i] = a.execLimited(ctx, cmd(n))
 		}()
 	}
-	for b.running.Load() < 2 {
-		time.Sleep(time.Millisecond)
+	if !waitfor.Until(30*time.Second, func() bool { return b.running.Load() >= 2 }) {
+		t.Fatalf("%d BMC commands run; want 2", b.running.Load())
 	}
 	// Two run, two wait: one more, with a deadline already passed, fails.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/lib/mqttbroker"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -103,10 +104,7 @@ func TestUplinkKeepsNodeOrder(t *testing.T) {
 		}
 		a.publish(protocol.BMCEvtTopic("s1"), p)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for rec.count() < n && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Until(60*time.Second, func() bool { return rec.count() >= n })
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.msgs) != n {

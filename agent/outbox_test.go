@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -303,11 +304,8 @@ func TestOutboxLimit(t *testing.T) {
 	a.ctx = ctx
 	ran := make(chan struct{})
 	go func() { defer close(ran); a.runBMC(cmd) }()
-	for deadline := time.Now().Add(30 * time.Second); a.Outbox() < 2 || bmc.ops.Load() < 1; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the command did not run after an ack made room: %d BMC operations, outbox %d", bmc.ops.Load(), a.Outbox())
-		}
-		time.Sleep(time.Millisecond)
+	if !waitfor.Until(30*time.Second, func() bool { return a.Outbox() >= 2 && bmc.ops.Load() >= 1 }) {
+		t.Fatalf("the command did not run after an ack made room: %d BMC operations, outbox %d", bmc.ops.Load(), a.Outbox())
 	}
 	cancel()
 	<-ran

@@ -16,6 +16,7 @@ import (
 	"github.com/bmedge/bmedge/agent/plan"
 	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/lib/mqttbroker"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -87,12 +88,8 @@ func (s *planSite) send(topic string, m *protocol.Message) {
 // await waits until cond holds (polling), or fails saying what.
 func await(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !waitfor.Until(20*time.Second, cond) {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -172,7 +169,9 @@ func TestPlanRunsWithoutCoordinator(t *testing.T) {
 			idC2 = m.ID
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // longer than a step: a second run would have ended
+	// Longer than a step: a second run would have ended, and its result
+	// shown.
+	waitfor.Until(300*time.Millisecond, func() bool { return s.a.ob.Len() != before })
 	if got := fmt.Sprint(s.results("n1")); got != "[power-n1 c1 c2 c3]" || s.a.ob.Len() != before {
 		t.Fatalf("after the coordinator's copy of c2: results %s, outbox %d (was %d); want it answered once", got, s.a.ob.Len(), before)
 	}
@@ -218,7 +217,8 @@ func TestPlanOOBStepOnce(t *testing.T) {
 	s.send(protocol.BMCCmdTopic("s1"), &copyOf) // while it runs
 	await(t, "the plan's end", func() bool { return s.a.plans.Len() == 0 })
 	s.send(protocol.BMCCmdTopic("s1"), &copyOf) // after
-	time.Sleep(100 * time.Millisecond)
+	// A second run (0.3 s) would show as another result.
+	waitfor.Until(500*time.Millisecond, func() bool { return fmt.Sprint(s.results("n1")) != "[power-n1 i1 o2 i3]" })
 	if got := fmt.Sprint(s.results("n1")); got != "[power-n1 i1 o2 i3]" {
 		t.Fatalf("results in the outbox: %s, want [power-n1 i1 o2 i3]", got)
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/agent/relay"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -36,11 +38,16 @@ func TestResendAllRunsOneAtATime(t *testing.T) {
 	}
 	const calls = 10
 	var wg sync.WaitGroup
+	var back atomic.Int32
 	for range calls {
 		wg.Add(1)
-		go func() { defer wg.Done(); a.ob.ResendAll() }()
+		go func() { defer wg.Done(); a.ob.ResendAll(); back.Add(1) }()
 	}
-	time.Sleep(200 * time.Millisecond) // let the calls start
+	// Every call started: one pass waits in publish, the others have
+	// asked it to go once more and returned.
+	if !waitfor.Until(10*time.Second, func() bool { return back.Load() == calls-1 }) {
+		t.Fatalf("%d of %d calls returned while a pass was running; want all but the pass's", back.Load(), calls)
+	}
 	returned := make(chan struct{})
 	go func() { wg.Wait(); close(returned) }()
 	copies := 0

@@ -4,8 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // lockedBMC is a BMC whose operations hold its lock, as qemuvm's do, and
@@ -13,9 +16,12 @@ import (
 type lockedBMC struct {
 	recordingBMC
 	mu sync.Mutex
+	// closing is set when Close is called, before it waits.
+	closing atomic.Bool
 }
 
 func (b *lockedBMC) Close() {
+	b.closing.Store(true)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 }
@@ -33,9 +39,11 @@ func TestCloseBMCsWithPowerOnRunning(t *testing.T) {
 	b.mu.Lock() // the power-on starts
 	closed := make(chan struct{})
 	go func() { a.bmcs.CloseAll(); close(closed) }() // Run's shutdown
-	// Give closeBMCs time to reach b.Close (without the fix, with a.mu
-	// held); too short a wait can only make the test pass wrongly.
-	time.Sleep(50 * time.Millisecond)
+	// Wait until closeBMCs reached b.Close (without the fix, with a.mu
+	// held).
+	if !waitfor.Until(10*time.Second, b.closing.Load) {
+		t.Fatal("closing the BMCs never reached the BMC's Close")
+	}
 	powered := make(chan struct{})
 	go func() {
 		_ = a.boot.RamdiskCmdline("n1") // qemuvm's Config.Cmdline, under the BMC's lock

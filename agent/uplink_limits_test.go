@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/outbox"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -27,19 +28,18 @@ func TestUplinkDropsOversizedMessage(t *testing.T) {
 	})
 	a.publish(protocol.BMCEvtTopic("s1"), big)
 	for i := range 3 {
-		// After the big one, and apart from it in time: bundled with it
-		// or not, they must arrive.
-		time.Sleep(100 * time.Millisecond)
+		// After the big one, and apart from it in time (once the uplink
+		// took the one before): bundled with it or not, they must arrive.
+		if !waitfor.Until(10*time.Second, func() bool { return len(a.up.Queue()) == 0 }) {
+			t.Fatal("the uplink does not take its queue")
+		}
 		p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: "small" + string(rune('0'+i)), Site: "s1", Node: "n1", Sent: time.Now(), PowerState: protocol.PowerOn})
 		if err != nil {
 			t.Fatal(err)
 		}
 		a.publish(protocol.BMCEvtTopic("s1"), p)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for rec.count() < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Until(20*time.Second, func() bool { return rec.count() >= 3 })
 	if n := rec.count(); n != 3 {
 		t.Fatalf("%d of the 3 small messages arrived", n)
 	}

@@ -423,191 +423,168 @@ func Encode(m *Message) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// Validate checks the fields a message of its kind must have.
+// Validate checks the fields a message of its kind must have: the
+// envelope here, the rest with its kind's check (kindChecks), and a
+// command's payload with its action's (commandChecks, payload.go).
 func (m *Message) Validate() error {
 	if m.V != Version {
 		return fmt.Errorf("message version %d is not supported (this program speaks v%d)", m.V, Version)
 	}
-	need := func(ok bool, field string) error {
-		if !ok {
-			return fmt.Errorf("%s message %q lacks required field %q", m.Kind, m.ID, field)
-		}
-		return nil
-	}
 	if m.Kind != KindPresence && m.Kind != KindAck {
-		if err := need(m.ID != "", "id"); err != nil {
+		if err := m.need(m.ID != "", "id"); err != nil {
 			return err
 		}
 	}
-	switch m.Kind {
-	case KindCommand:
-		if err := need(m.Action != "", "action"); err != nil {
-			return err
-		}
-		if err := need(!m.Deadline.IsZero(), "deadline"); err != nil {
-			return err
-		}
-		switch m.Action {
-		case ActionValidate, ActionAbort, ActionForget, ActionEndBoot:
-		case ActionPlanStop:
-			if id, _ := m.Args["plan_id"].(string); id == "" {
-				return fmt.Errorf("stop_plan command %q lacks args.plan_id", m.ID)
-			}
-			if mode, _ := m.Args["mode"].(string); mode != PlanStopAbort && mode != PlanStopFinish {
-				return fmt.Errorf("stop_plan command %q has mode %v; want %q or %q", m.ID, m.Args["mode"], PlanStopAbort, PlanStopFinish)
-			}
-		case ActionPlanRun:
-			if len(m.Plan) == 0 || len(m.Plan) > MaxPlanSteps {
-				return fmt.Errorf("run_plan command %q has %d steps; want 1 to %d", m.ID, len(m.Plan), MaxPlanSteps)
-			}
-			for i, c := range m.Plan {
-				if c == nil || c.Kind != KindCommand || (c.Action != ActionInbandRun && c.Action != ActionOOBStep) {
-					return fmt.Errorf("run_plan command %q: step %d is not a run_step or oob_step command", m.ID, i+1)
-				}
-				if c.Node != m.Node || len(c.Plan) > 0 || c.SpanSeconds <= 0 {
-					return fmt.Errorf("run_plan command %q: step %d must be a command of the same node, with a span and no plan of its own", m.ID, i+1)
-				}
-				if err := c.Validate(); err != nil {
-					return fmt.Errorf("run_plan command %q: step %d: %w", m.ID, i+1, err)
-				}
-			}
-		case ActionPower:
-			s, _ := m.Args["state"].(string)
-			if s != PowerOn && s != PowerOff && s != PowerReboot && s != PowerSoftOff && s != PowerSoftReboot {
-				return fmt.Errorf("power command %q has state %q; want %q, %q, %q, %q or %q", m.ID, s, PowerOn, PowerOff, PowerReboot, PowerSoftOff, PowerSoftReboot)
-			}
-			if d, set := m.Args[ArgBootDevice]; set && d != BootPXE && d != BootDisk {
-				return fmt.Errorf("power command %q has boot_device %v; want %q or %q", m.ID, d, BootPXE, BootDisk)
-			}
-		case ActionBootDev:
-			d, _ := m.Args["device"].(string)
-			if d != BootPXE && d != BootDisk && d != BootISO {
-				return fmt.Errorf("boot_device command %q has device %q; want %q, %q or %q", m.ID, d, BootPXE, BootDisk, BootISO)
-			}
-			if u, _ := m.Args[ArgISOURL].(string); d == BootISO && (u == "" || len(u) > MaxISOURLBytes) {
-				return fmt.Errorf("boot_device command %q of device %q needs %s, an http(s) URL of at most %d bytes", m.ID, BootISO, ArgISOURL, MaxISOURLBytes)
-			}
-			if e, set := m.Args[ArgEjectISO]; set && (d != BootDisk || e != true) {
-				return fmt.Errorf("boot_device command %q: %s is true, with device %q only", m.ID, ArgEjectISO, BootDisk)
-			}
-		case ActionOOBStep, ActionInbandRun:
-			if m.Step == nil || m.Step.Step == "" || m.Step.Interface == "" {
-				return fmt.Errorf("%s command %q lacks a step with interface and name", m.Action, m.ID)
-			}
-			if len(m.Steps) > 0 && m.Action != ActionOOBStep {
-				return fmt.Errorf("%s command %q has steps; only oob_step runs several", m.Action, m.ID)
-			}
-			if len(m.Steps) > MaxOOBSteps {
-				return fmt.Errorf("oob_step command %q has %d steps; at most %d", m.ID, len(m.Steps), MaxOOBSteps)
-			}
-			for i, s := range m.Steps {
-				if s.Step == "" || s.Interface == "" {
-					return fmt.Errorf("oob_step command %q: step %d lacks interface or name", m.ID, i+1)
-				}
-			}
-			if len(m.Steps) > 0 && (m.Steps[0].Interface != m.Step.Interface || m.Steps[0].Step != m.Step.Step) {
-				return fmt.Errorf("oob_step command %q: its first step is not its step", m.ID)
-			}
-		case ActionCacheImage:
-			u, _ := m.Args["url"].(string)
-			if u == "" {
-				return fmt.Errorf("cache_image command %q lacks args.url", m.ID)
-			}
-			return nil
-		default:
-			return fmt.Errorf("command %q has unknown action %q", m.ID, m.Action)
-		}
-		return need(m.Node != "", "node")
-	case KindResult:
-		if err := need(m.CommandID != "", "command_id"); err != nil {
-			return err
-		}
-		if !m.OK && m.Error == "" {
-			return fmt.Errorf("result %q for command %q is a failure without an error text", m.ID, m.CommandID)
-		}
-		// A site-wide command's result (cache_image) names no node.
-		return nil
-	case KindAck:
-		return need(len(m.AckIDs) > 0, "ack_ids")
-	case KindHello:
-		if err := need(m.Node != "", "node"); err != nil {
-			return err
-		}
-		if err := need(m.BootID != "", "boot_id"); err != nil {
-			return err
-		}
-		// The coordinator caches the offered steps and later sends them
-		// back in run_step commands, which need an interface and a name:
-		// a step without them could be planned but never sent.
-		for _, l := range []struct {
-			kind  string
-			steps []Step
-		}{{"clean", m.CleanSteps}, {"deploy", m.DeploySteps}} {
-			for i, s := range l.steps {
-				if s.Interface == "" || s.Step == "" {
-					return fmt.Errorf("hello %q offers %s step %d without an interface and a name", m.ID, l.kind, i+1)
-				}
-			}
-		}
-		return nil
-	case KindWelcome:
-		if err := need(m.Node != "", "node"); err != nil {
-			return err
-		}
-		return need(m.Token != "", "token")
-	case KindHeartbeat:
-		if err := need(m.Node != "", "node"); err != nil {
-			return err
-		}
-		if m.Progress < 0 || m.Progress > 1 {
-			return fmt.Errorf("heartbeat %q has progress %v outside 0..1", m.ID, m.Progress)
-		}
-		return need(m.Token != "", "token")
-	case KindPresence:
-		return need(m.Site != "", "site")
-	case KindBeats:
-		if err := need(m.Site != "", "site"); err != nil {
-			return err
-		}
-		if len(m.Beats) > MaxBeats {
-			return fmt.Errorf("heartbeat summary %q carries %d heartbeats; at most %d", m.ID, len(m.Beats), MaxBeats)
-		}
-		if m.Queued < 0 {
-			return fmt.Errorf("heartbeat summary %q has queued %d < 0", m.ID, m.Queued)
-		}
-		for i := range m.Beats {
-			b := &m.Beats[i]
-			if b.Kind != KindHeartbeat || len(b.Beats) > 0 {
-				return fmt.Errorf("heartbeat summary %q: entry %d is a %q, not a heartbeat", m.ID, i+1, b.Kind)
-			}
-			if b.Site != m.Site {
-				return fmt.Errorf("heartbeat summary %q of site %q: entry %d is of site %q", m.ID, m.Site, i+1, b.Site)
-			}
-			if err := b.Validate(); err != nil {
-				return fmt.Errorf("heartbeat summary %q: entry %d: %w", m.ID, i+1, err)
-			}
-		}
-		return nil
-	case KindPower:
-		if err := need(m.Node != "", "node"); err != nil {
-			return err
-		}
-		if err := need(!m.Sent.IsZero(), "sent"); err != nil {
-			return err
-		}
-		if m.Error != "" {
-			if m.PowerState != "" {
-				return fmt.Errorf("power report %q has both power_state %q and error %q; a failed reading has only the error", m.ID, m.PowerState, m.Error)
-			}
-			return nil
-		}
-		if m.PowerState != PowerOn && m.PowerState != PowerOff {
-			return fmt.Errorf("power report %q has power_state %q; want %q or %q, or an error", m.ID, m.PowerState, PowerOn, PowerOff)
-		}
-		return nil
-	case "":
+	if m.Kind == "" {
 		return fmt.Errorf("message %q has no kind", m.ID)
-	default:
+	}
+	check, ok := kindChecks[m.Kind]
+	if !ok {
 		return fmt.Errorf("message %q has unknown kind %q", m.ID, m.Kind)
 	}
+	return check(m)
+}
+
+// need says that a message lacks a required field when ok is false.
+func (m *Message) need(ok bool, field string) error {
+	if !ok {
+		return fmt.Errorf("%s message %q lacks required field %q", m.Kind, m.ID, field)
+	}
+	return nil
+}
+
+// needAll is the first of the required fields a message lacks.
+func (m *Message) needAll(fields ...need) error {
+	for _, f := range fields {
+		if err := m.need(f.ok, f.field); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type need struct {
+	ok    bool
+	field string
+}
+
+// kindChecks checks each kind of message beyond the envelope. (Set in
+// init: the heartbeat summary validates its heartbeats with it.)
+var kindChecks map[string]func(*Message) error
+
+func init() {
+	kindChecks = map[string]func(*Message) error{
+		KindCommand:   checkCommand,
+		KindResult:    checkResult,
+		KindAck:       func(m *Message) error { return m.need(len(m.AckIDs) > 0, "ack_ids") },
+		KindHello:     checkHello,
+		KindWelcome:   func(m *Message) error { return m.needAll(need{m.Node != "", "node"}, need{m.Token != "", "token"}) },
+		KindHeartbeat: checkHeartbeat,
+		KindPresence:  func(m *Message) error { return m.need(m.Site != "", "site") },
+		KindBeats:     checkBeats,
+		KindPower:     checkPowerReport,
+	}
+}
+
+// checkCommand checks a command's envelope, then its action's payload.
+func checkCommand(m *Message) error {
+	if err := m.needAll(need{m.Action != "", "action"}, need{!m.Deadline.IsZero(), "deadline"}); err != nil {
+		return err
+	}
+	c, ok := commandChecks[m.Action]
+	if !ok {
+		return fmt.Errorf("command %q has unknown action %q", m.ID, m.Action)
+	}
+	if c.check != nil {
+		if err := c.check(m); err != nil {
+			return err
+		}
+	}
+	return m.need(!c.node || m.Node != "", "node")
+}
+
+// checkResult: a result names its command, and a failure says why. A
+// site-wide command's result (cache_image) names no node.
+func checkResult(m *Message) error {
+	if err := m.need(m.CommandID != "", "command_id"); err != nil {
+		return err
+	}
+	if !m.OK && m.Error == "" {
+		return fmt.Errorf("result %q for command %q is a failure without an error text", m.ID, m.CommandID)
+	}
+	return nil
+}
+
+// checkHello: the coordinator caches the offered steps and later sends
+// them back in run_step commands, which need an interface and a name: a
+// step without them could be planned but never sent.
+func checkHello(m *Message) error {
+	if err := m.needAll(need{m.Node != "", "node"}, need{m.BootID != "", "boot_id"}); err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		kind  string
+		steps []Step
+	}{{"clean", m.CleanSteps}, {"deploy", m.DeploySteps}} {
+		for i, s := range l.steps {
+			if s.Interface == "" || s.Step == "" {
+				return fmt.Errorf("hello %q offers %s step %d without an interface and a name", m.ID, l.kind, i+1)
+			}
+		}
+	}
+	return nil
+}
+
+func checkHeartbeat(m *Message) error {
+	if err := m.need(m.Node != "", "node"); err != nil {
+		return err
+	}
+	if m.Progress < 0 || m.Progress > 1 {
+		return fmt.Errorf("heartbeat %q has progress %v outside 0..1", m.ID, m.Progress)
+	}
+	return m.need(m.Token != "", "token")
+}
+
+// checkBeats: a summary of at most MaxBeats valid heartbeats of its site.
+func checkBeats(m *Message) error {
+	if err := m.need(m.Site != "", "site"); err != nil {
+		return err
+	}
+	if len(m.Beats) > MaxBeats {
+		return fmt.Errorf("heartbeat summary %q carries %d heartbeats; at most %d", m.ID, len(m.Beats), MaxBeats)
+	}
+	if m.Queued < 0 {
+		return fmt.Errorf("heartbeat summary %q has queued %d < 0", m.ID, m.Queued)
+	}
+	for i := range m.Beats {
+		b := &m.Beats[i]
+		if b.Kind != KindHeartbeat || len(b.Beats) > 0 {
+			return fmt.Errorf("heartbeat summary %q: entry %d is a %q, not a heartbeat", m.ID, i+1, b.Kind)
+		}
+		if b.Site != m.Site {
+			return fmt.Errorf("heartbeat summary %q of site %q: entry %d is of site %q", m.ID, m.Site, i+1, b.Site)
+		}
+		if err := b.Validate(); err != nil {
+			return fmt.Errorf("heartbeat summary %q: entry %d: %w", m.ID, i+1, err)
+		}
+	}
+	return nil
+}
+
+// checkPowerReport: a reading ("power on" or "power off") or the error
+// of a failed one, never both.
+func checkPowerReport(m *Message) error {
+	if err := m.needAll(need{m.Node != "", "node"}, need{!m.Sent.IsZero(), "sent"}); err != nil {
+		return err
+	}
+	if m.Error != "" {
+		if m.PowerState != "" {
+			return fmt.Errorf("power report %q has both power_state %q and error %q; a failed reading has only the error", m.ID, m.PowerState, m.Error)
+		}
+		return nil
+	}
+	if m.PowerState != PowerOn && m.PowerState != PowerOff {
+		return fmt.Errorf("power report %q has power_state %q; want %q or %q, or an error", m.ID, m.PowerState, PowerOn, PowerOff)
+	}
+	return nil
 }

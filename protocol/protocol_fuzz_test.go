@@ -6,7 +6,7 @@ import (
 )
 
 // Seeds are messages of every kind as the three programs really send
-// them (shapes from fsm, agent and protocol/session), plus the malformed
+// them (shapes from fsm, agent and lib/session), plus the malformed
 // ones TestDecodeRejectsWithReason names, so that `go test` alone checks
 // them and the fuzzer starts from every branch of Validate.
 var decodeSeeds = []string{

@@ -23,8 +23,8 @@ rc=0
 # The engine, the broker, the MQTT link, the ramdisk session and the system
 # tests (scripts/systest: the wired coordinator with its agents), under the
 # race detector.
-echo "# $GO test -race -count=1 -timeout 25m ./coordinator/engine/ ./lib/mqttbroker/ ./scripts/systest/ ./lib/mqttlink/ ./protocol/session/"
-"$GO" test -race -count=1 -timeout 25m ./coordinator/engine/ ./lib/mqttbroker/ ./scripts/systest/ ./lib/mqttlink/ ./protocol/session/ || rc=1
+echo "# $GO test -race -count=1 -timeout 25m ./coordinator/engine/ ./lib/mqttbroker/ ./scripts/systest/ ./lib/mqttlink/ ./lib/session/"
+"$GO" test -race -count=1 -timeout 25m ./coordinator/engine/ ./lib/mqttbroker/ ./scripts/systest/ ./lib/mqttlink/ ./lib/session/ || rc=1
 
 # Everything else (the system tests ran above, the ramdisk runs beside).
 others=$("$GO" list ./... | grep -v -e '/scripts/systest$' -e '/scripts/systest/ramdisk$')

@@ -332,7 +332,7 @@ func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error 
 	if err != nil {
 		return err
 	}
-	if u, _ := m.Args[protocol.ArgAgentUsername].(string); u != "" {
+	if protocol.PowerArgsOf(m.Args).AgentUsername != "" {
 		boot.NoteArgs(m.Node, m.Args)
 	}
 	err = s.exec(ctx, m, b, boot)
@@ -408,22 +408,22 @@ func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot
 		s.readHardware(ctx, m.Node, b)
 		return nil
 	case protocol.ActionPower:
-		if d, _ := m.Args[protocol.ArgBootDevice].(string); d != "" {
+		p := protocol.PowerArgsOf(m.Args)
+		if d := p.BootDevice; d != "" {
 			if err := boot.SetBootDevice(ctx, m.Node, b, d); err != nil {
 				return fmt.Errorf("setting boot device %s: %w", d, err)
 			}
 		}
-		st, _ := m.Args["state"].(string)
-		if err := boot.SetPower(ctx, m.Node, b, st); err != nil {
+		if err := boot.SetPower(ctx, m.Node, b, p.State); err != nil {
 			return err
 		}
-		if read, _ := m.Args[protocol.ArgReadHardware].(bool); read {
+		if p.ReadHardware {
 			s.readHardware(ctx, m.Node, b)
 		}
 		return nil
 	case protocol.ActionBootDev:
-		d, _ := m.Args["device"].(string)
-		eject, _ := m.Args[protocol.ArgEjectISO].(bool)
+		bd := protocol.BootDeviceArgsOf(m.Args)
+		d, eject := bd.Device, bd.EjectISO
 		if d != protocol.BootISO && !eject {
 			return boot.SetBootDevice(ctx, m.Node, b, d)
 		}
@@ -457,7 +457,7 @@ func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot
 // into the site's image cache (under the fetch rule), then inserted from
 // there as the node's virtual CD, the CD its persistent boot device.
 func (s *Set) bootISO(ctx context.Context, m *protocol.Message, b drivers.BMC, ib ISOBooter) error {
-	src, _ := m.Args[protocol.ArgISOURL].(string)
+	src := protocol.BootDeviceArgsOf(m.Args).ISOURL
 	if s.cfg.MediaURL == nil {
 		return fmt.Errorf("the edge agent of site %s has no image cache (start it with --image-cache-dir and --image-cache-listen): a ramdisk deploy's boot_iso reaches the BMCs only through it", s.cfg.Site)
 	}

@@ -101,7 +101,7 @@ func (s *Set) CommandDone(m *protocol.Message) {
 	state := ""
 	switch m.Action {
 	case protocol.ActionPower:
-		state, _ = m.Args["state"].(string)
+		state = protocol.PowerArgsOf(m.Args).State
 	case protocol.ActionOOBStep:
 		if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.tear_down_agent" {
 			state = protocol.PowerOff

@@ -158,10 +158,12 @@ func (p *Boot) LoadCreds(hashes map[string][]byte) {
 // NoteArgs takes what a boot command says of the node's new boot: its
 // ramdisk's credential and, for network boot, its MACs.
 func (p *Boot) NoteArgs(node string, args map[string]any) {
-	u, _ := args[protocol.ArgAgentUsername].(string)
-	pw, _ := args[protocol.ArgAgentPassword].(string)
+	pa := protocol.PowerArgsOf(args)
+	u, pw := pa.AgentUsername, pa.AgentPassword
 	p.mu.Lock()
 	p.creds[node] = [2]string{u, pw}
+	// The raw value: a secure_boot that is not a bool fails the power-on
+	// that would use it, with the value in the error (applySecureBoot).
 	if v, ok := args[protocol.ArgSecureBoot]; ok {
 		b, isBool := v.(bool)
 		p.secure[node] = secureArg{want: b, bad: !isBool, raw: v}
@@ -214,8 +216,7 @@ func (p *Boot) Ended(m *protocol.Message, done int) {
 	off := false
 	switch m.Action {
 	case protocol.ActionPower:
-		s, _ := m.Args["state"].(string)
-		off = protocol.PowerIsOff(s)
+		off = !protocol.PowerArgsOf(m.Args).Boots()
 	case protocol.ActionOOBStep:
 		steps := m.OOBSteps()
 		for _, s := range steps[:min(done, len(steps))] {

@@ -156,7 +156,7 @@ func (p *Boot) netbootNoteArgs(node string, args map[string]any) {
 	defer st.mu.Unlock()
 	st.macs[node] = macs
 	st.fresh[node] = true
-	if sb, _ := args[protocol.ArgSecureBoot].(bool); sb {
+	if protocol.PowerArgsOf(args).SecureBoot {
 		st.secure[node] = true
 	} else {
 		delete(st.secure, node)

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/bmedge/bmedge/agent/fetchrule"
+	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -178,24 +180,8 @@ func TestConcurrentReadersOneDownload(t *testing.T) {
 		go func() { results <- get(base + PathPrefix + token) }()
 	}
 	// Every reader is in before the origin sends the second half.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c.mu.Lock()
-		e := c.entries[keyOf(o.url(), o.sum())]
-		refs := 0
-		if e != nil && e.fl != nil {
-			e.fl.mu.Lock()
-			refs = e.fl.refs
-			e.fl.mu.Unlock()
-		}
-		c.mu.Unlock()
-		if refs == readers+1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d readers joined the download", refs-1)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !waitfor.Until(20*time.Second, func() bool { return flightRefs(c, o.url(), o.sum()) == readers+1 }) {
+		t.Fatalf("only %d readers joined the download", flightRefs(c, o.url(), o.sum())-1)
 	}
 	if c.Cached(o.url(), o.sum()) {
 		t.Fatal("image cached before its download ended")
@@ -231,6 +217,20 @@ func TestConcurrentReadersOneDownload(t *testing.T) {
 	}
 }
 
+// flightRefs is how many hold the download of an image under way (its
+// readers, and the download itself); 0 when none is under way.
+func flightRefs(c *Cache, u string, sum Checksum) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[keyOf(u, sum)]
+	if e == nil || e.fl == nil {
+		return 0
+	}
+	e.fl.mu.Lock()
+	defer e.fl.mu.Unlock()
+	return e.fl.refs
+}
+
 func TestWrongChecksumFailsEveryReader(t *testing.T) {
 	for _, chunked := range []bool{false, true} {
 		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
@@ -255,7 +255,11 @@ func TestWrongChecksumFailsEveryReader(t *testing.T) {
 				_, err := c.Fetch(context.Background(), o.url(), badSum())
 				fetchErr <- err
 			}()
-			time.Sleep(200 * time.Millisecond)
+			// Every reader is in before the origin sends the second half
+			// (the pre-seed, in or not, fails on the checksum).
+			if !waitfor.Until(20*time.Second, func() bool { return flightRefs(c, o.url(), badSum()) == readers+1 }) {
+				t.Fatalf("only %d readers joined the download", flightRefs(c, o.url(), badSum())-1)
+			}
 			close(o.gate)
 			for range readers {
 				g := <-results
@@ -371,13 +375,19 @@ func TestLRU(t *testing.T) {
 		o := newOrigin(t, size+i) // distinct contents
 		origins = append(origins, o)
 	}
-	c := openCache(t, t.TempDir(), 3*size+10)
+	// The images' last use is on a fake clock, moved between uses.
+	fk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 3*size + 10, StallTimeout: 5 * time.Second, Rule: loopbackRule, Clock: fk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
 	ctx := context.Background()
 	for _, o := range origins[:3] {
 		if _, err := c.Fetch(ctx, o.url(), o.sum()); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		fk.Advance(time.Second)
 	}
 	// origins[0] is used again: origins[1] is now the least recent.
 	base := serveCache(t, c)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 	rimage "github.com/bmedge/bmedge/ramdisk/image"
 )
@@ -60,9 +61,9 @@ func TestRamdiskThroughCache(t *testing.T) {
 					errs <- err
 				}()
 			}
-			for c.Stats().Downloading == 0 {
-				// the first node starts the download
-				time.Sleep(5 * time.Millisecond)
+			// The first node starts the download.
+			if !waitfor.Until(30*time.Second, func() bool { return c.Stats().Downloading != 0 }) {
+				t.Fatal("no node started the download")
 			}
 			close(o.gate)
 			for range nodes {

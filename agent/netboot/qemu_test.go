@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent/netboot/labnet"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // recorder is a slog handler that keeps the messages, to see what the
@@ -177,21 +178,16 @@ func runChain(t *testing.T, site *labnet.Net, s *Server, rec *recorder, fws []fi
 			}
 			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 			start := time.Now()
-			for deadline := start.Add(4 * time.Minute); ; {
-				done := true
+			if !waitfor.Until(time.Until(start.Add(4*time.Minute)), func() bool {
 				for _, w := range fw.want {
 					if !rec.has(w) {
-						done = false
+						return false
 					}
 				}
-				if done {
-					break
-				}
-				if time.Now().After(deadline) {
-					b, _ := os.ReadFile(console)
-					t.Fatalf("the chain did not reach the ramdisk; want %q; the services said:\n%s\nconsole:\n%s", fw.want, rec.all(), b)
-				}
-				time.Sleep(500 * time.Millisecond)
+				return true
+			}) {
+				b, _ := os.ReadFile(console)
+				t.Fatalf("the chain did not reach the ramdisk; want %q; the services said:\n%s\nconsole:\n%s", fw.want, rec.all(), b)
 			}
 			t.Logf("%s: firmware to the ramdisk's initramfs in %.1fs", fw.name, time.Since(start).Seconds())
 			s.Disarm(fw.name)

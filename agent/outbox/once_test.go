@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -133,10 +134,7 @@ func TestResendLoopOnTheClock(t *testing.T) {
 	// Two ticks: the loop resends at whichever it handles with the
 	// clock at Resend, once (the message's Sent is then now).
 	clk.Advance(o.cfg.Resend / 2)
-	deadline := time.Now().Add(10 * time.Second)
-	for published() == first && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Until(10*time.Second, func() bool { return published() != first })
 	if published() != first+1 {
 		t.Fatalf("after the clock passed Resend: %d publishes, want %d (one resend)", published(), first+1)
 	}

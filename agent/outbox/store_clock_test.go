@@ -9,6 +9,7 @@ import (
 
 	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/lib/kvstore"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // TestOutboxGCTimersOnTheClock: the store's garbage collection runs by
@@ -57,12 +58,8 @@ func TestOutboxGCTimersOnTheClock(t *testing.T) {
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within 30 s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !waitfor.Until(30*time.Second, ok) {
+			t.Fatalf("no %s within 30 s", what)
 		}
 	}
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/lib/kvstore"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // stateDirSize is what du counts (allocated blocks) for every file under
@@ -136,19 +137,13 @@ func TestOutboxGCWhenWritingStops(t *testing.T) {
 	defer func() { s.Close() }()
 	seqs := fillOutbox(t, s, 1, 12000)
 	// Let the writes' own flush happen, then measure with them.
-	deadline := time.Now().Add(60 * time.Second)
-	for s.flushes.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitfor.Until(60*time.Second, func() bool { return s.flushes.Load() != 0 })
 	full := stateDirSize(t, dir)
 	flushes := s.flushes.Load()
 	for _, seq := range seqs {
 		s.Later(seq, nil)
 	}
-	for s.flushes.Load() == flushes && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if s.flushes.Load() == flushes {
+	if !waitfor.Until(60*time.Second, func() bool { return s.flushes.Load() != flushes }) {
 		t.Fatal("no flush within 60 s after the deletions stopped")
 	}
 	after := stateDirSize(t, dir)

@@ -302,8 +302,8 @@ func (p *Runner) Run(node string, m *protocol.Message) {
 // plan starts no further step; "abort" aborts its running in-band step
 // when it is abortable (any other finishes first).
 func (p *Runner) Stop(node string, m *protocol.Message) {
-	id, _ := m.Args["plan_id"].(string)
-	mode, _ := m.Args["mode"].(string)
+	stop := protocol.PlanStopArgsOf(m.Args)
+	id, mode := stop.PlanID, stop.Mode
 	if m.Node != node {
 		p.warn.Warn("plan refused", "stop_plan refused: it names another node than its topic's", "node", node, "plan", id)
 		return
@@ -327,7 +327,7 @@ func (p *Runner) Stop(node string, m *protocol.Message) {
 		now := p.cfg.Clock.Now()
 		p.cfg.Deliver(node, &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: p.cfg.NewID(), Site: cur.Site, Node: node,
 			Sent: now, Action: protocol.ActionAbort, Token: cur.Token, Deadline: now.Add(span(cur)),
-			Args: map[string]any{"command_id": cur.ID}})
+			Args: protocol.AbortArgs{CommandID: cur.ID}.Args()})
 		aborted = true
 	}
 	p.log.Info("plan stopped by the coordinator", "node", node, "plan", id, "mode", mode, "running_step_aborted", aborted)

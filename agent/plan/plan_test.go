@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -594,11 +595,7 @@ func TestOOBRetryAndStale(t *testing.T) {
 	s2.oob = func(*protocol.Message) Outcome { return OOBStale }
 	s2.p.Run("n1", planMsg("p1", step("c1", "o", 1), step("c2", "o", 2)))
 	s2.waitOOB("c1")
-	deadline := time.Now().Add(10 * time.Second)
-	for s2.p.Len() != 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if s2.p.Len() != 0 {
+	if !waitfor.Until(10*time.Second, func() bool { return s2.p.Len() == 0 }) {
 		t.Fatal("a stale step kept its plan")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -139,10 +140,7 @@ func TestSummaryLoopOnTheClock(t *testing.T) {
 		t.Fatalf("before Summary passed on the clock: sent up %v", got)
 	}
 	fk.Advance(time.Millisecond)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(sent()) == 1 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Until(10*time.Second, func() bool { return len(sent()) != 1 })
 	if got := sent(); len(got) != 2 || got[1] != protocol.KindBeats {
 		t.Fatalf("after Summary passed on the clock: sent up %v, want a summary", got)
 	}

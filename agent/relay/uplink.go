@@ -99,6 +99,9 @@ type inFlight struct {
 	cond  *sync.Cond
 	n     int
 	nodes map[string]int
+	// waits counts the times an acquire began to wait (its tests see
+	// that a bundle was refused and waits).
+	waits int
 }
 
 func newInFlight() *inFlight {
@@ -124,6 +127,7 @@ func (f *inFlight) acquire(ctx context.Context, keys []string) bool {
 			}
 			return true
 		}
+		f.waits++
 		f.cond.Wait()
 	}
 	return false

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -24,19 +25,27 @@ func TestInFlightOrdersByNode(t *testing.T) {
 	if !f.acquire(ctx, []string{"c"}) {
 		t.Fatal("a bundle of another node waits")
 	}
+	// waited waits until acquire began to wait n times in all.
+	waited := func(n int) {
+		t.Helper()
+		if !waitfor.Until(10*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.waits >= n }) {
+			t.Fatalf("acquire waited %d times, want %d", f.waits, n)
+		}
+	}
 	got := make(chan struct{})
 	go func() { f.acquire(ctx, []string{"c", "b"}); close(got) }()
-	time.Sleep(50 * time.Millisecond)
+	waited(1)
 	select {
 	case <-got:
 		t.Fatal("a bundle went while a bundle of its nodes was in flight")
 	default:
 	}
 	f.release([]string{"a", "b"})
+	waited(2) // woken, it looked again and waits for c
 	select {
 	case <-got:
 		t.Fatal("a bundle went while a bundle of one of its nodes was still in flight")
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 	f.release([]string{"c"})
 	<-got
@@ -47,7 +56,7 @@ func TestInFlightOrdersByNode(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	refused := make(chan bool)
 	go func() { refused <- !f.acquire(cctx, []string{"other"}) }()
-	time.Sleep(50 * time.Millisecond)
+	waited(3)
 	cancel()
 	f.wake()
 	if !<-refused {
@@ -90,10 +99,7 @@ func TestUplinkGathersOnTheClock(t *testing.T) {
 	msg("n2")
 	msg("n3")
 	// Taken by the gathering loop (in the bundle) before the clock moves.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(u.Queue()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.Until(10*time.Second, func() bool { return len(u.Queue()) == 0 })
 	fk.Advance(uplinkGather - time.Millisecond)
 	select {
 	case <-got:

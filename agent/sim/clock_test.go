@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -35,10 +36,7 @@ func TestSimulatedStepOnTheClock(t *testing.T) {
 			t.Fatalf("before tick %d: %d progress reports, want %d", i, n, i-1)
 		}
 		fk.Advance(time.Second)
-		deadline := time.Now().Add(10 * time.Second)
-		for reported() < i && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		waitfor.Until(10*time.Second, func() bool { return reported() >= i })
 	}
 	select {
 	case err := <-done:

@@ -17,14 +17,14 @@ import (
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/lib/lldp"
+	"github.com/bmedge/bmedge/lib/session"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/session"
 )
 
 // simRunner is the hardware of a simulated node: its in-band steps take
 // StepDuration, can be made to fail or to kill the agent, and inspection
 // reports a plausible inventory. The protocol around it is the real
-// ramdisk's (protocol/session).
+// ramdisk's (lib/session).
 type simRunner struct {
 	s    *Sim
 	node string
@@ -176,7 +176,8 @@ func (r *simRunner) inventory() map[string]any {
 // image cache (the test rigs, make soak) the simulated nodes have no
 // network: the image is not fetched.
 func (s *Sim) writeImage(ctx context.Context, args map[string]any) error {
-	src, _ := args["image_source"].(string)
+	w := protocol.WriteImageArgsOf(args)
+	src := w.ImageSource
 	if src == "" {
 		return errors.New("write_image needs instance_info/image_source")
 	}
@@ -187,7 +188,7 @@ func (s *Sim) writeImage(ctx context.Context, args map[string]any) error {
 	// A config drive the agent passes through its site cache is fetched
 	// (and dropped) first: its refusal is the step's error, as the real
 	// ramdisk's (ramdisk/configdrive) would be.
-	if cd, _ := args["configdrive"].(string); cd != "" && strings.HasPrefix(cd, strings.TrimSuffix(base, "/images/")+"/configdrive/") {
+	if cd := w.ConfigDrive; cd != "" && strings.HasPrefix(cd, strings.TrimSuffix(base, "/images/")+"/configdrive/") {
 		if err := simFetchDrive(ctx, cd); err != nil {
 			return err
 		}
@@ -196,12 +197,7 @@ func (s *Sim) writeImage(ctx context.Context, args map[string]any) error {
 	// ramdisk/image checksumSetup): os_hash_value wins over
 	// image_checksum; one is required; sha256 or sha512, md5 and sha1
 	// only when the coordinator allows them (allow_md5_checksum).
-	sum, _ := args["image_os_hash_value"].(string)
-	algo, _ := args["image_os_hash_algo"].(string)
-	if sum == "" {
-		sum, _ = args["image_checksum"].(string)
-		algo = ""
-	}
+	sum, algo := w.Checksum()
 	digest := strings.TrimSpace(sum)
 	if _, d, ok := strings.Cut(digest, ":"); ok {
 		digest = strings.TrimSpace(d)
@@ -216,7 +212,7 @@ func (s *Sim) writeImage(ctx context.Context, args map[string]any) error {
 	switch c.Algo {
 	case imagechecksum.SHA256, imagechecksum.SHA512:
 	case imagechecksum.MD5, imagechecksum.SHA1:
-		if allow, _ := args[protocol.ArgAllowMD5Checksum].(bool); !allow {
+		if !w.AllowMD5Checksum {
 			return fmt.Errorf("image checksum %q is %s, which is taken only when the operator allows it (coordinator serve --allow-md5-checksum, Ironic's [agent]allow_md5_checksum); give a sha256 or sha512 digest", sum, c.Algo)
 		}
 	default:

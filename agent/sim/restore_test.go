@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -67,18 +68,21 @@ func (r *recorder) count(match func(*protocol.Message) bool) int {
 
 func (r *recorder) await(t *testing.T, what string, match func(*protocol.Message) bool) *protocol.Message {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	var found *protocol.Message
+	if !waitfor.Until(20*time.Second, func() bool {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		for _, m := range r.msgs {
 			if match(m) {
-				r.mu.Unlock()
-				return m
+				found = m
+				return true
 			}
 		}
-		r.mu.Unlock()
+		return false
+	}) {
+		t.Fatalf("no %s", what)
 	}
-	t.Fatalf("no %s", what)
-	return nil
+	return found
 }
 
 // TestSimulatedRamdiskSurvivesRestart: a simulated node's BMC state and
@@ -150,7 +154,10 @@ func TestSimulatedRamdiskSurvivesRestart(t *testing.T) {
 	if again.ID != res.ID {
 		t.Fatalf("the result sent again has id %s, want the same result %s", again.ID, res.ID)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// A step run again would say so in a heartbeat at once.
+	waitfor.Until(300*time.Millisecond, func() bool {
+		return tr3.count(func(m *protocol.Message) bool { return m.Kind == protocol.KindHeartbeat && m.Running != "" }) != 0
+	})
 	if n := tr3.count(func(m *protocol.Message) bool { return m.Kind == protocol.KindHeartbeat && m.Running != "" }); n != 0 {
 		t.Fatalf("the finished step ran again after the second restart (%d heartbeats with a running step)", n)
 	}

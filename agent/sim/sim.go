@@ -1,6 +1,6 @@
 // Package sim is the edge agent's simulator (agent --simulate): fake
 // BMCs whose power-on boots a simulated ramdisk that speaks the real
-// protocol (protocol/session) through the relay. It is out of the
+// protocol (lib/session) through the relay. It is out of the
 // production path: the agent builds its fake driver's BMCs here and
 // nothing else of the agent depends on it.
 package sim
@@ -16,8 +16,8 @@ import (
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/drivers/fake"
 	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/session"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/session"
 )
 
 // Options shape the simulated nodes. Per node, driver_info keys
@@ -69,7 +69,8 @@ type Config struct {
 	// agent's, once it runs).
 	Context func() context.Context
 	// Clock is the clock (default clock.Real) of the simulated boot
-	// delays, step durations and rescue shells' uptime.
+	// delays, step durations, rescue shells' uptime and the simulated
+	// ramdisks' sessions (hello, heartbeats, resends).
 	Clock clock.Clock
 	// BootMACs are a node's MACs as its last boot command gave them (its
 	// enrolled PXE-enabled ports, args.boot_macs); nil: none. A ramdisk
@@ -298,7 +299,7 @@ func (s *Sim) bootLocked(node string, opts Options, resume *session.State, delay
 	ctx := s.cfg.Context()
 	boot := s.boots[node]
 	r := session.New(session.Config{Site: s.cfg.Site, Node: node, Heartbeat: opts.Heartbeat, ResendInterval: s.cfg.ResendInterval,
-		Runner: s.runner(node, opts, boot), Transport: s.cfg.Transport, Log: s.log, Resume: resume,
+		Runner: s.runner(node, opts, boot), Transport: s.cfg.Transport, Log: s.log, Resume: resume, Clock: s.cfg.Clock,
 		Save: func(st session.State) { s.saveSession(node, boot, &st) }})
 	s.sessions[node] = r
 	if resume == nil {

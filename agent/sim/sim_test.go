@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -44,10 +45,8 @@ func TestSimulatedRamdisks(t *testing.T) {
 	})
 	waitHello := func(node string, n int) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); tr.count(node) < n; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s said hello %d times, want %d", node, tr.count(node), n)
-			}
+		if !waitfor.Until(10*time.Second, func() bool { return tr.count(node) >= n }) {
+			t.Fatalf("%s said hello %d times, want %d", node, tr.count(node), n)
 		}
 	}
 	ping := &protocol.Message{Kind: protocol.KindAck, Site: "s1", Node: "n1"}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -292,7 +291,7 @@ func redactURL(u string) string {
 // driveArgs returns m with a write_image configdrive URL replaced by the
 // site cache's pass-through URL for it (m itself is not changed).
 func (sc *Cache) driveArgs(m *protocol.Message) *protocol.Message {
-	v, _ := m.Step.Args["configdrive"].(string)
+	v := protocol.WriteImageArgsOf(m.Step.Args).ConfigDrive
 	lower := strings.ToLower(v)
 	if sc.drives == nil || !(strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://")) || strings.HasPrefix(v, sc.driveBase) {
 		return m
@@ -303,8 +302,7 @@ func (sc *Cache) driveArgs(m *protocol.Message) *protocol.Message {
 	}
 	c := *m
 	step := *m.Step
-	step.Args = maps.Clone(m.Step.Args)
-	step.Args["configdrive"] = sc.driveBase + t
+	step.Args = protocol.WithConfigDrive(m.Step.Args, sc.driveBase+t)
 	c.Step = &step
 	return &c
 }

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -229,12 +228,12 @@ func (sc *Cache) ImageArgs(m *protocol.Message) *protocol.Message {
 		return m
 	}
 	m = sc.driveArgs(m)
-	str := func(k string) string { v, _ := m.Step.Args[k].(string); return v }
-	src := str("image_source")
+	w := protocol.WriteImageArgsOf(m.Step.Args)
+	src := w.ImageSource
 	if src == "" || strings.HasPrefix(src, sc.base) {
 		return m
 	}
-	sum, err := imagecache.ParseChecksum(str("image_checksum"), str("image_os_hash_algo"), str("image_os_hash_value"))
+	sum, err := imagecache.ParseChecksum(w.ImageChecksum, w.HashAlgo, w.HashValue)
 	if err == nil {
 		err = imagecache.CheckURL(src)
 	}
@@ -250,8 +249,7 @@ func (sc *Cache) ImageArgs(m *protocol.Message) *protocol.Message {
 	}
 	c := *m
 	step := *m.Step
-	step.Args = maps.Clone(m.Step.Args)
-	step.Args["image_source"] = sc.base + token
+	step.Args = protocol.WithImageSource(m.Step.Args, sc.base+token)
 	c.Step = &step
 	return &c
 }
@@ -306,9 +304,9 @@ func (sc *Cache) Preseed(ctx context.Context, m *protocol.Message) (imagecache.R
 	if !sc.on {
 		return imagecache.Result{}, fmt.Errorf("the edge agent of site %s has no image cache (start it with --image-cache-dir and --image-cache-listen)", sc.cfg.Site)
 	}
-	u, _ := m.Args["url"].(string)
-	cs, _ := m.Args["checksum"].(string)
-	sum, err := imagecache.ParseChecksum(cs, "", "")
+	c := protocol.CacheImageArgsOf(m.Args)
+	u := c.URL
+	sum, err := imagecache.ParseChecksum(c.Checksum, "", "")
 	if err != nil {
 		return imagecache.Result{}, err
 	}

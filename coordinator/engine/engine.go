@@ -903,7 +903,7 @@ func (e *Engine) forgetAuth(nodeUUID string) {
 // withCredential replaces a boot command's nonce by the boot's credential,
 // on a copy: the stored command keeps only the nonce.
 func (e *Engine) withCredential(m *protocol.Message) *protocol.Message {
-	nonce, _ := m.Args[protocol.ArgBootNonce].(string)
+	nonce := protocol.PowerArgsOf(m.Args).BootNonce
 	if nonce == "" {
 		return m
 	}

@@ -103,7 +103,7 @@ func (e *Engine) CacheImage(site, imageURL, checksum, commandID string) (CacheSt
 // sendCacheImage publishes a pre-seed's command; book.mu is held.
 func (e *Engine) sendCacheImage(st *CacheStatus) {
 	msg := &protocol.Message{V: protocol.Version, Kind: protocol.KindCommand, ID: st.CommandID, Site: st.Site, Sent: e.cfg.Now(),
-		Action: protocol.ActionCacheImage, Args: map[string]any{"url": st.URL, "checksum": st.Checksum}, Deadline: st.deadline}
+		Action: protocol.ActionCacheImage, Args: protocol.CacheImageArgs{URL: st.URL, Checksum: st.Checksum}.Args(), Deadline: st.deadline}
 	e.enqueue(fsm.Outgoing{Topic: protocol.BMCCmdTopic(st.Site), Msg: msg}, true)
 }
 

@@ -110,9 +110,8 @@ func isRamdiskReboot(a Action) bool {
 	if a.Kind != ActOOB || a.Action != protocol.ActionPower {
 		return false
 	}
-	st, _ := a.Args["state"].(string)
-	dev, _ := a.Args[protocol.ArgBootDevice].(string)
-	return st == protocol.PowerReboot && dev == protocol.BootPXE
+	p := protocol.PowerArgsOf(a.Args)
+	return p.State == protocol.PowerReboot && p.BootDevice == protocol.BootPXE
 }
 
 // endRamdisk is the power-off that ends an inspection's or a cleaning's

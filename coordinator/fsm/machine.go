@@ -349,7 +349,7 @@ func describe(n *Node, a *Action) string {
 	case ActOOB:
 		if a.Action == protocol.ActionPower {
 			// "power on", "power off", "rebooted" → "power on", "power off", "reboot".
-			switch st := fmt.Sprint(a.Args["state"]); {
+			switch st := protocol.PowerArgsOf(a.Args).State; {
 			case st == protocol.PowerReboot:
 				return "reboot"
 			case st == protocol.PowerSoftReboot:
@@ -361,7 +361,7 @@ func describe(n *Node, a *Action) string {
 			}
 		}
 		if a.Action == protocol.ActionBootDev {
-			return fmt.Sprintf("setting boot device %v", a.Args["device"])
+			return "setting boot device " + protocol.BootDeviceArgsOf(a.Args).Device
 		}
 		return "BMC " + a.Action
 	}

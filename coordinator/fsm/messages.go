@@ -222,13 +222,14 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 		return
 	}
 	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionBootDev {
-		n.BootDevice, _ = cmd.Msg.Args["device"].(string)
+		n.BootDevice = protocol.BootDeviceArgsOf(cmd.Msg.Args).Device
 	}
 	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionPower {
-		if d, _ := cmd.Msg.Args[protocol.ArgBootDevice].(string); d != "" {
-			n.BootDevice = d
+		p := protocol.PowerArgsOf(cmd.Msg.Args)
+		if p.BootDevice != "" {
+			n.BootDevice = p.BootDevice
 		}
-		if s, _ := cmd.Msg.Args["state"].(string); protocol.PowerIsOff(s) {
+		if !p.Boots() {
 			n.PowerState = protocol.PowerOff
 		} else {
 			n.PowerState = protocol.PowerOn

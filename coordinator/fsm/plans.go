@@ -23,11 +23,11 @@ func bootRamdisk() []Action {
 }
 
 func powerAction(state string) Action {
-	return Action{Kind: ActOOB, Action: protocol.ActionPower, Args: map[string]any{"state": state}}
+	return Action{Kind: ActOOB, Action: protocol.ActionPower, Args: protocol.PowerArgs{State: state}.Args()}
 }
 
 func bootDevAction(dev string) Action {
-	return Action{Kind: ActOOB, Action: protocol.ActionBootDev, Args: map[string]any{"device": dev}}
+	return Action{Kind: ActOOB, Action: protocol.ActionBootDev, Args: protocol.BootDeviceArgs{Device: dev}.Args()}
 }
 
 func (m *Machine) autoCleanPlan(n *Node) []Action {
@@ -77,7 +77,7 @@ func (m *Machine) deployImpl(n *Node) string {
 // persistent boot device), power on.
 func bootISOPlan(n *Node) []Action {
 	iso, _ := n.InstanceInfo[BootISOField].(string)
-	insert := Action{Kind: ActOOB, Action: protocol.ActionBootDev, Args: map[string]any{"device": protocol.BootISO, protocol.ArgISOURL: iso}}
+	insert := Action{Kind: ActOOB, Action: protocol.ActionBootDev, Args: protocol.BootDeviceArgs{Device: protocol.BootISO, ISOURL: iso}.Args()}
 	return []Action{powerAction(protocol.PowerOff), insert, powerAction(protocol.PowerOn)}
 }
 
@@ -86,7 +86,7 @@ func bootISOPlan(n *Node) []Action {
 // the boot device again.
 func ejectISOPlan() []Action {
 	return []Action{powerAction(protocol.PowerOff),
-		{Kind: ActOOB, Action: protocol.ActionBootDev, Args: map[string]any{"device": protocol.BootDisk, protocol.ArgEjectISO: true}}}
+		{Kind: ActOOB, Action: protocol.ActionBootDev, Args: protocol.BootDeviceArgs{Device: protocol.BootDisk, EjectISO: true}.Args()}}
 }
 
 // ensureWorking puts a node that waits back into its -ING state and locks it.
@@ -268,7 +268,7 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 	}
 	if a.Kind == ActPlanClean {
 		if n.Op.Manual {
-			list := AsObjects(a.Args["clean_steps"])
+			list := planArgsOf(a.Args).CleanSteps
 			return m.resolveManual(n, d, list, true)
 		}
 		// Automated cleaning runs what the coordinator requires, not only
@@ -310,7 +310,8 @@ func (m *Machine) planSteps(n *Node, a *Action) ([]Action, error) {
 		return nil, fmt.Errorf("Deploy of node %s failed: the ramdisk does not offer %s (it offered %d deploy steps)", n.Ident(), CoreDeployStep, len(n.CachedDeploySteps))
 	}
 	args := map[string]map[string]any{}
-	user, err := withTemplateSteps(n, all, AsObjects(a.Args["template_steps"]), AsObjects(a.Args["deploy_steps"]))
+	pa := planArgsOf(a.Args)
+	user, err := withTemplateSteps(n, all, pa.TemplateSteps, pa.DeploySteps)
 	if err != nil {
 		return nil, err
 	}

@@ -233,8 +233,8 @@ func startDeploy(m *Machine, n *Node, req VerbRequest, now time.Time, out *Outpu
 	if req.ConfigDrive != "" {
 		n.ConfigDrive = req.ConfigDrive
 	}
-	plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: map[string]any{"deploy_steps": req.DeploySteps,
-		"template_steps": templateStepObjects(matchingTemplates(n, req.Templates))}})
+	plan := append(bootRamdisk(), Action{Kind: ActPlanDeploy, Args: deployPlanArgs(req.DeploySteps,
+		templateStepObjects(matchingTemplates(n, req.Templates)))})
 	if m.fakeDeploy(n) {
 		plan = nil // Ironic's fake deploy: done at once
 	}
@@ -355,7 +355,7 @@ func (m *Machine) startManualClean(n *Node, list []map[string]any, now time.Time
 		err = fmt.Errorf("Cannot clean node %s with in-band steps: %s; only out-of-band steps can run on it for now", n.Ident(), d.NoRamdiskBoot)
 	}
 	if inband {
-		plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}}, endRamdisk())
+		plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: cleanPlanArgs(list)}, endRamdisk())
 	} else {
 		plan = actions
 	}
@@ -405,9 +405,9 @@ func (m *Machine) startService(n *Node, list []map[string]any, now time.Time, ou
 	switch {
 	case inband && inRamdisk:
 		// Service again from service hold: the held ramdisk runs on.
-		n.Op.Plan = append([]Action{{Kind: ActAwaitAgent}, {Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}}}, bootInstance()...)
+		n.Op.Plan = append([]Action{{Kind: ActAwaitAgent}, {Kind: ActPlanClean, Args: cleanPlanArgs(list)}}, bootInstance()...)
 	case inband:
-		n.Op.Plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: map[string]any{"clean_steps": list}})
+		n.Op.Plan = append(bootRamdisk(), Action{Kind: ActPlanClean, Args: cleanPlanArgs(list)})
 		n.Op.Plan = append(n.Op.Plan, bootInstance()...)
 	case inRamdisk:
 		n.Op.Plan = append(n.Op.Plan, bootInstance()...)
@@ -456,7 +456,7 @@ func (m *Machine) abort(n *Node, now time.Time, out *Output) {
 	}
 	if n.Pending != nil && n.Pending.InBand {
 		m.notice(n, protocol.NodeCmdTopic(n.Site, n.UUID), &protocol.Message{Action: protocol.ActionAbort, Token: n.AgentToken,
-			Args: map[string]any{"command_id": n.Pending.ID}}, now, out)
+			Args: protocol.AbortArgs{CommandID: n.Pending.ID}.Args()}, now, out)
 	}
 	m.failWith(n, now, out, fmt.Sprintf("aborted by request during step %s", a.Step.Name()), Abort)
 }

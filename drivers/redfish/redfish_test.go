@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/certs"
 	"github.com/bmedge/bmedge/drivers/redfish"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -391,7 +393,14 @@ func TestOneOperationAtATime(t *testing.T) {
 	d := r.driver(t, r.fastOptions())
 	done := make(chan error, 1)
 	go func() { done <- d.SetPower(context.Background(), protocol.PowerOn) }()
-	time.Sleep(100 * time.Millisecond)
+	// The reset is in: the driver now waits for the delayed power.
+	if !waitfor.Until(5*time.Second, func() bool {
+		return slices.ContainsFunc(r.bmc.RequestLog(), func(l string) bool {
+			return strings.HasPrefix(l, "POST ") && strings.Contains(l, "ComputerSystem.Reset")
+		})
+	}) {
+		t.Fatalf("the power on's reset never reached the BMC: %v", r.bmc.RequestLog())
+	}
 	c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := d.PowerState(c)

@@ -1,7 +1,9 @@
-// Package clock is the edge agent's time source: the current time and
-// the timers that fire by it. Each part of the agent (outbox, bmc, relay,
-// boot, netboot, sitecache, imagecache, sim) takes one in its Config (nil: Real),
-// so that its tests drive its timers with a Fake instead of waiting.
+// Package clock is the programs' time source: the current time and the
+// timers that fire by it. Each part of the edge agent (outbox, bmc, relay,
+// boot, netboot, sitecache, imagecache, sim), the ramdisk's protocol
+// session (lib/session) and the MQTT link (lib/mqttlink) take one in
+// their Config (nil: Real), so that their tests drive their timers with a
+// Fake instead of waiting.
 package clock
 
 import (

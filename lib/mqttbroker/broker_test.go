@@ -15,6 +15,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/bmedge/bmedge/lib/netbudget"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 func TestAllowed(t *testing.T) {
@@ -114,10 +115,8 @@ func TestHalfSentConnectClosed(t *testing.T) {
 		stalled = append(stalled, c)
 	}
 	// Both accepted and pending (no sleep: a busy machine takes its time).
-	for deadline := time.Now().Add(10 * time.Second); b.ConnStats().Pending < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the two half-sent CONNECTs are not pending after 10 s: %+v", b.ConnStats())
-		}
+	if !waitfor.Until(10*time.Second, func() bool { return b.ConnStats().Pending >= 2 }) {
+		t.Fatalf("the two half-sent CONNECTs are not pending after 10 s: %+v", b.ConnStats())
 	}
 	// The third is refused at accept (reset; the dial itself may see it).
 	if third, err := net.Dial("tcp", b.Addr); err == nil {
@@ -181,10 +180,13 @@ func TestAcceptOutlivesFailures(t *testing.T) {
 	// fails its first accepts.
 	_, gl := listenerStack(&flakyListener{Listener: ln, fails: 5},
 		Config{Name: "mqtt", Pool: pool, MaxConnectSize: 1 << 10, MaxPendingConnects: 4}, slog.New(slog.DiscardHandler))
+	// The client holds its connection until the test is done with it.
+	hold := make(chan struct{})
+	defer close(hold)
 	go func() {
 		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 			defer c.Close()
-			time.Sleep(2 * time.Second)
+			<-hold
 		}
 	}()
 	c, err := gl.Accept()

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // TestCloseWhileFlooded (issue 30, point 9): Close while clients keep
@@ -47,9 +49,7 @@ func TestCloseWhileFlooded(t *testing.T) {
 			}()
 		}
 		// Close only once the flood is on.
-		for deadline := time.Now().Add(10 * time.Second); dialed.Load() < 50 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-		}
+		waitfor.Until(10*time.Second, func() bool { return dialed.Load() >= 50 })
 		closed := make(chan struct{})
 		go func() { b.Close(); close(closed) }()
 		select {

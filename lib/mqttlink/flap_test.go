@@ -9,17 +9,19 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/lib/mqttlink"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // flapProxy forwards TCP to a broker. While flapping it passes only the
 // client's CONNECT (so the CONNACK comes back and the connection counts
-// as up), drops everything else the client sends (its SUBSCRIBE never
-// arrives) and cuts the connection after 150 ms.
+// as up), and cuts the connection as soon as the client sends anything
+// else (its SUBSCRIBE never arrives). flapped counts those connections.
 type flapProxy struct {
-	ln     net.Listener
-	target string
-	flap   atomic.Bool
-	wg     sync.WaitGroup
+	ln      net.Listener
+	target  string
+	flap    atomic.Bool
+	flapped atomic.Int32
+	wg      sync.WaitGroup
 }
 
 func (p *flapProxy) serve() {
@@ -69,8 +71,9 @@ func (p *flapProxy) conn(c net.Conn) {
 		return
 	}
 	_, _ = s.Write(append(head, body...))
-	go func() { _, _ = io.Copy(io.Discard, c) }()
-	time.Sleep(150 * time.Millisecond)
+	defer p.flapped.Add(1)
+	// The next packet (the SUBSCRIBE, once the CONNACK is in) cuts it.
+	_, _ = io.ReadFull(c, make([]byte, 1))
 }
 
 // TestFlappingLinkCallsOnUpOnce checks that connections which went down
@@ -97,22 +100,19 @@ func TestFlappingLinkCallsOnUpOnce(t *testing.T) {
 		ln.Close()
 		px.wg.Wait()
 	})
-	time.Sleep(10 * time.Second) // many connections, none subscribed
+	// Many connections, none subscribed.
+	waitfor.Until(30*time.Second, func() bool { return ups.Load() != 0 || px.flapped.Load() >= 8 })
 	if n := ups.Load(); n != 0 {
 		t.Fatalf("OnUp ran %d times while no subscription could succeed", n)
 	}
 	px.flap.Store(false)
-	deadline := time.Now().Add(20 * time.Second)
-	for ups.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if ups.Load() == 0 {
+	if !waitfor.Until(20*time.Second, func() bool { return ups.Load() != 0 }) {
 		t.Fatal("the link never came up once the flapping stopped")
 	}
 	// An onUp of an earlier connection (without the fix) waits up to
 	// 10 s for its SUBACK, then retries within 2 s: give those the time
-	// to show.
-	time.Sleep(5 * time.Second)
+	// to show (a second OnUp ends the wait at once).
+	waitfor.Until(5*time.Second, func() bool { return ups.Load() > 1 })
 	if n := ups.Load(); n != 1 || !l.Up() {
 		t.Errorf("after the flapping stopped OnUp ran %d times (want 1); up %v", n, l.Up())
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/bmedge/bmedge/lib/clock"
 )
 
 // Config says where and how to connect.
@@ -50,15 +52,22 @@ type Config struct {
 	// first connection (reconnects still resume it): a ramdisk's new boot
 	// has nothing to resume from an earlier one.
 	CleanStart bool
+	// Clock is the time of the link's own waits (the retry of a refused
+	// subscription; nil: the system clock). The MQTT client's connect
+	// timeout and reconnect backoff are its own, in real time.
+	Clock clock.Clock
 }
 
 // Link is a live MQTT connection manager.
 type Link struct {
-	cfg     Config
-	cm      *autopaho.ConnectionManager
-	log     *slog.Logger
-	mu      sync.Mutex
-	up      bool
+	cfg Config
+	cm  *autopaho.ConnectionManager
+	log *slog.Logger
+	mu  sync.Mutex
+	up  bool
+	// upc is closed while the link is up, and replaced when it goes down
+	// (AwaitUp waits on it).
+	upc     chan struct{}
 	lastErr string // why the last connection attempt failed, explained
 	stop    context.CancelFunc
 	// connDown ends the current connection's context: its onUp (the
@@ -135,7 +144,8 @@ func Dial(ctx context.Context, cfg Config) (*Link, error) {
 		cfg.TLS = cfg.TLS.Clone()
 		cfg.TLS.ServerName = u.Hostname()
 	}
-	l := &Link{cfg: cfg, log: cfg.Logger}
+	cfg.Clock = clock.Or(cfg.Clock)
+	l := &Link{cfg: cfg, log: cfg.Logger, upc: make(chan struct{})}
 	ctx, l.stop = context.WithCancel(ctx)
 	ac := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{u},
@@ -162,7 +172,9 @@ func Dial(ctx context.Context, cfg Config) (*Link, error) {
 		},
 		OnConnectionDown: func() bool {
 			l.mu.Lock()
-			l.up = false
+			if l.up {
+				l.up, l.upc = false, make(chan struct{})
+			}
 			if l.connDown != nil {
 				l.connDown()
 				l.connDown = nil
@@ -212,10 +224,12 @@ func (l *Link) onUp(ctx context.Context, cm *autopaho.ConnectionManager) {
 			return
 		}
 		l.log.Warn("mqtt subscribe failed; retrying", "client", l.cfg.ClientID, "err", err)
+		t := l.cfg.Clock.NewTimer(time.Duration(min(attempt+1, 10)) * 200 * time.Millisecond)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-time.After(time.Duration(min(attempt+1, 10)) * 200 * time.Millisecond):
+		case <-t.C():
 		}
 	}
 	if l.cfg.OnlineTopic != "" {
@@ -232,7 +246,10 @@ func (l *Link) onUp(ctx context.Context, cm *autopaho.ConnectionManager) {
 		l.mu.Unlock()
 		return
 	}
-	l.up = true
+	if !l.up {
+		l.up = true
+		close(l.upc)
+	}
 	l.mu.Unlock()
 	if l.cfg.OnUp != nil {
 		l.cfg.OnUp()
@@ -304,7 +321,13 @@ func (l *Link) Subscribe(ctx context.Context, filter string) error {
 
 // AwaitUp waits until the link is connected and subscribed.
 func (l *Link) AwaitUp(ctx context.Context) error {
-	for !l.Up() {
+	for {
+		l.mu.Lock()
+		up, upc := l.up, l.upc
+		l.mu.Unlock()
+		if up {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			l.mu.Lock()
@@ -314,10 +337,9 @@ func (l *Link) AwaitUp(ctx context.Context) error {
 				return fmt.Errorf("no connection to broker %s: %w; last attempt: %s", l.cfg.URL, ctx.Err(), why)
 			}
 			return fmt.Errorf("no connection to broker %s: %w", l.cfg.URL, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+		case <-upc:
 		}
 	}
-	return nil
 }
 
 // Close disconnects cleanly (the will is not sent) and stops reconnecting.

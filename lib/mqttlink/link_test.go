@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/lib/mqttlink"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // creds lets everyone in; user "limited" may only use topics under t/.
@@ -63,17 +65,12 @@ func (in *inbox) handle(topic string, payload []byte) {
 
 func (in *inbox) await(t *testing.T, want string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	if waitfor.Until(d, func() bool {
 		in.mu.Lock()
-		for _, g := range in.got {
-			if g == want {
-				in.mu.Unlock()
-				return
-			}
-		}
-		in.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
+		defer in.mu.Unlock()
+		return slices.Contains(in.got, want)
+	}) {
+		return
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -96,11 +93,11 @@ func startBroker(t *testing.T, addr string) *mqttbroker.Broker {
 	var b *mqttbroker.Broker
 	var err error
 	// The port of a broker just closed may take a moment to be free.
-	for i := 0; i < 50; i++ {
-		if b, err = mqttbroker.Start(mqttbroker.Config{Addr: addr}, creds{}, quiet(), nil); err == nil {
-			return b
-		}
-		time.Sleep(100 * time.Millisecond)
+	if waitfor.Until(5*time.Second, func() bool {
+		b, err = mqttbroker.Start(mqttbroker.Config{Addr: addr}, creds{}, quiet(), nil)
+		return err == nil
+	}) {
+		return b
 	}
 	t.Fatal(err)
 	return nil
@@ -132,11 +129,7 @@ func TestReconnectResubscribesAndAnnounces(t *testing.T) {
 	a.await(t, "t/1=one", 5*time.Second)
 
 	b.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for la.Up() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if la.Up() {
+	if !waitfor.Until(5*time.Second, func() bool { return !la.Up() }) {
 		t.Fatal("the link still says it is up with the broker gone")
 	}
 	b = startBroker(t, addr)

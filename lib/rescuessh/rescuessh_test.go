@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/bmedge/bmedge/lib/shacrypt"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 func needTools(t *testing.T, tools ...string) {
@@ -263,11 +264,8 @@ func TestStrangersLeaveRoom(t *testing.T) {
 		}()
 	}
 	// Let the guessers spend their budgets before the operator comes.
-	for deadline := time.Now().Add(30 * time.Second); s.Stats()[RefusedLoginBudget] < 3; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the guessers never spent their budgets: %v", s.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !waitfor.Until(30*time.Second, func() bool { return s.Stats()[RefusedLoginBudget] >= 3 }) {
+		t.Fatalf("the guessers never spent their budgets: %v", s.Stats())
 	}
 	out, err := sshLoginFrom(t, s, "127.0.0.1", "rescue", pw, "operator")
 	close(stop)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 const (
@@ -70,14 +71,15 @@ func wait(t *testing.T, ch <-chan netRun, what string) netRun {
 // the writer counts it as a failed handshake).
 func waitListening(t *testing.T, addr string) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	if !waitfor.Until(4*time.Second, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			c.Close()
-			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("nothing listens on %s", addr)
 	}
-	t.Fatalf("nothing listens on %s", addr)
 }
 
 func pairOptions(addr string, runtime time.Duration) (w, r NetworkOptions) {
@@ -97,8 +99,20 @@ func TestNetworkPair(t *testing.T) {
 	var mu sync.Mutex
 	var last float64
 	ro.Progress = func(f float64) { mu.Lock(); last = f; mu.Unlock() }
+	// The reader's first attempt meets a listener that is not the writer
+	// (a failed handshake), the next ones a closed port, until the writer
+	// listens.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rch := startNetwork(t, context.Background(), ro)
-	time.Sleep(150 * time.Millisecond) // the reader's first attempts are refused
+	first, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	first.Close()
 	wch := startNetwork(t, context.Background(), wo)
 	w, r := wait(t, wch, "writer"), wait(t, rch, "reader")
 	if w.err != nil || r.err != nil {
@@ -407,9 +421,7 @@ func TestNetworkListenerRefusals(t *testing.T) {
 		return runClient(t, py, script, append([]string{host, port, key, uuidB, uuidA, mode}, extra...)...)
 	}
 	// The first attempt may come before the listener: retry "connect".
-	for i := 0; i < 100 && client("connect") != `{"connect": "connected"}`; i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.Until(2*time.Second, func() bool { return client("connect") == `{"connect": "connected"}` })
 	for mode, want := range map[string]string{
 		"garbage":  `{"garbage": "closed", "got": 0}`,
 		"slow":     `{"slow": "closed", "got": 0}`,

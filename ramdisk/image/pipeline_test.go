@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 )
 
@@ -25,14 +26,11 @@ import (
 func pipelineGoroutines() int {
 	buf := make([]byte, 1<<20)
 	var n int
-	for range 200 {
+	waitfor.Until(2*time.Second, func() bool {
 		s := string(buf[:runtime.Stack(buf, true)])
 		n = strings.Count(s, "image.copyToDevice.func") + strings.Count(s, "image.newAsyncHash.func")
-		if n == 0 {
-			return 0
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n == 0
+	})
 	return n
 }
 

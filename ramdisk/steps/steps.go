@@ -1,7 +1,7 @@
 // Package steps is the ramdisk's in-band step runner: it offers the steps
 // this hardware supports and runs them with ramdisk/disk, ramdisk/image and
 // ramdisk/inventory, reporting progress. It is the Runner of a
-// protocol/session; it must never speak the protocol itself.
+// lib/session; it must never speak the protocol itself.
 package steps
 
 import (
@@ -253,16 +253,12 @@ func (r *Runner) eraseDevices(ctx context.Context, args map[string]any, progress
 }
 
 func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress func(float64, string)) (map[string]any, error) {
-	url, _ := args["image_source"].(string)
+	w := protocol.WriteImageArgsOf(args)
+	url := w.ImageSource
 	if url == "" {
 		return nil, fmt.Errorf("write_image needs instance_info/image_source")
 	}
-	sum, _ := args["image_os_hash_value"].(string)
-	algo, _ := args["image_os_hash_algo"].(string)
-	if sum == "" {
-		sum, _ = args["image_checksum"].(string)
-		algo = ""
-	}
+	sum, algo := w.Checksum()
 	hints, err := rootHints(args)
 	if err != nil {
 		return nil, err
@@ -275,8 +271,8 @@ func (r *Runner) writeImage(ctx context.Context, args map[string]any, progress f
 	if err != nil {
 		return nil, err
 	}
-	format, _ := args["image_disk_format"].(string)
-	allowMD5, _ := args[protocol.ArgAllowMD5Checksum].(bool) // the coordinator's --allow-md5-checksum
+	format := w.DiskFormat
+	allowMD5 := w.AllowMD5Checksum // the coordinator's --allow-md5-checksum
 	res, err := image.Write(ctx, image.Source{URL: url}, dev, image.Options{Checksum: sum, ChecksumAlgo: algo, DiskFormat: format, ProcRoot: r.Erase.ProcRoot,
 		AllowMD5Checksum: allowMD5,
 		Progress: func(p image.Progress) {

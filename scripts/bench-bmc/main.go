@@ -148,7 +148,7 @@ func (ob *observer) handle(topic string, payload []byte) {
 		e.kind, e.node, e.action = m.Kind, m.Node, m.Action
 		switch {
 		case m.Kind == protocol.KindCommand && m.Action == protocol.ActionPower:
-			e.action += fmt.Sprintf(" %v", m.Args["state"])
+			e.action += " " + protocol.PowerArgsOf(m.Args).State
 		case m.Kind == protocol.KindPower && m.Error != "":
 			e.action = "error"
 		case m.Kind == protocol.KindPower:

@@ -201,10 +201,10 @@ func (ob *observer) handle(topic string, payload []byte) {
 		switch {
 		case x.Step != nil:
 			key += " " + x.Step.Interface + "." + x.Step.Step
-		case x.Args["state"] != nil:
-			key += fmt.Sprintf(" %v", x.Args["state"])
-		case x.Args["device"] != nil:
-			key += fmt.Sprintf(" %v", x.Args["device"])
+		case m.Action == protocol.ActionPower:
+			key += " " + protocol.PowerArgsOf(x.Args).State
+		case m.Action == protocol.ActionBootDev:
+			key += " " + protocol.BootDeviceArgsOf(x.Args).Device
 		}
 	}
 	ob.amu.Lock()

@@ -20,8 +20,8 @@ import (
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
 	"github.com/bmedge/bmedge/lib/bootmedia"
 	"github.com/bmedge/bmedge/lib/mqttlink"
+	"github.com/bmedge/bmedge/lib/session"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/session"
 	rdboot "github.com/bmedge/bmedge/ramdisk/boot"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
@@ -30,7 +30,7 @@ import (
 // virtual CD runs a stand-in for the ramdisk ISO: it reads its
 // parameters from the virtual USB stick as the ramdisk does
 // (lib/bootmedia), connects to the broker they name with the boot's
-// credential and speaks the real protocol (protocol/session); its in-band
+// credential and speaks the real protocol (lib/session); its in-band
 // steps succeed at once (inspection reports nothing). A power-off or a
 // start from the disk ends it. Every start is recorded.
 type mediaRamdiskMachine struct {

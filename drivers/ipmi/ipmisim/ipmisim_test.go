@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // The power-on hook, which a QEMU lab will use to start a VM: it runs at
@@ -87,11 +89,7 @@ func alive(pid int) bool {
 
 func waitFor(t *testing.T, ok func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !waitfor.Until(5*time.Second, ok) {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // TestUpdateAndVolumeRefusals checks what the vBMC refuses in updates and
@@ -26,21 +27,20 @@ func TestUpdateAndVolumeRefusals(t *testing.T) {
 	l := newLab(t, vbmc.Config{UpdateDelay: time.Millisecond})
 	const su = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
 	wait := func(loc string) map[string]any {
-		for i := 0; i < 500; i++ {
-			r := l.call(t, "GET", loc, "basic", nil)
-			if r.body["TaskState"] != "Running" {
-				if r.status != http.StatusOK {
-					t.Fatalf("a finished task answers %d", r.status)
-				}
-				return r.body
-			}
-			if r.status != http.StatusAccepted {
+		var r reply
+		if !waitfor.Until(5*time.Second, func() bool {
+			r = l.call(t, "GET", loc, "basic", nil)
+			if r.body["TaskState"] == "Running" && r.status != http.StatusAccepted {
 				t.Fatalf("a running task answers %d; want 202 as a task monitor", r.status)
 			}
-			time.Sleep(10 * time.Millisecond)
+			return r.body["TaskState"] != "Running"
+		}) {
+			t.Fatal("the task never ended")
 		}
-		t.Fatal("the task never ended")
-		return nil
+		if r.status != http.StatusOK {
+			t.Fatalf("a finished task answers %d", r.status)
+		}
+		return r.body
 	}
 	for _, c := range []struct {
 		body   map[string]any

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // The test binary doubles as a fake qemu-system-x86_64 when
@@ -238,16 +239,9 @@ func TestQEMUMachineThroughRedfish(t *testing.T) {
 	}
 	waitPower := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			r := l.call(t, "GET", sys, "basic", nil)
-			if r.body["PowerState"] == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("power state %v, want %s", r.body["PowerState"], want)
-			}
-			time.Sleep(20 * time.Millisecond)
+		var r reply
+		if !waitfor.Until(10*time.Second, func() bool { r = l.call(t, "GET", sys, "basic", nil); return r.body["PowerState"] == want }) {
+			t.Fatalf("power state %v, want %s", r.body["PowerState"], want)
 		}
 	}
 	cd := "/redfish/v1/Managers/BMC/VirtualMedia/CD/Actions/"
@@ -276,10 +270,7 @@ func TestQEMUMachineThroughRedfish(t *testing.T) {
 	waitPower("On")
 	reset("GracefulRestart")
 	// The guest powers off, then the machine starts it again.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(summary(readFakeLog(t, log))) < 11 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.Until(10*time.Second, func() bool { return len(summary(readFakeLog(t, log))) >= 11 })
 	waitPower("On")
 	reset("ForceOff")
 	waitPower("Off")

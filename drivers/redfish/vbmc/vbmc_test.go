@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // lab is one BMC on its own listener, stopped by t.Cleanup.
@@ -327,11 +328,8 @@ func TestFaults(t *testing.T) {
 	if r := l.call(t, "GET", "/redfish/v1/Systems/1", "basic", nil); r.body["PowerState"] != "Off" {
 		t.Fatalf("power state right after a delayed On: %v", r.body["PowerState"])
 	}
-	for !l.machine.PoweredOn() {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("delayed power on never happened")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !waitfor.Until(5*time.Second, l.machine.PoweredOn) {
+		t.Fatal("delayed power on never happened")
 	}
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Fatalf("power on showed after %v, before its delay", d)
@@ -354,12 +352,8 @@ func TestFaults(t *testing.T) {
 	if r := l.call(t, "GET", "/redfish/v1/Systems", "basic", nil); r.status != 503 {
 		t.Fatalf("during the BMC's reboot: %d, want 503", r.status)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for l.call(t, "GET", "/redfish/v1", "none", nil).status != 200 {
-		if time.Now().After(deadline) {
-			t.Fatal("the BMC did not come back after its reboot")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !waitfor.Until(5*time.Second, func() bool { return l.call(t, "GET", "/redfish/v1", "none", nil).status == 200 }) {
+		t.Fatal("the BMC did not come back after its reboot")
 	}
 }
 

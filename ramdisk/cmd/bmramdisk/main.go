@@ -5,7 +5,7 @@
 // parameters medium, lib/bootmedia), waits for randomness, brings
 // the network up and reports that it is ready.
 // Then it connects to the site's broker with the node's credentials and
-// runs the protocol (protocol/session) with the local step runner
+// runs the protocol (lib/session) with the local step runner
 // (ramdisk/steps) until the coordinator powers the node off. It is
 // crash-only: on any unrecoverable error it logs the error and reboots
 // (with bm.debug it returns to u-root's shell instead).
@@ -25,8 +25,8 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/bmedge/bmedge/lib/mqttlink"
+	"github.com/bmedge/bmedge/lib/session"
 	"github.com/bmedge/bmedge/protocol"
-	"github.com/bmedge/bmedge/protocol/session"
 	"github.com/bmedge/bmedge/ramdisk/boot"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 	"github.com/bmedge/bmedge/ramdisk/inventory"

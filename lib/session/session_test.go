@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -150,12 +151,8 @@ func TestStepsNeedTheTokenAndResultsWaitForTheAck(t *testing.T) {
 	// A duplicate command gets the stored result, without running again.
 	s.Deliver(&protocol.Message{Kind: protocol.KindCommand, ID: "c1", Action: protocol.ActionInbandRun, Token: "tok", Step: step})
 	s.Deliver(&protocol.Message{Kind: protocol.KindAck, AckIDs: []string{res.ID}})
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Outbox() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the ack did not empty the outbox")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !waitfor.Until(5*time.Second, func() bool { return s.Outbox() == 0 }) {
+		t.Fatal("the ack did not empty the outbox")
 	}
 	select {
 	case again := <-r.ran:
@@ -180,18 +177,12 @@ func TestAbortCancelsTheRunningStep(t *testing.T) {
 		return m.Kind == protocol.KindHeartbeat && m.Running == "c1"
 	})
 	s.Deliver(&protocol.Message{Kind: protocol.KindCommand, ID: "a1", Action: protocol.ActionAbort, Token: "tok", Args: map[string]any{"command_id": "c1"}})
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !waitfor.Until(5*time.Second, func() bool {
 		s.mu.Lock()
-		running := s.running
-		s.mu.Unlock()
-		if running == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the aborted step still runs")
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer s.mu.Unlock()
+		return s.running == ""
+	}) {
+		t.Fatal("the aborted step still runs")
 	}
 	if n := w.count(kind(protocol.KindResult)); n != 0 {
 		t.Fatalf("an aborted step sent %d result(s); the coordinator has moved on", n)
@@ -267,11 +258,7 @@ func TestResumeGoesOnWithTheSavedState(t *testing.T) {
 	}
 	// The result was saved before it went out.
 	var saved State
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if saved = last(); saved.Outbox[res.ID] != nil || time.Now().After(deadline) {
-			break
-		}
-	}
+	waitfor.Until(5*time.Second, func() bool { saved = last(); return saved.Outbox[res.ID] != nil })
 	if saved.Outbox[res.ID] == nil || saved.Results["c1"] == nil || saved.Running != nil {
 		t.Fatalf("state after the result: %+v, want it unacknowledged and done, nothing running", saved)
 	}

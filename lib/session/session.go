@@ -2,10 +2,12 @@
 // of a node: hello until welcomed, heartbeats with the agent token and the
 // running step's progress, in-band steps run one at a time, results kept
 // in an outbox until the coordinator acknowledges them. The real ramdisk
-// and the edge agent's simulated nodes both run it, so it lives in
-// protocol/, where the programs meet: it must never touch a disk
+// and the edge agent's simulated nodes both run it, so it lives in lib/,
+// the infrastructure the programs share: it must never touch a disk
 // itself (steps are the Runner's business), nor import a package of
-// coordinator/, agent/ or ramdisk/ (protocol/imports_test.go).
+// coordinator/, agent/ or ramdisk/ (protocol/imports_test.go). Its time
+// is Config.Clock's, so that its tests drive the hello, heartbeat and
+// resend timers.
 package session
 
 import (
@@ -18,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -48,6 +51,9 @@ type Config struct {
 	Runner         Runner
 	Transport      Transport
 	Log            *slog.Logger
+	// Clock is the session's time: its timers and the times it stamps
+	// (nil: the system clock).
+	Clock clock.Clock
 	// Save, when set, is given the session's State after every change
 	// of it (welcome, step start, result, ack), one call at a time and
 	// in order, before the change shows outside: a result is saved
@@ -138,6 +144,7 @@ func New(cfg Config) *Session {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	s := &Session{cfg: cfg, bootID: newID(), inbox: make(chan *protocol.Message, 256), stop: make(chan struct{}), welcomed: make(chan struct{}),
 		steps: map[string]context.CancelFunc{}, results: map[string][]byte{}, outbox: map[string]outItem{}}
 	if st := cfg.Resume; st != nil {
@@ -220,10 +227,12 @@ func (s *Session) publish(payload []byte) {
 }
 
 func (s *Session) sleep(d time.Duration) bool {
+	t := s.cfg.Clock.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-s.ctx.Done():
 		return false
-	case <-time.After(d):
+	case <-t.C():
 		return true
 	}
 }
@@ -256,11 +265,11 @@ func (s *Session) Run(ctx context.Context) {
 	}
 hello:
 	for {
-		hello.ID, hello.Sent = newID(), time.Now()
+		hello.ID, hello.Sent = newID(), s.cfg.Clock.Now()
 		if b, err := protocol.Encode(hello); err == nil {
 			s.publish(b)
 		}
-		t := time.NewTimer(s.cfg.HelloInterval)
+		t := s.cfg.Clock.NewTimer(s.cfg.HelloInterval)
 		select {
 		case <-s.ctx.Done():
 			t.Stop()
@@ -268,7 +277,7 @@ hello:
 		case <-s.welcomed:
 			t.Stop()
 			break hello
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 welcomed:
@@ -279,14 +288,14 @@ welcomed:
 	if !s.sleep(time.Duration(rand.Int64N(int64(s.cfg.Heartbeat)))) {
 		return
 	}
-	tk := time.NewTicker(s.cfg.Heartbeat)
+	tk := s.cfg.Clock.NewTicker(s.cfg.Heartbeat)
 	defer tk.Stop()
 	for {
 		s.heartbeat()
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-tk.C:
+		case <-tk.C():
 		}
 	}
 }
@@ -299,7 +308,7 @@ func (s *Session) token() string {
 
 func (s *Session) heartbeat() {
 	s.mu.Lock()
-	hb := &protocol.Message{Kind: protocol.KindHeartbeat, ID: newID(), Site: s.cfg.Site, Node: s.cfg.Node, Sent: time.Now(),
+	hb := &protocol.Message{Kind: protocol.KindHeartbeat, ID: newID(), Site: s.cfg.Site, Node: s.cfg.Node, Sent: s.cfg.Clock.Now(),
 		Token: s.tokenValue, Running: s.running, Progress: s.progress, Detail: s.detail}
 	s.mu.Unlock()
 	if b, err := protocol.Encode(hb); err == nil {
@@ -344,7 +353,7 @@ func (s *Session) handle(m *protocol.Message) {
 		case protocol.ActionInbandRun:
 			s.start(m)
 		case protocol.ActionAbort:
-			id, _ := m.Args["command_id"].(string)
+			id := protocol.AbortArgsOf(m.Args).CommandID
 			s.mu.Lock()
 			if c := s.steps[id]; c != nil {
 				c()
@@ -388,7 +397,7 @@ func (s *Session) begin(m *protocol.Message, resumed time.Time) {
 		s.running, s.progress, s.detail = m.ID, 0, ""
 		s.runningCmd, s.started = m, resumed
 		if resumed.IsZero() {
-			s.started = time.Now()
+			s.started = s.cfg.Clock.Now()
 		}
 	})
 	if busy {
@@ -424,7 +433,7 @@ func (s *Session) begin(m *protocol.Message, resumed time.Time) {
 		s.mu.Lock()
 		tok := s.tokenValue
 		s.mu.Unlock()
-		res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: s.cfg.Site, Node: s.cfg.Node, Sent: time.Now(),
+		res := &protocol.Message{Kind: protocol.KindResult, ID: newID(), Site: s.cfg.Site, Node: s.cfg.Node, Sent: s.cfg.Clock.Now(),
 			Token: tok, CommandID: m.ID, OK: err == nil, Data: data}
 		if err != nil {
 			res.Error = err.Error()
@@ -445,22 +454,22 @@ func (s *Session) begin(m *protocol.Message, resumed time.Time) {
 			s.running, s.progress, s.detail = "", 0, ""
 			s.runningCmd, s.started = nil, time.Time{}
 			s.results[m.ID] = b
-			s.outbox[res.ID] = outItem{payload: b, sent: time.Now()}
+			s.outbox[res.ID] = outItem{payload: b, sent: s.cfg.Clock.Now()}
 		})
 		s.publish(b)
 	}()
 }
 
 func (s *Session) resendLoop() {
-	tk := time.NewTicker(s.cfg.ResendInterval / 2)
+	tk := s.cfg.Clock.NewTicker(s.cfg.ResendInterval / 2)
 	defer tk.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-tk.C:
+		case <-tk.C():
 		}
-		now := time.Now()
+		now := s.cfg.Clock.Now()
 		var due [][]byte
 		s.mu.Lock()
 		for id, it := range s.outbox {

@@ -25,6 +25,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/inspectrules"
 	"github.com/bmedge/bmedge/coordinator/metrics"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/drivers"
@@ -42,6 +43,9 @@ type Publisher interface {
 type Config struct {
 	DataDir string
 	Machine fsm.Config
+	// BuiltInInspectionRules are the coordinator's built-in inspection
+	// rules (serve's --inspection-rules file), run with the stored ones.
+	BuiltInInspectionRules []inspectrules.Rule
 	// MaxConcurrentClean and MaxConcurrentDeploy cap the nodes in cleaning
 	// (or deleting) and deploying at once; a manual clean, undeploy,
 	// deploy or rebuild over the cap gets 500, as in Ironic (provide is
@@ -144,11 +148,15 @@ type Port struct {
 	PortGroupUUID string `json:"portgroup_uuid,omitempty"`
 	// Description (API 1.97), Vendor (1.100) and Category (1.101) are
 	// the operator's, kept and shown as given.
-	Description string     `json:"description,omitempty"`
-	Vendor      string     `json:"vendor,omitempty"`
-	Category    string     `json:"category,omitempty"`
-	CreatedAt   time.Time  `json:"created_at"`
-	UpdatedAt   *time.Time `json:"updated_at"`
+	Description string `json:"description,omitempty"`
+	Vendor      string `json:"vendor,omitempty"`
+	Category    string `json:"category,omitempty"`
+	// LocalLinkConnection is the switch port the NIC is cabled to
+	// (switch_id, port_id, switch_info): the operator's, or filled by
+	// inspection from the LLDP frame the NIC heard (inspectrules.go).
+	LocalLinkConnection map[string]any `json:"local_link_connection,omitempty"`
+	CreatedAt           time.Time      `json:"created_at"`
+	UpdatedAt           *time.Time     `json:"updated_at"`
 }
 
 // Site is a registered edge site.
@@ -169,7 +177,9 @@ type Engine struct {
 	rejects *ratelog.Limiter
 	m       *fsm.Machine
 	st      *store.Store
-	pub     Publisher
+	// rules are the inspection rules (inspectrules.go).
+	rules *inspectrules.Set
+	pub   Publisher
 
 	mu    sync.RWMutex
 	nodes map[string]*fsm.Node
@@ -330,6 +340,10 @@ func New(cfg Config) (*Engine, error) {
 	if !cfg.NoEdgePlans && cfg.Machine.SitePlans == nil {
 		cfg.Machine.SitePlans = e.sitePlans
 		e.cfg.Machine.SitePlans = e.sitePlans
+	}
+	if err := e.openInspectionRules(&cfg); err != nil {
+		st.Close()
+		return nil, err
 	}
 	e.m = fsm.New(cfg.Machine)
 	e.rejects = ratelog.New(cfg.Log, 0)
@@ -529,6 +543,9 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 	}
 	if len(out.Ports) > 0 {
 		t.inspectedPorts(n, out.Ports)
+	}
+	if out.Inventory != nil {
+		t.linkPorts(n, out.Inventory)
 	}
 	t.sends = append(t.sends, out.Send...)
 }

@@ -31,7 +31,8 @@
 # It never leaves a service running: the tests start their own mosquitto on
 # a random loopback port, so the system one that Debian's package would
 # start on port 1883 is forbidden during the install and disabled after;
-# so is the Prometheus server (port 9090), of which only promtool is used.
+# so is the Prometheus server (port 9090), of which only promtool is used,
+# and lldpd, which the LLDP test starts in its own network namespace.
 set -euo pipefail
 
 PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus
@@ -42,6 +43,8 @@ PACKAGES+=(cloud-init)
 PACKAGES+=(fdisk)
 # sshpass, openssh-client: OpenSSH's client logs in to the rescue ramdisk (ramdisk/rescue, scripts/systest/ramdisk/rescue_e2e_test.go) and to make run's simulated rescue login (lib/rescuessh, agent/sim, coordinator/cli/readme_test.go)
 PACKAGES+=(sshpass openssh-client)
+# lldpd: sends LLDP in a network namespace to the ramdisk's LLDP listener (ramdisk/lldp); its service is never left running
+PACKAGES+=(lldpd)
 # mdadm: reads the software RAID members on the disk files of a QEMU node (scripts/systest/ramdisk/raid_e2e_test.go)
 PACKAGES+=(mdadm)
 # grub-pc-bin, grub2-common, e2fsprogs: GRUB for BIOS, grub-install and mke2fs make the bootable image deployed onto software RAID (scripts/systest/ramdisk/raid_e2e_test.go)
@@ -96,7 +99,7 @@ trap cleanup EXIT
 # Should the broker or the Prometheus server we just installed have started
 # anyway (a machine with its own policy-rc.d), stop it and keep it from
 # starting at boot.
-for svc in mosquitto prometheus; do
+for svc in mosquitto prometheus lldpd; do
 	if [[ " ${missing[*]} " == *" $svc "* ]]; then
 		if command -v systemctl >/dev/null 2>&1; then
 			"${SUDO[@]}" systemctl disable --now "$svc" >/dev/null 2>&1 || true

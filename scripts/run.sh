@@ -85,7 +85,7 @@ done
 [ -s "$RUN/image.env" ] || { echo "error: the image server wrote no $RUN/image.env within 10 s:" >&2; cat "$RUN/imageserver.log" >&2; exit 1; }
 . "$RUN/image.env"
 
-"$BIN"/agent --credentials-file "$creds" --simulate 8 --step-duration 3s --boot-delay 1s \
+"$BIN"/agent --credentials-file "$creds" --simulate 8 --simulate-lldp --step-duration 3s --boot-delay 1s \
   --image-cache-dir "$RUN/image-cache" --image-cache-listen "$IMAGE_CACHE" \
   --fetch-allow 127.0.0.0/8 >"$RUN/agent.log" 2>&1 &
 pids+=($!)

@@ -16,6 +16,7 @@ import (
 	"github.com/bmedge/bmedge/lib/imagechecksum"
 
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/lldp"
 	"github.com/bmedge/bmedge/lib/session"
 	"github.com/bmedge/bmedge/protocol"
 )
@@ -135,12 +136,17 @@ func (r *simRunner) inventory() map[string]any {
 	memMB := 16384 << (h % 4)
 	diskGB := 480 << (h % 3)
 	mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", (h>>16)&0xff, (h>>8)&0xff, h&0xff)
-	nics := []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true}}
+	// The NICs are QEMU's e1000 (PCI 8086:100e), as the ramdisk reads
+	// vendor and product from sysfs.
+	nics := []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true, "vendor": "0x8086", "product": "0x100e"}}
 	if len(r.opts.MACs) > 0 {
 		nics = nil
 		for i, m := range r.opts.MACs {
-			nics = append(nics, map[string]any{"name": fmt.Sprintf("eth%d", i), "mac_address": m, "has_carrier": true})
+			nics = append(nics, map[string]any{"name": fmt.Sprintf("eth%d", i), "mac_address": m, "has_carrier": true, "vendor": "0x8086", "product": "0x100e"})
 		}
+	}
+	if r.opts.LLDP {
+		r.simLLDP(nics, h)
 	}
 	short := r.node
 	if len(short) > 8 {
@@ -345,4 +351,19 @@ func cacheRefused(resp *http.Response) error {
 		return errors.New(why)
 	}
 	return fmt.Errorf("the site cache did not answer with the file (not 200 OK: %s)", fetchwords.Status(resp.StatusCode))
+}
+
+// simLLDP gives each NIC the LLDP frame of its site's simulated switch:
+// one chassis per site, the node's NICs on ports of it.
+func (r *simRunner) simLLDP(nics []any, h int) {
+	site := r.s.cfg.Site
+	sh := 0
+	for _, c := range site {
+		sh = sh*31 + int(c)
+	}
+	chassis := net.HardwareAddr{0x02, 0x00, 0x5e, byte(sh >> 16), byte(sh >> 8), byte(sh)}
+	for i, x := range nics {
+		port := fmt.Sprintf("Ethernet%d/%d", i+1, h%48+1)
+		x.(map[string]any)["lldp"] = lldp.Raw(lldp.Basic(chassis, port, "to "+r.node, "sim-switch-"+site))
+	}
 }

@@ -40,6 +40,11 @@ type Options struct {
 	// MACs are the NICs a node's ramdisk reports (set per boot from
 	// Config.BootMACs; none: one NIC of a MAC made from the node's name).
 	MACs []string
+	// LLDP, when set, has each NIC hear an LLDP frame of a simulated
+	// switch during inspection (the inventory's lldp, as the ramdisk's):
+	// chassis 02:00:5e:xx:xx:xx of the site, port Ethernet1/N, system
+	// name sim-switch-SITE.
+	LLDP bool
 	// PowerWatch, when set, is told of every power change of a
 	// simulated BMC (state and boot device), as a test counts power-ons.
 	PowerWatch func(node, state, bootDevice string)

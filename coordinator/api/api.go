@@ -35,9 +35,9 @@ import (
 // local_link_connection (refused: not kept), 1.91 .json in names (never
 // stripped here, at any version), 1.92 runbooks, 1.93 virtual media GET
 // (not served), 1.94 a port created with its node's name, 1.95
-// disable_power_off (false; true refused), 1.96 inspection rules (not
-// served), 1.97 port description, 1.98 ~ and / in attribute keys (always
-// here), 1.99 conductor_group filter of port and portgroup lists, 1.100
+// disable_power_off (false; true refused), 1.96 inspection rules
+// (coordinator/inspectrules), 1.97 port description, 1.98 ~ and / in
+// attribute keys (always here), 1.99 conductor_group filter of port and portgroup lists, 1.100
 // and 1.101 port vendor and category, 1.102 and 1.103 portgroup
 // physical_network and category, 1.104 instance_name, 1.106 shard filter
 // of portgroups, 1.107 X-OpenStack-Request-Id, 1.108 disable_ramdisk with
@@ -127,6 +127,7 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("DELETE /v1/sites/{name}", s.deleteSite)
 	s.registerCatalog(m)
 	m.HandleFunc("POST /v1/backup", (&backupHandler{s: s}).ServeHTTP)
+	s.registerInspectionRules(m)
 	s.registerCompat(m)
 	m.HandleFunc("/", s.notFound)
 	return s
@@ -464,7 +465,8 @@ var v1Resources = []struct {
 	name  string
 	since int
 }{{"chassis", 1}, {"nodes", 1}, {"ports", 1}, {"drivers", 1}, {"lookup", 22}, {"heartbeat", 22}, {"portgroups", 23},
-	{"volume", 32}, {"conductors", 49}, {"allocations", 52}, {"events", 54}, {"deploy_templates", 55}, {"shards", 82}, {"runbooks", 92}}
+	{"volume", 32}, {"conductors", 49}, {"allocations", 52}, {"events", 54}, {"deploy_templates", 55}, {"shards", 82}, {"runbooks", 92},
+	{"inspection_rules", 96}}
 
 // v1 is GET /v1 in Ironic's shape: media_types an object, links self
 // and describedby, the version document, and a self and a bookmark link

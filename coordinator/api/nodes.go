@@ -521,6 +521,11 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 400, fmt.Sprintf("clean_steps is only valid with target \"clean\", not %q", body.Target))
 		return
 	}
+	if len(req.DeploySteps) > 0 && row.Steps != fsm.StepsDeploy {
+		// Ironic's words.
+		writeError(w, 400, fmt.Sprintf("\"deploy_steps\" is only valid when setting target provision state to active or rebuild, not %q", body.Target))
+		return
+	}
 	if len(req.ServiceSteps) > 0 && row.Steps != fsm.StepsService {
 		// Ironic's words.
 		writeError(w, 400, fmt.Sprintf("\"service_steps\" is only valid when setting target provision state to service, not %q", body.Target))

@@ -640,7 +640,7 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) renderPort(r *http.Request, p engine.Port) map[string]any {
 	v := map[string]any{"uuid": p.UUID, "address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
-		"pxe_enabled": p.PXE, "created_at": p.CreatedAt, "updated_at": p.UpdatedAt, "local_link_connection": map[string]any{},
+		"pxe_enabled": p.PXE, "created_at": p.CreatedAt, "updated_at": p.UpdatedAt, "local_link_connection": orEmpty(p.LocalLinkConnection),
 		"internal_info": map[string]any{}, "physical_network": nil, "portgroup_uuid": nullable(p.PortGroupUUID), "is_smartnic": false, "name": nil,
 		"links": link(r, "/v1/ports/"+p.UUID)}
 	minor := apiMinor(r)

@@ -191,7 +191,11 @@ func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) {
 			obj[f.name], scalars[f.name] = nullable(f.v), true
 		}
 	}
-	if !resourcePatch(w, r, obj, scalars, map[string]bool{"extra": true}, "port") {
+	patchMaps := map[string]bool{"extra": true}
+	if apiMinor(r) >= minorLocalLink {
+		obj["local_link_connection"], patchMaps["local_link_connection"] = cloneAny(cur.LocalLinkConnection), true
+	}
+	if !resourcePatch(w, r, obj, scalars, patchMaps, "port") {
 		return
 	}
 	p, err := s.e.UpdatePort(cur.UUID, func(p *engine.Port) error {
@@ -218,6 +222,11 @@ func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := patchedTexts(obj, []patchedText{{"description", &p.Description}, {"vendor", &p.Vendor}, {"category", &p.Category}}); err != nil {
 			return err
+		}
+		if _, ok := patchMaps["local_link_connection"]; ok {
+			if p.LocalLinkConnection, err = removedLocalLink(cur.LocalLinkConnection, obj["local_link_connection"]); err != nil {
+				return err
+			}
 		}
 		p.Extra, _ = obj["extra"].(map[string]any)
 		return checkMapSize("extra", p.Extra)

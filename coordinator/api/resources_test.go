@@ -264,7 +264,7 @@ func TestPartitionImageRefused(t *testing.T) {
 // lists (1.99); portgroup physical_network (1.102) and category (1.103);
 // instance_name (1.104); the shard filter of portgroups (1.106, no node
 // has a shard); a request id on every answer (1.107); health (1.109,
-// null); inspection rules (1.96) are not served.
+// null); inspection rules (1.96, TestInspectionRulesAPI).
 func TestVersions96To110(t *testing.T) {
 	r := newVersionRig(t)
 	base := r.api.Base
@@ -322,7 +322,10 @@ func TestVersions96To110(t *testing.T) {
 	if n.header["x-openstack-request-id"] == "" {
 		t.Fatalf("no X-OpenStack-Request-Id on the answer")
 	}
-	if a := vcurl(t, base, "1.110", "GET", "/v1/inspection_rules", ""); a.status != 404 {
-		t.Fatalf("inspection rules: %d, want 404 (not served)", a.status)
+	if a := vcurl(t, base, "1.110", "GET", "/v1/inspection_rules", ""); a.status != 200 {
+		t.Fatalf("inspection rules at 1.110: %d, want 200 (served from 1.96: TestInspectionRulesAPI)", a.status)
+	}
+	if a := vcurl(t, base, "1.95", "GET", "/v1/inspection_rules", ""); a.status != 404 {
+		t.Fatalf("inspection rules at 1.95: %d, want 404", a.status)
 	}
 }

@@ -45,7 +45,7 @@ func (s *Server) registerCatalog(m routeList) {
 // path older than its version is answered: 404 to GET, 405 to the other
 // methods (Ironic's controllers' _route).
 func catalogSinceMethod(res, method string) int {
-	if (res == "/v1/deploy_templates" || res == "/v1/runbooks") && method != http.MethodGet {
+	if (res == "/v1/deploy_templates" || res == "/v1/runbooks" || res == "/v1/inspection_rules") && method != http.MethodGet {
 		return http.StatusMethodNotAllowed
 	}
 	return http.StatusNotFound
@@ -394,15 +394,15 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 
 // portFieldsRefused says why a port's name (API 1.88) or
 // local_link_connection (1.19; OVN VTEP switch keys 1.90) is refused:
-// this coordinator keeps neither (no port names; its network interface is
-// noop, so no switch is ever configured from a port), and a field that
-// would be accepted and ignored is refused instead.
+// no port names are kept, and local_link_connection is inspection's,
+// from LLDP (locallink.go; its network interface is noop, so no switch
+// is ever configured from a port).
 func portFieldsRefused(name, llc any) string {
 	switch {
 	case name != nil:
 		return "Port names (API 1.88) are not kept by this coordinator: leave out \"name\"; ports are named by their MAC address and UUID"
 	case llc != nil:
-		return "local_link_connection is not kept by this coordinator: its network interface is noop, so no switch port is configured from it; leave it out"
+		return "local_link_connection cannot be set here: inspection fills it from the LLDP frames each NIC hears (its network interface is noop, so no switch port is configured from it); leave it out"
 	}
 	return ""
 }

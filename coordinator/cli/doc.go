@@ -160,7 +160,7 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"      [--netboot-interface IFACE --netboot-kernel K --netboot-initrd I (--netboot-dhcp-range FIRST-LAST | --netboot-dhcp-mode proxy)]\n" +
 	"      [--image-cache-dir DIR --image-cache-listen ADDR [--image-cache-url URL] [--image-cache-size 50GiB]]\n" +
 	"      [--fetch-allow CIDR]... [--bmc-network CIDR]...\n" +
-	"      [--simulate N [--step-duration 2s] [--boot-delay 1s] [--heartbeat 5s] [--fail-step STEP] [--die-step STEP] [--no-boot]]\n" +
+	"      [--simulate N [--step-duration 2s] [--boot-delay 1s] [--heartbeat 5s] [--fail-step STEP] [--die-step STEP] [--no-boot] [--simulate-lldp]]\n" +
 	"      [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL [--qemu-cmdline P]]\n" +
 	"```\n\n" +
 	"`agent --help` explains every flag. Results wait in a durable outbox (Badger, encrypted,\n" +

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/inspectrules"
 	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/lib/mqttbroker"
@@ -56,21 +57,21 @@ const serveExample = `  # make run's coordinator: loopback, no authentication
 
 // serveOptions are serve's flags.
 type serveOptions struct {
-	dataDir, apiListen, mqttListen             string
-	brokerURL, brokerCA, brokerUser, brokerPW  string
-	advertise, auth, htpasswd, tlsCert, tlsKey string
-	defaultSite                                string
-	maxPacket, maxClean, maxDeploy, histMax    int
-	waitTimeout, cmdTimeout, resend, tick      time.Duration
-	autoClean, forcePower, verbose             bool
-	fastTrack                                  bool
-	allowMD5                                   bool
-	edgePlans                                  bool
-	fastTrackTimeout                           time.Duration
-	prio                                       kv
-	mqttInsecure                               bool
-	fdReserve                                  int
-	apiConns, mqttConns                        netbudget.Limits
+	dataDir, apiListen, mqttListen                              string
+	brokerURL, brokerCA, brokerUser, brokerPW                   string
+	advertise, auth, htpasswd, tlsCert, tlsKey, inspectionRules string
+	defaultSite                                                 string
+	maxPacket, maxClean, maxDeploy, histMax                     int
+	waitTimeout, cmdTimeout, resend, tick                       time.Duration
+	autoClean, forcePower, verbose                              bool
+	fastTrack                                                   bool
+	allowMD5                                                    bool
+	edgePlans                                                   bool
+	fastTrackTimeout                                            time.Duration
+	prio                                                        kv
+	mqttInsecure                                                bool
+	fdReserve                                                   int
+	apiConns, mqttConns                                         netbudget.Limits
 }
 
 func (c *cmd) serveCmd() *cobra.Command {
@@ -125,6 +126,8 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.IntVar(&o.maxClean, "max-concurrent-clean", 1000, "`N` nodes that may run a manual clean at once (more get HTTP 500 with Ironic's message; provide is not capped)")
 	fs.IntVar(&o.maxDeploy, "max-concurrent-deploy", 1000, "`N` nodes that may deploy at once (more get HTTP 500 with Ironic's message)")
 	fs.IntVar(&o.histMax, "history-max-entries", 300, "`N` history entries kept per node; past it the oldest are deleted (Ironic's node_history_max_entries)")
+	fs.StringVar(&o.inspectionRules, "inspection-rules", "", "built-in inspection rules `FILE` (Ironic's [inspection_rules]built_in_rules): a YAML or JSON list of rules in the API's shape, "+
+		"run on every inspection with the stored ones, listed by inspection-rule list and not changeable there; a wrong rule stops the start, naming it (docs/discovery.md, Inspection rules)")
 	fs.StringVar(&o.auth, "auth", "none", "API authentication `MODE`: none (only with a loopback --api-listen) or http_basic (with --htpasswd)")
 	fs.StringVar(&o.htpasswd, "htpasswd", "", "htpasswd `FILE` of bcrypt entries of cost 10 or more for --auth http_basic ('htpasswd -cB -C 12 FILE USER', Debian's apache2-utils: -B alone makes cost 5); other hash types and lower costs are refused at start, naming the line")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate `FILE` (followed by its CA, so that ramdisks can check it by pin): serve the API over https and the embedded broker over mqtts (with --tls-key; 'coordinator certs' makes a lab pair)")
@@ -172,6 +175,16 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 	if err := advertiseCheck(o); err != nil {
 		return err
 	}
+	var builtIn []inspectrules.Rule
+	if o.inspectionRules != "" {
+		data, err := os.ReadFile(o.inspectionRules)
+		if err != nil {
+			return fmt.Errorf("--inspection-rules: %v", err)
+		}
+		if builtIn, err = inspectrules.ParseBuiltIn(data); err != nil {
+			return fmt.Errorf("--inspection-rules %s: %v", o.inspectionRules, err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	co, err := server.Start(ctx, server.Options{DataDir: o.dataDir, APIListen: o.apiListen, MQTTListen: o.mqttListen,
@@ -181,7 +194,8 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 			AutomatedClean: o.autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: o.forcePower,
 			FastTrack: o.fastTrack, FastTrackTimeout: o.fastTrackTimeout, AllowMD5Checksum: o.allowMD5},
 		MaxConcurrentClean: o.maxClean, MaxConcurrentDeploy: o.maxDeploy, TickInterval: o.tick, HistoryMaxEntries: o.histMax, Log: log,
-		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns, NoEdgePlans: !o.edgePlans, DefaultSite: o.defaultSite})
+		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns, NoEdgePlans: !o.edgePlans, DefaultSite: o.defaultSite,
+		BuiltInInspectionRules: builtIn})
 	if err != nil {
 		if isStoreFailure(err) {
 			return exitCode(ExitStoreFailed) // the engine logged why

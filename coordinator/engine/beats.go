@@ -19,7 +19,7 @@ func (e *Engine) handleBeats(site string, msg *protocol.Message) {
 			b := &msg.Beats[i]
 			n, ok := e.reg.nodes[b.Node]
 			if !ok || n.Site != site {
-				e.log.Warn("heartbeat in summary rejected", "site", site, "reason", fmt.Sprintf("node %q is not a node of site %q", b.Node, site))
+				e.cfg.Log.Warn("heartbeat in summary rejected", "site", site, "reason", fmt.Sprintf("node %q is not a node of site %q", b.Node, site))
 				continue
 			}
 			t.run(n, func() fsm.Output { return e.m.Heartbeat(n, b, t.now) })

@@ -31,7 +31,7 @@ func (e *Engine) enqueue(o fsm.Outgoing, urgent bool) {
 	default:
 		// A full queue means the broker is far behind; the resend loop
 		// delivers the command later, so dropping here loses nothing.
-		e.log.Warn("send queue full; message left to the resend loop", "topic", o.Topic)
+		e.cfg.Log.Warn("send queue full; message left to the resend loop", "topic", o.Topic)
 	}
 }
 
@@ -139,7 +139,7 @@ func (e *Engine) publishBatch(batch []fsm.Outgoing) {
 	for _, o := range batch {
 		b, err := protocol.Encode(e.auth.WithCredential(o.Msg))
 		if err != nil {
-			e.log.Error("not sending invalid message", "topic", o.Topic, "err", err)
+			e.cfg.Log.Error("not sending invalid message", "topic", o.Topic, "err", err)
 			continue
 		}
 		site := topicSite(o.Topic)
@@ -175,7 +175,7 @@ func (e *Engine) publishOne(topic string, b []byte, m *protocol.Message) {
 	defer cancel()
 	err := e.run.pub.Publish(ctx, topic, b, false)
 	if err != nil {
-		e.log.Debug("publish failed; the resend loop will retry", "topic", topic, "err", err)
+		e.cfg.Log.Debug("publish failed; the resend loop will retry", "topic", topic, "err", err)
 	}
 	e.cfg.Metrics.Published(m, err)
 }
@@ -189,7 +189,7 @@ func (e *Engine) publishBundle(site string, p *pendingBundle) {
 	b, err := protocol.EncodeBundle(site, p.recs, flate.BestSpeed)
 	if err != nil {
 		// Not for what publishBatch gathers; sent one by one all the same.
-		e.log.Error("bundle not made; sending its messages one by one", "site", site, "err", err)
+		e.cfg.Log.Error("bundle not made; sending its messages one by one", "site", site, "err", err)
 		for i, r := range p.recs {
 			e.publishOne(r.Topic, r.Payload, p.msgs[i])
 		}
@@ -200,7 +200,7 @@ func (e *Engine) publishBundle(site string, p *pendingBundle) {
 	topic := protocol.BMCCmdTopic(site)
 	err = e.run.pub.Publish(ctx, topic, b, false)
 	if err != nil {
-		e.log.Debug("publish failed; the resend loop will retry", "topic", topic, "messages", len(p.recs), "err", err)
+		e.cfg.Log.Debug("publish failed; the resend loop will retry", "topic", topic, "messages", len(p.recs), "err", err)
 	}
 	for _, m := range p.msgs {
 		e.cfg.Metrics.Published(m, err)
@@ -214,7 +214,7 @@ func (e *Engine) publishBundle(site string, p *pendingBundle) {
 func (e *Engine) handleBundle(site string, payload []byte) {
 	recs, err := protocol.DecodeBundle(site, payload)
 	if err != nil {
-		e.log.Warn("bundle rejected", "site", site, "reason", err)
+		e.cfg.Log.Warn("bundle rejected", "site", site, "reason", err)
 		return
 	}
 	for _, r := range recs {

@@ -25,6 +25,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/engine/reach"
 	"github.com/bmedge/bmedge/coordinator/engine/sites"
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/inspectrules"
 	"github.com/bmedge/bmedge/coordinator/metrics"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/drivers"
@@ -41,6 +42,9 @@ type Publisher interface {
 type Config struct {
 	DataDir string
 	Machine fsm.Config
+	// BuiltInInspectionRules are the coordinator's built-in inspection
+	// rules (serve's --inspection-rules file), run with the stored ones.
+	BuiltInInspectionRules []inspectrules.Rule
 	// MaxConcurrentClean and MaxConcurrentDeploy cap the nodes in cleaning
 	// (or deleting) and deploying at once; a manual clean, undeploy,
 	// deploy or rebuild over the cap gets 500, as in Ironic (provide is
@@ -149,11 +153,15 @@ type Port struct {
 	PortGroupUUID string `json:"portgroup_uuid,omitempty"`
 	// Description (API 1.97), Vendor (1.100) and Category (1.101) are
 	// the operator's, kept and shown as given.
-	Description string     `json:"description,omitempty"`
-	Vendor      string     `json:"vendor,omitempty"`
-	Category    string     `json:"category,omitempty"`
-	CreatedAt   time.Time  `json:"created_at"`
-	UpdatedAt   *time.Time `json:"updated_at"`
+	Description string `json:"description,omitempty"`
+	Vendor      string `json:"vendor,omitempty"`
+	Category    string `json:"category,omitempty"`
+	// LocalLinkConnection is the switch port the NIC is cabled to
+	// (switch_id, port_id, switch_info): the operator's, or filled by
+	// inspection from the LLDP frame the NIC heard (inspectrules.go).
+	LocalLinkConnection map[string]any `json:"local_link_connection,omitempty"`
+	CreatedAt           time.Time      `json:"created_at"`
+	UpdatedAt           *time.Time     `json:"updated_at"`
 }
 
 // Site is a registered edge site.
@@ -164,7 +172,6 @@ type Site = sites.Site
 // own lock.
 type Engine struct {
 	cfg Config
-	log *slog.Logger
 	// rejects logs refused messages (a stale token, a wrong topic) at a
 	// bounded rate: a cycling fleet makes some in every cycle (a
 	// ramdisk's last heartbeat crossing its power-off), and an agent gone
@@ -189,6 +196,8 @@ type Engine struct {
 	views viewCache
 	// cat holds the deploy templates and runbooks (catalog.go).
 	cat *catalog.Book
+	// rules are the inspection rules (inspectrules.go).
+	rules *inspectrules.Set
 	// run is the loop's machinery (loop.go).
 	run loopState
 }
@@ -254,7 +263,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, log: cfg.Log, st: st, commits: st, reg: newRegistry(), sites: sites.New(),
+	e := &Engine{cfg: cfg, st: st, commits: st, reg: newRegistry(), sites: sites.New(),
 		reachBk: reach.New(reachSaveInterval), cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
 	e.run = loopState{reqs: make(chan *request, 8192), stopped: make(chan struct{}), fatal: newFatalState()}
 	e.auth = brokerauth.New(secret, e.reach().RunsSiteBroker)
@@ -268,6 +277,10 @@ func New(cfg Config) (*Engine, error) {
 	if !cfg.NoEdgePlans && cfg.Machine.SitePlans == nil {
 		cfg.Machine.SitePlans = e.sitePlans
 		e.cfg.Machine.SitePlans = e.sitePlans
+	}
+	if err := e.openInspectionRules(&cfg); err != nil {
+		st.Close()
+		return nil, err
 	}
 	e.m = fsm.New(cfg.Machine)
 	e.rejects = ratelog.New(cfg.Log, 0)
@@ -391,7 +404,7 @@ func (e *Engine) Start(pub Publisher) error {
 		return err
 	}
 	if recovered > 0 {
-		e.log.Info("recovered busy nodes after start", "nodes", recovered)
+		e.cfg.Log.Info("recovered busy nodes after start", "nodes", recovered)
 	}
 	e.run.wg.Add(5)
 	go e.loop()

@@ -53,7 +53,7 @@ func (e *Engine) collector() {
 			e.fail(err)
 			return
 		case n > 0:
-			e.log.Debug("database value log GC", "files_rewritten", n, "took", clk.Now().Sub(last).Round(time.Millisecond))
+			e.cfg.Log.Debug("database value log GC", "files_rewritten", n, "took", clk.Now().Sub(last).Round(time.Millisecond))
 		}
 	}
 }

@@ -84,7 +84,7 @@ func (t *tx) oldestHistory(nodeUUID string, hs *histState) (string, bool) {
 		})
 		if err != nil {
 			// Keeping the entry is harmless; the next one tries again.
-			t.e.log.Warn("cannot read a node's history to trim it", "node", nodeUUID, "err", err)
+			t.e.cfg.Log.Warn("cannot read a node's history to trim it", "node", nodeUUID, "err", err)
 			return "", false
 		}
 	}
@@ -146,7 +146,7 @@ func (e *Engine) loadHistory() error {
 	}
 	flush()
 	if del.Len() > 0 {
-		e.log.Info("trimming node history to the cap", "entries", del.Len(), "history_max_entries", e.cfg.HistoryMaxEntries)
+		e.cfg.Log.Info("trimming node history to the cap", "entries", del.Len(), "history_max_entries", e.cfg.HistoryMaxEntries)
 		if err := e.write(&del); err != nil {
 			return fmt.Errorf("trim node history: %w", err)
 		}

@@ -88,9 +88,9 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 		t.addHistory(n, h)
 		t.e.cfg.Metrics.History(h)
 		if h.Severity == "ERROR" {
-			t.e.log.Warn("node error", "node", n.Ident(), "event", h.Event)
+			t.e.cfg.Log.Warn("node error", "node", n.Ident(), "event", h.Event)
 		} else {
-			t.e.log.Debug("node event", "node", n.Ident(), "event", h.Event)
+			t.e.cfg.Log.Debug("node event", "node", n.Ident(), "event", h.Event)
 		}
 	}
 	if out.BMCWarnings > 0 {
@@ -108,6 +108,9 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 	}
 	if len(out.Ports) > 0 {
 		t.inspectedPorts(n, out.Ports)
+	}
+	if out.Inventory != nil {
+		t.linkPorts(n, out.Inventory)
 	}
 	t.sends = append(t.sends, out.Send...)
 }

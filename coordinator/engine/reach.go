@@ -56,7 +56,7 @@ func (e *Engine) anySiteOnline() bool { return e.sites.AnyOnline() }
 func (e *Engine) saveReach(t *tx, site string, r *reach.Site) {
 	v, err := json.Marshal(r)
 	if err != nil {
-		e.log.Error("site reachability not stored", "site", site, "err", err)
+		e.cfg.Log.Error("site reachability not stored", "site", site, "err", err)
 		return
 	}
 	t.batch.Set(store.ReachPrefix+site, v)
@@ -105,9 +105,9 @@ func (e *Engine) sitePresence(t *tx, site string, online bool) {
 			}
 		}
 		if since.IsZero() {
-			e.log.Info("site reachable", "site", site, "busy_nodes", busy)
+			e.cfg.Log.Info("site reachable", "site", site, "busy_nodes", busy)
 		} else {
-			e.log.Info("site reachable again: its busy nodes' deadlines move by the time it was unreachable", "site", site,
+			e.cfg.Log.Info("site reachable again: its busy nodes' deadlines move by the time it was unreachable", "site", site,
 				"unreachable_since", since.UTC().Format(time.RFC3339), "unreachable_for", t.now.Sub(since).Round(time.Second).String(), "busy_nodes", busy)
 		}
 		r.OfflineSince = time.Time{}
@@ -129,7 +129,7 @@ func (e *Engine) sitePresence(t *tx, site string, online bool) {
 		}
 		since := fsm.OutageStart(heard, t.now)
 		r.OfflineSince, r.LastSeen = since, since
-		e.log.Warn("site unreachable: its nodes do not time out until it returns", "site", site,
+		e.cfg.Log.Warn("site unreachable: its nodes do not time out until it returns", "site", site,
 			"last_heard", since.UTC().Format(time.RFC3339), "busy_nodes", busy, "queued_at_site", r.Queued)
 		e.saveReach(t, site, r)
 	case online:
@@ -151,7 +151,7 @@ func (e *Engine) sitePresence(t *tx, site string, online bool) {
 // connected site offline, its commands never resent.
 func (e *Engine) noteSiteSummary(t *tx, site string, msg *protocol.Message) {
 	if e.sites.Has(site) && !e.sites.Online(site) {
-		e.log.Info("heartbeat summary from a site counted offline: its edge agent is connected again", "site", site)
+		e.cfg.Log.Info("heartbeat summary from a site counted offline: its edge agent is connected again", "site", site)
 		e.sitePresence(t, site, true)
 	}
 	e.noteSiteHeard(t, site)
@@ -209,7 +209,7 @@ func (e *Engine) Published(user, clientID, topic string) {
 	err := e.submit(func(t *tx) error {
 		b.Unmark(site)
 		if e.sites.Has(site) && !e.sites.Online(site) {
-			e.log.Info("message from the edge agent of a site counted offline: it is connected", "site", site)
+			e.cfg.Log.Info("message from the edge agent of a site counted offline: it is connected", "site", site)
 			e.sitePresence(t, site, true)
 		}
 		return nil

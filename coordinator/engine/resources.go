@@ -340,6 +340,7 @@ func (e *Engine) UpdatePort(ident string, fn func(p *Port) error) (*Port, error)
 		}
 		c := *p
 		c.Extra = cloneMap(p.Extra)
+		c.LocalLinkConnection = cloneMap(p.LocalLinkConnection)
 		if err := fn(&c); err != nil {
 			return err
 		}

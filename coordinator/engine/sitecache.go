@@ -92,7 +92,7 @@ func (e *Engine) CacheImage(site, imageURL, checksum, commandID string) (CacheSt
 		delete(book.byID, oldest.CommandID)
 	}
 	book.byID[st.CommandID] = st
-	e.log.Info("site cache pre-seed requested", "site", site, "url", redactURL(imageURL), "command", st.CommandID)
+	e.cfg.Log.Info("site cache pre-seed requested", "site", site, "url", redactURL(imageURL), "command", st.CommandID)
 	e.sendCacheImage(st)
 	return *st, nil
 }
@@ -126,9 +126,9 @@ func (e *Engine) handleSiteResult(site string, msg *protocol.Message) {
 	}
 	book.mu.Unlock()
 	if msg.OK {
-		e.log.Info("site cache pre-seed done", "site", site, "command", msg.CommandID, "size", msg.Data["size"], "already_cached", msg.Data["already_cached"])
+		e.cfg.Log.Info("site cache pre-seed done", "site", site, "command", msg.CommandID, "size", msg.Data["size"], "already_cached", msg.Data["already_cached"])
 	} else {
-		e.log.Warn("site cache pre-seed failed", "site", site, "command", msg.CommandID, "error", msg.Error)
+		e.cfg.Log.Warn("site cache pre-seed failed", "site", site, "command", msg.CommandID, "error", msg.Error)
 	}
 	_ = e.submit(func(t *tx) error {
 		e.noteSiteHeard(t, site)

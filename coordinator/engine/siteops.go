@@ -62,7 +62,7 @@ func (e *Engine) RotateSite(name string) (user, password string, err error) {
 	}
 	e.revoke("site:" + name)
 	e.siteGone(name, false)
-	e.log.Info("site credential replaced; connections with the old one closed", "site", name)
+	e.cfg.Log.Info("site credential replaced; connections with the old one closed", "site", name)
 	return "site:" + name, password, nil
 }
 
@@ -95,7 +95,7 @@ func (e *Engine) DeleteSite(name string) error {
 	}
 	e.revoke("site:" + name)
 	e.siteGone(name, true)
-	e.log.Info("site deleted; its edge agent's connections closed", "site", name)
+	e.cfg.Log.Info("site deleted; its edge agent's connections closed", "site", name)
 	return nil
 }
 
@@ -107,7 +107,7 @@ func (e *Engine) SetRevoker(f func(user string) int) { e.auth.SetRevoker(f) }
 
 func (e *Engine) revoke(user string) {
 	if n := e.auth.Revoke(user); n > 0 {
-		e.log.Info("connections of a revoked credential closed", "user", user, "connections", n)
+		e.cfg.Log.Info("connections of a revoked credential closed", "user", user, "connections", n)
 	}
 }
 
@@ -127,7 +127,7 @@ func (e *Engine) siteGone(site string, deleted bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := e.run.pub.Publish(ctx, protocol.SitePresenceTopic(site), b, true); err != nil {
-		e.log.Warn("site presence not updated after its credential was revoked", "site", site, "err", err)
+		e.cfg.Log.Warn("site presence not updated after its credential was revoked", "site", site, "err", err)
 	}
 }
 

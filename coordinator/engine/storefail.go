@@ -55,7 +55,7 @@ func (e *Engine) fail(err error) {
 		}
 		e.run.fatal.err = fe
 		close(e.run.fatal.failed)
-		e.log.Error(fe.Error(), "err", fe.Err)
+		e.cfg.Log.Error(fe.Error(), "err", fe.Err)
 		if e.cfg.OnFatal != nil {
 			e.cfg.OnFatal(fe)
 		}

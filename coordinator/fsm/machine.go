@@ -26,8 +26,15 @@ type Config struct {
 	// cleaning; 0 disables the step.
 	PriorityOverrides map[string]int
 	Drivers           *drivers.Registry
-	NewID             func() string
-	NewToken          func() string
+	// InspectionRules, when set, runs on every inspection's inventory
+	// once it is applied to the node (in band and out of band; not on
+	// the inspect_hardware step of a manual clean): the
+	// inspection rules (coordinator/inspectrules). It may change the
+	// node, and returns the history to record, the plugin data to store
+	// with the inventory, and an error that fails the inspection.
+	InspectionRules func(n *Node, inventory, pluginData map[string]any, now time.Time) ([]HistoryEntry, map[string]any, error)
+	NewID           func() string
+	NewToken        func() string
 	// BurninPair resolves deploy.burnin_network's partner_node (a name
 	// or UUID) for node n to the partner's UUID and gives the pair's key
 	// (the engine derives it from its secret); nil refuses the step.

@@ -237,6 +237,9 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 		n.TargetPowerState = ""
 	}
 	m.stepDone(n, a, msg, what, now, out)
+	if n.Op == nil {
+		return // stepDone failed the operation (an inspection rule)
+	}
 	if n.Op.AbortAfter {
 		service := n.Op.Phase.Info().Steps == StepsService
 		m.failWith(n, now, out, fmt.Sprintf("aborted by request after step %s finished", a.Step.Name()), Abort)
@@ -299,6 +302,18 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 		}
 		if !a.Step.InBand {
 			m.takeOOBInspection(n, msg, now, out)
+		}
+		if out.Inventory != nil && m.cfg.InspectionRules != nil && n.Op != nil && n.Op.Phase == PhaseInspect {
+			// The inspection rules, in band and out of band alike (not
+			// a clean's inspect_hardware step); one that fails the
+			// inspection ends the operation here.
+			h, pd, err := m.cfg.InspectionRules(n, out.Inventory, out.PluginData, now)
+			out.History = append(out.History, h...)
+			if err != nil {
+				m.fail(n, now, out, err.Error())
+				return
+			}
+			out.PluginData = pd
 		}
 	}
 	if a.Kind == ActStep && a.Step.Interface == "raid" {

@@ -67,34 +67,11 @@ func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 		!m.cfg.SitePlans(n.Site) {
 		return false
 	}
-	var cmds []*protocol.Message
-	inband := false
-	seq := n.CmdSeq
-	var total time.Duration
-	for i := op.Index; i < len(op.Plan) && len(cmds) < protocol.MaxPlanSteps; i++ {
-		a := &op.Plan[i]
-		if a.Kind != ActStep || a.Step == nil || a.Step.Step == HoldStep {
-			break
-		}
-		c, err := m.stepCommand(n, a.Step)
-		if err != nil {
-			break // it fails when it is reached, as it would alone
-		}
-		// Stamped as it will be when it is reached (pendPlanned), with
-		// the id and Seq fixed now.
-		msg, span := c.msg, m.span(c.inBand, c.steps)
-		seq = nextSeq(seq, now)
-		stamp(n, msg, m.cfg.NewID(), seq, span, now)
-		msg.SpanSeconds = int64((span + time.Second - 1) / time.Second)
-		total += span
-		inband = inband || a.Step.InBand
-		cmds = append(cmds, msg)
-	}
+	plan, seq, inband := m.planMessage(n, op.Index, nil, now)
+	cmds := plan.Plan
 	if len(cmds) < 2 || !inband {
 		return false
 	}
-	plan := &protocol.Message{Action: protocol.ActionPlanRun, Plan: cmds}
-	stamp(n, plan, m.cfg.NewID(), 0, total, now)
 	if err := plan.Validate(); err != nil {
 		return false
 	}
@@ -114,6 +91,78 @@ func (m *Machine) sendSitePlan(n *Node, now time.Time, out *Output) bool {
 		Event: fmt.Sprintf("the next %d %s steps handed to the edge agent of site %s as one plan: the site runs them in turn, their results are applied here in order",
 			len(cmds), op.Phase, n.Site)})
 	return true
+}
+
+// planMessage is the run_plan of the steps from op.Plan[first] on, up
+// to the first action that is not a step or a hold step, stamped as each
+// step will be when it is reached (pendPlanned). With fixed nil each
+// step gets a new id and Seq (a new plan, its id new too); else the
+// steps are those of fixed, in order, with their ids and Seqs, and the
+// plan keeps the site plan's id (a copy, resendPlan). It returns the
+// last Seq used and whether a step runs in band.
+func (m *Machine) planMessage(n *Node, first int, fixed []PlannedCmd, now time.Time) (plan *protocol.Message, seq uint64, inband bool) {
+	op := n.Op
+	var cmds []*protocol.Message
+	seq = n.CmdSeq
+	var total time.Duration
+	for i := first; i < len(op.Plan) && len(cmds) < protocol.MaxPlanSteps; i++ {
+		if fixed != nil && len(cmds) == len(fixed) {
+			break
+		}
+		a := &op.Plan[i]
+		if a.Kind != ActStep || a.Step == nil || a.Step.Step == HoldStep {
+			break
+		}
+		c, err := m.stepCommand(n, a.Step)
+		if err != nil {
+			break // it fails when it is reached, as it would alone
+		}
+		msg, span := c.msg, m.span(c.inBand, c.steps)
+		id := ""
+		if fixed != nil {
+			id, seq = fixed[len(cmds)].ID, fixed[len(cmds)].Seq
+		} else {
+			id, seq = m.cfg.NewID(), nextSeq(seq, now)
+		}
+		stamp(n, msg, id, seq, span, now)
+		msg.SpanSeconds = int64((span + time.Second - 1) / time.Second)
+		total += span
+		inband = inband || a.Step.InBand
+		cmds = append(cmds, msg)
+	}
+	id := m.cfg.NewID()
+	if fixed != nil {
+		id = op.SitePlan.ID
+	}
+	plan = &protocol.Message{Action: protocol.ActionPlanRun, Plan: cmds}
+	stamp(n, plan, id, 0, total, now)
+	return plan, seq, inband
+}
+
+// resendPlan sends the site plan again, from the node's current step
+// on, when that step's command is resent (no result came within the
+// resend interval, or the site came back): a run_plan lost on its way
+// (an edge agent killed before it kept it) would otherwise leave every
+// later step of the plan to wait for a resend interval of its own. The
+// copy has the plan's id and its steps their ids and Seqs, so an agent
+// that holds the plan, or ended it, ignores the copy, and one that lost
+// it runs the rest of it, its current step answered once.
+func (m *Machine) resendPlan(n *Node, now time.Time, out *Output) {
+	op := n.Op
+	if op == nil || op.SitePlan == nil || n.Pending == nil || !op.SitePlan.Holds(n.Pending.ID) ||
+		(n.PlanStop != nil && n.PlanStop.ID == op.SitePlan.ID) {
+		return // no plan, or one told to stop: the step goes alone
+	}
+	sp := op.SitePlan
+	j := op.Index - sp.First
+	if j < 0 || j >= len(sp.Cmds) || sp.Cmds[j].ID != n.Pending.ID {
+		return
+	}
+	plan, _, _ := m.planMessage(n, op.Index, sp.Cmds[j:], now)
+	if len(plan.Plan) == 0 || plan.Validate() != nil {
+		return
+	}
+	out.Send = append(out.Send, Outgoing{Topic: protocol.NodeCmdTopic(n.Site, n.UUID), Msg: plan})
 }
 
 // pendPlanned makes the current step's command pending, without sending

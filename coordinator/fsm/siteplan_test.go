@@ -260,6 +260,78 @@ func TestSitePlanStopSentAgainWhenTheSiteReturns(t *testing.T) {
 	}
 }
 
+// TestSitePlanSentAgainWithItsStep: a run_plan can be lost on its way
+// (an edge agent killed before it kept it); the resend of its current
+// step, at the resend interval or when the site returns, carries a copy
+// of the plan from that step on, with the plan's id and each step's id
+// and Seq, so the site runs the rest of it instead of each later step
+// waiting for a resend of its own. A plan told to stop is not sent
+// again.
+func TestSitePlanSentAgainWithItsStep(t *testing.T) {
+	w := planWorld(t)
+	w.n.ProvisionState = Available
+	w.n.InstanceInfo = map[string]any{"image_source": "http://i"}
+	w.holdPlan = true
+	w.verb(Deploy, VerbRequest{})
+	w.want(DeployWait)
+	plan := w.plans[0]
+	if len(plan.Plan) != 4 {
+		t.Fatalf("deploy plan of %d steps, want 4", len(plan.Plan))
+	}
+	check := func(what string, o Output, from int) {
+		t.Helper()
+		var copies, steps int
+		for _, s := range o.Send {
+			switch {
+			case s.Msg.Action == protocol.ActionPlanRun:
+				copies++
+				if s.Msg.ID != plan.ID || len(s.Msg.Plan) != len(plan.Plan)-from {
+					t.Fatalf("%s: run_plan %s of %d steps, want the plan %s from step %d (%d steps)", what, s.Msg.ID, len(s.Msg.Plan), plan.ID, from, len(plan.Plan)-from)
+				}
+				for i, c := range s.Msg.Plan {
+					want := plan.Plan[from+i]
+					if c.ID != want.ID || c.Seq != want.Seq || c.Action != want.Action || c.Step.Step != want.Step.Step {
+						t.Fatalf("%s: step %d of the copy is %s/%d %s, want %s/%d %s", what, i, c.ID, c.Seq, c.Step.Step, want.ID, want.Seq, want.Step.Step)
+					}
+				}
+				if err := s.Msg.Validate(); err != nil {
+					t.Fatalf("%s: the copy does not validate: %v", what, err)
+				}
+			case s.Msg.ID == plan.Plan[from].ID:
+				steps++
+			}
+		}
+		if copies != 1 || steps != 1 {
+			t.Fatalf("%s sent %d copies of the plan and %d of its step %d; want 1 and 1", what, copies, steps, from)
+		}
+	}
+	check("the resend of write_image", w.m.Tick(w.n, w.now.Add(11*time.Second), true), 0)
+
+	// write_image done: the plan's out-of-band prepare_instance_boot is
+	// pending, not sent; the site came back from an outage.
+	w.m.Result(w.n, &protocol.Message{CommandID: plan.Plan[0].ID, OK: true, Token: plan.Plan[0].Token}, w.now)
+	if w.n.Pending == nil || w.n.Pending.ID != plan.Plan[1].ID {
+		t.Fatalf("pending %+v, want the plan's second step", w.n.Pending)
+	}
+	w.m.SiteReturned(w.n, w.now.Add(-time.Minute), w.now)
+	check("the resend after the site returned", w.m.Tick(w.n, w.now.Add(time.Second), true), 1)
+
+	// Told to stop (maintenance in deploy wait): its step goes alone.
+	w = planWorld(t)
+	w.n.ProvisionState = Available
+	w.n.InstanceInfo = map[string]any{"image_source": "http://i"}
+	w.holdPlan = true
+	w.verb(Deploy, VerbRequest{})
+	w.want(DeployWait)
+	plan = w.plans[0]
+	w.m.SetMaintenance(w.n, true, "look", w.now)
+	w.m.SetMaintenance(w.n, false, "", w.now)
+	tk := w.m.Tick(w.n, w.now.Add(time.Second), true)
+	if len(tk.Send) != 1 || tk.Send[0].Msg.ID != plan.Plan[0].ID {
+		t.Fatalf("the resend of a stopped plan's step sent %d messages (first %s); want the step %s alone", len(tk.Send), tk.Send[0].Msg.Action, plan.Plan[0].ID)
+	}
+}
+
 // TestBootAgainBeforeAnyStep: the power action that boots the ramdisk
 // ran twice (an edge agent restarted before it kept the action's result,
 // and runs it again when the coordinator resends it): a second boot says

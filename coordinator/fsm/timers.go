@@ -30,6 +30,7 @@ func (m *Machine) Tick(n *Node, now time.Time, siteOnline bool) Output {
 	if p := n.Pending; p != nil && !p.Accepted && now.Sub(p.LastSent) >= m.cfg.ResendInterval && siteOnline && !expired {
 		p.LastSent = now
 		p.Attempts++
+		m.resendPlan(n, now, &out)
 		out.Send = append(out.Send, Outgoing{Topic: p.Topic, Msg: p.Msg})
 		out.Changed = true
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/api"
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/inspectrules"
 	"github.com/bmedge/bmedge/coordinator/metrics"
 	"github.com/bmedge/bmedge/coordinator/ui"
 	"github.com/bmedge/bmedge/lib/mqttbroker"
@@ -38,10 +39,13 @@ type Options struct {
 	// AdvertisedBrokerURL is what edge agents are told to connect to.
 	AdvertisedBrokerURL string
 	Machine             fsm.Config
-	MaxConcurrentClean  int
-	MaxConcurrentDeploy int
-	TickInterval        time.Duration
-	Log                 *slog.Logger
+	// BuiltInInspectionRules are the built-in inspection rules (serve's
+	// --inspection-rules).
+	BuiltInInspectionRules []inspectrules.Rule
+	MaxConcurrentClean     int
+	MaxConcurrentDeploy    int
+	TickInterval           time.Duration
+	Log                    *slog.Logger
 	// HistoryMaxEntries caps each node's history (0: the engine's default).
 	HistoryMaxEntries int
 
@@ -117,7 +121,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	met := metrics.New()
 	e, err := engine.New(engine.Config{DataDir: o.DataDir, Machine: o.Machine, MaxConcurrentClean: o.MaxConcurrentClean,
 		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, HistoryMaxEntries: o.HistoryMaxEntries, Log: o.Log,
-		Metrics: met, NoEdgePlans: o.NoEdgePlans, DefaultSite: o.DefaultSite})
+		Metrics: met, NoEdgePlans: o.NoEdgePlans, DefaultSite: o.DefaultSite, BuiltInInspectionRules: o.BuiltInInspectionRules})
 	if err != nil {
 		return nil, err
 	}

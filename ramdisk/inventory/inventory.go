@@ -80,6 +80,15 @@ type Interface struct {
 	HasCarrier bool `json:"has_carrier"`
 	// Virtual is true for software interfaces (bridges, ifb, veth, ...).
 	Virtual bool `json:"virtual"`
+	// Vendor and Product are the NIC's PCI (or USB) IDs, "0x8086" and
+	// "0x1572", as Ironic Python Agent reports them; empty for a
+	// virtual interface.
+	Vendor  string `json:"vendor,omitempty"`
+	Product string `json:"product,omitempty"`
+	// LLDP is the first LLDP frame heard on the interface during
+	// inspection, as Ironic Python Agent's: its TLVs as [type, "hex
+	// value"] pairs (lib/lldp.Raw); absent when none was heard.
+	LLDP [][]any `json:"lldp,omitempty"`
 }
 
 // SystemVendor is the machine's DMI identity.
@@ -215,6 +224,8 @@ func Collect(ctx context.Context, opts Options) (Inventory, error) {
 				MACAddress: mac,
 				HasCarrier: readAttr(filepath.Join(dir, "carrier")) == "1",
 				Virtual:    n.IsVirtual,
+				Vendor:     readAttr(filepath.Join(dir, "device/vendor")),
+				Product:    readAttr(filepath.Join(dir, "device/device")),
 			})
 		}
 	}

@@ -14,11 +14,13 @@ import (
 	"sync"
 
 	"github.com/bmedge/bmedge/drivers"
+	liblldp "github.com/bmedge/bmedge/lib/lldp"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/ramdisk/burnin"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 	"github.com/bmedge/bmedge/ramdisk/image"
 	"github.com/bmedge/bmedge/ramdisk/inventory"
+	"github.com/bmedge/bmedge/ramdisk/lldp"
 )
 
 // Runner runs in-band steps on the local hardware.
@@ -31,6 +33,9 @@ type Runner struct {
 	// Rescue starts the operator's login for finalize_rescue with the
 	// SHA-crypt hash of the rescue password; nil: this ramdisk has none.
 	Rescue func(hash string) (map[string]any, error)
+	// LLDP listens for LLDP frames on the named NICs during inspection;
+	// nil is ramdisk/lldp's Listen for its default time.
+	LLDP func(ctx context.Context, names []string) map[string]lldp.Result
 }
 
 func (r *Runner) devices() ([]disk.Device, error) {
@@ -150,6 +155,7 @@ func (r *Runner) inspect(ctx context.Context, args map[string]any) (map[string]a
 	if err != nil {
 		return nil, err
 	}
+	r.listenLLDP(ctx, &inv)
 	props, err := inventory.PropertiesWithHints(inv, hints)
 	if err != nil {
 		return nil, err
@@ -307,4 +313,40 @@ func rootHints(args map[string]any) (image.RootDeviceHints, error) {
 		return hints, fmt.Errorf("root_device hints %s: %w", b, err)
 	}
 	return hints, nil
+}
+
+// listenLLDP records in inv the LLDP frame each physical NIC with a
+// link hears (the switch port it is on), as Ironic Python Agent's
+// collect_lldp; what could not be listened to is a warning of the
+// inventory. The ramdisk brought every NIC up at boot, so one without
+// carrier is cabled to nothing that could send.
+func (r *Runner) listenLLDP(ctx context.Context, inv *inventory.Inventory) {
+	var names []string
+	for _, i := range inv.Interfaces {
+		if !i.Virtual && i.HasCarrier {
+			names = append(names, i.Name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	listen := r.LLDP
+	if listen == nil {
+		listen = func(ctx context.Context, names []string) map[string]lldp.Result {
+			return lldp.Listen(ctx, names, 0)
+		}
+	}
+	heard := listen(ctx, names)
+	for k := range inv.Interfaces {
+		i := &inv.Interfaces[k]
+		res, ok := heard[i.Name]
+		if !ok {
+			continue
+		}
+		if res.TLVs != nil {
+			i.LLDP = liblldp.Raw(res.TLVs)
+		} else if res.Err != nil {
+			inv.Warnings = append(inv.Warnings, "LLDP: "+res.Err.Error())
+		}
+	}
 }

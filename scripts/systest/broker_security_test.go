@@ -416,7 +416,7 @@ func TestExternalBrokerOverTLS(t *testing.T) {
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(p.kill)
-	time.Sleep(300 * time.Millisecond)
+	p.awaitListening(t, addr)
 
 	c := testrig.Coordinator(t, testrig.Options{BrokerURL: "mqtts://" + addr, BrokerCAFile: caFile})
 	if !c.Link.Up() {

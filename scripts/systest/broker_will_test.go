@@ -18,7 +18,9 @@ type subSession struct {
 	connected bool
 	out       string      // what it printed until it connected or ended
 	exited    chan string // what it printed after, once it ends
-	kill      func()
+	// subscribed is closed once mosquitto_sub has read its SUBACK.
+	subscribed chan struct{}
+	kill       func()
 }
 
 // startSub starts mosquitto_sub as user/clientID on filter with extra
@@ -38,17 +40,21 @@ func startSub(t *testing.T, brokerURL, user, pass, clientID, filter string, extr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &subSession{exited: make(chan string, 1)}
+	s := &subSession{exited: make(chan string, 1), subscribed: make(chan struct{})}
 	s.kill = func() { _ = cmd.Process.Kill() }
 	t.Cleanup(s.kill)
 	acked := make(chan bool, 1)
 	go func() {
 		var all strings.Builder
 		sc := bufio.NewScanner(pipe)
-		once := false
+		once, subacked := false, false
 		for sc.Scan() {
 			l := sc.Text()
 			all.WriteString(l + "\n")
+			if !subacked && strings.Contains(l, "Subscribed (mid") {
+				subacked = true
+				close(s.subscribed)
+			}
 			if !once && strings.Contains(l, "CONNACK (") {
 				once = true
 				acked <- strings.Contains(l, "CONNACK (0)")

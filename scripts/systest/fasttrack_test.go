@@ -47,6 +47,7 @@ func (p *powerOns) get(node string) (all, ramdisk int) {
 // off at the end of the fast track timeout. A bad driver_info/fast_track
 // is refused (curl, an independent client).
 func TestFastTrackSimulatedSite(t *testing.T) {
+	t.Parallel()
 	curl := requireTool(t, "curl")
 	const timeout = 8 * time.Second
 	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{FastTrack: true, FastTrackTimeout: timeout}})

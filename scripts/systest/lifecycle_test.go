@@ -149,7 +149,18 @@ func TestAbortRetireMaintenance(t *testing.T) {
 	if code := cl.Do("PUT", "/v1/nodes/b/maintenance", map[string]string{"reason": "inspecting cables"}, nil); code != 202 {
 		t.Fatalf("maintenance: %d", code)
 	}
-	time.Sleep(5 * time.Second) // both steps would be done by now
+	// The running step's result arrives and is held (not applied) while
+	// the node is in maintenance.
+	held := func() bool {
+		var h bool
+		_ = c.Engine.View(b, func(n *fsm.Node, _ bool) error { h = n.Held != nil; return nil })
+		return h
+	}
+	for deadline := time.Now().Add(30 * time.Second); !held(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no result of the running step held in maintenance after 30 s: %q", cl.Get(b).State)
+		}
+	}
 	if n := cl.Get(b); n.State != "clean wait" || !n.Maintenance {
 		t.Fatalf("maintenance did not pause: %q", n.State)
 	}

@@ -168,6 +168,7 @@ func onceInHistory(t *testing.T, cl *testrig.Client, ids []string, what string, 
 // (the coordinator's re-sent commands are answered from the stored
 // done-records).
 func TestEdgeOutboxSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	bin, dataDir, api, mqtt, coord, cl, credFile, agentLog := kill9Rig(t)
 	// No --state-dir: the default, next to the credentials file.
 	agentArgs := func(metrics, bmcDelay string) []string {
@@ -257,6 +258,7 @@ func TestEdgeOutboxSurvivesKill9(t *testing.T) {
 // the agent while the coordinator is down: after both restart, every
 // inspection completes from the stored result, applied once.
 func TestEdgeRelayedResultsSurviveKill9(t *testing.T) {
+	t.Parallel()
 	bin, dataDir, api, mqtt, coord, cl, credFile, agentLog := kill9Rig(t)
 	agentArgs := func(metrics string) []string {
 		return []string{"--credentials-file", credFile, "--simulate", "4", "--bmc-delay", "50ms",
@@ -332,6 +334,7 @@ func TestEdgeRelayedResultsSurviveKill9(t *testing.T) {
 // available, one ramdisk boot and each clean step once in its history,
 // none failed or timed out.
 func TestSimulatedSiteSurvivesAgentKill9(t *testing.T) {
+	t.Parallel()
 	bin, _, _, _, _, cl, credFile, agentLog := kill9Rig(t)
 	const nodes = 6
 	agentArgs := []string{"--credentials-file", credFile, "--simulate", strconv.Itoa(nodes), "--bmc-delay", "50ms",

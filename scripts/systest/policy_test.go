@@ -241,7 +241,11 @@ func TestSubscriptionCapPerClient(t *testing.T) {
 	if !s.connected {
 		t.Fatalf("mosquitto_sub refused at CONNECT:\n%s", s.out)
 	}
-	time.Sleep(500 * time.Millisecond) // SUBACK read
+	select {
+	case <-s.subscribed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("mosquitto_sub read no SUBACK within 10 s")
+	}
 	for _, i := range []int{0, total - 1} {
 		if out, err := mosquitto(t, c.BrokerURL, pub, s2.Username, s2.Password, "edge-site2.pub", "-t", topic(i), "-m", fmt.Sprintf("msg-%d", i), "-q", "1"); err != nil {
 			t.Fatalf("mosquitto_pub: %v %q", err, out)

@@ -37,6 +37,7 @@ import (
 // BMC is made slower than the coordinator's command timeout, which a
 // test can shorten.
 func TestRedfishFaults(t *testing.T) {
+	t.Parallel()
 	t.Run("slow BMC", func(t *testing.T) {
 		r := newFaultRig(t, faultRigOptions{commandTimeout: 8 * time.Second})
 		r.createNode(nil)
@@ -240,6 +241,16 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// await waits until the log holds want n times, failing the test after d.
+func (l *lockedBuffer) await(t *testing.T, want string, n int, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); strings.Count(l.String(), want) < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say %q %d times after %s:\n%s", want, n, d, l.String())
+		}
+	}
 }
 
 func newFaultRig(t *testing.T, o faultRigOptions) *faultRig {

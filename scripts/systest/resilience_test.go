@@ -42,6 +42,24 @@ type proc struct {
 	done chan struct{}
 }
 
+// awaitListening waits until the process listens on addr (a TCP connect
+// succeeds), failing the test if it exits first or takes over 30 s.
+func (p *proc) awaitListening(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !listening(addr) {
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before it listened on %s", filepath.Base(p.cmd.Path), addr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not listen on %s after 30 s", filepath.Base(p.cmd.Path), addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func startCoordinatorProcess(t *testing.T, dataDir, api, mqtt string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "serve", "--data-dir", dataDir, "--api-listen", api, "--mqtt-listen", mqtt,
@@ -86,6 +104,7 @@ func (p *proc) kill() {
 // wait call-back and deploying; after a restart every node reaches its
 // target or a failed state with last_error.
 func TestKill9Recovery(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
 	api, mqtt := testrig.FreeAddr(t), testrig.FreeAddr(t)
@@ -155,7 +174,7 @@ func TestExternalBrokerRestart(t *testing.T) {
 		p := &proc{cmd: cmd, done: make(chan struct{})}
 		go func() { _ = cmd.Wait(); close(p.done) }()
 		t.Cleanup(p.kill)
-		time.Sleep(300 * time.Millisecond)
+		p.awaitListening(t, addr)
 		return p
 	}
 	m := startMosq()

@@ -28,6 +28,7 @@ import (
 // after it; the coordinator fails a at once (clean failed) and b when
 // write_image ends (deploy failed, "after step deploy.write_image").
 func TestWANCutMidPlan(t *testing.T) {
+	t.Parallel()
 	w := newWAN(t, wanVeth)
 	const nodes = 6
 	const summary = 10 * time.Second

@@ -214,6 +214,7 @@ func createNodes(t *testing.T, cl *testrig.Client, n int) []string {
 // returns every node completes its cleaning, each step's result recorded
 // exactly once and no node timed out.
 func TestWANCut(t *testing.T) {
+	t.Parallel()
 	w := newWAN(t, wanVeth)
 	const nodes = 6
 	const timeout = 50 * time.Second
@@ -298,6 +299,7 @@ func TestWANCut(t *testing.T) {
 // provide, deploy, undeploy) over a WAN of 500 ms round trip and 5 %
 // packet loss each way, with no failure and each step recorded once.
 func TestWANImpaired(t *testing.T) {
+	t.Parallel()
 	w := newImpairedWAN(t, 250*time.Millisecond, 0.05)
 	const nodes = 50
 	s := startWANSite(t, w, fsm.Config{WaitTimeout: time.Minute, CommandTimeout: time.Minute, ResendInterval: 3 * time.Second},

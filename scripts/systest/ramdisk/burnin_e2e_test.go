@@ -25,20 +25,7 @@ func curlJSON(t *testing.T, cl *testrig.Client, method, path, body string) (int,
 		}
 		t.Skip("curl is missing")
 	}
-	args := []string{"-sS", "-o", "-", "-w", "\n%{http_code}", "-X", method, "-H", "Content-Type: application/json",
-		"-H", "X-OpenStack-Ironic-API-Version: latest", cl.Base + path}
-	if body != "" {
-		args = append(args, "--data", body)
-	}
-	out, err := exec.Command("curl", args...).Output()
-	if err != nil {
-		t.Fatalf("curl %s %s: %v", method, path, err)
-	}
-	s := strings.TrimSpace(string(out))
-	i := strings.LastIndexByte(s, '\n')
-	code := 0
-	json.Unmarshal([]byte(s[i+1:]), &code)
-	return code, s[:max(i, 0)]
+	return curlAt(t, cl, "latest", method, path, body)
 }
 
 // stepArgs returns the argsinfo names GET …/cleaning/steps lists for a
@@ -169,8 +156,10 @@ func TestQEMUBurnInEraseVerify(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU three times")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
-	cl := qemuLab(t, kernel, initrd, false)
+	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd})
+	cl := l.cl
 	dir := t.TempDir()
 	nvmePath := filepath.Join(dir, "nvme.raw")
 	randomFile(t, nvmePath, 64<<20, 3)
@@ -183,16 +172,10 @@ func TestQEMUBurnInEraseVerify(t *testing.T) {
 	// from the host's loopback, which burn1 (the reader) reaches at
 	// 10.0.2.2 (QEMU user networking).
 	_, fwdPort, _ := net.SplitHostPort(testrig.FreeAddr(t))
-	vm1, console1 := manageSmallVM(t, cl, dir, "burn1", map[string]any{"qemu_nvme_disk": nvmePath, "qemu_nvme_serial": "NVME0"})
-	vm2, console2 := manageSmallVM(t, cl, dir, "burn2", map[string]any{"qemu_disk_blkdebug": bdConf, "qemu_hostfwd": "tcp:127.0.0.1:" + fwdPort + "-:9000"})
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, c := range []string{console1, console2} {
-				b, _ := os.ReadFile(c)
-				t.Logf("%s (last 3 KiB):\n%s", filepath.Base(c), tail(b, 3072))
-			}
-		}
-	})
+	vm1, console1 := l.smallVM(dir, "burn1", map[string]any{"qemu_nvme_disk": nvmePath, "qemu_nvme_serial": "NVME0"})
+	vm2, console2 := l.smallVM(dir, "burn2", map[string]any{"qemu_disk_blkdebug": bdConf, "qemu_hostfwd": "tcp:127.0.0.1:" + fwdPort + "-:9000"})
+	showConsole(t, console1, 3072)
+	showConsole(t, console2, 3072)
 	if code := cl.Do("PATCH", "/v1/nodes/burn1", []map[string]any{{"op": "add", "path": "/properties/cpus", "value": 4}}, nil); code != 200 {
 		t.Fatalf("patch properties: %d", code)
 	}

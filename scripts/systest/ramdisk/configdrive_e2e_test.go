@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,10 +13,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // needCmd returns a Debian tool's path, or skips (fails under
@@ -157,27 +151,6 @@ func networkData(addr string) map[string]any {
 	}
 }
 
-// qemuCacheLab is qemuLab (without TLS) whose edge agent also runs the
-// site image cache, which the VMs reach at 10.0.2.2: write_image's image
-// and a URL config drive reach the ramdisk through it.
-func qemuCacheLab(t *testing.T, kernel, initrd string) *testrig.Client {
-	t.Helper()
-	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{WaitTimeout: 3 * time.Minute}})
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
-	cache := testrig.FreeAddr(t)
-	_, port, _ := net.SplitHostPort(cache)
-	testrig.StartAgentConfig(t, creds, agent.Config{
-		SiteBroker: agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: "mqtt://10.0.2.2"},
-		QEMU:       agent.QEMUOptions{Kernel: kernel, Initrd: initrd},
-		Cache: agent.ImageCacheOptions{Dir: t.TempDir(), Listen: cache, URL: "http://10.0.2.2:" + port,
-			FetchAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
-	return cl
-}
-
 // TestQEMUConfigDrive: one QEMU node deploys a GPT raw image (Debian's
 // `baremetal node deploy --config-drive JSON`) and then rebuilds with an
 // MBR raw image (PUT provision), each with a JSON config drive (hostname,
@@ -199,6 +172,7 @@ func TestQEMUConfigDrive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU several times")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	needCmd(t, "sfdisk", "fdisk")
 	needCmd(t, "xorriso", "xorriso")
@@ -224,11 +198,7 @@ func TestQEMUConfigDrive(t *testing.T) {
 	files := map[string][]byte{"/gpt.img": gpt, "/mbr.img": mbr}
 	var filesMu sync.Mutex
 	gets := map[string]int{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	port := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
 		filesMu.Lock()
 		b, ok := files[r.URL.Path]
 		gets[r.URL.Path]++
@@ -238,36 +208,18 @@ func TestQEMUConfigDrive(t *testing.T) {
 			return
 		}
 		w.Write(b)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	base := "http://" + ln.Addr().String()
-
-	cl := qemuCacheLab(t, kernel, initrd)
-	console := filepath.Join(dir, "console.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("VM console (last 4 KiB):\n%s", tail(b, 4096))
-		}
 	})
-	var n testrig.Node
-	body := map[string]any{"name": "vm1", "driver": "qemu-dev", "conductor_group": "lab",
-		"properties":  map[string]any{"root_device": map[string]any{"serial": "DISK0"}},
-		"driver_info": map[string]any{"qemu_disk": diskPath, "qemu_disk_serial": "DISK0", "qemu_console": console, "qemu_memory_mb": 512}}
-	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
-		t.Fatalf("create: %d", code)
-	}
-	id := n.UUID
-	wait := func(verb, want string, timeout time.Duration) testrig.Node {
-		t.Helper()
-		got := cl.WaitRest(id, timeout)
-		t.Logf("%s: %s %s", verb, got.State, got.LastError)
-		if got.State != want {
-			t.Fatalf("%s ended in %q, want %q: %s", verb, got.State, want, got.LastError)
-		}
-		return got
-	}
+	base := "http://127.0.0.1:" + port
+
+	// The edge agent also runs the site image cache, which the VMs reach
+	// at 10.0.2.2: write_image's image and a URL config drive reach the
+	// ramdisk through it.
+	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd, ImageCache: true})
+	cl := l.cl
+	console := filepath.Join(dir, "console.log")
+	showConsole(t, console, 4096)
+	id := l.createNode("vm1", "qemu-dev", map[string]any{"qemu_disk": diskPath, "qemu_disk_serial": "DISK0", "qemu_console": console, "qemu_memory_mb": 512},
+		map[string]any{"root_device": map[string]any{"serial": "DISK0"}})
 	image := func(p string, b []byte) {
 		t.Helper()
 		ops := []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": base + p},
@@ -277,9 +229,9 @@ func TestQEMUConfigDrive(t *testing.T) {
 		}
 	}
 	cl.MustVerb(id, "manage", nil)
-	wait("manage", "manageable", 30*time.Second)
+	l.wait(id, "manage", "manageable", 30*time.Second)
 	cl.MustVerb(id, "provide", nil)
-	wait("provide", "available", 5*time.Minute)
+	l.wait(id, "provide", "available", 5*time.Minute)
 
 	// The Debian CLI against the coordinator, no auth on loopback.
 	bm := func(args ...string) {
@@ -297,7 +249,7 @@ func TestQEMUConfigDrive(t *testing.T) {
 			"meta_data":    map[string]any{"hostname": "gpt-host", "public_keys": map[string]any{"ops": key}},
 			"network_data": networkData("192.0.2.10"),
 			"user_data":    "#cloud-config\nruncmd: [true]\n"}))
-		got := wait("deploy", "active", 5*time.Minute)
+		got := l.wait(id, "deploy", "active", 5*time.Minute)
 		if got.InstanceInfo["configdrive"] != "******" {
 			t.Errorf("instance_info.configdrive shows %v, want ******", got.InstanceInfo["configdrive"])
 		}
@@ -334,7 +286,7 @@ func TestQEMUConfigDrive(t *testing.T) {
 		}
 		cl.MustVerb(id, "rebuild", map[string]any{"configdrive": map[string]any{
 			"meta_data": map[string]any{"hostname": "mbr-host", "public_keys": map[string]any{"ops": key}}}})
-		wait("rebuild", "active", 5*time.Minute)
+		l.wait(id, "rebuild", "active", 5*time.Minute)
 		label, ci := readConfigDrive(t, diskPath)
 		if label != "dos" {
 			t.Fatalf("table %s after the MBR image", label)
@@ -352,7 +304,7 @@ func TestQEMUConfigDrive(t *testing.T) {
 		os.WriteFile(filepath.Join(latest, "meta_data.json"), []byte(`{"uuid": "`+id+`", "hostname": "dir-host", "public_keys": {"ops": "`+key+`"}}`), 0o600)
 		os.WriteFile(filepath.Join(latest, "network_data.json"), []byte(jsonString(networkData("192.0.2.30"))), 0o600)
 		bm("node", "rebuild", "vm1", "--config-drive", cdDir)
-		wait("rebuild", "active", 5*time.Minute)
+		l.wait(id, "rebuild", "active", 5*time.Minute)
 		_, ci := readConfigDrive(t, diskPath)
 		checkDrive(t, ci, "dir-host", key, "192.0.2.30")
 	})
@@ -374,7 +326,7 @@ func TestQEMUConfigDrive(t *testing.T) {
 		files["/cd.b64"] = out
 		filesMu.Unlock()
 		cl.MustVerb(id, "rebuild", map[string]any{"configdrive": base + "/cd.b64"})
-		got := wait("rebuild", "active", 5*time.Minute)
+		got := l.wait(id, "rebuild", "active", 5*time.Minute)
 		if got.InstanceInfo["configdrive"] != "******" {
 			t.Errorf("instance_info.configdrive shows %v, want ******", got.InstanceInfo["configdrive"])
 		}

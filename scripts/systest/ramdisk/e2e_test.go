@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -24,8 +23,6 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
@@ -87,6 +84,7 @@ func TestQEMURamdisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU several times")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	dir := t.TempDir()
 	diskPath := filepath.Join(dir, "disk.raw")
@@ -120,11 +118,7 @@ func TestQEMURamdisk(t *testing.T) {
 		files["/img.qcow2"] = qcow
 	}
 	var qcowRanges atomic.Int32
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	port := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
 		b, ok := files[r.URL.Path]
 		if !ok {
 			http.NotFound(w, r)
@@ -138,46 +132,22 @@ func TestQEMURamdisk(t *testing.T) {
 			return
 		}
 		w.Write(b)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	port := ln.Addr().(*net.TCPAddr).Port
-	imgURL := func(p string) string { return "http://10.0.2.2:" + itoa(port) + p }
+	})
+	imgURL := func(p string) string { return "http://10.0.2.2:" + port + p }
 
 	// This lab runs MQTT over TLS: the edge agent trusts the lab CA's
 	// file, the ramdisk only the CA's pin on its kernel command line.
-	cl := qemuLab(t, kernel, initrd, true)
+	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd, CoordinatorTLS: true, SiteTLS: true})
+	cl := l.cl
 	console := filepath.Join(dir, "console.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("VM console (last 4 KiB):\n%s", tail(b, 4096))
-		}
-	})
+	showConsole(t, console, 4096)
 	var n testrig.Node
 	// The root device hint picks the 1 GiB disk (by default, as in Ironic,
 	// only disks of 4 GiB and more are root disk candidates).
-	body := map[string]any{"name": "vm1", "driver": "qemu-dev", "conductor_group": "lab",
-		"properties": map[string]any{"root_device": map[string]any{"serial": "DISK0"}},
-		"driver_info": map[string]any{"qemu_disk": diskPath, "qemu_disk_serial": "DISK0", "qemu_console": console, "qemu_memory_mb": 1024,
-			"qemu_nvme_disk": nvmePath, "qemu_nvme_serial": "NVME0"}}
-	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
-		t.Fatalf("create: %d", code)
-	}
-	id := n.UUID
-	step := func(verb, want string, extra map[string]any, timeout time.Duration) testrig.Node {
-		t.Helper()
-		start := time.Now()
-		cl.MustVerb(id, verb, extra)
-		got := cl.WaitRest(id, timeout)
-		t.Logf("%s: %s in %.1fs %s", verb, got.State, time.Since(start).Seconds(), got.LastError)
-		if got.State != want {
-			t.Fatalf("%s ended in %q, want %q: %s", verb, got.State, want, got.LastError)
-		}
-		return got
-	}
-	step("manage", "manageable", nil, 30*time.Second)
-	n = step("inspect", "manageable", nil, 3*time.Minute)
+	id := l.createNode("vm1", "qemu-dev", map[string]any{"qemu_disk": diskPath, "qemu_disk_serial": "DISK0", "qemu_console": console, "qemu_memory_mb": 1024,
+		"qemu_nvme_disk": nvmePath, "qemu_nvme_serial": "NVME0"}, map[string]any{"root_device": map[string]any{"serial": "DISK0"}})
+	l.step(id, "manage", "manageable", nil, 30*time.Second)
+	n = l.step(id, "inspect", "manageable", nil, 3*time.Minute)
 	mem, _ := n.Properties["memory_mb"].(float64)
 	if n.Properties["cpus"] != 1.0 || n.Properties["local_gb"] != 1.0 || mem < 900 || mem > 1100 {
 		t.Fatalf("properties do not match the VM (1 CPU, 1024 MiB, 1 GiB disk): %v", n.Properties)
@@ -193,7 +163,7 @@ func TestQEMURamdisk(t *testing.T) {
 		t.Fatalf("inventory lacks the disk serial DISK0: %s", jsonString(inv.Inventory))
 	}
 
-	step("provide", "available", nil, 8*time.Minute)
+	l.step(id, "provide", "available", nil, 8*time.Minute)
 	if off := firstNonZero(t, diskPath); off >= 0 {
 		t.Fatalf("after cleaning the disk has a non-zero byte at %d", off)
 	}
@@ -220,21 +190,16 @@ func TestQEMURamdisk(t *testing.T) {
 		t.Fatalf("the agent's start-up line with its redacted parameters is not on the console:\n%s", tail(b, 2048))
 	}
 
-	patch := func(ops ...map[string]any) {
-		if code := cl.Do("PATCH", "/v1/nodes/vm1", ops, nil); code != 200 {
-			t.Fatalf("patch: %d", code)
-		}
-	}
 	// From now on a static address from the kernel command line.
-	patch(map[string]any{"op": "add", "path": "/instance_info/image_source", "value": imgURL("/raw.img")},
+	l.patch(id, map[string]any{"op": "add", "path": "/instance_info/image_source", "value": imgURL("/raw.img")},
 		map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(img)},
 		map[string]any{"op": "add", "path": "/driver_info/qemu_cmdline", "value": "bm.ip=10.0.2.15/24 bm.gw=10.0.2.2"})
-	step("active", "active", nil, 5*time.Minute)
+	l.step(id, "active", "active", nil, 5*time.Minute)
 	historyHas(t, cl, "deploy step deploy.write_image done: "+itoa(len(img))+" bytes (none, "+itoa(len(img))+" downloaded) written to /dev/vda")
 	if !bytes.Equal(readHead(t, diskPath, len(img)), img) {
 		t.Fatal("the disk does not hold the raw image after deploy")
 	}
-	step("deleted", "available", nil, 8*time.Minute)
+	l.step(id, "deleted", "available", nil, 8*time.Minute)
 	if off := firstNonZero(t, diskPath); off >= 0 {
 		t.Fatalf("after undeploy's cleaning the disk has a non-zero byte at %d", off)
 	}
@@ -243,17 +208,17 @@ func TestQEMURamdisk(t *testing.T) {
 	// never the digest of what was received (an oracle of the content
 	// of whatever the URL names).
 	wrong := strings.Repeat("0", 64)
-	patch(map[string]any{"op": "add", "path": "/instance_info/image_source", "value": imgURL("/img.zst")},
+	l.patch(id, map[string]any{"op": "add", "path": "/instance_info/image_source", "value": imgURL("/img.zst")},
 		map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": wrong})
-	n = step("active", "deploy failed", nil, 5*time.Minute)
+	n = l.step(id, "active", "deploy failed", nil, 5*time.Minute)
 	if !strings.Contains(n.LastError, "checksum mismatch") || !strings.Contains(n.LastError, "is not the "+wrong+" given") || strings.Contains(n.LastError, sha(zst.Bytes())) {
 		t.Fatalf("last_error does not name the checksum given, or names the digest received: %s", n.LastError)
 	}
 	// The failed deploy left the ramdisk's log on the console (a good
 	// deploy ends in the instance's boot, which starts a new console).
 	consoleHas(t, console, "static 10.0.2.15/24 gateway 10.0.2.2")
-	patch(map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(zst.Bytes())})
-	step("rebuild", "active", nil, 5*time.Minute)
+	l.patch(id, map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(zst.Bytes())})
+	l.step(id, "rebuild", "active", nil, 5*time.Minute)
 	if !bytes.Equal(readHead(t, diskPath, 32<<20), img[:32<<20]) {
 		t.Fatal("the disk does not hold the decompressed zstd image after rebuild")
 	}
@@ -263,10 +228,10 @@ func TestQEMURamdisk(t *testing.T) {
 	if qcow == nil {
 		return
 	}
-	patch(map[string]any{"op": "add", "path": "/instance_info/image_source", "value": imgURL("/img.qcow2")},
+	l.patch(id, map[string]any{"op": "add", "path": "/instance_info/image_source", "value": imgURL("/img.qcow2")},
 		map[string]any{"op": "add", "path": "/instance_info/image_checksum", "value": sha(qcow)},
 		map[string]any{"op": "add", "path": "/instance_info/image_disk_format", "value": "qcow2"})
-	step("rebuild", "active", nil, 5*time.Minute)
+	l.step(id, "rebuild", "active", nil, 5*time.Minute)
 	historyHas(t, cl, "deploy step deploy.write_image done: "+itoa(len(qraw))+" bytes (qcow2, "+itoa(len(qcow))+" downloaded) written to /dev/vda")
 	if got := sha(readHead(t, diskPath, len(qraw))); got != sha(qraw) {
 		t.Fatalf("the disk's first %d bytes have sha256 %s, the raw image %s", len(qraw), got, sha(qraw))
@@ -326,10 +291,12 @@ func TestQEMURamdiskCrashOnly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU twice")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	dir := t.TempDir()
-	cl := qemuLab(t, kernel, initrd, false)
-	id, console := manageSmallVM(t, cl, dir, "vm2", map[string]any{"qemu_cmdline": "bm.ip=not-an-address"})
+	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd})
+	cl := l.cl
+	id, console := l.smallVM(dir, "vm2", map[string]any{"qemu_cmdline": "bm.ip=not-an-address"})
 	cl.MustVerb(id, "inspect", nil)
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
@@ -365,11 +332,13 @@ func TestQEMURamdiskResetMidOperation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU twice")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	dir := t.TempDir()
-	cl := qemuLab(t, kernel, initrd, false)
+	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd})
+	cl := l.cl
 	qmp := filepath.Join(dir, "qmp.sock")
-	id, console := manageSmallVM(t, cl, dir, "vm1", map[string]any{"qemu_qmp": qmp})
+	id, console := l.smallVM(dir, "vm1", map[string]any{"qemu_qmp": qmp})
 	cl.MustVerb(id, "inspect", nil)
 	// Maintenance, set once the VM runs (inspect wait), holds the node
 	// there after its ramdisk is welcomed, so that the reset surely comes
@@ -449,84 +418,12 @@ func qmpReset(t *testing.T, sock string) {
 	}
 }
 
-// qemuLab starts a coordinator, registers site "lab" and runs its edge
-// agent with the qemu-dev driver booting the ramdisk; the guests reach the
-// broker at 10.0.2.2 (QEMU's user network maps it to the host's loopback).
-// With useTLS the broker speaks only MQTT over TLS, with a certificate of
-// a lab CA for 127.0.0.1 and 10.0.2.2.
-func qemuLab(t *testing.T, kernel, initrd string, useTLS bool) *testrig.Client {
-	t.Helper()
-	// The ramdisk gets 3 minutes to call back: on a loaded 2-core machine
-	// under TCG, 30 s (the rig's default) ran out before a crash-looping
-	// ramdisk had booted twice.
-	o := testrig.Options{Machine: fsm.Config{WaitTimeout: 3 * time.Minute}}
-	caFile := ""
-	if useTLS {
-		o.TLSCert, o.TLSKey, caFile = testrig.LabCerts(t, "127.0.0.1", "10.0.2.2")
-		o.CACert = caFile
-	}
-	c := testrig.Coordinator(t, o)
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
-	scheme := "mqtt://"
-	if useTLS {
-		scheme = "mqtts://"
-		if !strings.HasPrefix(c.BrokerURL, scheme) {
-			t.Fatalf("broker URL %s with TLS on", c.BrokerURL)
-		}
-	}
-	// The ramdisks talk to the site broker the edge agent runs (on
-	// loopback, which the VMs reach at 10.0.2.2), never to the
-	// coordinator's: the agent relays.
-	sb := agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: scheme + "10.0.2.2"}
-	if useTLS {
-		sb.TLSCert, sb.TLSKey, sb.CAFile = o.TLSCert, o.TLSKey, caFile
-	}
-	testrig.StartAgentConfig(t, creds, agent.Config{CAFile: caFile, SiteBroker: sb, QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd}})
-	return cl
-}
-
-// manageSmallVM creates a qemu-dev node with a 64 MiB disk of random data
-// and 512 MiB of memory (extra adds driver_info) and manages it; it
-// returns the node's UUID and its console log.
-func manageSmallVM(t *testing.T, cl *testrig.Client, dir, name string, extra map[string]any) (id, console string) {
-	t.Helper()
-	diskPath := filepath.Join(dir, name+".raw")
-	randomFile(t, diskPath, 64<<20, uint64(len(name)))
-	console = filepath.Join(dir, name+"-console.log")
-	info := map[string]any{"qemu_disk": diskPath, "qemu_console": console, "qemu_memory_mb": 512}
-	maps.Copy(info, extra)
-	var n testrig.Node
-	if code := cl.Do("POST", "/v1/nodes", map[string]any{"name": name, "driver": "qemu-dev", "conductor_group": "lab", "driver_info": info}, &n); code != 201 {
-		t.Fatalf("create %s: %d", name, code)
-	}
-	cl.MustVerb(n.UUID, "manage", nil)
-	if got := cl.WaitRest(n.UUID, 30*time.Second); got.State != "manageable" {
-		t.Fatalf("manage %s: %q %q", name, got.State, got.LastError)
-	}
-	return n.UUID, console
-}
-
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// history is the history of node vm1, one event a line.
 func history(t *testing.T, cl *testrig.Client) string {
 	t.Helper()
-	var h struct {
-		History []struct {
-			Event string `json:"event"`
-		} `json:"history"`
-	}
-	if code := cl.Do("GET", "/v1/nodes/vm1/history", nil, &h); code != 200 {
-		t.Fatalf("history: %d", code)
-	}
-	var b strings.Builder
-	for _, e := range h.History {
-		b.WriteString(e.Event + "\n")
-	}
-	return b.String()
+	return nodeHistory(t, cl, "vm1")
 }
 
 func historyHas(t *testing.T, cl *testrig.Client, want string) {

@@ -8,37 +8,15 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/lib/bootmedia"
 	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/protocol"
 )
-
-// OVMF is Debian's UEFI firmware for QEMU (package ovmf, which
-// scripts/build-ramdisk.sh installs).
-const ovmfFirmware = "/usr/share/ovmf/OVMF.fd"
-
-// needRamdiskISO returns the ramdisk ISO (OUTDIR/bmramdisk.iso of
-// scripts/build-ramdisk.sh), or skips (fails under make test).
-func needRamdiskISO(t *testing.T) string {
-	t.Helper()
-	need(t) // QEMU and the ramdisk
-	iso, _ := filepath.Abs("../../../build/ramdisk/bmramdisk.iso")
-	if _, err := os.Stat(iso); err != nil {
-		if os.Getenv("BM_REQUIRE_ALL") == "1" {
-			t.Fatalf("the ramdisk ISO is missing (run make ramdisk): %v", err)
-		}
-		t.Skip("the ramdisk ISO is missing; run make ramdisk (make test does)")
-	}
-	return iso
-}
 
 // isoBroker is the test's MQTT broker (the coordinator's, on loopback):
 // it lets in only the one credential of the boot under test and records
@@ -95,55 +73,13 @@ func startISOBroker(t *testing.T, user, password string) (*isoBroker, int) {
 // bootISO boots the ramdisk ISO in QEMU as a BMC's virtual media would
 // present it: no -kernel, the ISO as a USB CD-ROM and the parameters
 // medium (none if params is "") as a read-only USB stick, both on an xHCI
-// controller; firmware is "" for SeaBIOS or an OVMF image. It returns the
-// console log path and a channel closed when QEMU exits (the guest
-// rebooted or powered off: -no-reboot).
+// controller (usbCD); firmware is "" for SeaBIOS or an OVMF image. It
+// returns the console log path and a channel closed when QEMU exits (the
+// guest rebooted or powered off: -no-reboot).
 func bootISO(t *testing.T, iso, params, firmware string) (string, <-chan struct{}) {
 	t.Helper()
-	dir := t.TempDir()
-	console := filepath.Join(dir, "console.log")
-	args := []string{"-m", "1024", "-smp", "1", "-display", "none", "-monitor", "none", "-no-reboot",
-		"-serial", "file:" + console,
-		"-device", "qemu-xhci,id=xhci",
-		// The ramdisk ISO: a USB CD-ROM, the first boot device.
-		"-drive", "if=none,id=cd0,media=cdrom,format=raw,readonly=on,file=" + iso,
-		"-device", "usb-bot,id=bot0,bus=xhci.0",
-		"-device", "scsi-cd,bus=bot0.0,drive=cd0,bootindex=0",
-		"-device", "virtio-rng-pci",
-		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"}
-	if params != "" {
-		paramsISO := filepath.Join(dir, "params.iso")
-		img, err := bootmedia.ParamsImage(params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(paramsISO, img, 0o444); err != nil {
-			t.Fatal(err)
-		}
-		// The parameters medium: a read-only, removable USB stick.
-		args = append(args, "-drive", "if=none,id=p0,format=raw,readonly=on,file="+paramsISO,
-			"-device", "usb-storage,bus=xhci.0,drive=p0,removable=on")
-	}
-	if firmware != "" {
-		args = append(args, "-bios", firmware)
-	}
-	cmd := exec.Command("qemu-system-x86_64", args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("QEMU output: %s\nVM console (last 6 KiB):\n%s", out.String(), tail(b, 6144))
-		}
-	})
-	return console, done
+	return startVM(t, vmSpec{Firmware: firmware, Args: append(usbCD(t, iso, params),
+		"-device", "virtio-rng-pci", "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0")})
 }
 
 // TestQEMURamdiskISO boots the ramdisk ISO the way a BMC's virtual media
@@ -159,7 +95,8 @@ func TestQEMURamdiskISO(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU four times")
 	}
-	iso := needRamdiskISO(t)
+	t.Parallel()
+	iso := needISO(t)
 	if _, err := os.Stat(ovmfFirmware); err != nil {
 		if os.Getenv("BM_REQUIRE_ALL") == "1" {
 			t.Fatalf("OVMF is missing (scripts/build-ramdisk.sh installs package ovmf): %v", err)
@@ -176,6 +113,7 @@ func TestQEMURamdiskISO(t *testing.T) {
 		{"ovmf", ovmfFirmware, ""}, // DHCP
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			b, port := startISOBroker(t, user, password)
 			params := fmt.Sprintf("bm.node=%s bm.site=lab bm.broker=mqtt://10.0.2.2:%d bm.user=%s bm.password=%s %s", node, port, user, password, c.net)
 			start := time.Now()
@@ -206,6 +144,7 @@ func TestQEMURamdiskISO(t *testing.T) {
 		})
 	}
 	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
 		t.Run("wrong password", func(t *testing.T) { t.Parallel(); isoWrongPassword(t, iso, node, user, password) })
 		t.Run("no parameters medium", func(t *testing.T) { t.Parallel(); isoNoMedium(t, iso) })
 	})

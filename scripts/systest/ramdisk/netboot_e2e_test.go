@@ -2,20 +2,15 @@ package ramdisk_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/agent/netboot/labnet"
-	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
@@ -108,47 +103,26 @@ func TestNetbootIPMIQEMURamdisk(t *testing.T) {
 		}
 		t.Skip("OVMF is missing (Debian package ovmf)")
 	}
-	qemu, _ := exec.LookPath("qemu-system-x86_64")
 	dir := t.TempDir()
 	site := labnet.New(t)
-	tap := site.Tap()
 	const nodeMAC = "52:54:00:be:ef:01"
 
 	diskPath := filepath.Join(dir, "disk.raw")
 	randomFile(t, diskPath, 64<<20, 11)
 	console := filepath.Join(dir, "console.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("VM console (last 6 KiB):\n%s", tail(b, 6144))
-		}
-	})
+	showConsole(t, console, 6144)
+
+	// The coordinator: API and broker on loopback. The edge agent: its
+	// WAN link to the coordinator's broker; on the site network the site
+	// broker and network boot.
+	tee := &logTee{next: testrig.Logger(t).Handler()}
+	l := newLab(t, labOptions{Netboot: site, NetKernel: kernel, NetInitrd: initrd, WaitTimeout: 4 * time.Minute, AgentLog: slog.New(tee)})
+	c, cl := l.c, l.cl
 	// The BMC's power-on starts the VM, booting from the network when its
 	// boot device is pxe, else from the disk; power-off kills it.
-	vm := fmt.Sprintf(`if [ "$BM_IPMISIM_BOOT" = pxe ]; then NB=1; DB=2; else NB=2; DB=1; fi
-exec %s -m 1024 -nographic -monitor none -bios /usr/share/ovmf/OVMF.fd \
-  -chardev file,id=c0,path=%s,append=on -serial chardev:c0 -device virtio-rng-pci \
-  -drive file=%s,format=raw,if=none,id=d0 -device virtio-blk-pci,drive=d0,serial=DISK0,bootindex=$DB \
-  -netdev tap,id=n0,ifname=%s,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=%s,romfile=,bootindex=$NB`,
-		qemu, console, diskPath, tap, nodeMAC)
-	sim := ipmisim.StartTest(t, ipmisim.Options{PowerOn: vm})
-
-	// The coordinator: API and broker on loopback.
-	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{WaitTimeout: 4 * time.Minute}})
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
-	// The edge agent: its WAN link to the coordinator's broker; on the
-	// site network the site broker and network boot.
-	tee := &logTee{next: testrig.Logger(t).Handler()}
+	sim := l.ipmiBMC(ipmiVMOptions{Disk: diskPath, Console: console, Tap: site.Tap(), MAC: nodeMAC})
 	siteBroker := site.Addr.String() + ":1883"
-	a := testrig.StartAgentConfig(t, creds, agent.Config{Log: slog.New(tee),
-		SiteBroker: agent.SiteBrokerOptions{Listen: siteBroker},
-		Netboot: agent.NetbootOptions{Interface: site.Bridge, Range: "10.77.0.100-10.77.0.120", Router: site.Addr.String(),
-			Kernel: kernel, Initrd: initrd}})
-	if got := a.SiteBrokerAddr(); got != siteBroker {
+	if got := l.agent.SiteBrokerAddr(); got != siteBroker {
 		t.Fatalf("site broker on %q, want %s", got, siteBroker)
 	}
 
@@ -170,29 +144,12 @@ exec %s -m 1024 -nographic -monitor none -bios /usr/share/ovmf/OVMF.fd \
 		}
 	}
 
-	var n testrig.Node
-	body := map[string]any{"name": "vm1", "driver": "ipmi", "conductor_group": "lab", "driver_info": sim.DriverInfo(),
-		"properties": map[string]any{"root_device": map[string]any{"serial": "DISK0"}}}
-	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
-		t.Fatalf("create: %d", code)
-	}
-	id := n.UUID
+	id := l.createNode("vm1", "ipmi", sim.DriverInfo(), map[string]any{"root_device": map[string]any{"serial": "DISK0"}})
 	if code := cl.Do("POST", "/v1/ports", map[string]any{"node_uuid": id, "address": nodeMAC, "pxe_enabled": true}, nil); code != 201 {
 		t.Fatalf("port: %d", code)
 	}
-	step := func(verb, want string, timeout time.Duration) testrig.Node {
-		t.Helper()
-		start := time.Now()
-		cl.MustVerb(id, verb, nil)
-		got := cl.WaitRest(id, timeout)
-		t.Logf("%s: %s in %.1fs %s", verb, got.State, time.Since(start).Seconds(), got.LastError)
-		if got.State != want {
-			t.Fatalf("%s ended in %q, want %q: %s", verb, got.State, want, got.LastError)
-		}
-		return got
-	}
-	step("manage", "manageable", 60*time.Second)
-	n = step("inspect", "manageable", 6*time.Minute)
+	l.step(id, "manage", "manageable", nil, 60*time.Second)
+	n := l.step(id, "inspect", "manageable", nil, 6*time.Minute)
 	mem, _ := n.Properties["memory_mb"].(float64)
 	if n.Properties["cpus"] != 1.0 || mem < 900 || mem > 1100 {
 		t.Fatalf("properties do not match the VM (1 CPU, 1024 MiB): %v", n.Properties)
@@ -221,7 +178,7 @@ exec %s -m 1024 -nographic -monitor none -bios /usr/share/ovmf/OVMF.fd \
 		t.FailNow()
 	}
 
-	step("provide", "available", 8*time.Minute)
+	l.step(id, "provide", "available", nil, 8*time.Minute)
 	if off := firstNonZero(t, diskPath); off >= 0 {
 		t.Fatalf("after cleaning the disk has a non-zero byte at %d", off)
 	}

@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
@@ -39,52 +36,24 @@ func TestRedfishQEMUPlanSurvivesAgentKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
+	t.Parallel()
 	iso := needISO(t)
-	qemu, _ := exec.LookPath("qemu-system-x86_64")
 	bin := buildAgentBinary(t)
-	vmDir, err := os.MkdirTemp("", "pkvm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(vmDir) })
+	vmDir := vmDir(t, "pkvm")
 	diskPath := filepath.Join(vmDir, "disk.raw")
 	randomFile(t, diskPath, 64<<20, 11)
 	console := filepath.Join(vmDir, "console.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("VM console (last 4 KiB):\n%s", tail(b, 4096))
-		}
-	})
+	showConsole(t, console, 4096)
 
-	// The BMC (the test's, not the agent's): TLS, one QEMU machine.
-	certFile, keyFile, caFile := testrig.LabCerts(t, "127.0.0.1", "10.0.2.2")
-	machine, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{QEMU: qemu, Dir: vmDir, Disk: diskPath, DiskSerial: "DISK0",
-		MemoryMB: 1024, Console: console, Logger: testrig.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	starts := &startCounter{Machine: machine}
-	bmc, err := vbmc.New(vbmc.Config{Username: "admin", Password: "s3cret",
-		Systems: []vbmc.SystemConfig{{Machine: starts, BootMode: vbmc.ModeLegacy, CPUs: 1, MemoryGiB: 1}}, Logger: testrig.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bmcSrv, err := vbmc.Serve(bmc, vbmc.ServeOptions{CertFile: certFile, KeyFile: keyFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bmcSrv.Close(); bmc.Close(); machine.Close() })
-
-	// The coordinator, in-process; an ISO boot under TCG is slow: a
+	// The coordinator, in-process, and the site "lab", whose edge agent
+	// the test runs as a process; an ISO boot under TCG is slow: the lab's
 	// 3-minute WAIT timeout, as TestRedfishQEMURamdisk.
-	c := testrig.Coordinator(t, testrig.Options{TLSCert: certFile, TLSKey: keyFile, CACert: caFile,
-		Machine: fsm.Config{WaitTimeout: 3 * time.Minute}})
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
+	l := newLab(t, labOptions{CoordinatorTLS: true, SiteTLS: true, NoAgent: true})
+	cl, creds := l.cl, l.creds
+	certFile, keyFile, caFile := l.cert, l.key, l.ca
+	// The BMC (the test's, not the agent's): TLS, one QEMU machine.
+	bmc := l.redfishBMC(bmcOptions{Dir: vmDir, Disk: diskPath, DiskSerial: "DISK0", Console: console})
+	starts := bmc.starts
 	dir := t.TempDir()
 	credFile := filepath.Join(dir, "lab.json")
 	b, _ := json.Marshal(creds)
@@ -111,14 +80,8 @@ func TestRedfishQEMUPlanSurvivesAgentKill9(t *testing.T) {
 	waitLog(t, log1, 20*time.Second, "edge agent connected")
 	waitLog(t, log1, 5*time.Second, "site broker up")
 
-	info := map[string]any{"redfish_address": bmcSrv.URL, "redfish_system_id": bmc.SystemIDs()[0], "redfish_username": "admin",
-		"redfish_password": "s3cret", "redfish_verify_ca": caFile}
+	id := l.createNode("pk1", "redfish", bmc.driverInfo("s3cret"), nil)
 	var n testrig.Node
-	if code := cl.Do("POST", "/v1/nodes", map[string]any{"name": "pk1", "driver": "redfish", "conductor_group": "lab",
-		"driver_info": info}, &n); code != 201 {
-		t.Fatalf("create: %d", code)
-	}
-	id := n.UUID
 	cl.MustVerb(id, "manage", nil)
 	if n = cl.WaitRest(id, 30*time.Second); n.State != "manageable" {
 		t.Fatalf("manage: %q %s", n.State, n.LastError)

@@ -10,8 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,30 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
-
-// raidLab is a QEMU lab whose automated cleaning runs the software RAID
-// steps as Ironic's operators set them up ([deploy]
-// delete_configuration_priority and create_configuration_priority):
-// raid.delete_configuration before the erase steps, raid.create_configuration
-// after them, so that the node is deployed onto its arrays.
-func raidLab(t *testing.T, kernel, initrd string) *testrig.Client {
-	t.Helper()
-	o := testrig.Options{Machine: fsm.Config{WaitTimeout: 3 * time.Minute,
-		PriorityOverrides: map[string]int{"raid.delete_configuration": 100, "raid.create_configuration": 5}}}
-	c := testrig.Coordinator(t, o)
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
-	sb := agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: "mqtt://10.0.2.2"}
-	testrig.StartAgentConfig(t, creds, agent.Config{SiteBroker: sb, QEMU: agent.QEMUOptions{Kernel: kernel, Initrd: initrd}})
-	return cl
-}
 
 // curlAt is curl at an API version: the independent client of the RAID
 // API checks.
@@ -132,6 +108,7 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU five times")
 	}
+	t.Parallel()
 	kernel, initrd := need(t)
 	for _, tool := range []string{"mdadm", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -142,7 +119,14 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 		}
 	}
 	tools := raidBootTools(t)
-	cl := raidLab(t, kernel, initrd)
+	// Automated cleaning runs the software RAID steps as Ironic's
+	// operators set them up ([deploy] delete_configuration_priority and
+	// create_configuration_priority): raid.delete_configuration before the
+	// erase steps, raid.create_configuration after them, so that the node
+	// is deployed onto its arrays.
+	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd,
+		PriorityOverrides: map[string]int{"raid.delete_configuration": 100, "raid.create_configuration": 5}})
+	cl := l.cl
 	dir := t.TempDir()
 	// The image to deploy onto the root array: a whole-disk image that
 	// boots once the boot loader is on the disks, served gzip-compressed
@@ -154,20 +138,7 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 	raw := bootableImage(t, dir, kernel, marker, tools)
 	img := gz(t, raw)
 	t.Logf("bootable image: %d bytes, %d gzip-compressed, made in %.1fs", len(raw), len(img), time.Since(t0).Seconds())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/root.img" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Write(img)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	imgURL := "http://10.0.2.2:" + itoa(ln.Addr().(*net.TCPAddr).Port) + "/root.img"
+	imgURL := serveFile(t, "/root.img", img)
 	disks := []string{filepath.Join(dir, "raid1.raw"), filepath.Join(dir, "nvme.raw")}
 	for _, d := range disks {
 		if err := os.WriteFile(d, nil, 0o644); err != nil {
@@ -179,20 +150,9 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 	}
 	info := map[string]any{"qemu_disk": disks[0], "qemu_nvme_disk": disks[1], "qemu_nvme_serial": "NVME0",
 		"qemu_console": filepath.Join(dir, "console.log"), "qemu_memory_mb": 512}
-	var n testrig.Node
-	if code := cl.Do("POST", "/v1/nodes", map[string]any{"name": "raid1", "driver": "qemu-dev", "conductor_group": "lab", "driver_info": info}, &n); code != 201 {
-		t.Fatalf("create node: %d", code)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(dir, "console.log"))
-			t.Logf("console (last 4 KiB):\n%s", tail(b, 4096))
-		}
-	})
-	cl.MustVerb(n.UUID, "manage", nil)
-	if got := cl.WaitRest(n.UUID, 30*time.Second); got.State != "manageable" {
-		t.Fatalf("manage: %q %q", got.State, got.LastError)
-	}
+	id := l.createNode("raid1", "qemu-dev", info, nil)
+	showConsole(t, filepath.Join(dir, "console.log"), 4096)
+	l.step(id, "manage", "manageable", nil, 30*time.Second)
 
 	target := `{"logical_disks": [{"size_gb": 1, "raid_level": "1", "controller": "software", "is_root_volume": true, "volume_name": "root"},` +
 		` {"size_gb": "MAX", "raid_level": "0", "controller": "software", "volume_name": "data"}]}`
@@ -226,12 +186,7 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 
 	verb := func(v, want string, extra map[string]any) testrig.Node {
 		t.Helper()
-		cl.MustVerb(n.UUID, v, extra)
-		got := cl.WaitRest(n.UUID, 6*time.Minute)
-		if got.State != want {
-			t.Fatalf("%s ended in %q: %s", v, got.State, got.LastError)
-		}
-		return got
+		return l.step(id, v, want, extra, 6*time.Minute)
 	}
 	// Automated cleaning, with the priorities Ironic's operators give
 	// the RAID steps: delete, erase, create.
@@ -371,7 +326,7 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 		`{"target": "clean", "clean_steps": [{"interface": "raid", "step": "apply_configuration", "args": {"delete_existing": false}}]}`); code != 202 {
 		t.Fatalf("clean with apply_configuration without raid_config: %d %s", code, body)
 	}
-	if got := cl.WaitRest(n.UUID, time.Minute); got.State != "clean failed" || !strings.Contains(got.LastError, `required argument "raid_config" is missing`) {
+	if got := cl.WaitRest(id, time.Minute); got.State != "clean failed" || !strings.Contains(got.LastError, `required argument "raid_config" is missing`) {
 		t.Errorf("apply_configuration without raid_config ended in %q: %s; want clean failed naming raid_config", got.State, got.LastError)
 	}
 	verb("manage", "manageable", nil)
@@ -598,9 +553,7 @@ func newcCpio(name string, data []byte) []byte {
 // its console once the guest powered off, or fails after a timeout.
 func bootDisk(t *testing.T, console string, devices ...string) string {
 	t.Helper()
-	args := []string{"-m", "256", "-nographic", "-display", "none", "-monitor", "none", "-nic", "none",
-		"-serial", "file:" + console, "-no-reboot", "-boot", "c"}
-	args = append(args, devices...)
+	args := vmSpec{MemoryMB: 256, Console: console, Args: append([]string{"-nic", "none", "-boot", "c"}, devices...)}.qemuArgs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)

@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -15,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
-	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // needISO returns the built ramdisk ISO, or skips (fails under make test).
@@ -33,22 +27,6 @@ func needISO(t *testing.T) string {
 		t.Skip("the ramdisk ISO is missing; run make ramdisk (make test does)")
 	}
 	return iso
-}
-
-// qemuCmdlines returns the command lines of the running QEMU processes
-// whose arguments mention dir.
-func qemuCmdlines(t *testing.T, dir string) []string {
-	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var out []string
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(b, []byte("qemu-system")) || !bytes.Contains(b, []byte(dir)) {
-			continue
-		}
-		out = append(out, strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " "))
-	}
-	return out
 }
 
 // TestRedfishQEMURamdisk is the whole life of a Redfish server, with a
@@ -69,13 +47,9 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU several times")
 	}
+	t.Parallel()
 	iso := needISO(t)
-	qemu, _ := exec.LookPath("qemu-system-x86_64")
-	vmDir, err := os.MkdirTemp("", "rfvm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(vmDir) })
+	vmDir := vmDir(t, "rfvm")
 	diskPath := filepath.Join(vmDir, "disk.raw")
 	const diskSize = 1 << 30
 	randomFile(t, diskPath, 64<<20, 3)
@@ -83,12 +57,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	console := filepath.Join(vmDir, "console.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("VM console (last 4 KiB):\n%s", tail(b, 4096))
-		}
-	})
+	showConsole(t, console, 4096)
 
 	// The instance image, served on loopback (the guest reaches it as 10.0.2.2).
 	img := make([]byte, 16<<20)
@@ -96,101 +65,45 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	for i := range img {
 		img[i] = byte(rng.Uint32())
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	imgSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/raw.img" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Write(img)
-	})}
-	go imgSrv.Serve(ln)
-	t.Cleanup(func() { imgSrv.Close() })
-	imgURL := "http://10.0.2.2:" + itoa(ln.Addr().(*net.TCPAddr).Port) + "/raw.img"
-
-	// The BMC: TLS with a certificate of the lab CA, one QEMU machine.
-	certFile, keyFile, caFile := testrig.LabCerts(t, "127.0.0.1", "10.0.2.2")
-	machine, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{QEMU: qemu, Dir: vmDir, Disk: diskPath, DiskSerial: "DISK0",
-		MemoryMB: 1024, Console: console, Logger: testrig.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	starts := &startCounter{Machine: machine}
-	bmc, err := vbmc.New(vbmc.Config{Username: "admin", Password: "s3cret",
-		Systems: []vbmc.SystemConfig{{Machine: starts, BootMode: vbmc.ModeLegacy, CPUs: 1, MemoryGiB: 1}}, Logger: testrig.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bmcSrv, err := vbmc.Serve(bmc, vbmc.ServeOptions{CertFile: certFile, KeyFile: keyFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bmcSrv.Close(); bmc.Close(); machine.Close() })
-	sysID := bmc.SystemIDs()[0]
+	imgURL := serveFile(t, "/raw.img", img)
 
 	// The coordinator (API and broker over TLS) and the site's edge agent
-	// in real mode, serving the ISO to the BMC on loopback.
-	// An ISO boot under TCG (firmware, GRUB reading the CD, the kernel)
-	// takes far longer than a -kernel boot: give the ramdisk 3 minutes.
-	c := testrig.Coordinator(t, testrig.Options{TLSCert: certFile, TLSKey: keyFile, CACert: caFile,
-		Machine: fsm.Config{WaitTimeout: 3 * time.Minute}})
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
-	// The ramdisk reaches the site broker of the edge agent (over TLS, at
-	// 10.0.2.2 from inside the VM), not the coordinator's.
-	testrig.StartAgentConfig(t, creds, agent.Config{CAFile: caFile, Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0"},
-		SiteBroker: agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: "mqtts://10.0.2.2", TLSCert: certFile, TLSKey: keyFile, CAFile: caFile}})
+	// in real mode, serving the ISO to the BMC on loopback; the ramdisk
+	// reaches the site broker of the edge agent (over TLS, at 10.0.2.2
+	// from inside the VM), not the coordinator's. An ISO boot under TCG
+	// (firmware, GRUB reading the CD, the kernel) takes far longer than a
+	// -kernel boot: the lab gives the ramdisk 3 minutes.
+	l := newLab(t, labOptions{ISO: iso, CoordinatorTLS: true, SiteTLS: true})
+	cl := l.cl
+	// The BMC: TLS with a certificate of the lab CA, one QEMU machine.
+	bmc := l.redfishBMC(bmcOptions{Dir: vmDir, Disk: diskPath, DiskSerial: "DISK0", Console: console})
+	sysID, starts := bmc.sysID, bmc.starts
 
-	info := map[string]any{"redfish_address": bmcSrv.URL, "redfish_system_id": sysID, "redfish_username": "admin",
-		"redfish_password": "wrong", "redfish_verify_ca": caFile}
-	var n testrig.Node
-	body := map[string]any{"name": "vm1", "driver": "redfish", "conductor_group": "lab", "driver_info": info,
-		"properties": map[string]any{"root_device": map[string]any{"serial": "DISK0"}}}
-	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
-		t.Fatalf("create: %d", code)
-	}
-	id := n.UUID
-	step := func(verb, want string, extra map[string]any, timeout time.Duration) testrig.Node {
-		t.Helper()
-		start := time.Now()
-		cl.MustVerb(id, verb, extra)
-		got := cl.WaitRest(id, timeout)
-		t.Logf("%s: %s in %.1fs %s", verb, got.State, time.Since(start).Seconds(), got.LastError)
-		if got.State != want {
-			t.Fatalf("%s ended in %q, want %q: %s", verb, got.State, want, got.LastError)
-		}
-		return got
-	}
-	n = step("manage", "enroll", nil, 30*time.Second)
+	id := l.createNode("vm1", "redfish", bmc.driverInfo("wrong"), map[string]any{"root_device": map[string]any{"serial": "DISK0"}})
+	n := l.step(id, "manage", "enroll", nil, 30*time.Second)
 	if !strings.Contains(n.LastError, "401") {
 		t.Fatalf("manage with a wrong BMC password: last_error %q does not quote the BMC's refusal", n.LastError)
 	}
 	if code := cl.Do("PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "replace", "path": "/driver_info/redfish_password", "value": "s3cret"}}, nil); code != 200 {
 		t.Fatalf("patch: %d", code)
 	}
-	step("manage", "manageable", nil, 30*time.Second)
+	l.step(id, "manage", "manageable", nil, 30*time.Second)
 
 	// BIOS settings by manual cleaning, out of band: a list without the
 	// required settings fails naming the step and the argument and stages
 	// nothing; a good one is staged and applied by the VM's next reset.
 	bad := []map[string]any{{"interface": "bios", "step": "apply_configuration"}}
-	n = step("clean", "clean failed", map[string]any{"clean_steps": bad}, 30*time.Second)
+	n = l.step(id, "clean", "clean failed", map[string]any{"clean_steps": bad}, 30*time.Second)
 	if !strings.Contains(n.LastError, "apply_configuration") || !strings.Contains(n.LastError, "settings") {
 		t.Fatalf("clean without settings: last_error %q", n.LastError)
 	}
 	if st, _ := bmc.State(sysID); len(st.PendingBios) != 0 {
 		t.Fatalf("a refused clean staged BIOS settings: %v", st.PendingBios)
 	}
-	step("manage", "manageable", nil, 30*time.Second)
+	l.step(id, "manage", "manageable", nil, 30*time.Second)
 	good := []map[string]any{{"interface": "bios", "step": "apply_configuration",
 		"args": map[string]any{"settings": []map[string]any{{"name": "ProcVirtualization", "value": "Disabled"}}}}}
-	step("clean", "manageable", map[string]any{"clean_steps": good}, 60*time.Second)
+	l.step(id, "clean", "manageable", map[string]any{"clean_steps": good}, 60*time.Second)
 	if st, _ := bmc.State(sysID); st.PendingBios["ProcVirtualization"] != "Disabled" || st.Bios["ProcVirtualization"] != "Enabled" {
 		t.Fatalf("after the clean step: pending %v, current %v; want the setting pending", st.PendingBios, st.Bios)
 	}
@@ -209,19 +122,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	cl.MustVerb(id, "inspect", nil)
 	// The VM was running (it booted its empty disk after the reset): a
 	// new QEMU starts from the CD.
-	deadline := time.Now().Add(60 * time.Second)
-	var cdBoot string
-	for cdBoot == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("no QEMU booting from the CD; running: %q", qemuCmdlines(t, vmDir))
-		}
-		time.Sleep(100 * time.Millisecond)
-		for _, l := range qemuCmdlines(t, vmDir) {
-			if strings.Contains(l, "id=cd,bootindex=0") {
-				cdBoot = l
-			}
-		}
-	}
+	cdBoot := waitCDBoot(t, vmDir, 60*time.Second)
 	if strings.Contains(cdBoot, "-kernel") || !strings.Contains(cdBoot, "id=cd0,media=cdrom,readonly=on,format=raw,file=") || !strings.Contains(cdBoot, "usb-storage") {
 		t.Fatalf("the VM does not boot the ISO with its parameters stick: %s", cdBoot)
 	}
@@ -248,7 +149,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	}
 
 	// Provide: automated cleaning erases the disk.
-	step("provide", "available", nil, 8*time.Minute)
+	l.step(id, "provide", "available", nil, 8*time.Minute)
 	if off := firstNonZero(t, diskPath); off >= 0 {
 		t.Fatalf("after cleaning the disk has a non-zero byte at %d", off)
 	}
@@ -260,7 +161,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	if code := cl.Do("PATCH", "/v1/nodes/"+id, patch, nil); code != 200 {
 		t.Fatalf("patch: %d", code)
 	}
-	n = step("active", "active", nil, 5*time.Minute)
+	n = l.step(id, "active", "active", nil, 5*time.Minute)
 	if !bytes.Equal(readHead(t, diskPath, len(img)), img) {
 		t.Fatal("the disk does not hold the image after deploy")
 	}
@@ -280,7 +181,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	}
 
 	// Undeploy: cleaned again through a new ramdisk boot.
-	step("deleted", "available", nil, 8*time.Minute)
+	l.step(id, "deleted", "available", nil, 8*time.Minute)
 	if off := firstNonZero(t, diskPath); off >= 0 {
 		t.Fatalf("after undeploy's cleaning the disk has a non-zero byte at %d", off)
 	}
@@ -297,8 +198,8 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	}
 	starts.reset()
 	ftStart := time.Now()
-	step("manage", "manageable", nil, 30*time.Second)
-	step("inspect", "manageable", nil, 4*time.Minute)
+	l.step(id, "manage", "manageable", nil, 30*time.Second)
+	l.step(id, "inspect", "manageable", nil, 4*time.Minute)
 	if st, _ := bmc.State(sysID); st.PowerState != "On" || !st.MediaInserted {
 		t.Fatalf("fast track: after inspection the BMC shows %+v; want the VM on in its ramdisk", st)
 	}
@@ -309,7 +210,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	} else if _, err := f.WriteAt(img, 0); err != nil || f.Close() != nil {
 		t.Fatalf("write the disk: %v", err)
 	}
-	step("provide", "available", nil, 8*time.Minute)
+	l.step(id, "provide", "available", nil, 8*time.Minute)
 	if off := firstNonZero(t, diskPath); off >= 0 {
 		t.Fatalf("fast track: after cleaning the disk has a non-zero byte at %d", off)
 	}
@@ -317,7 +218,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	if code := cl.Do("PATCH", "/v1/nodes/"+id, patch, nil); code != 200 {
 		t.Fatalf("patch: %d", code)
 	}
-	step("active", "active", nil, 5*time.Minute)
+	l.step(id, "active", "active", nil, 5*time.Minute)
 	t.Logf("fast track: inspect → provide → deploy in %.1fs", time.Since(ftStart).Seconds())
 	if !bytes.Equal(readHead(t, diskPath, len(img)), img) {
 		t.Fatal("fast track: the disk does not hold the image after deploy")

@@ -2,16 +2,12 @@ package ramdisk_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
-	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // TestQEMURedfishSecureBoot: a Redfish node behind the virtual BMC (its
@@ -31,92 +27,40 @@ func TestQEMURedfishSecureBoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
+	t.Parallel()
 	dir := secureBootRamdisk(t)
 	iso := filepath.Join(dir, "bmramdisk.iso")
-	qemu, _ := exec.LookPath("qemu-system-x86_64")
-	vmDir, err := os.MkdirTemp("", "rfsb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(vmDir) })
+	vmDir := vmDir(t, "rfsb")
 	disk := filepath.Join(vmDir, "disk.raw")
 	randomFile(t, disk, 64<<20, 29)
 	console := filepath.Join(vmDir, "console.log")
+	showConsole(t, console, 6144)
 	t.Cleanup(func() {
 		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("VM console (last 6 KiB, terminal escapes left out):\n%s", tail(ansiEscape.ReplaceAll(b, []byte(" ")), 6144))
 			q, _ := os.ReadFile(filepath.Join(vmDir, "qemu.log"))
 			t.Logf("qemu.log:\n%s", tail(q, 2048))
 		}
 	})
-	machine, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{QEMU: qemu, Dir: vmDir, Disk: disk, DiskSerial: "DISK0", MemoryMB: 1024,
-		Console: console, OVMFSecureCode: ovmfSecureCode, OVMFSecureVars: ovmfSecureVars, Logger: testrig.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bmc, err := vbmc.New(vbmc.Config{Username: "admin", Password: "s3cret", Logger: testrig.Logger(t),
-		Systems: []vbmc.SystemConfig{{Machine: machine, BootMode: vbmc.ModeLegacy, CPUs: 1, MemoryGiB: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bmcSrv, err := vbmc.Serve(bmc, vbmc.ServeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bmcSrv.Close(); bmc.Close(); machine.Close() })
-	// The BMC that lacks the SecureBoot resource: its machine in memory
-	// (it must never start).
-	plain := vbmc.NewMemoryMachine(vbmc.MemoryOptions{})
-	bmc2, err := vbmc.New(vbmc.Config{Username: "admin", Password: "s3cret", Logger: testrig.Logger(t),
-		Systems: []vbmc.SystemConfig{{Machine: plain, NoSecureBoot: true}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bmc2Srv, err := vbmc.Serve(bmc2, vbmc.ServeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bmc2Srv.Close(); bmc2.Close() })
-
-	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{WaitTimeout: 3 * time.Minute}})
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
 	// The ramdisk reaches the agent's site broker at 10.0.2.2 (QEMU's
 	// user network's host) from inside the VM.
-	testrig.StartAgentConfig(t, creds, agent.Config{Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0"},
-		SiteBroker: agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: "mqtt://10.0.2.2"}})
+	l := newLab(t, labOptions{ISO: iso})
+	c, cl := l.c, l.cl
+	bmc := l.redfishBMC(bmcOptions{Dir: vmDir, Disk: disk, DiskSerial: "DISK0", Console: console, SecureBoot: true})
+	// The BMC that lacks the SecureBoot resource: its machine in memory
+	// (it must never start).
+	bmc2 := l.redfishBMC(bmcOptions{Memory: true})
+	plain := bmc2.memory
 
 	create := func(name, url string) string {
 		t.Helper()
-		var n testrig.Node
-		body := map[string]any{"name": name, "driver": "redfish", "conductor_group": "lab",
-			"driver_info": map[string]any{"redfish_address": url, "redfish_username": "admin", "redfish_password": "s3cret"},
-			"properties":  map[string]any{"root_device": map[string]any{"serial": "DISK0"}, "capabilities": "boot_mode:uefi,secure_boot:true"}}
-		if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
-			t.Fatalf("create %s: %d", name, code)
-		}
-		return n.UUID
-	}
-	verb := func(id, v, want string, d time.Duration) testrig.Node {
-		t.Helper()
-		start := time.Now()
-		cl.MustVerb(id, v, nil)
-		got := cl.WaitRest(id, d)
-		t.Logf("%s: %s in %.1fs %s", v, got.State, time.Since(start).Seconds(), got.LastError)
-		if got.State != want {
-			t.Fatalf("%s ended in %q, want %q: %s", v, got.State, want, got.LastError)
-		}
-		return got
+		return l.createNode(name, "redfish", map[string]any{"redfish_address": url, "redfish_username": "admin", "redfish_password": "s3cret"},
+			map[string]any{"root_device": map[string]any{"serial": "DISK0"}, "capabilities": "boot_mode:uefi,secure_boot:true"})
 	}
 
 	// Without the SecureBoot resource: refused before anything boots.
-	id2 := create("sb-none", bmc2Srv.URL)
-	verb(id2, "manage", "manageable", 30*time.Second)
-	n := verb(id2, "inspect", "inspect failed", 60*time.Second)
+	id2 := create("sb-none", bmc2.url)
+	l.step(id2, "manage", "manageable", nil, 30*time.Second)
+	n := l.step(id2, "inspect", "inspect failed", nil, 60*time.Second)
 	if !strings.Contains(n.LastError, "no SecureBoot resource") || !strings.Contains(n.LastError, "secure_boot:true") {
 		t.Fatalf("inspection on a BMC without SecureBoot: last_error %q does not name what the BMC lacks", n.LastError)
 	}
@@ -124,23 +68,11 @@ func TestQEMURedfishSecureBoot(t *testing.T) {
 		t.Fatalf("the BMC without SecureBoot: starts %v, state %+v; want nothing started or inserted", plain.Starts(), st)
 	}
 
-	id := create("sb-redfish", bmcSrv.URL)
-	verb(id, "manage", "manageable", 30*time.Second)
+	id := create("sb-redfish", bmc.url)
+	l.step(id, "manage", "manageable", nil, 30*time.Second)
 	cl.MustVerb(id, "inspect", nil)
 	// The VM the BMC starts for the ramdisk runs OVMF's Secure Boot code.
-	deadline := time.Now().Add(60 * time.Second)
-	var line string
-	for line == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("no QEMU booting from the CD; running: %q", qemuCmdlines(t, vmDir))
-		}
-		time.Sleep(100 * time.Millisecond)
-		for _, l := range qemuCmdlines(t, vmDir) {
-			if strings.Contains(l, "id=cd,bootindex=0") {
-				line = l
-			}
-		}
-	}
+	line := waitCDBoot(t, vmDir, 60*time.Second)
 	if !strings.Contains(line, "unit=0,readonly=on,file="+ovmfSecureCode) || !strings.Contains(line, "property=secure,value=on") {
 		t.Fatalf("the ramdisk's VM does not run the Secure Boot firmware: %s", line)
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
@@ -67,27 +63,18 @@ func TestRescueLogin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU twice")
 	}
+	t.Parallel()
 	iso := needISO(t)
 	needTool(t, "ssh")
 	sshpass := needTool(t, "sshpass")
-	qemu, _ := exec.LookPath("qemu-system-x86_64")
-	vmDir, err := os.MkdirTemp("", "rsvm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(vmDir) })
+	vmDir := vmDir(t, "rsvm")
 	diskPath := filepath.Join(vmDir, "disk.raw")
 	randomFile(t, diskPath, 64<<20, 7)
 	if err := os.Truncate(diskPath, 1<<30); err != nil {
 		t.Fatal(err)
 	}
 	console := filepath.Join(vmDir, "console.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("VM console (last 4 KiB):\n%s", tail(b, 4096))
-		}
-	})
+	showConsole(t, console, 4096)
 
 	// The instance image, served on loopback (the guest reaches it as 10.0.2.2).
 	img := make([]byte, 4<<20)
@@ -95,14 +82,7 @@ func TestRescueLogin(t *testing.T) {
 	for i := range img {
 		img[i] = byte(rng.Uint32())
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	imgSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(img) })}
-	go imgSrv.Serve(ln)
-	t.Cleanup(func() { imgSrv.Close() })
-	imgURL := "http://10.0.2.2:" + itoa(ln.Addr().(*net.TCPAddr).Port) + "/raw.img"
+	imgURL := serveFile(t, "/raw.img", img)
 
 	// The guest's port 22 is forwarded from a loopback port.
 	sshAddr := testrig.FreeAddr(t)
@@ -116,73 +96,23 @@ func TestRescueLogin(t *testing.T) {
 		}
 	})
 
-	certFile, keyFile, caFile := testrig.LabCerts(t, "127.0.0.1", "10.0.2.2")
-	machine, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{QEMU: qemu, Dir: vmDir, Disk: diskPath, DiskSerial: "DISK0",
-		MemoryMB: 1024, Console: console, Netdev: "user,id=n0,hostfwd=tcp:" + sshAddr + "-:22", Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bmc, err := vbmc.New(vbmc.Config{Username: "admin", Password: "s3cret",
-		Systems: []vbmc.SystemConfig{{Machine: machine, BootMode: vbmc.ModeLegacy, CPUs: 1, MemoryGiB: 1}}, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bmcSrv, err := vbmc.Serve(bmc, vbmc.ServeOptions{CertFile: certFile, KeyFile: keyFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bmcSrv.Close(); bmc.Close(); machine.Close() })
-	sysID := bmc.SystemIDs()[0]
-
 	// The coordinator, without automated cleaning (this test is about
 	// rescue: one ramdisk boot to deploy, one to rescue), logging at debug
-	// level into a buffer the test searches.
-	data := filepath.Join(t.TempDir(), "data")
-	c, err := server.Start(context.Background(), server.Options{DataDir: data, APIListen: "127.0.0.1:0", MQTTListen: testrig.FreeAddr(t),
-		Machine:      fsm.Config{WaitTimeout: 3 * time.Minute, CommandTimeout: 20 * time.Second, ResendInterval: 500 * time.Millisecond},
-		TickInterval: 100 * time.Millisecond, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() { once.Do(c.Close) }
-	t.Cleanup(stop)
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
-	testrig.StartAgentConfig(t, creds, agent.Config{Log: log, Ramdisk: agent.RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0"},
-		SiteBroker: agent.SiteBrokerOptions{Listen: "127.0.0.1:0", URL: "mqtts://10.0.2.2", TLSCert: certFile, TLSKey: keyFile, CAFile: caFile}})
-
-	info := map[string]any{"redfish_address": bmcSrv.URL, "redfish_system_id": sysID, "redfish_username": "admin",
-		"redfish_password": "s3cret", "redfish_verify_ca": caFile}
-	var n testrig.Node
-	body := map[string]any{"name": "vm1", "driver": "redfish", "conductor_group": "lab", "driver_info": info,
-		"properties": map[string]any{"root_device": map[string]any{"serial": "DISK0"}}}
-	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
-		t.Fatalf("create: %d", code)
-	}
-	id := n.UUID
-	step := func(verb, want string, extra map[string]any, timeout time.Duration) testrig.Node {
-		t.Helper()
-		start := time.Now()
-		cl.MustVerb(id, verb, extra)
-		got := cl.WaitRest(id, timeout)
-		t.Logf("%s: %s in %.1fs %s", verb, got.State, time.Since(start).Seconds(), got.LastError)
-		if got.State != want {
-			t.Fatalf("%s ended in %q, want %q: %s", verb, got.State, want, got.LastError)
-		}
-		return got
-	}
-	step("manage", "manageable", nil, 30*time.Second)
-	step("provide", "available", nil, 30*time.Second)
+	// level into a buffer the test searches; the site broker and the BMC
+	// speak TLS.
+	l := newLab(t, labOptions{ISO: iso, SiteTLS: true, NoAutomatedClean: true, Log: log})
+	c, cl, creds, data, stop := l.c, l.cl, l.creds, l.dataDir, l.stop
+	bmc := l.redfishBMC(bmcOptions{Dir: vmDir, Disk: diskPath, DiskSerial: "DISK0", Console: console,
+		Netdev: "user,id=n0,hostfwd=tcp:" + sshAddr + "-:22"})
+	id := l.createNode("vm1", "redfish", bmc.driverInfo("s3cret"), map[string]any{"root_device": map[string]any{"serial": "DISK0"}})
+	l.step(id, "manage", "manageable", nil, 30*time.Second)
+	l.step(id, "provide", "available", nil, 30*time.Second)
 	patch := []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": imgURL},
 		{"op": "add", "path": "/instance_info/image_checksum", "value": sha(img)}}
 	if code := cl.Do("PATCH", "/v1/nodes/"+id, patch, nil); code != 200 {
 		t.Fatalf("patch: %d", code)
 	}
-	step("active", "active", nil, 5*time.Minute)
+	l.step(id, "active", "active", nil, 5*time.Minute)
 
 	password := distinctSecret(t)
 	login := func(user, pw string, command string) (string, error) {
@@ -199,7 +129,7 @@ func TestRescueLogin(t *testing.T) {
 	if code, msg := cl.Verb(id, "deleted", map[string]any{"rescue_password": password}); code != 400 || !strings.Contains(msg, "only valid") {
 		t.Fatalf("undeploy with a rescue_password: %d %s; want 400", code, msg)
 	}
-	n = step("rescue", "rescue", map[string]any{"rescue_password": password}, 5*time.Minute)
+	n := l.step(id, "rescue", "rescue", map[string]any{"rescue_password": password}, 5*time.Minute)
 	if n.InstanceInfo["rescue_password"] != "******" || n.InstanceInfo["hashed_rescue_password"] != "******" {
 		t.Fatalf("in rescue, instance_info shows %v; want rescue_password and hashed_rescue_password masked", n.InstanceInfo)
 	}
@@ -216,8 +146,8 @@ func TestRescueLogin(t *testing.T) {
 	// The node's history names the host key the operator can check.
 	historyHasRe(t, cl, `rescue login: ssh rescue@10\.0\.2\.15 \(port 22, host key SHA256:`)
 
-	step("unrescue", "active", nil, 2*time.Minute)
-	if st, _ := bmc.State(sysID); st.PowerState != "On" || st.BootTarget != vbmc.BootHdd {
+	l.step(id, "unrescue", "active", nil, 2*time.Minute)
+	if st := bmc.state(); st.PowerState != "On" || st.BootTarget != vbmc.BootHdd {
 		t.Fatalf("after unrescue the BMC shows %+v; want on, booting the disk", st)
 	}
 	if out, err := login("rescue", password, "echo logged-in"); err == nil || strings.Contains(out, "logged-in") {

@@ -13,30 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/agent/netboot"
 	"github.com/bmedge/bmedge/agent/netboot/labnet"
-	"github.com/bmedge/bmedge/coordinator/fsm"
-	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
-	"github.com/bmedge/bmedge/lib/bootmedia"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
-)
-
-// Debian's OVMF with Secure Boot on and Microsoft's keys enrolled (package
-// ovmf): the code as a read-only flash, a copy of the variables beside
-// it. And Debian's GRUB for CDs unsigned (package grub-efi-amd64-bin): the
-// same program as the ISO's signed one, without the signature.
-const (
-	ovmfSecureCode = "/usr/share/OVMF/OVMF_CODE_4M.ms.fd"
-	ovmfSecureVars = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
-	unsignedGRUB   = "/usr/lib/grub/x86_64-efi/monolithic/gcdx64.efi"
 )
 
 // firmwareRefusal is what OVMF's boot manager prints on the serial
 // console when Secure Boot refuses a boot option's image.
 var firmwareRefusal = regexp.MustCompile(`BdsDxe: failed to load (Boot[0-9A-F]{4} "[^"]*")[^\n]*: Access Denied`)
-
-var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[a-zA-Z]`)
 
 // secureBootRamdisk is the folder of scripts/build-ramdisk.sh's output:
 // build/ramdisk, or BM_RAMDISK_DIR (a build of one's own). It skips (fails
@@ -76,62 +60,7 @@ func secureBootRamdisk(t *testing.T) string {
 // console's log and a channel closed when QEMU exits (-no-reboot).
 func secureVM(t *testing.T, args ...string) (string, <-chan struct{}) {
 	t.Helper()
-	dir := t.TempDir()
-	vars := filepath.Join(dir, "OVMF_VARS.fd")
-	b, err := os.ReadFile(ovmfSecureVars)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(vars, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	console := filepath.Join(dir, "console.log")
-	all := append([]string{"-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on",
-		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + ovmfSecureCode,
-		"-drive", "if=pflash,format=raw,unit=1,file=" + vars,
-		"-m", "1024", "-smp", "1", "-display", "none", "-monitor", "none", "-no-reboot",
-		"-serial", "file:" + console, "-device", "virtio-rng-pci"}, args...)
-	cmd := exec.Command("qemu-system-x86_64", all...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			// The firmware's menus are terminal escapes: left out.
-			b = ansiEscape.ReplaceAll(b, []byte(" "))
-			t.Logf("QEMU output: %s\nVM console (last 6 KiB, terminal escapes left out):\n%s", out.String(), tail(b, 6144))
-		}
-	})
-	return console, done
-}
-
-// usbCD is QEMU's arguments for an image as a BMC's virtual media: a USB
-// CD-ROM on an xHCI controller, the first boot device; and, when params
-// is not "", the boot parameters medium as a read-only USB stick.
-func usbCD(t *testing.T, iso, params string) []string {
-	args := []string{"-device", "qemu-xhci,id=xhci",
-		"-drive", "if=none,id=cd0,media=cdrom,format=raw,readonly=on,file=" + iso,
-		"-device", "usb-bot,id=bot0,bus=xhci.0", "-device", "scsi-cd,bus=bot0.0,drive=cd0,bootindex=0"}
-	if params != "" {
-		p := filepath.Join(t.TempDir(), "params.iso")
-		img, err := bootmedia.ParamsImage(params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, img, 0o444); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "-drive", "if=none,id=p0,format=raw,readonly=on,file="+p,
-			"-device", "usb-storage,bus=xhci.0,drive=p0,removable=on")
-	}
-	return args
+	return startVM(t, vmSpec{Firmware: ovmfSecureCode, Args: append([]string{"-device", "virtio-rng-pci"}, args...)})
 }
 
 // awaitConsole waits until the console matches re, QEMU exits, or the
@@ -203,8 +132,10 @@ func TestQEMUSecureBootISO(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU twice")
 	}
+	t.Parallel()
 	dir := secureBootRamdisk(t)
 	t.Run("signed", func(t *testing.T) {
+		t.Parallel()
 		const node = "5b0e3c1d-2a4f-4e6b-8c7d-9e0f1a2b3c4d"
 		const password = "secure-media-0123456789"
 		user := "node:" + node
@@ -225,6 +156,7 @@ func TestQEMUSecureBootISO(t *testing.T) {
 		secureBootConsole(t, console)
 	})
 	t.Run("unsigned", func(t *testing.T) {
+		t.Parallel()
 		console, exited := secureVM(t, append(usbCD(t, unsignedISO(t), ""), "-nic", "none")...)
 		opt := awaitConsole(t, console, exited, firmwareRefusal, 2*time.Minute)
 		if !strings.Contains(opt, "USB") {
@@ -301,67 +233,27 @@ func TestQEMUSecureBootIPMINode(t *testing.T) {
 	}
 	dir := secureBootRamdisk(t)
 	labnet.Need(t, "qemu-system-x86_64", "nsenter")
-	qemu, _ := exec.LookPath("qemu-system-x86_64")
 	tmp := t.TempDir()
 	site := labnet.New(t)
-	tap := site.Tap()
 	const nodeMAC = "52:54:00:5b:00:02"
 	disk := filepath.Join(tmp, "disk.raw")
 	randomFile(t, disk, 64<<20, 29)
 	console := filepath.Join(tmp, "console.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("VM console (last 6 KiB, terminal escapes left out):\n%s", tail(ansiEscape.ReplaceAll(b, []byte(" ")), 6144))
-		}
-	})
+	showConsole(t, console, 6144)
+	tee := &logTee{next: testrig.Logger(t).Handler()}
+	l := newLab(t, labOptions{Netboot: site, NetKernel: filepath.Join(dir, "vmlinuz"), NetInitrd: filepath.Join(dir, "initramfs.cpio.xz"),
+		WaitTimeout: 4 * time.Minute, AgentLog: slog.New(tee)})
+	c := l.c
 	// The BMC's power-on starts the VM with a fresh copy of the firmware's
 	// variables, from the network when its boot device is pxe.
-	vars := filepath.Join(tmp, "OVMF_VARS.fd")
-	vm := fmt.Sprintf(`if [ "$BM_IPMISIM_BOOT" = pxe ]; then NB=1; DB=2; else NB=2; DB=1; fi
-cp %s %s || exit 1
-exec %s -machine q35,smm=on -global driver=cfi.pflash01,property=secure,value=on \
-  -drive if=pflash,format=raw,unit=0,readonly=on,file=%s -drive if=pflash,format=raw,unit=1,file=%s \
-  -m 1024 -smp 1 -display none -monitor none -chardev file,id=c0,path=%s,append=on -serial chardev:c0 -device virtio-rng-pci \
-  -drive file=%s,format=raw,if=none,id=d0 -device virtio-blk-pci,drive=d0,serial=DISK0,bootindex=$DB \
-  -netdev tap,id=n0,ifname=%s,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=%s,romfile=,bootindex=$NB`,
-		ovmfSecureVars, vars, qemu, ovmfSecureCode, vars, console, disk, tap, nodeMAC)
-	sim := ipmisim.StartTest(t, ipmisim.Options{PowerOn: vm})
+	sim := l.ipmiBMC(ipmiVMOptions{Disk: disk, Console: console, Tap: site.Tap(), MAC: nodeMAC, SecureBoot: true, Dir: tmp})
 
-	c := testrig.Coordinator(t, testrig.Options{Machine: fsm.Config{WaitTimeout: 4 * time.Minute}})
-	cl := testrig.NewClient(t, c)
-	var creds agent.Credentials
-	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "lab"}, &creds); code != 201 {
-		t.Fatalf("site: %d", code)
-	}
-	tee := &logTee{next: testrig.Logger(t).Handler()}
-	testrig.StartAgentConfig(t, creds, agent.Config{Log: slog.New(tee),
-		SiteBroker: agent.SiteBrokerOptions{Listen: site.Addr.String() + ":1883"},
-		Netboot: agent.NetbootOptions{Interface: site.Bridge, Range: "10.77.0.100-10.77.0.120", Router: site.Addr.String(),
-			Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initramfs.cpio.xz")}})
-
-	var n testrig.Node
-	body := map[string]any{"name": "sb1", "driver": "ipmi", "conductor_group": "lab", "driver_info": sim.DriverInfo(),
-		"properties": map[string]any{"root_device": map[string]any{"serial": "DISK0"}, "capabilities": "boot_mode:uefi,secure_boot:true"}}
-	if code := cl.Do("POST", "/v1/nodes", body, &n); code != 201 {
-		t.Fatalf("create: %d", code)
-	}
-	id := n.UUID
-	if code := cl.Do("POST", "/v1/ports", map[string]any{"node_uuid": id, "address": nodeMAC, "pxe_enabled": true}, nil); code != 201 {
+	id := l.createNode("sb1", "ipmi", sim.DriverInfo(), map[string]any{"root_device": map[string]any{"serial": "DISK0"}, "capabilities": "boot_mode:uefi,secure_boot:true"})
+	if code := l.cl.Do("POST", "/v1/ports", map[string]any{"node_uuid": id, "address": nodeMAC, "pxe_enabled": true}, nil); code != 201 {
 		t.Fatalf("port: %d", code)
 	}
-	for _, v := range []struct {
-		verb, want string
-		d          time.Duration
-	}{{"manage", "manageable", time.Minute}, {"inspect", "manageable", 5 * time.Minute}} {
-		start := time.Now()
-		cl.MustVerb(id, v.verb, nil)
-		got := cl.WaitRest(id, v.d)
-		t.Logf("%s: %s in %.1fs %s", v.verb, got.State, time.Since(start).Seconds(), got.LastError)
-		if got.State != v.want {
-			t.Fatalf("%s ended in %q, want %q: %s", v.verb, got.State, v.want, got.LastError)
-		}
-	}
+	l.step(id, "manage", "manageable", nil, time.Minute)
+	l.step(id, "inspect", "manageable", nil, 5*time.Minute)
 	for _, want := range [][]string{
 		{"network boot armed", "node=" + id, "secure_boot=true"},
 		{"network boot TFTP: sent", "node=" + id, "file=" + netboot.ShimBinary},

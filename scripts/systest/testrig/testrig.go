@@ -90,6 +90,10 @@ type Options struct {
 	CACert string
 	// BrokerCAFile is the CA of an external mqtts:// BrokerURL.
 	BrokerCAFile string
+	// Log is the coordinator's log (default Logger(t)).
+	Log *slog.Logger
+	// NoAutomatedClean: provide and undeploy do not clean (on by default).
+	NoAutomatedClean bool
 }
 
 // access is how clients of one test coordinator reach its API.
@@ -162,7 +166,10 @@ func Coordinator(t testing.TB, o Options) *server.Coordinator {
 	if m.ResendInterval == 0 {
 		m.ResendInterval = 500 * time.Millisecond
 	}
-	m.AutomatedClean = true
+	m.AutomatedClean = !o.NoAutomatedClean
+	if o.Log == nil {
+		o.Log = Logger(t)
+	}
 	var acc access
 	if len(o.Users) > 0 {
 		if o.HTPasswd == "" {
@@ -186,7 +193,7 @@ func Coordinator(t testing.TB, o Options) *server.Coordinator {
 		acc.http = TLSClient(t, o.CACert)
 	}
 	c, err := server.Start(context.Background(), server.Options{DataDir: o.DataDir, APIListen: o.APIListen, MQTTListen: o.MQTT,
-		BrokerURL: o.BrokerURL, Machine: m, TickInterval: 100 * time.Millisecond, Log: Logger(t),
+		BrokerURL: o.BrokerURL, Machine: m, TickInterval: 100 * time.Millisecond, Log: o.Log,
 		Auth: o.Auth, HTPasswd: o.HTPasswd, TLSCert: o.TLSCert, TLSKey: o.TLSKey, BrokerCAFile: o.BrokerCAFile})
 	if err != nil {
 		t.Fatal(err)

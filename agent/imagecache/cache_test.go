@@ -480,6 +480,8 @@ func TestParseChecksum(t *testing.T) {
 		{sum: "SHA256:" + strings.ToUpper(h), want: "sha256:" + h},
 		{sum: strings.Repeat("b", 32), want: "md5:" + strings.Repeat("b", 32)},
 		{sum: strings.Repeat("c", 128), want: "sha512:" + strings.Repeat("c", 128)},
+		{sum: strings.Repeat("e", 96), want: "sha384:" + strings.Repeat("e", 96)},
+		{sum: "x", algo: "sha384", value: strings.Repeat("f", 96), want: "sha384:" + strings.Repeat("f", 96)},
 		{sum: "x", algo: "sha512", value: strings.Repeat("d", 128), want: "sha512:" + strings.Repeat("d", 128)},
 		{sum: "", bad: true},
 		{sum: "http://img/x.sha256", bad: true},

@@ -12,7 +12,7 @@ import (
 // lib/imagechecksum; which algorithms the cache takes is decided
 // here (see acceptAlgo).
 type Checksum struct {
-	Algo string // md5, sha1, sha256 or sha512
+	Algo string // md5, sha1, sha256, sha384 or sha512
 	Hex  string // lower-case hex digest
 }
 
@@ -40,8 +40,8 @@ var ErrNoChecksum = errors.New("no image checksum: the site cache keeps only ima
 
 // ParseChecksum reads the checksum of an image as Ironic gives it; as the
 // ramdisk does, os_hash_value (with os_hash_algo) wins over
-// image_checksum. The cache takes a digest of md5, sha1, sha256 or
-// sha512. md5 and sha1 are taken whatever the coordinator's
+// image_checksum. The cache takes a digest of md5, sha1, sha256, sha384
+// or sha512. md5 and sha1 are taken whatever the coordinator's
 // --allow-md5-checksum: the cache's check only keeps a corrupt download
 // from being served, the node verifies the image again under the
 // coordinator's rule (a deploy the coordinator refuses never comes). A checksum file URL is
@@ -64,16 +64,16 @@ func ParseChecksum(checksum, osHashAlgo, osHashValue string) (Checksum, error) {
 // acceptAlgo is the cache's rule on algorithms.
 func acceptAlgo(c imagechecksum.Checksum) (Checksum, error) {
 	switch c.Algo {
-	case imagechecksum.MD5, imagechecksum.SHA1, imagechecksum.SHA256, imagechecksum.SHA512:
+	case imagechecksum.MD5, imagechecksum.SHA1, imagechecksum.SHA256, imagechecksum.SHA384, imagechecksum.SHA512:
 		return Checksum{Algo: c.Algo, Hex: c.Hex}, nil
 	}
-	return Checksum{}, fmt.Errorf("the site cache does not verify %s checksums; give the image's sha256 or sha512 digest (md5 and sha1 are also taken)", c.Algo)
+	return Checksum{}, fmt.Errorf("the site cache does not verify %s checksums; give the image's sha256, sha384 or sha512 digest (md5 and sha1 are also taken)", c.Algo)
 }
 
 // checkSum validates a Checksum given as a value (Register, Fetch).
 func checkSum(algo, hexpart string) (Checksum, error) {
 	if algo == "" {
-		return Checksum{}, errors.New("the checksum has no algorithm; give ALGO:HEX with sha256, sha512, md5 or sha1")
+		return Checksum{}, errors.New("the checksum has no algorithm; give ALGO:HEX with sha256, sha384, sha512, md5 or sha1")
 	}
 	if algo == Unverified.Algo && hexpart == "" {
 		return Unverified, nil

@@ -99,7 +99,7 @@ command again for an image already cached answers at once.`,
 			return nil
 		},
 	}, false)
-	cc.Flags().StringVar(&checksum, "checksum", "", "the image's checksum, `ALGO:HEX` (sha256 or sha512), as in its instance_info image_checksum (required)")
+	cc.Flags().StringVar(&checksum, "checksum", "", "the image's checksum, `ALGO:HEX` (sha256, sha384 or sha512), as in its instance_info image_checksum (required)")
 	cc.Flags().BoolVar(&wait, "wait", false, "wait until the site has the image, and say how it ended")
 	cc.Flags().DurationVar(&timeout, "timeout", 2*time.Hour, "with --wait: how long to wait (the download goes on after)")
 	return cc

@@ -631,10 +631,10 @@ func TestValidate(t *testing.T) {
 }
 
 // TestDeployChecksumRefused: a deploy or rebuild whose image checksum the
-// ramdisk would refuse (md5, sha384, one that does not parse) is refused
+// ramdisk would refuse (md5, sha1, one that does not parse) is refused
 // with the reason and what to give, and the node is untouched; node
-// validate says the same. No checksum, a sha256 or sha512 digest, and a
-// checksum file URL go on.
+// validate says the same. No checksum, a sha256, sha384 or sha512
+// digest (Glance's os_hash_algo values), and a checksum file URL go on.
 func TestDeployChecksumRefused(t *testing.T) {
 	sha256 := strings.Repeat("ab", 32)
 	for _, c := range []struct {
@@ -651,7 +651,8 @@ func TestDeployChecksumRefused(t *testing.T) {
 		{map[string]any{"image_os_hash_algo": "md5", "image_os_hash_value": strings.Repeat("0", 32)}, "image checksum is md5"},
 		{map[string]any{"image_checksum": "sha1:" + strings.Repeat("0", 40)}, "image checksum is sha1"},
 		{map[string]any{"image_os_hash_algo": "sha1", "image_os_hash_value": strings.Repeat("0", 40)}, "image checksum is sha1"},
-		{map[string]any{"image_checksum": "sha384:" + strings.Repeat("0", 96)}, "image checksum is sha384"},
+		{map[string]any{"image_checksum": "sha384:" + strings.Repeat("0", 96)}, ""},
+		{map[string]any{"image_os_hash_algo": "sha384", "image_os_hash_value": strings.Repeat("0", 96)}, ""},
 		{map[string]any{"image_checksum": "sha256:" + strings.Repeat("0", 32)}, "not a sha256 digest"},
 	} {
 		w := newWorld(t)

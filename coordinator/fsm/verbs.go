@@ -602,8 +602,8 @@ func partitionImageError(n *Node) error {
 // boot and an image download instead of failing after them: a checksum
 // that does not parse, md5 or sha1 unless the operator allows them
 // (AllowMD5Checksum, as Ironic's [agent]allow_md5_checksum), or a digest
-// the ramdisk does not verify (sha384). No checksum, or the URL of a
-// checksum file, is left to the ramdisk.
+// the ramdisk does not verify. No checksum, or the URL of a checksum
+// file, is left to the ramdisk.
 func (m *Machine) deployChecksumError(n *Node) error {
 	str := func(k string) string { s, _ := n.InstanceInfo[k].(string); return s }
 	c, err := imagechecksum.Parse(str("image_checksum"), str("image_os_hash_algo"), str("image_os_hash_value"))
@@ -614,7 +614,7 @@ func (m *Machine) deployChecksumError(n *Node) error {
 		return fmt.Errorf("its image checksum is not valid: %v", err)
 	}
 	switch {
-	case c.IsURL() || c.Algo == imagechecksum.SHA256 || c.Algo == imagechecksum.SHA512:
+	case c.IsURL() || c.Algo == imagechecksum.SHA256 || c.Algo == imagechecksum.SHA384 || c.Algo == imagechecksum.SHA512:
 		return nil
 	case imagechecksum.Legacy(c.Algo) && m.cfg.AllowMD5Checksum:
 		return nil

@@ -84,7 +84,7 @@ func FuzzRootDeviceHints(f *testing.F) {
 func FuzzChecksum(f *testing.F) {
 	sum := strings.Repeat("ab", 32)
 	for _, c := range [][2]string{
-		{sum, ""}, {"sha256:" + sum, ""}, {"SHA512:" + strings.Repeat("0", 128), ""}, {sum, "sha256"}, {sum, "sha512"},
+		{sum, ""}, {"sha256:" + sum, ""}, {"SHA512:" + strings.Repeat("0", 128), ""}, {sum, "sha256"}, {sum, "sha512"}, {"sha384:" + strings.Repeat("0", 96), ""},
 		{strings.Repeat("0", 32), ""}, {"md5:" + strings.Repeat("0", 32), ""}, {"sha256:xyz", ""}, {"", ""}, {":", "sha256"},
 	} {
 		f.Add(c[0], c[1])
@@ -94,7 +94,7 @@ func FuzzChecksum(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if h == nil || (name != "sha256" && name != "sha512") || len(want) != 2*h.Size() {
+		if h == nil || (name != "sha256" && name != "sha384" && name != "sha512") || len(want) != 2*h.Size() {
 			t.Fatalf("checksumSetup(%q, %q) = %v %q %q", checksum, algo, h, name, want)
 		}
 	})

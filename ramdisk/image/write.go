@@ -788,7 +788,8 @@ func checksumSetup(opts Options) (hash.Hash, string, string, error) {
 		return nil, "", "", errors.New("no image checksum given; pass the image's sha256 or sha512 (Ironic image_checksum / os_hash_value), or set InsecureSkipChecksum")
 	}
 	// Ironic's format, read as the site cache reads it; the policy is
-	// the ramdisk's own: sha256 or sha512 only.
+	// the ramdisk's own: sha256, sha384 or sha512 (Glance's os_hash_algo
+	// values), md5 and sha1 only when the operator allows them.
 	c, err := imagechecksum.ParseDigest(opts.Checksum, opts.ChecksumAlgo)
 	if err != nil {
 		return nil, "", "", err
@@ -798,13 +799,15 @@ func checksumSetup(opts Options) (hash.Hash, string, string, error) {
 		return sha256.New(), c.Algo, c.Hex, nil
 	case imagechecksum.SHA512:
 		return sha512.New(), c.Algo, c.Hex, nil
+	case imagechecksum.SHA384:
+		return sha512.New384(), c.Algo, c.Hex, nil
 	case imagechecksum.MD5, imagechecksum.SHA1:
 		if opts.AllowMD5Checksum {
 			return imagechecksum.NewHash(c.Algo), c.Algo, c.Hex, nil
 		}
 		return nil, "", "", fmt.Errorf("image checksum %q is %s, which is taken only when the operator allows it (coordinator serve --allow-md5-checksum, Ironic's [agent]allow_md5_checksum); give a sha256 or sha512 digest", opts.Checksum, c.Algo)
 	}
-	return nil, "", "", fmt.Errorf("checksum algorithm %q is not supported; use sha256 or sha512", c.Algo)
+	return nil, "", "", fmt.Errorf("checksum algorithm %q is not supported; use sha256, sha384 or sha512", c.Algo)
 }
 
 // asyncHash feeds a hash from a goroutine of its own: Write copies the

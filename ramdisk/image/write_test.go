@@ -55,6 +55,7 @@ func zstded(b []byte) []byte {
 
 func sha256hex(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 func sha512hex(b []byte) string { s := sha512.Sum512(b); return hex.EncodeToString(s[:]) }
+func sha384hex(b []byte) string { s := sha512.Sum384(b); return hex.EncodeToString(s[:]) }
 
 // imageServer serves files by path and a few broken behaviours.
 func imageServer(t testing.TB, files map[string][]byte) *httptest.Server {
@@ -130,6 +131,9 @@ func TestWrite(t *testing.T) {
 	}{
 		{name: "raw sha256", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha256hex(img)}, wantComp: CompressionNone},
 		{name: "gzip sha512 (checksum of compressed file)", url: srv.URL + "/ok/img.gz", opts: Options{Checksum: sha512hex(gz)}, wantComp: CompressionGzip},
+		{name: "raw sha384 (Glance's os_hash_algo)", url: srv.URL + "/ok/img.raw", opts: Options{Checksum: sha384hex(img), ChecksumAlgo: "sha384"}, wantComp: CompressionNone},
+		{name: "sha384 mismatch", url: srv.URL + "/ok/img.gz", opts: Options{Checksum: "sha384:" + sha384hex(img)},
+			wantErr: "its sha384 is not the " + sha384hex(img) + " given", wantNot: sha384hex(gz)},
 		{name: "zstd with algo prefix", url: srv.URL + "/ok/img.zst", opts: Options{Checksum: "SHA256:" + strings.ToUpper(sha256hex(zs))}, wantComp: CompressionZstd},
 		{name: "explicit algo", url: srv.URL + "/ok/img.gz", opts: Options{Checksum: sha256hex(gz), ChecksumAlgo: "sha256"}, wantComp: CompressionGzip},
 		{name: "no checksum allowed explicitly", url: srv.URL + "/ok/img.raw", opts: Options{InsecureSkipChecksum: true}, wantComp: CompressionNone},

@@ -168,7 +168,7 @@ func (r *simRunner) inventory() map[string]any {
 // writeImage is a simulated ramdisk's write_image up to the disk. On a
 // site with an image cache (make run's, the benchmark's) it does what the
 // real ramdisk (ramdisk/steps, ramdisk/image) does where an operator can
-// see it: it needs image_source and a sha256 or sha512 checksum (md5 or
+// see it: it needs image_source and a sha256, sha384 or sha512 checksum (md5 or
 // sha1 when the coordinator allows them: allow_md5_checksum), downloads
 // the image (from the site cache, when the agent took the image through
 // it, else from its origin) and verifies it; each refusal or failure is
@@ -195,7 +195,7 @@ func (s *Sim) writeImage(ctx context.Context, args map[string]any) error {
 	}
 	// The ramdisk's rule on checksums (ramdisk/steps writeImage and
 	// ramdisk/image checksumSetup): os_hash_value wins over
-	// image_checksum; one is required; sha256 or sha512, md5 and sha1
+	// image_checksum; one is required; sha256, sha384 or sha512, md5 and sha1
 	// only when the coordinator allows them (allow_md5_checksum).
 	sum, algo := w.Checksum()
 	digest := strings.TrimSpace(sum)
@@ -210,13 +210,13 @@ func (s *Sim) writeImage(ctx context.Context, args map[string]any) error {
 		return err
 	}
 	switch c.Algo {
-	case imagechecksum.SHA256, imagechecksum.SHA512:
+	case imagechecksum.SHA256, imagechecksum.SHA384, imagechecksum.SHA512:
 	case imagechecksum.MD5, imagechecksum.SHA1:
 		if !w.AllowMD5Checksum {
 			return fmt.Errorf("image checksum %q is %s, which is taken only when the operator allows it (coordinator serve --allow-md5-checksum, Ironic's [agent]allow_md5_checksum); give a sha256 or sha512 digest", sum, c.Algo)
 		}
 	default:
-		return fmt.Errorf("checksum algorithm %q is not supported; use sha256 or sha512", c.Algo)
+		return fmt.Errorf("checksum algorithm %q is not supported; use sha256, sha384 or sha512", c.Algo)
 	}
 	if strings.HasPrefix(src, base) {
 		return s.FetchImage(ctx, src, args)

@@ -359,15 +359,18 @@ func (s *Server) serveConn(c net.Conn) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer release()
-			s.session(ch, creqs)
+			once := sync.OnceFunc(release)
+			defer once()
+			s.session(ch, creqs, once)
 		}()
 	}
 }
 
 // session serves one session channel: an optional pty, then one shell or
-// exec; its exit status goes back to the client.
-func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
+// exec; its exit status goes back to the client. done gives the
+// session's place in the budget back: before the exit status is sent, so
+// that a client that saw its session end finds the place free.
+func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request, done func()) {
 	defer ch.Close()
 	run := s.cfg.Shell()
 	defer run.Close()
@@ -389,6 +392,7 @@ func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 				return
 			}
 		case code := <-started:
+			done()
 			b := binary.BigEndian.AppendUint32(nil, uint32(code))
 			_, _ = ch.SendRequest("exit-status", false, b)
 			return

@@ -388,6 +388,9 @@ type Message struct {
 	// orders a node's reports (a resent older one is ignored).
 	PowerState string `json:"power_state,omitempty"`
 
+	// Health report (KindHealth): see HealthReport.
+	HealthReport *HealthReport `json:"health_report,omitempty"`
+
 	// Heartbeat summary: the latest heartbeat of each node (each a valid
 	// heartbeat of this site), and the sender's outbox depth.
 	Beats  []Message `json:"beats,omitempty"`
@@ -483,6 +486,7 @@ func init() {
 		KindPresence:  func(m *Message) error { return m.need(m.Site != "", "site") },
 		KindBeats:     checkBeats,
 		KindPower:     checkPowerReport,
+		KindHealth:    checkHealthReport,
 	}
 }
 

@@ -99,6 +99,7 @@ func New(cfg Config) *Agent {
 		Publish: a.publish, Resent: func(n int) { a.metrics.resent.Add(float64(n)) }})
 	a.bmcs = bmc.New(bmc.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Builders: a.builders(), Concurrency: cfg.BMCConcurrency,
 		PowerSyncInterval: cfg.PowerSyncInterval, PowerSyncConcurrency: cfg.PowerSyncConcurrency,
+		HealthInterval: cfg.HealthInterval, SensorInterval: cfg.SensorInterval, Withdraw: func(id string) bool { return a.ob.Withdraw(id) },
 		Report:   func(m *protocol.Message) { a.ob.Send(protocol.BMCEvtTopic(cfg.Site), m, time.Time{}) },
 		Paused:   a.ob.Full,
 		Observe:  func(err error) { a.observePowerRead(err) },

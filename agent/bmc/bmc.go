@@ -64,6 +64,17 @@ type Config struct {
 	// PowerSyncConcurrency bounds the reads at once (default 8).
 	PowerSyncInterval    time.Duration
 	PowerSyncConcurrency int
+	// HealthInterval: a polled BMC that tells the hardware's health
+	// (drivers.HealthReader) is read after its power reading when its
+	// last health reading is at least this old (0: every power sync
+	// round, as Ironic's enable_health_monitoring). SensorInterval: the
+	// sensors are sent at least this often even when no status changed
+	// (default DefaultSensorInterval). See healthsync.go.
+	HealthInterval time.Duration
+	SensorInterval time.Duration
+	// Withdraw takes an unacked message back out of the outbox (true:
+	// it was there); a newer health report then carries its events.
+	Withdraw func(id string) bool
 	// Report sends a power report (the outbox); Paused tells power sync
 	// to take no reading (the outbox is full); Observe counts a read.
 	Report  func(m *protocol.Message)
@@ -109,6 +120,8 @@ type Set struct {
 	// is the driver and driver_info last kept of each.
 	kept     PolledStore
 	keptInfo map[string][]byte
+	// hs is health sync's memory of each polled node (healthsync.go).
+	hs healthSync
 }
 
 // powerSeen is the last power reading reported for a node.
@@ -136,6 +149,9 @@ func New(cfg Config) *Set {
 	}
 	if cfg.PowerSyncConcurrency <= 0 {
 		cfg.PowerSyncConcurrency = 8
+	}
+	if cfg.SensorInterval <= 0 {
+		cfg.SensorInterval = DefaultSensorInterval
 	}
 	if cfg.Report == nil {
 		cfg.Report = func(*protocol.Message) {}
@@ -272,6 +288,7 @@ func (s *Set) Forget(node string) {
 	delete(s.info, node)
 	delete(s.synce, node)
 	delete(s.gen, node)
+	s.hs.forget(node)
 	_, wasKept := s.keptInfo[node]
 	delete(s.keptInfo, node)
 	st := s.kept

@@ -184,6 +184,9 @@ func (s *Set) PowerSyncRound(ctx context.Context) {
 				return
 			}
 			s.reportPower(tg.node, tg.bmc, tg.gen, state, err)
+			if err == nil {
+				s.syncHealth(ctx, tg.node, tg.bmc, timeout)
+			}
 		}()
 	}
 	wg.Wait()

@@ -105,6 +105,8 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("GET /v1/nodes/{id}/history", s.history)
 	m.HandleFunc("GET /v1/nodes/{id}/inventory", s.inventory)
 	m.HandleFunc("GET /v1/nodes/{id}/firmware", s.nodeFirmware)
+	m.HandleFunc("GET /v1/nodes/{id}/sensors", s.nodeSensors)
+	m.HandleFunc("GET /v1/nodes/{id}/events", s.nodeEvents)
 	m.HandleFunc("GET /v1/nodes/{id}/bios", s.nodeBIOS)
 	m.HandleFunc("GET /v1/nodes/{id}/bios/{name}", s.nodeBIOSSetting)
 	m.HandleFunc("GET /v1/nodes/{id}/ports", s.nodePorts)

@@ -75,7 +75,7 @@ func init() {
 		provision_state provision_updated_at raid_config raid_interface rescue_interface reservation
 		resource_class retired retired_reason secure_boot shard storage_interface target_power_state
 		target_provision_state target_raid_config traits vendor_interface uuid allocation_uuid chassis_uuid
-		conductor created_at updated_at links ports states site_online`) {
+		conductor created_at updated_at links ports states site_online health`) {
 		nodeFields[f] = true
 	}
 }

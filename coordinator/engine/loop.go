@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/coordinator/engine/readings"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/protocol"
@@ -48,6 +49,10 @@ type tx struct {
 	acks   map[string][]string
 	// histNew are the history keys this batch adds, per node.
 	histNew map[string][]string
+	// events are the event-log records this batch wrote, per node, so
+	// that a second health report of a node in the batch adds to them
+	// (health.go).
+	events map[string]readings.Events
 }
 
 // sendQueue is one publisher's queue; urgent messages go first.

@@ -73,7 +73,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		if !ok || n.Site != site {
 			e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", fmt.Sprintf("node %q is not a node of site %q", msg.Node, site))
 			switch {
-			case (msg.Kind == protocol.KindPower || msg.Kind == protocol.KindResult) && leaf == "bmc/evt":
+			case (msg.Kind == protocol.KindPower || msg.Kind == protocol.KindHealth || msg.Kind == protocol.KindResult) && leaf == "bmc/evt":
 				// The agent polls a deleted node's BMC until it restarts,
 				// and may hold a result for a node deleted meanwhile:
 				// acked, they leave its (durable) outbox instead of being
@@ -110,6 +110,16 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 				return nil
 			}
 			t.run(n, func() fsm.Output { return e.m.PowerReport(n, msg, t.now) })
+			t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
+		case protocol.KindHealth:
+			if leaf != "bmc/evt" {
+				e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", "health reports come from the edge agent on the site's bmc/evt topic")
+				return nil
+			}
+			if msg.Sent.After(n.HealthReadAt) {
+				t.keepHealth(n, msg.HealthReport, msg.Sent)
+			}
+			t.run(n, func() fsm.Output { return e.m.HealthReport(n, msg, t.now) })
 			t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
 		case protocol.KindHello:
 			if leaf != "evt" {

@@ -205,6 +205,8 @@ func (e *Engine) DeleteNode(ident string) error {
 		t.batch.Delete(store.InventoryPrefix + n.UUID)
 		t.batch.Delete(store.FirmwarePrefix + n.UUID)
 		t.batch.Delete(store.BIOSPrefix + n.UUID)
+		t.batch.Delete(store.SensorsPrefix + n.UUID)
+		t.batch.Delete(store.EventsPrefix + n.UUID)
 		delete(e.reg.hist, n.UUID)
 		return nil
 	})

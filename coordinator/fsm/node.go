@@ -140,6 +140,11 @@ type Node struct {
 	// PowerReadAt is when the last power report applied was read at the
 	// edge: a resent or older report is ignored. Hidden.
 	PowerReadAt time.Time `json:"power_read_at,omitzero"`
+	// Health is the hardware's health as the node's BMC last told it
+	// (API 1.109: "OK", "Warning", "Critical"; "" is null), and
+	// HealthReadAt when that report was read at the site (health.go).
+	Health       string    `json:"health,omitempty"`
+	HealthReadAt time.Time `json:"health_read_at,omitzero"`
 	// Held is a result that arrived while the node was in maintenance; it
 	// is applied when maintenance ends.
 	Held *protocol.Message `json:"held,omitempty"`

@@ -295,6 +295,11 @@ func sensorOf(name, kind string, reading *float64, units string, st healthStatus
 	}
 	s := protocol.Sensor{Name: protocol.CutText(name, protocol.MaxHealthText), Kind: kind, Reading: reading, Units: protocol.CutText(units, 64),
 		State: protocol.CutText(st.State, 64), Status: healthOf(st.Health)}
+	if st.State == "Absent" {
+		// An empty slot: its reading (often 0) is no reading.
+		s.Reading, s.Status, s.Units = nil, "", ""
+		return s
+	}
 	s.UpperWarning, s.LowerWarning = th.UpperThresholdNonCritical, th.LowerThresholdNonCritical
 	s.UpperCritical, s.LowerCritical = th.UpperThresholdCritical, th.LowerThresholdCritical
 	if s.UpperCritical == nil {

@@ -109,7 +109,7 @@ func entriesDoc(n int, entry func(i int) map[string]any) map[string]any {
 
 func imlEntry(i int) map[string]any {
 	return map[string]any{"Name": "Integrated Management Log", "EntryType": "Oem", "OemRecordFormat": "Hpe-IML",
-		"Created": time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Minute).Format(time.RFC3339),
+		"Created":  time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Minute).Format(time.RFC3339),
 		"Severity": []string{"OK", "Warning", "Critical"}[i%3], "Message": fmt.Sprintf("IML entry %d: Fan 2 failure detected (Fan Location: System)", i)}
 }
 

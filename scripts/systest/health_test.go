@@ -1,6 +1,7 @@
 package systest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/coordinator/cli"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
 	"github.com/bmedge/bmedge/drivers/redfish/recorded"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
@@ -256,6 +258,26 @@ func TestHealthRedfish(t *testing.T) {
 	var none eventsAnswer
 	if cl.Do("GET", fmt.Sprintf("/v1/nodes/%s/events?since=%d", id, ev.LastSeq), nil, &none); len(none.Events) != 0 || none.LastSeq != ev.LastSeq {
 		t.Errorf("events since %d: %+v; want none", ev.LastSeq, none)
+	}
+
+	// The CLI shows the same (--url wins over COORDINATOR_URL; the
+	// coordinator takes no credentials, so OS_* change nothing).
+	cliOut := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := cli.Main(append([]string{"--url", "http://" + apiAddr}, args...), strings.NewReader(""), &out, &errOut); code != 0 {
+			t.Fatalf("coordinator %s: exit %d: %s", strings.Join(args, " "), code, errOut.String())
+		}
+		return out.String()
+	}
+	if out := cliOut("node", "sensors", "ilo1", "-c", "name", "-c", "status", "-f", "value"); !strings.Contains(out, "Fan 2 Critical\n") || !strings.Contains(out, "02-CPU 1 Critical\n") {
+		t.Errorf("coordinator node sensors: %s", out)
+	}
+	if out := cliOut("node", "events", "ilo1", "--since", "2", "-c", "id", "-c", "severity", "-f", "value"); out != "IML/3 OK\n" {
+		t.Errorf("coordinator node events --since 2: %q; want the third entry alone", out)
+	}
+	if out := cliOut("node", "show", "ilo1", "-f", "json"); !strings.Contains(out, `"health": "Critical"`) {
+		t.Errorf("coordinator node show lacks health Critical: %s", out)
 	}
 
 	// The BMC recovers, its rollup still says Warning; a new entry.

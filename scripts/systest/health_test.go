@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,12 +122,20 @@ func imlEntry(i int) map[string]any {
 // healthRig is a coordinator and an edge agent polling every 300 ms,
 // and a redfish node behind s, managed.
 func healthRig(t *testing.T, s *recorded.Server, password string) (*testrig.Client, string, string) {
+	return healthRigVia(t, s, password, nil)
+}
+
+// healthRigVia is healthRig with the agent's broker URL changed by via.
+func healthRigVia(t *testing.T, s *recorded.Server, password string, via func(string) string) (*testrig.Client, string, string) {
 	t.Helper()
 	c := testrig.Coordinator(t, testrig.Options{})
 	cl := testrig.NewClient(t, c)
 	var creds agent.Credentials
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
 		t.Fatalf("site add: %d", code)
+	}
+	if via != nil {
+		creds.BrokerURL = via(creds.BrokerURL)
 	}
 	testrig.StartAgentConfig(t, creds, agent.Config{PowerSyncInterval: 300 * time.Millisecond})
 	var n testrig.Node
@@ -434,4 +446,145 @@ func historyText(cl *testrig.Client, id string) string {
 func runCurl(args ...string) (string, error) {
 	out, err := exec.Command("curl", args...).CombinedOutput()
 	return string(out), err
+}
+
+// wanLink forwards TCP from a local port to the coordinator's broker
+// and can be cut: every connection is closed and new ones are closed at
+// once, until it is restored.
+type wanLink struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]bool
+}
+
+func newWANLink(t *testing.T, target string) *wanLink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &wanLink{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); l.cut() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go l.serve(c)
+		}
+	}()
+	return l
+}
+
+func (l *wanLink) serve(c net.Conn) {
+	l.mu.Lock()
+	if l.down {
+		l.mu.Unlock()
+		c.Close()
+		return
+	}
+	s, err := net.Dial("tcp", l.target)
+	if err != nil {
+		l.mu.Unlock()
+		c.Close()
+		return
+	}
+	l.conns[c], l.conns[s] = true, true
+	l.mu.Unlock()
+	go func() { _, _ = io.Copy(s, c); s.Close(); c.Close() }()
+	_, _ = io.Copy(c, s)
+	c.Close()
+	s.Close()
+}
+
+func (l *wanLink) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = true
+	for c := range l.conns {
+		c.Close()
+	}
+	l.conns = map[net.Conn]bool{}
+}
+
+func (l *wanLink) restore() {
+	l.mu.Lock()
+	l.down = false
+	l.mu.Unlock()
+}
+
+// TestHealthThroughWANCut: the link between the site's edge agent and
+// the coordinator is cut; meanwhile the BMC's system turns Critical and
+// logs two entries. The coordinator, cut off, still shows OK and one
+// entry; once the link returns it shows Critical with the readings
+// taken during the outage (read_at before the link came back) and the
+// two entries, from the agent's outbox.
+func TestHealthThroughWANCut(t *testing.T) {
+	t.Parallel()
+	const pw = "pa55word"
+	dir := hpeTree(t, "OK", "OK", 1, imlEntry)
+	s, err := recorded.Start(recorded.Options{Fixture: dir, Username: "admin", Password: pw, Quirks: recorded.Profiles["hpe-ilo5-dl325"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	var link *wanLink
+	cl, id, _ := healthRigVia(t, s, pw, func(broker string) string {
+		u, err := url.Parse(broker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		link = newWANLink(t, u.Host)
+		u.Host = link.ln.Addr().String()
+		return u.String()
+	})
+	health := func() any {
+		var raw map[string]any
+		cl.Do("GET", "/v1/nodes/"+id, nil, &raw)
+		return raw["health"]
+	}
+	var ev eventsAnswer
+	waitUntil(t, "health OK and the first entry", 30*time.Second, func() bool {
+		cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)
+		return health() == "OK" && len(ev.Events) == 1
+	})
+	link.cut()
+	s.Edit(hpeSystem, func(d map[string]any) {
+		d["Status"] = map[string]any{"Health": "Critical", "HealthRollup": "Critical", "State": "Enabled"}
+	})
+	s.Edit(hpeSystem+"/LogServices/IML/Entries", func(d map[string]any) {
+		d["Members"] = entriesDoc(3, imlEntry)["Members"]
+	})
+	// Ten power sync rounds at the site; nothing reaches the coordinator.
+	time.Sleep(3 * time.Second)
+	if h := health(); h != "OK" {
+		t.Fatalf("health %v while the link is cut; the cut let a report through", h)
+	}
+	cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)
+	if len(ev.Events) != 1 {
+		t.Fatalf("%d events while the link is cut; want 1", len(ev.Events))
+	}
+	back := time.Now()
+	link.restore()
+	waitUntil(t, "health Critical after the link returns", 60*time.Second, func() bool { return health() == "Critical" })
+	waitUntil(t, "the two entries of the outage", 30*time.Second, func() bool {
+		cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)
+		return len(ev.Events) == 3
+	})
+	if ev.Events[1].ID != "IML/2" || ev.Events[2].ID != "IML/3" {
+		t.Errorf("events after the outage: %+v", ev.Events)
+	}
+	var sn sensorsAnswer
+	cl.Do("GET", "/v1/nodes/"+id+"/sensors", nil, &sn)
+	if sn.ReadAt == nil {
+		t.Fatal("no sensors")
+	}
+	// The report that brought Critical was read at the site during the
+	// outage (later ones with the same statuses are not sent).
+	if at, err := time.Parse(time.RFC3339Nano, *sn.ReadAt); err != nil || !at.Before(back) {
+		t.Errorf("sensors read at %v (%v); want during the outage, before %s", *sn.ReadAt, err, back.Format(time.RFC3339Nano))
+	}
 }

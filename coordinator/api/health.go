@@ -27,9 +27,9 @@ func (s *Server) nodeSensors(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out := map[string]any{"node_uuid": id, "health": nullable(health), "read_at": nil, "sensors": []protocol.Sensor{}}
+	out := map[string]any{"node_uuid": id, "health": nullable(health), "read_at": nil, "sensors": []protocol.Sensor{}, "error": nil}
 	if sensors != nil {
-		out["read_at"] = sensors.ReadAt
+		out["read_at"], out["error"] = sensors.ReadAt, nullable(sensors.Error)
 		if sensors.Sensors != nil {
 			out["sensors"] = sensors.Sensors
 		}

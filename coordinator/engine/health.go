@@ -17,7 +17,7 @@ func (t *tx) keepHealth(n *fsm.Node, r *protocol.HealthReport, readAt time.Time)
 		return
 	}
 	if r.SensorsRead {
-		s := readings.Sensors{ReadAt: readAt.UTC(), Sensors: append([]protocol.Sensor{}, r.Sensors...)}
+		s := readings.Sensors{ReadAt: readAt.UTC(), Sensors: append([]protocol.Sensor{}, r.Sensors...), Error: r.Error}
 		readings.SortSensors(s.Sensors)
 		if b, err := json.Marshal(s); err == nil {
 			t.batch.Set(store.SensorsPrefix+n.UUID, b)

@@ -19,6 +19,9 @@ type Sensors struct {
 	// ReadAt is when the edge agent read them at the site.
 	ReadAt  time.Time         `json:"read_at"`
 	Sensors []protocol.Sensor `json:"sensors"`
+	// Error is what the site could not read of the BMC then (the rest
+	// holds), "" when it read everything.
+	Error string `json:"error,omitempty"`
 }
 
 // Event is one entry of a node's BMC event log as kept: Seq numbers the

@@ -176,13 +176,46 @@ func TestQEMUSecureBootInstance(t *testing.T) {
 		if name != "signed" {
 			t.Fatalf("the disk's GRUB boots the %s image", name)
 		}
-		awaitConsole(t, console, nil, regexp.MustCompile(`(?s)bmedge-instance: GRUB boots the signed image.*(EFI stub: UEFI Secure Boot is enabled\.)`), time.Minute)
-		awaitConsole(t, console, nil, regexp.MustCompile(`Command line: .*(bmedge\.instance=signed)`), time.Minute)
+		for _, want := range []string{"EFI stub: UEFI Secure Boot is enabled.", "bmedge.instance=signed", "secureboot: Secure boot enabled"} {
+			awaitInstance(t, console, want, time.Minute)
+		}
 		t.Logf("deploy to the instance booted with Secure Boot on: %.1fs", time.Since(start).Seconds())
 
 		l.step(id, "deleted", "available", nil, time.Minute)
 		if st := bmc.state(); st.SecureBoot || st.PowerState != "Off" {
 			t.Fatalf("the BMC after undeploy: %+v; want off, SecureBootEnable off", st)
 		}
+		// The firmware honours it: powered on again (no cleaning: the
+		// image is still on the disk), the machine starts on OVMF without
+		// Secure Boot, and the kernel finds it off.
+		if code := l.cl.Do("PUT", "/v1/nodes/"+id+"/states/power", map[string]string{"target": "power on"}, nil); code != 202 {
+			t.Fatalf("power on after undeploy: %d", code)
+		}
+		awaitInstance(t, console, "secureboot: Secure boot disabled", 2*time.Minute)
+		if b, _ := os.ReadFile(console); bytes.Contains(b[bytes.LastIndex(b, []byte("bmedge-instance:")):], []byte("EFI stub: UEFI Secure Boot is enabled.")) {
+			t.Fatal("after undeploy the instance still boots with Secure Boot on")
+		}
+		for _, line := range qemuCmdlines(t, vmDir) {
+			if strings.Contains(line, ovmfSecureCode) || !strings.Contains(line, "-bios ") {
+				t.Fatalf("after undeploy the VM runs the Secure Boot firmware: %s", line)
+			}
+		}
 	})
+}
+
+// awaitInstance waits until the console, after the last time the disk's
+// GRUB said instanceMarker (the instance's latest boot), says want.
+func awaitInstance(t *testing.T, console, want string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		b, _ := os.ReadFile(console)
+		if i := bytes.LastIndex(b, []byte("bmedge-instance:")); i >= 0 && bytes.Contains(b[i:], []byte(want)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the instance's console did not say %q in %s:\n%s", want, d, tail(b, 4096))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }

@@ -11,12 +11,14 @@ import (
 )
 
 // keepHealth writes a health report's sensors (replacing the node's
-// last readings) and adds its event-log entries to those kept.
-func (t *tx) keepHealth(n *fsm.Node, r *protocol.HealthReport, readAt time.Time) {
+// last readings) when it is newer than the last one applied, and adds
+// its event-log entries to those kept in any case: an entry is kept once
+// by its id, whatever order the reports come in.
+func (t *tx) keepHealth(n *fsm.Node, r *protocol.HealthReport, readAt time.Time, newer bool) {
 	if r == nil {
 		return
 	}
-	if r.SensorsRead {
+	if r.SensorsRead && newer {
 		s := readings.Sensors{ReadAt: readAt.UTC(), Sensors: append([]protocol.Sensor{}, r.Sensors...), Error: r.Error}
 		readings.SortSensors(s.Sensors)
 		if b, err := json.Marshal(s); err == nil {

@@ -116,9 +116,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 				e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", "health reports come from the edge agent on the site's bmc/evt topic")
 				return nil
 			}
-			if msg.Sent.After(n.HealthReadAt) {
-				t.keepHealth(n, msg.HealthReport, msg.Sent)
-			}
+			t.keepHealth(n, msg.HealthReport, msg.Sent, msg.Sent.After(n.HealthReadAt))
 			t.run(n, func() fsm.Output { return e.m.HealthReport(n, msg, t.now) })
 			t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
 		case protocol.KindHello:

@@ -588,3 +588,29 @@ func TestHealthThroughWANCut(t *testing.T) {
 		t.Errorf("sensors read at %v (%v); want during the outage, before %s", *sn.ReadAt, err, back.Format(time.RFC3339Nano))
 	}
 }
+
+// TestHealthPathsNeedCredentials: with http_basic on, the sensors and
+// events of a node, and its health, are 401 to a client without
+// credentials or with a wrong password (curl), and answered to one with
+// them.
+func TestHealthPathsNeedCredentials(t *testing.T) {
+	t.Parallel()
+	c := testrig.Coordinator(t, testrig.Options{Users: map[string]string{"ops": "pw1"}})
+	cl := testrig.NewClient(t, c)
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, nil); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	id := cl.CreateNode("h1", "rack1", nil)
+	base := "http://" + c.APIAddr
+	for _, p := range []string{"/v1/nodes/" + id + "/sensors", "/v1/nodes/" + id + "/events", "/v1/nodes/" + id + "?fields=health"} {
+		for _, auth := range [][]string{nil, {"-u", "ops:wrong"}} {
+			args := append([]string{"-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", "X-OpenStack-Ironic-API-Version: 1.109"}, auth...)
+			if out, err := runCurl(append(args, base+p)...); err != nil || out != "401" {
+				t.Errorf("GET %s with %v: %v %s; want 401", p, auth, err, out)
+			}
+		}
+		if out, err := runCurl("-sS", "-o", "/dev/null", "-w", "%{http_code}", "-u", "ops:pw1", "-H", "X-OpenStack-Ironic-API-Version: 1.109", base+p); err != nil || out != "200" {
+			t.Errorf("GET %s with credentials: %v %s; want 200", p, err, out)
+		}
+	}
+}

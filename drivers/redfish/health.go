@@ -3,6 +3,7 @@ package redfish
 import (
 	"context"
 	"encoding/json"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,8 +36,13 @@ type healthSystemDoc struct {
 	Status      healthStatusDoc `json:"Status"`
 	LogServices link            `json:"LogServices"`
 	Links       struct {
-		Chassis []link `json:"Chassis"`
+		Chassis   []link `json:"Chassis"`
+		ManagedBy []link `json:"ManagedBy"`
 	} `json:"Links"`
+}
+
+type healthManagerDoc struct {
+	LogServices link `json:"LogServices"`
 }
 
 type healthChassisDoc struct {
@@ -175,8 +181,17 @@ func (in *inspection) health(sys *healthSystemDoc) *protocol.HealthReport {
 			}
 		},
 		func() {
-			if sys.LogServices.ID != "" {
-				events = in.events(sys.LogServices.ID)
+			switch {
+			case sys.LogServices.ID != "":
+				events = in.events(sys.LogServices.ID, nil)
+			case len(sys.Links.ManagedBy) > 0 && sys.Links.ManagedBy[0].ID != "":
+				// A system without logs of its own (iDRAC): its manager's
+				// SEL, not the manager's own logs (configuration,
+				// sessions).
+				var m healthManagerDoc
+				if in.get("read the system's manager", sys.Links.ManagedBy[0].ID, &m) && m.LogServices.ID != "" {
+					events = in.events(m.LogServices.ID, isSEL)
+				}
 			}
 		},
 	)
@@ -328,20 +343,39 @@ func ThresholdStatus(s protocol.Sensor) string {
 	return protocol.HealthOK
 }
 
-// events reads the newest entries of the system's log services.
-func (in *inspection) events(uri string) []protocol.Event {
+// isSEL tells a manager's log service that holds the system's hardware
+// events (iDRAC's "Sel", OpenBMC's and AMI's "SEL" or "IPMI SEL").
+func isSEL(id string) bool {
+	id = strings.ToLower(strings.TrimSpace(id))
+	return id == "sel" || strings.HasSuffix(id, " sel") || strings.HasSuffix(id, "-sel") || strings.HasSuffix(id, "_sel")
+}
+
+// events reads the newest entries of the log services at uri (those
+// whose Id take says, when take is set).
+func (in *inspection) events(uri string, take func(id string) bool) []protocol.Event {
 	var col collectionDoc
 	if !in.get("read the system's LogServices", uri, &col) {
 		return nil
 	}
 	members := col.Members
+	if take != nil {
+		// By the link's last segment, which is the service's Id in
+		// every tree seen; the Id read is checked again below.
+		var keep []link
+		for _, m := range members {
+			if take(path.Base(m.ID)) {
+				keep = append(keep, m)
+			}
+		}
+		members = keep
+	}
 	if len(members) > maxLogServices {
 		members = members[:maxLogServices]
 	}
 	var out []protocol.Event
 	for _, m := range members {
 		var ls logServiceDoc
-		if m.ID == "" || !in.get("read a log service", m.ID, &ls) || ls.Entries.ID == "" {
+		if m.ID == "" || !in.get("read a log service", m.ID, &ls) || ls.Entries.ID == "" || (take != nil && !take(ls.ID)) {
 			continue
 		}
 		out = append(out, in.logEntries(ls)...)

@@ -127,3 +127,54 @@ func TestReadHealthSensorsCollection(t *testing.T) {
 		t.Errorf("reading error %q; want the missing Thermal named", rep.Error)
 	}
 }
+
+// TestReadHealthManagerSEL: a system without log services of its own
+// (as iDRAC's) has its manager's SEL read, and not the manager's other
+// logs; DMTF's mockup tree (a copy) with its system's LogServices link
+// taken out.
+func TestReadHealthManagerSEL(t *testing.T) {
+	t.Parallel()
+	dir, write := copyFixture(t, "dmtf-public-rackmount1")
+	const mgr = "/redfish/v1/Managers/BMC"
+	write(mgr+"/LogServices", map[string]any{"Name": "Log Services", "Members": []any{
+		map[string]any{"@odata.id": mgr + "/LogServices/Lclog"},
+		map[string]any{"@odata.id": mgr + "/LogServices/Sel"},
+	}})
+	for _, ls := range []string{"Lclog", "Sel"} {
+		write(mgr+"/LogServices/"+ls, map[string]any{"Id": ls, "Name": ls, "Entries": map[string]any{"@odata.id": mgr + "/LogServices/" + ls + "/Entries"}})
+		write(mgr+"/LogServices/"+ls+"/Entries", map[string]any{"Name": ls + " entries", "Members": []any{
+			map[string]any{"@odata.id": mgr + "/LogServices/" + ls + "/Entries/1", "Id": "1", "Severity": "Critical", "Message": ls + ": the first entry",
+				"Created": "2026-11-03T10:00:00Z"},
+		}})
+	}
+	sysFile := filepath.Join(dir, "Systems", "437XR1138R2", "index.json")
+	var doc map[string]any
+	b, _ := os.ReadFile(sysFile)
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "LogServices")
+	b, _ = json.Marshal(doc)
+	if err := os.WriteFile(sysFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startRecorded(t, dir, recorded.Profiles["dmtf-public-rackmount1"], 0)
+	d := recordedDriver(t, s, &syncBuffer{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := d.ReadHealth(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Events) != 1 || rep.Events[0].ID != "Sel/1" || rep.Events[0].Severity != protocol.HealthCritical || rep.Events[0].Message != "Sel: the first entry" {
+		t.Errorf("events %+v; want the manager's SEL entry alone", rep.Events)
+	}
+	if rep.Health != protocol.HealthOK {
+		t.Errorf("health %q; want the tree's OK", rep.Health)
+	}
+	for _, r := range s.Requests() {
+		if strings.Contains(r, "Lclog") {
+			t.Errorf("the driver read %s; only the SEL is the system's", r)
+		}
+	}
+}

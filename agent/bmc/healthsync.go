@@ -21,6 +21,11 @@ const DefaultSensorInterval = 10 * time.Minute
 type healthSync struct {
 	mu    sync.Mutex
 	nodes map[string]*healthSeen
+	// sem bounds the health readings at once; wg counts those running.
+	// They run beside power sync, not in its round: a BMC slow to read
+	// its sensors and logs does not delay the site's power readings.
+	sem chan struct{}
+	wg  sync.WaitGroup
 }
 
 type healthSeen struct {
@@ -29,6 +34,7 @@ type healthSeen struct {
 	statuses   map[string]string // sensor name → status last sent
 	sensorsAt  time.Time         // when sensors were last sent
 	readAt     time.Time         // when the BMC was last read
+	reading    bool              // a reading runs now
 	seen       map[string]bool   // event ids of the last reading's window
 	pendingID  string            // the report in the outbox, "" once taken over or unknown
 	pendingEvs []protocol.Event
@@ -52,9 +58,11 @@ func (h *healthSync) forget(node string) {
 	h.mu.Unlock()
 }
 
-// syncHealth reads a polled node's health after its power reading, when
-// its BMC tells health (drivers.HealthReader) and the last reading is
-// older than the health interval, and reports what changed.
+// syncHealth starts reading a polled node's health after its power
+// reading, when its BMC tells health (drivers.HealthReader), no reading
+// of it runs, and the last one is older than the health interval; the
+// reading runs in the background, at most PowerSyncConcurrency at once,
+// and reports what changed.
 func (s *Set) syncHealth(ctx context.Context, node string, b drivers.BMC, timeout time.Duration) {
 	hr, ok := b.(drivers.HealthReader)
 	if !ok {
@@ -62,15 +70,39 @@ func (s *Set) syncHealth(ctx context.Context, node string, b drivers.BMC, timeou
 	}
 	now := s.cfg.Clock.Now()
 	s.hs.mu.Lock()
-	seen := s.hs.get(node)
-	due := seen.readAt.IsZero() || now.Sub(seen.readAt) >= s.cfg.HealthInterval
-	if due {
-		seen.readAt = now
+	if s.hs.sem == nil {
+		s.hs.sem = make(chan struct{}, s.cfg.PowerSyncConcurrency)
 	}
+	seen := s.hs.get(node)
+	due := !seen.reading && (seen.readAt.IsZero() || now.Sub(seen.readAt) >= s.cfg.HealthInterval)
+	if due {
+		seen.readAt, seen.reading = now, true
+		s.hs.wg.Add(1)
+	}
+	sem := s.hs.sem
 	s.hs.mu.Unlock()
 	if !due {
 		return
 	}
+	go func() {
+		defer s.hs.wg.Done()
+		defer func() {
+			s.hs.mu.Lock()
+			seen.reading = false
+			s.hs.mu.Unlock()
+		}()
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-sem }()
+		s.readHealth(ctx, node, b, hr, timeout)
+	}()
+}
+
+// readHealth reads a node's health and reports what changed.
+func (s *Set) readHealth(ctx context.Context, node string, b drivers.BMC, hr drivers.HealthReader, timeout time.Duration) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	rep, err := hr.ReadHealth(rctx)
 	cancel()
@@ -144,3 +176,7 @@ func (s *Set) reportHealth(node string, b drivers.BMC, rep *protocol.HealthRepor
 	s.hs.mu.Unlock()
 	s.cfg.Report(msg)
 }
+
+// WaitHealth waits for the health readings running now (tests, and a
+// stopping agent that wants their reports).
+func (s *Set) WaitHealth() { s.hs.wg.Wait() }

@@ -66,6 +66,7 @@ func TestHealthSyncReportsChanges(t *testing.T) {
 		sent = nil
 		clk.Advance(time.Second)
 		s.PowerSyncRound(context.Background())
+		s.WaitHealth()
 		var b []string
 		for _, m := range sent {
 			r := m.HealthReport

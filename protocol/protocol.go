@@ -196,6 +196,12 @@ const (
 	// ArgEjectISO, true on a boot_device command of device BootDisk,
 	// ejects the virtual media first (the ramdisk deploy's tear down).
 	ArgEjectISO = "eject_iso"
+	// ArgDisablePowerOff, true on the deploy steps tear_down_agent and
+	// boot_instance of a node with disable_power_off (Ironic's API
+	// 1.95): tear_down_agent ends the ramdisk's boot without powering
+	// the node off, and boot_instance reboots it into its instance
+	// instead of powering it on.
+	ArgDisablePowerOff = "disable_power_off"
 )
 
 // Power states, with Ironic's spelling.

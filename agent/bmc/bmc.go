@@ -488,6 +488,13 @@ func StepsDone(m *protocol.Message, err error) int {
 	return len(m.OOBSteps())
 }
 
+// keepsPower tells whether step s is of a node with disable_power_off
+// (protocol.ArgDisablePowerOff): it is never powered off.
+func keepsPower(s *protocol.Step) bool {
+	v, _ := s.Args[protocol.ArgDisablePowerOff].(bool)
+	return v
+}
+
 // runOOBStep runs the deploy steps every driver shares on the BMC
 // interface, and hands the rest to the driver.
 func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot Booter, s *protocol.Step) error {
@@ -495,9 +502,19 @@ func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot
 	case "deploy.prepare_instance_boot":
 		return boot.SetBootDevice(ctx, node, b, protocol.BootDisk)
 	case "deploy.tear_down_agent":
+		if keepsPower(s) {
+			// disable_power_off: the ramdisk's boot ends (its credential
+			// is dropped with this step's success) and the power stays
+			// on; boot_instance reboots the node.
+			return nil
+		}
 		return boot.SetPower(ctx, node, b, protocol.PowerOff)
 	case "deploy.boot_instance":
-		if err := boot.SetPower(ctx, node, b, protocol.PowerOn); err != nil {
+		state := protocol.PowerOn
+		if keepsPower(s) {
+			state = protocol.PowerReboot
+		}
+		if err := boot.SetPower(ctx, node, b, state); err != nil {
 			return err
 		}
 		// The instance's start applies BIOS settings a deploy step

@@ -35,7 +35,7 @@ import (
 // local_link_connection (refused: not kept), 1.91 .json in names (never
 // stripped here, at any version), 1.92 runbooks, 1.93 virtual media GET
 // (not served), 1.94 a port created with its node's name, 1.95
-// disable_power_off (false; true refused), 1.96 inspection rules
+// disable_power_off (true: never powered off), 1.96 inspection rules
 // (coordinator/inspectrules), 1.97 port description, 1.98 ~ and / in
 // attribute keys (always here), 1.99 conductor_group filter of port and portgroup lists, 1.100
 // and 1.101 port vendor and category, 1.102 and 1.103 portgroup

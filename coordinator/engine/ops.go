@@ -40,6 +40,7 @@ type NodeSpec struct {
 	BootInterface   string `json:"-"`
 	DeployInterface string `json:"-"`
 	AutomatedClean  *bool  `json:"-"`
+	DisablePowerOff bool   `json:"-"`
 	InstanceUUID    string `json:"-"`
 	InstanceName    string `json:"-"`
 }
@@ -83,7 +84,7 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 		// fake-hardware too), as Ironic shows it.
 		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: spec.Driver, Site: site,
 			BootInterface: spec.BootInterface, DeployInterface: spec.DeployInterface,
-			AutomatedClean: spec.AutomatedClean, InstanceUUID: spec.InstanceUUID, InstanceName: spec.InstanceName,
+			AutomatedClean: spec.AutomatedClean, DisablePowerOff: spec.DisablePowerOff, InstanceUUID: spec.InstanceUUID, InstanceName: spec.InstanceName,
 			DriverInfo: orEmpty(spec.DriverInfo), Properties: orEmpty(spec.Properties),
 			InstanceInfo: orEmpty(spec.InstanceInfo), Extra: orEmpty(spec.Extra),
 			ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner, RaidInterface: spec.RaidInterface, InspectInterface: spec.InspectInterface,

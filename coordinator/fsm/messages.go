@@ -336,7 +336,7 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 		// The edge agent set the boot device to disk.
 		n.BootDevice = protocol.BootDisk
 	}
-	if a.Kind == ActStep && (a.Step.Step == "tear_down_agent") {
+	if a.Kind == ActStep && (a.Step.Step == "tear_down_agent") && !n.DisablePowerOff {
 		n.PowerState = protocol.PowerOff
 	}
 	if a.Kind == ActStep && (a.Step.Step == "boot_instance") {

@@ -50,6 +50,10 @@ type Node struct {
 	// follows the coordinator's setting, false skips automated cleaning
 	// on provide and undeploy, true runs it.
 	AutomatedClean *bool `json:"automated_clean,omitempty"`
+	// DisablePowerOff is the node's disable_power_off (API 1.95): the
+	// coordinator never powers it off; its operations reboot instead
+	// (nopoweroff.go) and a power off request is refused.
+	DisablePowerOff bool `json:"disable_power_off,omitempty"`
 	// InstanceUUID is the node's instance_uuid (set by PATCH or by an
 	// allocation); AllocationUUID the allocation that holds the node.
 	InstanceUUID   string `json:"instance_uuid,omitempty"`

@@ -125,6 +125,9 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 				n.Op.Index++
 				continue
 			}
+			if m.avoidPowerOff(n, now, out) {
+				continue // disable_power_off: the plan reboots instead
+			}
 			if a.Action == protocol.ActionValidate {
 				if err := m.checkDriverInfo(n); err != nil {
 					m.fail(n, now, out, err.Error())

@@ -471,6 +471,9 @@ func (m *Machine) PowerRequest(n *Node, target string, now time.Time) (Output, *
 	if !ok {
 		return out, refuse(Invalid, "Invalid power target %q for node %s; use one of: %s", target, n.Ident(), strings.Join(PowerTargets(), ", "))
 	}
+	if n.DisablePowerOff && protocol.PowerIsOff(state) {
+		return out, PowerOffRefused(n, target)
+	}
 	n.Op = &Operation{Verb: "power", Phase: PhasePower, Plan: []Action{powerAction(state)}, StartedAt: now}
 	n.Reservation = m.cfg.Holder
 	n.LastError = ""

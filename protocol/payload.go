@@ -298,6 +298,7 @@ func init() {
 		ActionEndBoot:    {node: true},
 		ActionPower:      {check: checkPower, node: true},
 		ActionBootDev:    {check: checkBootDevice, node: true},
+		ActionVMedia:     {check: checkVMedia, node: true},
 		ActionOOBStep:    {check: checkSteps, node: true},
 		ActionInbandRun:  {check: checkSteps, node: true},
 		ActionPlanRun:    {check: checkPlan, node: true},

@@ -109,6 +109,9 @@ type Set struct {
 	// is the driver and driver_info last kept of each.
 	kept     PolledStore
 	keptInfo map[string][]byte
+	// media is what the operator attached as virtual media, per node and
+	// device kind (vmedia.go).
+	media map[string]map[string]attached
 }
 
 // powerSeen is the last power reading reported for a node.
@@ -155,7 +158,7 @@ func New(cfg Config) *Set {
 	}
 	return &Set{cfg: cfg, log: cfg.Log, slots: make(chan struct{}, cfg.Concurrency),
 		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{},
-		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, keptInfo: map[string][]byte{}}
+		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, keptInfo: map[string][]byte{}, media: map[string]map[string]attached{}}
 }
 
 // Drivers lists the registry's drivers this set can build, sorted.
@@ -272,6 +275,7 @@ func (s *Set) Forget(node string) {
 	delete(s.info, node)
 	delete(s.synce, node)
 	delete(s.gen, node)
+	delete(s.media, node)
 	_, wasKept := s.keptInfo[node]
 	delete(s.keptInfo, node)
 	st := s.kept
@@ -438,6 +442,8 @@ func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot
 			return boot.SetBootDevice(ctx, m.Node, b, d)
 		}
 		return s.bootISO(ctx, m, b, ib)
+	case protocol.ActionVMedia:
+		return s.vmedia(ctx, m, b)
 	case protocol.ActionOOBStep:
 		steps := m.OOBSteps()
 		for i := range steps {

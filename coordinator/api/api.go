@@ -109,6 +109,9 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("GET /v1/nodes/{id}/bios/{name}", s.nodeBIOSSetting)
 	m.HandleFunc("GET /v1/nodes/{id}/ports", s.nodePorts)
 	m.HandleFunc("GET /v1/nodes/{id}/validate", s.validate)
+	m.HandleFunc("POST /v1/nodes/{id}/vmedia", s.attachVMedia)
+	m.HandleFunc("DELETE /v1/nodes/{id}/vmedia", s.detachVMedia)
+	m.HandleFunc("GET /v1/nodes/{id}/vmedia", s.getVMedia)
 	m.HandleFunc("GET /v1/ports", s.listPorts)
 	m.HandleFunc("GET /v1/ports/detail", s.listPorts)
 	m.HandleFunc("POST /v1/ports", s.createPort)
@@ -317,7 +320,7 @@ func notAcceptable(w http.ResponseWriter, msg string) {
 // answers 404 below a version (its _lookup), and traits, which it does
 // not route before 1.37.
 var nodeSubSince = map[string]int{"portgroups": 24, "vifs": 28, "traits": 37, "bios": 40, "allocation": 52,
-	"history": 78, "inventory": 81, "firmware": 86}
+	"history": 78, "inventory": 81, "firmware": 86, "vmedia": 89}
 
 // resourceSince names the resource of path that Ironic has only from a
 // version, and that version (0 when path has none): the top-level

@@ -121,7 +121,7 @@ func (w *world) run(out Output) {
 		case msg.Kind == protocol.KindCommand && msg.Action == protocol.ActionBootDev:
 			w.log = append(w.log, "boot "+msg.Args["device"].(string))
 			next = w.m.Result(w.n, &protocol.Message{CommandID: msg.ID, OK: true}, w.now)
-		case msg.Kind == protocol.KindCommand && (msg.Action == protocol.ActionOOBStep || msg.Action == protocol.ActionInbandRun || msg.Action == protocol.ActionValidate):
+		case msg.Kind == protocol.KindCommand && (msg.Action == protocol.ActionOOBStep || msg.Action == protocol.ActionInbandRun || msg.Action == protocol.ActionValidate || msg.Action == protocol.ActionVMedia):
 			res := &protocol.Message{CommandID: msg.ID, OK: true, Token: msg.Token}
 			if msg.Step == nil {
 				w.log = append(w.log, msg.Action)

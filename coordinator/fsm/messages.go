@@ -224,6 +224,9 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionBootDev {
 		n.BootDevice = protocol.BootDeviceArgsOf(cmd.Msg.Args).Device
 	}
+	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionVMedia {
+		vmediaDone(n, cmd.Msg, msg.Data, now, out)
+	}
 	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionPower {
 		p := protocol.PowerArgsOf(cmd.Msg.Args)
 		if p.BootDevice != "" {

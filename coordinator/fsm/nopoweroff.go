@@ -61,7 +61,7 @@ func withReboot(a Action) Action {
 func withoutPowerOff(plan []Action, i int) []Action {
 	off := plan[i]
 	j := i + 1
-	for j < len(plan) && plan[j].Kind == ActOOB && plan[j].Action == protocol.ActionBootDev {
+	for j < len(plan) && plan[j].Kind == ActOOB && (plan[j].Action == protocol.ActionBootDev || plan[j].Action == protocol.ActionVMedia) {
 		j++
 	}
 	out := append([]Action{}, plan[:i]...)

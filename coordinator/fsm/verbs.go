@@ -260,6 +260,9 @@ func startUndeploy(m *Machine, n *Node, req VerbRequest, now time.Time, out *Out
 	if m.ramdiskDeploy(n) {
 		plan = ejectISOPlan()
 	}
+	// The operator's virtual media are ejected, as Ironic's
+	// clean_up_instance ejects every device.
+	plan = append(plan, detachVMedia(n)...)
 	m.start(n, req.Verb, retiredTarget(n), PhaseDelete, plan, now, out)
 }
 

@@ -80,6 +80,11 @@ type Config struct {
 	// URL the BMCs fetch it from (agent/sitecache); nil: no cache, the
 	// ISO boot is refused.
 	MediaURL func(ctx context.Context, url string) (string, error)
+	// BootISOURL builds a ramdisk deploy's boot ISO of a kernel and a
+	// ramdisk (fetched into the site's image cache) with the kernel
+	// parameters, and returns the URL the BMCs fetch it from
+	// (agent/sitecache); nil: no cache, refused.
+	BootISOURL func(ctx context.Context, kernel, ramdisk, params string) (string, error)
 }
 
 // ISOBooter is a Booter that boots a given ISO from a BMC's virtual
@@ -463,7 +468,18 @@ func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot
 // into the site's image cache (under the fetch rule), then inserted from
 // there as the node's virtual CD, the CD its persistent boot device.
 func (s *Set) bootISO(ctx context.Context, m *protocol.Message, b drivers.BMC, ib ISOBooter) error {
-	src := protocol.BootDeviceArgsOf(m.Args).ISOURL
+	bd := protocol.BootDeviceArgsOf(m.Args)
+	if bd.KernelURL != "" {
+		if s.cfg.BootISOURL == nil {
+			return fmt.Errorf("the edge agent of site %s has no image cache (start it with --image-cache-dir and --image-cache-listen): a ramdisk deploy's kernel and ramdisk reach the BMCs only through it", s.cfg.Site)
+		}
+		local, err := s.cfg.BootISOURL(ctx, bd.KernelURL, bd.RamdiskURL, bd.KernelParams)
+		if err != nil {
+			return fmt.Errorf("boot ISO of instance_info kernel and ramdisk: %w", err)
+		}
+		return ib.BootISO(ctx, m.Node, b, local)
+	}
+	src := bd.ISOURL
 	if s.cfg.MediaURL == nil {
 		return fmt.Errorf("the edge agent of site %s has no image cache (start it with --image-cache-dir and --image-cache-listen): a ramdisk deploy's boot_iso reaches the BMCs only through it", s.cfg.Site)
 	}

@@ -28,7 +28,8 @@ func VMediaDeviceTypes() []string { return []string{VMediaDisk, VMediaCDROM, VMe
 // DataVirtualMedia, in a vmedia command's result data, lists the BMC's
 // virtual media devices after the change, in Ironic's GET shape: each
 // {"media_types": [...], "inserted": bool, "image": URL}; an image the
-// operator attached shows the URL the operator gave, any other image
+// operator attached shows the URL the operator gave (without its user
+// information and query, which may hold credentials), any other image
 // only its scheme and host (the site's URLs carry access tokens).
 const DataVirtualMedia = "virtual_media"
 

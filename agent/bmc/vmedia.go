@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/imagechecksum"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -87,7 +88,8 @@ func (s *Set) vmedia(ctx context.Context, m *protocol.Message, b drivers.BMC) er
 }
 
 // shownMedia is the BMC's devices in Ironic's GET shape. The image of a
-// device the operator attached is the URL the operator gave; any other
+// device the operator attached is the URL the operator gave, without its
+// user information and query; any other
 // (the ramdisk's media, another tool's) shows its scheme and host only:
 // the site's media URLs carry access tokens.
 func (s *Set) shownMedia(node string, devs []drivers.MediaDevice) []map[string]any {
@@ -101,7 +103,8 @@ func (s *Set) shownMedia(node string, devs []drivers.MediaDevice) []map[string]a
 			known := false
 			for _, a := range mine {
 				if a.local == image {
-					image, known = a.src, true
+					// Its credentials and query (a signature) left out.
+					image, known = imagechecksum.RedactURL(a.src), true
 					break
 				}
 			}

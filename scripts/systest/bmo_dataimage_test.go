@@ -82,14 +82,29 @@ func TestBMODataImage(t *testing.T) {
 
 	// BMO powers the host off (Spec.Online false), then on: the data
 	// image is handled while it is off.
+	// curl, an independent client.
+	curl := requireTool(t, "curl")
+	call := func(version, method, path, body string) string {
+		t.Helper()
+		args := []string{"-sS", "-X", method, "-H", "Content-Type: application/json", "-H", "X-OpenStack-Ironic-API-Version: " + version, "-w", "\n%{http_code}"}
+		if body != "" {
+			args = append(args, "-d", body)
+		}
+		out, err := exec.Command(curl, append(args, h.cl.Endpoint+path)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl: %v %s", err, out)
+		}
+		return string(out)
+	}
 	h.must("power off", nodes.ChangePowerState(context.Background(), h.cl, h.uuid, nodes.PowerStateOpts{Target: nodes.PowerOff}).ExtractErr())
 	h.waitIdle()
 	if attached, _ := h.dataImageStatus(); attached {
 		t.Fatal("a data image is attached before any attach")
 	}
 	url := origin.URL + "/data.iso"
+	// A signed URL: its query is the signature, never shown back.
 	h.must("AttachVirtualMedia", nodes.AttachVirtualMedia(context.Background(), h.cl, h.uuid, nodes.AttachVirtualMediaOpts{
-		DeviceType: nodes.VirtualMediaCD, ImageURL: url}).ExtractErr())
+		DeviceType: nodes.VirtualMediaCD, ImageURL: url + "?sig=s3cr3t"}).ExtractErr())
 	n := h.waitIdle()
 	if n.LastError != "" {
 		t.Fatalf("attach: last_error %q", n.LastError)
@@ -100,12 +115,15 @@ func TestBMODataImage(t *testing.T) {
 	}
 	found := false
 	for _, v := range l {
-		if v.Inserted && v.Image == url && strings.Contains(strings.Join(v.MediaTypes, ","), "CD") {
+		if v.Inserted && strings.HasPrefix(v.Image, url) && !strings.Contains(v.Image, "s3cr3t") && strings.Contains(strings.Join(v.MediaTypes, ","), "CD") {
 			found = true
 		}
 	}
 	if !found {
-		t.Fatalf("GET vmedia %+v; want the CD inserted with the image BMO gave", l)
+		t.Fatalf("GET vmedia %+v; want the CD inserted with the image BMO gave, without its query", l)
+	}
+	if raw := call("1.93", "GET", "nodes/"+h.uuid+"/vmedia", ""); strings.Contains(raw, "s3cr3t") {
+		t.Fatalf("GET vmedia shows the URL's signature: %s", raw)
 	}
 	cd, size, sum := m.MediaIn(vbmc.SlotCD)
 	if !strings.HasPrefix(cd, "http://"+ag.ImageCacheAddr()+"/images/") || size != int64(len(data)) || "sha256:"+sum != sha256Of(data) {
@@ -128,19 +146,6 @@ func TestBMODataImage(t *testing.T) {
 	}
 
 	// Refusals, with curl.
-	curl := requireTool(t, "curl")
-	call := func(version, method, path, body string) string {
-		t.Helper()
-		args := []string{"-sS", "-X", method, "-H", "Content-Type: application/json", "-H", "X-OpenStack-Ironic-API-Version: " + version, "-w", "\n%{http_code}"}
-		if body != "" {
-			args = append(args, "-d", body)
-		}
-		out, err := exec.Command(curl, append(args, h.cl.Endpoint+path)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("curl: %v %s", err, out)
-		}
-		return string(out)
-	}
 	base := "nodes/" + h.uuid + "/vmedia"
 	for _, c := range []struct{ version, method, path, body, code, says string }{
 		{"1.88", "POST", base, `{"device_type":"cdrom","image_url":"` + url + `"}`, "404", "could not be found"},

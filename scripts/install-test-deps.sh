@@ -51,7 +51,7 @@ PACKAGES+=(mdadm)
 PACKAGES+=(grub-pc-bin grub2-common e2fsprogs)
 # grub-efi-amd64-bin, mtools: with grub-pc-bin and xorriso, grub-mkrescue builds the edge agent's boot ISO of a ramdisk deploy's kernel and ramdisk (agent/sitecache/bootiso.go)
 PACKAGES+=(grub-efi-amd64-bin mtools)
-# stress-ng: keeps both cores busy while timing-sensitive tests are checked on a loaded machine (docs/benchmarks.md, issue 30)
+# stress-ng: keeps both cores busy while timing-sensitive tests are checked on a loaded machine (docs/benchmarks.md)
 PACKAGES+=(stress-ng)
 
 installed() {

@@ -161,3 +161,32 @@ func TestDisablePowerOffFastTrackExpiry(t *testing.T) {
 		t.Fatalf("after the expiry: token %q, op %+v", w.n.AgentToken, w.n.Op)
 	}
 }
+
+// TestDisablePowerOffSecureBootUndeploy: the undeploy of a node that
+// asked for Secure Boot turns it off with its tear down's power command;
+// under disable_power_off that command is a reboot, which still says
+// secure_boot false (not the true of the node's other boots).
+func TestDisablePowerOffSecureBootUndeploy(t *testing.T) {
+	w := newWorld(t)
+	w.n.DisablePowerOff = true
+	w.n.Properties = map[string]any{"capabilities": "secure_boot:true"}
+	w.verb(Manage, VerbRequest{})
+	w.verb(Provide, VerbRequest{})
+	w.n.InstanceInfo = map[string]any{"image_source": "http://x/img"}
+	w.verb(Deploy, VerbRequest{})
+	w.want(Active)
+	off := false
+	w.n.AutomatedClean = &off
+	w.sent = nil
+	w.verb(Undeploy, VerbRequest{})
+	w.want(Available)
+	var power []map[string]any
+	for _, o := range w.sent {
+		if o.Msg.Action == protocol.ActionPower {
+			power = append(power, o.Msg.Args)
+		}
+	}
+	if len(power) != 1 || protocol.PowerArgsOf(power[0]).State != protocol.PowerReboot || power[0][protocol.ArgSecureBoot] != false {
+		t.Fatalf("undeploy's power commands %v; want one reboot with secure_boot false", power)
+	}
+}

@@ -260,6 +260,11 @@ func startUndeploy(m *Machine, n *Node, req VerbRequest, now time.Time, out *Out
 	if m.ramdiskDeploy(n) {
 		plan = ejectISOPlan()
 	}
+	if len(plan) > 0 && SecureBootRequested(n) {
+		// Ironic's clean_up_instance (deconfigure_secure_boot_if_needed):
+		// the tear down's power-off turns Secure Boot off after it.
+		plan[0].Args[protocol.ArgSecureBoot] = false
+	}
 	// The operator's virtual media are ejected, as Ironic's
 	// clean_up_instance ejects every device.
 	plan = append(plan, detachVMedia(n)...)

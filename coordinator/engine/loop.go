@@ -273,20 +273,27 @@ func (e *Engine) ticker() {
 		case <-e.run.stopped:
 			return
 		case <-tk.C():
-			e.submit(func(t *tx) error {
-				for _, n := range e.reg.nodes {
-					// A resting node is ticked only while it keeps its
-					// ramdisk for fast track (powered off at the timeout).
-					if n.Op == nil && n.FastTrackUntil.IsZero() {
-						continue
-					}
-					online := e.sites.Online(n.Site)
-					t.run(n, func() fsm.Output { out := e.m.Tick(n, t.now, online); e.cfg.Metrics.Resent(len(out.Send)); return out })
-				}
-				return nil
-			}, false)
+			_ = e.tick(false)
 		}
 	}
+}
+
+// tick submits one clock tick of every node with an operation (or a
+// ramdisk kept for fast track): timeouts, resends; with wait it returns
+// once the tick is committed.
+func (e *Engine) tick(wait bool) error {
+	return e.submit(func(t *tx) error {
+		for _, n := range e.reg.nodes {
+			// A resting node is ticked only while it keeps its
+			// ramdisk for fast track (powered off at the timeout).
+			if n.Op == nil && n.FastTrackUntil.IsZero() {
+				continue
+			}
+			online := e.sites.Online(n.Site)
+			t.run(n, func() fsm.Output { out := e.m.Tick(n, t.now, online); e.cfg.Metrics.Resent(len(out.Send)); return out })
+		}
+		return nil
+	}, wait)
 }
 
 // submit queues fn for the loop; with wait it returns fn's error after

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
@@ -183,7 +184,11 @@ func TestLastWillAndRetainRules(t *testing.T) {
 	if code := cl.Do("POST", "/v1/sites/site2/credentials", nil, &rot); code != 200 {
 		t.Fatalf("site rotate: %d", code)
 	}
-	time.Sleep(time.Second)
+	// The broker drops the revoked client only after it would have
+	// published its will.
+	if !waitfor.Until(10*time.Second, func() bool { return !c.Broker.HasClient("edge-site2") }) {
+		t.Fatal("the broker still holds the revoked client edge-site2 10 s after the rotation")
+	}
 	if got := retained(t, c.BrokerURL, rot.Username, rot.Password, "edge-site2.r", "bm/v1/site/site2/presence"); strings.Contains(got, "2026-03-03") || strings.Contains(got, `"online":true`) || !strings.Contains(got, `"kind":"presence"`) {
 		t.Errorf("after the rotation site2's retained presence is %q; want the coordinator's offline presence, not the revoked client's will", got)
 	}

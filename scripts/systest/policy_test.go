@@ -16,6 +16,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/lib/ratelog"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
@@ -56,7 +57,11 @@ func TestSecondaryClientCannotSayOffline(t *testing.T) {
 	} else if !strings.Contains(s.out, "CONNACK (135)") && !strings.Contains(s.out, "CONNACK (134)") {
 		t.Errorf("a second client's presence will: refused, but not as not authorized:\n%s", s.out)
 	}
-	time.Sleep(500 * time.Millisecond) // what was taken would have reached the engine
+	// Gone from the broker, a client's publishes and its will (had it
+	// been taken) are handed to the engine.
+	if !waitfor.Until(10*time.Second, func() bool { return !c.Broker.HasClient("edge-site1.w") && !c.Broker.HasClient("edge-site1.tool") }) {
+		t.Fatal("the broker still holds edge-site1.w or edge-site1.tool 10 s after they ended")
+	}
 	if on, _ := siteOnline(cl, "site1"); !on {
 		t.Fatal("a second client of the site made it offline")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
@@ -118,7 +119,9 @@ func TestPowerSyncIPMI(t *testing.T) {
 	// Behind the coordinator's back.
 	seen, cancel2 := observe(4 * time.Second)
 	defer cancel2()
-	time.Sleep(500 * time.Millisecond) // the observer subscribes
+	if !waitfor.Until(10*time.Second, func() bool { return c.Broker.Subscribed("edge-rack1.observer", "bm/v1/site/rack1/bmc/evt") }) {
+		t.Fatal("the observer did not subscribe within 10 s")
+	}
 	if out, err := sim.Ipmitool("chassis", "power", "on"); err != nil {
 		t.Fatal(out, err)
 	}

@@ -22,6 +22,8 @@ type subSession struct {
 	// subscribed is closed once mosquitto_sub has read its SUBACK.
 	subscribed chan struct{}
 	kill       func()
+	// printed is what it printed so far.
+	printed lockedBuffer
 }
 
 // startSub starts mosquitto_sub as user/clientID on filter with extra
@@ -52,6 +54,7 @@ func startSub(t *testing.T, brokerURL, user, pass, clientID, filter string, extr
 		for sc.Scan() {
 			l := sc.Text()
 			all.WriteString(l + "\n")
+			_, _ = s.printed.Write([]byte(l + "\n"))
 			if !subacked && strings.Contains(l, "Subscribed (mid") {
 				subacked = true
 				close(s.subscribed)

@@ -365,7 +365,12 @@ func TestSimulatedSiteSurvivesAgentKill9(t *testing.T) {
 	time.Sleep(time.Second)
 	ag.kill()
 	t.Log("killed the edge agent with SIGKILL while every node ran a clean step")
-	time.Sleep(2 * time.Second)
+	// The site without its agent until the coordinator knows it (the
+	// broker publishes the dead connection's will).
+	waitFor(t, 30*time.Second, "the coordinator counts the site offline", func() (bool, string) {
+		on, _ := siteOnline(cl, "site1")
+		return !on, "site1 still online"
+	})
 	startAgentProcess(t, bin, agentLog, append(agentArgs[:len(agentArgs)-1:len(agentArgs)-1], testrig.FreeAddr(t))...)
 	for _, id := range ids {
 		if n := cl.WaitRest(id, 90*time.Second); n.State != "available" {

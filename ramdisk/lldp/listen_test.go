@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/lib/lldp"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // helperResult is what the listener run inside the test's namespace
@@ -216,16 +217,13 @@ func lldpdCase(t *testing.T, bridge bool) {
 // port of it has, both a moment after the links are set up.
 func waitOperUp(t *testing.T, ns, ifc string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := exec.Command("ip", "netns", "exec", ns, "cat", filepath.Join("/sys/class/net", ifc, "operstate")).Output()
-		if err == nil && strings.TrimSpace(string(out)) == "up" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s in %s: operstate %q after 10 s, want up (%v)", ifc, ns, strings.TrimSpace(string(out)), err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var state string
+	if !waitfor.Until(10*time.Second, func() bool {
+		out, _ := exec.Command("ip", "netns", "exec", ns, "cat", filepath.Join("/sys/class/net", ifc, "operstate")).Output()
+		state = strings.TrimSpace(string(out))
+		return state == "up"
+	}) {
+		t.Fatalf("%s in %s: operstate %q after 10 s, want up", ifc, ns, state)
 	}
 }
 

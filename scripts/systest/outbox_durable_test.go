@@ -362,7 +362,16 @@ func TestSimulatedSiteSurvivesAgentKill9(t *testing.T) {
 		}
 		return running == nodes, fmt.Sprintf("%d of %d run a clean step", running, nodes)
 	})
-	time.Sleep(time.Second)
+	// Into the step: every ramdisk's heartbeats say how far it got.
+	waitFor(t, 30*time.Second, "every node's ramdisk reports progress in its clean step", func() (bool, string) {
+		going := 0
+		for _, id := range ids {
+			if p, _ := cl.Get(id).CleanStep["progress"].(float64); p > 0 {
+				going++
+			}
+		}
+		return going == nodes, fmt.Sprintf("%d of %d report progress", going, nodes)
+	})
 	ag.kill()
 	t.Log("killed the edge agent with SIGKILL while every node ran a clean step")
 	// The site without its agent until the coordinator knows it (the

@@ -329,7 +329,14 @@ func TestAgentMessageMarksSiteOnline(t *testing.T) {
 	waitOnline(false, "the agent's own offline presence")
 	// A message of another client of the site is no sign of the agent.
 	send("edge-site3.tool", protocol.BMCEvtTopic("site3"), "{}")
-	time.Sleep(500 * time.Millisecond)
+	// Gone from the broker, its publish went through the broker's note
+	// of who published; settled, the engine did what that asked of it.
+	if !waitfor.Until(10*time.Second, func() bool { return !c.Broker.HasClient("edge-site3.tool") }) {
+		t.Fatal("the broker still holds edge-site3.tool 10 s after its publish")
+	}
+	if err := c.Engine.Settle(); err != nil {
+		t.Fatal(err)
+	}
 	if on, _ := siteOnline(cl, "site3"); on {
 		t.Fatal("a message from a second client of the site brought it online")
 	}

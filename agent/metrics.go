@@ -72,15 +72,20 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 // siteBrokerCollector shows the site broker's connection budget: the
 // connections it holds and those refused at accept, by kind
 // (netbudget's: total, per-source, pending, pending-per-source, evicted,
-// fd-pool, fd-reserve). Nothing without a site broker.
+// fd-pool, fd-reserve), nothing of it without a site broker; and the
+// refusals of the simulated nodes' rescue logins (lib/rescuessh's kinds),
+// as listener rescue-ssh.
 type siteBrokerCollector struct{ a *Agent }
 
 var (
 	listenerConnsDesc = prometheus.NewDesc(metricsNamespace+"_listener_connections",
 		"Connections held now by the site broker (state: open, of which pending: before their whole CONNECT).", []string{"listener", "state"}, nil)
 	listenerRefusedDesc = prometheus.NewDesc(metricsNamespace+"_listener_refused_total",
-		"Connections the site broker closed at accept, before TLS or any read, because a budget was full, or closed while pending to make room for "+
-			"a source that held fewer (kind: total, per-source, pending, pending-per-source, evicted, fd-pool, fd-reserve).", []string{"listener", "kind"}, nil)
+		"Connections the site broker (listener site-broker) or the simulated nodes' rescue logins (rescue-ssh) closed at accept, before TLS or any read, "+
+			"because a budget was full, or closed while pending to make room for a source that held fewer (kind: total, per-source, pending, "+
+			"pending-per-source, evicted, fd-pool, fd-reserve); and the rescue logins' refused logins and sessions (kind: login-budget, a try refused "+
+			"unchecked with its source's failure budget spent; login-failed, a wrong user or password; sessions, a session over the session budget).",
+		[]string{"listener", "kind"}, nil)
 )
 
 func (c siteBrokerCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -89,6 +94,9 @@ func (c siteBrokerCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c siteBrokerCollector) Collect(ch chan<- prometheus.Metric) {
+	for kind, n := range c.a.sim.RescueRefused() {
+		ch <- prometheus.MustNewConstMetric(listenerRefusedDesc, prometheus.CounterValue, float64(n), "rescue-ssh", kind)
+	}
 	if c.a.relay == nil {
 		return
 	}

@@ -7,6 +7,7 @@ package protocol
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -405,6 +406,11 @@ type Message struct {
 	Running  string  `json:"running,omitempty"`
 	Progress float64 `json:"progress,omitempty"`
 	Detail   string  `json:"detail,omitempty"`
+	// RescueRefused, in a heartbeat of a ramdisk whose rescue login
+	// runs, counts what that login refused since it started, by kind
+	// (RescueRefusalKinds; kinds with none left out): the coordinator
+	// adds them up on its /metrics.
+	RescueRefused map[string]int64 `json:"rescue_refused,omitempty"`
 
 	// Presence. Relay, in an edge agent's online presence, says that the
 	// agent relays every ramdisk of its site (site broker, or simulated
@@ -484,6 +490,9 @@ func (m *Message) Validate() error {
 	check, ok := kindChecks[m.Kind]
 	if !ok {
 		return fmt.Errorf("message %q has unknown kind %q", m.ID, m.Kind)
+	}
+	if len(m.RescueRefused) > 0 && m.Kind != KindHeartbeat {
+		return fmt.Errorf("%s message %q carries rescue_refused; only a heartbeat does", m.Kind, m.ID)
 	}
 	return check(m)
 }
@@ -586,7 +595,34 @@ func checkHeartbeat(m *Message) error {
 	if m.Progress < 0 || m.Progress > 1 {
 		return fmt.Errorf("heartbeat %q has progress %v outside 0..1", m.ID, m.Progress)
 	}
+	if err := checkRescueRefused(m); err != nil {
+		return err
+	}
 	return m.need(m.Token != "", "token")
+}
+
+// Kinds of refusal of a rescue login (Message.RescueRefused): its
+// listener's, at accept (a connection over its cap, over its source's
+// share, over the cap or the source's share of those not logged in yet,
+// closed to make room for a source that held fewer, over the descriptor
+// pool or into its reserve), and its logins' and sessions' (a try
+// refused unchecked with the source's failure budget spent, a wrong user
+// or password, a session over the session budget).
+var RescueRefusalKinds = []string{"total", "per-source", "pending", "pending-per-source", "evicted", "fd-pool", "fd-reserve",
+	"login-budget", "login-failed", "sessions"}
+
+// checkRescueRefused: known kinds only (so the coordinator's series stay
+// bounded), none negative.
+func checkRescueRefused(m *Message) error {
+	for k, n := range m.RescueRefused {
+		if !slices.Contains(RescueRefusalKinds, k) {
+			return fmt.Errorf("heartbeat %q counts rescue refusals of unknown kind %q; the kinds are %s", m.ID, k, strings.Join(RescueRefusalKinds, ", "))
+		}
+		if n < 0 {
+			return fmt.Errorf("heartbeat %q counts %d rescue refusals of kind %q; a count is at least 0", m.ID, n, k)
+		}
+	}
+	return nil
 }
 
 // checkBeats: a summary of at most MaxBeats valid heartbeats of its site.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	neturl "net/url"
@@ -101,7 +102,10 @@ type State struct {
 type SentBeat struct {
 	Token, Running, Detail string
 	Progress               float64
-	At                     time.Time
+	// RescueRefused are the rescue login's refusals it counted: more is
+	// news too (the coordinator's /metrics).
+	RescueRefused map[string]int64
+	At            time.Time
 }
 
 // Outbox is what the relay needs of the durable outbox (agent/outbox).
@@ -227,11 +231,12 @@ const (
 
 // newsBeat tells whether b is news against what the summaries last
 // carried for its node: a new boot or step, a new detail, progress moved
-// by progressStep or reached 1, or BeatRefresh passed.
+// by progressStep or reached 1, new rescue refusals, or BeatRefresh
+// passed.
 func newsBeat(last SentBeat, ok bool, b *protocol.Message, now time.Time) bool {
 	return !ok || b.Token != last.Token || b.Running != last.Running || b.Detail != last.Detail ||
 		math.Abs(b.Progress-last.Progress) >= progressStep || (b.Progress == 1 && last.Progress != 1) ||
-		now.Sub(last.At) >= BeatRefresh
+		!maps.Equal(b.RescueRefused, last.RescueRefused) || now.Sub(last.At) >= BeatRefresh
 }
 
 type summaryPart struct {
@@ -612,7 +617,7 @@ func (r *Relay) sendSummary(parts []summaryPart, chunk []protocol.Message, queue
 	r.mu.Lock()
 	for i := range chunk {
 		x := &chunk[i]
-		r.st.Sent[x.Node] = SentBeat{Token: x.Token, Running: x.Running, Detail: x.Detail, Progress: x.Progress, At: now}
+		r.st.Sent[x.Node] = SentBeat{Token: x.Token, Running: x.Running, Detail: x.Detail, Progress: x.Progress, RescueRefused: x.RescueRefused, At: now}
 	}
 	r.mu.Unlock()
 	// Not written to disk: a summary is only worth its latest state,

@@ -128,10 +128,19 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 			if leaf != "evt" {
 				return nil
 			}
+			e.noteRescueRefused(n, msg)
 			t.run(n, func() fsm.Output { return e.m.Heartbeat(n, msg, t.now) })
 		default:
 			e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q is not accepted from agents", msg.Kind))
 		}
 		return nil
 	}, false)
+}
+
+// noteRescueRefused counts a heartbeat's rescue refusals on /metrics if
+// the heartbeat is the node's ramdisk's (its agent token).
+func (e *Engine) noteRescueRefused(n *fsm.Node, msg *protocol.Message) {
+	if n.AgentToken != "" && msg.Token == n.AgentToken {
+		e.cfg.Metrics.RescueRefused(n.UUID, msg.Token, msg.RescueRefused)
+	}
 }

@@ -54,6 +54,7 @@ type Metrics struct {
 	// steps holds each node's running step, for its duration.
 	steps     map[string]stepRun
 	stepNames map[string]bool
+	rescue    rescueRefusals
 }
 
 // stepRun is a node's running step as last seen.
@@ -70,7 +71,8 @@ type stepRun struct {
 // New returns the coordinator's metrics, with Go runtime and process
 // metrics in the same registry.
 func New() *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), steps: map[string]stepRun{}, stepNames: map[string]bool{}}
+	m := &Metrics{reg: prometheus.NewRegistry(), steps: map[string]stepRun{}, stepNames: map[string]bool{},
+		rescue: rescueRefusals{last: map[string]rescueLast{}, totals: map[string]int64{}}}
 	f := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: Namespace, Name: name, Help: help}
 	}

@@ -141,7 +141,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 		e.Close()
 		return nil, err
 	}
-	met.Registry().MustRegister(connCollector{pool})
+	met.Registry().MustRegister(connCollector{pool: pool, rescue: met.RescueRefusals})
 	c := &Coordinator{Engine: e, Metrics: met, Conns: pool}
 	ctx, c.cancel = context.WithCancel(ctx)
 	user, pass := e.CoordinatorCredentials()

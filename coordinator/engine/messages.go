@@ -55,6 +55,10 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		e.handleBeats(site, msg)
 		return
 	}
+	if leaf == "bmc/evt" && msg.Kind == protocol.KindDiscovery {
+		e.handleDiscovery(site, msg)
+		return
+	}
 	if leaf == "bmc/evt" && msg.Kind == protocol.KindResult && msg.Node == "" {
 		e.handleSiteResult(site, msg)
 		return

@@ -44,6 +44,8 @@ func (a *Agent) keepBeforeAck() {
 func (a *Agent) handleOne(leaf, node string, m *protocol.Message) (keep bool) {
 	a.markHeard()
 	switch leaf {
+	case "discovery":
+		a.takeDiscoveryConfig(m)
 	case "bmc/cmd":
 		switch m.Kind {
 		case protocol.KindAck:

@@ -31,6 +31,10 @@ const (
 const (
 	DataInventory = "inventory"
 	DataBootMAC   = "boot_mac"
+	// DataProperties are the node properties the ramdisk computed from
+	// the inventory (cpus, memory_mb, local_gb, cpu_arch), as
+	// inspect_hardware's result gives them.
+	DataProperties = "properties"
 )
 
 // DiscoveryNodePrefix starts the name of a ramdisk in discovery mode:

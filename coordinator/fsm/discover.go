@@ -44,6 +44,9 @@ type DiscoveryReport struct {
 	BMCAddress string
 	Serial     string
 	Inventory  map[string]any
+	// Properties are what the ramdisk computed of the inventory (the
+	// keys inspection sets: cpus, memory_mb, local_gb, cpu_arch).
+	Properties map[string]any
 }
 
 // ReadDiscovery reads a discovery report (a message protocol.Decode
@@ -51,6 +54,19 @@ type DiscoveryReport struct {
 func ReadDiscovery(msg *protocol.Message) (DiscoveryReport, error) {
 	inv, _ := msg.Data[protocol.DataInventory].(map[string]any)
 	r := DiscoveryReport{Inventory: inv}
+	if p, ok := msg.Data[protocol.DataProperties].(map[string]any); ok {
+		r.Properties = map[string]any{}
+		for _, k := range []string{"cpus", "memory_mb", "local_gb", "cpu_arch"} {
+			switch v := p[k].(type) {
+			case float64, int, int64:
+				r.Properties[k] = v
+			case string:
+				if len(v) <= 64 {
+					r.Properties[k] = v
+				}
+			}
+		}
+	}
 	seen := map[string]bool{}
 	ifaces, _ := inv["interfaces"].([]any)
 	for _, x := range ifaces {
@@ -180,6 +196,11 @@ func (m *Machine) Discovered(n *Node, s DiscoverySite, r DiscoveryReport, now ti
 	}
 	if n.Properties == nil {
 		n.Properties = map[string]any{}
+	}
+	if len(r.Properties) > 0 {
+		props := maps.Clone(n.Properties)
+		maps.Copy(props, r.Properties)
+		n.Properties = props
 	}
 	takeBootMode(n, r.Inventory)
 	desc := fmt.Sprintf("node enrolled by discovery at site %s: MACs %s", n.Site, strings.Join(r.MACs, ", "))

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -167,5 +169,91 @@ func TestDiscoverySimulated(t *testing.T) {
 	if len(all.Nodes) != 3 {
 		b, _ := json.Marshal(all)
 		t.Fatalf("nodes: %s", b)
+	}
+}
+
+// TestDiscoveryWANCut: discovery goes on while the site's WAN is down.
+// The site (its edge agent, the real binary, in a network namespace
+// behind a link the test cuts) has three simulated unknown machines;
+// discovery is turned on and the link cut before they report. Their
+// reports wait in the agent's outbox; the agent is killed and started
+// again while the link is still down (the configuration it goes by is
+// in its state folder), and the machines boot and report again. When
+// the link returns the coordinator enrolls three nodes, not six: each
+// machine's second report is the same machine, seen again.
+func TestDiscoveryWANCut(t *testing.T) {
+	t.Parallel()
+	needWAN(t)
+	w := newWAN(t, wanVeth)
+	bin := buildAgent(t)
+	c := testrig.Coordinator(t, testrig.Options{MQTT: w.FreePort()})
+	cl := testrig.NewClient(t, c)
+	var creds agent.Credentials
+	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, &creds); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	dir := t.TempDir()
+	credFile := filepath.Join(dir, "site1.json")
+	b, _ := json.Marshal(creds)
+	if err := os.WriteFile(credFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "agent.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("agent.log:\n%s", b)
+		}
+	})
+	logCount := func(s string) int {
+		b, _ := os.ReadFile(logPath)
+		return strings.Count(string(b), s)
+	}
+	ip, args := w.Command(bin, "--credentials-file", credFile, "--state-dir", filepath.Join(dir, "state"), "--power-sync-interval", "0",
+		"--simulate-unknown", "3", "--boot-delay", "6s", "--resend-interval", "1s")
+	p := startAgentProcess(t, ip, logPath, args...)
+	waitFor(t, 30*time.Second, "the agent in the namespace connects", func() (bool, string) {
+		return logCount("edge agent connected") == 1, "no 'edge agent connected' in its log"
+	})
+	if code := cl.Do("PATCH", "/v1/sites/site1", map[string]any{"discovery": true, "discovery_driver": "fake-hardware"}, nil); code != 200 {
+		t.Fatalf("PATCH: %d", code)
+	}
+	waitFor(t, 10*time.Second, "the agent takes the configuration", func() (bool, string) {
+		return logCount("site discovery on") == 1, "no 'site discovery on' in its log"
+	})
+	w.Cut()
+	cut := time.Now()
+	waitFor(t, 30*time.Second, "three machines reported at the site", func() (bool, string) {
+		return logCount("machine discovered") == 3, fmt.Sprintf("%d", logCount("machine discovered"))
+	})
+	p.kill()
+	p = startAgentProcess(t, ip, logPath, args...)
+	waitFor(t, 30*time.Second, "the restarted agent's machines report again", func() (bool, string) {
+		return logCount("machine discovered") == 6, fmt.Sprintf("%d", logCount("machine discovered"))
+	})
+	if s := showSite(t, cl, "site1"); s.Discovered != 0 {
+		t.Fatalf("the coordinator enrolled %d nodes while the link was down", s.Discovered)
+	}
+	w.Restore()
+	t.Logf("link down %s", time.Since(cut).Round(time.Second))
+	var s siteShow
+	waitFor(t, 60*time.Second, "three nodes enrolled after the link returned", func() (bool, string) {
+		s = showSite(t, cl, "site1")
+		return s.Discovered == 3, fmt.Sprintf("%d discovered", s.Discovered)
+	})
+	// Every report reached it: each node was seen again once.
+	waitFor(t, 30*time.Second, "each machine seen again", func() (bool, string) {
+		again := 0
+		for _, dn := range s.DiscoveredNodes {
+			for _, h := range historyOf(t, cl, dn.UUID) {
+				if strings.Contains(h.Event, "seen again") {
+					again++
+				}
+			}
+		}
+		return again == 3, fmt.Sprintf("%d seen-again events", again)
+	})
+	if s := showSite(t, cl, "site1"); s.Discovered != 3 {
+		t.Fatalf("later: %d discovered", s.Discovered)
 	}
 }

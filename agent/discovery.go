@@ -167,3 +167,11 @@ func (a *Agent) simDiscoveryBoot(ctx context.Context, i int) {
 	// (or refuses it for good).
 	a.relay.FromRamdisk(protocol.NodeEvtTopic(a.cfg.Site, node), b)
 }
+
+// Discovery is the site's discovery configuration as the agent goes by
+// it, and how many discovery boots wait for their report and how many
+// reports the coordinator has not made nodes of yet.
+func (a *Agent) Discovery() (c protocol.DiscoveryConfig, boots, reports int) {
+	boots, reports = a.disc.Pending()
+	return a.disc.Config(), boots, reports
+}

@@ -3,7 +3,9 @@ package systest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,6 +158,18 @@ func TestDiscoverySimulated(t *testing.T) {
 	}
 	if !macs[unknownMAC("disc1", 0)] || !macs[unknownMAC("disc1", 1)] {
 		t.Fatalf("discovered MACs %v", macs)
+	}
+	// The web view's site page says discovery is on and lists them.
+	resp, err := http.Get(cl.Base + "/ui/sites/disc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`<dd id="site-discovery"><span class="ok">on</span>: 2 of at most 5 nodes discovered`, s.DiscoveredNodes[0].UUID, s.DiscoveredNodes[1].UUID} {
+		if !strings.Contains(string(page), want) {
+			t.Fatalf("the site page lacks %q:\n%s", want, page)
+		}
 	}
 	// The known machine's node is the only one with its MAC, and stays.
 	time.Sleep(2 * time.Second)

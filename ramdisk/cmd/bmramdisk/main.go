@@ -45,6 +45,15 @@ func main() {
 	if err := run(ctx, p); err != nil {
 		fatal(p, err)
 	}
+	if p.Mode == boot.ModeDiscovery && p.Broker != "" {
+		if err := discover(ctx, p); err != nil {
+			fatal(p, err)
+		}
+		if err := boot.PowerOff(); err != nil {
+			fatal(p, err)
+		}
+		return
+	}
 	if p.Broker == "" {
 		logger.Printf("no bm.broker: nothing to serve; powering off")
 		if err := boot.PowerOff(); err != nil {

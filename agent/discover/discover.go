@@ -142,18 +142,7 @@ func (g *Gate) Admit(mac net.HardwareAddr) (ok bool, reason string) {
 	if !g.conf.Enabled {
 		return false, ReasonOff
 	}
-	for m, at := range g.pending {
-		if now.Sub(at) > PendingTTL {
-			delete(g.pending, m)
-		}
-	}
-	for m, r := range g.reported {
-		// One the coordinator refused (its cap) is not a node; a day
-		// on, it no longer holds a place.
-		if now.Sub(r.at) > reportedTTL {
-			delete(g.reported, m)
-		}
-	}
+	g.purgeLocked(now)
 	if _, ok := g.pending[key]; ok {
 		return true, ""
 	}
@@ -180,6 +169,22 @@ func (g *Gate) Admit(mac net.HardwareAddr) (ok bool, reason string) {
 	g.tokens--
 	g.pending[key] = now
 	return true, ""
+}
+
+// purgeLocked forgets the boots answered PendingTTL ago without a
+// report, and the reports the coordinator never made a node of a day on
+// (it refused them: its cap). g.mu is held.
+func (g *Gate) purgeLocked(now time.Time) {
+	for m, at := range g.pending {
+		if now.Sub(at) > PendingTTL {
+			delete(g.pending, m)
+		}
+	}
+	for m, r := range g.reported {
+		if now.Sub(r.at) > reportedTTL {
+			delete(g.reported, m)
+		}
+	}
 }
 
 // Password is the credential of the discovery boot of mac.
@@ -241,6 +246,7 @@ func (g *Gate) Report(node, id string) (first, dup bool) {
 func (g *Gate) Pending() (boots, reports int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.purgeLocked(g.clock.Now())
 	return len(g.pending), len(g.reported)
 }
 

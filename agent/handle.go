@@ -17,6 +17,11 @@ func (a *Agent) handle(topic string, payload []byte) {
 		}
 		return
 	}
+	if leaf == "discovery" && len(payload) == 0 {
+		// The coordinator cleared it: the site was deleted.
+		a.takeDiscoveryConfig(&protocol.Message{Kind: protocol.KindDiscoveryConfig, Discovery: &protocol.DiscoveryConfig{}})
+		return
+	}
 	m, err := protocol.Decode(payload)
 	if err != nil {
 		a.log.Warn("message rejected", "topic", topic, "reason", err)

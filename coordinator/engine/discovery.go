@@ -214,10 +214,10 @@ func (e *Engine) discoveryPublisher() {
 }
 
 // DiscoveryConfig is the configuration a site's edge agent is given (ok
-// false for a site that never had a discovery setting).
+// false for a site that is not registered).
 func (e *Engine) DiscoveryConfig(site string) (protocol.DiscoveryConfig, bool) {
 	s, ok := e.sites.Get(site)
-	if !ok || s.Discovery == nil {
+	if !ok {
 		return protocol.DiscoveryConfig{}, false
 	}
 	d := s.DiscoveryOf()
@@ -231,17 +231,21 @@ func (e *Engine) DiscoveryConfig(site string) (protocol.DiscoveryConfig, bool) {
 	return c, true
 }
 
-// publishDiscovery publishes a site's configuration, retained.
+// publishDiscovery publishes a site's configuration, retained; a site
+// that is not registered (deleted) has its retained configuration
+// cleared, so that a site registered again under its name starts off.
 func (e *Engine) publishDiscovery(site string) {
-	c, ok := e.DiscoveryConfig(site)
-	if !ok || e.run.pub == nil {
+	if e.run.pub == nil {
 		return
 	}
-	m := &protocol.Message{Kind: protocol.KindDiscoveryConfig, ID: randomHex(), Site: site, Sent: e.cfg.Clock.Now(), Discovery: &c}
-	b, err := protocol.Encode(m)
-	if err != nil {
-		e.cfg.Log.Error("discovery configuration not published", "site", site, "err", err)
-		return
+	var b []byte
+	if c, ok := e.DiscoveryConfig(site); ok {
+		m := &protocol.Message{Kind: protocol.KindDiscoveryConfig, ID: randomHex(), Site: site, Sent: e.cfg.Clock.Now(), Discovery: &c}
+		var err error
+		if b, err = protocol.Encode(m); err != nil {
+			e.cfg.Log.Error("discovery configuration not published", "site", site, "err", err)
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(e.run.ctx, 10*time.Second)
 	defer cancel()

@@ -95,6 +95,7 @@ func (e *Engine) DeleteSite(name string) error {
 	}
 	e.revoke("site:" + name)
 	e.siteGone(name, true)
+	e.discoveryDirty(name)
 	e.cfg.Log.Info("site deleted; its edge agent's connections closed", "site", name)
 	return nil
 }

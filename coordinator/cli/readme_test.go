@@ -134,17 +134,17 @@ func TestReadmeWalkthrough(t *testing.T) {
 		t.Errorf("n1 properties not filled by inspection: %v", n.Properties)
 	}
 	// The site's two machines that belong to no node were discovered.
-	var site struct {
+	var site1 struct {
 		Discovered int `json:"discovered"`
 	}
 	if resp, err := http.Get("http://" + api + "/v1/sites/site1"); err != nil {
 		t.Fatal(err)
 	} else {
-		_ = json.NewDecoder(resp.Body).Decode(&site)
+		_ = json.NewDecoder(resp.Body).Decode(&site1)
 		resp.Body.Close()
 	}
-	if site.Discovered != 2 {
-		t.Errorf("after the walk-through site1 has %d discovered nodes, want 2", site.Discovered)
+	if site1.Discovered != 2 {
+		t.Errorf("after the walk-through site1 has %d discovered nodes, want 2", site1.Discovered)
 	}
 	// The deploys went through the site cache, which fetched the image
 	// from make run's image server.

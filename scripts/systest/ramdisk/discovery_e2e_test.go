@@ -4,22 +4,28 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bmedge/bmedge/agent/netboot/labnet"
+	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // TestDiscoveryQEMU: a QEMU VM that is no node (its MAC is no port) on
-// the site network of the test's own boots by network at a site with
+// the site network of the test's own, with a BMC (ipmi_sim, on the VM's
+// system interface through QEMU's ipmi-bmc-extern and isa-ipmi-kcs,
+// its LAN address set with ipmitool), boots by network at a site with
 // discovery on: the edge agent answers its UEFI firmware's PXE client,
-// the real ramdisk boots in discovery mode, reports its inventory to the
-// site broker and powers the VM off (QEMU exits); the coordinator
-// enrolls one node: in enroll, auto_discovered, a PXE port of the VM's
-// MAC, the VM's memory and CPUs in its properties, its inventory kept.
+// the real ramdisk boots in discovery mode, reads the BMC's address in
+// band, reports its inventory to the site broker and powers the VM off
+// (QEMU exits); the coordinator enrolls one node: in enroll,
+// auto_discovered, driver ipmi with the BMC's address as ipmi_address, a
+// PXE port of the VM's MAC, the VM's memory and CPUs in its properties,
+// its inventory kept.
 // Booted again, the VM is not answered (its MAC is the node's now) and
 // no second node appears.
 func TestDiscoveryQEMU(t *testing.T) {
@@ -37,8 +43,17 @@ func TestDiscoveryQEMU(t *testing.T) {
 		}
 		t.Skip("OVMF is missing (Debian package ovmf)")
 	}
+	labnet.Need(t, "ipmitool")
 	start := time.Now()
 	site := labnet.New(t)
+	kcs := testrig.FreeAddr(t)
+	bmc := ipmisim.StartTest(t, ipmisim.Options{SerialKCS: kcs})
+	const bmcIP = "10.254.7.9"
+	if out, err := exec.Command("ipmitool", "-I", "lanplus", "-C", "3", "-H", bmc.Host, "-p", fmt.Sprint(bmc.Port), "-U", "admin", "-P", "password",
+		"lan", "set", "1", "ipaddr", bmcIP).CombinedOutput(); err != nil {
+		t.Fatalf("ipmitool lan set: %v %s", err, out)
+	}
+	kcsHost, kcsPort, _ := strings.Cut(kcs, ":")
 	const vmMAC = "52:54:00:d1:5c:01"
 	tee := &logTee{next: testrig.Logger(t).Handler()}
 	l := newLab(t, labOptions{Netboot: site, NetKernel: kernel, NetInitrd: initrd, AgentLog: slog.New(tee)})
@@ -53,6 +68,8 @@ func TestDiscoveryQEMU(t *testing.T) {
 	tap := site.Tap()
 	vm := func(console string) vmSpec {
 		return vmSpec{Firmware: ovmfFirmware, Console: console, Args: []string{"-device", "virtio-rng-pci",
+			"-chardev", "socket,id=ipmi0,host=" + kcsHost + ",port=" + kcsPort + ",reconnect=10",
+			"-device", "ipmi-bmc-extern,chardev=ipmi0,id=bmc0", "-device", "isa-ipmi-kcs,bmc=bmc0",
 			"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
 			"-device", "virtio-net-pci,netdev=n0,mac=" + vmMAC + ",romfile=,bootindex=1"}}
 	}
@@ -79,7 +96,7 @@ func TestDiscoveryQEMU(t *testing.T) {
 	n := cl.Get(s.DiscoveredNodes[0].UUID)
 	mem, _ := n.Properties["memory_mb"].(float64)
 	if n.State != "enroll" || n.ConductorGroup != "lab" || n.InternalInfo["auto_discovered"] != true || n.PowerState != "power off" ||
-		n.Properties["cpus"] != 1.0 || mem < 900 || mem > 1100 {
+		n.Properties["cpus"] != 1.0 || mem < 900 || mem > 1100 || n.DriverInfo["ipmi_address"] != bmcIP {
 		t.Fatalf("discovered node: %+v", n)
 	}
 	var ports struct {

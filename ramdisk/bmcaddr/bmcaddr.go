@@ -27,27 +27,22 @@ var Channels = []uint8{1, 2, 3, 8}
 // ErrNoBMC: the machine has no BMC the kernel's IPMI driver reaches.
 var ErrNoBMC = errors.New("no IPMI device (no BMC, or one the kernel's ipmi_si driver does not reach)")
 
+// LoadModules loads the kernel's IPMI driver: ipmi_si loads by the ACPI
+// or SMBIOS device of a BMC (the ramdisk's modalias pass), ipmi_devintf,
+// which makes the device, has no alias. The ramdisk calls it at start; a
+// failed load is no error (no BMC, or the driver built in).
+func LoadModules() {
+	if p, err := kmodule.NewProber(kmodule.ProbeOpts{}); err == nil {
+		_ = p.Probe("ipmi_si", "")
+		_ = p.Probe("ipmi_devintf", "")
+	}
+}
+
 // Read returns the BMC's IPv4 address ("" when no channel has one),
 // each channel asked within timeout.
 func Read(ctx context.Context, timeout time.Duration) (string, error) {
 	if _, err := os.Stat(Device); err != nil {
-		// ipmi_si loads by the ACPI or SMBIOS device of a BMC (the
-		// modalias pass); ipmi_devintf, which makes the device, has
-		// no alias.
-		if p, err := kmodule.NewProber(kmodule.ProbeOpts{}); err == nil {
-			_ = p.Probe("ipmi_si", "")
-			_ = p.Probe("ipmi_devintf", "")
-		}
-		deadline := time.Now().Add(2 * time.Second)
-		for {
-			if _, err := os.Stat(Device); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				return "", ErrNoBMC
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		return "", ErrNoBMC
 	}
 	var b open.DeviceBackend
 	if err := b.Connect(ctx, 0); err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/bmedge/bmedge/lib/mqttlink"
 	"github.com/bmedge/bmedge/lib/session"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/ramdisk/bmcaddr"
 	"github.com/bmedge/bmedge/ramdisk/boot"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 	"github.com/bmedge/bmedge/ramdisk/inventory"
@@ -191,6 +192,7 @@ func loadModules(ctx context.Context, quiet bool) error {
 
 func run(ctx context.Context, p boot.Params) error {
 	bootMode()
+	bmcaddr.LoadModules()
 	if _, err := boot.WaitRandom(logger.Printf); err != nil {
 		return err
 	}

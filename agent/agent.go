@@ -108,12 +108,13 @@ func New(cfg Config) *Agent {
 		Publish: a.publish, Resent: func(n int) { a.metrics.resent.Add(float64(n)) }})
 	a.bmcs = bmc.New(bmc.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Builders: a.builders(), Concurrency: cfg.BMCConcurrency,
 		PowerSyncInterval: cfg.PowerSyncInterval, PowerSyncConcurrency: cfg.PowerSyncConcurrency,
-		Report:   func(m *protocol.Message) { a.ob.Send(protocol.BMCEvtTopic(cfg.Site), m, time.Time{}) },
-		Paused:   a.ob.Full,
-		Observe:  func(err error) { a.observePowerRead(err) },
-		BlobURL:  func(ctx context.Context, u, sum string) (string, error) { return a.cache.BlobURL(ctx, u, sum) },
-		MediaURL: func(ctx context.Context, u string) (string, error) { return a.cache.MediaURL(ctx, u) },
-		NewID:    outbox.NewID})
+		Report:     func(m *protocol.Message) { a.ob.Send(protocol.BMCEvtTopic(cfg.Site), m, time.Time{}) },
+		Paused:     a.ob.Full,
+		Observe:    func(err error) { a.observePowerRead(err) },
+		BlobURL:    func(ctx context.Context, u, sum string) (string, error) { return a.cache.BlobURL(ctx, u, sum) },
+		MediaURL:   func(ctx context.Context, u string) (string, error) { return a.cache.MediaURL(ctx, u) },
+		BootISOURL: func(ctx context.Context, k, r, p string) (string, error) { return a.cache.BootISOURL(ctx, k, r, p) },
+		NewID:      outbox.NewID})
 	a.cache = sitecache.New(sitecache.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Opts: cfg.Cache, SimNodes: cfg.Sim.Nodes,
 		BMCs: a.bmcs.Addresses, Own: a.ownAddrs})
 	a.boot = boot.New(boot.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Ramdisk: cfg.Ramdisk, Netboot: cfg.Netboot,

@@ -124,7 +124,7 @@ func label(v string, known ...string) string {
 // outcome, read when the command returns (execBMC defers it).
 func (a *Agent) observeBMC(m *protocol.Message, start time.Time, err *error) {
 	driver := label(m.Driver, a.bmcs.Drivers()...) // the registry's, as the BMC part builds them
-	action := label(m.Action, protocol.ActionValidate, protocol.ActionPower, protocol.ActionBootDev, protocol.ActionOOBStep)
+	action := label(m.Action, protocol.ActionValidate, protocol.ActionPower, protocol.ActionBootDev, protocol.ActionOOBStep, protocol.ActionVMedia)
 	outcome := "ok"
 	switch {
 	case *err == nil:

@@ -202,7 +202,41 @@ const (
 	// ArgEjectISO, true on a boot_device command of device BootDisk,
 	// ejects the virtual media first (the ramdisk deploy's tear down).
 	ArgEjectISO = "eject_iso"
+	// ArgDisablePowerOff, true on the deploy steps tear_down_agent and
+	// boot_instance of a node with disable_power_off (Ironic's API
+	// 1.95): tear_down_agent ends the ramdisk's boot without powering
+	// the node off, and boot_instance reboots it into its instance
+	// instead of powering it on.
+	ArgDisablePowerOff = "disable_power_off"
+	// ArgKernelURL, ArgRamdiskURL and ArgKernelParams, on a boot_device
+	// command of device BootISO without ArgISOURL: the edge agent fetches
+	// the kernel and the ramdisk through the site's image cache (under its
+	// fetch rule), builds a bootable ISO of them with the kernel
+	// parameters, and has the BMC insert it (Ironic's ramdisk deploy of
+	// instance_info kernel and ramdisk, its prepare_boot_iso).
+	ArgKernelURL    = "kernel_url"
+	ArgRamdiskURL   = "ramdisk_url"
+	ArgKernelParams = "kernel_params"
 )
+
+// MaxKernelParams bounds ArgKernelParams.
+const MaxKernelParams = 2048
+
+// CheckKernelParams checks the kernel parameters of an ISO the edge agent
+// builds: at most MaxKernelParams bytes of printable ASCII without the
+// characters a boot loader's configuration would read as syntax (quotes,
+// backslash, $, ;, braces, |, &, <, >, #) and without line breaks.
+func CheckKernelParams(p string) error {
+	if len(p) > MaxKernelParams {
+		return fmt.Errorf("%d bytes; at most %d are taken", len(p), MaxKernelParams)
+	}
+	for _, r := range p {
+		if r < 0x20 || r > 0x7e || strings.ContainsRune("\"'\\$;{}|&<>#`", r) {
+			return fmt.Errorf("character %q is not taken (printable ASCII without quotes, backslash, $ ; { } | & < > # and backquote)", r)
+		}
+	}
+	return nil
+}
 
 // Power states, with Ironic's spelling.
 const (

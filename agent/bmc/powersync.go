@@ -103,7 +103,7 @@ func (s *Set) CommandDone(m *protocol.Message) {
 	case protocol.ActionPower:
 		state = protocol.PowerArgsOf(m.Args).State
 	case protocol.ActionOOBStep:
-		if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.tear_down_agent" {
+		if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.tear_down_agent" && !keepsPower(m.Step) {
 			state = protocol.PowerOff
 		} else if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.boot_instance" {
 			state = protocol.PowerOn

@@ -50,6 +50,15 @@ type Node struct {
 	// follows the coordinator's setting, false skips automated cleaning
 	// on provide and undeploy, true runs it.
 	AutomatedClean *bool `json:"automated_clean,omitempty"`
+	// DisablePowerOff is the node's disable_power_off (API 1.95): the
+	// coordinator never powers it off; its operations reboot instead
+	// (nopoweroff.go) and a power off request is refused.
+	DisablePowerOff bool `json:"disable_power_off,omitempty"`
+	// VMediaAttached are the virtual media device types the operator
+	// attached (API 1.89, vmedia.go); VirtualMedia the BMC's devices as
+	// read back after the last attach or detach, in Ironic's GET shape.
+	VMediaAttached []string         `json:"vmedia_attached,omitempty"`
+	VirtualMedia   []map[string]any `json:"virtual_media,omitempty"`
 	// InstanceUUID is the node's instance_uuid (set by PATCH or by an
 	// allocation); AllocationUUID the allocation that holds the node.
 	InstanceUUID   string `json:"instance_uuid,omitempty"`

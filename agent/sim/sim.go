@@ -45,6 +45,10 @@ type Options struct {
 	// chassis 02:00:5e:xx:xx:xx of the site, port Ethernet1/N, system
 	// name sim-switch-SITE.
 	LLDP bool
+	// Unknown are simulated machines that belong to no node (agent
+	// --simulate-unknown N): when the site discovers, they boot into
+	// discovery and report their inventories (unknown.go).
+	Unknown int
 	// PowerWatch, when set, is told of every power change of a
 	// simulated BMC (state and boot device), as a test counts power-ons.
 	PowerWatch func(node, state, bootDevice string)

@@ -62,8 +62,6 @@ func Refused(iface, impl string) string {
 		return "redfish-https (UEFI HTTP boot from a URL the BMC is given) is not built; the edge agent boots Redfish nodes from virtual media (redfish-virtual-media)"
 	case "boot/" + BootVirtualMedia:
 		return "virtual media boot needs a Redfish BMC; use driver redfish"
-	case "boot/" + BootIPXE, "boot/" + BootPXE:
-		return "the edge agent boots Redfish nodes from virtual media only, not by network boot"
 	case "deploy/anaconda", "deploy/custom-agent", "deploy/ansible", "deploy/bootc", "deploy/autodetect":
 		return "only direct deploy (the ramdisk writes a whole-disk image) and, on redfish, ramdisk deploy (a live ISO from virtual media) are built"
 	}
@@ -94,7 +92,10 @@ func (d Declaration) InterfacesFor(name string) Ifaces {
 		// Ironic's generic boot list: ipxe first.
 		i["boot"] = []string{BootIPXE, BootPXE}
 	case "redfish":
-		i["boot"] = []string{BootVirtualMedia}
+		// Virtual media first (Ironic's redfish lists ipxe and pxe
+		// first): the edge agent serves network boot only when started
+		// with --netboot-*, virtual media whenever it has the ramdisk ISO.
+		i["boot"] = []string{BootVirtualMedia, BootIPXE, BootPXE}
 		i["deploy"] = []string{DeployDirect, DeployRamdisk}
 	case "fake":
 		if name == "fake-hardware" {

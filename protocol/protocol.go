@@ -264,6 +264,19 @@ const (
 	BootISO = "iso"
 )
 
+// Boot interfaces (Message.BootInterface) that boot the ramdisk by
+// network boot on a BMC with virtual media: Ironic's ipxe and pxe.
+const (
+	BootIfaceIPXE = "ipxe"
+	BootIfacePXE  = "pxe"
+)
+
+// NetworkBoot tells whether a BMC command's boot interface boots the
+// ramdisk by network boot (ipxe or pxe).
+func (m *Message) NetworkBoot() bool {
+	return m.BootInterface == BootIfaceIPXE || m.BootInterface == BootIfacePXE
+}
+
 // MaxISOURLBytes bounds a boot_device command's ISO URL.
 const MaxISOURLBytes = 4096
 
@@ -388,6 +401,12 @@ type Message struct {
 	// may hold a password: commands are never retained and never logged.
 	Driver     string         `json:"driver,omitempty"`
 	DriverInfo map[string]any `json:"driver_info,omitempty"`
+	// BootInterface, in BMC commands, is the node's boot_interface when
+	// it was set (Ironic's name, e.g. ipxe or redfish-virtual-media;
+	// absent: the driver's default). A node whose BMC has virtual media
+	// (redfish, idrac) boots the ramdisk by network boot when it is
+	// BootIfaceIPXE or BootIfacePXE, from virtual media otherwise.
+	BootInterface string `json:"boot_interface,omitempty"`
 
 	// Result fields.
 	CommandID string         `json:"command_id,omitempty"`

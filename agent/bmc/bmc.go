@@ -114,13 +114,17 @@ type Set struct {
 	log   *slog.Logger
 	slots chan struct{}
 
-	mu    sync.Mutex
-	bmcs  map[string]drivers.BMC
-	kind  map[string]string         // node → its BMC's driver
-	info  map[string]map[string]any // node → last driver_info seen
-	busy  map[string]int            // BMC commands running per node
-	gen   map[string]uint64         // BMC commands started per node
-	synce map[string]*powerSeen     // polled nodes and what was last reported
+	mu   sync.Mutex
+	bmcs map[string]drivers.BMC
+	kind map[string]string         // node → its BMC's driver
+	info map[string]map[string]any // node → last driver_info seen
+	// netboot marks the nodes whose last BMC command's boot interface
+	// boots the ramdisk by network boot (ipxe, pxe) although their BMC
+	// may have virtual media.
+	netboot map[string]bool
+	busy    map[string]int        // BMC commands running per node
+	gen     map[string]uint64     // BMC commands started per node
+	synce   map[string]*powerSeen // polled nodes and what was last reported
 	// kept keeps the polled nodes in the state folder (Keep); keptInfo
 	// is the driver and driver_info last kept of each.
 	kept     PolledStore
@@ -178,7 +182,7 @@ func New(cfg Config) *Set {
 		}
 	}
 	return &Set{cfg: cfg, log: cfg.Log, slots: make(chan struct{}, cfg.Concurrency),
-		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{},
+		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{}, netboot: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, keptInfo: map[string][]byte{}, media: map[string]map[string]attached{}}
 }
 
@@ -244,6 +248,31 @@ func (s *Set) Put(node, driver string, b drivers.BMC) {
 	s.kind[node] = driver
 }
 
+// NetworkBoot tells whether the node's last BMC command named a boot
+// interface that boots the ramdisk by network boot (ipxe, pxe): the boot
+// part then arms network boot and sets the BMC's boot device pxe, even
+// where the BMC has virtual media.
+func (s *Set) NetworkBoot(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.netboot[node]
+}
+
+// noteBootInterface takes a BMC command's boot interface (every command
+// for the node carries it: absent, the driver's default).
+func (s *Set) noteBootInterface(m *protocol.Message) {
+	if m.Driver == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.NetworkBoot() {
+		s.netboot[m.Node] = true
+	} else {
+		delete(s.netboot, m.Node)
+	}
+}
+
 // Info is the node's last driver_info seen (nil if none).
 func (s *Set) Info(node string) map[string]any {
 	s.mu.Lock()
@@ -294,6 +323,7 @@ func (s *Set) Forget(node string) {
 	delete(s.bmcs, node)
 	delete(s.kind, node)
 	delete(s.info, node)
+	delete(s.netboot, node)
 	delete(s.synce, node)
 	delete(s.gen, node)
 	s.hs.forget(node)
@@ -358,6 +388,7 @@ func (s *Set) Exec(ctx context.Context, m *protocol.Message, boot Booter) error 
 	if err != nil {
 		return err
 	}
+	s.noteBootInterface(m)
 	if protocol.PowerArgsOf(m.Args).AgentUsername != "" {
 		boot.NoteArgs(m.Node, m.Args)
 	}

@@ -58,6 +58,10 @@ type Config struct {
 	SiteBroker func() (url, pin string, ok bool)
 	// Info is a node's last driver_info (the BMC part's).
 	Info func(node string) map[string]any
+	// NetworkBoot tells whether a node boots the ramdisk by network boot
+	// although its BMC has virtual media (its boot_interface is ipxe or
+	// pxe; the BMC part's).
+	NetworkBoot func(node string) bool
 	// PutCred keeps a node's boot credential hash in the state folder
 	// (nil: removes it), and waits until it is written.
 	PutCred func(node string, hash []byte)
@@ -115,6 +119,9 @@ func New(cfg Config) *Boot {
 	}
 	if cfg.Info == nil {
 		cfg.Info = func(string) map[string]any { return nil }
+	}
+	if cfg.NetworkBoot == nil {
+		cfg.NetworkBoot = func(string) bool { return false }
 	}
 	if cfg.PutCred == nil {
 		cfg.PutCred = func(string, []byte) {}

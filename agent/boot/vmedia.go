@@ -337,11 +337,25 @@ func (p *Boot) bootParams(node string) string {
 // setBootDevice sets a node's boot device. For a BMC with virtual media,
 // "pxe" (the coordinator's "boot the ramdisk") is remembered and done at
 // the next power-on, when the boot's credentials are known; "disk" ejects
-// the ramdisk's media first.
+// the ramdisk's media first. A node whose boot interface is network boot
+// (ipxe, pxe: Config.NetworkBoot) is booted as one without virtual media
+// is: the BMC's boot device itself is set (Redfish's boot source
+// override Pxe) and the network boot is armed at the power-on.
 func (p *Boot) setBootDevice(ctx context.Context, node string, b interface {
 	SetBootDevice(context.Context, string) error
 }, device string) error {
 	mb, ok := b.(mediaBooter)
+	if ok && p.cfg.NetworkBoot(node) {
+		// The media of an earlier virtual media boot (before the
+		// node's boot interface changed) are ejected first.
+		if p.owesEject(node) {
+			if p.media != nil {
+				p.media.dropParams(node)
+			}
+			p.ejectOrWarn(ctx, node, mb, "boot device "+device+" set")
+		}
+		ok = false
+	}
 	if !ok {
 		// Network boot serves the BMCs without virtual media (ipmi);
 		// simulated and qemu-dev nodes boot the ramdisk by themselves.
@@ -458,6 +472,9 @@ func (p *Boot) setPower(ctx context.Context, node string, b interface {
 		}
 	}
 	mb, ok := b.(mediaBooter)
+	// netboot: a BMC with virtual media, a node that boots by network
+	// boot (its boot interface ipxe or pxe).
+	netboot := ok && p.cfg.NetworkBoot(node)
 	p.mu.Lock()
 	mode := p.vmBoot[node]
 	p.mu.Unlock()
@@ -478,6 +495,9 @@ func (p *Boot) setPower(ctx context.Context, node string, b interface {
 		p.vmBoot[node] = vmOwed
 		p.mu.Unlock()
 		p.keepVM(node, &vmKept{Ended: true})
+		if netboot {
+			_ = p.netbootPower(node, state) // disarms
+		}
 		if err := b.SetPower(ctx, state); err != nil {
 			return err
 		}
@@ -487,11 +507,12 @@ func (p *Boot) setPower(ctx context.Context, node string, b interface {
 	if err := p.applySecureBoot(ctx, node, b); err != nil {
 		return err
 	}
-	vm := mode == vmWanted && p.media != nil // else a power-on with no ramdisk ISO to boot: as before
+	vm := !netboot && mode == vmWanted && p.media != nil // else a power-on with no ramdisk ISO to boot: as before
 	if !vm {
 		// Network boot: BMCs without virtual media that do not boot the
-		// ramdisk by themselves (ipmi).
-		if _, self := b.(drivers.SelfBooter); !ok && !self {
+		// ramdisk by themselves (ipmi), and nodes whose boot interface
+		// is network boot.
+		if _, self := b.(drivers.SelfBooter); (!ok || netboot) && !self {
 			if err := p.netbootPower(node, state); err != nil {
 				return err
 			}

@@ -106,7 +106,7 @@ func (m *Machine) commandSpan(n *Node) time.Duration {
 // ends the ramdisk's boot and, unless it powers off, mints the next
 // boot's nonce.
 func (m *Machine) actionCommand(n *Node, action string, args map[string]any) cmd {
-	msg := &protocol.Message{Action: action, Args: args, Driver: n.Driver, DriverInfo: n.DriverInfo}
+	msg := &protocol.Message{Action: action, Args: args, Driver: n.Driver, DriverInfo: n.DriverInfo, BootInterface: n.BootInterface}
 	if action == protocol.ActionPower {
 		// A power cycle ends the ramdisk's boot: its token dies with it.
 		withdrawToken(n)
@@ -149,5 +149,5 @@ func (m *Machine) stepCommand(n *Node, s *StepRun) (cmd, error) {
 			msg: &protocol.Message{Action: protocol.ActionInbandRun, Token: n.AgentToken, Step: step}}, nil
 	}
 	return cmd{topic: protocol.BMCCmdTopic(n.Site), pend: true,
-		msg: &protocol.Message{Action: protocol.ActionOOBStep, Driver: n.Driver, DriverInfo: n.DriverInfo, Step: step}}, nil
+		msg: &protocol.Message{Action: protocol.ActionOOBStep, Driver: n.Driver, DriverInfo: n.DriverInfo, BootInterface: n.BootInterface, Step: step}}, nil
 }

@@ -377,37 +377,9 @@ func TestBMOIPMIHost(t *testing.T) {
 	if !labnet.Isolate(t) {
 		return
 	}
-	labnet.Need(t, "busybox", "curl", "nsenter")
-	for _, f := range []string{netboot.BIOSBinary, netboot.UEFIBinary} {
-		if _, err := os.Stat(filepath.Join("/usr/lib/ipxe", f)); err != nil {
-			if os.Getenv("BM_REQUIRE_ALL") == "1" {
-				t.Fatalf("Debian's ipxe package is missing (%v); run scripts/install-test-deps.sh", err)
-			}
-			t.Skipf("Debian's ipxe package is missing (%v)", err)
-		}
-	}
-	dir := t.TempDir()
-	kernel, initrd, script := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd"), filepath.Join(dir, "udhcpc.sh")
-	for f, b := range map[string]string{kernel: "stand-in kernel", initrd: "stand-in initramfs", script: udhcpcScript} {
-		if err := os.WriteFile(f, []byte(b), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	site := labnet.New(t)
 	const mac = "52:54:00:6b:3c:59"
-	machine := site.Host(mac, "")
-	inv, _ := json.Marshal(map[string]any{
-		"inventory": map[string]any{
-			"cpu":        map[string]any{"count": 2, "architecture": "x86_64"},
-			"memory":     map[string]any{"total_bytes": int64(4) << 30, "physical_mb": 4096},
-			"disks":      []any{map[string]any{"name": "/dev/sda", "size": int64(20) << 30, "rotational": false}},
-			"interfaces": []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true}},
-		},
-		"properties": map[string]any{"cpus": 2, "memory_mb": 4096, "local_gb": 19, "cpu_arch": "x86_64"},
-	})
-	nsenter := machine.Command("true").Args
-	sim := ipmisim.StartTest(t, ipmisim.Options{PowerOn: netbootMachinePowerOn(nsenter[:len(nsenter)-1], map[string]string{
-		netbootMachineScript: script, netbootMachineKernel: kernel, netbootMachineInitrd: initrd, netbootMachineInventory: string(inv)})})
+	rig := newNetbootRig(t, mac)
+	sim := ipmisim.StartTest(t, ipmisim.Options{PowerOn: rig.powerOn})
 	machineLog := filepath.Join(sim.Dir, "power-on.log")
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -415,14 +387,7 @@ func TestBMOIPMIHost(t *testing.T) {
 			t.Logf("the machine's log (power-on.log):\n%s\nthe BMC's chassis events: %v", b, sim.Events())
 		}
 	})
-	c := testrig.Coordinator(t, testrig.Options{})
-	var creds agent.Credentials
-	if code := testrig.NewClient(t, c).Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
-		t.Fatalf("site add: %d", code)
-	}
-	testrig.StartAgentConfig(t, creds, agent.Config{SiteBroker: agent.SiteBrokerOptions{Listen: site.Addr.String() + ":1883"},
-		Netboot: agent.NetbootOptions{Interface: site.Bridge, Range: "10.77.0.100-10.77.0.120", Router: site.Addr.String(), Kernel: kernel, Initrd: initrd}})
-
+	c := rig.c
 	h := &bmoHost{t: t, cl: bmoClient(t, c), name: "metal3~ipmi1", mac: mac,
 		driver: "ipmi", bootIface: "ipxe", raidIface: "no-raid", driverInfo: sim.DriverInfo()}
 	start := time.Now()
@@ -467,4 +432,59 @@ func TestBMOIPMIHost(t *testing.T) {
 		t.Errorf("after deprovisioning the chassis is on: %+v", ch)
 	}
 	t.Logf("BMO's ipmi host from registration to deleted, four network boots: %.1fs", time.Since(start).Seconds())
+}
+
+// netbootRig is the network boot of one machine, TestBMOIPMIHost's: a
+// site network of the test's own (labnet; the test runs isolated), the
+// machine's namespace on it with its PXE MAC, the stand-in kernel and
+// initramfs, a coordinator of one site and a real edge agent serving
+// network boot (DHCP, TFTP, HTTP) and the site broker on it. powerOn is
+// the shell command a BMC's power-on runs to start the machine
+// (netbootMachinePowerOn; BM_IPMISIM_BOOT in its environment is the boot
+// device: pxe boots from the network, anything else from the disk).
+type netbootRig struct {
+	c       *server.Coordinator
+	powerOn string
+}
+
+func newNetbootRig(t *testing.T, mac string) *netbootRig {
+	t.Helper()
+	labnet.Need(t, "busybox", "curl", "nsenter")
+	for _, f := range []string{netboot.BIOSBinary, netboot.UEFIBinary} {
+		if _, err := os.Stat(filepath.Join("/usr/lib/ipxe", f)); err != nil {
+			if os.Getenv("BM_REQUIRE_ALL") == "1" {
+				t.Fatalf("Debian's ipxe package is missing (%v); run scripts/install-test-deps.sh", err)
+			}
+			t.Skipf("Debian's ipxe package is missing (%v)", err)
+		}
+	}
+	dir := t.TempDir()
+	kernel, initrd, script := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd"), filepath.Join(dir, "udhcpc.sh")
+	for f, b := range map[string]string{kernel: "stand-in kernel", initrd: "stand-in initramfs", script: udhcpcScript} {
+		if err := os.WriteFile(f, []byte(b), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	site := labnet.New(t)
+	machine := site.Host(mac, "")
+	inv, _ := json.Marshal(map[string]any{
+		"inventory": map[string]any{
+			"cpu":        map[string]any{"count": 2, "architecture": "x86_64"},
+			"memory":     map[string]any{"total_bytes": int64(4) << 30, "physical_mb": 4096},
+			"disks":      []any{map[string]any{"name": "/dev/sda", "size": int64(20) << 30, "rotational": false}},
+			"interfaces": []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true}},
+		},
+		"properties": map[string]any{"cpus": 2, "memory_mb": 4096, "local_gb": 19, "cpu_arch": "x86_64"},
+	})
+	nsenter := machine.Command("true").Args
+	powerOn := netbootMachinePowerOn(nsenter[:len(nsenter)-1], map[string]string{
+		netbootMachineScript: script, netbootMachineKernel: kernel, netbootMachineInitrd: initrd, netbootMachineInventory: string(inv)})
+	c := testrig.Coordinator(t, testrig.Options{})
+	var creds agent.Credentials
+	if code := testrig.NewClient(t, c).Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	testrig.StartAgentConfig(t, creds, agent.Config{SiteBroker: agent.SiteBrokerOptions{Listen: site.Addr.String() + ":1883"},
+		Netboot: agent.NetbootOptions{Interface: site.Bridge, Range: "10.77.0.100-10.77.0.120", Router: site.Addr.String(), Kernel: kernel, Initrd: initrd}})
+	return &netbootRig{c: c, powerOn: powerOn}
 }

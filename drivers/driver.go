@@ -144,7 +144,11 @@ func IPMIDeclaration() Declaration {
 // RedfishDeclaration is the Redfish driver (gofish on the edge agent).
 func RedfishDeclaration() Declaration {
 	return Declaration{
-		Name:         "redfish",
+		Name: "redfish",
+		// Ironic's idrac hardware type (Dell's iDRAC over Redfish, the
+		// idrac-redfish interfaces): the same driver_info and the same
+		// driver at the edge, Ironic's interface names (InterfacesFor).
+		Aliases:      []string{DriverIDRAC},
 		RequiredInfo: []string{"redfish_address"},
 		SecretInfo:   []string{"redfish_password"},
 		OOBInspect:   true,

@@ -23,6 +23,13 @@ const (
 	// BootFake: Ironic's fake boot, a no-op (a simulated node boots its
 	// simulated ramdisk by itself whatever the boot interface).
 	BootFake = "fake"
+	// BootIDRACVirtualMedia: redfish-virtual-media as Ironic's idrac
+	// hardware type names it (Dell's iDRAC).
+	BootIDRACVirtualMedia = "idrac-redfish-virtual-media"
+	// IDRACRedfish: Ironic's idrac-redfish, the name of the idrac
+	// hardware type's management, power, BIOS, RAID and vendor
+	// interfaces (the redfish ones here).
+	IDRACRedfish = "idrac-redfish"
 	// DeployDirect: the ramdisk writes the image (Ironic's direct).
 	DeployDirect = "direct"
 	// DeployRamdisk: Ironic's ramdisk deploy: the node boots the ISO of
@@ -34,6 +41,36 @@ const (
 	// at once, with no ramdisk boot, no power change and no image.
 	DeployFake = "fake"
 )
+
+// DriverIDRAC is Ironic's idrac hardware type: an alias of the redfish
+// driver whose nodes keep the name and see Ironic's idrac interface
+// names.
+const DriverIDRAC = "idrac"
+
+// VirtualMediaBoot tells whether a boot interface is Redfish virtual
+// media (redfish-virtual-media, or idrac-redfish-virtual-media).
+func VirtualMediaBoot(impl string) bool {
+	return impl == BootVirtualMedia || impl == BootIDRACVirtualMedia
+}
+
+// ShownImpl is how a node of the driver named name shows an
+// implementation kept under the canonical driver's name: an idrac node's
+// hardware RAID (kept as redfish) is idrac-redfish.
+func ShownImpl(name, iface, impl string) string {
+	if name == DriverIDRAC && iface == "raid" && impl == "redfish" {
+		return IDRACRedfish
+	}
+	return impl
+}
+
+// KeptImpl is the inverse of ShownImpl: what a node keeps of an
+// implementation named in a request.
+func KeptImpl(name, iface, impl string) string {
+	if name == DriverIDRAC && iface == "raid" && impl == IDRACRedfish {
+		return "redfish"
+	}
+	return impl
+}
 
 // Ifaces are the interface implementations a node of one hardware type
 // may have, per interface ("boot", "deploy", ...), the default first, as
@@ -59,9 +96,9 @@ func Refused(iface, impl string) string {
 	case "deploy/" + DeployRamdisk:
 		return "the ramdisk deploy interface boots instance_info boot_iso (or an ISO the edge agent builds of instance_info kernel and ramdisk) from the BMC's virtual media, which needs a Redfish BMC (driver redfish); booting a kernel and ramdisk by network boot is not built; use direct (the ramdisk writes the image)"
 	case "boot/redfish-https":
-		return "redfish-https (UEFI HTTP boot from a URL the BMC is given) is not built; the edge agent boots Redfish nodes from virtual media (redfish-virtual-media)"
-	case "boot/" + BootVirtualMedia:
-		return "virtual media boot needs a Redfish BMC; use driver redfish"
+		return "redfish-https (UEFI HTTP boot: the BMC's boot source override UefiHttp with an HttpBootUri the edge agent would serve) is not built; the edge agent boots Redfish nodes from virtual media (redfish-virtual-media, idrac-redfish-virtual-media) or by network boot (ipxe, pxe): Metal3's redfish-uefihttp:// hosts can use redfish-virtualmedia:// or redfish:// instead"
+	case "boot/" + BootVirtualMedia, "boot/" + BootIDRACVirtualMedia:
+		return "virtual media boot needs a Redfish BMC; use driver redfish (idrac-redfish-virtual-media: driver idrac)"
 	case "deploy/anaconda", "deploy/custom-agent", "deploy/ansible", "deploy/bootc", "deploy/autodetect":
 		return "only direct deploy (the ramdisk writes a whole-disk image) and, on redfish, ramdisk deploy (a live ISO from virtual media) are built"
 	}
@@ -97,6 +134,18 @@ func (d Declaration) InterfacesFor(name string) Ifaces {
 		// with --netboot-*, virtual media whenever it has the ramdisk ISO.
 		i["boot"] = []string{BootVirtualMedia, BootIPXE, BootPXE}
 		i["deploy"] = []string{DeployDirect, DeployRamdisk}
+		if name == DriverIDRAC {
+			// Ironic's idrac: idrac-redfish for management, power, BIOS,
+			// RAID and vendor; its virtual media boot in the place of
+			// redfish's; firmware stays redfish.
+			i["boot"] = []string{BootIDRACVirtualMedia, BootIPXE, BootPXE}
+			for _, k := range []string{"management", "power", "bios", "vendor"} {
+				i[k] = []string{IDRACRedfish}
+			}
+			for j, r := range i["raid"] {
+				i["raid"][j] = ShownImpl(name, "raid", r)
+			}
+		}
 	case "fake":
 		if name == "fake-hardware" {
 			// Ironic's fake-hardware: the fake implementations first.

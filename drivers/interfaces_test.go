@@ -18,7 +18,8 @@ func TestInterfacesPerHardwareType(t *testing.T) {
 		otherBoot, otherDepl string
 	}{
 		{IPMIDeclaration(), "ipmi", BootIPXE, DeployDirect, "ipmitool", BootPXE, ""},
-		{RedfishDeclaration(), "redfish", BootVirtualMedia, DeployDirect, "redfish", "", DeployRamdisk},
+		{RedfishDeclaration(), "redfish", BootVirtualMedia, DeployDirect, "redfish", BootIPXE, DeployRamdisk},
+		{RedfishDeclaration(), "idrac", BootIDRACVirtualMedia, DeployDirect, IDRACRedfish, BootPXE, DeployRamdisk},
 		{FakeDeclaration(), "fake-hardware", BootFake, DeployFake, "fake", BootPXE, DeployDirect},
 		{FakeDeclaration(), "fake", BootPXE, DeployDirect, "fake", BootFake, DeployFake},
 		{QEMUDeclaration(), "qemu-dev", BootPXE, DeployDirect, "qemu-dev", "", ""},
@@ -34,7 +35,7 @@ func TestInterfacesPerHardwareType(t *testing.T) {
 		if c.otherDepl != "" && c.decl.CheckImpl(c.name, "deploy", c.otherDepl) != nil {
 			t.Errorf("%s: deploy %s refused", c.name, c.otherDepl)
 		}
-		if c.name == "redfish" {
+		if c.name == "redfish" || c.name == DriverIDRAC {
 			continue
 		}
 		// Ramdisk deploy boots an ISO from virtual media: redfish only.
@@ -45,6 +46,23 @@ func TestInterfacesPerHardwareType(t *testing.T) {
 	}
 	if err := RedfishDeclaration().CheckImpl("redfish", "boot", "redfish-https"); err == nil || !strings.Contains(err.Error(), "virtual media") {
 		t.Errorf("redfish boot redfish-https: %v", err)
+	}
+	// Ironic's idrac hardware type: its interface names, redfish's
+	// refused on it (as Ironic's idrac lists no redfish-virtual-media).
+	i := RedfishDeclaration().InterfacesFor(DriverIDRAC)
+	for _, k := range []string{"bios", "management", "power", "vendor"} {
+		if l := i[k]; len(l) != 1 || l[0] != IDRACRedfish {
+			t.Errorf("idrac %s: %v; want [idrac-redfish]", k, l)
+		}
+	}
+	if got := strings.Join(i["raid"], " "); got != "agent idrac-redfish no-raid" || i.Default("firmware") != "redfish" {
+		t.Errorf("idrac raid %q firmware %q; want agent idrac-redfish no-raid, redfish", got, i.Default("firmware"))
+	}
+	if RedfishDeclaration().CheckImpl(DriverIDRAC, "boot", BootVirtualMedia) == nil || RedfishDeclaration().CheckImpl("redfish", "boot", BootIDRACVirtualMedia) == nil {
+		t.Error("redfish-virtual-media taken on idrac, or idrac-redfish-virtual-media on redfish")
+	}
+	if KeptImpl(DriverIDRAC, "raid", IDRACRedfish) != "redfish" || ShownImpl(DriverIDRAC, "raid", "redfish") != IDRACRedfish || ShownImpl("redfish", "raid", "redfish") != "redfish" {
+		t.Error("idrac's RAID name is not kept as redfish's and shown as idrac-redfish")
 	}
 	if err := IPMIDeclaration().CheckImpl("ipmi", "boot", BootVirtualMedia); err == nil || !strings.Contains(err.Error(), "Redfish BMC") {
 		t.Errorf("ipmi boot redfish-virtual-media: %v", err)

@@ -183,7 +183,7 @@ func noHandler(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 400, `Missing argument: "method" (the vendor method to call, ?method=NAME)`)
 		return
 	}
-	writeError(w, 400, fmt.Sprintf("No handler for method %s: the vendor interface is no-vendor, which has no methods (vendor_passthru/methods lists none)", method))
+	writeError(w, 400, fmt.Sprintf("No handler for method %s: the vendor interfaces here (no-vendor, and idrac's idrac-redfish) have no methods (vendor_passthru/methods lists none)", method))
 }
 
 // driverPassthruMethods is GET /v1/drivers/{name}/vendor_passthru/methods.

@@ -778,7 +778,7 @@ func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *eng
 		}
 		switch iface {
 		case "raid":
-			n := &fsm.Node{Driver: d.Name, RaidInterface: impl}
+			n := &fsm.Node{Driver: d.Name, RaidInterface: drivers.KeptImpl(spec.Driver, "raid", impl)}
 			if err := s.checkRAIDInterface(n); err != nil {
 				return err
 			}

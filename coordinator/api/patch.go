@@ -534,6 +534,7 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 		n.Owner, err = str()
 	case "raid_interface":
 		n.RaidInterface, err = str()
+		n.RaidInterface = drivers.KeptImpl(n.Driver, "raid", n.RaidInterface) // idrac's idrac-redfish
 	case "inspect_interface":
 		n.InspectInterface, err = str()
 	case "boot_interface":

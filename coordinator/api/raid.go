@@ -370,7 +370,7 @@ func (s *Server) raidProperties(w http.ResponseWriter, r *http.Request) {
 // change the driver too) is applied.
 func checkRAIDInterfacePatch(n *fsm.Node, ops []patchOp) error {
 	return checkKeptInterfacePatch(n, ops, "raid_interface", drivers.RAIDDefault,
-		drivers.RAIDInterfaceOf(n.RaidInterface), "agent, no-raid or the driver's own (redfish)")
+		drivers.ShownImpl(n.Driver, "raid", drivers.RAIDInterfaceOf(n.RaidInterface)), "agent, no-raid or the driver's own (redfish)")
 }
 
 // checkRAIDInterface refuses, with Ironic's IncompatibleInterface 400, a

@@ -310,7 +310,7 @@ func interfacesOf(driver string, decl drivers.Declaration) nodeIfaces {
 // the implementations it chose.
 func nodeInterfaces(n *fsm.Node, decl drivers.Declaration) nodeIfaces {
 	i := interfacesOf(n.Driver, decl)
-	i.Raid = drivers.RAIDInterfaceOf(n.RaidInterface)
+	i.Raid = drivers.ShownImpl(n.Driver, "raid", drivers.RAIDInterfaceOf(n.RaidInterface))
 	i.Inspect = drivers.InspectInterfaceOf(n.InspectInterface)
 	if n.BootInterface != "" {
 		i.Boot = n.BootInterface

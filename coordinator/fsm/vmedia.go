@@ -23,7 +23,8 @@ import (
 // redfish-virtual-media).
 func (m *Machine) HasVirtualMedia(n *Node) bool {
 	d, err := m.cfg.Drivers.Get(n.Driver)
-	return err == nil && d.InterfacesFor(n.Driver).Has("boot", drivers.BootVirtualMedia)
+	i := d.InterfacesFor(n.Driver)
+	return err == nil && (i.Has("boot", drivers.BootVirtualMedia) || i.Has("boot", drivers.BootIDRACVirtualMedia))
 }
 
 // unsupportedVMedia is Ironic's UnsupportedDriverExtension (a 400) for

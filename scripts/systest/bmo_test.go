@@ -81,7 +81,10 @@ type bmoHost struct {
 	// bootIface, raidIface, firmwareIface, inspectIface: the BMC type's
 	// (pkg/hardwareutils/bmc).
 	driver, bootIface, raidIface, firmwareIface string
-	driverInfo                                  map[string]any
+	// biosIface, mgmtIface, powerIface, vendorIface: set by the BMC
+	// types that name them (idrac: idrac-redfish).
+	biosIface, mgmtIface, powerIface, vendorIface string
+	driverInfo                                    map[string]any
 }
 
 func (h *bmoHost) must(what string, err error) {
@@ -138,6 +141,7 @@ func (h *bmoHost) register() {
 	n, err := nodes.Create(ctx, h.cl, nodes.CreateOpts{
 		Driver: h.driver, BootInterface: h.bootIface, Name: h.name, DriverInfo: h.driverInfo,
 		FirmwareInterface: h.firmwareIface, InspectInterface: "agent", RAIDInterface: h.raidIface,
+		BIOSInterface: h.biosIface, ManagementInterface: h.mgmtIface, PowerInterface: h.powerIface, VendorInterface: h.vendorIface,
 		DisablePowerOff: &off,
 		Properties:      map[string]any{"capabilities": "boot_mode:uefi", "cpu_arch": "x86_64"},
 	}).Extract()
@@ -284,6 +288,34 @@ func bmoRedfishRig(t *testing.T, liveISO bool) (*bmoHost, *mediaRamdiskMachine, 
 func TestBMORedfishVirtualMediaHost(t *testing.T) {
 	h, m, _ := bmoRedfishRig(t, false)
 	h.register()
+	h.inspect()
+	h.provision("http://127.0.0.1:1/host1.raw", "b004fddf42c9888a32bf3f385b1ba84307a3cf8499944f654b992f1a519af29c")
+	h.deprovision()
+	if m.cdBoots() < 3 {
+		t.Errorf("the machine booted the ramdisk from its virtual CD %d times; inspection, cleaning, deploy and cleaning again each boot it", m.cdBoots())
+	}
+}
+
+// TestBMOIDRACVirtualMediaHost: an idrac-virtualmedia host (BMO's
+// idrac-virtualmedia:// BMC: driver idrac, boot
+// idrac-redfish-virtual-media, bios, management, power, raid and vendor
+// idrac-redfish, firmware redfish, with the redfish driver_info) behind
+// the virtual Redfish BMC, through BMO's calls from registration to
+// active and back to deleted, with no request refused. The node keeps
+// the driver name idrac and shows Ironic's idrac interface names; the
+// edge agent boots its ramdisk from the BMC's virtual CD.
+func TestBMOIDRACVirtualMediaHost(t *testing.T) {
+	h, m, _ := bmoRedfishRig(t, false)
+	h.name = "metal3~idrac1"
+	h.driver, h.bootIface, h.raidIface, h.firmwareIface = "idrac", "idrac-redfish-virtual-media", "idrac-redfish", "redfish"
+	h.biosIface, h.mgmtIface, h.powerIface, h.vendorIface = "idrac-redfish", "idrac-redfish", "idrac-redfish", "idrac-redfish"
+	h.register()
+	n := h.get()
+	got := []string{n.Driver, n.BootInterface, n.BIOSInterface, n.ManagementInterface, n.PowerInterface, n.RAIDInterface, n.VendorInterface, n.FirmwareInterface, n.DeployInterface}
+	want := []string{"idrac", "idrac-redfish-virtual-media", "idrac-redfish", "idrac-redfish", "idrac-redfish", "idrac-redfish", "idrac-redfish", "redfish", "direct"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("idrac node: driver and boot, bios, management, power, raid, vendor, firmware, deploy interfaces %v; want %v", got, want)
+	}
 	h.inspect()
 	h.provision("http://127.0.0.1:1/host1.raw", "b004fddf42c9888a32bf3f385b1ba84307a3cf8499944f654b992f1a519af29c")
 	h.deprovision()

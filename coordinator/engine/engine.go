@@ -23,6 +23,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/engine/brokerauth"
 	"github.com/bmedge/bmedge/coordinator/engine/catalog"
 	"github.com/bmedge/bmedge/coordinator/engine/reach"
+	"github.com/bmedge/bmedge/coordinator/engine/readings"
 	"github.com/bmedge/bmedge/coordinator/engine/sites"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/inspectrules"
@@ -342,6 +343,17 @@ func (e *Engine) load() error {
 	}
 	if err := e.dropUnusedStepCats(); err != nil {
 		return err
+	}
+	if e.cfg.Metrics != nil {
+		for id := range e.reg.nodes {
+			s, err := readings.LoadSensors(e.st, id)
+			if err != nil {
+				e.cfg.Log.Warn("the node's kept sensor readings could not be read; /metrics shows none until its next health report", "node", id, "err", err)
+			}
+			if s != nil {
+				e.cfg.Metrics.Sensors(id, s.Sensors)
+			}
+		}
 	}
 	err = e.st.Scan(store.PortPrefix, func(_ string, v []byte) error {
 		var p Port

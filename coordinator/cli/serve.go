@@ -18,6 +18,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/lib/netbudget"
+	"github.com/bmedge/bmedge/protocol"
 	"github.com/spf13/cobra"
 )
 
@@ -60,7 +61,7 @@ type serveOptions struct {
 	dataDir, apiListen, mqttListen                              string
 	brokerURL, brokerCA, brokerUser, brokerPW                   string
 	advertise, auth, htpasswd, tlsCert, tlsKey, inspectionRules string
-	defaultSite                                                 string
+	defaultSite, quarantineOn                                   string
 	maxPacket, maxClean, maxDeploy, histMax                     int
 	waitTimeout, cmdTimeout, resend, tick                       time.Duration
 	autoClean, forcePower, verbose                              bool
@@ -119,6 +120,8 @@ func (c *cmd) serveCmd() *cobra.Command {
 		"(Ironic's [deploy]fast_track_timeout, 300 s), and a node kept in its ramdisk that no operation used this long after the last one ended is powered off")
 	fs.BoolVar(&o.allowMD5, "allow-md5-checksum", false, "take md5 and sha1 image checksums (Ironic's [agent]allow_md5_checksum): a deploy with one is verified with it by the ramdisk; "+
 		"without it such a deploy is refused (400). sha256 and sha512 are always taken")
+	fs.StringVar(&o.quarantineOn, "quarantine-on", "off", "quarantine policy: `off`, critical or warning. An available node (not in maintenance) whose health, at its site's next report, "+
+		"is this or worse is set into maintenance with a reason naming the sensors, so that nothing hands it out; nodes in other states are not touched (docs/remote-hands.md, Quarantine)")
 	fs.BoolVar(&o.edgePlans, "edge-plans", true, "hand the rest of a clean, deploy or service phase to the site's edge agent as one plan when the agent runs plans "+
 		"(it relays its ramdisks): the site goes from step to step by itself, also while its link is down, and the results are applied here in order, "+
 		"with the same history and failure rules; false sends each step's command alone (docs/edge.md, Plans)")
@@ -169,6 +172,10 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 	if o.fastTrackTimeout < time.Second {
 		return usagef("--fast-track-timeout %s: give at least 1s (default %s, Ironic's fast_track_timeout); a ramdisk heartbeats every few seconds", o.fastTrackTimeout, fsm.DefaultFastTrackTimeout)
 	}
+	quarantine, ok := map[string]string{"off": "", "critical": protocol.HealthCritical, "warning": protocol.HealthWarning}[strings.ToLower(o.quarantineOn)]
+	if !ok {
+		return usagef("--quarantine-on %q: give off, critical or warning", o.quarantineOn)
+	}
 	if err := plainMQTTCheck(o); err != nil {
 		return err
 	}
@@ -192,7 +199,8 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 		Auth: o.auth, HTPasswd: o.htpasswd, TLSCert: o.tlsCert, TLSKey: o.tlsKey, BrokerCAFile: o.brokerCA, MaxPacketSize: o.maxPacket,
 		Machine: fsm.Config{WaitTimeout: o.waitTimeout, CommandTimeout: o.cmdTimeout, ResendInterval: o.resend,
 			AutomatedClean: o.autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: o.forcePower,
-			FastTrack: o.fastTrack, FastTrackTimeout: o.fastTrackTimeout, AllowMD5Checksum: o.allowMD5},
+			FastTrack: o.fastTrack, FastTrackTimeout: o.fastTrackTimeout, AllowMD5Checksum: o.allowMD5,
+			QuarantineOn: quarantine},
 		MaxConcurrentClean: o.maxClean, MaxConcurrentDeploy: o.maxDeploy, TickInterval: o.tick, HistoryMaxEntries: o.histMax, Log: log,
 		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns, NoEdgePlans: !o.edgePlans, DefaultSite: o.defaultSite,
 		BuiltInInspectionRules: builtIn})

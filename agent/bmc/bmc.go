@@ -34,6 +34,10 @@ type Builder struct {
 	// NoPowerSync: BMCs of this driver are not polled (simulated ones:
 	// a simulated site of thousands of nodes stays quiet and cheap).
 	NoPowerSync bool
+	// HealthSync: BMCs of this driver that are not polled for power
+	// (NoPowerSync) are still read for health in the power-sync rounds
+	// once a command succeeded on them (simulated BMCs with sensors).
+	HealthSync bool
 }
 
 // Booter does what a command's boot device and power changes need
@@ -121,6 +125,8 @@ type Set struct {
 	busy  map[string]int            // BMC commands running per node
 	gen   map[string]uint64         // BMC commands started per node
 	synce map[string]*powerSeen     // polled nodes and what was last reported
+	// healthOnly are the nodes read for health only (Builder.HealthSync).
+	healthOnly map[string]bool
 	// kept keeps the polled nodes in the state folder (Keep); keptInfo
 	// is the driver and driver_info last kept of each.
 	kept     PolledStore
@@ -179,7 +185,7 @@ func New(cfg Config) *Set {
 	}
 	return &Set{cfg: cfg, log: cfg.Log, slots: make(chan struct{}, cfg.Concurrency),
 		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{},
-		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, keptInfo: map[string][]byte{}, media: map[string]map[string]attached{}}
+		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, healthOnly: map[string]bool{}, keptInfo: map[string][]byte{}, media: map[string]map[string]attached{}}
 }
 
 // Drivers lists the registry's drivers this set can build, sorted.
@@ -295,6 +301,7 @@ func (s *Set) Forget(node string) {
 	delete(s.kind, node)
 	delete(s.info, node)
 	delete(s.synce, node)
+	delete(s.healthOnly, node)
 	delete(s.gen, node)
 	s.hs.forget(node)
 	delete(s.media, node)

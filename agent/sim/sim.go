@@ -45,6 +45,11 @@ type Options struct {
 	// chassis 02:00:5e:xx:xx:xx of the site, port Ethernet1/N, system
 	// name sim-switch-SITE.
 	LLDP bool
+	// Health, when set, has each simulated BMC tell its health, sensors
+	// and event log (health.go; driver_info fake_fail_sensor and
+	// fake_health change them per node), read with the agent's power
+	// sync rounds.
+	Health bool
 	// PowerWatch, when set, is told of every power change of a
 	// simulated BMC (state and boot device), as a test counts power-ons.
 	PowerWatch func(node, state, bootDevice string)
@@ -136,6 +141,9 @@ type Sim struct {
 	// set it.
 	nodes map[string]*simNode
 	store Store
+	// failed is when each node's failed sensor (health.go) first read
+	// failed.
+	failed map[string]failure
 }
 
 // New returns the simulator.
@@ -186,6 +194,9 @@ func (s *Sim) NewBMC(node string, info map[string]any, have int) (drivers.BMC, e
 		s.OnPower(node, state, boot)
 	}
 	opts.OnBootDevice = func(device string) { s.onBootDevice(node, device) }
+	if s.cfg.Opts.Health {
+		return &simBMC{BMC: fake.New(opts), s: s, node: node}, nil
+	}
 	return fake.New(opts), nil
 }
 
@@ -486,6 +497,7 @@ func (s *Sim) Forget(node string) {
 	s.stopRescueLocked(node)
 	n, st := s.nodes[node], s.store
 	delete(s.nodes, node)
+	delete(s.failed, node)
 	s.mu.Unlock()
 	if r != nil {
 		r.Stop()

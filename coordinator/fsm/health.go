@@ -97,7 +97,7 @@ func (m *Machine) quarantine(n *Node, r *protocol.HealthReport, now time.Time, o
 	}
 	reason := BoundText(fmt.Sprintf("quarantined: health %s at the site's reading of %s: %s; see GET /v1/nodes/%s/sensors and /events, "+
 		"then unset maintenance to hand the node out again (serve --quarantine-on %s)",
-		r.Health, n.HealthReadAt.UTC().Format(time.RFC3339), what, n.UUID, m.cfg.QuarantineOn), 0)
+		r.Health, n.HealthReadAt.UTC().Format(time.RFC3339), what, n.UUID, strings.ToLower(m.cfg.QuarantineOn)), 0)
 	n.Maintenance, n.MaintenanceReason, n.HealthQuarantined = true, reason, true
 	n.UpdatedAt = now
 	out.Changed = true

@@ -71,7 +71,7 @@ func TestHealthQuarantine(t *testing.T) {
 	if !n.Maintenance || len(out.History) != 2 || out.History[1].EventType != "maintenance" || out.History[0].EventType != "monitoring" {
 		t.Fatalf("available node, Critical: maintenance %v, history %+v", n.Maintenance, out.History)
 	}
-	for _, want := range []string{"quarantined: health Critical", `fan "Fan 2" Critical (reading 0 RPM)`, `temperature "CPU 1" Critical (reading 80.5 Cel)`, "--quarantine-on Critical"} {
+	for _, want := range []string{"quarantined: health Critical", `fan "Fan 2" Critical (reading 0 RPM)`, `temperature "CPU 1" Critical (reading 80.5 Cel)`, "--quarantine-on critical"} {
 		if !strings.Contains(n.MaintenanceReason, want) {
 			t.Errorf("reason %q lacks %q", n.MaintenanceReason, want)
 		}

@@ -424,3 +424,57 @@ func (m *Member) ask(addr, path string, v any) error {
 	}
 	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
 }
+
+// Recover makes a stopped member's data the whole of a new cluster of
+// one member (name at listen), after the loss of a majority: every entry
+// in its log counts as committed (entries the lost members had and it
+// lacks are lost), its store is rebuilt from its snapshot and log, and
+// the next start with --cluster-peers NAME=HOST:PORT (itself alone) leads
+// at once; add-member then brings in new members with empty data
+// folders. The member must not be running.
+func Recover(dataDir, name, listen string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := CheckName(name); err != nil {
+		return fmt.Errorf("--cluster-member: %w", err)
+	}
+	if _, _, err := net.SplitHostPort(listen); err != nil {
+		return fmt.Errorf("--cluster-listen %s: %v", listen, err)
+	}
+	dbDir := filepath.Join(dataDir, "db")
+	raftDir := filepath.Join(dataDir, "raft")
+	if _, err := os.Stat(filepath.Join(raftDir, "log")); err != nil {
+		return fmt.Errorf("%s holds no replicated log (%v): recover runs on the data folder of a cluster member", dataDir, err)
+	}
+	key, err := store.ReadKey(filepath.Join(dataDir, "db.key"))
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(dbDir, key, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	m := &Member{log: log}
+	logs, err := openLogStore(filepath.Join(raftDir, "log"), key, m.kvNames())
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: &slogWriter{log: log}, DisableTime: true})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hl)
+	if err != nil {
+		return err
+	}
+	f := &fsm{st: st, key: key, dataDir: dataDir, spool: raftDir}
+	_, trans := raft.NewInmemTransport(raft.ServerAddress(listen))
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(name)
+	rc.Logger = hl
+	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(name), Address: raft.ServerAddress(listen)}}}
+	if err := raft.RecoverCluster(rc, f, logs, logs, snaps, trans, conf); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	return nil
+}

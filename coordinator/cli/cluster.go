@@ -120,11 +120,33 @@ old cluster can still come back: two clusters would then take writes.`,
 			return nil
 		},
 	}
+	var idata string
+	initKeys := &cobra.Command{
+		Use:   "init-keys --data-dir DIR",
+		Short: "Make the cluster's db.key and secret, once, to copy to every member",
+		Long: `Writes a new db.key (the key that encrypts the store, the replicated log and its
+snapshots) and secret (from which the credentials handed to sites and ramdisks derive) into
+DIR, mode 0600. Every member's data folder needs the same two files before its first start:
+copy them (scp -p, mode 0600) into each member's --data-dir. It refuses to replace either.`,
+		Example: "  coordinator cluster init-keys --data-dir /var/lib/bmedge\n  scp -p /var/lib/bmedge/db.key /var/lib/bmedge/secret c2:/var/lib/bmedge/",
+		Args:    args(),
+		RunE: func(*cobra.Command, []string) error {
+			if idata == "" {
+				return usagef("cluster init-keys needs --data-dir DIR")
+			}
+			if err := cluster.InitKeys(idata); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.out, "wrote %s/db.key and %s/secret; copy both into every member's --data-dir before its first start\n", idata, idata)
+			return nil
+		},
+	}
+	initKeys.Flags().StringVar(&idata, "data-dir", "", "the data `DIR` to write them into (made if missing)")
 	rf := rec.Flags()
 	rf.StringVar(&rdata, "data-dir", "", "the stopped member's data `DIR`")
 	rf.StringVar(&rname, "cluster-member", "", "its member `NAME`")
 	rf.StringVar(&rlisten, "cluster-listen", "", "its cluster link `HOST:PORT`")
-	return c.groupCmd("cluster", "Show and change the members of a coordinator cluster", clusterLong, status, add, remove, transfer, rec)
+	return c.groupCmd("cluster", "Show and change the members of a coordinator cluster", clusterLong, status, add, remove, transfer, rec, initKeys)
 }
 
 func (c *cmd) clusterChange(method, path string, body any, done string) error {

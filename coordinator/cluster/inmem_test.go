@@ -43,6 +43,9 @@ func newInmemCluster(t *testing.T, n int, tweak func(*Config)) *inmemCluster {
 		if err := os.WriteFile(filepath.Join(dir, "db.key"), key, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("the cluster's secret, 32 bytes or more"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		c.dirs = append(c.dirs, dir)
 	}
 	for i := range c.trans {

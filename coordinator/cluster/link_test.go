@@ -58,6 +58,9 @@ func TestLinkRefusesNonMembers(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	if err := InitKeys(filepath.Join(dir, "data")); err != nil {
+		t.Fatal(err)
+	}
 	m, err := Open(Config{Name: "c1", Listen: addr, Peers: []Peer{{Name: "c1", Addr: addr}}, DataDir: filepath.Join(dir, "data"), TLS: tc, Log: quietLog()})
 	if err != nil {
 		t.Fatal(err)

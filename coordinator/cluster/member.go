@@ -133,10 +133,12 @@ type Member struct {
 		sync.Mutex
 		h http.Handler
 	}
-	client    *http.Client
-	closeOnce sync.Once
-	failed    chan struct{}
-	stopped   chan struct{}
+	client *http.Client
+	// fingerprint names the member's db.key and secret (keys.go).
+	fingerprint string
+	closeOnce   sync.Once
+	failed      chan struct{}
+	stopped     chan struct{}
 }
 
 // Open opens the member's store and log, joins or forms the cluster
@@ -160,14 +162,21 @@ func Open(cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	dbDir := filepath.Join(cfg.DataDir, "db")
-	key, err := store.LoadKey(filepath.Join(cfg.DataDir, "db.key"), dbDir)
+	if err := needKeys(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	key, err := store.ReadKey(filepath.Join(cfg.DataDir, keyFile))
 	if err != nil {
 		return nil, err
 	}
 	if err := store.Restrict(cfg.DataDir, cfg.Log); err != nil {
 		return nil, err
 	}
-	m := &Member{cfg: cfg, log: cfg.Log, leading: make(chan bool, 16), failed: make(chan struct{}), stopped: make(chan struct{})}
+	fp, err := fingerprint(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{fingerprint: fp, cfg: cfg, log: cfg.Log, leading: make(chan bool, 16), failed: make(chan struct{}), stopped: make(chan struct{})}
 	ok := false
 	defer func() {
 		if !ok {
@@ -210,7 +219,6 @@ func Open(cfg Config) (*Member, error) {
 		}}
 		m.api = &http.Server{Handler: http.HandlerFunc(m.serveLink), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 			ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelInfo)}
-		go func() { _ = m.api.Serve(m.link.api) }()
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.Name)
@@ -237,6 +245,10 @@ func Open(cfg Config) (*Member, error) {
 	if m.raft, err = raft.NewRaft(rc, m.fsm, m.logs, m.logs, m.snaps, m.trans); err != nil {
 		return nil, err
 	}
+	if m.api != nil {
+		// Served once raft runs: its answers are raft's.
+		go func() { _ = m.api.Serve(m.link.api) }()
+	}
 	go m.watchStore()
 	ok = true
 	return m, nil
@@ -258,9 +270,16 @@ func (m *Member) bootstrap(rc *raft.Config) error {
 		if p.Name == m.cfg.Name || m.client == nil {
 			continue
 		}
+		var self MemberStatus
+		if err := m.ask(p.Addr, "/cluster/self", &self); err != nil {
+			continue // down
+		}
+		if self.Fingerprint != m.fingerprint {
+			return fmt.Errorf("member %s (%s) holds another db.key or secret than this member's data folder %s: copy both files from a member of the cluster, then start again", p.Name, p.Addr, m.cfg.DataDir)
+		}
 		conf, err := m.peerConfiguration(p.Addr)
 		if err != nil || len(conf) == 0 {
-			continue // down, or not formed either
+			continue // not formed either
 		}
 		if slices.ContainsFunc(conf, func(q Peer) bool { return q.Name == m.cfg.Name }) {
 			m.log.Info("joining the existing cluster", "member", m.cfg.Name, "asked", p.Name)

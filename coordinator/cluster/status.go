@@ -29,7 +29,10 @@ type MemberStatus struct {
 	AppliedIndex uint64     `json:"applied_index"`
 	CommitIndex  uint64     `json:"commit_index"`
 	Term         uint64     `json:"term"`
-	Error        string     `json:"error,omitempty"`
+	// Fingerprint names the member's db.key and secret without showing
+	// them: every member's must be the same.
+	Fingerprint string `json:"keys_fingerprint"`
+	Error       string `json:"error,omitempty"`
 }
 
 // Status is the cluster as one member sees it.
@@ -44,7 +47,7 @@ type Status struct {
 // self is this member's own report.
 func (m *Member) self() MemberStatus {
 	st := m.raft.Stats()
-	s := MemberStatus{Name: m.cfg.Name, Address: string(m.trans.LocalAddr()), Role: strings.ToLower(m.raft.State().String()), Voter: true}
+	s := MemberStatus{Name: m.cfg.Name, Address: string(m.trans.LocalAddr()), Role: strings.ToLower(m.raft.State().String()), Voter: true, Fingerprint: m.fingerprint}
 	s.AppliedIndex = m.raft.AppliedIndex()
 	s.CommitIndex = m.raft.CommitIndex()
 	s.Term, _ = strconv.ParseUint(st["term"], 10, 64)
@@ -103,6 +106,9 @@ func (m *Member) Status() (Status, error) {
 				} else {
 					got.Address, got.Voter = ms.Address, ms.Voter
 					ms = got
+					if ms.Fingerprint != m.fingerprint {
+						ms.Error = "holds another db.key or secret than " + m.cfg.Name + ": copy both from a member of the cluster"
+					}
 				}
 			}
 			out.Members[i] = ms

@@ -374,6 +374,21 @@ func TestClusterMembership(t *testing.T) {
 	}
 	m4.cert, m4.key = certs.MemberFiles(pki, "c4")
 	m4.caFile = ms[0].caFile
+	// With another secret it is refused at its start, before it joins.
+	if err := os.WriteFile(filepath.Join(m4.data, "secret"), []byte("not the cluster's secret, but 32 bytes long"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wrong := exec.Command(os.Args[0], "serve", "--data-dir", m4.data, "--api-listen", m4.api, "--mqtt-listen", m4.mqtt,
+		"--auth", "http_basic", "--htpasswd", htpasswd, "--cluster-member", "c4", "--cluster-listen", m4.link,
+		"--cluster-peers", strings.Join(append(peers, "c4="+m4.link), ","), "--cluster-cert", m4.cert, "--cluster-cert-key", m4.key, "--cluster-ca", m4.caFile)
+	wrong.Env = append(os.Environ(), "BM_TEST_AS_COORDINATOR=1")
+	if out, err := wrong.CombinedOutput(); err == nil || !strings.Contains(string(out), "holds another db.key or secret") {
+		t.Fatalf("a member with another secret: %v\n%s", err, out)
+	}
+	b, _ := os.ReadFile(filepath.Join(ms[0].data, "secret"))
+	if err := os.WriteFile(filepath.Join(m4.data, "secret"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := ms[0].cli(t, "cluster", "add-member", "c4", m4.link); err != nil {
 		t.Fatalf("add-member: %v\n%s", err, out)
 	}

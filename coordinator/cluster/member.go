@@ -288,6 +288,25 @@ func (m *Member) bootstrap(rc *raft.Config) error {
 		return fmt.Errorf("member %s (%s) belongs to a cluster that does not list %s: run 'coordinator cluster add-member %s %s' against the cluster first, then start this member again",
 			p.Name, p.Addr, m.cfg.Name, m.cfg.Name, m.cfg.Listen)
 	}
+	// A store that holds data no log entry carries (a single
+	// coordinator's, or a restored backup) can only start a cluster of
+	// one, which then copies it into the log (Seed) before its engine
+	// runs; among several members an empty one could lead and the data
+	// would diverge.
+	empty := true
+	if err := m.st.Keys("", "", func(string) bool { empty = false; return false }); err != nil {
+		return err
+	}
+	if !empty {
+		if len(m.cfg.Peers) > 1 {
+			return fmt.Errorf("the data folder %s holds a database but no replicated log: a coordinator's data becomes a cluster as a cluster of one. "+
+				"Start it with --cluster-peers %s=%s (itself alone), then add the other members with 'coordinator cluster add-member' (their data folders empty but for db.key and secret)",
+				m.cfg.DataDir, m.cfg.Name, m.cfg.Listen)
+		}
+		if err := writeFileSynced(filepath.Join(m.cfg.DataDir, "raft", seedFile), []byte("the store's data is not in the log yet\n")); err != nil {
+			return err
+		}
+	}
 	var servers []raft.Server
 	for _, p := range m.cfg.Peers {
 		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.Name), Address: raft.ServerAddress(p.Addr)})
@@ -496,4 +515,54 @@ func Recover(dataDir, name, listen string, log *slog.Logger) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	return nil
+}
+
+// seedFile marks a member whose store holds data that is not in the
+// log yet (bootstrap).
+const seedFile = "seed"
+
+// seedBatchBytes bounds one entry of the seed.
+const seedBatchBytes = 2 << 20
+
+// Seed copies the whole store into the log, in entries of at most
+// seedBatchBytes, when the cluster was formed from a store that held
+// data (bootstrap); the leader calls it before its engine runs, and
+// again after a crash until it finishes (the writes set each key to the
+// value it has, so doing it twice is harmless).
+func (m *Member) Seed() error {
+	marker := filepath.Join(m.cfg.DataDir, "raft", seedFile)
+	if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	c := m.Committer(m.st)
+	var b store.Batch
+	size, keys := 0, 0
+	flush := func() error {
+		if b.Len() == 0 {
+			return nil
+		}
+		err := c.Commit(context.Background(), &b)
+		b, size = store.Batch{}, 0
+		return err
+	}
+	err := m.st.Scan("", func(k string, v []byte) error {
+		if strings.HasPrefix(k, kvstore.FlushPrefix) {
+			return nil
+		}
+		b.Set(k, v)
+		size += len(k) + len(v)
+		keys++
+		if size >= seedBatchBytes {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return fmt.Errorf("copy the store into the replicated log: %w", err)
+	}
+	m.log.Info("copied the store into the replicated log", "member", m.cfg.Name, "keys", keys)
+	return os.Remove(marker)
 }

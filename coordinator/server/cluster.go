@@ -107,6 +107,10 @@ func (r *memberRun) startCore() *Coordinator {
 		r.o.Log.Warn("leading, but the log is not applied yet; trying again", "member", r.m.Name(), "err", err)
 		return nil
 	}
+	if err := r.m.Seed(); err != nil {
+		r.o.Log.Warn("leading, but the store is not in the log yet; trying again", "member", r.m.Name(), "err", err)
+		return nil
+	}
 	start := time.Now()
 	c, root, err := startCore(r.ctx, r.o, r.auth, r.pool)
 	if err != nil {

@@ -456,3 +456,85 @@ func TestClusterMembership(t *testing.T) {
 		t.Fatal("no write after recover")
 	}
 }
+
+// TestClusterFromSingle turns a single coordinator's data folder into a
+// cluster: refused as one of three (the others could lead without its
+// data), taken as a cluster of one, which copies its store into the log;
+// two members added with empty data folders get every node, and serve
+// them once the first member is killed.
+func TestClusterFromSingle(t *testing.T) {
+	t.Parallel()
+	ms, htpasswd := testCluster(t)
+	first := ms[0]
+	// A single coordinator first, on the same data folder.
+	p := startCoordinatorProcess(t, first.data, first.api, first.mqtt)
+	single := &testrig.Client{Base: "http://" + first.api, T: t}
+	if code := single.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, nil); code != 201 {
+		t.Fatalf("site: %d", code)
+	}
+	var ids []string
+	for i := 0; i < 10; i++ {
+		ids = append(ids, single.CreateNode(fmt.Sprintf("s%02d", i), "site1", nil))
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	var peers []string
+	for _, m := range ms {
+		peers = append(peers, m.name+"="+m.link)
+	}
+	refused := exec.Command(os.Args[0], "serve", "--data-dir", first.data, "--api-listen", first.api, "--mqtt-listen", first.mqtt,
+		"--auth", "http_basic", "--htpasswd", htpasswd, "--cluster-member", first.name, "--cluster-listen", first.link,
+		"--cluster-peers", strings.Join(peers, ","), "--cluster-cert", first.cert, "--cluster-cert-key", first.key, "--cluster-ca", first.caFile)
+	refused.Env = append(os.Environ(), "BM_TEST_AS_COORDINATOR=1")
+	if out, err := refused.CombinedOutput(); err == nil || !strings.Contains(string(out), "as a cluster of one") {
+		t.Fatalf("a coordinator's data as one of three: %v\n%s", err, out)
+	}
+	first.start(t, first.name+"="+first.link, htpasswd)
+	settled(t, ms[:1], 1, 10*time.Second)
+	for _, m := range ms[1:] {
+		// testCluster gave every data folder the same db.key and secret;
+		// the single coordinator kept the first's.
+		for _, f := range []string{"db.key", "secret"} {
+			b, err := os.ReadFile(filepath.Join(first.data, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(m.data, f), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, err := first.cli(t, "cluster", "add-member", m.name, m.link); err != nil {
+			t.Fatalf("add-member %s: %v\n%s", m.name, err, out)
+		}
+		m.start(t, strings.Join(peers, ","), htpasswd)
+	}
+	settled(t, ms, 3, 15*time.Second)
+	// Every follower applied the whole log before the first goes.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var st clusterStatus
+		first.client(t).Do("GET", "/v1/cluster", nil, &st)
+		idx := map[uint64]bool{}
+		for _, x := range st.Members {
+			idx[x.AppliedIndex] = true
+		}
+		if len(idx) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("applied indexes differ: %+v", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	first.proc.kill()
+	settled(t, ms[1:], 2, 15*time.Second)
+	for _, m := range ms[1:] {
+		c := m.client(t)
+		for _, id := range ids {
+			var n testrig.Node
+			if code := c.Do("GET", "/v1/nodes/"+id, nil, &n); code != 200 {
+				t.Fatalf("node %s through %s after the first member is gone: %d", id, m.name, code)
+			}
+		}
+	}
+}

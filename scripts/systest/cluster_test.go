@@ -218,6 +218,12 @@ func TestClusterFailover(t *testing.T) {
 		}
 	}
 
+	// A backup through a follower is the leader's, whole.
+	backup := filepath.Join(t.TempDir(), "cluster.backup")
+	if out, err := follower.cli(t, "backup", "--out", backup); err != nil || !strings.Contains(out, "20 nodes") {
+		t.Fatalf("backup through follower %s: %v\n%s", follower.name, err, out)
+	}
+
 	// kill -9 the leader.
 	old := byName[leader]
 	killed := time.Now()

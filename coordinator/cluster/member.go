@@ -250,6 +250,7 @@ func Open(cfg Config) (*Member, error) {
 		go func() { _ = m.api.Serve(m.link.api) }()
 	}
 	go m.watchStore()
+	go m.promote()
 	ok = true
 	return m, nil
 }

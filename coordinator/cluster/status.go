@@ -125,9 +125,10 @@ var (
 	ErrNotLeader = errors.New("this member is not the cluster's leader")
 )
 
-// AddMember adds a voting member (on the leader). Its data folder must
-// start empty, with the cluster's db.key; started with --cluster-peers
-// that list it, it then receives a snapshot and the log.
+// AddMember adds a member (on the leader), first as a non-voter, made a
+// voter once it has caught up (promote). Its data folder must start
+// empty but for the cluster's db.key and secret; started with
+// --cluster-peers that list it, it then receives a snapshot and the log.
 func (m *Member) AddMember(name, addr string) error {
 	if err := CheckName(name); err != nil {
 		return err
@@ -144,7 +145,54 @@ func (m *Member) AddMember(name, addr string) error {
 			return fmt.Errorf("member %s already has the address %s", p.Name, addr)
 		}
 	}
-	return m.raft.AddVoter(raft.ServerID(name), raft.ServerAddress(addr), 0, 30*time.Second).Error()
+	// A non-voter first: a voter that has not caught up would count in
+	// the majority without being able to take part in it (with one
+	// member, adding a second would stop the cluster until it runs).
+	// promote makes it a voter once it has applied the log.
+	return m.raft.AddNonvoter(raft.ServerID(name), raft.ServerAddress(addr), 0, 30*time.Second).Error()
+}
+
+// promoteLag is how far behind the leader's commit index a non-voter
+// may be when it is made a voter.
+const promoteLag = 16
+
+// promote runs on every member; on the leader, every second, it makes
+// each non-voter that has applied the log (it answers over the link
+// with its applied index) a voter.
+func (m *Member) promote() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stopped:
+			return
+		case <-tick.C:
+		}
+		if !m.IsLeader() || m.client == nil {
+			continue
+		}
+		f := m.raft.GetConfiguration()
+		if f.Error() != nil {
+			continue
+		}
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage != raft.Nonvoter {
+				continue
+			}
+			var got MemberStatus
+			if err := m.ask(string(s.Address), "/cluster/self", &got); err != nil || got.Fingerprint != m.fingerprint {
+				continue
+			}
+			if got.AppliedIndex+promoteLag < m.raft.CommitIndex() {
+				continue
+			}
+			if err := m.raft.AddVoter(s.ID, s.Address, 0, 10*time.Second).Error(); err != nil {
+				m.log.Warn("could not make the new member a voter; trying again", "member", s.ID, "err", err)
+				continue
+			}
+			m.log.Info("the new member caught up and votes", "member", s.ID, "applied_index", got.AppliedIndex)
+		}
+	}
 }
 
 // RemoveMember removes a member (on the leader); the leader may remove

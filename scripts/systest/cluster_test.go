@@ -127,12 +127,14 @@ type clusterStatus struct {
 	Members []struct {
 		Name         string `json:"name"`
 		Role         string `json:"role"`
+		Voter        bool   `json:"voter"`
 		AppliedIndex uint64 `json:"applied_index"`
 	} `json:"members"`
 }
 
 // settled waits until every member in ms reports the same leader and
-// the others of want as followers; it returns the leader's name.
+// the others of want as followers, every reachable member a voter, and
+// the API serves through each; it returns the leader's name.
 func settled(t *testing.T, ms []*clusterMember, want int, within time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -148,12 +150,24 @@ func settled(t *testing.T, ms []*clusterMember, want int, within time.Duration) 
 			roles := map[string]int{}
 			for _, x := range st.Members {
 				roles[x.Role]++
+				if !x.Voter && x.Role != "unreachable" {
+					roles["nonvoter"]++
+				}
 			}
-			if st.Leader == "" || roles["leader"] != 1 || roles["follower"] != want-1 || (leader != "" && st.Leader != leader) {
+			if st.Leader == "" || roles["nonvoter"] > 0 || roles["leader"] != 1 || roles["follower"] != want-1 || (leader != "" && st.Leader != leader) {
 				ok, last = false, fmt.Sprintf("%s sees %+v", m.name, st)
 				break
 			}
 			leader = st.Leader
+		}
+		// And the leader's engine serves, through every member.
+		for _, m := range ms {
+			if !ok {
+				break
+			}
+			if code := m.client(t).Do("GET", "/v1/nodes", nil, nil); code != 200 {
+				ok, last = false, fmt.Sprintf("GET /v1/nodes through %s: %d", m.name, code)
+			}
 		}
 		if ok {
 			return leader
@@ -497,7 +511,8 @@ func TestClusterFromSingle(t *testing.T) {
 	}
 	first.start(t, first.name+"="+first.link, htpasswd)
 	settled(t, ms[:1], 1, 10*time.Second)
-	for _, m := range ms[1:] {
+	for i := 1; i < len(ms); i++ {
+		m := ms[i]
 		// testCluster gave every data folder the same db.key and secret;
 		// the single coordinator kept the first's.
 		for _, f := range []string{"db.key", "secret"} {
@@ -513,6 +528,8 @@ func TestClusterFromSingle(t *testing.T) {
 			t.Fatalf("add-member %s: %v\n%s", m.name, err, out)
 		}
 		m.start(t, strings.Join(peers, ","), htpasswd)
+		// One at a time: the new member votes once it caught up.
+		settled(t, ms[:i+1], i+1, 15*time.Second)
 	}
 	settled(t, ms, 3, 15*time.Second)
 	// Every follower applied the whole log before the first goes.

@@ -219,7 +219,11 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 		}
 		return err
 	}
-	log.Info("coordinator serving", "api", co.APIURL, "auth", o.auth, "broker", co.BrokerURL, "data", o.dataDir)
+	if member != nil {
+		log.Info("cluster member serving", "member", o.clusterMember, "api", co.APIURL, "auth", o.auth, "cluster", o.clusterListen, "data", o.dataDir)
+	} else {
+		log.Info("coordinator serving", "api", co.APIURL, "auth", o.auth, "broker", co.BrokerURL, "data", o.dataDir)
+	}
 	select {
 	case <-ctx.Done():
 	case <-co.Failed():

@@ -251,6 +251,7 @@ func Open(cfg Config) (*Member, error) {
 	}
 	go m.watchStore()
 	go m.promote()
+	go m.collect()
 	ok = true
 	return m, nil
 }
@@ -566,4 +567,26 @@ func (m *Member) Seed() error {
 	}
 	m.log.Info("copied the store into the replicated log", "member", m.cfg.Name, "keys", keys)
 	return os.Remove(marker)
+}
+
+// collectEvery is how often a follower reclaims stale space in its
+// store's value log (the leader's engine does it while it runs).
+const collectEvery = 10 * time.Minute
+
+func (m *Member) collect() {
+	tick := time.NewTicker(collectEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stopped:
+			return
+		case <-tick.C:
+		}
+		if m.IsLeader() {
+			continue
+		}
+		if _, err := m.st.CollectGarbage(); err != nil {
+			m.log.Warn("value-log garbage collection of the member's store failed", "err", err)
+		}
+	}
 }

@@ -96,14 +96,22 @@ type link struct {
 	raft *connQueue
 	api  *connQueue
 	wg   sync.WaitGroup
+	// pending bounds the connections in their handshake: a stranger
+	// cannot make the member hold more (each lasts at most
+	// handshakeTimeout).
+	pending chan struct{}
 }
+
+// maxPendingHandshakes is how many connections may be in their TLS
+// handshake at once; more are closed at accept.
+const maxPendingHandshakes = 64
 
 func newLink(addr string, tc *tls.Config, log *slog.Logger) (*link, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cluster link on %s: %w; check --cluster-listen", addr, err)
 	}
-	l := &link{ln: ln, tls: tc, log: log, raft: newConnQueue(ln.Addr()), api: newConnQueue(ln.Addr())}
+	l := &link{ln: ln, tls: tc, log: log, raft: newConnQueue(ln.Addr()), api: newConnQueue(ln.Addr()), pending: make(chan struct{}, maxPendingHandshakes)}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -121,13 +129,19 @@ func (l *link) accept() {
 			l.api.close()
 			return
 		}
-		go l.sort(c)
+		select {
+		case l.pending <- struct{}{}:
+			go l.sort(c)
+		default:
+			c.Close()
+		}
 	}
 }
 
 // sort does the handshake and hands the connection to raft or to the
 // forwarded API by its first byte.
 func (l *link) sort(c net.Conn) {
+	defer func() { <-l.pending }()
 	tc := tls.Server(c, l.tls)
 	_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
 	if err := tc.Handshake(); err != nil {

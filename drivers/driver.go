@@ -98,7 +98,7 @@ func QEMUDeclaration() Declaration {
 // of band around it.
 func commonDeploySteps() []Step {
 	return []Step{
-		{Interface: "deploy", Step: "prepare_instance_boot", Priority: 60},
+		{Interface: "deploy", Step: "prepare_instance_boot", Priority: 60, ArgsFrom: []ArgSource{FromSecureBoot}},
 		{Interface: "deploy", Step: "tear_down_agent", Priority: 40},
 		{Interface: "deploy", Step: "boot_instance", Priority: 20},
 	}

@@ -92,10 +92,15 @@ const (
 	// FromBurninPair: the network burn-in pairing the coordinator
 	// derives for the node and its partner.
 	FromBurninPair ArgSource = "burnin_pair"
+	// FromSecureBoot: secure_boot true (protocol.ArgSecureBoot) when the
+	// node asks to boot with UEFI Secure Boot (Ironic's capability
+	// secure_boot:true): the step turns it on for the instance's boot, as
+	// Ironic's prepare_instance does (configure_secure_boot_if_needed).
+	FromSecureBoot ArgSource = "secure_boot"
 )
 
 // ArgSources are the argument sources in the order they are filled.
-var ArgSources = []ArgSource{FromRescueHash, FromImage, FromConfigDrive, FromRootDevice, FromDriverInfo, FromProperties, FromTargetRAID, FromBurninPair}
+var ArgSources = []ArgSource{FromRescueHash, FromImage, FromConfigDrive, FromRootDevice, FromDriverInfo, FromProperties, FromTargetRAID, FromBurninPair, FromSecureBoot}
 
 // InbandRescueSteps are the steps of the rescue ramdisk's setup, which
 // the rescue plan runs (they are in no step list).

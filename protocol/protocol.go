@@ -177,7 +177,13 @@ const (
 	// ArgSecureBoot, true on a power command that boots a node asked to
 	// boot with UEFI Secure Boot (Ironic's capability secure_boot:true):
 	// network boot gives its UEFI firmware the signed chain (shim, GRUB,
-	// the signed kernel) instead of iPXE.
+	// the signed kernel) instead of iPXE. True on the args of the
+	// deploy.prepare_instance_boot step of such a node: the edge agent
+	// turns Secure Boot on for the instance's boot (Ironic's
+	// prepare_instance). False on the power-off that tears such a node's
+	// instance down: the edge agent turns Secure Boot off after it
+	// (Ironic's clean_up_instance). The BMCs that cannot set it (ipmi)
+	// are not asked: the firmware keeps the operator's setting.
 	ArgSecureBoot = "secure_boot"
 	// ArgBootDevice, on a power command, is the boot device ("pxe" or
 	// "disk") the edge agent sets before it changes the power: booting

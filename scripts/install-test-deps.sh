@@ -49,7 +49,7 @@ PACKAGES+=(lldpd)
 PACKAGES+=(mdadm)
 # grub-pc-bin, grub2-common, e2fsprogs: GRUB for BIOS, grub-install and mke2fs make the bootable image deployed onto software RAID (scripts/systest/ramdisk/raid_e2e_test.go)
 PACKAGES+=(grub-pc-bin grub2-common e2fsprogs)
-# stress-ng: keeps both cores busy while timing-sensitive tests are checked on a loaded machine (docs/benchmarks.md, issue 30)
+# stress-ng: keeps both cores busy while timing-sensitive tests are checked on a loaded machine (docs/benchmarks.md)
 PACKAGES+=(stress-ng)
 
 installed() {

@@ -417,6 +417,12 @@ func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot
 		if err := boot.SetPower(ctx, m.Node, b, p.State); err != nil {
 			return err
 		}
+		if off, given := m.Args[protocol.ArgSecureBoot].(bool); given && !off && protocol.PowerIsOff(p.State) {
+			// The instance's tear down (Ironic's clean_up_instance).
+			if err := setSecureBoot(ctx, b, false); err != nil {
+				return err
+			}
+		}
 		if p.ReadHardware {
 			s.readHardware(ctx, m.Node, b)
 		}
@@ -493,7 +499,15 @@ func StepsDone(m *protocol.Message, err error) int {
 func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot Booter, s *protocol.Step) error {
 	switch s.Interface + "." + s.Step {
 	case "deploy.prepare_instance_boot":
-		return boot.SetBootDevice(ctx, node, b, protocol.BootDisk)
+		if err := boot.SetBootDevice(ctx, node, b, protocol.BootDisk); err != nil {
+			return err
+		}
+		if on, _ := s.Args[protocol.ArgSecureBoot].(bool); on {
+			// Ironic's prepare_instance: the instance boots with Secure
+			// Boot on.
+			return setSecureBoot(ctx, b, true)
+		}
+		return nil
 	case "deploy.tear_down_agent":
 		return boot.SetPower(ctx, node, b, protocol.PowerOff)
 	case "deploy.boot_instance":
@@ -518,6 +532,31 @@ func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot
 	}
 	if s.Interface == "bios" {
 		set.readBIOS(ctx, node, b)
+	}
+	return nil
+}
+
+// secureBooter is a BMC that turns UEFI Secure Boot on and off for the
+// system's next boot (redfish: the SecureBoot resource).
+type secureBooter interface {
+	SetSecureBoot(ctx context.Context, enable bool) error
+}
+
+// setSecureBoot turns Secure Boot on or off for an instance, as Ironic's
+// configure_secure_boot_if_needed and deconfigure_secure_boot_if_needed:
+// a BMC that cannot set it (ipmi: Ironic's ipmitool has no
+// set_secure_boot_state) is not asked, and the firmware keeps the
+// operator's setting; a BMC that can and fails fails the step.
+func setSecureBoot(ctx context.Context, b drivers.BMC, enable bool) error {
+	sb, ok := b.(secureBooter)
+	if !ok {
+		return nil
+	}
+	if err := sb.SetSecureBoot(ctx, enable); err != nil {
+		if enable {
+			return fmt.Errorf("turn UEFI Secure Boot on for the instance: %w", err)
+		}
+		return fmt.Errorf("turn UEFI Secure Boot off at the instance's tear down: %w", err)
 	}
 	return nil
 }

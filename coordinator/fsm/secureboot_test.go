@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/bmedge/bmedge/protocol"
@@ -84,5 +86,64 @@ func TestTakeBootMode(t *testing.T) {
 	takeBootMode(n, map[string]any{"boot": map[string]any{"current_boot_mode": "bios", "secure_boot": false}})
 	if n.BootMode != "bios" || *n.SecureBoot {
 		t.Fatalf("bios: %q %v", n.BootMode, *n.SecureBoot)
+	}
+}
+
+// TestInstanceSecureBoot: as Ironic's prepare_instance and
+// clean_up_instance, a deploy of a node asked to boot with Secure Boot
+// (instance_info's capabilities, as Nova and Metal3 give them) has its
+// prepare_instance_boot step turn Secure Boot on for the instance
+// (secure_boot true in the step's args), and its undeploy's power-off
+// turn it off (secure_boot false); then, its instance_info gone, the
+// cleaning's ramdisk boot does not ask for Secure Boot. A node that does
+// not ask carries the argument nowhere.
+func TestInstanceSecureBoot(t *testing.T) {
+	for _, sb := range []bool{true, false} {
+		w := newWorld(t)
+		w.n.ProvisionState = Available
+		w.n.InstanceInfo = map[string]any{"image_source": "http://x/img"}
+		if sb {
+			w.n.InstanceInfo["capabilities"] = map[string]any{"boot_mode": "uefi", "secure_boot": "true"}
+		}
+		w.verb(Deploy, VerbRequest{})
+		w.want(Active)
+		var prep []any
+		for _, o := range w.sent {
+			for _, s := range o.Msg.OOBSteps() {
+				if s.Interface+"."+s.Step == "deploy.prepare_instance_boot" {
+					v, has := s.Args[protocol.ArgSecureBoot]
+					if !has {
+						v = "absent"
+					}
+					prep = append(prep, v)
+				}
+			}
+		}
+		want := any("absent")
+		if sb {
+			want = true
+		}
+		if len(prep) != 1 || prep[0] != want {
+			t.Fatalf("secure_boot %v: prepare_instance_boot's %s: %v, want [%v]", sb, protocol.ArgSecureBoot, prep, want)
+		}
+		w.sent = nil
+		w.verb(Undeploy, VerbRequest{})
+		w.want(Available)
+		var powers []string
+		for _, o := range w.sent {
+			if o.Msg.Action != protocol.ActionPower {
+				continue
+			}
+			v, has := o.Msg.Args[protocol.ArgSecureBoot]
+			powers = append(powers, fmt.Sprintf("%v:%v", o.Msg.Args["state"], map[bool]any{true: v, false: "absent"}[has]))
+		}
+		got := strings.Join(powers, ",")
+		wantPowers := "power off:absent,rebooted:absent,power off:absent"
+		if sb {
+			wantPowers = "power off:false,rebooted:absent,power off:absent"
+		}
+		if got != wantPowers {
+			t.Fatalf("secure_boot %v: undeploy's power commands (state:secure_boot) %s, want %s", sb, got, wantPowers)
+		}
 	}
 }

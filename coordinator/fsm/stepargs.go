@@ -100,6 +100,10 @@ func (m *Machine) stepArgs(n *Node, s *StepRun) (map[string]any, error) {
 			}
 		case drivers.FromBurninPair:
 			return m.burninNetworkArgs(n, args)
+		case drivers.FromSecureBoot:
+			if SecureBootRequested(n) {
+				set(protocol.ArgSecureBoot, true)
+			}
 		}
 	}
 	return args, nil

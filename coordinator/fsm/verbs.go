@@ -260,6 +260,11 @@ func startUndeploy(m *Machine, n *Node, req VerbRequest, now time.Time, out *Out
 	if m.ramdiskDeploy(n) {
 		plan = ejectISOPlan()
 	}
+	if len(plan) > 0 && SecureBootRequested(n) {
+		// Ironic's clean_up_instance (deconfigure_secure_boot_if_needed):
+		// the tear down's power-off turns Secure Boot off after it.
+		plan[0].Args[protocol.ArgSecureBoot] = false
+	}
 	m.start(n, req.Verb, retiredTarget(n), PhaseDelete, plan, now, out)
 }
 

@@ -5,7 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -22,6 +22,8 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/utils"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/agent/netboot"
+	"github.com/bmedge/bmedge/agent/netboot/labnet"
 	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
@@ -362,29 +364,107 @@ func TestBMORedfishLiveISOHost(t *testing.T) {
 
 // TestBMOIPMIHost: an ipmi host (BMO's ipmi:// BMC: boot_interface ipxe,
 // raid_interface no-raid) behind ipmi_sim, a real IPMI BMC, through
-// BMO's registration calls to manageable (verified against the BMC), and
-// deleted. Its inspection and deploy boot the ramdisk by network boot,
-// which needs a site network (the network boot tests, docs/netboot.md):
-// not run here.
+// BMO's calls from registration to active and back to deleted, with no
+// request refused. Its machine boots from the network as a real ipmi
+// node's does (netboot_machine_test.go: a UEFI PXE firmware, then iPXE,
+// with busybox's DHCP client and curl) on a site network of the test's
+// own, served by a real edge agent's network boot (DHCP, TFTP, HTTP);
+// the ramdisk it boots is the stand-in (the standard steps, each done at
+// once). Inspection, provide's cleaning, the deploy and the undeploy's
+// cleaning each boot it from the network; the deployed node runs from
+// its disk.
 func TestBMOIPMIHost(t *testing.T) {
-	sim := ipmisim.StartTest(t, ipmisim.Options{})
+	if !labnet.Isolate(t) {
+		return
+	}
+	labnet.Need(t, "busybox", "curl", "nsenter")
+	for _, f := range []string{netboot.BIOSBinary, netboot.UEFIBinary} {
+		if _, err := os.Stat(filepath.Join("/usr/lib/ipxe", f)); err != nil {
+			if os.Getenv("BM_REQUIRE_ALL") == "1" {
+				t.Fatalf("Debian's ipxe package is missing (%v); run scripts/install-test-deps.sh", err)
+			}
+			t.Skipf("Debian's ipxe package is missing (%v)", err)
+		}
+	}
+	dir := t.TempDir()
+	kernel, initrd, script := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd"), filepath.Join(dir, "udhcpc.sh")
+	for f, b := range map[string]string{kernel: "stand-in kernel", initrd: "stand-in initramfs", script: udhcpcScript} {
+		if err := os.WriteFile(f, []byte(b), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	site := labnet.New(t)
+	const mac = "52:54:00:6b:3c:59"
+	machine := site.Host(mac, "")
+	inv, _ := json.Marshal(map[string]any{
+		"inventory": map[string]any{
+			"cpu":        map[string]any{"count": 2, "architecture": "x86_64"},
+			"memory":     map[string]any{"total_bytes": int64(4) << 30, "physical_mb": 4096},
+			"disks":      []any{map[string]any{"name": "/dev/sda", "size": int64(20) << 30, "rotational": false}},
+			"interfaces": []any{map[string]any{"name": "eth0", "mac_address": mac, "has_carrier": true}},
+		},
+		"properties": map[string]any{"cpus": 2, "memory_mb": 4096, "local_gb": 19, "cpu_arch": "x86_64"},
+	})
+	nsenter := machine.Command("true").Args
+	sim := ipmisim.StartTest(t, ipmisim.Options{PowerOn: netbootMachinePowerOn(nsenter[:len(nsenter)-1], map[string]string{
+		netbootMachineScript: script, netbootMachineKernel: kernel, netbootMachineInitrd: initrd, netbootMachineInventory: string(inv)})})
+	machineLog := filepath.Join(sim.Dir, "power-on.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(machineLog)
+			t.Logf("the machine's log (power-on.log):\n%s\nthe BMC's chassis events: %v", b, sim.Events())
+		}
+	})
 	c := testrig.Coordinator(t, testrig.Options{})
-	testrig.Site(t, c, "rack1", agent.SimOptions{})
-	h := &bmoHost{t: t, cl: bmoClient(t, c), name: "metal3~ipmi1", mac: "52:54:00:6b:3c:59",
+	var creds agent.Credentials
+	if code := testrig.NewClient(t, c).Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
+		t.Fatalf("site add: %d", code)
+	}
+	testrig.StartAgentConfig(t, creds, agent.Config{SiteBroker: agent.SiteBrokerOptions{Listen: site.Addr.String() + ":1883"},
+		Netboot: agent.NetbootOptions{Interface: site.Bridge, Range: "10.77.0.100-10.77.0.120", Router: site.Addr.String(), Kernel: kernel, Initrd: initrd}})
+
+	h := &bmoHost{t: t, cl: bmoClient(t, c), name: "metal3~ipmi1", mac: mac,
 		driver: "ipmi", bootIface: "ipxe", raidIface: "no-raid", driverInfo: sim.DriverInfo()}
+	start := time.Now()
 	h.register()
 	n := h.get()
 	if n.PowerInterface != "ipmitool" || n.ManagementInterface != "ipmitool" || n.RAIDInterface != "no-raid" || n.DeployInterface != "direct" {
 		t.Fatalf("ipmi node interfaces: power %q management %q raid %q deploy %q; want Ironic's ipmitool, ipmitool, no-raid, direct",
 			n.PowerInterface, n.ManagementInterface, n.RAIDInterface, n.DeployInterface)
 	}
-	// BMO's Delete of a manageable node: no stale instance_uuid, delete.
-	if n.InstanceUUID != "" {
-		t.Fatalf("instance_uuid %q", n.InstanceUUID)
+	boots := func() int {
+		b, _ := os.ReadFile(machineLog)
+		return bytes.Count(b, []byte("netboot machine: the kernel runs"))
 	}
-	err := nodes.Delete(context.Background(), h.cl, h.uuid).ExtractErr()
-	var e gophercloud.ErrUnexpectedResponseCode
-	if errors.As(err, &e) || err != nil {
-		t.Fatalf("delete: %v", err)
+	h.inspect()
+	if got := boots(); got != 1 {
+		t.Fatalf("network boots of the ramdisk after inspection: %d, want 1", got)
 	}
+	h.provision("http://127.0.0.1:1/host1.raw", "b004fddf42c9888a32bf3f385b1ba84307a3cf8499944f654b992f1a519af29c")
+	ch, err := sim.Chassis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := h.get(); n.PowerState != "power on" || !ch.Power || ch.Boot == "pxe" {
+		t.Fatalf("active: power_state %q, BMC's chassis %+v; want on, booting from the disk", n.PowerState, ch)
+	}
+	if got := boots(); got != 3 {
+		t.Fatalf("network boots of the ramdisk when active: %d, want 3 (inspection, provide's cleaning, the deploy)", got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if b, _ := os.ReadFile(machineLog); bytes.Contains(b, []byte("netboot machine: booting the instance from the disk")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("active, but the machine did not start from its disk")
+		}
+	}
+	h.deprovision()
+	if got := boots(); got != 4 {
+		t.Errorf("network boots of the ramdisk after deprovisioning: %d, want 4 (and the undeploy's cleaning)", got)
+	}
+	if ch, _ := sim.Chassis(); ch.Power {
+		t.Errorf("after deprovisioning the chassis is on: %+v", ch)
+	}
+	t.Logf("BMO's ipmi host from registration to deleted, four network boots: %.1fs", time.Since(start).Seconds())
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -124,30 +125,40 @@ func (m *mediaRamdiskMachine) runRamdisk(ctx context.Context, usbURL string) {
 		m.t.Errorf("stand-in ramdisk: parameters %q: %v", text, err)
 		return
 	}
+	if err := standinSession(ctx, p, m.inventory, testrig.Logger(m.t)); err != nil {
+		m.t.Logf("stand-in ramdisk: %v", err)
+	}
+}
+
+// standinSession is the stand-in ramdisk's run once its kernel command
+// line is read: the broker it names, with the boot's credential, and the
+// real protocol (lib/session) until ctx ends; the steps are
+// standinRunner's (inv is what its inspection reports).
+func standinSession(ctx context.Context, p rdboot.Params, inv map[string]any, log *slog.Logger) error {
 	broker := p.Broker
 	if !strings.Contains(broker, "://") {
 		broker = "mqtt://" + broker
 	}
 	lt := &standinTransport{}
 	s := session.New(session.Config{Site: p.Site, Node: p.Node, Heartbeat: 500 * time.Millisecond, ResendInterval: 500 * time.Millisecond,
-		Runner: standinRunner{inventory: m.inventory}, Transport: lt, Log: testrig.Logger(m.t)})
+		Runner: standinRunner{inventory: inv}, Transport: lt, Log: log})
 	link, err := mqttlink.Dial(ctx, mqttlink.Config{URL: broker, ClientID: "ramdisk-" + p.Node, Username: p.User, Password: p.Password,
 		CleanStart: true, Subscriptions: []string{protocol.NodeCmdTopic(p.Site, p.Node)},
 		Handler: func(topic string, payload []byte) {
 			if msg, err := protocol.Decode(payload); err == nil {
 				s.Deliver(msg)
 			}
-		}, KeepAlive: 10, Logger: testrig.Logger(m.t)})
+		}, KeepAlive: 10, Logger: log})
 	if err != nil {
-		m.t.Logf("stand-in ramdisk: broker %s: %v", p.Broker, err)
-		return
+		return fmt.Errorf("broker %s: %w", p.Broker, err)
 	}
 	defer link.Close()
 	lt.l = link
 	if err := link.AwaitUp(ctx); err != nil {
-		return
+		return nil
 	}
 	s.Run(ctx)
+	return nil
 }
 
 type standinTransport struct{ l *mqttlink.Link }

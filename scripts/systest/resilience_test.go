@@ -17,9 +17,11 @@ import (
 )
 
 // TestMain lets the test binary act as the coordinator program, so that
-// tests can run it as a separate process and kill -9 it.
+// tests can run it as a separate process and kill -9 it, and as an ipmi
+// node's network-booting machine (netboot_machine_test.go).
 func TestMain(m *testing.M) {
 	testrig.AsCoordinator()
+	asNetbootMachine()
 	os.Exit(m.Run())
 }
 

@@ -37,6 +37,8 @@ type fsm struct {
 	secret func() ([]byte, error)
 	// mu: Restore runs alone.
 	mu sync.Mutex
+	// stats, if set, receives the time of each snapshot.
+	stats *memberStats
 }
 
 // secretFile is the engine's secret, in the data folder
@@ -74,6 +76,9 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 			files[secretFile] = s
 		}
 	}
+	if f.stats != nil {
+		f.stats.snapshotAt.Store(time.Now().UnixNano())
+	}
 	return &snapshot{st: f.st, key: f.key, files: files}, nil
 }
 
@@ -84,6 +89,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	_, files, err := f.st.Replace(rc, f.key, f.spool)
 	if err != nil {
 		return fmt.Errorf("restore a snapshot of the replicated log: %w", err)
+	}
+	if f.stats != nil {
+		f.stats.snapshotAt.Store(time.Now().UnixNano())
 	}
 	if s, ok := files[secretFile]; ok && f.dataDir != "" {
 		if err := writeFileSynced(filepath.Join(f.dataDir, secretFile), s); err != nil {

@@ -15,7 +15,7 @@ import (
 )
 
 func quietLog() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 }
 
 // inmemCluster starts n members on raft's in-memory transport, each with
@@ -253,4 +253,71 @@ func containsRecord(b []byte) bool {
 		}
 	}
 	return false
+}
+
+// A leader cut off from both followers keeps nothing: its commit fails,
+// it stops leading within its lease, the other two elect a leader that
+// takes writes, and once the partition heals the old leader follows
+// with the same store as the others, without the write it could not
+// commit.
+func TestPartitionedLeaderKeepsNothing(t *testing.T) {
+	c := newInmemCluster(t, 3, nil)
+	old := c.leader()
+	commitKeys(t, old, 0, 10)
+	oi := -1
+	for i, m := range c.members {
+		if m == old {
+			oi = i
+		}
+	}
+	cut := func(connect bool) {
+		for i := range c.trans {
+			if i == oi {
+				continue
+			}
+			if connect {
+				c.trans[i].Connect(c.trans[oi].LocalAddr(), c.trans[oi])
+				c.trans[oi].Connect(c.trans[i].LocalAddr(), c.trans[i])
+			} else {
+				c.trans[i].Disconnect(c.trans[oi].LocalAddr())
+				c.trans[oi].Disconnect(c.trans[i].LocalAddr())
+			}
+		}
+	}
+	cut(false)
+	var b store.Batch
+	b.Set("n/lost", []byte("written on a cut-off leader"))
+	if err := old.Committer(old.Store()).Commit(context.Background(), &b); err == nil {
+		t.Fatal("a leader cut off from its majority committed")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for old.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("the cut-off leader still leads 2 s on")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var nl *Member
+	for nl == nil && time.Now().Before(deadline.Add(3*time.Second)) {
+		for _, m := range c.members {
+			if m != old && m.IsLeader() {
+				nl = m
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if nl == nil {
+		t.Fatal("the other two elected no leader")
+	}
+	commitKeys(t, nl, 10, 30)
+	cut(true)
+	for _, m := range c.members {
+		wantKeys(t, m, 30)
+		if _, found, _ := m.Store().Get("n/lost"); found {
+			t.Fatalf("member %s holds the write the cut-off leader could not commit", m.Name())
+		}
+	}
+	if old.IsLeader() {
+		t.Log("note: the old leader was elected again after the heal")
+	}
 }

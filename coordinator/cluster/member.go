@@ -136,6 +136,7 @@ type Member struct {
 	client *http.Client
 	// fingerprint names the member's db.key and secret (keys.go).
 	fingerprint string
+	stats       memberStats
 	closeOnce   sync.Once
 	failed      chan struct{}
 	stopped     chan struct{}
@@ -197,7 +198,7 @@ func Open(cfg Config) (*Member, error) {
 	if m.snaps, err = raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hl); err != nil {
 		return nil, err
 	}
-	m.fsm = &fsm{st: m.st, key: key, dataDir: cfg.DataDir, spool: raftDir, secret: func() ([]byte, error) {
+	m.fsm = &fsm{stats: &m.stats, st: m.st, key: key, dataDir: cfg.DataDir, spool: raftDir, secret: func() ([]byte, error) {
 		b, err := os.ReadFile(filepath.Join(cfg.DataDir, secretFile))
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, nil
@@ -249,6 +250,7 @@ func Open(cfg Config) (*Member, error) {
 		// Served once raft runs: its answers are raft's.
 		go func() { _ = m.api.Serve(m.link.api) }()
 	}
+	m.observe()
 	go m.watchStore()
 	go m.promote()
 	go m.collect()

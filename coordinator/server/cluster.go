@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/bmedge/bmedge/coordinator/api"
 	"github.com/bmedge/bmedge/coordinator/cluster"
 	"github.com/bmedge/bmedge/lib/netbudget"
@@ -37,6 +40,10 @@ type memberRun struct {
 	wg     sync.WaitGroup
 	failed chan struct{}
 
+	// metrics is a follower's /metrics: the member's own figures (the
+	// leader's has the engine's too).
+	metrics http.Handler
+
 	mu   sync.Mutex
 	core *Coordinator
 	root http.Handler
@@ -44,6 +51,9 @@ type memberRun struct {
 
 func startMember(ctx context.Context, o Options, auth *api.BasicAuth, apiTLS *tls.Config, pool *netbudget.Pool) (*Coordinator, error) {
 	r := &memberRun{o: o, auth: auth, pool: pool, m: o.Cluster, failed: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(o.Cluster.Collector(), connCollector{pool})
+	r.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	c := &Coordinator{Conns: pool, member: r, cancel: r.cancel}
 	if err := c.listen(o, auth, apiTLS, r); err != nil {
@@ -167,6 +177,14 @@ func (r *memberRun) serve(w http.ResponseWriter, req *http.Request, forwarded bo
 	}
 	if h := r.local(); h != nil {
 		h.ServeHTTP(w, req)
+		return
+	}
+	// Each member's /metrics is its own: the leader's above, with the
+	// engine's.
+	if req.URL.Path == "/metrics" && !forwarded {
+		if r.authenticated(w, req) {
+			r.metrics.ServeHTTP(w, req)
+		}
 		return
 	}
 	if forwarded {

@@ -176,6 +176,8 @@ func startCore(ctx context.Context, o Options, auth *api.BasicAuth, pool *netbud
 	})
 	if o.Cluster == nil {
 		met.Registry().MustRegister(connCollector{pool})
+	} else {
+		met.Registry().MustRegister(o.Cluster.Collector(), connCollector{pool})
 	}
 	c := &Coordinator{Engine: e, Metrics: met, Conns: pool}
 	ctx, c.cancel = context.WithCancel(ctx)

@@ -232,6 +232,21 @@ func TestClusterFailover(t *testing.T) {
 		}
 	}
 
+	// Each member's /metrics is its own: its role, and on the leader the
+	// engine's figures too.
+	for _, m := range ms {
+		role := "follower"
+		if m.name == leader {
+			role = "leader"
+		}
+		text := metricsOf(t, m)
+		if !strings.Contains(text, fmt.Sprintf("bmedge_cluster_role{member=%q,role=%q} 1", m.name, role)) {
+			t.Fatalf("/metrics of %s does not say it is the %s:\n%s", m.name, role, text)
+		}
+		if got := strings.Contains(text, "bmedge_nodes{"); got != (role == "leader") {
+			t.Fatalf("/metrics of %s (%s) with the engine's node counts: %v", m.name, role, got)
+		}
+	}
 	// A backup through a follower is the leader's, whole.
 	backup := filepath.Join(t.TempDir(), "cluster.backup")
 	if out, err := follower.cli(t, "backup", "--out", backup); err != nil || !strings.Contains(out, "20 nodes") {
@@ -269,6 +284,11 @@ func TestClusterFailover(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("a new leader served a write %s after kill -9 of %s", served.Round(time.Millisecond), leader)
+	for _, s := range survivors {
+		if text := metricsOf(t, s); strings.Contains(text, fmt.Sprintf("bmedge_cluster_leader_changes_total{member=%q} 0", s.name)) {
+			t.Fatalf("/metrics of %s counts no leader change after the kill", s.name)
+		}
+	}
 	for _, s := range survivors {
 		c := s.client(t)
 		for _, id := range ids {
@@ -560,4 +580,14 @@ func TestClusterFromSingle(t *testing.T) {
 			}
 		}
 	}
+}
+
+// metricsOf reads a member's /metrics with curl.
+func metricsOf(t *testing.T, m *clusterMember) string {
+	t.Helper()
+	out, err := exec.Command("curl", "-sf", "-u", "operator:s3cret-pw", "http://"+m.api+"/metrics").CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl /metrics of %s: %v\n%s", m.name, err, out)
+	}
+	return string(out)
 }

@@ -105,7 +105,8 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.StringVar(&o.brokerCA, "broker-ca-file", "", "CA (PEM) `FILE` that signs the external broker's certificate, for an mqtts:// --broker-url")
 	fs.StringVar(&o.brokerUser, "broker-username", "", "`USER` at the external broker (default: the coordinator's own)")
 	fs.StringVar(&o.brokerPW, "broker-password", "", "`PASSWORD` at the external broker (env COORDINATOR_BROKER_PASSWORD)")
-	fs.StringVar(&o.advertise, "advertise-broker-url", "", "broker `URL` written into site credentials files by site add and site rotate (default: the broker's own address; required with a --mqtt-listen on every interface, such as 0.0.0.0:8883)")
+	fs.StringVar(&o.advertise, "advertise-broker-url", "", "broker `URL` written into site credentials files by site add and site rotate (default: the broker's own address; required with a --mqtt-listen on every interface, such as 0.0.0.0:8883); "+
+		"a cluster's members each give the list of every member's broker, separated by commas, which edge agents try in turn (only the leader runs one)")
 	fs.IntVar(&o.maxPacket, "max-packet-size", mqttbroker.DefaultMaxPacketSize, "largest MQTT packet the embedded broker reads after CONNECT, in `BYTES` (CONNECT itself: 16 KiB)")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 30*time.Minute, "a WAIT state that hears nothing this long fails (heartbeats reset it)")
 	fs.DurationVar(&o.cmdTimeout, "command-timeout", 5*time.Minute, "an out-of-band command without a result this long fails")

@@ -13,12 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/certs"
+	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // clusterMember is one coordinator process of a test cluster.
 type clusterMember struct {
+	// extra are more serve flags.
+	extra             []string
 	name, ip          string
 	api, mqtt, link   string
 	data, log         string
@@ -95,6 +99,7 @@ func (m *clusterMember) start(t *testing.T, peers, htpasswd string) {
 		"--auth", "http_basic", "--htpasswd", htpasswd, "--tick", "100ms",
 		"--cluster-member", m.name, "--cluster-listen", m.link, "--cluster-peers", peers,
 		"--cluster-cert", m.cert, "--cluster-cert-key", m.key, "--cluster-ca", m.caFile)
+	cmd.Args = append(cmd.Args, m.extra...)
 	cmd.Env = append(os.Environ(), "BM_TEST_AS_COORDINATOR=1")
 	log, err := os.OpenFile(m.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -590,4 +595,91 @@ func metricsOf(t *testing.T, m *clusterMember) string {
 		t.Fatalf("curl /metrics of %s: %v\n%s", m.name, err, out)
 	}
 	return string(out)
+}
+
+// TestClusterSitesFollow runs a simulated site against a cluster whose
+// members all advertise their brokers (only the leader runs one): nodes
+// go through manage, provide and deploy while the leader is killed with
+// kill -9, and every node ends active, its site having followed the new
+// leader and the new leader's engine having carried on from the
+// replicated state.
+func TestClusterSitesFollow(t *testing.T) {
+	t.Parallel()
+	ms, htpasswd := testCluster(t)
+	var peers, brokers []string
+	for _, m := range ms {
+		peers = append(peers, m.name+"="+m.link)
+		brokers = append(brokers, "mqtt://"+m.mqtt)
+	}
+	for _, m := range ms {
+		m.extra = []string{"--advertise-broker-url", strings.Join(brokers, ","), "--wait-timeout", "60s", "--resend-interval", "500ms"}
+		m.start(t, strings.Join(peers, ","), htpasswd)
+	}
+	leader := settled(t, ms, 3, 10*time.Second)
+	var via *clusterMember
+	for _, m := range ms {
+		if m.name != leader {
+			via = m
+		}
+	}
+	c := via.client(t)
+	var creds agent.Credentials
+	if code := c.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, &creds); code != 201 {
+		t.Fatalf("site: %d", code)
+	}
+	if creds.BrokerURL != strings.Join(brokers, ",") {
+		t.Fatalf("the site's credentials name %q, want every member's broker", creds.BrokerURL)
+	}
+	testrig.StartAgent(t, creds, agent.SimOptions{Nodes: 6, StepDuration: 700 * time.Millisecond, BMCDelay: 200 * time.Millisecond})
+	var ids []string
+	for i := 0; i < 6; i++ {
+		id := c.CreateNode(fmt.Sprintf("f%d", i), "site1", nil)
+		ids = append(ids, id)
+		c.MustVerb(id, "manage", nil)
+	}
+	for _, id := range ids {
+		c.WaitRest(id, 30*time.Second)
+		c.MustVerb(id, "provide", nil)
+	}
+	for _, id := range ids {
+		if n := c.WaitRest(id, 60*time.Second); n.State != "available" {
+			t.Fatalf("node %s: %s (%s) after provide", id, n.State, n.LastError)
+		}
+		c.Do("PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": "http://127.0.0.1:1/i"}}, nil)
+		c.MustVerb(id, "active", nil)
+	}
+	time.Sleep(500 * time.Millisecond)
+	states := map[string]int{}
+	for _, id := range ids {
+		states[c.Get(id).State]++
+	}
+	var old *clusterMember
+	for _, m := range ms {
+		if m.name == leader {
+			old = m
+		}
+	}
+	_ = old.proc.cmd.Process.Signal(syscall.SIGKILL)
+	<-old.proc.done
+	t.Logf("killed leader %s with the nodes in %v", leader, states)
+	for _, id := range ids {
+		deadline := time.Now().Add(90 * time.Second)
+		var n testrig.Node
+		for {
+			code := c.Do("GET", "/v1/nodes/"+id, nil, &n)
+			if code == 200 && n.Reservation == "" && (n.Target == "" || fsm.Stable(fsm.State(n.State))) {
+				break
+			}
+			if code != 200 && code != 503 {
+				t.Fatalf("node %s through %s: %d", id, via.name, code)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s still in %q -> %q 90 s after the kill (last_error %q)", id, n.State, n.Target, n.LastError)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if n.State != "active" {
+			t.Errorf("node %s ended %s (last_error %q), want active", id, n.State, n.LastError)
+		}
+	}
 }

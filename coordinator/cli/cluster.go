@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -159,4 +160,29 @@ func (c *cmd) clusterChange(method, path string, body any, done string) error {
 	}
 	fmt.Fprintln(c.out, done)
 	return nil
+}
+
+// clusterLine prints the cluster's members and leader after site list,
+// when the coordinator is a cluster member (a single one answers 404
+// and nothing is printed).
+func (c *cmd) clusterLine(cl *client) {
+	var st struct {
+		Leader  string `json:"leader"`
+		Members []struct {
+			Name string `json:"name"`
+			Role string `json:"role"`
+		} `json:"members"`
+	}
+	if _, _, err := cl.do("GET", "/v1/cluster", nil, &st); err != nil || len(st.Members) == 0 {
+		return
+	}
+	parts := make([]string, len(st.Members))
+	for i, m := range st.Members {
+		parts[i] = m.Name + " (" + m.Role + ")"
+	}
+	leader := st.Leader
+	if leader == "" {
+		leader = "none"
+	}
+	fmt.Fprintf(c.out, "cluster: leader %s; members %s\n", leader, strings.Join(parts, ", "))
 }

@@ -252,6 +252,10 @@ func TestClusterFailover(t *testing.T) {
 			t.Fatalf("/metrics of %s (%s) with the engine's node counts: %v", m.name, role, got)
 		}
 	}
+	// site list through a follower shows the cluster's members.
+	if out, err := follower.cli(t, "site", "list"); err != nil || !strings.Contains(out, "cluster: leader "+leader+"; members ") {
+		t.Fatalf("site list through %s: %v\n%s", follower.name, err, out)
+	}
 	// A backup through a follower is the leader's, whole.
 	backup := filepath.Join(t.TempDir(), "cluster.backup")
 	if out, err := follower.cli(t, "backup", "--out", backup); err != nil || !strings.Contains(out, "20 nodes") {

@@ -207,7 +207,7 @@ func Open(cfg Config) (*Member, error) {
 	}}
 	m.trans = cfg.transport
 	if m.trans == nil {
-		if m.link, err = newLink(cfg.Listen, cfg.TLS, cfg.Log); err != nil {
+		if m.link, err = newLink(cfg.Listen, cfg.Peers[self].Addr, cfg.TLS, cfg.Log); err != nil {
 			return nil, err
 		}
 		m.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
@@ -254,6 +254,7 @@ func Open(cfg Config) (*Member, error) {
 	go m.watchStore()
 	go m.promote()
 	go m.collect()
+	go m.collectLog()
 	ok = true
 	return m, nil
 }
@@ -589,6 +590,23 @@ func (m *Member) collect() {
 		}
 		if _, err := m.st.CollectGarbage(); err != nil {
 			m.log.Warn("value-log garbage collection of the member's store failed", "err", err)
+		}
+	}
+}
+
+// collectLog reclaims the replicated log's value-log space (entries of
+// large batches that snapshots made obsolete), on every member.
+func (m *Member) collectLog() {
+	tick := time.NewTicker(collectEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stopped:
+			return
+		case <-tick.C:
+		}
+		if _, err := m.logs.db.CollectValueLog(16); err != nil {
+			m.log.Warn("value-log garbage collection of the replicated log failed", "err", err)
 		}
 	}
 }

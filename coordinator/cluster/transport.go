@@ -106,12 +106,19 @@ type link struct {
 // handshake at once; more are closed at accept.
 const maxPendingHandshakes = 64
 
-func newLink(addr string, tc *tls.Config, log *slog.Logger) (*link, error) {
+// newLink listens on addr; advertise is the address the other members
+// reach this one by (its --cluster-peers entry), which raft tells them
+// (a listener on 0.0.0.0 has no address they could use).
+func newLink(addr, advertise string, tc *tls.Config, log *slog.Logger) (*link, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cluster link on %s: %w; check --cluster-listen", addr, err)
 	}
-	l := &link{ln: ln, tls: tc, log: log, raft: newConnQueue(ln.Addr()), api: newConnQueue(ln.Addr()), pending: make(chan struct{}, maxPendingHandshakes)}
+	var adv net.Addr = ln.Addr()
+	if a, err := net.ResolveTCPAddr("tcp", advertise); err == nil {
+		adv = a
+	}
+	l := &link{ln: ln, tls: tc, log: log, raft: newConnQueue(adv), api: newConnQueue(adv), pending: make(chan struct{}, maxPendingHandshakes)}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil

@@ -86,6 +86,13 @@ type Config struct {
 	PowerSyncInterval time.Duration
 	// PowerSyncConcurrency bounds the BMCs read at once (default 8).
 	PowerSyncConcurrency int
+	// HealthInterval: the hardware's health, sensors and event log of a
+	// BMC that tells them are read with its power reading when the last
+	// health reading is at least this old (0: every power sync round).
+	// SensorInterval: sensor readings are sent at least this often when
+	// no status changed (default 10 min).
+	HealthInterval time.Duration
+	SensorInterval time.Duration
 	// BMCConcurrency bounds the BMC commands run at once across the
 	// site's BMCs (default 32); more wait their turn, each within its
 	// own deadline. The relay and other nodes never wait for them.

@@ -31,6 +31,7 @@ type agentMetrics struct {
 	powerReads *prometheus.CounterVec
 	planSteps  *prometheus.CounterVec
 	refused    *prometheus.CounterVec
+	discovery  *prometheus.CounterVec
 }
 
 func newAgentMetrics(a *Agent) *agentMetrics {
@@ -55,6 +56,12 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 	for _, k := range []string{refusedUnsequenced, refusedPlanEnded, refusedPlanExpired} {
 		m.refused.WithLabelValues(k)
 	}
+	m.discovery = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "discovery_total",
+		Help: "Machines that belong to no node, by outcome: booted (their network boot answered in discovery mode), reported (their inventory kept for the coordinator), " +
+			"or why not: discovery_off, cap (the site's remaining discoveries are taken), rate (the site's rate per minute), report_refused (a second report, or one of a boot not answered)."}, []string{"outcome"})
+	for _, k := range []string{"booted", "reported", "discovery_off", "cap", "rate", "report_refused"} {
+		m.discovery.WithLabelValues(k)
+	}
 	plans := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "plans_running",
 		Help: "Plans the agent holds now (one per node at most), paused ones included."}, func() float64 { return float64(a.plans.Len()) })
 	outbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "outbox_depth",
@@ -64,7 +71,7 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 	m.powerReads.WithLabelValues("error")
 	m.planSteps.WithLabelValues("inband")
 	m.planSteps.WithLabelValues("oob")
-	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, m.refused, plans, outbox, siteBrokerCollector{a},
+	m.reg.MustRegister(m.discovery, m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, m.refused, plans, outbox, siteBrokerCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -72,15 +79,20 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 // siteBrokerCollector shows the site broker's connection budget: the
 // connections it holds and those refused at accept, by kind
 // (netbudget's: total, per-source, pending, pending-per-source, evicted,
-// fd-pool, fd-reserve). Nothing without a site broker.
+// fd-pool, fd-reserve), nothing of it without a site broker; and the
+// refusals of the simulated nodes' rescue logins (lib/rescuessh's kinds),
+// as listener rescue-ssh.
 type siteBrokerCollector struct{ a *Agent }
 
 var (
 	listenerConnsDesc = prometheus.NewDesc(metricsNamespace+"_listener_connections",
 		"Connections held now by the site broker (state: open, of which pending: before their whole CONNECT).", []string{"listener", "state"}, nil)
 	listenerRefusedDesc = prometheus.NewDesc(metricsNamespace+"_listener_refused_total",
-		"Connections the site broker closed at accept, before TLS or any read, because a budget was full, or closed while pending to make room for "+
-			"a source that held fewer (kind: total, per-source, pending, pending-per-source, evicted, fd-pool, fd-reserve).", []string{"listener", "kind"}, nil)
+		"Connections the site broker (listener site-broker) or the simulated nodes' rescue logins (rescue-ssh) closed at accept, before TLS or any read, "+
+			"because a budget was full, or closed while pending to make room for a source that held fewer (kind: total, per-source, pending, "+
+			"pending-per-source, evicted, fd-pool, fd-reserve); and the rescue logins' refused logins and sessions (kind: login-budget, a try refused "+
+			"unchecked with its source's failure budget spent; login-failed, a wrong user or password; sessions, a session over the session budget).",
+		[]string{"listener", "kind"}, nil)
 )
 
 func (c siteBrokerCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -89,6 +101,9 @@ func (c siteBrokerCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c siteBrokerCollector) Collect(ch chan<- prometheus.Metric) {
+	for kind, n := range c.a.sim.RescueRefused() {
+		ch <- prometheus.MustNewConstMetric(listenerRefusedDesc, prometheus.CounterValue, float64(n), "rescue-ssh", kind)
+	}
 	if c.a.relay == nil {
 		return
 	}
@@ -117,7 +132,7 @@ func label(v string, known ...string) string {
 // outcome, read when the command returns (execBMC defers it).
 func (a *Agent) observeBMC(m *protocol.Message, start time.Time, err *error) {
 	driver := label(m.Driver, a.bmcs.Drivers()...) // the registry's, as the BMC part builds them
-	action := label(m.Action, protocol.ActionValidate, protocol.ActionPower, protocol.ActionBootDev, protocol.ActionOOBStep)
+	action := label(m.Action, protocol.ActionValidate, protocol.ActionPower, protocol.ActionBootDev, protocol.ActionOOBStep, protocol.ActionVMedia)
 	outcome := "ok"
 	switch {
 	case *err == nil:

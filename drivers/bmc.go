@@ -24,3 +24,28 @@ type BMC interface {
 type SelfBooter interface {
 	BootsRamdiskItself()
 }
+
+// MediaDevice is one virtual media device of a BMC as read: its media
+// types as the BMC names them (Redfish's CD, DVD, USBStick, Floppy), and
+// what it holds.
+type MediaDevice struct {
+	MediaTypes []string
+	Inserted   bool
+	Image      string
+}
+
+// Virtual media kinds of MediaBMC: the virtual CD (or DVD), and the
+// removable disk (USB stick or floppy).
+const (
+	MediaKindCD  = "cd"
+	MediaKindUSB = "usb"
+)
+
+// MediaBMC is a BMC with virtual media an operator may use (redfish): a
+// device of a kind takes an image by URL, ejects it, and the devices are
+// listed.
+type MediaBMC interface {
+	InsertMedia(ctx context.Context, kind, imageURL string) error
+	EjectMedia(ctx context.Context, kind string) error
+	ListMedia(ctx context.Context) ([]MediaDevice, error)
+}

@@ -99,8 +99,8 @@ func QEMUDeclaration() Declaration {
 func commonDeploySteps() []Step {
 	return []Step{
 		{Interface: "deploy", Step: "prepare_instance_boot", Priority: 60, ArgsFrom: []ArgSource{FromSecureBoot}},
-		{Interface: "deploy", Step: "tear_down_agent", Priority: 40},
-		{Interface: "deploy", Step: "boot_instance", Priority: 20},
+		{Interface: "deploy", Step: "tear_down_agent", Priority: 40, ArgsFrom: []ArgSource{FromPowerPolicy}},
+		{Interface: "deploy", Step: "boot_instance", Priority: 20, ArgsFrom: []ArgSource{FromPowerPolicy}},
 	}
 }
 

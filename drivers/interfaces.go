@@ -57,7 +57,7 @@ func (i Ifaces) Has(iface, impl string) bool { return slices.Contains(i[iface], 
 func Refused(iface, impl string) string {
 	switch iface + "/" + impl {
 	case "deploy/" + DeployRamdisk:
-		return "the ramdisk deploy interface boots instance_info boot_iso from the BMC's virtual media, which needs a Redfish BMC (driver redfish); booting a given kernel and ramdisk by network boot is not built; use direct (the ramdisk writes the image)"
+		return "the ramdisk deploy interface boots instance_info boot_iso (or an ISO the edge agent builds of instance_info kernel and ramdisk) from the BMC's virtual media, which needs a Redfish BMC (driver redfish); booting a kernel and ramdisk by network boot is not built; use direct (the ramdisk writes the image)"
 	case "boot/redfish-https":
 		return "redfish-https (UEFI HTTP boot from a URL the BMC is given) is not built; the edge agent boots Redfish nodes from virtual media (redfish-virtual-media)"
 	case "boot/" + BootVirtualMedia:

@@ -97,10 +97,13 @@ const (
 	// secure_boot:true): the step turns it on for the instance's boot, as
 	// Ironic's prepare_instance does (configure_secure_boot_if_needed).
 	FromSecureBoot ArgSource = "secure_boot"
+	// FromPowerPolicy: the node's disable_power_off, as
+	// protocol.ArgDisablePowerOff true when set (nothing otherwise).
+	FromPowerPolicy ArgSource = "disable_power_off"
 )
 
 // ArgSources are the argument sources in the order they are filled.
-var ArgSources = []ArgSource{FromRescueHash, FromImage, FromConfigDrive, FromRootDevice, FromDriverInfo, FromProperties, FromTargetRAID, FromBurninPair, FromSecureBoot}
+var ArgSources = []ArgSource{FromRescueHash, FromImage, FromConfigDrive, FromRootDevice, FromDriverInfo, FromProperties, FromTargetRAID, FromBurninPair, FromSecureBoot, FromPowerPolicy}
 
 // InbandRescueSteps are the steps of the rescue ramdisk's setup, which
 // the rescue plan runs (they are in no step list).
@@ -327,8 +330,8 @@ var standardDocs = map[string]Step{
 	"deploy.inspect_hardware":      {Doc: "Collects the hardware inventory (CPUs, memory, disks, NICs) and the properties cpus, memory_mb, local_gb, cpu_arch."},
 	"deploy.write_image":           {Doc: "Downloads the instance image, verifies its checksum and writes it to the root disk chosen by the root_device hints; then the deploy's config drive, if any, into the image's config-2 partition or a new one at the end of the disk (docs/deploy.md)."},
 	"deploy.prepare_instance_boot": {Doc: "Sets the node to boot the written instance from its disk."},
-	"deploy.tear_down_agent":       {Doc: "Powers the node off, ending the ramdisk's boot."},
-	"deploy.boot_instance":         {Doc: "Powers the node on into the instance."},
+	"deploy.tear_down_agent":       {Doc: "Powers the node off, ending the ramdisk's boot (with disable_power_off: ends the boot and leaves the power on)."},
+	"deploy.boot_instance":         {Doc: "Powers the node on into the instance (with disable_power_off: reboots it into the instance)."},
 	"management.reset_bmc":         {Doc: "Resets the BMC (Redfish Manager.Reset, IPMI cold reset) and waits for it to answer again.", NeedsBMC: "a BMC reset action"},
 	"management.fake_reset_bmc":    {Doc: "The fake driver's stand-in for reset_bmc: waits `delay` seconds.", NeedsBMC: "nothing (fake)"},
 	"bios.apply_configuration":     {Doc: "Sets BIOS settings through the BMC; they take effect at the next boot.", NeedsBMC: "Redfish Bios with a Settings resource"},

@@ -127,6 +127,11 @@ type BootDeviceArgs struct {
 	// EjectISO, with device BootDisk, ejects the virtual media first
 	// (ArgEjectISO).
 	EjectISO bool
+	// KernelURL, RamdiskURL and KernelParams, with device BootISO and no
+	// ISOURL: the edge agent builds the ISO from a kernel and a ramdisk
+	// (ArgKernelURL, ArgRamdiskURL, ArgKernelParams; Ironic's ramdisk
+	// deploy of instance_info kernel and ramdisk).
+	KernelURL, RamdiskURL, KernelParams string
 }
 
 // BootDeviceArgsOf reads a boot_device command's args.
@@ -135,6 +140,9 @@ func BootDeviceArgsOf(args map[string]any) BootDeviceArgs {
 	b.Device, _ = args[argDevice].(string)
 	b.ISOURL, _ = args[ArgISOURL].(string)
 	b.EjectISO, _ = args[ArgEjectISO].(bool)
+	b.KernelURL, _ = args[ArgKernelURL].(string)
+	b.RamdiskURL, _ = args[ArgRamdiskURL].(string)
+	b.KernelParams, _ = args[ArgKernelParams].(string)
 	return b
 }
 
@@ -147,6 +155,11 @@ func (b BootDeviceArgs) Args() map[string]any {
 	if b.EjectISO {
 		a[ArgEjectISO] = true
 	}
+	for k, v := range map[string]string{ArgKernelURL: b.KernelURL, ArgRamdiskURL: b.RamdiskURL, ArgKernelParams: b.KernelParams} {
+		if v != "" {
+			a[k] = v
+		}
+	}
 	return a
 }
 
@@ -155,7 +168,18 @@ func checkBootDevice(m *Message) error {
 	if d != BootPXE && d != BootDisk && d != BootISO {
 		return fmt.Errorf("boot_device command %q has device %q; want %q, %q or %q", m.ID, d, BootPXE, BootDisk, BootISO)
 	}
-	if u, _ := m.Args[ArgISOURL].(string); d == BootISO && (u == "" || len(u) > MaxISOURLBytes) {
+	b := BootDeviceArgsOf(m.Args)
+	built := b.KernelURL != "" || b.RamdiskURL != "" || b.KernelParams != ""
+	switch {
+	case built && (d != BootISO || b.ISOURL != ""):
+		return fmt.Errorf("boot_device command %q: %s and %s go with device %q and no %s", m.ID, ArgKernelURL, ArgRamdiskURL, BootISO, ArgISOURL)
+	case built && (b.KernelURL == "" || b.RamdiskURL == "" || len(b.KernelURL) > MaxISOURLBytes || len(b.RamdiskURL) > MaxISOURLBytes):
+		return fmt.Errorf("boot_device command %q needs both %s and %s, http(s) URLs of at most %d bytes", m.ID, ArgKernelURL, ArgRamdiskURL, MaxISOURLBytes)
+	case built:
+		if err := CheckKernelParams(b.KernelParams); err != nil {
+			return fmt.Errorf("boot_device command %q: %s: %w", m.ID, ArgKernelParams, err)
+		}
+	case d == BootISO && (b.ISOURL == "" || len(b.ISOURL) > MaxISOURLBytes):
 		return fmt.Errorf("boot_device command %q of device %q needs %s, an http(s) URL of at most %d bytes", m.ID, BootISO, ArgISOURL, MaxISOURLBytes)
 	}
 	if e, set := m.Args[ArgEjectISO]; set && (d != BootDisk || e != true) {
@@ -298,6 +322,7 @@ func init() {
 		ActionEndBoot:    {node: true},
 		ActionPower:      {check: checkPower, node: true},
 		ActionBootDev:    {check: checkBootDevice, node: true},
+		ActionVMedia:     {check: checkVMedia, node: true},
 		ActionOOBStep:    {check: checkSteps, node: true},
 		ActionInbandRun:  {check: checkSteps, node: true},
 		ActionPlanRun:    {check: checkPlan, node: true},

@@ -65,13 +65,13 @@ func TestPayloadArgsRoundTrip(t *testing.T) {
 // names, and refuses what a payload's check refuses.
 func TestEveryActionHasACheck(t *testing.T) {
 	for _, a := range []string{ActionValidate, ActionPower, ActionBootDev, ActionOOBStep, ActionInbandRun, ActionAbort,
-		ActionCacheImage, ActionForget, ActionEndBoot, ActionPlanRun, ActionPlanStop} {
+		ActionCacheImage, ActionForget, ActionEndBoot, ActionPlanRun, ActionPlanStop, ActionVMedia} {
 		if _, ok := commandChecks[a]; !ok {
 			t.Errorf("action %q has no check", a)
 		}
 	}
-	if len(commandChecks) != 11 {
-		t.Errorf("%d actions have a check; this test names 11", len(commandChecks))
+	if len(commandChecks) != 12 {
+		t.Errorf("%d actions have a check; this test names 12", len(commandChecks))
 	}
 	m := &Message{V: Version, Kind: KindCommand, ID: "c", Node: "n", Action: ActionBootDev, Deadline: time.Now().Add(time.Minute),
 		Args: BootDeviceArgs{Device: BootPXE, EjectISO: true}.Args()}

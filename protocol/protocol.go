@@ -7,6 +7,7 @@ package protocol
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -202,7 +203,41 @@ const (
 	// ArgEjectISO, true on a boot_device command of device BootDisk,
 	// ejects the virtual media first (the ramdisk deploy's tear down).
 	ArgEjectISO = "eject_iso"
+	// ArgDisablePowerOff, true on the deploy steps tear_down_agent and
+	// boot_instance of a node with disable_power_off (Ironic's API
+	// 1.95): tear_down_agent ends the ramdisk's boot without powering
+	// the node off, and boot_instance reboots it into its instance
+	// instead of powering it on.
+	ArgDisablePowerOff = "disable_power_off"
+	// ArgKernelURL, ArgRamdiskURL and ArgKernelParams, on a boot_device
+	// command of device BootISO without ArgISOURL: the edge agent fetches
+	// the kernel and the ramdisk through the site's image cache (under its
+	// fetch rule), builds a bootable ISO of them with the kernel
+	// parameters, and has the BMC insert it (Ironic's ramdisk deploy of
+	// instance_info kernel and ramdisk, its prepare_boot_iso).
+	ArgKernelURL    = "kernel_url"
+	ArgRamdiskURL   = "ramdisk_url"
+	ArgKernelParams = "kernel_params"
 )
+
+// MaxKernelParams bounds ArgKernelParams.
+const MaxKernelParams = 2048
+
+// CheckKernelParams checks the kernel parameters of an ISO the edge agent
+// builds: at most MaxKernelParams bytes of printable ASCII without the
+// characters a boot loader's configuration would read as syntax (quotes,
+// backslash, $, ;, braces, |, &, <, >, #) and without line breaks.
+func CheckKernelParams(p string) error {
+	if len(p) > MaxKernelParams {
+		return fmt.Errorf("%d bytes; at most %d are taken", len(p), MaxKernelParams)
+	}
+	for _, r := range p {
+		if r < 0x20 || r > 0x7e || strings.ContainsRune("\"'\\$;{}|&<>#`", r) {
+			return fmt.Errorf("character %q is not taken (printable ASCII without quotes, backslash, $ ; { } | & < > # and backquote)", r)
+		}
+	}
+	return nil
+}
 
 // Power states, with Ironic's spelling.
 const (
@@ -288,6 +323,8 @@ func ParseTopic(topic string) (site, node, leaf string, err error) {
 	switch {
 	case len(parts) == 2 && parts[1] == "presence":
 		return parts[0], "", "presence", nil
+	case len(parts) == 2 && parts[1] == "discovery":
+		return parts[0], "", "discovery", nil
 	case len(parts) == 3 && parts[1] == "bmc" && (parts[2] == "cmd" || parts[2] == "evt"):
 		return parts[0], "", "bmc/" + parts[2], nil
 	case len(parts) == 4 && parts[1] == "node" && (parts[3] == "cmd" || parts[3] == "evt" || parts[3] == "presence"):
@@ -371,6 +408,11 @@ type Message struct {
 	Running  string  `json:"running,omitempty"`
 	Progress float64 `json:"progress,omitempty"`
 	Detail   string  `json:"detail,omitempty"`
+	// RescueRefused, in a heartbeat of a ramdisk whose rescue login
+	// runs, counts what that login refused since it started, by kind
+	// (RescueRefusalKinds; kinds with none left out): the coordinator
+	// adds them up on its /metrics.
+	RescueRefused map[string]int64 `json:"rescue_refused,omitempty"`
 
 	// Presence. Relay, in an edge agent's online presence, says that the
 	// agent relays every ramdisk of its site (site broker, or simulated
@@ -394,10 +436,16 @@ type Message struct {
 	// orders a node's reports (a resent older one is ignored).
 	PowerState string `json:"power_state,omitempty"`
 
+	// Health report (KindHealth): see HealthReport.
+	HealthReport *HealthReport `json:"health_report,omitempty"`
+
 	// Heartbeat summary: the latest heartbeat of each node (each a valid
 	// heartbeat of this site), and the sender's outbox depth.
 	Beats  []Message `json:"beats,omitempty"`
 	Queued int       `json:"queued,omitempty"`
+
+	// Discovery configuration (KindDiscoveryConfig).
+	Discovery *DiscoveryConfig `json:"discovery,omitempty"`
 }
 
 // MaxMessageBytes bounds a message; larger ones are rejected unread.
@@ -448,6 +496,9 @@ func (m *Message) Validate() error {
 	if !ok {
 		return fmt.Errorf("message %q has unknown kind %q", m.ID, m.Kind)
 	}
+	if len(m.RescueRefused) > 0 && m.Kind != KindHeartbeat {
+		return fmt.Errorf("%s message %q carries rescue_refused; only a heartbeat does", m.Kind, m.ID)
+	}
 	return check(m)
 }
 
@@ -480,15 +531,18 @@ var kindChecks map[string]func(*Message) error
 
 func init() {
 	kindChecks = map[string]func(*Message) error{
-		KindCommand:   checkCommand,
-		KindResult:    checkResult,
-		KindAck:       func(m *Message) error { return m.need(len(m.AckIDs) > 0, "ack_ids") },
-		KindHello:     checkHello,
-		KindWelcome:   func(m *Message) error { return m.needAll(need{m.Node != "", "node"}, need{m.Token != "", "token"}) },
-		KindHeartbeat: checkHeartbeat,
-		KindPresence:  func(m *Message) error { return m.need(m.Site != "", "site") },
-		KindBeats:     checkBeats,
-		KindPower:     checkPowerReport,
+		KindCommand:         checkCommand,
+		KindResult:          checkResult,
+		KindAck:             func(m *Message) error { return m.need(len(m.AckIDs) > 0, "ack_ids") },
+		KindHello:           checkHello,
+		KindWelcome:         func(m *Message) error { return m.needAll(need{m.Node != "", "node"}, need{m.Token != "", "token"}) },
+		KindHeartbeat:       checkHeartbeat,
+		KindPresence:        func(m *Message) error { return m.need(m.Site != "", "site") },
+		KindBeats:           checkBeats,
+		KindPower:           checkPowerReport,
+		KindHealth:          checkHealthReport,
+		KindDiscovery:       checkDiscovery,
+		KindDiscoveryConfig: checkDiscoveryConfig,
 	}
 }
 
@@ -548,7 +602,34 @@ func checkHeartbeat(m *Message) error {
 	if m.Progress < 0 || m.Progress > 1 {
 		return fmt.Errorf("heartbeat %q has progress %v outside 0..1", m.ID, m.Progress)
 	}
+	if err := checkRescueRefused(m); err != nil {
+		return err
+	}
 	return m.need(m.Token != "", "token")
+}
+
+// Kinds of refusal of a rescue login (Message.RescueRefused): its
+// listener's, at accept (a connection over its cap, over its source's
+// share, over the cap or the source's share of those not logged in yet,
+// closed to make room for a source that held fewer, over the descriptor
+// pool or into its reserve), and its logins' and sessions' (a try
+// refused unchecked with the source's failure budget spent, a wrong user
+// or password, a session over the session budget).
+var RescueRefusalKinds = []string{"total", "per-source", "pending", "pending-per-source", "evicted", "fd-pool", "fd-reserve",
+	"login-budget", "login-failed", "sessions"}
+
+// checkRescueRefused: known kinds only (so the coordinator's series stay
+// bounded), none negative.
+func checkRescueRefused(m *Message) error {
+	for k, n := range m.RescueRefused {
+		if !slices.Contains(RescueRefusalKinds, k) {
+			return fmt.Errorf("heartbeat %q counts rescue refusals of unknown kind %q; the kinds are %s", m.ID, k, strings.Join(RescueRefusalKinds, ", "))
+		}
+		if n < 0 {
+			return fmt.Errorf("heartbeat %q counts %d rescue refusals of kind %q; a count is at least 0", m.ID, n, k)
+		}
+	}
+	return nil
 }
 
 // checkBeats: a summary of at most MaxBeats valid heartbeats of its site.

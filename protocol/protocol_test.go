@@ -33,6 +33,9 @@ func TestDecodeRejectsWithReason(t *testing.T) {
 		{"stop without mode", `{"v":1,"kind":"command","id":"a","action":"stop_plan","node":"n","deadline":"2030-01-01T00:00:00Z","args":{"plan_id":"p"}}`, "want \"abort\" or \"finish\""},
 		{"heartbeat without token", `{"v":1,"kind":"heartbeat","id":"a","node":"n"}`, `"token"`},
 		{"progress out of range", `{"v":1,"kind":"heartbeat","id":"a","node":"n","token":"t","progress":2}`, "outside 0..1"},
+		{"rescue refusal of an unknown kind", `{"v":1,"kind":"heartbeat","id":"a","node":"n","token":"t","rescue_refused":{"login-failed":3,"node-a1":1}}`, `unknown kind "node-a1"`},
+		{"negative rescue refusals", `{"v":1,"kind":"heartbeat","id":"a","node":"n","token":"t","rescue_refused":{"sessions":-1}}`, "at least 0"},
+		{"rescue refusals in a result", `{"v":1,"kind":"result","id":"a","command_id":"c","ok":true,"node":"n","rescue_refused":{"sessions":1}}`, "only a heartbeat does"},
 		{"hello without boot id", `{"v":1,"kind":"hello","id":"a","node":"n"}`, "boot_id"},
 		{"too big", `{"v":1,"x":"` + strings.Repeat("a", MaxMessageBytes) + `"}`, "larger than the limit"},
 	}
@@ -43,6 +46,23 @@ func TestDecodeRejectsWithReason(t *testing.T) {
 				t.Fatalf("Decode(%s): %v, want an error with %q", c.name, err, c.want)
 			}
 		})
+	}
+}
+
+// TestRescueRefusedRoundTrip: a heartbeat's rescue refusals of every
+// known kind come through.
+func TestRescueRefusedRoundTrip(t *testing.T) {
+	m := &Message{Kind: KindHeartbeat, ID: "h1", Node: "n1", Token: "t", RescueRefused: map[string]int64{}}
+	for i, k := range RescueRefusalKinds {
+		m.RescueRefused[k] = int64(i)
+	}
+	b, err := Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil || len(got.RescueRefused) != len(RescueRefusalKinds) || got.RescueRefused["sessions"] != m.RescueRefused["sessions"] {
+		t.Fatalf("round trip: %+v %v", got, err)
 	}
 }
 

@@ -49,6 +49,8 @@ PACKAGES+=(lldpd)
 PACKAGES+=(mdadm)
 # grub-pc-bin, grub2-common, e2fsprogs: GRUB for BIOS, grub-install and mke2fs make the bootable image deployed onto software RAID (scripts/systest/ramdisk/raid_e2e_test.go)
 PACKAGES+=(grub-pc-bin grub2-common e2fsprogs)
+# grub-efi-amd64-bin, mtools: with grub-pc-bin and xorriso, grub-mkrescue builds the edge agent's boot ISO of a ramdisk deploy's kernel and ramdisk (agent/sitecache/bootiso.go)
+PACKAGES+=(grub-efi-amd64-bin mtools)
 # stress-ng: keeps both cores busy while timing-sensitive tests are checked on a loaded machine (docs/benchmarks.md)
 PACKAGES+=(stress-ng)
 

@@ -64,6 +64,17 @@ type Config struct {
 	// PowerSyncConcurrency bounds the reads at once (default 8).
 	PowerSyncInterval    time.Duration
 	PowerSyncConcurrency int
+	// HealthInterval: a polled BMC that tells the hardware's health
+	// (drivers.HealthReader) is read after its power reading when its
+	// last health reading is at least this old (0: every power sync
+	// round, as Ironic's enable_health_monitoring). SensorInterval: the
+	// sensors are sent at least this often even when no status changed
+	// (default DefaultSensorInterval). See healthsync.go.
+	HealthInterval time.Duration
+	SensorInterval time.Duration
+	// Withdraw takes an unacked message back out of the outbox (true:
+	// it was there); a newer health report then carries its events.
+	Withdraw func(id string) bool
 	// Report sends a power report (the outbox); Paused tells power sync
 	// to take no reading (the outbox is full); Observe counts a read.
 	Report  func(m *protocol.Message)
@@ -80,6 +91,11 @@ type Config struct {
 	// URL the BMCs fetch it from (agent/sitecache); nil: no cache, the
 	// ISO boot is refused.
 	MediaURL func(ctx context.Context, url string) (string, error)
+	// BootISOURL builds a ramdisk deploy's boot ISO of a kernel and a
+	// ramdisk (fetched into the site's image cache) with the kernel
+	// parameters, and returns the URL the BMCs fetch it from
+	// (agent/sitecache); nil: no cache, refused.
+	BootISOURL func(ctx context.Context, kernel, ramdisk, params string) (string, error)
 }
 
 // ISOBooter is a Booter that boots a given ISO from a BMC's virtual
@@ -109,6 +125,11 @@ type Set struct {
 	// is the driver and driver_info last kept of each.
 	kept     PolledStore
 	keptInfo map[string][]byte
+	// hs is health sync's memory of each polled node (healthsync.go).
+	hs healthSync
+	// media is what the operator attached as virtual media, per node and
+	// device kind (vmedia.go).
+	media map[string]map[string]attached
 }
 
 // powerSeen is the last power reading reported for a node.
@@ -137,6 +158,9 @@ func New(cfg Config) *Set {
 	if cfg.PowerSyncConcurrency <= 0 {
 		cfg.PowerSyncConcurrency = 8
 	}
+	if cfg.SensorInterval <= 0 {
+		cfg.SensorInterval = DefaultSensorInterval
+	}
 	if cfg.Report == nil {
 		cfg.Report = func(*protocol.Message) {}
 	}
@@ -155,7 +179,7 @@ func New(cfg Config) *Set {
 	}
 	return &Set{cfg: cfg, log: cfg.Log, slots: make(chan struct{}, cfg.Concurrency),
 		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{},
-		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, keptInfo: map[string][]byte{}}
+		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, keptInfo: map[string][]byte{}, media: map[string]map[string]attached{}}
 }
 
 // Drivers lists the registry's drivers this set can build, sorted.
@@ -272,6 +296,8 @@ func (s *Set) Forget(node string) {
 	delete(s.info, node)
 	delete(s.synce, node)
 	delete(s.gen, node)
+	s.hs.forget(node)
+	delete(s.media, node)
 	_, wasKept := s.keptInfo[node]
 	delete(s.keptInfo, node)
 	st := s.kept
@@ -444,6 +470,8 @@ func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot
 			return boot.SetBootDevice(ctx, m.Node, b, d)
 		}
 		return s.bootISO(ctx, m, b, ib)
+	case protocol.ActionVMedia:
+		return s.vmedia(ctx, m, b)
 	case protocol.ActionOOBStep:
 		steps := m.OOBSteps()
 		for i := range steps {
@@ -463,7 +491,18 @@ func (s *Set) exec(ctx context.Context, m *protocol.Message, b drivers.BMC, boot
 // into the site's image cache (under the fetch rule), then inserted from
 // there as the node's virtual CD, the CD its persistent boot device.
 func (s *Set) bootISO(ctx context.Context, m *protocol.Message, b drivers.BMC, ib ISOBooter) error {
-	src := protocol.BootDeviceArgsOf(m.Args).ISOURL
+	bd := protocol.BootDeviceArgsOf(m.Args)
+	if bd.KernelURL != "" {
+		if s.cfg.BootISOURL == nil {
+			return fmt.Errorf("the edge agent of site %s has no image cache (start it with --image-cache-dir and --image-cache-listen): a ramdisk deploy's kernel and ramdisk reach the BMCs only through it", s.cfg.Site)
+		}
+		local, err := s.cfg.BootISOURL(ctx, bd.KernelURL, bd.RamdiskURL, bd.KernelParams)
+		if err != nil {
+			return fmt.Errorf("boot ISO of instance_info kernel and ramdisk: %w", err)
+		}
+		return ib.BootISO(ctx, m.Node, b, local)
+	}
+	src := bd.ISOURL
 	if s.cfg.MediaURL == nil {
 		return fmt.Errorf("the edge agent of site %s has no image cache (start it with --image-cache-dir and --image-cache-listen): a ramdisk deploy's boot_iso reaches the BMCs only through it", s.cfg.Site)
 	}
@@ -494,6 +533,13 @@ func StepsDone(m *protocol.Message, err error) int {
 	return len(m.OOBSteps())
 }
 
+// keepsPower tells whether step s is of a node with disable_power_off
+// (protocol.ArgDisablePowerOff): it is never powered off.
+func keepsPower(s *protocol.Step) bool {
+	v, _ := s.Args[protocol.ArgDisablePowerOff].(bool)
+	return v
+}
+
 // runOOBStep runs the deploy steps every driver shares on the BMC
 // interface, and hands the rest to the driver.
 func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot Booter, s *protocol.Step) error {
@@ -509,9 +555,19 @@ func (set *Set) runOOBStep(ctx context.Context, node string, b drivers.BMC, boot
 		}
 		return nil
 	case "deploy.tear_down_agent":
+		if keepsPower(s) {
+			// disable_power_off: the ramdisk's boot ends (its credential
+			// is dropped with this step's success) and the power stays
+			// on; boot_instance reboots the node.
+			return nil
+		}
 		return boot.SetPower(ctx, node, b, protocol.PowerOff)
 	case "deploy.boot_instance":
-		if err := boot.SetPower(ctx, node, b, protocol.PowerOn); err != nil {
+		state := protocol.PowerOn
+		if keepsPower(s) {
+			state = protocol.PowerReboot
+		}
+		if err := boot.SetPower(ctx, node, b, state); err != nil {
 			return err
 		}
 		// The instance's start applies BIOS settings a deploy step

@@ -103,7 +103,7 @@ func (s *Set) CommandDone(m *protocol.Message) {
 	case protocol.ActionPower:
 		state = protocol.PowerArgsOf(m.Args).State
 	case protocol.ActionOOBStep:
-		if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.tear_down_agent" {
+		if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.tear_down_agent" && !keepsPower(m.Step) {
 			state = protocol.PowerOff
 		} else if m.Step != nil && m.Step.Interface+"."+m.Step.Step == "deploy.boot_instance" {
 			state = protocol.PowerOn
@@ -184,6 +184,9 @@ func (s *Set) PowerSyncRound(ctx context.Context) {
 				return
 			}
 			s.reportPower(tg.node, tg.bmc, tg.gen, state, err)
+			if err == nil {
+				s.syncHealth(ctx, tg.node, tg.bmc, timeout)
+			}
 		}()
 	}
 	wg.Wait()

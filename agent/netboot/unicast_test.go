@@ -16,7 +16,8 @@ import (
 // sniffer is a passive machine's capture of DHCP answers (UDP to port
 // 68) on its interface in promiscuous mode, by a raw packet socket in
 // python3: one line per frame, with its destination MAC and IP and
-// whether it carries a script URL (/boot/).
+// whether it carries a script URL (/boot/); "MARK" for the test's own
+// marker (sniffMark).
 const sniffer = `
 import select, socket, struct, sys
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
@@ -34,12 +35,22 @@ while True:
     udp = f[14 + (f[14] & 15) * 4:]
     if struct.unpack("!H", udp[2:4])[0] != 68:
         continue
+    if b"bmedge-sniff-mark" in udp:
+        print("MARK", flush=True)
+        continue
     print("ANSWER dst_mac=%s dst_ip=%s script=%s" % (f[0:6].hex(), socket.inet_ntoa(f[30:34]), b"/boot/" in udp), flush=True)
 `
 
+// sniffMark is the payload of the marker the capture's stop sends
+// before it ends: a broadcast to port 68 from the site network's address,
+// through the bridge after whatever answers went before it.
+const sniffMark = "bmedge-sniff-mark"
+
 // sniff starts the capture on h and returns a function that stops it
-// and returns the lines it printed.
-func sniff(t *testing.T, h *labnet.Host) (stop func() []string) {
+// and returns the lines it printed: once the capture saw the marker sent
+// from bcast (the site network's broadcast address) after the answers,
+// so every frame before it is in.
+func sniff(t *testing.T, h *labnet.Host, from, bcast net.IP) (stop func() []string) {
 	t.Helper()
 	cmd := h.Command("python3", "-c", sniffer)
 	in, err := cmd.StdinPipe()
@@ -72,12 +83,43 @@ func sniff(t *testing.T, h *labnet.Host) (stop func() []string) {
 		t.Fatal("the capture on the passive machine did not start")
 	}
 	return func() []string {
-		// Frames already received are read before stdin's end.
-		time.Sleep(300 * time.Millisecond)
-		in.Close()
+		// The marker, sent until the capture saw it: the frames before
+		// it on the bridge have reached the capture then.
+		conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
 		var got []string
+		deadline := time.After(10 * time.Second)
+	mark:
+		for {
+			if _, err := conn.WriteToUDP([]byte(sniffMark), &net.UDPAddr{IP: bcast, Port: 68}); err != nil {
+				t.Fatalf("the capture's marker: %v", err)
+			}
+			retry := time.After(200 * time.Millisecond)
+			for {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						t.Fatal("the capture ended before its marker")
+					}
+					if l == "MARK" {
+						break mark
+					}
+					got = append(got, l)
+				case <-retry:
+					continue mark
+				case <-deadline:
+					t.Fatal("the capture did not see its marker within 10 s")
+				}
+			}
+		}
+		in.Close()
 		for l := range lines {
-			got = append(got, l)
+			if l != "MARK" {
+				got = append(got, l)
+			}
 		}
 		_ = cmd.Wait()
 		_, _ = io.Copy(io.Discard, out)
@@ -128,7 +170,8 @@ func TestDHCPAnswersUnicast(t *testing.T) {
 	}
 
 	// 1. No broadcast flag: unicast to the node's MAC.
-	stop := sniff(t, passive)
+	bcast := site.IP(255)
+	stop := sniff(t, passive, site.Addr, bcast)
 	out := ipxe()
 	seen := stop()
 	if !strings.Contains(out, "LEASE ip=10.77.0.100 boot_file=http://10.77.0.1:8083/boot/") {
@@ -139,7 +182,7 @@ func TestDHCPAnswersUnicast(t *testing.T) {
 	}
 
 	// 2. The broadcast flag: everyone on the site network sees them.
-	stop = sniff(t, passive)
+	stop = sniff(t, passive, site.Addr, bcast)
 	out = ipxe("-B")
 	seen = stop()
 	if !strings.Contains(out, "LEASE ip=10.77.0.100 boot_file=http://10.77.0.1:8083/boot/") {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	neturl "net/url"
@@ -101,7 +102,10 @@ type State struct {
 type SentBeat struct {
 	Token, Running, Detail string
 	Progress               float64
-	At                     time.Time
+	// RescueRefused are the rescue login's refusals it counted: more is
+	// news too (the coordinator's /metrics).
+	RescueRefused map[string]int64
+	At            time.Time
 }
 
 // Outbox is what the relay needs of the durable outbox (agent/outbox).
@@ -150,6 +154,10 @@ type Config struct {
 	// OnRunning, when set, is told of each heartbeat that names the
 	// command a ramdisk runs.
 	OnRunning func(node, cmdID string)
+	// OnDiscovery, when set, takes the report of a ramdisk in discovery
+	// mode (a protocol.DiscoveryNode), the only message such a ramdisk
+	// may send, and tells whether it is kept (the ramdisk is then acked).
+	OnDiscovery func(node string, m *protocol.Message) bool
 }
 
 // Relay is the site broker and the relay between it (and the simulated
@@ -227,11 +235,12 @@ const (
 
 // newsBeat tells whether b is news against what the summaries last
 // carried for its node: a new boot or step, a new detail, progress moved
-// by progressStep or reached 1, or BeatRefresh passed.
+// by progressStep or reached 1, new rescue refusals, or BeatRefresh
+// passed.
 func newsBeat(last SentBeat, ok bool, b *protocol.Message, now time.Time) bool {
 	return !ok || b.Token != last.Token || b.Running != last.Running || b.Detail != last.Detail ||
 		math.Abs(b.Progress-last.Progress) >= progressStep || (b.Progress == 1 && last.Progress != 1) ||
-		now.Sub(last.At) >= BeatRefresh
+		!maps.Equal(b.RescueRefused, last.RescueRefused) || now.Sub(last.At) >= BeatRefresh
 }
 
 type summaryPart struct {
@@ -386,6 +395,18 @@ func (r *Relay) FromRamdisk(topic string, payload []byte) {
 	}
 	if m.Node != node || (m.Site != "" && m.Site != site) {
 		r.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q of site %q but came on node %q's topic", m.Node, m.Site, node))
+		return
+	}
+	if strings.HasPrefix(node, protocol.DiscoveryNodePrefix) || m.Kind == protocol.KindDiscovery {
+		// A machine in discovery mode is no node: it reports its
+		// inventory, once, and nothing else goes up from it.
+		if !strings.HasPrefix(node, protocol.DiscoveryNodePrefix) || m.Kind != protocol.KindDiscovery || r.cfg.OnDiscovery == nil {
+			r.log.Warn("ramdisk message rejected", "topic", topic, "reason", "only a ramdisk in discovery mode reports a discovery, and it reports nothing else")
+			return
+		}
+		if r.cfg.OnDiscovery(node, m) {
+			r.ToRamdisk(node, &protocol.Message{Kind: protocol.KindAck, Site: site, Node: node, Sent: r.cfg.Clock.Now(), AckIDs: []string{m.ID}})
+		}
 		return
 	}
 	switch m.Kind {
@@ -612,7 +633,7 @@ func (r *Relay) sendSummary(parts []summaryPart, chunk []protocol.Message, queue
 	r.mu.Lock()
 	for i := range chunk {
 		x := &chunk[i]
-		r.st.Sent[x.Node] = SentBeat{Token: x.Token, Running: x.Running, Detail: x.Detail, Progress: x.Progress, At: now}
+		r.st.Sent[x.Node] = SentBeat{Token: x.Token, Running: x.Running, Detail: x.Detail, Progress: x.Progress, RescueRefused: x.RescueRefused, At: now}
 	}
 	r.mu.Unlock()
 	// Not written to disk: a summary is only worth its latest state,

@@ -170,7 +170,11 @@ func upKeys(keys map[string]struct{}, it *Item) {
 		Node string `json:"node"`
 	}
 	_ = json.Unmarshal(it.Payload, &m)
-	if m.Kind == protocol.KindBeats {
+	if m.Kind == protocol.KindBeats || m.Kind == protocol.KindHealth {
+		// Nor does a health report: the coordinator applies a node's
+		// reports by the time they were read and keeps each event once,
+		// whatever their order, and a node's results need not wait
+		// behind its sensor readings.
 		return
 	}
 	keys[m.Node] = struct{}{}

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 
 	"golang.org/x/crypto/ssh"
@@ -22,6 +23,20 @@ type rescueLogin struct {
 	srv  *rescuessh.Server
 	hash string
 	boot uint64
+	// prior are the refusals of the logins of this boot it replaced.
+	prior map[string]int64
+}
+
+// refused is what this boot's logins refused, by kind.
+func (l *rescueLogin) refused() map[string]int64 {
+	out := maps.Clone(l.prior)
+	if out == nil {
+		out = map[string]int64{}
+	}
+	for k, n := range l.srv.Stats() {
+		out[k] += n
+	}
+	return out
 }
 
 // finalizeRescue is a simulated ramdisk's finalize_rescue, with the real
@@ -57,29 +72,60 @@ func (s *Sim) startRescue(node string, boot uint64, hash string, shell func() re
 	if s.boots[node] != boot {
 		return nil, errors.New("the node's ramdisk stopped (powered off or rebooted) before the rescue login started; rescue the node again")
 	}
+	var prior map[string]int64
 	if l := s.rescues[node]; l != nil {
 		if l.hash == hash {
 			return l.srv, nil
 		}
-		l.srv.Close()
-		delete(s.rescues, node)
+		prior = l.refused()
+		s.stopRescueLocked(node)
 	}
 	srv, err := rescuessh.Start(rescuessh.Config{Hash: hash, Listen: net.JoinHostPort(RescueHost, "0"), Shell: shell,
 		Version: "SSH-2.0-bmedge-rescue-simulated", Log: s.log.With("node", node)})
 	if err != nil {
 		return nil, fmt.Errorf("rescue login: %w", err)
 	}
-	s.rescues[node] = &rescueLogin{srv: srv, hash: hash, boot: boot}
+	s.rescues[node] = &rescueLogin{srv: srv, hash: hash, boot: boot, prior: prior}
 	s.log.Info("simulated rescue login listening", "node", node, "addr", srv.Addr().String(), "host_key", ssh.FingerprintSHA256(srv.HostKey()))
 	return srv, nil
 }
 
 // stopRescueLocked closes node's rescue login, if any; s.mu is held.
+// What it refused stays counted in RescueRefused.
 func (s *Sim) stopRescueLocked(node string) {
 	if l := s.rescues[node]; l != nil {
 		l.srv.Close()
+		for k, n := range l.srv.Stats() {
+			s.rescueClosed[k] += n
+		}
 		delete(s.rescues, node)
 	}
+}
+
+// RescueRefused counts what the simulated rescue logins refused since
+// the simulator started, by kind (lib/rescuessh's), the closed ones'
+// included: the edge agent's /metrics.
+func (s *Sim) RescueRefused() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := maps.Clone(s.rescueClosed)
+	for _, l := range s.rescues {
+		for k, n := range l.srv.Stats() {
+			out[k] += n
+		}
+	}
+	return out
+}
+
+// rescueRefusedOf is what node's rescue logins of boot refused, for its
+// heartbeats (as a real ramdisk's carry them); nil while none runs.
+func (s *Sim) rescueRefusedOf(node string, boot uint64) map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.rescues[node]; l != nil && l.boot == boot {
+		return l.refused()
+	}
+	return nil
 }
 
 // RescueAddr is the address of node's rescue login, "" when none runs.

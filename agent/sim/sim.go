@@ -45,6 +45,10 @@ type Options struct {
 	// chassis 02:00:5e:xx:xx:xx of the site, port Ethernet1/N, system
 	// name sim-switch-SITE.
 	LLDP bool
+	// Unknown are simulated machines that belong to no node (agent
+	// --simulate-unknown N): when the site discovers, they boot into
+	// discovery and report their inventories (unknown.go).
+	Unknown int
 	// PowerWatch, when set, is told of every power change of a
 	// simulated BMC (state and boot device), as a test counts power-ons.
 	PowerWatch func(node, state, bootDevice string)
@@ -130,6 +134,8 @@ type Sim struct {
 	// rescue logins (rescue.go), each of one boot.
 	boots   map[string]uint64
 	rescues map[string]*rescueLogin
+	// rescueClosed are the refusals of the rescue logins closed.
+	rescueClosed map[string]int64
 	// nodes are the simulated nodes' state, kept in store once Restore
 	// set it.
 	nodes map[string]*simNode
@@ -158,7 +164,7 @@ func New(cfg Config) *Sim {
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	return &Sim{cfg: cfg, log: cfg.Log, sessions: map[string]*session.Session{}, boots: map[string]uint64{}, rescues: map[string]*rescueLogin{},
-		nodes: map[string]*simNode{}}
+		rescueClosed: map[string]int64{}, nodes: map[string]*simNode{}}
 }
 
 // NewBMC builds a simulated BMC for node while the site has room (have:
@@ -300,7 +306,8 @@ func (s *Sim) bootLocked(node string, opts Options, resume *session.State, delay
 	boot := s.boots[node]
 	r := session.New(session.Config{Site: s.cfg.Site, Node: node, Heartbeat: opts.Heartbeat, ResendInterval: s.cfg.ResendInterval,
 		Runner: s.runner(node, opts, boot), Transport: s.cfg.Transport, Log: s.log, Resume: resume, Clock: s.cfg.Clock,
-		Save: func(st session.State) { s.saveSession(node, boot, &st) }})
+		Save:          func(st session.State) { s.saveSession(node, boot, &st) },
+		RescueRefused: func() map[string]int64 { return s.rescueRefusedOf(node, boot) }})
 	s.sessions[node] = r
 	if resume == nil {
 		resume = &session.State{BootID: r.BootID()}

@@ -97,6 +97,10 @@ type Cache struct {
 	// listenAddr is the listener's address as soon as it is bound (the
 	// fetch rule refuses it).
 	listenAddr atomic.Value
+	// built serves the boot ISOs built of a kernel and a ramdisk
+	// (bootiso.go), at builtBase + token.
+	built     *builder
+	builtBase string
 }
 
 // New returns the part; Start starts the cache when configured.
@@ -185,6 +189,8 @@ func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
 	mux.Handle(imagecache.PathPrefix, c.Handler())
 	drives := newDriveProxy(rule, sc.log, sc.cfg.Clock)
 	mux.Handle(DrivePathPrefix, drives)
+	built := newBuilder(sc.log)
+	mux.Handle(BuiltPathPrefix, built)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: netbudget.ConnState(nil)}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -192,6 +198,7 @@ func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
 		}
 	}()
 	sc.c, sc.base, sc.addr, sc.drives, sc.driveBase = c, base+imagecache.PathPrefix, ln.Addr().String(), drives, base+DrivePathPrefix
+	sc.built, sc.builtBase = built, base+BuiltPathPrefix
 	sc.on = true
 	st := c.Stats()
 	sc.log.Info("image cache up: nodes fetch their images from "+sc.base+"…", "listen", sc.addr, "dir", o.Dir,
@@ -199,6 +206,7 @@ func (sc *Cache) Start(ctx context.Context) (stop func(), err error) {
 	return func() {
 		_ = srv.Close()
 		c.Close()
+		built.close()
 	}, nil
 }
 

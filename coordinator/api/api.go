@@ -35,7 +35,7 @@ import (
 // local_link_connection (refused: not kept), 1.91 .json in names (never
 // stripped here, at any version), 1.92 runbooks, 1.93 virtual media GET
 // (not served), 1.94 a port created with its node's name, 1.95
-// disable_power_off (false; true refused), 1.96 inspection rules
+// disable_power_off (true: never powered off), 1.96 inspection rules
 // (coordinator/inspectrules), 1.97 port description, 1.98 ~ and / in
 // attribute keys (always here), 1.99 conductor_group filter of port and portgroup lists, 1.100
 // and 1.101 port vendor and category, 1.102 and 1.103 portgroup
@@ -105,10 +105,15 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("GET /v1/nodes/{id}/history", s.history)
 	m.HandleFunc("GET /v1/nodes/{id}/inventory", s.inventory)
 	m.HandleFunc("GET /v1/nodes/{id}/firmware", s.nodeFirmware)
+	m.HandleFunc("GET /v1/nodes/{id}/sensors", s.nodeSensors)
+	m.HandleFunc("GET /v1/nodes/{id}/events", s.nodeEvents)
 	m.HandleFunc("GET /v1/nodes/{id}/bios", s.nodeBIOS)
 	m.HandleFunc("GET /v1/nodes/{id}/bios/{name}", s.nodeBIOSSetting)
 	m.HandleFunc("GET /v1/nodes/{id}/ports", s.nodePorts)
 	m.HandleFunc("GET /v1/nodes/{id}/validate", s.validate)
+	m.HandleFunc("POST /v1/nodes/{id}/vmedia", s.attachVMedia)
+	m.HandleFunc("DELETE /v1/nodes/{id}/vmedia", s.detachVMedia)
+	m.HandleFunc("GET /v1/nodes/{id}/vmedia", s.getVMedia)
 	m.HandleFunc("GET /v1/ports", s.listPorts)
 	m.HandleFunc("GET /v1/ports/detail", s.listPorts)
 	m.HandleFunc("POST /v1/ports", s.createPort)
@@ -125,6 +130,8 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("POST /v1/sites/{name}/cache", s.cacheImage)
 	m.HandleFunc("POST /v1/sites/{name}/credentials", s.rotateSite)
 	m.HandleFunc("DELETE /v1/sites/{name}", s.deleteSite)
+	m.HandleFunc("GET /v1/sites/{name}", s.showSite)
+	m.HandleFunc("PATCH /v1/sites/{name}", s.patchSite)
 	s.registerCatalog(m)
 	m.HandleFunc("POST /v1/backup", (&backupHandler{s: s}).ServeHTTP)
 	s.registerInspectionRules(m)
@@ -317,7 +324,7 @@ func notAcceptable(w http.ResponseWriter, msg string) {
 // answers 404 below a version (its _lookup), and traits, which it does
 // not route before 1.37.
 var nodeSubSince = map[string]int{"portgroups": 24, "vifs": 28, "traits": 37, "bios": 40, "allocation": 52,
-	"history": 78, "inventory": 81, "firmware": 86}
+	"history": 78, "inventory": 81, "firmware": 86, "vmedia": 89}
 
 // resourceSince names the resource of path that Ironic has only from a
 // version, and that version (0 when path has none): the top-level

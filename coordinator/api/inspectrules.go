@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/bmedge/bmedge/coordinator/inspectrules"
 )
@@ -105,123 +102,26 @@ func writeRuleErr(w http.ResponseWriter, err error) {
 }
 
 func (s *Server) listInspectionRules(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	known := []string{"detail", "fields", "limit", "marker", "sort_key", "sort_dir", "phase"}
-	for k := range q {
-		if !slices.Contains(known, k) {
-			writeError(w, 400, fmt.Sprintf("Unknown query parameter %s for inspection_rules; this list takes %s", shortQuote(k), strings.Join(known, ", ")))
-			return
-		}
-	}
-	detail, err := boolParam(q, "detail")
-	if err != nil {
-		writeError(w, 400, err.Error())
-		return
-	}
-	fields, err := catalogFields(q, ruleFields)
-	if err != nil {
-		writeError(w, 400, err.Error())
-		return
-	}
-	if fields != nil && detail != nil && *detail {
-		writeError(w, 400, "Can not specify ?detail=True and fields in the same request.")
-		return
-	}
-	if fields == nil && (detail == nil || !*detail) {
-		fields = []string{"uuid", "priority", "phase", "description"}
-	}
-	limit := maxLimit
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 {
-			writeError(w, 400, fmt.Sprintf("Invalid limit %q: use a positive integer", shortQuote(l)))
-			return
-		}
-		if n > 0 {
-			limit = min(n, maxLimit)
-		}
-	}
-	sortKey, sortDir := q.Get("sort_key"), q.Get("sort_dir")
-	if sortKey == "" {
-		sortKey = "id"
-	}
-	if sortDir == "" {
-		sortDir = "asc"
-	}
-	if sortDir != "asc" && sortDir != "desc" {
-		writeError(w, 400, fmt.Sprintf("Invalid sort direction: %s. Acceptable values are 'asc' or 'desc'", shortQuote(sortDir)))
-		return
-	}
-	if sortKey == "actions" || sortKey == "conditions" {
-		writeError(w, 400, fmt.Sprintf("The sort_key value %s is an invalid field for sorting", sortKey))
-		return
-	}
-	keys := map[string]func(x inspectrules.Rule) string{
-		"id":          func(inspectrules.Rule) string { return "" },
-		"uuid":        func(x inspectrules.Rule) string { return x.UUID },
-		"description": func(x inspectrules.Rule) string { return x.Description },
-		"phase":       func(x inspectrules.Rule) string { return x.Phase },
-		"priority":    func(x inspectrules.Rule) string { return fmt.Sprintf("%020d", int64(x.Priority)+1<<40) },
-		"sensitive":   func(x inspectrules.Rule) string { return strconv.FormatBool(x.Sensitive) },
-		"created_at":  func(x inspectrules.Rule) string { return x.CreatedAt.UTC().Format(time.RFC3339Nano) },
-		"updated_at": func(x inspectrules.Rule) string {
-			if x.UpdatedAt == nil {
-				return ""
-			}
-			return x.UpdatedAt.UTC().Format(time.RFC3339Nano)
-		},
-	}
-	key := keys[sortKey]
-	if key == nil {
-		writeError(w, 400, fmt.Sprintf("The sort_key value %s is an invalid field for sorting; use one of %s", shortQuote(sortKey), strings.Join(sortedMapKeys(keys), ", ")))
-		return
-	}
 	rules := s.e.InspectionRules().List()
-	if phase, ok := q["phase"]; ok {
+	if phase, ok := r.URL.Query()["phase"]; ok {
 		rules = slices.DeleteFunc(rules, func(x inspectrules.Rule) bool { return !slices.Contains(phase, x.Phase) })
 	}
-	pos := map[string]int{}
-	for i, x := range rules {
-		pos[x.UUID] = i
-	}
-	sort.SliceStable(rules, func(i, j int) bool {
-		if a, b := key(rules[i]), key(rules[j]); a != b {
-			return (a < b) == (sortDir == "asc")
-		}
-		return (pos[rules[i].UUID] < pos[rules[j].UUID]) == (sortDir == "asc")
-	})
-	if marker := q.Get("marker"); marker != "" {
-		i := slices.IndexFunc(rules, func(x inspectrules.Rule) bool { return x.UUID == strings.ToLower(marker) })
-		if i < 0 {
-			writeError(w, 404, fmt.Sprintf("Inspection rule %s could not be found.", shortQuote(marker)))
-			return
-		}
-		rules = rules[i+1:]
-	}
-	if len(rules) > limit {
-		rules = rules[:limit]
-	}
-	out := make([]any, 0, len(rules))
+	byUUID := make(map[string]inspectrules.Rule, len(rules))
+	items := make([]catalogItem, 0, len(rules))
 	for _, x := range rules {
-		out = append(out, pickCatalog(ruleView(r, x), fields))
+		byUUID[x.UUID] = x
+		items = append(items, catalogItem{uuid: x.UUID, created: x.CreatedAt, updated: x.UpdatedAt, view: ruleView(r, x)})
 	}
-	resp := map[string]any{"inspection_rules": out}
-	if len(rules) > 0 && len(rules) == limit {
-		nq := r.URL.Query()
-		nq.Set("marker", rules[len(rules)-1].UUID)
-		nq.Set("limit", strconv.Itoa(limit))
-		resp["next"] = baseURL(r) + r.URL.Path + "?" + nq.Encode()
-	}
-	writeJSON(w, 200, resp)
-}
-
-func sortedMapKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	rule := func(c catalogItem) inspectrules.Rule { return byUUID[c.uuid] }
+	// A rule has no name; conditions and actions are no sort keys.
+	listCatalog(w, r, catalogList{collection: "inspection_rules", what: "Inspection rule", fields: ruleFields,
+		defaults: []string{"uuid", "priority", "phase", "description"}, params: []string{"phase"},
+		sortKeys: map[string]func(catalogItem) string{
+			"description": func(c catalogItem) string { return rule(c).Description },
+			"phase":       func(c catalogItem) string { return rule(c).Phase },
+			"priority":    func(c catalogItem) string { return fmt.Sprintf("%020d", int64(rule(c).Priority)+1<<40) },
+			"sensitive":   func(c catalogItem) string { return strconv.FormatBool(rule(c).Sensitive) },
+		}}, items)
 }
 
 func (s *Server) getInspectionRule(w http.ResponseWriter, r *http.Request) {

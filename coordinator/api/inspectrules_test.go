@@ -258,3 +258,85 @@ func TestInspectionRulesAuth(t *testing.T) {
 		t.Fatalf("create with the login: %d %.200s", code, body)
 	}
 }
+
+// TestInspectionRulesListQueries: the rules list takes the catalog
+// lists' query handling (curl at 1.96): sort keys of a rule (priority,
+// both directions) but not a template's name nor conditions or actions,
+// ?phase=, pages of ?limit= after ?marker= with a next link, an unknown
+// marker 404 naming an inspection rule, an unknown parameter 400 naming
+// the ones it takes; the deploy templates' list still sorts by name and
+// refuses a rule's priority.
+func TestInspectionRulesListQueries(t *testing.T) {
+	c := testrig.Coordinator(t, testrig.Options{})
+	base := testrig.NewClient(t, c).Base
+	var ids []string
+	for _, p := range []int{30, 10, 20} {
+		a := vcurl(t, base, "1.96", "POST", "/v1/inspection_rules", fmt.Sprintf(`{"priority": %d, "description": "rule %d", "actions": [{"op": "add-trait", "args": {"name": "CUSTOM_P%d"}}]}`, p, p, p))
+		if a.status != 201 {
+			t.Fatalf("create rule %d: %d %s", p, a.status, a.body)
+		}
+		ids = append(ids, a.obj(t)["uuid"].(string))
+	}
+	list := func(query string) (int, []string, map[string]any) {
+		t.Helper()
+		a := vcurl(t, base, "1.96", "GET", "/v1/inspection_rules"+query, "")
+		m := a.obj(t)
+		var descr []string
+		items, _ := m["inspection_rules"].([]any)
+		for _, x := range items {
+			descr = append(descr, fmt.Sprint(x.(map[string]any)["description"]))
+		}
+		return a.status, descr, m
+	}
+	for _, c := range []struct {
+		query string
+		want  []string
+	}{
+		{"", []string{"rule 30", "rule 10", "rule 20"}},
+		{"?sort_key=priority", []string{"rule 10", "rule 20", "rule 30"}},
+		{"?sort_key=priority&sort_dir=desc", []string{"rule 30", "rule 20", "rule 10"}},
+		{"?sort_key=description&sort_dir=desc", []string{"rule 30", "rule 20", "rule 10"}},
+		{"?phase=main&sort_key=priority", []string{"rule 10", "rule 20", "rule 30"}},
+		{"?phase=other", nil},
+		{"?sort_key=priority&marker=" + ids[1], []string{"rule 20", "rule 30"}},
+	} {
+		if code, got, _ := list(c.query); code != 200 || !slices.Equal(got, c.want) {
+			t.Errorf("GET /v1/inspection_rules%s: %d %v, want 200 %v", c.query, code, got, c.want)
+		}
+	}
+	code, got, page := list("?sort_key=priority&limit=2")
+	next, _ := page["next"].(string)
+	if code != 200 || !slices.Equal(got, []string{"rule 10", "rule 20"}) || !strings.Contains(next, "marker="+ids[2]) || !strings.Contains(next, "limit=2") {
+		t.Fatalf("limit=2: %d %v next %q; want the first two and a next link after %s", code, got, next, ids[2])
+	}
+	for _, c := range []struct {
+		query string
+		code  int
+		want  string
+	}{
+		{"?sort_key=name", 400, "is an invalid field for sorting; use one of created_at, description, id, phase, priority, sensitive, updated_at, uuid"},
+		{"?sort_key=actions", 400, "invalid field for sorting"},
+		{"?sort_key=conditions", 400, "invalid field for sorting"},
+		{"?sort_dir=up", 400, "Invalid sort direction"},
+		{"?limit=-1", 400, "Invalid limit"},
+		{"?owner=x", 400, `Unknown query parameter "owner" for inspection_rules; this list takes detail, fields, limit, marker, sort_key, sort_dir, phase`},
+		{"?marker=1be26c0b-03f2-4d2e-ae87-c02d7f33c123", 404, `Inspection rule "1be26c0b-03f2-4d2e-ae87-c02d7f33c123" could not be found.`},
+	} {
+		if a := vcurl(t, base, "1.96", "GET", "/v1/inspection_rules"+c.query, ""); a.status != c.code || !strings.Contains(fault(a.body), c.want) {
+			t.Errorf("GET /v1/inspection_rules%s: %d %q, want %d %q", c.query, a.status, fault(a.body), c.code, c.want)
+		}
+	}
+	for _, name := range []string{"CUSTOM_B", "CUSTOM_A"} {
+		if a := vcurl(t, base, "1.55", "POST", "/v1/deploy_templates", `{"name": "`+name+`", "steps": [{"interface": "bios", "step": "apply_configuration", "args": {"settings": []}, "priority": 10}]}`); a.status != 201 {
+			t.Fatalf("create template %s: %d %s", name, a.status, a.body)
+		}
+	}
+	a := vcurl(t, base, "1.55", "GET", "/v1/deploy_templates?sort_key=name", "")
+	items, _ := a.obj(t)["deploy_templates"].([]any)
+	if a.status != 200 || len(items) != 2 || items[0].(map[string]any)["name"] != "CUSTOM_A" {
+		t.Fatalf("deploy templates by name: %d %s", a.status, a.body)
+	}
+	if a := vcurl(t, base, "1.55", "GET", "/v1/deploy_templates?sort_key=priority", ""); a.status != 400 || !strings.Contains(fault(a.body), "use one of created_at, id, name, updated_at, uuid") {
+		t.Fatalf("deploy templates by priority: %d %s", a.status, a.body)
+	}
+}

@@ -75,7 +75,7 @@ func init() {
 		provision_state provision_updated_at raid_config raid_interface rescue_interface reservation
 		resource_class retired retired_reason secure_boot shard storage_interface target_power_state
 		target_provision_state target_raid_config traits vendor_interface uuid allocation_uuid chassis_uuid
-		conductor created_at updated_at links ports states site_online`) {
+		conductor created_at updated_at links ports states site_online health`) {
 		nodeFields[f] = true
 	}
 }
@@ -816,7 +816,8 @@ func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *eng
 // createExtras takes automated_clean, disable_power_off and instance_uuid
 // of a node create as Ironic does: automated_clean true, false or null
 // (the coordinator's setting); instance_uuid a UUID; disable_power_off
-// false (true, a node never powered off, is not built: refused).
+// true or false (true: the node is never powered off, fsm's
+// nopoweroff.go).
 func createExtras(raw map[string]json.RawMessage, spec *engine.NodeSpec) error {
 	if v, ok := raw["automated_clean"]; ok && string(v) != "null" {
 		b, err := boolValue(v)
@@ -830,9 +831,7 @@ func createExtras(raw map[string]json.RawMessage, spec *engine.NodeSpec) error {
 		if err != nil {
 			return &engine.Error{Kind: engine.Invalid, Msg: "Invalid input for field/attribute disable_power_off: " + err.Error()}
 		}
-		if b {
-			return &engine.Error{Kind: engine.Invalid, Msg: disablePowerOffRefused}
-		}
+		spec.DisablePowerOff = b
 	}
 	if v, ok := raw["instance_uuid"]; ok && string(v) != "null" {
 		var id string
@@ -848,9 +847,6 @@ func createExtras(raw map[string]json.RawMessage, spec *engine.NodeSpec) error {
 	}
 	return nil
 }
-
-// disablePowerOffRefused answers disable_power_off true (API 1.95).
-const disablePowerOffRefused = "disable_power_off true is not supported by this coordinator: its operations power nodes off (after inspection, cleaning and undeploy) and no reboot-only variant is built; leave it false"
 
 // boolValue decodes a boolean as Ironic's args.boolean takes it: true,
 // false, or a string such as "true", "False", "1", "no".

@@ -555,10 +555,12 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 	case "instance_name":
 		n.InstanceName, err = str()
 	case "disable_power_off":
-		var b bool
-		if b, err = boolean(); err == nil && b {
-			err = fmt.Errorf("%s", disablePowerOffRefused)
+		// Removing it is false, the field's default, as Ironic's.
+		if op == "remove" || val == nil {
+			n.DisablePowerOff = false
+			return nil
 		}
+		n.DisablePowerOff, err = boolean()
 	default:
 		// A hardware interface, which checkInterfacePatch has checked.
 		_, err = str()

@@ -143,8 +143,8 @@ func TestPortGroupsAndPortPatch(t *testing.T) {
 // TestFakeHardwareAndNodeFields: fake-hardware is Ironic's, with its name
 // kept and its fake boot and deploy, which deploy and undeploy at once
 // with no ramdisk; automated_clean false skips cleaning on provide;
-// disable_power_off (1.95) is false, and true is refused (400), never
-// accepted and ignored; a node without conductor_group among several
+// disable_power_off (1.95) is false by default and true is taken: a power
+// off of such a node is Ironic's 409; a node without conductor_group among several
 // sites is refused naming serve --default-site.
 func TestFakeHardwareAndNodeFields(t *testing.T) {
 	r := newVersionRig(t)
@@ -209,11 +209,23 @@ func TestFakeHardwareAndNodeFields(t *testing.T) {
 	if a := vcurl(t, base, "1.94", "POST", "/v1/nodes", `{"driver":"fake","conductor_group":"site1","disable_power_off":false}`); a.status != 406 {
 		t.Fatalf("disable_power_off at 1.94: %d, want 406", a.status)
 	}
-	if a := vcurl(t, base, "1.95", "POST", "/v1/nodes", `{"driver":"fake","conductor_group":"site1","disable_power_off":true}`); a.status != 400 || !strings.Contains(a.body, "disable_power_off") {
-		t.Fatalf("disable_power_off true: %d %.200s, want 400", a.status, a.body)
+	if a := vcurl(t, base, "1.95", "POST", "/v1/nodes", `{"driver":"fake","conductor_group":"site1","disable_power_off":true}`); a.status != 201 || !strings.Contains(a.body, `"disable_power_off":true`) {
+		t.Fatalf("disable_power_off true at create: %d %.200s, want 201 showing it", a.status, a.body)
 	}
-	if a := vcurl(t, base, "1.95", "PATCH", "/v1/nodes/"+sim, `[{"op":"replace","path":"/disable_power_off","value":true}]`); a.status != 400 {
-		t.Fatalf("PATCH disable_power_off true: %d, want 400", a.status)
+	if a := vcurl(t, base, "1.95", "PATCH", "/v1/nodes/"+sim, `[{"op":"replace","path":"/disable_power_off","value":"True"}]`); a.status != 200 || !strings.Contains(a.body, `"disable_power_off":true`) {
+		t.Fatalf("PATCH disable_power_off true: %d %.200s, want 200 showing it", a.status, a.body)
+	}
+	// Such a node is never powered off: Ironic's PowerStateFailure (409).
+	for _, target := range []string{"power off", "soft power off"} {
+		if a := vcurl(t, base, "1.95", "PUT", "/v1/nodes/"+sim+"/states/power", `{"target":"`+target+`"}`); a.status != 409 || !strings.Contains(a.body, "Failed to set node power state to "+target+".") {
+			t.Fatalf("%s of a disable_power_off node: %d %.300s, want Ironic's 409", target, a.status, a.body)
+		}
+	}
+	if a := vcurl(t, base, "1.95", "PATCH", "/v1/nodes/"+sim, `[{"op":"remove","path":"/disable_power_off"}]`); a.status != 200 || !strings.Contains(a.body, `"disable_power_off":false`) {
+		t.Fatalf("PATCH remove disable_power_off: %d %.200s, want 200 and false", a.status, a.body)
+	}
+	if a := vcurl(t, base, "1.95", "PUT", "/v1/nodes/"+sim+"/states/power", `{"target":"power off"}`); a.status != 202 {
+		t.Fatalf("power off once disable_power_off is removed: %d %.300s, want 202", a.status, a.body)
 	}
 	if a := vcurl(t, base, "1.94", "PATCH", "/v1/nodes/"+sim, `[{"op":"replace","path":"/disable_power_off","value":false}]`); a.status != 406 {
 		t.Fatalf("PATCH disable_power_off at 1.94: %d, want 406", a.status)

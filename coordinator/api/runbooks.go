@@ -60,7 +60,8 @@ func (s *Server) listRunbooks(w http.ResponseWriter, r *http.Request) {
 		}
 		items = append(items, catalogItem{uuid: rb.UUID, name: rb.Name, created: rb.CreatedAt, updated: rb.UpdatedAt, owner: rb.Owner, view: runbookView(r, rb)})
 	}
-	listCatalog(w, r, "runbooks", items, runbookFields, "project")
+	listCatalog(w, r, catalogList{collection: "runbooks", what: "Runbook", fields: runbookFields, defaults: []string{"uuid", "name"},
+		params: []string{"project"}, sortKeys: byName}, items)
 }
 
 func (s *Server) getRunbook(w http.ResponseWriter, r *http.Request) {

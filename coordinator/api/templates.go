@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -133,16 +134,33 @@ func catalogFields(q url.Values, all []string) ([]string, error) {
 	return out, nil
 }
 
-// listCatalog answers a list of deploy templates or runbooks as Ironic's
-// get_all: uuid, name and links by default, everything with
-// ?detail=True, the given ?fields=; sort_key (id, uuid, name,
-// created_at, updated_at) and sort_dir; pages of ?limit= after ?marker=
-// (a UUID), with a next link when a page is full.
-func listCatalog(w http.ResponseWriter, r *http.Request, collection string, items []catalogItem, all []string, extraParams ...string) {
+// catalogList is what differs between the catalog lists (deploy
+// templates, runbooks, inspection rules): the collection's name (the
+// answer's key), what the ?marker= not-found text calls an item, its
+// fields and those shown without ?detail= or ?fields=, the query
+// parameters it takes beyond the common ones (its handler filters by
+// them), and the sort keys beyond id, uuid, created_at and updated_at.
+type catalogList struct {
+	collection, what string
+	fields, defaults []string
+	params           []string
+	sortKeys         map[string]func(catalogItem) string
+}
+
+// byName is the name sort key of deploy templates and runbooks.
+var byName = map[string]func(catalogItem) string{"name": func(c catalogItem) string { return c.name }}
+
+// listCatalog answers a catalog list as Ironic's get_all: l.defaults
+// and links by default, everything with ?detail=True, the given
+// ?fields=; sort_key (id, uuid, created_at, updated_at and l.sortKeys)
+// and sort_dir; pages of ?limit= after ?marker= (a UUID), with a next
+// link when a page is full. items come in creation order (id's order).
+func listCatalog(w http.ResponseWriter, r *http.Request, l catalogList, items []catalogItem) {
 	q := r.URL.Query()
+	known := append([]string{"detail", "fields", "limit", "marker", "sort_key", "sort_dir"}, l.params...)
 	for k := range q {
-		if !slices.Contains(append([]string{"detail", "fields", "limit", "marker", "sort_key", "sort_dir"}, extraParams...), k) {
-			writeError(w, 400, fmt.Sprintf("Unknown query parameter %s for %s; this list takes detail, fields, limit, marker, sort_key and sort_dir%s", shortQuote(k), collection, strings.Join(append([]string{""}, extraParams...), ", ")))
+		if !slices.Contains(known, k) {
+			writeError(w, 400, fmt.Sprintf("Unknown query parameter %s for %s; this list takes %s", shortQuote(k), l.collection, strings.Join(known, ", ")))
 			return
 		}
 	}
@@ -151,7 +169,7 @@ func listCatalog(w http.ResponseWriter, r *http.Request, collection string, item
 		writeError(w, 400, err.Error())
 		return
 	}
-	fields, err := catalogFields(q, all)
+	fields, err := catalogFields(q, l.fields)
 	if err != nil {
 		writeError(w, 400, err.Error())
 		return
@@ -161,13 +179,13 @@ func listCatalog(w http.ResponseWriter, r *http.Request, collection string, item
 		return
 	}
 	if fields == nil && (detail == nil || !*detail) {
-		fields = []string{"uuid", "name"}
+		fields = l.defaults
 	}
 	limit := maxLimit
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			writeError(w, 400, fmt.Sprintf("Invalid limit %q: use a positive integer", l))
+			writeError(w, 400, fmt.Sprintf("Invalid limit %s: use a positive integer", shortQuote(v)))
 			return
 		}
 		if n > 0 {
@@ -182,13 +200,12 @@ func listCatalog(w http.ResponseWriter, r *http.Request, collection string, item
 		sortDir = "asc"
 	}
 	if sortDir != "asc" && sortDir != "desc" {
-		writeError(w, 400, fmt.Sprintf("Invalid sort direction: %s. Acceptable values are 'asc' or 'desc'", sortDir))
+		writeError(w, 400, fmt.Sprintf("Invalid sort direction: %s. Acceptable values are 'asc' or 'desc'", shortQuote(sortDir)))
 		return
 	}
-	key := map[string]func(c catalogItem) string{
-		"id":         func(c catalogItem) string { return "" },
+	keys := map[string]func(catalogItem) string{
+		"id":         func(catalogItem) string { return "" },
 		"uuid":       func(c catalogItem) string { return c.uuid },
-		"name":       func(c catalogItem) string { return c.name },
 		"created_at": func(c catalogItem) string { return c.created.UTC().Format(time.RFC3339Nano) },
 		"updated_at": func(c catalogItem) string {
 			if c.updated == nil {
@@ -196,12 +213,13 @@ func listCatalog(w http.ResponseWriter, r *http.Request, collection string, item
 			}
 			return c.updated.UTC().Format(time.RFC3339Nano)
 		},
-	}[sortKey]
+	}
+	maps.Copy(keys, l.sortKeys)
+	key := keys[sortKey]
 	if key == nil {
-		writeError(w, 400, fmt.Sprintf("The sort_key value %s is an invalid field for sorting; use id, uuid, name, created_at or updated_at", sortKey))
+		writeError(w, 400, fmt.Sprintf("The sort_key value %s is an invalid field for sorting; use one of %s", shortQuote(sortKey), strings.Join(slices.Sorted(maps.Keys(keys)), ", ")))
 		return
 	}
-	// items come in creation order (id's order).
 	pos := map[string]int{}
 	for i, c := range items {
 		pos[c.uuid] = i
@@ -214,9 +232,9 @@ func listCatalog(w http.ResponseWriter, r *http.Request, collection string, item
 	}
 	sort.SliceStable(items, func(i, j int) bool { return less(items[i], items[j]) })
 	if marker := q.Get("marker"); marker != "" {
-		i := slices.IndexFunc(items, func(c catalogItem) bool { return c.uuid == marker })
+		i := slices.IndexFunc(items, func(c catalogItem) bool { return c.uuid == strings.ToLower(marker) })
 		if i < 0 {
-			writeError(w, 404, fmt.Sprintf("%s %s could not be found.", catalogWhat(collection), marker))
+			writeError(w, 404, fmt.Sprintf("%s %s could not be found.", l.what, shortQuote(marker)))
 			return
 		}
 		items = items[i+1:]
@@ -228,7 +246,7 @@ func listCatalog(w http.ResponseWriter, r *http.Request, collection string, item
 	for _, c := range items {
 		out = append(out, pickCatalog(c.view, fields))
 	}
-	resp := map[string]any{collection: out}
+	resp := map[string]any{l.collection: out}
 	if len(items) > 0 && len(items) == limit {
 		nq := r.URL.Query()
 		nq.Set("marker", items[len(items)-1].uuid)
@@ -236,13 +254,6 @@ func listCatalog(w http.ResponseWriter, r *http.Request, collection string, item
 		resp["next"] = baseURL(r) + r.URL.Path + "?" + nq.Encode()
 	}
 	writeJSON(w, 200, resp)
-}
-
-func catalogWhat(collection string) string {
-	if collection == "runbooks" {
-		return "Runbook"
-	}
-	return "Deploy template"
 }
 
 // patchCatalog applies a JSON Patch to doc (a deploy template or runbook
@@ -325,7 +336,8 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 	for _, t := range s.e.DeployTemplates() {
 		items = append(items, catalogItem{uuid: t.UUID, name: t.Name, created: t.CreatedAt, updated: t.UpdatedAt, view: templateView(r, t)})
 	}
-	listCatalog(w, r, "deploy_templates", items, templateFields)
+	listCatalog(w, r, catalogList{collection: "deploy_templates", what: "Deploy template", fields: templateFields, defaults: []string{"uuid", "name"},
+		sortKeys: byName}, items)
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {

@@ -153,7 +153,7 @@ func dedent(s string) string {
 const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"```\n" +
 	"agent --credentials-file FILE [--state-dir DIR] [--outbox-limit 100000] [--ca-file CA]\n" +
-	"      [--power-sync-interval 60s] [--bmc-concurrency 32]\n" +
+	"      [--power-sync-interval 60s] [--health-interval 0] [--sensor-interval 10m] [--bmc-concurrency 32]\n" +
 	"      [--site-broker-listen ADDR [--site-broker-url URL] [--site-broker-tls-cert C --site-broker-tls-key K | --site-broker-insecure]] [--heartbeat-summary 10s]\n" +
 	"      [--ramdisk-iso ISO --media-listen ADDR [--media-url URL] [--ramdisk-params P]]\n" +
 	"      [--metrics-listen ADDR [--metrics-listen-any]]\n" +
@@ -196,7 +196,11 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"gzipped base64 text, before a node gets it (docs/security.md).\n\n" +
 	"`--power-sync-interval` (default 60s, 0 disables): how often the agent reads the power\n" +
 	"state of its site's real BMCs (ipmi, redfish, qemu-dev; not simulated ones), 8 at a\n" +
-	"time; it reports only changes and failures (docs/drivers.md, Power-state sync).\n\n" +
+	"time; it reports only changes and failures (docs/drivers.md, Power-state sync). With the\n" +
+	"power reading it reads the hardware's health, sensors and event log of the BMCs that\n" +
+	"tell them (redfish, ipmi) when the last reading is `--health-interval` old (0: every\n" +
+	"round), and sends what changed, the sensors at least every `--sensor-interval`\n" +
+	"(docs/remote-hands.md).\n\n" +
 	"Per-node failure injection through driver_info: `fake_fail_step=STEP` (the step fails),\n" +
 	"`fake_die_step=STEP` (the ramdisk goes silent mid-step: the node fails at its WAIT\n" +
 	"timeout), `fake_reboot_step=STEP` (the ramdisk reboots on its own mid-step: the node\n" +

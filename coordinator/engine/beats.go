@@ -22,6 +22,7 @@ func (e *Engine) handleBeats(site string, msg *protocol.Message) {
 				e.cfg.Log.Warn("heartbeat in summary rejected", "site", site, "reason", fmt.Sprintf("node %q is not a node of site %q", b.Node, site))
 				continue
 			}
+			e.noteRescueRefused(n, b)
 			t.run(n, func() fsm.Output { return e.m.Heartbeat(n, b, t.now) })
 		}
 		ack := protocol.BMCCmdTopic(site)

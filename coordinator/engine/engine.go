@@ -205,6 +205,8 @@ type Engine struct {
 	rules *inspectrules.Set
 	// run is the loop's machinery (loop.go).
 	run loopState
+	// discSt is the discovery bookkeeping (discovery.go).
+	discSt *discoveryState
 }
 
 // New opens the store, loads every node and recovers the ones that were
@@ -271,7 +273,8 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	e := &Engine{cfg: cfg, st: st, commits: st, reg: newRegistry(), sites: sites.New(),
-		reachBk: reach.New(reachSaveInterval), cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
+		reachBk: reach.New(reachSaveInterval), cacheBk: &cacheBook{byID: map[string]*CacheStatus{}},
+		discSt: &discoveryState{dirty: map[string]bool{}, kick: make(chan struct{}, 1), seen: map[string]bool{}}}
 	e.run = loopState{reqs: make(chan *request, 8192), stopped: make(chan struct{}), fatal: newFatalState()}
 	e.auth = brokerauth.New(secret, e.reach().RunsSiteBroker)
 	e.cat = catalog.New(e.saveRecord, cfg.Clock.Now)
@@ -419,6 +422,8 @@ func (e *Engine) Start(pub Publisher) error {
 	go e.collector()
 	go e.watchStore()
 	go e.reachSaver(e.reachBk.SaveEvery)
+	e.run.wg.Add(1)
+	go e.discoveryPublisher()
 	return nil
 }
 

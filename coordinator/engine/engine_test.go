@@ -163,7 +163,7 @@ func TestBadMessagesChangeNothing(t *testing.T) {
 	}
 	// A result for an unknown command id is acked and ignored.
 	e.HandleMessage(protocol.BMCEvtTopic("s1"), mustJSON(&protocol.Message{Kind: protocol.KindResult, ID: "w", Node: a.UUID, CommandID: "nope", OK: true}))
-	time.Sleep(200 * time.Millisecond)
+	drain(t, e) // every message above handled
 	if s := state(t, e, a.UUID); s != fsm.Verifying {
 		t.Fatalf("bad messages moved the node to %q", s)
 	}

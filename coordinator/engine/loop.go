@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bmedge/bmedge/coordinator/engine/readings"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/protocol"
@@ -48,6 +49,10 @@ type tx struct {
 	acks   map[string][]string
 	// histNew are the history keys this batch adds, per node.
 	histNew map[string][]string
+	// events are the event-log records this batch wrote, per node, so
+	// that a second health report of a node in the batch adds to them
+	// (health.go).
+	events map[string]readings.Events
 }
 
 // sendQueue is one publisher's queue; urgent messages go first.
@@ -273,20 +278,27 @@ func (e *Engine) ticker() {
 		case <-e.run.stopped:
 			return
 		case <-tk.C():
-			e.submit(func(t *tx) error {
-				for _, n := range e.reg.nodes {
-					// A resting node is ticked only while it keeps its
-					// ramdisk for fast track (powered off at the timeout).
-					if n.Op == nil && n.FastTrackUntil.IsZero() {
-						continue
-					}
-					online := e.sites.Online(n.Site)
-					t.run(n, func() fsm.Output { out := e.m.Tick(n, t.now, online); e.cfg.Metrics.Resent(len(out.Send)); return out })
-				}
-				return nil
-			}, false)
+			_ = e.tick(false)
 		}
 	}
+}
+
+// tick submits one clock tick of every node with an operation (or a
+// ramdisk kept for fast track): timeouts, resends; with wait it returns
+// once the tick is committed.
+func (e *Engine) tick(wait bool) error {
+	return e.submit(func(t *tx) error {
+		for _, n := range e.reg.nodes {
+			// A resting node is ticked only while it keeps its
+			// ramdisk for fast track (powered off at the timeout).
+			if n.Op == nil && n.FastTrackUntil.IsZero() {
+				continue
+			}
+			online := e.sites.Online(n.Site)
+			t.run(n, func() fsm.Output { out := e.m.Tick(n, t.now, online); e.cfg.Metrics.Resent(len(out.Send)); return out })
+		}
+		return nil
+	}, wait)
 }
 
 // submit queues fn for the loop; with wait it returns fn's error after
@@ -322,6 +334,27 @@ func (e *Engine) submit(fn func(t *tx) error, wait bool) error {
 
 // Do runs fn in the loop and waits for its commit.
 func (e *Engine) do(fn func(t *tx) error) error { return e.submit(fn, true) }
+
+// Settle returns once the loop has run and committed every request
+// submitted before the call: the agent messages handed to HandleMessage
+// (and the broker's notes of who published) and the ticks. Agent
+// messages keep their order among themselves, and a waiting caller's
+// request may go ahead of them, so Settle's marker goes as one of them,
+// then waits for a commit after it.
+func (e *Engine) Settle() error {
+	ran := make(chan struct{})
+	if err := e.submit(func(*tx) error { close(ran); return nil }, false); err != nil {
+		return err
+	}
+	select {
+	case <-ran:
+	case <-e.run.stopped:
+		return errorf(Unavailable, "the coordinator is shutting down")
+	case <-e.run.fatal.failed:
+		return e.stoppedError()
+	}
+	return e.do(func(*tx) error { return nil })
+}
 
 // write hands a batch to the committer: every write of the engine goes
 // here, the loop's batches and the few made outside it (loading,

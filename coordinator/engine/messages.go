@@ -45,6 +45,11 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		e.sites.NoteRelay(site, msg.Online, msg.Relay, msg.Plans)
 		e.NoteSiteBroker(site, msg.Online, msg.SiteBroker)
 		e.sites.NoteSoftware(site, msg.Online, msg.Software)
+		if msg.Online {
+			// Its discovery configuration is retained; said again all
+			// the same (a broker may have lost it).
+			e.discoveryDirty(site)
+		}
 		_ = e.submit(func(t *tx) error {
 			e.sitePresence(t, site, msg.Online)
 			return nil
@@ -53,6 +58,10 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 	}
 	if leaf == "bmc/evt" && msg.Kind == protocol.KindBeats {
 		e.handleBeats(site, msg)
+		return
+	}
+	if leaf == "bmc/evt" && msg.Kind == protocol.KindDiscovery {
+		e.handleDiscovery(site, msg)
 		return
 	}
 	if leaf == "bmc/evt" && msg.Kind == protocol.KindResult && msg.Node == "" {
@@ -73,7 +82,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		if !ok || n.Site != site {
 			e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", fmt.Sprintf("node %q is not a node of site %q", msg.Node, site))
 			switch {
-			case (msg.Kind == protocol.KindPower || msg.Kind == protocol.KindResult) && leaf == "bmc/evt":
+			case (msg.Kind == protocol.KindPower || msg.Kind == protocol.KindHealth || msg.Kind == protocol.KindResult) && leaf == "bmc/evt":
 				// The agent polls a deleted node's BMC until it restarts,
 				// and may hold a result for a node deleted meanwhile:
 				// acked, they leave its (durable) outbox instead of being
@@ -111,6 +120,14 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 			}
 			t.run(n, func() fsm.Output { return e.m.PowerReport(n, msg, t.now) })
 			t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
+		case protocol.KindHealth:
+			if leaf != "bmc/evt" {
+				e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", "health reports come from the edge agent on the site's bmc/evt topic")
+				return nil
+			}
+			t.keepHealth(n, msg.HealthReport, msg.Sent, msg.Sent.After(n.HealthReadAt))
+			t.run(n, func() fsm.Output { return e.m.HealthReport(n, msg, t.now) })
+			t.acks[ackTopic] = append(t.acks[ackTopic], msg.ID)
 		case protocol.KindHello:
 			if leaf != "evt" {
 				return nil
@@ -120,10 +137,19 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 			if leaf != "evt" {
 				return nil
 			}
+			e.noteRescueRefused(n, msg)
 			t.run(n, func() fsm.Output { return e.m.Heartbeat(n, msg, t.now) })
 		default:
 			e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", fmt.Sprintf("kind %q is not accepted from agents", msg.Kind))
 		}
 		return nil
 	}, false)
+}
+
+// noteRescueRefused counts a heartbeat's rescue refusals on /metrics if
+// the heartbeat is the node's ramdisk's (its agent token).
+func (e *Engine) noteRescueRefused(n *fsm.Node, msg *protocol.Message) {
+	if n.AgentToken != "" && msg.Token == n.AgentToken {
+		e.cfg.Metrics.RescueRefused(n.UUID, msg.Token, msg.RescueRefused)
+	}
 }

@@ -32,8 +32,8 @@ func (e *Engine) runHeld(fn func(*tx) error, t *tx) error {
 	if e.cfg.Metrics == nil {
 		return fn(t)
 	}
-	start := time.Now()
+	start := e.cfg.Clock.Now()
 	err := fn(t)
-	e.cfg.Metrics.LoopHeld(time.Since(start))
+	e.cfg.Metrics.LoopHeld(e.cfg.Clock.Now().Sub(start))
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/protocol"
 )
 
 // NodeSpec is what creating a node takes.
@@ -40,6 +41,7 @@ type NodeSpec struct {
 	BootInterface   string `json:"-"`
 	DeployInterface string `json:"-"`
 	AutomatedClean  *bool  `json:"-"`
+	DisablePowerOff bool   `json:"-"`
 	InstanceUUID    string `json:"-"`
 	InstanceName    string `json:"-"`
 }
@@ -83,7 +85,7 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 		// fake-hardware too), as Ironic shows it.
 		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: spec.Driver, Site: site,
 			BootInterface: spec.BootInterface, DeployInterface: spec.DeployInterface,
-			AutomatedClean: spec.AutomatedClean, InstanceUUID: spec.InstanceUUID, InstanceName: spec.InstanceName,
+			AutomatedClean: spec.AutomatedClean, DisablePowerOff: spec.DisablePowerOff, InstanceUUID: spec.InstanceUUID, InstanceName: spec.InstanceName,
 			DriverInfo: orEmpty(spec.DriverInfo), Properties: orEmpty(spec.Properties),
 			InstanceInfo: orEmpty(spec.InstanceInfo), Extra: orEmpty(spec.Extra),
 			ResourceClass: spec.ResourceClass, Description: spec.Description, Owner: spec.Owner, RaidInterface: spec.RaidInterface, InspectInterface: spec.InspectInterface,
@@ -201,10 +203,14 @@ func (e *Engine) DeleteNode(ident string) error {
 			}
 		}
 		e.dropNodeResources(t, n)
+		// Its MACs and its place under the cap are free again.
+		e.discoveryDirty(n.Site)
 		t.batch.Delete(store.NodePrefix + n.UUID)
 		t.batch.Delete(store.InventoryPrefix + n.UUID)
 		t.batch.Delete(store.FirmwarePrefix + n.UUID)
 		t.batch.Delete(store.BIOSPrefix + n.UUID)
+		t.batch.Delete(store.SensorsPrefix + n.UUID)
+		t.batch.Delete(store.EventsPrefix + n.UUID)
 		delete(e.reg.hist, n.UUID)
 		return nil
 	})
@@ -272,6 +278,28 @@ func (e *Engine) BootDevice(ident, device string) error {
 	return e.request(ident, func(n *fsm.Node, now time.Time) (fsm.Output, *fsm.Refusal) {
 		return e.m.BootDeviceRequest(n, device, now)
 	})
+}
+
+// VMedia attaches or detaches a node's virtual media (API 1.89) through
+// its site's edge agent.
+func (e *Engine) VMedia(ident string, args protocol.VMediaArgs) error {
+	return e.request(ident, func(n *fsm.Node, now time.Time) (fsm.Output, *fsm.Refusal) {
+		return e.m.VMediaRequest(n, args, now)
+	})
+}
+
+// VirtualMedia is a node's virtual media devices as last read (API 1.93).
+func (e *Engine) VirtualMedia(ident string) ([]map[string]any, error) {
+	var out []map[string]any
+	err := e.View(ident, func(n *fsm.Node, _ bool) error {
+		l, r := e.m.VirtualMediaRead(n)
+		if r != nil {
+			return refused(r)
+		}
+		out = l
+		return nil
+	})
+	return out, err
 }
 
 // request runs an out-of-band request of the state machine on a node and

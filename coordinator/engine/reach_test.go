@@ -9,6 +9,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/lib/clock"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -44,6 +45,24 @@ func openEngine(t *testing.T, dir string, clk *testClock) *Engine {
 }
 
 // settle waits until everything queued for the loop so far has run.
+// tickNow runs one clock tick at the clock's time now and waits for its
+// commit (the ticker's own ticks come at real intervals).
+func tickNow(t *testing.T, e *Engine) {
+	t.Helper()
+	if err := e.tick(true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// drain waits until the loop has run and committed every request
+// submitted before it (Settle).
+func drain(t *testing.T, e *Engine) {
+	t.Helper()
+	if err := e.Settle(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func settle(t *testing.T, e *Engine) {
 	t.Helper()
 	if err := e.do(func(*tx) error { return nil }); err != nil {
@@ -120,8 +139,7 @@ func TestSiteReachability(t *testing.T) {
 	}
 	// Long past the node's deadline: it does not time out.
 	clk.add(time.Hour)
-	time.Sleep(100 * time.Millisecond)
-	settle(t, e)
+	tickNow(t, e)
 	if s := state(t, e, id); s != fsm.CleanWait {
 		t.Fatalf("node of an unreachable site timed out: %s", s)
 	}
@@ -135,8 +153,7 @@ func TestSiteReachability(t *testing.T) {
 	if s.Online || !same(s.OfflineSince, heard) || !same(s.LastSeen, heard) || s.Queued != 3 || !same(s.QueuedAt, heard) {
 		t.Fatalf("after a restart: %+v", s)
 	}
-	time.Sleep(100 * time.Millisecond)
-	settle(t, e)
+	tickNow(t, e)
 	if s := state(t, e, id); s != fsm.CleanWait {
 		t.Fatalf("node of an unreachable site timed out after a restart: %s", s)
 	}
@@ -154,8 +171,7 @@ func TestSiteReachability(t *testing.T) {
 		t.Fatalf("after the return: %+v", s)
 	}
 	clk.add(9 * time.Minute)
-	time.Sleep(100 * time.Millisecond)
-	settle(t, e)
+	tickNow(t, e)
 	if s := state(t, e, id); s != fsm.CleanWait {
 		t.Fatalf("timed out 9 reachable minutes after the return: %s", s)
 	}
@@ -182,8 +198,14 @@ func TestSiteReachRestartWhileOnline(t *testing.T) {
 	settle(t, e)
 	// Connected and silent for 5 minutes: the saver records it seen.
 	clk.add(5 * time.Minute)
-	time.Sleep(300 * time.Millisecond)
-	settle(t, e)
+	seen := t0.Add(5 * time.Minute)
+	if !waitfor.Until(10*time.Second, func() bool {
+		var saved time.Time
+		_ = e.do(func(*tx) error { saved = e.reach().Site("s1").Saved; return nil })
+		return saved.Equal(seen)
+	}) {
+		t.Fatal("the saver did not record the connected site seen at t0+5m within 10 s")
+	}
 	e.Close()
 	clk.add(time.Hour)
 	e = openEngine(t, dir, clk)

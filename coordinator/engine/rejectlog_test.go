@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/protocol"
@@ -44,7 +43,7 @@ func TestRejectedMessagesLoggedAtABoundedRate(t *testing.T) {
 		e.HandleMessage(protocol.NodeEvtTopic("s1", a.UUID), mustJSON(&protocol.Message{Kind: protocol.KindHeartbeat, ID: fmt.Sprintf("hb%d", i), Site: "s1", Node: a.UUID, Token: "stale"}))
 		e.HandleMessage(protocol.NodeEvtTopic("s1", "other"), mustJSON(&protocol.Message{Kind: protocol.KindResult, ID: fmt.Sprintf("r%d", i), Node: a.UUID, CommandID: cmd.ID, OK: true, Token: "t"}))
 	}
-	time.Sleep(300 * time.Millisecond)
+	drain(t, e) // all 600 handled
 	if s := state(t, e, a.UUID); s != fsm.Verifying {
 		t.Fatalf("refused messages moved the node to %q", s)
 	}

@@ -126,7 +126,9 @@ func (m *Machine) actionCommand(n *Node, action string, args map[string]any) cmd
 			n.BootNonce = m.cfg.NewToken()
 			msg.Args = maps.Clone(args)
 			msg.Args[protocol.ArgBootNonce] = n.BootNonce
-			if SecureBootRequested(n) {
+			// A plan's own secure_boot wins (undeploy's false, on the
+			// reboot that replaces its power-off under disable_power_off).
+			if _, given := args[protocol.ArgSecureBoot]; !given && SecureBootRequested(n) {
 				msg.Args[protocol.ArgSecureBoot] = true
 			}
 		}

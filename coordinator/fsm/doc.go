@@ -3,6 +3,8 @@ package fsm
 import (
 	"fmt"
 	"strings"
+
+	"github.com/bmedge/bmedge/protocol"
 )
 
 // Markdown renders the transition table as docs/states.md: a diagram and
@@ -110,5 +112,47 @@ func Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Phase, p.Doc, p.EventType, or(string(p.Steps), "none"),
 			yes(p.SitePlan), or(string(p.Cap), "none"), yes(p.KeepsBoot), yes(p.Aside), yes(p.FailMaintenance), yes(p.FastTrack))
 	}
+	b.WriteString("\n## disable_power_off\n\n")
+	b.WriteString("A node with `disable_power_off` (API 1.95) is never powered off (coordinator/fsm/nopoweroff.go):\n")
+	b.WriteString("each power-off of an operation's plan is rewritten when its turn comes, as Ironic does\n")
+	b.WriteString("instead; `deploy.tear_down_agent` leaves the power on and `deploy.boot_instance` reboots;\n")
+	b.WriteString("a power off or soft power off request is Ironic's 409 \"Failed to set node power state to …\";\n")
+	b.WriteString("power-state sync records what the BMC reports and never forces it.\n\n")
+	b.WriteString("| plan | actions | with disable_power_off |\n|---|---|---|\n")
+	iso := &Node{InstanceInfo: map[string]any{BootISOField: "URL"}}
+	for _, r := range []struct {
+		what string
+		plan []Action
+	}{
+		{"ramdisk deploy: boot of boot_iso", bootISOPlan(iso)},
+		{"boot into the instance (unrescue, end of servicing)", bootInstance()},
+		{"end of a ramdisk boot (inspection, cleaning, fast track window over)", []Action{endRamdisk()}},
+		{"undeploy (direct)", []Action{powerAction(protocol.PowerOff)}},
+		{"undeploy (ramdisk deploy)", ejectISOPlan()},
+	} {
+		rewritten := r.plan
+		for i := 0; i < len(rewritten); i++ {
+			if isPowerOff(rewritten[i]) {
+				rewritten = withoutPowerOff(rewritten, i)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.what, planText(r.plan), planText(rewritten))
+	}
 	return b.String()
+}
+
+// planText names a plan's out-of-band actions for the docs.
+func planText(plan []Action) string {
+	var w []string
+	for _, a := range plan {
+		switch {
+		case a.Kind == ActOOB && a.Action == protocol.ActionPower:
+			w = append(w, protocol.PowerArgsOf(a.Args).State)
+		case a.Kind == ActOOB && a.Action == protocol.ActionBootDev:
+			w = append(w, "boot device "+protocol.BootDeviceArgsOf(a.Args).Device)
+		default:
+			w = append(w, string(a.Kind))
+		}
+	}
+	return strings.Join(w, ", ")
 }

@@ -141,9 +141,13 @@ func (m *Machine) fastTrackExpire(n *Node, now time.Time, siteOnline bool) Outpu
 	n.FastTrackUntil = time.Time{}
 	n.UpdatedAt = now
 	out.Changed = true
+	what := "powering the node off"
+	if n.DisablePowerOff {
+		what = "booting the node from its disk (disable_power_off: a reboot, no power-off)"
+	}
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: "power",
-		Event: fmt.Sprintf("fast track: no operation came within the fast track timeout (%s); powering the node off, which ends its ramdisk boot", m.cfg.FastTrackTimeout)})
-	n.Op = &Operation{Verb: "power", Phase: PhasePower, Plan: []Action{powerAction(protocol.PowerOff)}, StartedAt: now}
+		Event: fmt.Sprintf("fast track: no operation came within the fast track timeout (%s); %s, which ends its ramdisk boot", m.cfg.FastTrackTimeout, what)})
+	n.Op = &Operation{Verb: "power", Phase: PhasePower, Plan: []Action{endRamdisk()}, StartedAt: now}
 	n.Reservation = m.cfg.Holder
 	m.advance(n, now, &out)
 	return out

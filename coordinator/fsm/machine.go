@@ -363,6 +363,13 @@ func describe(n *Node, a *Action) string {
 		if a.Action == protocol.ActionBootDev {
 			return "setting boot device " + protocol.BootDeviceArgsOf(a.Args).Device
 		}
+		if a.Action == protocol.ActionVMedia {
+			v := protocol.VMediaArgsOf(a.Args)
+			if v.Op == protocol.VMediaAttach {
+				return "attaching virtual media " + v.DeviceType
+			}
+			return "detaching virtual media"
+		}
 		return "BMC " + a.Action
 	}
 	return a.Kind

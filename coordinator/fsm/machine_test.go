@@ -83,8 +83,10 @@ func (w *world) run(out Output) {
 			}
 			w.log = append(w.log, "power "+msg.Args["state"].(string))
 			next = w.m.Result(w.n, &protocol.Message{Kind: protocol.KindResult, CommandID: msg.ID, OK: true}, w.now)
-			if st := msg.Args["state"]; st == protocol.PowerReboot && !w.noAgent {
-				// The ramdisk boots and says hello.
+			d, _ := msg.Args[protocol.ArgBootDevice].(string)
+			if st := msg.Args["state"]; st == protocol.PowerReboot && !w.noAgent && (d == protocol.BootPXE || d == "" && w.n.BootDevice != protocol.BootDisk) {
+				// The ramdisk boots and says hello (a reboot from the
+				// disk boots no ramdisk).
 				w.boots++
 				offer := []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true}, {Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true}}
 				if w.offer != nil {
@@ -119,7 +121,7 @@ func (w *world) run(out Output) {
 		case msg.Kind == protocol.KindCommand && msg.Action == protocol.ActionBootDev:
 			w.log = append(w.log, "boot "+msg.Args["device"].(string))
 			next = w.m.Result(w.n, &protocol.Message{CommandID: msg.ID, OK: true}, w.now)
-		case msg.Kind == protocol.KindCommand && (msg.Action == protocol.ActionOOBStep || msg.Action == protocol.ActionInbandRun || msg.Action == protocol.ActionValidate):
+		case msg.Kind == protocol.KindCommand && (msg.Action == protocol.ActionOOBStep || msg.Action == protocol.ActionInbandRun || msg.Action == protocol.ActionValidate || msg.Action == protocol.ActionVMedia):
 			res := &protocol.Message{CommandID: msg.ID, OK: true, Token: msg.Token}
 			if msg.Step == nil {
 				w.log = append(w.log, msg.Action)

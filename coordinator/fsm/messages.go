@@ -224,6 +224,9 @@ func (m *Machine) applyResult(n *Node, msg *protocol.Message, now time.Time, out
 	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionBootDev {
 		n.BootDevice = protocol.BootDeviceArgsOf(cmd.Msg.Args).Device
 	}
+	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionVMedia {
+		vmediaDone(n, cmd.Msg, msg.Data, now, out)
+	}
 	if cmd.Msg != nil && cmd.Msg.Action == protocol.ActionPower {
 		p := protocol.PowerArgsOf(cmd.Msg.Args)
 		if p.BootDevice != "" {
@@ -336,7 +339,7 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 		// The edge agent set the boot device to disk.
 		n.BootDevice = protocol.BootDisk
 	}
-	if a.Kind == ActStep && (a.Step.Step == "tear_down_agent") {
+	if a.Kind == ActStep && (a.Step.Step == "tear_down_agent") && !n.DisablePowerOff {
 		n.PowerState = protocol.PowerOff
 	}
 	if a.Kind == ActStep && (a.Step.Step == "boot_instance") {

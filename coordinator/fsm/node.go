@@ -50,6 +50,15 @@ type Node struct {
 	// follows the coordinator's setting, false skips automated cleaning
 	// on provide and undeploy, true runs it.
 	AutomatedClean *bool `json:"automated_clean,omitempty"`
+	// DisablePowerOff is the node's disable_power_off (API 1.95): the
+	// coordinator never powers it off; its operations reboot instead
+	// (nopoweroff.go) and a power off request is refused.
+	DisablePowerOff bool `json:"disable_power_off,omitempty"`
+	// VMediaAttached are the virtual media device types the operator
+	// attached (API 1.89, vmedia.go); VirtualMedia the BMC's devices as
+	// read back after the last attach or detach, in Ironic's GET shape.
+	VMediaAttached []string         `json:"vmedia_attached,omitempty"`
+	VirtualMedia   []map[string]any `json:"virtual_media,omitempty"`
 	// InstanceUUID is the node's instance_uuid (set by PATCH or by an
 	// allocation); AllocationUUID the allocation that holds the node.
 	InstanceUUID   string `json:"instance_uuid,omitempty"`
@@ -80,6 +89,11 @@ type Node struct {
 	// Traits are the node's traits (API 1.37), sorted: deploy templates
 	// and runbooks apply to a node by them.
 	Traits []string `json:"traits,omitempty"`
+	// AutoDiscovered marks a node enrolled by discovery (Ironic's
+	// auto_discovered); Serial is the system serial number its inventory
+	// gave, by which discovery knows the machine again.
+	AutoDiscovered bool   `json:"auto_discovered,omitempty"`
+	Serial         string `json:"serial,omitempty"`
 	// BootDevice is the boot device the BMC was last told to use
 	// (protocol.BootPXE or BootDisk), empty until one was set.
 	BootDevice string `json:"boot_device,omitempty"`
@@ -140,6 +154,11 @@ type Node struct {
 	// PowerReadAt is when the last power report applied was read at the
 	// edge: a resent or older report is ignored. Hidden.
 	PowerReadAt time.Time `json:"power_read_at,omitzero"`
+	// Health is the hardware's health as the node's BMC last told it
+	// (API 1.109: "OK", "Warning", "Critical"; "" is null), and
+	// HealthReadAt when that report was read at the site (health.go).
+	Health       string    `json:"health,omitempty"`
+	HealthReadAt time.Time `json:"health_read_at,omitzero"`
 	// Held is a result that arrived while the node was in maintenance; it
 	// is applied when maintenance ends.
 	Held *protocol.Message `json:"held,omitempty"`

@@ -24,6 +24,7 @@ const (
 	PhaseServiceAbort Phase = "service_abort"
 	PhasePower        Phase = "power"
 	PhaseBootDevice   Phase = "boot_device"
+	PhaseVMedia       Phase = "vmedia"
 )
 
 // StepKind names the step list a phase runs and the node field that shows
@@ -99,6 +100,7 @@ func Phases() []PhaseInfo {
 		{Phase: PhaseServiceAbort, EventType: "servicing", Aside: true, Doc: "abort from service failed: the instance boots again"},
 		{Phase: PhasePower, EventType: "power", Aside: true, Doc: "a power change outside any provision operation"},
 		{Phase: PhaseBootDevice, EventType: "boot_device", KeepsBoot: true, Aside: true, Doc: "a boot device change"},
+		{Phase: PhaseVMedia, EventType: "vmedia", KeepsBoot: true, Aside: true, Doc: "an operator's virtual media attach or detach (API 1.89)"},
 	}
 }
 

@@ -73,11 +73,20 @@ func (m *Machine) deployImpl(n *Node) string {
 
 // bootISOPlan is the ramdisk deploy's plan, as Ironic's RamdiskDeploy
 // deploy step: power off, the boot interface's prepare_instance (the
-// ISO of instance_info boot_iso on the virtual CD, the CD as the
+// ISO of instance_info boot_iso, or the one the edge agent builds of
+// instance_info kernel and ramdisk, on the virtual CD, the CD as the
 // persistent boot device), power on.
 func bootISOPlan(n *Node) []Action {
-	iso, _ := n.InstanceInfo[BootISOField].(string)
-	insert := Action{Kind: ActOOB, Action: protocol.ActionBootDev, Args: protocol.BootDeviceArgs{Device: protocol.BootISO, ISOURL: iso}.Args()}
+	b := protocol.BootDeviceArgs{Device: protocol.BootISO}
+	if iso, _ := n.InstanceInfo[BootISOField].(string); iso != "" {
+		b.ISOURL = iso
+	} else {
+		// Ironic's prepare_boot_iso: an ISO of the kernel and the ramdisk.
+		b.KernelURL, _ = n.InstanceInfo["kernel"].(string)
+		b.RamdiskURL, _ = n.InstanceInfo["ramdisk"].(string)
+		b.KernelParams, _ = n.InstanceInfo[RamdiskParamsField].(string)
+	}
+	insert := Action{Kind: ActOOB, Action: protocol.ActionBootDev, Args: b.Args()}
 	return []Action{powerAction(protocol.PowerOff), insert, powerAction(protocol.PowerOn)}
 }
 
@@ -124,6 +133,9 @@ func (m *Machine) advance(n *Node, now time.Time, out *Output) {
 				n.Op.KeptRamdisk = true
 				n.Op.Index++
 				continue
+			}
+			if m.avoidPowerOff(n, now, out) {
+				continue // disable_power_off: the plan reboots instead
 			}
 			if a.Action == protocol.ActionValidate {
 				if err := m.checkDriverInfo(n); err != nil {

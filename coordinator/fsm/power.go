@@ -86,11 +86,14 @@ func (m *Machine) PowerReport(n *Node, msg *protocol.Message, now time.Time) Out
 			Event: fmt.Sprintf("power state read from the BMC: %s", state)})
 		return out
 	}
-	if n.Maintenance || !m.cfg.ForcePowerStateDuringSync {
+	if n.Maintenance || !m.cfg.ForcePowerStateDuringSync || n.DisablePowerOff {
 		n.PowerState = state
 		why := "force_power_state_during_sync is off"
-		if n.Maintenance {
+		switch {
+		case n.Maintenance:
 			why = "the node is in maintenance"
+		case n.DisablePowerOff:
+			why = "the node has disable_power_off"
 		}
 		out.History = append(out.History, HistoryEntry{Time: now, Severity: "WARNING", EventType: "power",
 			Event: fmt.Sprintf("power state changed behind the coordinator's back: BMC reports %s, recorded %s; recording %s (%s)", state, recorded, state, why)})

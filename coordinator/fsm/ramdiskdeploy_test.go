@@ -97,11 +97,16 @@ func TestRamdiskDeployRefusals(t *testing.T) {
 		req  VerbRequest
 		want string
 	}{
-		{"no boot_iso", node(nil), VerbRequest{}, "instance_info/boot_iso is missing"},
-		{"boot_iso not a string", node(map[string]any{"boot_iso": 7.0}), VerbRequest{}, "instance_info/boot_iso is missing"},
+		{"no boot_iso", node(nil), VerbRequest{}, "or both kernel and ramdisk"},
+		{"boot_iso not a string", node(map[string]any{"boot_iso": 7.0}), VerbRequest{}, "instance_info/boot_iso must be an http"},
+		{"kernel without ramdisk", node(map[string]any{"kernel": "http://x/k"}), VerbRequest{}, "or both kernel and ramdisk"},
+		{"kernel not http", node(map[string]any{"kernel": "file:///k", "ramdisk": "http://x/r"}), VerbRequest{}, "instance_info/kernel must be an http"},
+		{"params with a quote", node(map[string]any{"kernel": "http://x/k", "ramdisk": "http://x/r", "kernel_append_params": `console=ttyS0 x="y"`}), VerbRequest{}, "kernel_append_params"},
+		{"params not a string", node(map[string]any{"kernel": "http://x/k", "ramdisk": "http://x/r", "kernel_append_params": 3.0}), VerbRequest{}, "kernel_append_params must be a string"},
+		{"kernel and ramdisk with image_source", node(map[string]any{"kernel": "http://x/k", "ramdisk": "http://x/r", "image_source": "http://x/img"}), VerbRequest{}, "instance_info/image_source is set"},
 		{"boot_iso not http", node(map[string]any{"boot_iso": "file:///live.iso"}), VerbRequest{}, "http:// or https://"},
 		{"image_source too", node(map[string]any{"boot_iso": iso, "image_source": "http://x/img"}), VerbRequest{}, "instance_info/image_source is set"},
-		{"kernel", node(map[string]any{"boot_iso": iso, "kernel": "http://x/k"}), VerbRequest{}, "instance_info/kernel is set"},
+		{"kernel beside boot_iso", node(map[string]any{"boot_iso": iso, "kernel": "http://x/k"}), VerbRequest{}, "instance_info/kernel is set beside instance_info/boot_iso"},
 		{"config drive", node(map[string]any{"boot_iso": iso}), VerbRequest{ConfigDrive: "H4sI"}, "with a config drive"},
 		{"deploy steps", node(map[string]any{"boot_iso": iso}), VerbRequest{DeploySteps: []map[string]any{{"interface": "deploy", "step": "x", "priority": 50}}}, "deploy steps"},
 		{"ipmi", &Node{UUID: "u2", Driver: "ipmi", ProvisionState: Available, DeployInterface: drivers.DeployRamdisk,
@@ -133,4 +138,41 @@ func TestRamdiskDeployRefusals(t *testing.T) {
 	if d := rf.InterfacesFor("redfish"); !d.Has("deploy", drivers.DeployRamdisk) || d.Default("deploy") != drivers.DeployDirect {
 		t.Errorf("redfish deploy interfaces %v; want direct (default) and ramdisk", d["deploy"])
 	}
+}
+
+// TestRamdiskDeployKernelRamdisk: without boot_iso, a ramdisk deploy of
+// instance_info kernel and ramdisk (Ironic's prepare_boot_iso) sends the
+// edge agent both URLs and kernel_append_params to build the ISO of, in
+// the same plan: power off, the built ISO as boot device, power on.
+func TestRamdiskDeployKernelRamdisk(t *testing.T) {
+	w := newWorld(t)
+	w.n.Driver = "redfish"
+	w.n.DriverInfo = map[string]any{"redfish_address": "http://127.0.0.1:9", "redfish_username": "u", "redfish_password": "p"}
+	w.n.DeployInterface = drivers.DeployRamdisk
+	w.verb(Manage, VerbRequest{})
+	w.verb(Provide, VerbRequest{})
+	w.n.InstanceInfo = map[string]any{"kernel": "http://images.example/vmlinuz", "ramdisk": "http://images.example/initrd", RamdiskParamsField: "console=ttyS0 quiet"}
+	if v := w.m.Validate(w.n)["deploy"]; v.Result == nil || !*v.Result {
+		t.Fatalf("validate deploy: %+v", v)
+	}
+	w.log, w.sent = nil, nil
+	w.verb(Deploy, VerbRequest{})
+	w.want(Active)
+	if got := strings.Join(w.log, ","); got != "power power off,boot iso,power power on" {
+		t.Fatalf("deploy ran %s", got)
+	}
+	for _, o := range w.sent {
+		if o.Msg.Action != protocol.ActionBootDev {
+			continue
+		}
+		b := protocol.BootDeviceArgsOf(o.Msg.Args)
+		if b.ISOURL != "" || b.KernelURL != "http://images.example/vmlinuz" || b.RamdiskURL != "http://images.example/initrd" || b.KernelParams != "console=ttyS0 quiet" {
+			t.Fatalf("boot_device args %+v", b)
+		}
+		if err := o.Msg.Validate(); err != nil {
+			t.Fatalf("not valid: %v", err)
+		}
+		return
+	}
+	t.Fatal("no boot_device command")
 }

@@ -34,7 +34,8 @@ import (
 //	       [site_plans=on|off] [fast_track=on|off] [fast_track_timeout=D]
 //	                                     (checked as at the coordinator's start)
 //	node create name=N [driver=fake] [site=site1]
-//	set instance_info.K=V | driver_info.K=V | properties.K=V | retired=true|false | retired_reason=R ...
+//	set instance_info.K=V | driver_info.K=V | properties.K=V | retired=true|false | retired_reason=R
+//	    | disable_power_off=true|false ...
 //	maintenance on [reason=R] | maintenance off
 //	verb VERB [steps=JSON] [deploy_steps=JSON] [service_steps=JSON] [password=P]   (CLI names: deploy, undeploy, ...)
 //	     [templates=JSON] [runbook=JSON]  (deploy templates given to a deploy, a runbook used by clean or service)
@@ -498,6 +499,8 @@ func (s *scenario) set(args []arg, b *strings.Builder) {
 			upd.Retired = a.val == "true"
 		case a.key == "retired_reason":
 			upd.RetiredReason = a.val
+		case a.key == "disable_power_off":
+			upd.DisablePowerOff = a.val == "true"
 		default:
 			s.fatalf("set: unknown field %q", a.key)
 		}

@@ -98,6 +98,10 @@ func (m *Machine) stepArgs(n *Node, s *StepRun) (map[string]any, error) {
 			if len(n.TargetRaidConfig) > 0 {
 				set(drivers.ArgTargetRaidConfig, n.TargetRaidConfig)
 			}
+		case drivers.FromPowerPolicy:
+			if n.DisablePowerOff {
+				set(protocol.ArgDisablePowerOff, true)
+			}
 		case drivers.FromBurninPair:
 			return m.burninNetworkArgs(n, args)
 		case drivers.FromSecureBoot:

@@ -265,6 +265,9 @@ func startUndeploy(m *Machine, n *Node, req VerbRequest, now time.Time, out *Out
 		// the tear down's power-off turns Secure Boot off after it.
 		plan[0].Args[protocol.ArgSecureBoot] = false
 	}
+	// The operator's virtual media are ejected, as Ironic's
+	// clean_up_instance ejects every device.
+	plan = append(plan, detachVMedia(n)...)
 	m.start(n, req.Verb, retiredTarget(n), PhaseDelete, plan, now, out)
 }
 
@@ -476,6 +479,9 @@ func (m *Machine) PowerRequest(n *Node, target string, now time.Time) (Output, *
 	if !ok {
 		return out, refuse(Invalid, "Invalid power target %q for node %s; use one of: %s", target, n.Ident(), strings.Join(PowerTargets(), ", "))
 	}
+	if n.DisablePowerOff && protocol.PowerIsOff(state) {
+		return out, PowerOffRefused(n, target)
+	}
 	n.Op = &Operation{Verb: "power", Phase: PhasePower, Plan: []Action{powerAction(state)}, StartedAt: now}
 	n.Reservation = m.cfg.Holder
 	n.LastError = ""
@@ -553,8 +559,13 @@ func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
 }
 
 // BootISOField is the instance_info field of the ISO a ramdisk deploy
-// boots (Ironic's boot_iso).
-const BootISOField = "boot_iso"
+// boots (Ironic's boot_iso); without it, the deploy boots an ISO the
+// edge agent builds of instance_info kernel and ramdisk, with the kernel
+// parameters of RamdiskParamsField (Ironic's kernel_append_params).
+const (
+	BootISOField       = "boot_iso"
+	RamdiskParamsField = "kernel_append_params"
+)
 
 // checkRamdiskDeploy checks a deploy (or rebuild) of a node of the
 // ramdisk deploy interface: it boots instance_info boot_iso from the
@@ -566,17 +577,42 @@ func (m *Machine) checkRamdiskDeploy(n *Node, req VerbRequest) *Refusal {
 	if d, err := m.cfg.Drivers.Get(n.Driver); err == nil && !d.InterfacesFor(n.Driver).Has("deploy", drivers.DeployRamdisk) {
 		return refuse(Invalid, "Cannot deploy node %s with deploy_interface ramdisk: %s", id, drivers.Refused("deploy", drivers.DeployRamdisk))
 	}
-	iso, isString := n.InstanceInfo[BootISOField].(string)
-	if !isString || iso == "" {
-		return refuse(Invalid, "Cannot deploy node %s: instance_info/boot_iso is missing; the ramdisk deploy interface boots that ISO (set it with baremetal node set %s --instance-info boot_iso=URL)", id, id)
+	set := func(k string) bool { v, ok := n.InstanceInfo[k]; return ok && v != nil && v != "" }
+	httpURL := func(k string) bool {
+		v, _ := n.InstanceInfo[k].(string)
+		u, err := url.Parse(v)
+		return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && len(v) <= protocol.MaxISOURLBytes
 	}
-	if u, err := url.Parse(iso); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(iso) > protocol.MaxISOURLBytes {
-		return refuse(Invalid, "Cannot deploy node %s: instance_info/boot_iso must be an http:// or https:// URL of at most %d bytes, which the site's edge agent fetches", id, protocol.MaxISOURLBytes)
-	}
-	for _, k := range []string{"image_source", "kernel", "ramdisk"} {
-		if v, set := n.InstanceInfo[k]; set && v != nil && v != "" {
-			return refuse(Invalid, "Cannot deploy node %s: instance_info/%s is set, but the ramdisk deploy interface boots instance_info/boot_iso and writes no image (booting a kernel and ramdisk is not built); remove %s, or set deploy_interface direct to write an image", id, k, k)
+	if v, ok := n.InstanceInfo[BootISOField]; ok && v != nil && v != "" {
+		if !httpURL(BootISOField) {
+			return refuse(Invalid, "Cannot deploy node %s: instance_info/boot_iso must be an http:// or https:// URL of at most %d bytes, which the site's edge agent fetches", id, protocol.MaxISOURLBytes)
 		}
+		for _, k := range []string{"kernel", "ramdisk", RamdiskParamsField} {
+			if set(k) {
+				return refuse(Invalid, "Cannot deploy node %s: instance_info/%s is set beside instance_info/boot_iso; the ramdisk deploy interface boots either boot_iso or an ISO built of kernel and ramdisk, not both: remove one", id, k)
+			}
+		}
+	} else {
+		if !set("kernel") || !set("ramdisk") {
+			return refuse(Invalid, "Cannot deploy node %s: the ramdisk deploy interface boots instance_info/boot_iso, or an ISO the site's edge agent builds of instance_info/kernel and instance_info/ramdisk; set boot_iso (baremetal node set %s --instance-info boot_iso=URL), or both kernel and ramdisk", id, id)
+		}
+		for _, k := range []string{"kernel", "ramdisk"} {
+			if !httpURL(k) {
+				return refuse(Invalid, "Cannot deploy node %s: instance_info/%s must be an http:// or https:// URL of at most %d bytes, which the site's edge agent fetches", id, k, protocol.MaxISOURLBytes)
+			}
+		}
+		if v, ok := n.InstanceInfo[RamdiskParamsField]; ok && v != nil {
+			p, isString := v.(string)
+			if !isString {
+				return refuse(Invalid, "Cannot deploy node %s: instance_info/%s must be a string of kernel parameters", id, RamdiskParamsField)
+			}
+			if err := protocol.CheckKernelParams(p); err != nil {
+				return refuse(Invalid, "Cannot deploy node %s: instance_info/%s: %v", id, RamdiskParamsField, err)
+			}
+		}
+	}
+	if set("image_source") {
+		return refuse(Invalid, "Cannot deploy node %s: instance_info/image_source is set, but the ramdisk deploy interface boots an ISO and writes no image; remove image_source, or set deploy_interface direct to write an image", id)
 	}
 	if req.ConfigDrive != "" {
 		return refuse(Invalid, "Cannot deploy node %s with a config drive: its deploy_interface is ramdisk, whose live ISO gets none (the BMC's virtual CD holds the ISO); deploy without configdrive", id)

@@ -52,7 +52,7 @@ type memberRun struct {
 func startMember(ctx context.Context, o Options, auth *api.BasicAuth, apiTLS *tls.Config, pool *netbudget.Pool) (*Coordinator, error) {
 	r := &memberRun{o: o, auth: auth, pool: pool, m: o.Cluster, failed: make(chan struct{})}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(o.Cluster.Collector(), connCollector{pool})
+	reg.MustRegister(o.Cluster.Collector(), connCollector{pool: pool, rescue: func() map[string]int64 { return nil }})
 	r.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	c := &Coordinator{Conns: pool, member: r, cancel: r.cancel}

@@ -10,15 +10,21 @@ import (
 
 // connCollector shows the connection budgets of the coordinator's
 // listeners at GET /metrics: connections held and refused at accept, by
-// listener and kind of refusal.
-type connCollector struct{ pool *netbudget.Pool }
+// listener and kind of refusal; and the refusals of the nodes' rescue
+// logins that their heartbeats counted (listener rescue-ssh).
+type connCollector struct {
+	pool   *netbudget.Pool
+	rescue func() map[string]int64
+}
 
 var (
 	connOpenDesc = prometheus.NewDesc(metrics.Namespace+"_listener_connections",
 		"Connections held now by a listener of the coordinator (state: open, of which pending: before the first request header or the whole CONNECT).",
 		[]string{"listener", "state"}, nil)
 	connRefusedDesc = prometheus.NewDesc(metrics.Namespace+"_listener_refused_total",
-		"Connections closed at accept, before TLS or any read, because a budget was full, or closed while pending to make room for a source that held fewer (kind: total, per-source, pending, pending-per-source, evicted, fd-pool, fd-reserve).",
+		"Connections closed at accept, before TLS or any read, because a budget was full, or closed while pending to make room for a source that held fewer (kind: total, per-source, pending, pending-per-source, evicted, fd-pool, fd-reserve), "+
+			"by the coordinator's listeners and the nodes' rescue logins (listener rescue-ssh, as their ramdisks' heartbeats count them); and the rescue logins' refused logins and sessions "+
+			"(kind: login-budget, a try refused unchecked with its source's failure budget spent; login-failed, a wrong user or password; sessions, a session over the session budget).",
 		[]string{"listener", "kind"}, nil)
 	fdPoolDesc = prometheus.NewDesc(metrics.Namespace+"_listener_fd_pool",
 		"The file descriptors the coordinator's listeners may hold together (NOFILE less --fd-reserve), and how many they hold.",
@@ -40,6 +46,9 @@ func (c connCollector) Collect(ch chan<- prometheus.Metric) {
 		for kind, n := range st.Refused {
 			ch <- prometheus.MustNewConstMetric(connRefusedDesc, prometheus.CounterValue, float64(n), st.Name, kind)
 		}
+	}
+	for kind, n := range c.rescue() {
+		ch <- prometheus.MustNewConstMetric(connRefusedDesc, prometheus.CounterValue, float64(n), "rescue-ssh", kind)
 	}
 }
 

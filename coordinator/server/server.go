@@ -174,10 +174,11 @@ func startCore(ctx context.Context, o Options, auth *api.BasicAuth, pool *netbud
 		}
 		return online
 	})
+	conns := connCollector{pool: pool, rescue: met.RescueRefusals}
 	if o.Cluster == nil {
-		met.Registry().MustRegister(connCollector{pool})
+		met.Registry().MustRegister(conns)
 	} else {
-		met.Registry().MustRegister(o.Cluster.Collector(), connCollector{pool})
+		met.Registry().MustRegister(o.Cluster.Collector(), conns)
 	}
 	c := &Coordinator{Engine: e, Metrics: met, Conns: pool}
 	ctx, c.cancel = context.WithCancel(ctx)

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // faultAt fails (or panics in) the nth call of op, counting every call.
@@ -215,7 +214,6 @@ func failedFlushChild(t *testing.T) {
 
 	// Descriptors are back; more is written and writing stops again:
 	// what made the second DropPrefix that crashed.
-	time.Sleep(10 * time.Millisecond)
 	s.large.Add(2 * flushAfter)
 	s.lastCommit.Store(0)
 	_, err2 := s.CollectGarbage()

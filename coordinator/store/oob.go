@@ -7,3 +7,11 @@ const (
 	FirmwarePrefix = "fw/"
 	BIOSPrefix     = "bios/"
 )
+
+// Key prefixes of the hardware's health as the edge agent read it from
+// the node's BMC: the latest sensor readings and the event-log entries
+// kept (coordinator/engine/readings, health.go), one record per node.
+const (
+	SensorsPrefix = "hsensors/"
+	EventsPrefix  = "hevents/"
+)

@@ -131,6 +131,8 @@ type BMC struct {
 
 	mu sync.Mutex     // one operation at a time
 	cl *client.Client // the open session, or nil
+	// sel is what ReadHealth remembers of the SEL (health.go).
+	sel selWindow
 
 	// For tests: session setups tried and succeeded, and the highest
 	// number of requests seen in flight at once (must stay 1).

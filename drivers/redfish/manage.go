@@ -195,8 +195,8 @@ func (b *BMC) BootSettings(ctx context.Context) (BootSettings, error) {
 // removable disk (USB stick or floppy, as BMCs call it) that carries a
 // boot's own parameters beside it.
 const (
-	MediaCD  = "cd"
-	MediaUSB = "usb"
+	MediaCD  = drivers.MediaKindCD
+	MediaUSB = drivers.MediaKindUSB
 )
 
 var mediaTypes = map[string][]schemas.VirtualMediaType{
@@ -311,24 +311,11 @@ func (b *BMC) findMedia(c *gofish.APIClient, kind string) (*mediaDoc, error) {
 	var found *mediaDoc
 	for _, col := range cols {
 		looked = append(looked, col)
-		var cd collectionDoc
-		if err := getJSON(c, col, &cd); err != nil {
+		docs, err := mediaMembers(c, col)
+		if err != nil {
 			return nil, err
 		}
-		docs := make([]*mediaDoc, len(cd.Members))
-		errs := make([]error, len(cd.Members))
-		var fns []func()
-		for i, m := range cd.Members {
-			fns = append(fns, func() {
-				docs[i] = &mediaDoc{}
-				errs[i] = getJSON(c, m.ID, docs[i])
-			})
-		}
-		parallel(fns...)
-		for i, d := range docs {
-			if errs[i] != nil {
-				return nil, errs[i]
-			}
+		for _, d := range docs {
 			if found == nil && mediaMatch(d, kind) {
 				found = d
 			}
@@ -343,6 +330,86 @@ func (b *BMC) findMedia(c *gofish.APIClient, kind string) (*mediaDoc, error) {
 		msg += "; " + strings.Join(notes, "; ")
 	}
 	return nil, &noMediaError{msg}
+}
+
+// mediaMembers reads the devices of a VirtualMedia collection.
+func mediaMembers(c *gofish.APIClient, col string) ([]*mediaDoc, error) {
+	var cd collectionDoc
+	if err := getJSON(c, col, &cd); err != nil {
+		return nil, err
+	}
+	docs := make([]*mediaDoc, len(cd.Members))
+	errs := make([]error, len(cd.Members))
+	var fns []func()
+	for i, m := range cd.Members {
+		fns = append(fns, func() {
+			docs[i] = &mediaDoc{}
+			errs[i] = getJSON(c, m.ID, docs[i])
+		})
+	}
+	parallel(fns...)
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return docs, nil
+}
+
+// ListMedia reads the system's virtual media devices (Ironic's
+// get_vmedia): those under the system, else those of the managers that
+// manage it, as findMedia looks.
+func (b *BMC) ListMedia(ctx context.Context) ([]drivers.MediaDevice, error) {
+	ctx, cancel := reserve(reading(ctx))
+	defer cancel()
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.unlock()
+	var out []drivers.MediaDevice
+	err := b.do(ctx, "read the virtual media", func(c *gofish.APIClient) error {
+		out = nil
+		uri, err := b.findSystem(c)
+		if err != nil {
+			return err
+		}
+		var sys struct {
+			VirtualMedia link `json:"VirtualMedia"`
+			Links        struct {
+				ManagedBy []link `json:"ManagedBy"`
+			} `json:"Links"`
+		}
+		if err := getJSON(c, uri, &sys); err != nil {
+			return err
+		}
+		var cols []string
+		if sys.VirtualMedia.ID != "" {
+			cols = append(cols, sys.VirtualMedia.ID)
+		} else {
+			for _, m := range sys.Links.ManagedBy {
+				var mgr struct {
+					VirtualMedia link `json:"VirtualMedia"`
+				}
+				if err := getJSON(c, m.ID, &mgr); err != nil {
+					return err
+				}
+				if mgr.VirtualMedia.ID != "" {
+					cols = append(cols, mgr.VirtualMedia.ID)
+				}
+			}
+		}
+		for _, col := range cols {
+			docs, err := mediaMembers(c, col)
+			if err != nil {
+				return err
+			}
+			for _, d := range docs {
+				out = append(out, drivers.MediaDevice{MediaTypes: append([]string{}, d.MediaTypes...), Inserted: d.inserted(), Image: d.image()})
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // InsertVirtualMedia attaches the image at imageURL to the system's

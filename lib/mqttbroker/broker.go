@@ -268,6 +268,25 @@ func (b *Broker) Publish(_ context.Context, topic string, payload []byte, retain
 	return b.srv.Publish(topic, payload, retain, 1)
 }
 
+// HasClient says whether the broker holds a client with this ID: a
+// client with a clean session that went away is dropped only after its
+// last will (if any) is published, so false says that is done.
+func (b *Broker) HasClient(clientID string) bool {
+	_, ok := b.srv.Clients.Get(clientID)
+	return ok
+}
+
+// Subscribed says whether the connected client with this ID holds a
+// subscription to filter.
+func (b *Broker) Subscribed(clientID, filter string) bool {
+	cl, ok := b.srv.Clients.Get(clientID)
+	if !ok || cl.Closed() {
+		return false
+	}
+	_, ok = cl.State.Subscriptions.Get(filter)
+	return ok
+}
+
 // Dropped returns how many messages the broker dropped because a
 // subscriber could not keep up.
 func (b *Broker) Dropped() int64 { return b.drop.n.Load() }

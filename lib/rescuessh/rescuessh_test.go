@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/bmedge/bmedge/lib/shacrypt"
 	"github.com/bmedge/bmedge/lib/waitfor"
+	"github.com/bmedge/bmedge/protocol"
 )
 
 func needTools(t *testing.T, tools ...string) {
@@ -380,5 +382,21 @@ func TestOnlySessions(t *testing.T) {
 	sess.Close()
 	if _, err := Start(Config{Hash: "plain", Listen: "127.0.0.1:0", Shell: func() Session { return &testShell{} }}); err == nil {
 		t.Fatal("Start took a hash that is not a SHA-crypt hash")
+	}
+}
+
+// TestStatsKindsAreTheContracts: every kind Stats counts is one a
+// heartbeat may carry (protocol.RescueRefusalKinds), or the ramdisk's
+// heartbeats would be refused.
+func TestStatsKindsAreTheContracts(t *testing.T) {
+	s, _ := start(t, "Rescue-Pa55-kinds", Config{})
+	st := s.Stats()
+	if len(st) == 0 {
+		t.Fatal("no kinds counted")
+	}
+	for k := range st {
+		if !slices.Contains(protocol.RescueRefusalKinds, k) {
+			t.Errorf("Stats counts kind %q, which protocol.RescueRefusalKinds lacks", k)
+		}
 	}
 }

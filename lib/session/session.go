@@ -61,6 +61,11 @@ type Config struct {
 	// with Resume after it restarts (the edge agent's simulated nodes,
 	// whose "hardware" dies with the agent; a real ramdisk needs neither).
 	Save func(State)
+	// RescueRefused, when set, counts what the node's rescue login
+	// refused since it started, by kind (protocol.RescueRefusalKinds;
+	// nil or empty while none runs or it refused nothing): each
+	// heartbeat carries it to the coordinator's /metrics.
+	RescueRefused func() map[string]int64
 	// Resume, when set, goes on with a session a previous process ran:
 	// its boot id, token, done-records and unacked results, and its
 	// running step, started again with StartedAt telling when it began.
@@ -311,9 +316,28 @@ func (s *Session) heartbeat() {
 	hb := &protocol.Message{Kind: protocol.KindHeartbeat, ID: newID(), Site: s.cfg.Site, Node: s.cfg.Node, Sent: s.cfg.Clock.Now(),
 		Token: s.tokenValue, Running: s.running, Progress: s.progress, Detail: s.detail}
 	s.mu.Unlock()
+	if s.cfg.RescueRefused != nil {
+		hb.RescueRefused = rescueRefused(s.cfg.RescueRefused())
+	}
 	if b, err := protocol.Encode(hb); err == nil {
 		s.publish(b)
 	}
+}
+
+// rescueRefused is the heartbeat's rescue_refused: the kinds with
+// refusals, of those the contract names (another would make the
+// heartbeat invalid).
+func rescueRefused(counts map[string]int64) map[string]int64 {
+	var out map[string]int64
+	for _, k := range protocol.RescueRefusalKinds {
+		if n := counts[k]; n > 0 {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[k] = n
+		}
+	}
+	return out
 }
 
 func (s *Session) serve() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -125,6 +126,30 @@ func TestWelcomeThenFirstHeartbeatAtOnce(t *testing.T) {
 	}
 	if n := w.count(kind(protocol.KindHello)); n != 1 {
 		t.Fatalf("%d hellos, want 1 (the welcome came before the next)", n)
+	}
+}
+
+// TestHeartbeatCarriesRescueRefusals: a heartbeat carries the rescue
+// login's refusals of the kinds the contract names, the zero counts and
+// any other kind left out; none at all while nothing was refused.
+func TestHeartbeatCarriesRescueRefusals(t *testing.T) {
+	var mu sync.Mutex
+	counts := map[string]int64{}
+	s, w := start(t, &stepRunner{ran: make(chan string, 1)}, Config{Heartbeat: 20 * time.Millisecond, HelloInterval: time.Hour, ResendInterval: time.Hour,
+		RescueRefused: func() map[string]int64 { mu.Lock(); defer mu.Unlock(); return maps.Clone(counts) }})
+	w.await(t, 5*time.Second, "hello", kind(protocol.KindHello))
+	s.Deliver(&protocol.Message{Kind: protocol.KindWelcome, Node: "n1", BootID: s.BootID(), Token: "tok"})
+	if hb := w.await(t, 5*time.Second, "heartbeat", kind(protocol.KindHeartbeat)); hb.RescueRefused != nil {
+		t.Fatalf("heartbeat with nothing refused carries %v", hb.RescueRefused)
+	}
+	mu.Lock()
+	counts["login-failed"], counts["pending-per-source"], counts["sessions"], counts["gossip"] = 9, 6, 0, 4
+	mu.Unlock()
+	hb := w.await(t, 5*time.Second, "heartbeat with refusals", func(m *protocol.Message) bool {
+		return m.Kind == protocol.KindHeartbeat && m.RescueRefused != nil
+	})
+	if want := map[string]int64{"login-failed": 9, "pending-per-source": 6}; !maps.Equal(hb.RescueRefused, want) {
+		t.Fatalf("heartbeat carries %v, want %v", hb.RescueRefused, want)
 	}
 }
 

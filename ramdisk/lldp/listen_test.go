@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/lib/lldp"
+	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
 // helperResult is what the listener run inside the test's namespace
@@ -150,9 +151,13 @@ func lldpdCase(t *testing.T, bridge bool) {
 		}
 	}
 
-	// The listener's end up from here on, as a ramdisk's NICs are: lldpd
-	// started on a veth without carrier may not send for a while.
+	// The listener's end up from here on, as a ramdisk's NICs are, and
+	// lldpd started only once its interface has carrier: lldpd skips an
+	// interface that is not running until it next looks at it.
 	run(t, "ip", "-n", nsB, "link", "set", ifB, "up")
+	waitOperUp(t, nsB, ifB)
+	waitOperUp(t, nsA, ifA)
+	waitOperUp(t, nsA, send)
 	// lldpcli reaches the socket as lldpd's unprivileged user: a
 	// directory it may enter (t.TempDir's parent is root's alone).
 	dir, err := os.MkdirTemp("", "bmlldp")
@@ -164,34 +169,35 @@ func lldpdCase(t *testing.T, bridge bool) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "lldpd.socket")
-	d := exec.Command("ip", "netns", "exec", nsA, lldpd, "-d", "-u", sock, "-I", send)
+	// The configuration goes to lldpd's own start (-O): lldpd starts
+	// paused, its lldpcli applies this file and then resumes it, so the
+	// first frame lldpd ever sends is the configured one. Configuring it
+	// with lldpcli after the start raced with that lldpcli: its "resume"
+	// sends back the whole configuration as it read it before, which put
+	// the system name and the 30 s tx-interval back (a frame with the
+	// host's own name, or none for 30 s).
+	conf := filepath.Join(dir, "lldpd.conf")
+	confText := fmt.Sprintf("configure system hostname sw-test-%s\n"+
+		"configure lldp portidsubtype ifname\n"+
+		"configure ports %s lldp portdescription \"rack 4 port 7\"\n"+
+		"configure lldp tx-interval 1\n", id, send)
+	if err := os.WriteFile(conf, []byte(confText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := exec.Command("ip", "netns", "exec", nsA, lldpd, "-d", "-u", sock, "-I", send, "-O", conf)
 	var logs strings.Builder
 	d.Stdout, d.Stderr = &logs, &logs
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Process.Kill(); _ = d.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lldpd made no control socket:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for _, c := range [][]string{{"configure", "system", "hostname", "sw-test-" + id}, {"configure", "lldp", "portidsubtype", "ifname"},
-		{"configure", "ports", send, "lldp", "portdescription", "rack 4 port 7"}, {"configure", "lldp", "tx-interval", "1"}} {
-		run(t, lldpcli, append([]string{"-u", sock}, c...)...)
-	}
 	r = helper(10 * time.Second)
-	for try := 1; r.LLDP == nil && try < 3; try++ {
-		// Nothing in 10 s: lldpd was slow to start sending on a loaded
-		// machine (seen under stress-ng with the whole suite running).
-		// Listen again; what is heard must still be lldpd's frame.
-		t.Logf("listen %d heard nothing in %s; listening again", try, r.Took)
-		r = helper(10 * time.Second)
+	if r.LLDP == nil {
+		// What lldpd says it did, for the failure.
+		stats, _ := exec.Command(lldpcli, "-u", sock, "show", "statistics").CombinedOutput()
+		config, _ := exec.Command(lldpcli, "-u", sock, "show", "configuration").CombinedOutput()
+		t.Fatalf("listener heard nothing in %s (interface %s)\nlldpd's log:\n%s\nlldpcli show statistics:\n%s\nlldpcli show configuration:\n%s",
+			r.Took, r.Flags, logs.String(), stats, config)
 	}
 	tlvs, err := lldp.FromRaw(jsonAny(t, r.LLDP))
 	if err != nil {
@@ -203,6 +209,21 @@ func lldpdCase(t *testing.T, bridge bool) {
 	}
 	if r.Flags != "up" || r.Took > 8*time.Second {
 		t.Fatalf("listen took %s, interface %s after it; want a frame within the 1 s tx-interval, the interface left up", r.Took, r.Flags)
+	}
+}
+
+// waitOperUp waits until the interface in the namespace has carrier
+// (operstate up): a veth has it once both ends are up, a bridge once a
+// port of it has, both a moment after the links are set up.
+func waitOperUp(t *testing.T, ns, ifc string) {
+	t.Helper()
+	var state string
+	if !waitfor.Until(10*time.Second, func() bool {
+		out, _ := exec.Command("ip", "netns", "exec", ns, "cat", filepath.Join("/sys/class/net", ifc, "operstate")).Output()
+		state = strings.TrimSpace(string(out))
+		return state == "up"
+	}) {
+		t.Fatalf("%s in %s: operstate %q after 10 s, want up", ifc, ns, state)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
@@ -21,6 +22,8 @@ type subSession struct {
 	// subscribed is closed once mosquitto_sub has read its SUBACK.
 	subscribed chan struct{}
 	kill       func()
+	// printed is what it printed so far.
+	printed lockedBuffer
 }
 
 // startSub starts mosquitto_sub as user/clientID on filter with extra
@@ -51,6 +54,7 @@ func startSub(t *testing.T, brokerURL, user, pass, clientID, filter string, extr
 		for sc.Scan() {
 			l := sc.Text()
 			all.WriteString(l + "\n")
+			_, _ = s.printed.Write([]byte(l + "\n"))
 			if !subacked && strings.Contains(l, "Subscribed (mid") {
 				subacked = true
 				close(s.subscribed)
@@ -183,7 +187,11 @@ func TestLastWillAndRetainRules(t *testing.T) {
 	if code := cl.Do("POST", "/v1/sites/site2/credentials", nil, &rot); code != 200 {
 		t.Fatalf("site rotate: %d", code)
 	}
-	time.Sleep(time.Second)
+	// The broker drops the revoked client only after it would have
+	// published its will.
+	if !waitfor.Until(10*time.Second, func() bool { return !c.Broker.HasClient("edge-site2") }) {
+		t.Fatal("the broker still holds the revoked client edge-site2 10 s after the rotation")
+	}
 	if got := retained(t, c.BrokerURL, rot.Username, rot.Password, "edge-site2.r", "bm/v1/site/site2/presence"); strings.Contains(got, "2026-03-03") || strings.Contains(got, `"online":true`) || !strings.Contains(got, `"kind":"presence"`) {
 		t.Errorf("after the rotation site2's retained presence is %q; want the coordinator's offline presence, not the revoked client's will", got)
 	}

@@ -362,10 +362,24 @@ func TestSimulatedSiteSurvivesAgentKill9(t *testing.T) {
 		}
 		return running == nodes, fmt.Sprintf("%d of %d run a clean step", running, nodes)
 	})
-	time.Sleep(time.Second)
+	// Into the step: every ramdisk's heartbeats say how far it got.
+	waitFor(t, 30*time.Second, "every node's ramdisk reports progress in its clean step", func() (bool, string) {
+		going := 0
+		for _, id := range ids {
+			if p, _ := cl.Get(id).CleanStep["progress"].(float64); p > 0 {
+				going++
+			}
+		}
+		return going == nodes, fmt.Sprintf("%d of %d report progress", going, nodes)
+	})
 	ag.kill()
 	t.Log("killed the edge agent with SIGKILL while every node ran a clean step")
-	time.Sleep(2 * time.Second)
+	// The site without its agent until the coordinator knows it (the
+	// broker publishes the dead connection's will).
+	waitFor(t, 30*time.Second, "the coordinator counts the site offline", func() (bool, string) {
+		on, _ := siteOnline(cl, "site1")
+		return !on, "site1 still online"
+	})
 	startAgentProcess(t, bin, agentLog, append(agentArgs[:len(agentArgs)-1:len(agentArgs)-1], testrig.FreeAddr(t))...)
 	for _, id := range ids {
 		if n := cl.WaitRest(id, 90*time.Second); n.State != "available" {

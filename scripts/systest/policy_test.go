@@ -16,6 +16,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/lib/ratelog"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
@@ -56,7 +57,11 @@ func TestSecondaryClientCannotSayOffline(t *testing.T) {
 	} else if !strings.Contains(s.out, "CONNACK (135)") && !strings.Contains(s.out, "CONNACK (134)") {
 		t.Errorf("a second client's presence will: refused, but not as not authorized:\n%s", s.out)
 	}
-	time.Sleep(500 * time.Millisecond) // what was taken would have reached the engine
+	// Gone from the broker, a client's publishes and its will (had it
+	// been taken) are handed to the engine.
+	if !waitfor.Until(10*time.Second, func() bool { return !c.Broker.HasClient("edge-site1.w") && !c.Broker.HasClient("edge-site1.tool") }) {
+		t.Fatal("the broker still holds edge-site1.w or edge-site1.tool 10 s after they ended")
+	}
 	if on, _ := siteOnline(cl, "site1"); !on {
 		t.Fatal("a second client of the site made it offline")
 	}
@@ -246,12 +251,15 @@ func TestSubscriptionCapPerClient(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("mosquitto_sub read no SUBACK within 10 s")
 	}
-	for _, i := range []int{0, total - 1} {
+	// The message on the refused filter first: the broker delivers to a
+	// subscriber in the order it took the publishes, so once the second
+	// arrived, the first would have.
+	for _, i := range []int{total - 1, 0} {
 		if out, err := mosquitto(t, c.BrokerURL, pub, s2.Username, s2.Password, "edge-site2.pub", "-t", topic(i), "-m", fmt.Sprintf("msg-%d", i), "-q", "1"); err != nil {
 			t.Fatalf("mosquitto_pub: %v %q", err, out)
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
+	waitfor.Until(10*time.Second, func() bool { return strings.Contains(s.printed.String(), topic(0)+" msg-0") })
 	s.kill()
 	out := <-s.exited
 	var suback string
@@ -321,7 +329,14 @@ func TestAgentMessageMarksSiteOnline(t *testing.T) {
 	waitOnline(false, "the agent's own offline presence")
 	// A message of another client of the site is no sign of the agent.
 	send("edge-site3.tool", protocol.BMCEvtTopic("site3"), "{}")
-	time.Sleep(500 * time.Millisecond)
+	// Gone from the broker, its publish went through the broker's note
+	// of who published; settled, the engine did what that asked of it.
+	if !waitfor.Until(10*time.Second, func() bool { return !c.Broker.HasClient("edge-site3.tool") }) {
+		t.Fatal("the broker still holds edge-site3.tool 10 s after its publish")
+	}
+	if err := c.Engine.Settle(); err != nil {
+		t.Fatal(err)
+	}
 	if on, _ := siteOnline(cl, "site3"); on {
 		t.Fatal("a message from a second client of the site brought it online")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
@@ -36,7 +38,12 @@ func TestPowerSyncIPMI(t *testing.T) {
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {
 		t.Fatalf("site add: %d", code)
 	}
-	testrig.StartAgentConfig(t, creds, agent.Config{PowerSyncInterval: interval})
+	a := testrig.StartAgentConfig(t, creds, agent.Config{PowerSyncInterval: interval})
+	reads := func() float64 {
+		rec := httptest.NewRecorder()
+		a.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return max(0, sample(rec.Body.String(), `bmedge_agent_power_sync_reads_total{outcome="ok"}`))
+	}
 
 	var n testrig.Node
 	if code := cl.Do("POST", "/v1/nodes", map[string]any{"name": "srv1", "driver": "ipmi", "conductor_group": "rack1", "driver_info": sim.DriverInfo()}, &n); code != 201 {
@@ -52,6 +59,7 @@ func TestPowerSyncIPMI(t *testing.T) {
 	if got := cl.WaitRest(n.UUID, 60*time.Second); got.PowerState != "power off" || got.LastError != "" {
 		t.Fatalf("power off: power_state %q, last_error %q", got.PowerState, got.LastError)
 	}
+	offReads := reads()
 	history := func() string {
 		var h struct {
 			History []map[string]any `json:"history"`
@@ -75,8 +83,8 @@ func TestPowerSyncIPMI(t *testing.T) {
 	}
 	// The first reading has been reported once the agent polled after the
 	// power off (the node was powered off by the coordinator: nothing to
-	// force, so it stays at rest).
-	time.Sleep(4 * interval)
+	// force, so it stays at rest): two polls since, the first reported.
+	waitFor("two power-sync reads after the power off", 30*time.Second, func() bool { return reads() >= offReads+2 })
 
 	// observe subscribes to the site's bmc/evt topic as an independent
 	// client (the site's credentials, an observer's client ID) for d and
@@ -118,7 +126,9 @@ func TestPowerSyncIPMI(t *testing.T) {
 	// Behind the coordinator's back.
 	seen, cancel2 := observe(4 * time.Second)
 	defer cancel2()
-	time.Sleep(500 * time.Millisecond) // the observer subscribes
+	if !waitfor.Until(10*time.Second, func() bool { return c.Broker.Subscribed("edge-rack1.observer", "bm/v1/site/rack1/bmc/evt") }) {
+		t.Fatal("the observer did not subscribe within 10 s")
+	}
 	if out, err := sim.Ipmitool("chassis", "power", "on"); err != nil {
 		t.Fatal(out, err)
 	}

@@ -74,7 +74,7 @@ func TestRedfishRamdiskDeployLiveISO(t *testing.T) {
 	if got := cl.WaitRest(n.UUID, 60*time.Second); got.State != "available" {
 		t.Fatalf("provide: %q, last_error %q", got.State, got.LastError)
 	}
-	if code, msg := cl.Verb(n.UUID, "active", nil); code != 400 || !strings.Contains(msg, "instance_info/boot_iso is missing") {
+	if code, msg := cl.Verb(n.UUID, "active", nil); code != 400 || !strings.Contains(msg, "boots instance_info/boot_iso, or an ISO the site's edge agent builds of instance_info/kernel and instance_info/ramdisk") {
 		t.Fatalf("deploy without boot_iso: %d %s; want 400 naming instance_info/boot_iso", code, msg)
 	}
 	patch := []map[string]any{{"op": "add", "path": "/instance_info/boot_iso", "value": origin.URL + "/live.iso"}}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
@@ -181,7 +182,7 @@ func TestExternalBrokerRestart(t *testing.T) {
 	}
 	m := startMosq()
 	c := testrig.Coordinator(t, testrig.Options{BrokerURL: "mqtt://" + addr})
-	testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 8, StepDuration: 1500 * time.Millisecond})
+	a := testrig.Site(t, c, "site1", agent.SimOptions{Nodes: 8, StepDuration: 1500 * time.Millisecond})
 	cl := testrig.NewClient(t, c)
 	var ids []string
 	for i := 0; i < 5; i++ {
@@ -197,7 +198,11 @@ func TestExternalBrokerRestart(t *testing.T) {
 		cl.WaitState(id, "clean wait", 10*time.Second)
 	}
 	m.kill()
-	time.Sleep(2 * time.Second) // steps finish while the broker is down
+	// Steps finish while the broker is down: their results wait in the
+	// agent's outbox.
+	if !waitfor.Until(30*time.Second, func() bool { return a.Outbox() >= len(ids) }) {
+		t.Fatalf("the agent's outbox holds %d with the broker down; want the results of %d nodes' steps", a.Outbox(), len(ids))
+	}
 	startMosq()
 	for _, id := range ids {
 		n := cl.WaitRest(id, 60*time.Second)

@@ -78,10 +78,17 @@ func TestWANBench(t *testing.T) {
 		r := result{how: "veth", kinds: map[string]*[2]int64{}, wire: map[string]*[2]int64{}}
 		var mu sync.Mutex
 		counting := false
+		// The site's retained presence comes once the observer's
+		// subscription is in place: the connection has settled then.
+		settled := make(chan struct{})
+		var settleOnce sync.Once
 		obs, err := mqttlink.Dial(context.Background(), mqttlink.Config{URL: s.creds.BrokerURL, ClientID: "edge-site1.wanbench",
 			Username: s.creds.Username, Password: s.creds.Password, CleanStart: true,
 			Subscriptions: []string{protocol.TopicPrefix + "/site/site1/#"}, Logger: slog.New(slog.DiscardHandler),
 			Handler: func(topic string, payload []byte) {
+				if topic == protocol.SitePresenceTopic("site1") {
+					settleOnce.Do(func() { close(settled) })
+				}
 				dir := "from site: "
 				if strings.HasSuffix(topic, "/cmd") {
 					dir = "to site: "
@@ -133,9 +140,13 @@ func TestWANBench(t *testing.T) {
 		if err := obs.AwaitUp(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// Let the connection settle (presence, subscriptions) before
-		// counting.
-		time.Sleep(2 * time.Second)
+		// Let the connection settle (subscriptions, the retained
+		// presence) before counting.
+		select {
+		case <-settled:
+		case <-ctx.Done():
+			t.Fatal("the observer got no retained presence of site1 within 10 s")
+		}
 		mu.Lock()
 		counting = true
 		mu.Unlock()

@@ -117,8 +117,11 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	failStep := fs.String("fail-step", "", "every simulated node fails this in-band step (failure injection)")
 	dieStep := fs.String("die-step", "", "every simulated ramdisk dies during this step (failure injection)")
 	noBoot := fs.Bool("no-boot", false, "simulated ramdisks never boot (failure injection)")
+	simUnknown := fs.Int("simulate-unknown", 0, "number of simulated machines at this site that belong to no node: when the site discovers (coordinator site set SITE --discovery on), they boot into discovery and report their inventories, and the coordinator enrolls them (docs/discovery.md)")
 	simLLDP := fs.Bool("simulate-lldp", false, "each simulated NIC hears an LLDP frame of the site's simulated switch during inspection, so that the coordinator fills its port's local_link_connection (docs/discovery.md)")
 	resend := fs.Duration("resend-interval", 5*time.Second, "how often unacknowledged results are sent again")
+	healthEvery := fs.Duration("health-interval", 0, "how often the hardware's health, sensors and event log of the real BMCs that tell them (redfish, ipmi) are read, with the power reading (0: every power sync round)")
+	sensorEvery := fs.Duration("sensor-interval", 10*time.Minute, "how often sensor readings are sent to the coordinator when no sensor's status changed")
 	powerSync := fs.Duration("power-sync-interval", 60*time.Second, "how often the power state of the site's real BMCs (ipmi, redfish, qemu-dev) is read; changes and failures are reported to the coordinator (0 disables)")
 	qKernel := fs.String("qemu-kernel", "", "development driver qemu-dev: the ramdisk kernel its VMs boot (make ramdisk)")
 	qInitrd := fs.String("qemu-initrd", "", "development driver qemu-dev: the ramdisk initramfs")
@@ -220,7 +223,7 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
-		ResendInterval: *resend, PowerSyncInterval: *powerSync, PlanSilenceBound: *planSilence, BMCConcurrency: *bmcConc, Log: log,
+		ResendInterval: *resend, PowerSyncInterval: *powerSync, HealthInterval: *healthEvery, SensorInterval: *sensorEvery, PlanSilenceBound: *planSilence, BMCConcurrency: *bmcConc, Log: log,
 		MetricsListen: *metricsListen, MetricsListenAny: *metricsAny, MetricsConns: metricsConns(), StateDir: *stateDir, OutboxLimit: *outboxLimit,
 		QEMU:       agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
 		Ramdisk:    agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams, Conns: mediaConns()},
@@ -228,7 +231,7 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 		Cache:      cacheOpts,
 		SiteBroker: sb, HeartbeatSummary: summary,
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
-			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot, LLDP: *simLLDP}})
+			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot, LLDP: *simLLDP, Unknown: *simUnknown}})
 	log.Info("edge agent starting", "site", *site, "broker", *brokerURL, "simulated_nodes", *simulate, "state_dir", *stateDir)
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)

@@ -60,6 +60,17 @@ type Options struct {
 	// has BM_IPMISIM_BOOT, the boot device in force (pxe, default = disk,
 	// cdrom, bios, none). Power-off, a hard reset and Close kill its group.
 	PowerOn string
+	// Sensors are threshold sensors in the BMC's SDR repository; SEL are
+	// entries of its system event log, whose size is SELSize entries
+	// (default 1000 when SEL is set). See sensors.go.
+	Sensors []Sensor
+	SEL     []SELEvent
+	SELSize int
+	// SerialKCS, when set (HOST:PORT), is where ipmi_sim takes a QEMU
+	// VM's system interface (QEMU's ipmi-bmc-extern, chardev socket, with
+	// isa-ipmi-kcs): the VM's kernel IPMI driver talks to this BMC in
+	// band.
+	SerialKCS string
 }
 
 // Sim is one running ipmi_sim.
@@ -257,6 +268,13 @@ func (s *Sim) writeConfig() error {
 		fmt.Fprintf(&b, "    allowed_auths_%s none md2 md5 straight\n", p)
 	}
 	fmt.Fprintf(&b, "    guid a123456789abcdefa123456789abcdef\n  endlan\n")
+	if s.opts.SerialKCS != "" {
+		host, port, err := net.SplitHostPort(s.opts.SerialKCS)
+		if err != nil {
+			return fmt.Errorf("ipmisim: SerialKCS %q: %w", s.opts.SerialKCS, err)
+		}
+		fmt.Fprintf(&b, "  serial kcs %s %s codec VM\n", host, port)
+	}
 	script, err := ipmiQuote(s.path("chassis") + " 0x20")
 	if err != nil {
 		return err
@@ -282,7 +300,11 @@ func (s *Sim) writeConfig() error {
 	if err := os.WriteFile(s.path("lan.conf"), []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("ipmisim: %w", err)
 	}
-	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n"
+	extra, err := s.opts.emu()
+	if err != nil {
+		return err
+	}
+	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\n" + extra + "mc_enable 0x20\n"
 	if err := os.WriteFile(s.path("sim.emu"), []byte(emu), 0o600); err != nil {
 		return fmt.Errorf("ipmisim: %w", err)
 	}

@@ -73,6 +73,9 @@ func fakeQEMU(logPath string, args []string) int {
 			send := func(v any) { b, _ := json.Marshal(v); w.Write(append(b, '\r', '\n')); w.Flush() }
 			send(map[string]any{"QMP": map[string]any{"version": map[string]any{}, "capabilities": []string{}}})
 			dec := json.NewDecoder(c)
+			// The guest shuts down on the ACPI button: QEMU exits once
+			// the QMP session that pressed it ends.
+			powerdown := false
 			for {
 				var msg struct {
 					Execute   string         `json:"execute"`
@@ -96,12 +99,18 @@ func fakeQEMU(logPath string, args []string) int {
 					exit <- 0
 				case "system_powerdown":
 					send(map[string]any{"return": map[string]any{}})
-					go func() { time.Sleep(100 * time.Millisecond); exit <- 0 }()
+					powerdown = true
 				default:
 					send(map[string]any{"error": map[string]any{"class": "CommandNotFound", "desc": "The command " + msg.Execute + " has not been found"}})
 				}
 			}
 			c.Close()
+			if powerdown {
+				select {
+				case exit <- 0:
+				default:
+				}
+			}
 		}
 	}()
 	code := <-exit

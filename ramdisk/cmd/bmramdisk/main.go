@@ -16,6 +16,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"maps"
 	neturl "net/url"
 	"os"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"github.com/bmedge/bmedge/lib/mqttlink"
 	"github.com/bmedge/bmedge/lib/session"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/ramdisk/bmcaddr"
 	"github.com/bmedge/bmedge/ramdisk/boot"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 	"github.com/bmedge/bmedge/ramdisk/inventory"
@@ -44,6 +46,15 @@ func main() {
 	}
 	if err := run(ctx, p); err != nil {
 		fatal(p, err)
+	}
+	if p.Mode == boot.ModeDiscovery && p.Broker != "" {
+		if err := discover(ctx, p); err != nil {
+			fatal(p, err)
+		}
+		if err := boot.PowerOff(); err != nil {
+			fatal(p, err)
+		}
+		return
 	}
 	if p.Broker == "" {
 		logger.Printf("no bm.broker: nothing to serve; powering off")
@@ -65,14 +76,15 @@ func serve(ctx context.Context, p boot.Params) error {
 		url = "mqtt://" + url
 	}
 	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	runner := &steps.Runner{Log: log, Rescue: rescueLogin(log)}
+	rescueStart, rescueRefused := rescueLogin(log)
+	runner := &steps.Runner{Log: log, Rescue: rescueStart}
 	var (
 		link *mqttlink.Link
 		err  error
 	)
 	lt := &linkTransport{}
 	s := session.New(session.Config{Site: p.Site, Node: p.Node, Heartbeat: 5 * time.Second, Runner: runner,
-		Transport: lt, Log: log})
+		Transport: lt, Log: log, RescueRefused: rescueRefused})
 	var tc *tls.Config
 	if p.CAPin != "" {
 		u, perr := neturl.Parse(url)
@@ -182,6 +194,7 @@ func loadModules(ctx context.Context, quiet bool) error {
 
 func run(ctx context.Context, p boot.Params) error {
 	bootMode()
+	bmcaddr.LoadModules()
 	if _, err := boot.WaitRandom(logger.Printf); err != nil {
 		return err
 	}
@@ -227,20 +240,39 @@ var nodeAddr string
 // port 22 and a prompt on the serial console, for the user rescue with the
 // password whose hash the coordinator sent. A resent finalize_rescue with
 // the same hash keeps the running login; another hash replaces it.
-func rescueLogin(log *slog.Logger) func(hash string) (map[string]any, error) {
+// refused counts what the logins of this boot refused, by kind, for the
+// heartbeats (a replaced login's refusals stay counted).
+func rescueLogin(log *slog.Logger) (start func(hash string) (map[string]any, error), refused func() map[string]int64) {
 	var (
 		mu     sync.Mutex
 		srv    *rescue.Server
 		cur    string
 		cancel context.CancelFunc
+		// before are the refusals of the logins replaced.
+		before = map[string]int64{}
 	)
-	return func(hash string) (map[string]any, error) {
+	refused = func() map[string]int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		out := maps.Clone(before)
+		if srv != nil {
+			for k, n := range srv.Stats() {
+				out[k] += n
+			}
+		}
+		return out
+	}
+	start = func(hash string) (map[string]any, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if srv == nil || hash != cur {
 			if srv != nil {
 				cancel()
 				srv.Close()
+				for k, n := range srv.Stats() {
+					before[k] += n
+				}
+				srv = nil
 			}
 			s, err := rescue.Start(rescue.Config{Hash: hash, Listen: ":22", Log: log})
 			if err != nil {
@@ -264,6 +296,7 @@ func rescueLogin(log *slog.Logger) func(hash string) (map[string]any, error) {
 		return map[string]any{"summary": fmt.Sprintf("rescue login: ssh %s@%s (port 22, host key %s) or the serial console", rescue.User, nodeAddr, fp),
 			"ssh_host_key_fingerprint": fp}, nil
 	}
+	return start, refused
 }
 
 // fatal is the crash-only exit: log, then reboot so that the node comes

@@ -606,7 +606,8 @@ func metricsOf(t *testing.T, m *clusterMember) string {
 // go through manage, provide and deploy while the leader is killed with
 // kill -9, and every node ends active, its site having followed the new
 // leader and the new leader's engine having carried on from the
-// replicated state.
+// replicated state; each node's history has every transition and step
+// result once.
 func TestClusterSitesFollow(t *testing.T) {
 	t.Parallel()
 	ms, htpasswd := testCluster(t)
@@ -684,6 +685,30 @@ func TestClusterSitesFollow(t *testing.T) {
 		}
 		if n.State != "active" {
 			t.Errorf("node %s ended %s (last_error %q), want active", id, n.State, n.LastError)
+		}
+		var h struct {
+			History []map[string]any `json:"history"`
+		}
+		// Each transition and each step's result once: no step ran
+		// twice, none was lost over the change of leader.
+		c.Do("GET", "/v1/nodes/"+id+"/history", nil, &h)
+		seen := map[string]int{}
+		for _, e := range h.History {
+			ev, _ := e["event"].(string)
+			if e["event_type"] == "provisioning" || strings.HasSuffix(ev, " done") || strings.HasSuffix(ev, " done (out of band)") {
+				seen[ev]++
+			}
+		}
+		for _, want := range []string{"manage: enroll -> verifying", "provide: manageable -> cleaning", "done: cleaning -> available",
+			"active: available -> deploying", "deploy step deploy.write_image done", "deploy step deploy.boot_instance done (out of band)", "done: deploying -> active"} {
+			if seen[want] != 1 {
+				t.Errorf("node %s: %q %d times in its history, want once", id, want, seen[want])
+			}
+		}
+		for ev, n := range seen {
+			if n > 1 {
+				t.Errorf("node %s: %q %d times in its history", id, ev, n)
+			}
 		}
 	}
 }

@@ -161,7 +161,7 @@ func (c *committer) Commit(ctx context.Context, b *store.Batch) error {
 	}
 	f := c.r.Apply(data, c.timeout)
 	if err := f.Error(); err != nil {
-		return fmt.Errorf("replicate the commit: %w (this member is no longer the cluster's leader, or lost its majority)", err)
+		return fmt.Errorf("%w: replicate the commit: %v", store.ErrNotLeading, err)
 	}
 	if err, ok := f.Response().(error); ok && err != nil {
 		return err

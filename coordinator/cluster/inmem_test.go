@@ -285,7 +285,13 @@ func TestPartitionedLeaderKeepsNothing(t *testing.T) {
 			}
 		}
 	}
+	if err := old.VerifyLeader(); err != nil {
+		t.Fatalf("the leader cannot confirm it leads before the cut: %v", err)
+	}
 	cut(false)
+	if err := old.VerifyLeader(); err == nil {
+		t.Fatal("a leader cut off from its majority confirmed it leads (it would answer stale reads)")
+	}
 	var b store.Batch
 	b.Set("n/lost", []byte("written on a cut-off leader"))
 	if err := old.Committer(old.Store()).Commit(context.Background(), &b); err == nil {

@@ -355,6 +355,12 @@ func (m *Member) IsLeader() bool { return m.raft.State() == raft.Leader }
 // this member's store: a new leader loads its engine after it.
 func (m *Member) Barrier(timeout time.Duration) error { return m.raft.Barrier(timeout).Error() }
 
+// VerifyLeader returns once a majority has confirmed that this member
+// still leads (one round of heartbeats), or with the error that it does
+// not: a read answered after it cannot miss a write another leader
+// committed.
+func (m *Member) VerifyLeader() error { return m.raft.VerifyLeader().Error() }
+
 // Leader is the leader's name and link address ("" when there is none).
 func (m *Member) Leader() Peer {
 	addr, id := m.raft.LeaderWithID()

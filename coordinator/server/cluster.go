@@ -176,6 +176,16 @@ func (r *memberRun) serve(w http.ResponseWriter, req *http.Request, forwarded bo
 		return
 	}
 	if h := r.local(); h != nil {
+		// A read is answered from the engine's memory once a majority
+		// confirms this member still leads: a leader cut off from the
+		// others, not knowing it yet, does not answer what another
+		// leader has changed since (writes need the majority anyway).
+		if req.Method == http.MethodGet || req.Method == http.MethodHead {
+			if err := r.m.VerifyLeader(); err != nil {
+				cluster.Unavailable(w, "this member is no longer sure it leads the cluster (it cannot reach a majority); try again, or ask another member")
+				return
+			}
+		}
 		h.ServeHTTP(w, req)
 		return
 	}

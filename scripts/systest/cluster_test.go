@@ -252,6 +252,16 @@ func TestClusterFailover(t *testing.T) {
 			t.Fatalf("/metrics of %s (%s) with the engine's node counts: %v", m.name, role, got)
 		}
 	}
+	// Ironic's own client through a follower (python3-ironicclient).
+	bm := requireTool(t, "baremetal")
+	cmd := exec.Command(bm, "node", "list", "-f", "json")
+	cmd.Env = append(os.Environ(), "OS_AUTH_TYPE=http_basic", "OS_ENDPOINT=http://"+follower.api, "OS_USERNAME=operator", "OS_PASSWORD=s3cret-pw",
+		"HOME="+t.TempDir(), "NO_PROXY=127.0.0.0/8,localhost", "no_proxy=127.0.0.0/8,localhost")
+	out, err := cmd.CombinedOutput()
+	var listed []map[string]any
+	if err != nil || json.Unmarshal(out, &listed) != nil || len(listed) != 20 {
+		t.Fatalf("baremetal node list through follower %s: %v, %d nodes\n%s", follower.name, err, len(listed), out)
+	}
 	// site list through a follower shows the cluster's members.
 	if out, err := follower.cli(t, "site", "list"); err != nil || !strings.Contains(out, "cluster: leader "+leader+"; members ") {
 		t.Fatalf("site list through %s: %v\n%s", follower.name, err, out)

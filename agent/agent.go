@@ -12,11 +12,13 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/bmedge/bmedge/agent/bmc"
 	"github.com/bmedge/bmedge/agent/boot"
+	"github.com/bmedge/bmedge/agent/discover"
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/agent/plan"
 	"github.com/bmedge/bmedge/agent/relay"
@@ -62,6 +64,12 @@ type Agent struct {
 	heard heardAt
 	// warn logs refused commands at a bounded rate.
 	warn *ratelog.Limiter
+	// disc is the site's discovery (discovery.go); discWarn logs its
+	// refusals at a bounded rate; simKick wakes the simulated unknown
+	// machines.
+	disc     *discover.Gate
+	discWarn *ratelog.Limiter
+	simKick  chan struct{}
 }
 
 // DefaultOutboxLimit is the default of Config.OutboxLimit.
@@ -94,7 +102,8 @@ func New(cfg Config) *Agent {
 		cfg.HeartbeatSummary = DefaultHeartbeatSummary
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
-	a := &Agent{cfg: cfg, log: cfg.Log, ready: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: cfg.Log, ready: make(chan struct{}), simKick: make(chan struct{}, 1),
+		disc: discover.New(cfg.Site, []byte(cfg.Password), cfg.Clock), discWarn: ratelog.New(cfg.Log, time.Minute)}
 	a.ob = outbox.New(outbox.Config{Site: cfg.Site, Dir: cfg.StateDir, Limit: cfg.OutboxLimit, Resend: cfg.ResendInterval, Log: cfg.Log, Clock: cfg.Clock,
 		Publish: a.publish, Resent: func(n int) { a.metrics.resent.Add(float64(n)) }})
 	a.bmcs = bmc.New(bmc.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Builders: a.builders(), Concurrency: cfg.BMCConcurrency,
@@ -111,17 +120,20 @@ func New(cfg Config) *Agent {
 		BMCs: a.bmcs.Addresses, Own: a.ownAddrs})
 	a.boot = boot.New(boot.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Ramdisk: cfg.Ramdisk, Netboot: cfg.Netboot,
 		QEMUBrokerURL: cfg.QEMU.BrokerURL, QEMUCmdline: cfg.QEMU.Cmdline,
-		SiteBroker: func() (string, string, bool) { return a.relay.Broker() },
-		Info:       a.bmcs.Info,
-		PutCred:    func(node string, h []byte) { a.ob.Store().PutCred(node, h) },
-		Dropped:    func(node string) { a.relay.Dropped(node) }})
+		SiteBroker:     func() (string, string, bool) { return a.relay.Broker() },
+		Info:           a.bmcs.Info,
+		PutCred:        func(node string, h []byte) { a.ob.Store().PutCred(node, h) },
+		Dropped:        func(node string) { a.relay.Dropped(node) },
+		Discover:       func(mac net.HardwareAddr) (string, bool) { return a.discoverMAC(mac) },
+		AdmitDiscovery: a.disc.Check})
 	a.up = relay.NewUplink(relay.UplinkConfig{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Drop: a.ob.Drop,
 		Publish: func(ctx context.Context, topic string, payload []byte) error {
 			return a.link.Publish(ctx, topic, payload, false)
 		}})
 	a.relay = relay.New(relay.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Summary: cfg.HeartbeatSummary, SiteBroker: cfg.SiteBroker, CAFile: cfg.CAFile,
 		Admit: a.boot.Admit, Up: a.publish, Outbox: a.ob, Local: a.deliverLocal, ImageArgs: a.cache.ImageArgs, NewID: outbox.NewID,
-		OnResult: func(node, cmd string, ok bool) { a.plans.Result(node, cmd, ok) }, OnRunning: func(node, cmd string) { a.plans.Running(node, cmd) }})
+		OnResult: func(node, cmd string, ok bool) { a.plans.Result(node, cmd, ok) }, OnRunning: func(node, cmd string) { a.plans.Running(node, cmd) },
+		OnDiscovery: a.discovered})
 	a.plans = a.newPlans()
 	a.sim = sim.New(sim.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Opts: cfg.Sim, ResendInterval: cfg.ResendInterval, Info: a.bmcs.Info,
 		Transport: agentTransport{a}, Context: func() context.Context { return a.ctx }, CacheBase: a.cache.Base, BootMACs: a.boot.BootMACs})
@@ -162,6 +174,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("read the boot credentials in the state folder: %w", err)
 	}
 	a.boot.LoadCreds(creds)
+	if err := a.loadDiscoveryConfig(store); err != nil {
+		return fmt.Errorf("read the discovery configuration in the state folder: %w", err)
+	}
 	if err := a.boot.Keep(store); err != nil {
 		return err
 	}
@@ -201,7 +216,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopCache()
 	link, err := mqttlink.Dial(ctx, mqttlink.Config{
 		URL: a.cfg.BrokerURL, ClientID: a.cfg.ClientID, Username: a.cfg.Username, Password: a.cfg.Password, TLS: tc,
-		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd"},
+		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd", protocol.DiscoveryTopic(site)},
 		Handler:       a.handle,
 		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, a.cfg.Clock.Now(), false, false, false),
 		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, a.cfg.Clock.Now(), true, a.relays(), a.relay.Addr() != ""),
@@ -230,6 +245,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.ob.ResendLoop(ctx)
 	go a.relay.SummaryLoop(ctx)
 	go a.bmcs.PowerSyncLoop(ctx)
+	if a.cfg.Sim.Unknown > 0 {
+		go a.simDiscoveryLoop(ctx)
+	}
 	<-ctx.Done()
 	a.sim.StopAll()
 	a.bmcs.CloseAll()

@@ -17,6 +17,11 @@ func (a *Agent) handle(topic string, payload []byte) {
 		}
 		return
 	}
+	if leaf == "discovery" && len(payload) == 0 {
+		// The coordinator cleared it: the site was deleted.
+		a.takeDiscoveryConfig(&protocol.Message{Kind: protocol.KindDiscoveryConfig, Discovery: &protocol.DiscoveryConfig{}})
+		return
+	}
 	m, err := protocol.Decode(payload)
 	if err != nil {
 		a.log.Warn("message rejected", "topic", topic, "reason", err)
@@ -44,6 +49,8 @@ func (a *Agent) keepBeforeAck() {
 func (a *Agent) handleOne(leaf, node string, m *protocol.Message) (keep bool) {
 	a.markHeard()
 	switch leaf {
+	case "discovery":
+		a.takeDiscoveryConfig(m)
 	case "bmc/cmd":
 		switch m.Kind {
 		case protocol.KindAck:

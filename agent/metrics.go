@@ -31,6 +31,7 @@ type agentMetrics struct {
 	powerReads *prometheus.CounterVec
 	planSteps  *prometheus.CounterVec
 	refused    *prometheus.CounterVec
+	discovery  *prometheus.CounterVec
 }
 
 func newAgentMetrics(a *Agent) *agentMetrics {
@@ -55,6 +56,12 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 	for _, k := range []string{refusedUnsequenced, refusedPlanEnded, refusedPlanExpired} {
 		m.refused.WithLabelValues(k)
 	}
+	m.discovery = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "discovery_total",
+		Help: "Machines that belong to no node, by outcome: booted (their network boot answered in discovery mode), reported (their inventory kept for the coordinator), " +
+			"or why not: discovery_off, cap (the site's remaining discoveries are taken), rate (the site's rate per minute), report_refused (a second report, or one of a boot not answered)."}, []string{"outcome"})
+	for _, k := range []string{"booted", "reported", "discovery_off", "cap", "rate", "report_refused"} {
+		m.discovery.WithLabelValues(k)
+	}
 	plans := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "plans_running",
 		Help: "Plans the agent holds now (one per node at most), paused ones included."}, func() float64 { return float64(a.plans.Len()) })
 	outbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "outbox_depth",
@@ -64,7 +71,7 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 	m.powerReads.WithLabelValues("error")
 	m.planSteps.WithLabelValues("inband")
 	m.planSteps.WithLabelValues("oob")
-	m.reg.MustRegister(m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, m.refused, plans, outbox, siteBrokerCollector{a},
+	m.reg.MustRegister(m.discovery, m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, m.refused, plans, outbox, siteBrokerCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -323,6 +323,8 @@ func ParseTopic(topic string) (site, node, leaf string, err error) {
 	switch {
 	case len(parts) == 2 && parts[1] == "presence":
 		return parts[0], "", "presence", nil
+	case len(parts) == 2 && parts[1] == "discovery":
+		return parts[0], "", "discovery", nil
 	case len(parts) == 3 && parts[1] == "bmc" && (parts[2] == "cmd" || parts[2] == "evt"):
 		return parts[0], "", "bmc/" + parts[2], nil
 	case len(parts) == 4 && parts[1] == "node" && (parts[3] == "cmd" || parts[3] == "evt" || parts[3] == "presence"):
@@ -441,6 +443,9 @@ type Message struct {
 	// heartbeat of this site), and the sender's outbox depth.
 	Beats  []Message `json:"beats,omitempty"`
 	Queued int       `json:"queued,omitempty"`
+
+	// Discovery configuration (KindDiscoveryConfig).
+	Discovery *DiscoveryConfig `json:"discovery,omitempty"`
 }
 
 // MaxMessageBytes bounds a message; larger ones are rejected unread.
@@ -526,16 +531,18 @@ var kindChecks map[string]func(*Message) error
 
 func init() {
 	kindChecks = map[string]func(*Message) error{
-		KindCommand:   checkCommand,
-		KindResult:    checkResult,
-		KindAck:       func(m *Message) error { return m.need(len(m.AckIDs) > 0, "ack_ids") },
-		KindHello:     checkHello,
-		KindWelcome:   func(m *Message) error { return m.needAll(need{m.Node != "", "node"}, need{m.Token != "", "token"}) },
-		KindHeartbeat: checkHeartbeat,
-		KindPresence:  func(m *Message) error { return m.need(m.Site != "", "site") },
-		KindBeats:     checkBeats,
-		KindPower:     checkPowerReport,
-		KindHealth:    checkHealthReport,
+		KindCommand:         checkCommand,
+		KindResult:          checkResult,
+		KindAck:             func(m *Message) error { return m.need(len(m.AckIDs) > 0, "ack_ids") },
+		KindHello:           checkHello,
+		KindWelcome:         func(m *Message) error { return m.needAll(need{m.Node != "", "node"}, need{m.Token != "", "token"}) },
+		KindHeartbeat:       checkHeartbeat,
+		KindPresence:        func(m *Message) error { return m.need(m.Site != "", "site") },
+		KindBeats:           checkBeats,
+		KindPower:           checkPowerReport,
+		KindHealth:          checkHealthReport,
+		KindDiscovery:       checkDiscovery,
+		KindDiscoveryConfig: checkDiscoveryConfig,
 	}
 }
 

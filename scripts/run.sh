@@ -86,7 +86,7 @@ done
 [ -s "$RUN/image.env" ] || { echo "error: the image server wrote no $RUN/image.env within 10 s:" >&2; cat "$RUN/imageserver.log" >&2; exit 1; }
 . "$RUN/image.env"
 
-"$BIN"/agent --credentials-file "$creds" --simulate 8 --simulate-lldp --simulate-health --power-sync-interval 10s --step-duration 3s --boot-delay 1s \
+"$BIN"/agent --credentials-file "$creds" --simulate 8 --simulate-unknown 2 --simulate-lldp --simulate-health --power-sync-interval 10s --step-duration 3s --boot-delay 1s \
   --image-cache-dir "$RUN/image-cache" --image-cache-listen "$IMAGE_CACHE" \
   --fetch-allow 127.0.0.0/8 >"$RUN/agent.log" 2>&1 &
 pids+=($!)
@@ -94,7 +94,7 @@ sleep 1
 cat <<MSG
 
   coordinator  API $COORDINATOR_URL   MQTT mqtt://$MQTT   data $RUN/data
-  site1        edge agent with 8 simulated nodes, image cache http://$IMAGE_CACHE (logs: $RUN/*.log)
+  site1        edge agent with 8 simulated nodes and 2 machines to discover, image cache http://$IMAGE_CACHE (logs: $RUN/*.log)
   image        $IMAGE_SOURCE
                $IMAGE_CHECKSUM   (both in $RUN/image.env)
 

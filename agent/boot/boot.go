@@ -15,12 +15,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/bmedge/bmedge/drivers"
 	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/lib/netbudget"
+	"github.com/bmedge/bmedge/lib/ratelog"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -62,6 +65,12 @@ type Config struct {
 	// broker closes the connections of its credential, the relay
 	// forgets its beats).
 	Dropped func(node string)
+	// Discover, when set, is asked whether a PXE client that belongs to
+	// no node is to be discovered (agent/discover's Gate), and gives its
+	// boot's credential; AdmitDiscovery checks such a ramdisk's
+	// credential at the site broker.
+	Discover       func(mac net.HardwareAddr) (password string, ok bool)
+	AdmitDiscovery func(node, password string) error
 }
 
 // Boot is the boot part of one edge agent.
@@ -91,6 +100,8 @@ type Boot struct {
 	// when configured). Both set by Start, never changed after.
 	media *mediaServer
 	nb    *netbootState
+	// discWarn logs what keeps discovery from answering, at a bounded rate.
+	discWarn *ratelog.Limiter
 }
 
 // New returns the boot part; Start starts its servers.
@@ -111,7 +122,8 @@ func New(cfg Config) *Boot {
 	if cfg.Dropped == nil {
 		cfg.Dropped = func(string) {}
 	}
-	return &Boot{cfg: cfg, log: cfg.Log, creds: map[string][2]string{}, secure: map[string]secureArg{}, vmBoot: map[string]vmMode{}, nb: newNetbootState()}
+	return &Boot{cfg: cfg, log: cfg.Log, creds: map[string][2]string{}, secure: map[string]secureArg{}, vmBoot: map[string]vmMode{}, nb: newNetbootState(),
+		discWarn: ratelog.New(cfg.Log, time.Minute)}
 }
 
 // Start starts the media server (with Ramdisk.ISO) and the network boot
@@ -197,6 +209,12 @@ func (p *Boot) noteBootCredential(node, password string) {
 // Admit tells whether password is the credential of the node's current
 // boot (the site broker's check).
 func (p *Boot) Admit(node, password string) error {
+	if strings.HasPrefix(node, protocol.DiscoveryNodePrefix) {
+		if p.cfg.AdmitDiscovery == nil {
+			return errors.New("this edge agent does not discover")
+		}
+		return p.cfg.AdmitDiscovery(node, password)
+	}
 	h, ok := p.hashes.Load(node)
 	if !ok {
 		return errors.New("this edge agent is not booting that node (an earlier boot's credential, or an unknown node)")

@@ -135,6 +135,9 @@ func (p *Boot) startNetboot(ctx context.Context) (stop func(), err error) {
 			return nil, err
 		}
 	}
+	if p.cfg.Discover != nil {
+		cfg.Unknown = p.discoveryBoot
+	}
 	srv, err := netboot.New(cfg)
 	if err != nil {
 		return nil, err
@@ -237,4 +240,44 @@ func (p *Boot) netbootPower(node, state string) error {
 		kp = DefaultNetbootKernelParams
 	}
 	return st.srv.Arm(netboot.Boot{Node: node, MACs: macs, Cmdline: kp + " " + params, SecureBoot: secure})
+}
+
+// discoveryBoot is the network boot of a machine that belongs to no
+// node, when the site discovers it (Config.Discover): the ramdisk in
+// discovery mode, named by its MAC, with a credential that lets it
+// report one inventory to the site broker and nothing else. nil: no
+// answer.
+func (p *Boot) discoveryBoot(mac net.HardwareAddr) *netboot.Boot {
+	url, pin, ok := p.cfg.SiteBroker()
+	if !ok {
+		// The ramdisks of discovered machines report to the site
+		// broker, which keeps their inventories at the site.
+		p.discWarn.Warn("no site broker", "network boot: not discovering a machine that belongs to no node: discovery needs the site broker (--site-broker-listen)", "mac", mac.String())
+		return nil
+	}
+	password, ok := p.cfg.Discover(mac)
+	if !ok {
+		return nil
+	}
+	node := protocol.DiscoveryNode(mac)
+	line := fmt.Sprintf("bm.node=%s bm.site=%s bm.broker=%s bm.user=node:%s bm.password=%s bm.mode=discovery", node, p.cfg.Site, url, node, password)
+	if pin != "" {
+		line += " bm.ca=" + pin
+	}
+	if o := p.cfg.Ramdisk.Params; o != "" {
+		line += " " + o
+	}
+	kp := p.cfg.Netboot.KernelParams
+	if kp == "" {
+		kp = DefaultNetbootKernelParams
+	}
+	return &netboot.Boot{Node: node, MACs: []net.HardwareAddr{mac}, Cmdline: kp + " " + line}
+}
+
+// EndDiscovery ends the network boot of a discovered machine whose
+// report was taken: its DHCP requests get no answer again.
+func (p *Boot) EndDiscovery(node string) {
+	if st := p.netbootState(); st.srv != nil {
+		st.srv.Disarm(node)
+	}
 }

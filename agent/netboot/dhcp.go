@@ -188,6 +188,15 @@ func (s *Server) answer(m *dhcpv4.DHCPv4, proxy bool) *dhcpv4.DHCPv4 {
 	}
 	mac := m.ClientHWAddr
 	a := s.bootOfMAC(mac)
+	if a == nil && s.cfg.Unknown != nil && classify(m).pxe && (m.GatewayIPAddr == nil || m.GatewayIPAddr.IsUnspecified()) {
+		// A PXE client that belongs to no node: discovery may take it.
+		if b := s.cfg.Unknown(mac); b != nil {
+			if err := s.Arm(*b); err != nil {
+				s.log.Warn("network boot: discovery boot not armed", "mac", mac.String(), "err", err)
+			}
+			a = s.bootOfMAC(mac)
+		}
+	}
 	if a == nil {
 		// Not a node the coordinator is booting: no answer at all, so
 		// that another DHCP server of the site serves it.

@@ -4,7 +4,8 @@
 // the iPXE binaries of Debian's ipxe package, and HTTP for each boot's iPXE
 // script, the ramdisk kernel and its initramfs.
 //
-// Nothing is answered to a MAC that is not armed: the edge agent arms a
+// Nothing is answered to a MAC that is not armed (but what discovery
+// arms through Config.Unknown, at a site that discovers): the edge agent arms a
 // node's PXE-enabled MACs when the coordinator boots it into the ramdisk
 // (Arm) and disarms them when that boot ends (Disarm, or after Config.TTL).
 // A DHCP request of any other MAC is dropped without an answer. Each boot's
@@ -104,6 +105,11 @@ type Config struct {
 	// Clock runs the boots' TTL and the DHCP leases' expiry (nil:
 	// clock.Real).
 	Clock clock.Clock
+	// Unknown, when set, is asked about a PXE client whose MAC is armed
+	// for no boot: a boot to arm for it (discovery, agent/discover), or
+	// nil for no answer. It is called for every such request, a flood's
+	// too: it must be cheap and bound what it admits.
+	Unknown func(mac net.HardwareAddr) *Boot
 	// macOf maps a client's IPv4 address to its MAC (default: the
 	// kernel's neighbour table on Interface); tests replace it.
 	macOf func(ip net.IP) (net.HardwareAddr, bool)

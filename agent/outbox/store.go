@@ -68,6 +68,10 @@ const (
 	// reboot) was started: kept on disk before it runs, removed with its
 	// result (Command.Intent).
 	intentPrefix = "i/"
+	// discoveryKey: the site's discovery configuration as the
+	// coordinator last gave it (agent/discover), so that a restarted
+	// agent discovers, or does not, while the WAN is down.
+	discoveryKey = "d/config"
 	// outboxGCInterval is how often value-log GC runs, besides after
 	// each flush (see collectGarbage).
 	outboxGCInterval = 5 * time.Minute
@@ -392,6 +396,27 @@ func (s *Store) PutPolled(node string, rec []byte) {
 		return
 	}
 	s.enqueue(storeOp{key: polledPrefix + node, val: rec}, nil)
+}
+
+// PutDiscovery writes the site's discovery configuration and waits
+// until it is on disk.
+func (s *Store) PutDiscovery(conf []byte) {
+	if s == nil {
+		return
+	}
+	ch := make(chan error, 1)
+	if !s.enqueue(storeOp{key: discoveryKey, val: conf}, ch) {
+		return
+	}
+	if err := <-ch; err != nil {
+		s.warn.Warn("discovery config", "the site's discovery configuration could not be written to the state folder: a restarted agent would go by the one before", "err", err)
+	}
+}
+
+// LoadDiscovery returns the discovery configuration kept (nil: none).
+func (s *Store) LoadDiscovery() ([]byte, error) {
+	m, err := s.loadPrefix(discoveryKey)
+	return m[""], err
 }
 
 // LoadPolled returns the nodes polled by power sync (node → record).

@@ -154,6 +154,10 @@ type Config struct {
 	// OnRunning, when set, is told of each heartbeat that names the
 	// command a ramdisk runs.
 	OnRunning func(node, cmdID string)
+	// OnDiscovery, when set, takes the report of a ramdisk in discovery
+	// mode (a protocol.DiscoveryNode), the only message such a ramdisk
+	// may send, and tells whether it is kept (the ramdisk is then acked).
+	OnDiscovery func(node string, m *protocol.Message) bool
 }
 
 // Relay is the site broker and the relay between it (and the simulated
@@ -391,6 +395,18 @@ func (r *Relay) FromRamdisk(topic string, payload []byte) {
 	}
 	if m.Node != node || (m.Site != "" && m.Site != site) {
 		r.log.Warn("ramdisk message rejected", "topic", topic, "reason", fmt.Sprintf("message names node %q of site %q but came on node %q's topic", m.Node, m.Site, node))
+		return
+	}
+	if strings.HasPrefix(node, protocol.DiscoveryNodePrefix) || m.Kind == protocol.KindDiscovery {
+		// A machine in discovery mode is no node: it reports its
+		// inventory, once, and nothing else goes up from it.
+		if !strings.HasPrefix(node, protocol.DiscoveryNodePrefix) || m.Kind != protocol.KindDiscovery || r.cfg.OnDiscovery == nil {
+			r.log.Warn("ramdisk message rejected", "topic", topic, "reason", "only a ramdisk in discovery mode reports a discovery, and it reports nothing else")
+			return
+		}
+		if r.cfg.OnDiscovery(node, m) {
+			r.ToRamdisk(node, &protocol.Message{Kind: protocol.KindAck, Site: site, Node: node, Sent: r.cfg.Clock.Now(), AckIDs: []string{m.ID}})
+		}
 		return
 	}
 	switch m.Kind {

@@ -50,6 +50,10 @@ type Options struct {
 	// fake_health change them per node), read with the agent's power
 	// sync rounds.
 	Health bool
+	// Unknown are simulated machines that belong to no node (agent
+	// --simulate-unknown N): when the site discovers, they boot into
+	// discovery and report their inventories (unknown.go).
+	Unknown int
 	// PowerWatch, when set, is told of every power change of a
 	// simulated BMC (state and boot device), as a test counts power-ons.
 	PowerWatch func(node, state, bootDevice string)

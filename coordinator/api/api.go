@@ -130,6 +130,8 @@ func New(e *engine.Engine, log *slog.Logger, brokerURL string) *Server {
 	m.HandleFunc("POST /v1/sites/{name}/cache", s.cacheImage)
 	m.HandleFunc("POST /v1/sites/{name}/credentials", s.rotateSite)
 	m.HandleFunc("DELETE /v1/sites/{name}", s.deleteSite)
+	m.HandleFunc("GET /v1/sites/{name}", s.showSite)
+	m.HandleFunc("PATCH /v1/sites/{name}", s.patchSite)
 	s.registerCatalog(m)
 	m.HandleFunc("POST /v1/backup", (&backupHandler{s: s}).ServeHTTP)
 	s.registerInspectionRules(m)

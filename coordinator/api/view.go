@@ -100,6 +100,7 @@ type internalView struct {
 	AgentCachedCleanSteps  any          `json:"agent_cached_clean_steps,omitempty"`
 	AgentCachedDeploySteps any          `json:"agent_cached_deploy_steps,omitempty"`
 	AgentLastHeartbeat     *time.Time   `json:"agent_last_heartbeat,omitempty"`
+	AutoDiscovered         bool         `json:"auto_discovered,omitempty"`
 	CleanStepIndex         any          `json:"clean_step_index,omitempty"`
 	CleanSteps             any          `json:"clean_steps,omitempty"`
 	Deadline               *time.Time   `json:"deadline,omitempty"`
@@ -168,7 +169,7 @@ func links(base, path string) []linkView {
 // place), and copies the rest.
 func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 	decl, _ := s.e.Machine().Config().Drivers.Get(n.Driver)
-	internal := &internalView{}
+	internal := &internalView{AutoDiscovered: n.AutoDiscovered}
 	if !n.LastHeartbeat.IsZero() {
 		t := n.LastHeartbeat
 		internal.AgentLastHeartbeat = &t

@@ -133,6 +133,19 @@ func TestReadmeWalkthrough(t *testing.T) {
 	if n := get("n1"); n.Properties["cpus"] == nil {
 		t.Errorf("n1 properties not filled by inspection: %v", n.Properties)
 	}
+	// The site's two machines that belong to no node were discovered.
+	var site1 struct {
+		Discovered int `json:"discovered"`
+	}
+	if resp, err := http.Get("http://" + api + "/v1/sites/site1"); err != nil {
+		t.Fatal(err)
+	} else {
+		_ = json.NewDecoder(resp.Body).Decode(&site1)
+		resp.Body.Close()
+	}
+	if site1.Discovered != 2 {
+		t.Errorf("after the walk-through site1 has %d discovered nodes, want 2", site1.Discovered)
+	}
 	// The deploys went through the site cache, which fetched the image
 	// from make run's image server.
 	if b, err := os.ReadFile(filepath.Join(run, "imageserver.log")); err != nil || !strings.Contains(string(b), "GET /demo.raw") {

@@ -128,7 +128,8 @@ The nodes of an unreachable site do not time out for silence: their WAIT and com
 timeouts count only the time the site was reachable. A site that does not come back
 stays listed as offline, with its last-seen time, instead of failing its nodes. After
 a restart of the coordinator every site is unreachable since it was last seen, until
-its edge agent connects again. --column created_at adds when it was registered.`,
+its edge agent connects again. --column created_at adds when it was registered. A member
+of a coordinator cluster adds a line with the cluster's members and which one leads.`,
 		Args: args(),
 		RunE: func(*cobra.Command, []string) error {
 			cl, err := c.apiClient()
@@ -141,11 +142,120 @@ its edge agent connects again. --column created_at adds when it was registered.`
 			if _, _, err := cl.do("GET", "/v1/sites", nil, &resp); err != nil {
 				return err
 			}
-			return c.table(resp.Sites, []string{"name", "online", "last_seen", "offline_since", "queued", "nodes"})
+			if err := c.table(resp.Sites, []string{"name", "online", "last_seen", "offline_since", "queued", "nodes"}); err != nil {
+				return err
+			}
+			if c.format == "table" {
+				c.clusterLine(cl)
+			}
+			return nil
 		},
 	}, true)
-	return c.groupCmd("site", "Register, list, re-key and remove sites (one edge agent each)",
-		"A site is one edge agent and the nodes it drives; a node's site is its conductor_group.", add, list, rotate, del, c.siteCacheCmd())
+	return c.groupCmd("site", "Register, list, show, set, re-key and remove sites (one edge agent each)",
+		"A site is one edge agent and the nodes it drives; a node's site is its conductor_group.", add, list, c.siteShowCmd(), c.siteSetCmd(), rotate, del, c.siteCacheCmd())
+}
+
+func (c *cmd) siteShowCmd() *cobra.Command {
+	return clientCmd(&cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a site: its edge agent's state, whether it discovers, and its discovered nodes",
+		Long: `Shows a site as 'site list' does, with its discovery setting (discovery,
+discovery_max_nodes, discovery_rate, discovery_driver), how many of its nodes discovery
+enrolled (discovered) and those nodes (discovered_nodes: uuid, provision_state, driver,
+created_at, last_error). Delete a discovered node as any other: coordinator node delete NODE.`,
+		Example: "  coordinator site show site1",
+		Args:    args("NAME"),
+		RunE: func(_ *cobra.Command, a []string) error {
+			cl, err := c.apiClient()
+			if err != nil {
+				return err
+			}
+			var resp map[string]any
+			if _, _, err := cl.do("GET", "/v1/sites/"+url.PathEscape(a[0]), nil, &resp); err != nil {
+				return err
+			}
+			if c.format != "table" || len(c.columns) > 0 {
+				return c.record(resp)
+			}
+			found, _ := resp["discovered_nodes"].([]any)
+			delete(resp, "discovered_nodes")
+			if err := c.record(resp); err != nil {
+				return err
+			}
+			if len(found) == 0 {
+				return nil
+			}
+			fmt.Fprintln(c.out, "\ndiscovered nodes:")
+			rows := make([]map[string]any, 0, len(found))
+			for _, x := range found {
+				if m, ok := x.(map[string]any); ok {
+					rows = append(rows, m)
+				}
+			}
+			return c.table(rows, []string{"uuid", "provision_state", "driver", "created_at", "last_error"})
+		},
+	}, true)
+}
+
+func (c *cmd) siteSetCmd() *cobra.Command {
+	var discovery string
+	var maxNodes, rate int
+	var driver string
+	cc := clientCmd(&cobra.Command{
+		Use:   "set NAME [--discovery on|off] [--discovery-max-nodes N] [--discovery-rate N] [--discovery-driver DRIVER]",
+		Short: "Change a site's discovery setting",
+		Long: `Turns discovery on or off at a site and sets its bounds. With discovery on, the site's
+edge agent answers network boot for machines that belong to no node, boots them into the
+ramdisk in discovery mode and sends each one's inventory to the coordinator, which enrolls
+one node per machine (in enroll, driver --discovery-driver unless an inspection rule sets
+one, a port per MAC, the BMC address the ramdisk read). A machine that is a node already
+(by MAC, serial or BMC address) is never enrolled again. Off is the default.
+
+--discovery-max-nodes caps the site's discovered nodes (default 50); --discovery-rate bounds
+the new machines its edge agent starts discovering per minute (default 10). Refusals are
+counted on /metrics (bmedge_discovery_reports_total). docs/discovery.md has the details.`,
+		Example: "  coordinator site set site1 --discovery on --discovery-max-nodes 40 --discovery-driver ipmi\n  coordinator site set site1 --discovery off",
+		Args:    args("NAME"),
+		RunE: func(cc *cobra.Command, a []string) error {
+			body := map[string]any{}
+			switch discovery {
+			case "":
+			case "on":
+				body["discovery"] = true
+			case "off":
+				body["discovery"] = false
+			default:
+				return usagef("--discovery takes on or off, not %q", discovery)
+			}
+			if cc.Flags().Changed("discovery-max-nodes") {
+				body["discovery_max_nodes"] = maxNodes
+			}
+			if cc.Flags().Changed("discovery-rate") {
+				body["discovery_rate"] = rate
+			}
+			if cc.Flags().Changed("discovery-driver") {
+				body["discovery_driver"] = driver
+			}
+			if len(body) == 0 {
+				return usagef("site set needs something to change: --discovery on|off, --discovery-max-nodes N, --discovery-rate N or --discovery-driver DRIVER")
+			}
+			cl, err := c.apiClient()
+			if err != nil {
+				return err
+			}
+			var resp map[string]any
+			if _, _, err := cl.do("PATCH", "/v1/sites/"+url.PathEscape(a[0]), body, &resp); err != nil {
+				return err
+			}
+			delete(resp, "discovered_nodes")
+			return c.record(resp)
+		},
+	}, true)
+	cc.Flags().StringVar(&discovery, "discovery", "", "`on` or off: whether the site discovers machines that belong to no node")
+	cc.Flags().IntVar(&maxNodes, "discovery-max-nodes", 0, "the cap of the site's discovered nodes (`N`, 1 to 10000)")
+	cc.Flags().IntVar(&rate, "discovery-rate", 0, "the new machines the site's edge agent starts discovering per minute (`N`, 1 to 600)")
+	cc.Flags().StringVar(&driver, "discovery-driver", "", "the `DRIVER` of a discovered node unless an inspection rule sets one (default ipmi)")
+	return cc
 }
 
 // writeSiteCreds writes the edge agent's credentials file, mode 0600: to

@@ -41,4 +41,11 @@ func (e *Engine) publishAuth(n *fsm.Node) { e.auth.SetNode(n.UUID, n.Site, n.Boo
 
 // notePort adds a PXE-enabled port's address to its node's boot MACs, or
 // removes it.
-func (e *Engine) notePort(p *Port, add bool) { e.auth.NotePort(p.NodeUUID, p.Address, p.PXE, add) }
+func (e *Engine) notePort(p *Port, add bool) {
+	e.auth.NotePort(p.NodeUUID, p.Address, p.PXE, add)
+	// The site's edge agent must know its nodes' MACs, which discovery
+	// never answers.
+	if n := e.reg.nodes[p.NodeUUID]; n != nil {
+		e.discoveryDirty(n.Site)
+	}
+}

@@ -61,6 +61,11 @@ type Config struct {
 	// (store.Committer): the engine gives it each batch instead of the
 	// store (a replicated log applies the batch to the store itself).
 	Committer func(*store.Store) store.Committer
+	// Store, if set, is the database, already open: New does not open
+	// the data folder's, and Close leaves it open (a cluster member's
+	// store, to which the replicated log is applied whether or not this
+	// member's engine runs).
+	Store *store.Store
 	// OnFatal, if set, is called once when the database fails (a
 	// *store.FailedError); the engine then takes no more work and the
 	// process must exit (crash-only: a restart recovers from what is on
@@ -201,6 +206,8 @@ type Engine struct {
 	rules *inspectrules.Set
 	// run is the loop's machinery (loop.go).
 	run loopState
+	// discSt is the discovery bookkeeping (discovery.go).
+	discSt *discoveryState
 }
 
 // New opens the store, loads every node and recovers the ones that were
@@ -249,23 +256,26 @@ func New(cfg Config) (*Engine, error) {
 	// The database is encrypted at rest with a key of its own in the data
 	// folder (db.key): the database holds BMC and rescue passwords.
 	dbDir := filepath.Join(cfg.DataDir, backups.DBFolder)
-	key, err := store.LoadKey(filepath.Join(cfg.DataDir, backups.KeyFile), dbDir)
-	if err != nil {
-		return nil, err
-	}
 	secret, err := loadSecret(filepath.Join(cfg.DataDir, backups.SecretFile))
 	if err != nil {
 		return nil, err
 	}
-	if err := store.Restrict(cfg.DataDir, cfg.Log); err != nil {
-		return nil, err
-	}
-	st, err := store.Open(dbDir, key, cfg.Log, cfg.StoreOptions...)
-	if err != nil {
-		return nil, err
+	st := cfg.Store
+	if st == nil {
+		key, err := store.LoadKey(filepath.Join(cfg.DataDir, backups.KeyFile), dbDir)
+		if err != nil {
+			return nil, err
+		}
+		if err := store.Restrict(cfg.DataDir, cfg.Log); err != nil {
+			return nil, err
+		}
+		if st, err = store.Open(dbDir, key, cfg.Log, cfg.StoreOptions...); err != nil {
+			return nil, err
+		}
 	}
 	e := &Engine{cfg: cfg, st: st, commits: st, reg: newRegistry(), sites: sites.New(),
-		reachBk: reach.New(reachSaveInterval), cacheBk: &cacheBook{byID: map[string]*CacheStatus{}}}
+		reachBk: reach.New(reachSaveInterval), cacheBk: &cacheBook{byID: map[string]*CacheStatus{}},
+		discSt: &discoveryState{dirty: map[string]bool{}, kick: make(chan struct{}, 1), seen: map[string]bool{}}}
 	e.run = loopState{reqs: make(chan *request, 8192), stopped: make(chan struct{}), fatal: newFatalState()}
 	e.auth = brokerauth.New(secret, e.reach().RunsSiteBroker)
 	e.cat = catalog.New(e.saveRecord, cfg.Clock.Now)
@@ -280,17 +290,17 @@ func New(cfg Config) (*Engine, error) {
 		e.cfg.Machine.SitePlans = e.sitePlans
 	}
 	if err := e.openInspectionRules(&cfg); err != nil {
-		st.Close()
+		e.closeStore()
 		return nil, err
 	}
 	e.m = fsm.New(cfg.Machine)
 	e.rejects = ratelog.New(cfg.Log, 0)
 	if err := e.load(); err != nil {
-		st.Close()
+		e.closeStore()
 		return nil, err
 	}
 	if err := e.loadHistory(); err != nil {
-		st.Close()
+		e.closeStore()
 		return nil, err
 	}
 	e.views.publishAll(e.reg.nodes)
@@ -424,6 +434,8 @@ func (e *Engine) Start(pub Publisher) error {
 	go e.collector()
 	go e.watchStore()
 	go e.reachSaver(e.reachBk.SaveEvery)
+	e.run.wg.Add(1)
+	go e.discoveryPublisher()
 	return nil
 }
 
@@ -435,8 +447,15 @@ func (e *Engine) Close() {
 		}
 		close(e.run.stopped)
 		e.run.wg.Wait()
-		e.st.Close()
+		e.closeStore()
 	})
+}
+
+// closeStore closes the database unless it was given open (Config.Store).
+func (e *Engine) closeStore() {
+	if e.cfg.Store == nil {
+		e.st.Close()
+	}
 }
 
 // lookup finds a node by UUID or name; callers hold e.reg.mu.

@@ -45,6 +45,11 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		e.sites.NoteRelay(site, msg.Online, msg.Relay, msg.Plans)
 		e.NoteSiteBroker(site, msg.Online, msg.SiteBroker)
 		e.sites.NoteSoftware(site, msg.Online, msg.Software)
+		if msg.Online {
+			// Its discovery configuration is retained; said again all
+			// the same (a broker may have lost it).
+			e.discoveryDirty(site)
+		}
 		_ = e.submit(func(t *tx) error {
 			e.sitePresence(t, site, msg.Online)
 			return nil
@@ -53,6 +58,10 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 	}
 	if leaf == "bmc/evt" && msg.Kind == protocol.KindBeats {
 		e.handleBeats(site, msg)
+		return
+	}
+	if leaf == "bmc/evt" && msg.Kind == protocol.KindDiscovery {
+		e.handleDiscovery(site, msg)
 		return
 	}
 	if leaf == "bmc/evt" && msg.Kind == protocol.KindResult && msg.Node == "" {

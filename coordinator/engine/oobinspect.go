@@ -20,6 +20,13 @@ const PluginDataKey = "plugin_data"
 // storeInventory writes the node's inventory, with its plugin data.
 func (t *tx) storeInventory(n *fsm.Node, out fsm.Output) {
 	inv := out.Inventory
+	if sv, ok := inv["system_vendor"].(map[string]any); ok {
+		// Discovery knows the machine again by it.
+		if s := fsm.SerialOf(sv); s != n.Serial {
+			n.Serial = s
+			t.dirty[n.UUID] = n
+		}
+	}
 	if out.PluginData != nil {
 		inv = maps.Clone(inv)
 		inv[PluginDataKey] = out.PluginData

@@ -203,6 +203,8 @@ func (e *Engine) DeleteNode(ident string) error {
 			}
 		}
 		e.dropNodeResources(t, n)
+		// Its MACs and its place under the cap are free again.
+		e.discoveryDirty(n.Site)
 		t.batch.Delete(store.NodePrefix + n.UUID)
 		t.batch.Delete(store.InventoryPrefix + n.UUID)
 		t.batch.Delete(store.FirmwarePrefix + n.UUID)

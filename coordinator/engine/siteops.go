@@ -95,6 +95,7 @@ func (e *Engine) DeleteSite(name string) error {
 	}
 	e.revoke("site:" + name)
 	e.siteGone(name, true)
+	e.discoveryDirty(name)
 	e.cfg.Log.Info("site deleted; its edge agent's connections closed", "site", name)
 	return nil
 }
@@ -148,19 +149,34 @@ type SiteInfo struct {
 	QueuedAt  *time.Time `json:"queued_at"`
 	Nodes     int        `json:"nodes"`
 	CreatedAt time.Time  `json:"created_at"`
+	// Discovery is whether the site discovers machines that belong to
+	// no node; DiscoveryMaxNodes its cap of discovered nodes,
+	// DiscoveryRate the new machines per minute its edge agent starts
+	// discovering, DiscoveryDriver a discovered node's driver unless a
+	// rule sets one; Discovered counts its discovered nodes.
+	Discovery         bool   `json:"discovery"`
+	DiscoveryMaxNodes int    `json:"discovery_max_nodes"`
+	DiscoveryRate     int    `json:"discovery_rate"`
+	DiscoveryDriver   string `json:"discovery_driver"`
+	Discovered        int    `json:"discovered"`
 }
 
 // Sites lists the registered sites.
 func (e *Engine) Sites() []SiteInfo {
 	e.reg.mu.RLock()
 	defer e.reg.mu.RUnlock()
-	count := map[string]int{}
+	count, found := map[string]int{}, map[string]int{}
 	for _, n := range e.reg.nodes {
 		count[n.Site]++
+		if n.AutoDiscovered {
+			found[n.Site]++
+		}
 	}
 	var out []SiteInfo
 	for _, s := range e.sites.All() {
-		i := SiteInfo{Name: s.Name, Online: e.sites.Online(s.Name), Nodes: count[s.Name], CreatedAt: s.CreatedAt}
+		d := s.DiscoveryOf()
+		i := SiteInfo{Name: s.Name, Online: e.sites.Online(s.Name), Nodes: count[s.Name], CreatedAt: s.CreatedAt,
+			Discovery: d.Enabled, DiscoveryMaxNodes: d.MaxNodes, DiscoveryRate: d.Rate, DiscoveryDriver: d.Driver, Discovered: found[s.Name]}
 		i.LastSeen, i.OfflineSince, i.Queued, i.QueuedAt = e.siteReachView(s.Name)
 		out = append(out, i)
 	}

@@ -89,6 +89,11 @@ type Node struct {
 	// Traits are the node's traits (API 1.37), sorted: deploy templates
 	// and runbooks apply to a node by them.
 	Traits []string `json:"traits,omitempty"`
+	// AutoDiscovered marks a node enrolled by discovery (Ironic's
+	// auto_discovered); Serial is the system serial number its inventory
+	// gave, by which discovery knows the machine again.
+	AutoDiscovered bool   `json:"auto_discovered,omitempty"`
+	Serial         string `json:"serial,omitempty"`
 	// BootDevice is the boot device the BMC was last told to use
 	// (protocol.BootPXE or BootDisk), empty until one was set.
 	BootDevice string `json:"boot_device,omitempty"`

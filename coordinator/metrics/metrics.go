@@ -46,6 +46,7 @@ type Metrics struct {
 	commitSeconds prometheus.Histogram
 	holdSeconds   prometheus.Histogram
 	bmcWarnings   *prometheus.CounterVec
+	discovery     *prometheus.CounterVec
 
 	// holdMax is the longest single hold of the engine loop since start,
 	// in nanoseconds.
@@ -104,10 +105,13 @@ func New() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12)})
 	m.bmcWarnings = prometheus.NewCounterVec(prometheus.CounterOpts(f("bmc_warnings_total",
 		"Warnings that edge agents' BMC command results carried (media that did not eject, a reading that lost a field), each also a WARNING in its node's history, by the history's event type.")), []string{"event_type"})
+	m.discovery = prometheus.NewCounterVec(prometheus.CounterOpts(f("discovery_reports_total",
+		"Discovery reports of machines that belong to no node, received from edge agents, by site and outcome: enrolled (a node was made), seen_again (the machine is a node already: matched by MAC, serial or BMC address), or why it was refused: discovery_off, cap (the site has its cap of discovered nodes), invalid.")),
+		[]string{"site", "outcome"})
 	holdMax := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "engine_loop_hold_max_seconds",
 		Help: "The longest time one request held the engine's single loop since the coordinator started (engine_loop_hold_seconds' largest observation)."},
 		func() float64 { return time.Duration(m.holdMax.Load()).Seconds() })
-	m.reg.MustRegister(m.bmcWarnings, m.transitions, m.verbs, m.verbSeconds, m.stepSeconds, m.sent, m.resent, m.acked, m.commitSeconds, m.holdSeconds, holdMax,
+	m.reg.MustRegister(m.bmcWarnings, m.discovery, m.transitions, m.verbs, m.verbSeconds, m.stepSeconds, m.sent, m.resent, m.acked, m.commitSeconds, m.holdSeconds, holdMax,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -229,6 +233,15 @@ func (m *Metrics) BMCWarnings(eventType string, n int) {
 		return
 	}
 	m.bmcWarnings.WithLabelValues(eventType).Add(float64(n))
+}
+
+// Discovery counts a discovery report of a site by its outcome (fsm's
+// discovery verdicts).
+func (m *Metrics) Discovery(site, outcome string) {
+	if m == nil {
+		return
+	}
+	m.discovery.WithLabelValues(site, outcome).Inc()
 }
 
 // Verb records a provision verb's answer: its outcome is "accepted" or

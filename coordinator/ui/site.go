@@ -30,7 +30,9 @@ type sitePage struct {
 	Nodes       []Summary
 	Query       url.Values
 	Cache       []cacheRow
-	Now         time.Time
+	// Discovered are the site's nodes that discovery enrolled.
+	Discovered []engine.DiscoveredNode
+	Now        time.Time
 }
 
 // site is a site's page: its reachability, its edge agent's software,
@@ -72,6 +74,7 @@ func (h *Handler) site(w http.ResponseWriter, r *http.Request) {
 		return true
 	})
 	p.States = counts(all)
+	p.Discovered, _ = h.e.SiteDiscovered(name)
 	for _, c := range h.e.SiteCache(name) {
 		p.Cache = append(p.Cache, cacheRow{CacheStatus: c, Shown: shownURL(c.URL)})
 	}

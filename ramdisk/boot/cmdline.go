@@ -55,11 +55,18 @@ type Params struct {
 	CAPin string
 	Net   NetConfig
 	Debug bool // bm.debug: on a fatal error drop to a shell instead of rebooting
+	// Mode (bm.mode) is "" for a node's boot, ModeDiscovery for a
+	// machine that belongs to no node: it reports its inventory once
+	// and powers off.
+	Mode string
 
 	// All holds every bm.* parameter by its full name, including ones this
 	// version does not know, for later additions (tokens, TLS settings...).
 	All map[string]string
 }
+
+// ModeDiscovery is bm.mode of a discovery boot.
+const ModeDiscovery = "discovery"
 
 // String prints the parameters for the log with the password redacted.
 func (p Params) String() string {
@@ -148,6 +155,11 @@ func parseWords(words []string) (Params, error) {
 				err = errors.New("want sha256/ followed by 43 base64url characters (as 'coordinator certs' prints)")
 			}
 			p.CAPin = val
+		case "mode":
+			if val != ModeDiscovery {
+				err = fmt.Errorf("want %s (or no bm.mode)", ModeDiscovery)
+			}
+			p.Mode = val
 		case "debug":
 			p.Debug = val == "" || val == "1" || strings.EqualFold(val, "true") || strings.EqualFold(val, "yes")
 		case "ip":

@@ -31,6 +31,10 @@ type Inventory struct {
 	Interfaces   []Interface  `json:"interfaces"`
 	SystemVendor SystemVendor `json:"system_vendor"`
 	Boot         Boot         `json:"boot"`
+	// BMCAddress is the BMC's IPv4 address as the BMC itself gives it in
+	// band (ramdisk/bmcaddr), Ironic Python Agent's bmc_address; empty
+	// without a BMC or an address.
+	BMCAddress string `json:"bmc_address,omitempty"`
 	// Warnings lists parts that could not be collected; the rest of the
 	// inventory is still valid.
 	Warnings []string `json:"warnings,omitempty"`

@@ -12,10 +12,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/bmedge/bmedge/drivers"
 	liblldp "github.com/bmedge/bmedge/lib/lldp"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/ramdisk/bmcaddr"
 	"github.com/bmedge/bmedge/ramdisk/burnin"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 	"github.com/bmedge/bmedge/ramdisk/image"
@@ -156,6 +158,12 @@ func (r *Runner) inspect(ctx context.Context, args map[string]any) (map[string]a
 		return nil, err
 	}
 	r.listenLLDP(ctx, &inv)
+	switch a, err := bmcaddr.Read(ctx, 3*time.Second); {
+	case err == nil:
+		inv.BMCAddress = a
+	case !errors.Is(err, bmcaddr.ErrNoBMC):
+		inv.Warnings = append(inv.Warnings, "BMC address not read: "+err.Error())
+	}
 	props, err := inventory.PropertiesWithHints(inv, hints)
 	if err != nil {
 		return nil, err

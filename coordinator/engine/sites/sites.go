@@ -20,6 +20,39 @@ type Site struct {
 	Name         string    `json:"name"`
 	PasswordHash string    `json:"password_hash"`
 	CreatedAt    time.Time `json:"created_at"`
+	// Discovery is the site's discovery setting (nil: off, the defaults).
+	Discovery *Discovery `json:"discovery,omitempty"`
+}
+
+// Discovery is a site's discovery setting: whether its edge agent
+// answers network boot for machines that belong to no node, at most how
+// many nodes it may discover (MaxNodes), at most how many new machines
+// it starts discovering per minute (Rate), and the driver a discovered
+// node gets unless an inspection rule sets one (Driver).
+type Discovery struct {
+	Enabled  bool   `json:"enabled"`
+	MaxNodes int    `json:"max_nodes"`
+	Rate     int    `json:"rate"`
+	Driver   string `json:"driver"`
+}
+
+// Defaults of a site's discovery setting.
+const (
+	DefaultDiscoveryMaxNodes = 50
+	DefaultDiscoveryRate     = 10
+	DefaultDiscoveryDriver   = "ipmi"
+	// MaxDiscoveryMaxNodes and MaxDiscoveryRate bound what may be set.
+	MaxDiscoveryMaxNodes = 10000
+	MaxDiscoveryRate     = 600
+)
+
+// DiscoveryOf is a site's discovery setting with the defaults filled.
+func (s *Site) DiscoveryOf() Discovery {
+	d := Discovery{MaxNodes: DefaultDiscoveryMaxNodes, Rate: DefaultDiscoveryRate, Driver: DefaultDiscoveryDriver}
+	if s.Discovery != nil {
+		d = *s.Discovery
+	}
+	return d
 }
 
 // MaxSoftwareLen bounds what is kept of an agent's software name: an

@@ -66,6 +66,11 @@ type Options struct {
 	Sensors []Sensor
 	SEL     []SELEvent
 	SELSize int
+	// SerialKCS, when set (HOST:PORT), is where ipmi_sim takes a QEMU
+	// VM's system interface (QEMU's ipmi-bmc-extern, chardev socket, with
+	// isa-ipmi-kcs): the VM's kernel IPMI driver talks to this BMC in
+	// band.
+	SerialKCS string
 }
 
 // Sim is one running ipmi_sim.
@@ -263,6 +268,13 @@ func (s *Sim) writeConfig() error {
 		fmt.Fprintf(&b, "    allowed_auths_%s none md2 md5 straight\n", p)
 	}
 	fmt.Fprintf(&b, "    guid a123456789abcdefa123456789abcdef\n  endlan\n")
+	if s.opts.SerialKCS != "" {
+		host, port, err := net.SplitHostPort(s.opts.SerialKCS)
+		if err != nil {
+			return fmt.Errorf("ipmisim: SerialKCS %q: %w", s.opts.SerialKCS, err)
+		}
+		fmt.Fprintf(&b, "  serial kcs %s %s codec VM\n", host, port)
+	}
 	script, err := ipmiQuote(s.path("chassis") + " 0x20")
 	if err != nil {
 		return err

@@ -28,6 +28,7 @@ import (
 	"github.com/bmedge/bmedge/lib/mqttlink"
 	"github.com/bmedge/bmedge/lib/session"
 	"github.com/bmedge/bmedge/protocol"
+	"github.com/bmedge/bmedge/ramdisk/bmcaddr"
 	"github.com/bmedge/bmedge/ramdisk/boot"
 	"github.com/bmedge/bmedge/ramdisk/disk"
 	"github.com/bmedge/bmedge/ramdisk/inventory"
@@ -45,6 +46,15 @@ func main() {
 	}
 	if err := run(ctx, p); err != nil {
 		fatal(p, err)
+	}
+	if p.Mode == boot.ModeDiscovery && p.Broker != "" {
+		if err := discover(ctx, p); err != nil {
+			fatal(p, err)
+		}
+		if err := boot.PowerOff(); err != nil {
+			fatal(p, err)
+		}
+		return
 	}
 	if p.Broker == "" {
 		logger.Printf("no bm.broker: nothing to serve; powering off")
@@ -184,6 +194,7 @@ func loadModules(ctx context.Context, quiet bool) error {
 
 func run(ctx context.Context, p boot.Params) error {
 	bootMode()
+	bmcaddr.LoadModules()
 	if _, err := boot.WaitRandom(logger.Printf); err != nil {
 		return err
 	}

@@ -3,10 +3,9 @@
 // The engine calls the hooks (every method is safe on a nil *Metrics, so
 // an engine without metrics calls them too); what the nodes and sites
 // are now is read from the engine when Prometheus scrapes, through the
-// functions given to Census, so that no per-node series exists. It must
-// label a series with a node only in the per-node health series
-// (health.go), whose count is bounded per node; every other label value
-// is a state, site, verb, outcome or step name, all bounded.
+// functions given to Census. Only the health series (health.go) are
+// labelled with a node, a bounded number per node; every other label
+// value is a state, site, verb, outcome or step name, all bounded.
 package metrics
 
 import (

@@ -19,7 +19,7 @@ import (
 func (a *Agent) builders() map[string]bmc.Builder {
 	str := func(info map[string]any, k string) string { v, _ := info[k].(string); return v }
 	return map[string]bmc.Builder{
-		"fake": {NoPowerSync: true, New: func(node string, info map[string]any, have int) (drivers.BMC, error) {
+		"fake": {NoPowerSync: true, HealthSync: a.cfg.Sim.Health, New: func(node string, info map[string]any, have int) (drivers.BMC, error) {
 			return a.sim.NewBMC(node, info, have) // a.sim is built after the BMC set
 		}},
 		"qemu-dev": {New: func(node string, info map[string]any, _ int) (drivers.BMC, error) {

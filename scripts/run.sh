@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make run: the coordinator (embedded broker, Badger under build/run/data),
-# a simulated site "site1" of 8 nodes with its image cache, and an image
+# make run: the coordinator (embedded broker, Badger under build/run/data,
+# --quarantine-on critical), a simulated site "site1" of 8 nodes with its
+# image cache and simulated sensors (read every 10 s), and an image
 # server with a small raw disk image for the walk-through, until Ctrl-C.
 #
 # Environment (defaults): API (127.0.0.1:6385), MQTT (127.0.0.1:1883),
@@ -40,7 +41,7 @@ fi
 # failed start (the data folder in use, a port taken) shows its own error
 # and leaves the running one's log alone.
 starting="$RUN/coordinator.log.starting"
-"$BIN"/coordinator serve --data-dir "$RUN/data" --api-listen "$API" --mqtt-listen "$MQTT" >"$starting" 2>&1 &
+"$BIN"/coordinator serve --data-dir "$RUN/data" --api-listen "$API" --mqtt-listen "$MQTT" --quarantine-on critical >"$starting" 2>&1 &
 pids+=($!)
 up=
 for i in $(seq 1 100); do
@@ -85,7 +86,7 @@ done
 [ -s "$RUN/image.env" ] || { echo "error: the image server wrote no $RUN/image.env within 10 s:" >&2; cat "$RUN/imageserver.log" >&2; exit 1; }
 . "$RUN/image.env"
 
-"$BIN"/agent --credentials-file "$creds" --simulate 8 --simulate-unknown 2 --simulate-lldp --step-duration 3s --boot-delay 1s \
+"$BIN"/agent --credentials-file "$creds" --simulate 8 --simulate-unknown 2 --simulate-lldp --simulate-health --power-sync-interval 10s --step-duration 3s --boot-delay 1s \
   --image-cache-dir "$RUN/image-cache" --image-cache-listen "$IMAGE_CACHE" \
   --fetch-allow 127.0.0.0/8 >"$RUN/agent.log" 2>&1 &
 pids+=($!)
@@ -106,6 +107,7 @@ cat <<MSG
     bin/coordinator node set n1 --instance-info image_source=\$IMAGE_SOURCE --instance-info image_checksum=\$IMAGE_CHECKSUM
     bin/coordinator node deploy n1 --wait
     bin/coordinator node history n1
+    bin/coordinator node sensors n1        # the simulated hardware (docs/remote-hands.md)
 
   Ironic's own client works too:
     OS_AUTH_TYPE=none OS_ENDPOINT=$COORDINATOR_URL baremetal node list

@@ -34,6 +34,10 @@ type Builder struct {
 	// NoPowerSync: BMCs of this driver are not polled (simulated ones:
 	// a simulated site of thousands of nodes stays quiet and cheap).
 	NoPowerSync bool
+	// HealthSync: BMCs of this driver that are not polled for power
+	// (NoPowerSync) are still read for health in the power-sync rounds
+	// once a command succeeded on them (simulated BMCs with sensors).
+	HealthSync bool
 }
 
 // Booter does what a command's boot device and power changes need
@@ -114,17 +118,19 @@ type Set struct {
 	log   *slog.Logger
 	slots chan struct{}
 
-	mu   sync.Mutex
-	bmcs map[string]drivers.BMC
-	kind map[string]string         // node → its BMC's driver
-	info map[string]map[string]any // node → last driver_info seen
+	mu    sync.Mutex
+	bmcs  map[string]drivers.BMC
+	kind  map[string]string         // node → its BMC's driver
+	info  map[string]map[string]any // node → last driver_info seen
+	busy  map[string]int            // BMC commands running per node
+	gen   map[string]uint64         // BMC commands started per node
+	synce map[string]*powerSeen     // polled nodes and what was last reported
 	// netboot marks the nodes whose last BMC command's boot interface
 	// boots the ramdisk by network boot (ipxe, pxe) although their BMC
 	// may have virtual media.
 	netboot map[string]bool
-	busy    map[string]int        // BMC commands running per node
-	gen     map[string]uint64     // BMC commands started per node
-	synce   map[string]*powerSeen // polled nodes and what was last reported
+	// healthOnly are the nodes read for health only (Builder.HealthSync).
+	healthOnly map[string]bool
 	// kept keeps the polled nodes in the state folder (Keep); keptInfo
 	// is the driver and driver_info last kept of each.
 	kept     PolledStore
@@ -183,7 +189,7 @@ func New(cfg Config) *Set {
 	}
 	return &Set{cfg: cfg, log: cfg.Log, slots: make(chan struct{}, cfg.Concurrency),
 		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{}, netboot: map[string]bool{},
-		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, keptInfo: map[string][]byte{}, media: map[string]map[string]attached{}}
+		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, healthOnly: map[string]bool{}, keptInfo: map[string][]byte{}, media: map[string]map[string]attached{}}
 }
 
 // Drivers lists the registry's drivers this set can build, sorted.
@@ -325,6 +331,7 @@ func (s *Set) Forget(node string) {
 	delete(s.info, node)
 	delete(s.netboot, node)
 	delete(s.synce, node)
+	delete(s.healthOnly, node)
 	delete(s.gen, node)
 	s.hs.forget(node)
 	delete(s.media, node)

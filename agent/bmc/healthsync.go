@@ -124,7 +124,7 @@ func (s *Set) readHealth(ctx context.Context, node string, b drivers.BMC, hr dri
 func (s *Set) reportHealth(node string, b drivers.BMC, rep *protocol.HealthReport) {
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
-	current := s.bmcs[node] == b && s.synce[node] != nil
+	current := s.bmcs[node] == b && (s.synce[node] != nil || s.healthOnly[node])
 	s.mu.Unlock()
 	if !current {
 		return

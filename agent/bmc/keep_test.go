@@ -50,6 +50,8 @@ func TestPowerSyncResumesAfterRestart(t *testing.T) {
 	st := &memPolled{m: map[string][]byte{}}
 	bmcs := map[string]*stubBMC{"n1": {state: protocol.PowerOff}, "n2": {state: protocol.PowerOn}}
 	var builtWith sync.Map
+	// The round reads the BMCs in parallel, and reports from each.
+	var reportsMu sync.Mutex
 	newSet := func(reports *[]string) *Set {
 		s := New(Config{Site: "s1", Log: slog.New(slog.DiscardHandler), PowerSyncInterval: time.Second,
 			Clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
@@ -60,7 +62,11 @@ func TestPowerSyncResumesAfterRestart(t *testing.T) {
 				}},
 				"fake": {NoPowerSync: true, New: func(string, map[string]any, int) (drivers.BMC, error) { return &stubBMC{}, nil }},
 			},
-			Report: func(m *protocol.Message) { *reports = append(*reports, m.Node+":"+m.PowerState) }})
+			Report: func(m *protocol.Message) {
+				reportsMu.Lock()
+				defer reportsMu.Unlock()
+				*reports = append(*reports, m.Node+":"+m.PowerState)
+			}})
 		if err := s.Keep(st); err != nil {
 			t.Fatal(err)
 		}

@@ -82,7 +82,13 @@ func (s *Set) CommandDone(m *protocol.Message) {
 			st.PutPolled(m.Node, keep)
 		}
 	}()
-	if s.bmcs[m.Node] == nil || s.cfg.Builders[s.kind[m.Node]].NoPowerSync {
+	if s.bmcs[m.Node] == nil {
+		return
+	}
+	if bd := s.cfg.Builders[s.kind[m.Node]]; bd.NoPowerSync {
+		if bd.HealthSync {
+			s.healthOnly[m.Node] = true
+		}
 		return
 	}
 	if st != nil && m.DriverInfo != nil {
@@ -161,10 +167,19 @@ func (s *Set) PowerSyncRound(ctx context.Context) {
 		}
 		targets = append(targets, target{node, b, s.gen[node]})
 	}
+	var healthOnly []target
+	for node := range s.healthOnly {
+		if b := s.bmcs[node]; b != nil && s.busy[node] == 0 {
+			healthOnly = append(healthOnly, target{node, b, s.gen[node]})
+		}
+	}
 	s.mu.Unlock()
 	// A read may take up to the interval (at least 2 s, for a BMC that
 	// must open a session; at most 30 s, so a dead BMC is noticed).
 	timeout := min(max(s.cfg.PowerSyncInterval, 2*time.Second), 30*time.Second)
+	for _, tg := range healthOnly {
+		s.syncHealth(ctx, tg.node, tg.bmc, timeout) // in the background, PowerSyncConcurrency at once
+	}
 	sem := make(chan struct{}, s.cfg.PowerSyncConcurrency)
 	var wg sync.WaitGroup
 	for _, tg := range targets {

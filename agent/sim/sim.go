@@ -45,6 +45,11 @@ type Options struct {
 	// chassis 02:00:5e:xx:xx:xx of the site, port Ethernet1/N, system
 	// name sim-switch-SITE.
 	LLDP bool
+	// Health, when set, has each simulated BMC tell its health, sensors
+	// and event log (health.go; driver_info fake_fail_sensor and
+	// fake_health change them per node), read with the agent's power
+	// sync rounds.
+	Health bool
 	// Unknown are simulated machines that belong to no node (agent
 	// --simulate-unknown N): when the site discovers, they boot into
 	// discovery and report their inventories (unknown.go).
@@ -140,6 +145,9 @@ type Sim struct {
 	// set it.
 	nodes map[string]*simNode
 	store Store
+	// failed is when each node's failed sensor (health.go) first read
+	// failed.
+	failed map[string]failure
 }
 
 // New returns the simulator.
@@ -190,6 +198,9 @@ func (s *Sim) NewBMC(node string, info map[string]any, have int) (drivers.BMC, e
 		s.OnPower(node, state, boot)
 	}
 	opts.OnBootDevice = func(device string) { s.onBootDevice(node, device) }
+	if s.cfg.Opts.Health {
+		return &simBMC{BMC: fake.New(opts), s: s, node: node}, nil
+	}
 	return fake.New(opts), nil
 }
 
@@ -490,6 +501,7 @@ func (s *Sim) Forget(node string) {
 	s.stopRescueLocked(node)
 	n, st := s.nodes[node], s.store
 	delete(s.nodes, node)
+	delete(s.failed, node)
 	s.mu.Unlock()
 	if r != nil {
 		r.Stop()

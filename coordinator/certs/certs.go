@@ -258,3 +258,102 @@ func writeFile(path string, b []byte, mode os.FileMode) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// MemberOU is the organizational unit that marks a cluster member's
+// certificate (the cluster link accepts no other).
+const MemberOU = "bmedge cluster member"
+
+// MemberFiles are the certificate and key files of member name in dir.
+func MemberFiles(dir, name string) (cert, key string) {
+	return filepath.Join(dir, "member-"+name+".pem"), filepath.Join(dir, "member-"+name+"-key.pem")
+}
+
+// MakeMemberCert makes the certificate of cluster member name (ECDSA
+// P-256) signed by ca: common name the member's name, organizational
+// unit MemberOU, for both ends of a TLS connection (members dial each
+// other), valid for hosts (none: members are known by certificate, not
+// by address).
+func MakeMemberCert(ca *Pair, name string, hosts []string) (*Pair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	sn, err := serial()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: sn,
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"bmedge lab"}, OrganizationalUnit: []string{MemberOU}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(ServerValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else if h != "" {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	if ca.Cert.NotAfter.Before(tmpl.NotAfter) {
+		tmpl.NotAfter = ca.Cert.NotAfter
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &Pair{Cert: cert, Key: key}, nil
+}
+
+// ReadCA reads the CA and its key that WriteFiles wrote into dir.
+func ReadCA(dir string) (*Pair, error) {
+	cert, err := ReadCertFile(filepath.Join(dir, CAFile))
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, CAKeyFile))
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("%s holds no PEM key", filepath.Join(dir, CAKeyFile))
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	ek, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s is not an ECDSA key", filepath.Join(dir, CAKeyFile))
+	}
+	return &Pair{Cert: cert, Key: ek}, nil
+}
+
+// WriteMember writes member name's certificate (then the CA) and key
+// into dir, refusing to replace them unless force.
+func WriteMember(dir, name string, ca, member *Pair, force bool) error {
+	certPath, keyPath := MemberFiles(dir, name)
+	if !force {
+		for _, p := range []string{certPath, keyPath} {
+			if _, err := os.Lstat(p); err == nil {
+				return fmt.Errorf("%s: %w", p, ErrExist)
+			}
+		}
+	}
+	k, err := member.KeyPEM()
+	if err != nil {
+		return err
+	}
+	if err := writeFile(certPath, append(member.CertPEM(), ca.CertPEM()...), 0o644); err != nil {
+		return err
+	}
+	return writeFile(keyPath, k, 0o600)
+}

@@ -28,6 +28,7 @@ func (c *cmd) certsCmd() *cobra.Command {
 	var dir string
 	var hosts list
 	var force bool
+	var member string
 	cc := &cobra.Command{
 		Use:     "certs --dir DIR",
 		Short:   "Make a lab CA and server certificate for TLS",
@@ -38,6 +39,9 @@ func (c *cmd) certsCmd() *cobra.Command {
 			if dir == "" {
 				return usagef("certs needs --dir DIR, the folder to write the four files into")
 			}
+			if member != "" {
+				return c.memberCert(dir, member, hosts, force)
+			}
 			return c.certs(dir, hosts, force)
 		},
 	}
@@ -46,6 +50,8 @@ func (c *cmd) certsCmd() *cobra.Command {
 	fs.Var(&hosts, "host", "`NAME_OR_IP`, a DNS name or IP address the server certificate is valid for (repeatable; default "+
 		strings.Join(certs.DefaultHosts, ", ")+", the last being the host as a QEMU guest sees it)")
 	fs.BoolVar(&force, "force", false, "replace certificate files that are already in DIR (clients that trust the old CA will not trust the new one)")
+	fs.StringVar(&member, "member", "", "make the certificate of cluster member `NAME` (member-NAME.pem, member-NAME-key.pem) with the CA in DIR, made first if DIR holds none "+
+		"(serve --cluster-cert, --cluster-cert-key; --cluster-ca is DIR/ca.pem)")
 	_ = cc.MarkFlagDirname("dir")
 	_ = cc.RegisterFlagCompletionFunc("host", cobra.NoFileCompletions)
 	return cc
@@ -84,5 +90,33 @@ func (c *cmd) certs(dir string, hosts list, force bool) error {
 	}
 	fmt.Fprintf(c.out, "serve:   coordinator serve --tls-cert %s --tls-key %s ...\n", abs(files[2]), abs(files[3]))
 	fmt.Fprintf(c.out, "clients: OS_CACERT=%s (or --os-cacert, curl --cacert)\n", abs(files[0]))
+	return nil
+}
+
+// memberCert makes a cluster member's certificate with the CA in dir
+// (making the CA and a server certificate first when dir has none).
+func (c *cmd) memberCert(dir, name string, hosts list, force bool) error {
+	ca, err := certs.ReadCA(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := c.certs(dir, hosts, false); err != nil {
+			return err
+		}
+		ca, err = certs.ReadCA(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the CA in %s: %v", dir, err)
+	}
+	m, err := certs.MakeMemberCert(ca, name, hosts)
+	if err != nil {
+		return fmt.Errorf("making the member certificate: %v", err)
+	}
+	if err := certs.WriteMember(dir, name, ca, m, force); err != nil {
+		if errors.Is(err, certs.ErrExist) {
+			return fmt.Errorf("%v; nothing was written. Use it, or --force to replace it", err)
+		}
+		return err
+	}
+	cp, kp := certs.MemberFiles(dir, name)
+	fmt.Fprintf(c.out, "wrote %s, %s (cluster member %s, until %s)\n", cp, kp, name, m.Cert.NotAfter.Format("2006-01-02"))
 	return nil
 }

@@ -176,7 +176,7 @@ func (c *cmd) newRoot() *cobra.Command {
 		sub.GroupID = "server"
 		root.AddCommand(sub)
 	}
-	for _, sub := range []*cobra.Command{c.siteCmd(), c.nodeCmd(), c.portCmd(), c.templateCmd(), c.runbookCmd(), c.inspectionRuleCmd(), c.backupCmd()} {
+	for _, sub := range []*cobra.Command{c.siteCmd(), c.nodeCmd(), c.portCmd(), c.templateCmd(), c.runbookCmd(), c.inspectionRuleCmd(), c.backupCmd(), c.clusterCmd()} {
 		sub.GroupID = "client"
 		root.AddCommand(sub)
 	}

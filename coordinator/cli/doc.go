@@ -160,7 +160,7 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"      [--netboot-interface IFACE --netboot-kernel K --netboot-initrd I (--netboot-dhcp-range FIRST-LAST | --netboot-dhcp-mode proxy)]\n" +
 	"      [--image-cache-dir DIR --image-cache-listen ADDR [--image-cache-url URL] [--image-cache-size 50GiB]]\n" +
 	"      [--fetch-allow CIDR]... [--bmc-network CIDR]...\n" +
-	"      [--simulate N [--step-duration 2s] [--boot-delay 1s] [--heartbeat 5s] [--fail-step STEP] [--die-step STEP] [--no-boot] [--simulate-lldp]]\n" +
+	"      [--simulate N [--step-duration 2s] [--boot-delay 1s] [--heartbeat 5s] [--fail-step STEP] [--die-step STEP] [--no-boot] [--simulate-lldp] [--simulate-health]]\n" +
 	"      [--qemu-kernel K --qemu-initrd I --qemu-broker-url URL [--qemu-cmdline P]]\n" +
 	"```\n\n" +
 	"`agent --help` explains every flag. Results wait in a durable outbox (Badger, encrypted,\n" +
@@ -205,4 +205,7 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"`fake_die_step=STEP` (the ramdisk goes silent mid-step: the node fails at its WAIT\n" +
 	"timeout), `fake_reboot_step=STEP` (the ramdisk reboots on its own mid-step: the node\n" +
 	"fails at once, naming both boots), `fake_no_boot=true`, `fake_step_seconds=N`,\n" +
-	"`fake_fail_validate=TEXT`.\n"
+	"`fake_fail_validate=TEXT`. With `--simulate-health` the simulated BMCs tell their health,\n" +
+	"sensors and event log: `fake_fail_sensor=NAME` fails one (`Fan 2`, `CPU 1 Temp`, `PSU 2`,\n" +
+	"`12V`, ...; the node turns Critical), `fake_health=OK|Warning|Critical|none` sets the\n" +
+	"system's own (docs/remote-hands.md).\n"

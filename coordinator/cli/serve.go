@@ -12,12 +12,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bmedge/bmedge/coordinator/cluster"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/inspectrules"
 	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/coordinator/store"
 	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/lib/netbudget"
+	"github.com/bmedge/bmedge/protocol"
 	"github.com/spf13/cobra"
 )
 
@@ -60,7 +62,7 @@ type serveOptions struct {
 	dataDir, apiListen, mqttListen                              string
 	brokerURL, brokerCA, brokerUser, brokerPW                   string
 	advertise, auth, htpasswd, tlsCert, tlsKey, inspectionRules string
-	defaultSite                                                 string
+	defaultSite, quarantineOn                                   string
 	maxPacket, maxClean, maxDeploy, histMax                     int
 	waitTimeout, cmdTimeout, resend, tick                       time.Duration
 	autoClean, forcePower, verbose                              bool
@@ -72,6 +74,8 @@ type serveOptions struct {
 	mqttInsecure                                                bool
 	fdReserve                                                   int
 	apiConns, mqttConns                                         netbudget.Limits
+	clusterMember, clusterListen, clusterPeers                  string
+	clusterCert, clusterCertKey, clusterCA                      string
 }
 
 func (c *cmd) serveCmd() *cobra.Command {
@@ -102,7 +106,8 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.StringVar(&o.brokerCA, "broker-ca-file", "", "CA (PEM) `FILE` that signs the external broker's certificate, for an mqtts:// --broker-url")
 	fs.StringVar(&o.brokerUser, "broker-username", "", "`USER` at the external broker (default: the coordinator's own)")
 	fs.StringVar(&o.brokerPW, "broker-password", "", "`PASSWORD` at the external broker (env COORDINATOR_BROKER_PASSWORD)")
-	fs.StringVar(&o.advertise, "advertise-broker-url", "", "broker `URL` written into site credentials files by site add and site rotate (default: the broker's own address; required with a --mqtt-listen on every interface, such as 0.0.0.0:8883)")
+	fs.StringVar(&o.advertise, "advertise-broker-url", "", "broker `URL` written into site credentials files by site add and site rotate (default: the broker's own address; required with a --mqtt-listen on every interface, such as 0.0.0.0:8883); "+
+		"a cluster's members each give the list of every member's broker, separated by commas, which edge agents try in turn (only the leader runs one)")
 	fs.IntVar(&o.maxPacket, "max-packet-size", mqttbroker.DefaultMaxPacketSize, "largest MQTT packet the embedded broker reads after CONNECT, in `BYTES` (CONNECT itself: 16 KiB)")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 30*time.Minute, "a WAIT state that hears nothing this long fails (heartbeats reset it)")
 	fs.DurationVar(&o.cmdTimeout, "command-timeout", 5*time.Minute, "an out-of-band command without a result this long fails")
@@ -119,6 +124,8 @@ func (c *cmd) serveCmd() *cobra.Command {
 		"(Ironic's [deploy]fast_track_timeout, 300 s), and a node kept in its ramdisk that no operation used this long after the last one ended is powered off")
 	fs.BoolVar(&o.allowMD5, "allow-md5-checksum", false, "take md5 and sha1 image checksums (Ironic's [agent]allow_md5_checksum): a deploy with one is verified with it by the ramdisk; "+
 		"without it such a deploy is refused (400). sha256 and sha512 are always taken")
+	fs.StringVar(&o.quarantineOn, "quarantine-on", "off", "quarantine policy: `off`, critical or warning. An available node (not in maintenance) whose health, at its site's next report, "+
+		"is this or worse is set into maintenance with a reason naming the sensors, so that nothing hands it out; nodes in other states are not touched (docs/remote-hands.md, Quarantine)")
 	fs.BoolVar(&o.edgePlans, "edge-plans", true, "hand the rest of a clean, deploy or service phase to the site's edge agent as one plan when the agent runs plans "+
 		"(it relays its ramdisks): the site goes from step to step by itself, also while its link is down, and the results are applied here in order, "+
 		"with the same history and failure rules; false sends each step's command alone (docs/edge.md, Plans)")
@@ -132,6 +139,13 @@ func (c *cmd) serveCmd() *cobra.Command {
 	fs.StringVar(&o.htpasswd, "htpasswd", "", "htpasswd `FILE` of bcrypt entries of cost 10 or more for --auth http_basic ('htpasswd -cB -C 12 FILE USER', Debian's apache2-utils: -B alone makes cost 5); other hash types and lower costs are refused at start, naming the line")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate `FILE` (followed by its CA, so that ramdisks can check it by pin): serve the API over https and the embedded broker over mqtts (with --tls-key; 'coordinator certs' makes a lab pair)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
+	fs.StringVar(&o.clusterMember, "cluster-member", "", "run as the member `NAME` of a coordinator cluster (with --cluster-listen and --cluster-peers; docs/cluster.md): "+
+		"the engine runs on the leader only, every batch it commits is replicated to every member's store, and every member answers the API. Without it (default) the coordinator runs alone")
+	fs.StringVar(&o.clusterListen, "cluster-listen", "", "`HOST:PORT` of this member's cluster link (mutual TLS with member certificates)")
+	fs.StringVar(&o.clusterPeers, "cluster-peers", "", "every member of the cluster, this one included: `NAME=HOST:PORT,...`; the first start of members with the same list forms the cluster")
+	fs.StringVar(&o.clusterCert, "cluster-cert", "", "this member's certificate (PEM) `FILE` for the cluster link ('coordinator certs --dir DIR --member NAME' writes DIR/member-NAME.pem)")
+	fs.StringVar(&o.clusterCertKey, "cluster-cert-key", "", "the private key (PEM) `FILE` of --cluster-cert")
+	fs.StringVar(&o.clusterCA, "cluster-ca", "", "the cluster's CA (PEM) `FILE`: the cluster link accepts only member certificates it signed")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "log every node event")
 	_ = cc.RegisterFlagCompletionFunc("auth", fixed("none", "http_basic"))
 	_ = cc.MarkFlagDirname("data-dir")
@@ -169,6 +183,10 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 	if o.fastTrackTimeout < time.Second {
 		return usagef("--fast-track-timeout %s: give at least 1s (default %s, Ironic's fast_track_timeout); a ramdisk heartbeats every few seconds", o.fastTrackTimeout, fsm.DefaultFastTrackTimeout)
 	}
+	quarantine, ok := map[string]string{"off": "", "critical": protocol.HealthCritical, "warning": protocol.HealthWarning}[strings.ToLower(o.quarantineOn)]
+	if !ok {
+		return usagef("--quarantine-on %q: give off, critical or warning", o.quarantineOn)
+	}
 	if err := plainMQTTCheck(o); err != nil {
 		return err
 	}
@@ -185,32 +203,70 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 			return fmt.Errorf("--inspection-rules %s: %v", o.inspectionRules, err)
 		}
 	}
+	member, err := openMember(o, log)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	co, err := server.Start(ctx, server.Options{DataDir: o.dataDir, APIListen: o.apiListen, MQTTListen: o.mqttListen,
+	co, err := server.Start(ctx, server.Options{Cluster: member, DataDir: o.dataDir, APIListen: o.apiListen, MQTTListen: o.mqttListen,
 		BrokerURL: o.brokerURL, BrokerUser: o.brokerUser, BrokerPassword: o.brokerPW, AdvertisedBrokerURL: o.advertise,
 		Auth: o.auth, HTPasswd: o.htpasswd, TLSCert: o.tlsCert, TLSKey: o.tlsKey, BrokerCAFile: o.brokerCA, MaxPacketSize: o.maxPacket,
 		Machine: fsm.Config{WaitTimeout: o.waitTimeout, CommandTimeout: o.cmdTimeout, ResendInterval: o.resend,
 			AutomatedClean: o.autoClean, PriorityOverrides: overrides, ForcePowerStateDuringSync: o.forcePower,
-			FastTrack: o.fastTrack, FastTrackTimeout: o.fastTrackTimeout, AllowMD5Checksum: o.allowMD5},
+			FastTrack: o.fastTrack, FastTrackTimeout: o.fastTrackTimeout, AllowMD5Checksum: o.allowMD5,
+			QuarantineOn: quarantine},
 		MaxConcurrentClean: o.maxClean, MaxConcurrentDeploy: o.maxDeploy, TickInterval: o.tick, HistoryMaxEntries: o.histMax, Log: log,
 		FDReserve: o.fdReserve, APIConns: o.apiConns, MQTTConns: o.mqttConns, NoEdgePlans: !o.edgePlans, DefaultSite: o.defaultSite,
 		BuiltInInspectionRules: builtIn})
 	if err != nil {
+		if member != nil {
+			member.Close()
+		}
 		if isStoreFailure(err) {
 			return exitCode(ExitStoreFailed) // the engine logged why
 		}
 		return err
 	}
-	log.Info("coordinator serving", "api", co.APIURL, "auth", o.auth, "broker", co.BrokerURL, "data", o.dataDir)
+	if member != nil {
+		log.Info("cluster member serving", "member", o.clusterMember, "api", co.APIURL, "auth", o.auth, "cluster", o.clusterListen, "data", o.dataDir)
+	} else {
+		log.Info("coordinator serving", "api", co.APIURL, "auth", o.auth, "broker", co.BrokerURL, "data", o.dataDir)
+	}
 	select {
 	case <-ctx.Done():
-	case <-co.Engine.Failed():
+	case <-co.Failed():
 		return storeFailed(co)
 	}
 	log.Info("shutting down")
 	co.Close()
 	return nil
+}
+
+// openMember opens the cluster member of the --cluster-* flags, nil
+// without them (a coordinator alone, as by default).
+func openMember(o *serveOptions, log *slog.Logger) (*cluster.Member, error) {
+	if o.clusterMember == "" && o.clusterListen == "" && o.clusterPeers == "" {
+		if o.clusterCert != "" || o.clusterCertKey != "" || o.clusterCA != "" {
+			return nil, usagef("--cluster-cert, --cluster-cert-key and --cluster-ca are for a cluster member: add --cluster-member, --cluster-listen and --cluster-peers")
+		}
+		return nil, nil
+	}
+	if o.clusterMember == "" || o.clusterListen == "" || o.clusterPeers == "" {
+		return nil, usagef("a cluster member needs --cluster-member NAME, --cluster-listen HOST:PORT and --cluster-peers NAME=HOST:PORT,... (every member, itself included)")
+	}
+	if o.clusterCert == "" || o.clusterCertKey == "" || o.clusterCA == "" {
+		return nil, usagef("a cluster member needs its member certificate: --cluster-cert FILE --cluster-cert-key FILE --cluster-ca FILE ('coordinator certs --dir DIR --member %s' makes them)", o.clusterMember)
+	}
+	peers, err := cluster.ParsePeers(o.clusterPeers)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	tc, err := cluster.LoadTLS(o.clusterCert, o.clusterCertKey, o.clusterCA)
+	if err != nil {
+		return nil, err
+	}
+	return cluster.Open(cluster.Config{Name: o.clusterMember, Listen: o.clusterListen, Peers: peers, DataDir: o.dataDir, TLS: tc, Log: log})
 }
 
 // ExitStoreFailed is serve's exit status when the database failed while

@@ -128,7 +128,8 @@ The nodes of an unreachable site do not time out for silence: their WAIT and com
 timeouts count only the time the site was reachable. A site that does not come back
 stays listed as offline, with its last-seen time, instead of failing its nodes. After
 a restart of the coordinator every site is unreachable since it was last seen, until
-its edge agent connects again. --column created_at adds when it was registered.`,
+its edge agent connects again. --column created_at adds when it was registered. A member
+of a coordinator cluster adds a line with the cluster's members and which one leads.`,
 		Args: args(),
 		RunE: func(*cobra.Command, []string) error {
 			cl, err := c.apiClient()
@@ -141,7 +142,13 @@ its edge agent connects again. --column created_at adds when it was registered.`
 			if _, _, err := cl.do("GET", "/v1/sites", nil, &resp); err != nil {
 				return err
 			}
-			return c.table(resp.Sites, []string{"name", "online", "last_seen", "offline_since", "queued", "nodes"})
+			if err := c.table(resp.Sites, []string{"name", "online", "last_seen", "offline_since", "queued", "nodes"}); err != nil {
+				return err
+			}
+			if c.format == "table" {
+				c.clusterLine(cl)
+			}
+			return nil
 		},
 	}, true)
 	return c.groupCmd("site", "Register, list, show, set, re-key and remove sites (one edge agent each)",

@@ -23,6 +23,7 @@ import (
 	"github.com/bmedge/bmedge/coordinator/engine/brokerauth"
 	"github.com/bmedge/bmedge/coordinator/engine/catalog"
 	"github.com/bmedge/bmedge/coordinator/engine/reach"
+	"github.com/bmedge/bmedge/coordinator/engine/readings"
 	"github.com/bmedge/bmedge/coordinator/engine/sites"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/inspectrules"
@@ -60,6 +61,11 @@ type Config struct {
 	// (store.Committer): the engine gives it each batch instead of the
 	// store (a replicated log applies the batch to the store itself).
 	Committer func(*store.Store) store.Committer
+	// Store, if set, is the database, already open: New does not open
+	// the data folder's, and Close leaves it open (a cluster member's
+	// store, to which the replicated log is applied whether or not this
+	// member's engine runs).
+	Store *store.Store
 	// OnFatal, if set, is called once when the database fails (a
 	// *store.FailedError); the engine then takes no more work and the
 	// process must exit (crash-only: a restart recovers from what is on
@@ -250,20 +256,22 @@ func New(cfg Config) (*Engine, error) {
 	// The database is encrypted at rest with a key of its own in the data
 	// folder (db.key): the database holds BMC and rescue passwords.
 	dbDir := filepath.Join(cfg.DataDir, backups.DBFolder)
-	key, err := store.LoadKey(filepath.Join(cfg.DataDir, backups.KeyFile), dbDir)
-	if err != nil {
-		return nil, err
-	}
 	secret, err := loadSecret(filepath.Join(cfg.DataDir, backups.SecretFile))
 	if err != nil {
 		return nil, err
 	}
-	if err := store.Restrict(cfg.DataDir, cfg.Log); err != nil {
-		return nil, err
-	}
-	st, err := store.Open(dbDir, key, cfg.Log, cfg.StoreOptions...)
-	if err != nil {
-		return nil, err
+	st := cfg.Store
+	if st == nil {
+		key, err := store.LoadKey(filepath.Join(cfg.DataDir, backups.KeyFile), dbDir)
+		if err != nil {
+			return nil, err
+		}
+		if err := store.Restrict(cfg.DataDir, cfg.Log); err != nil {
+			return nil, err
+		}
+		if st, err = store.Open(dbDir, key, cfg.Log, cfg.StoreOptions...); err != nil {
+			return nil, err
+		}
 	}
 	e := &Engine{cfg: cfg, st: st, commits: st, reg: newRegistry(), sites: sites.New(),
 		reachBk: reach.New(reachSaveInterval), cacheBk: &cacheBook{byID: map[string]*CacheStatus{}},
@@ -282,17 +290,17 @@ func New(cfg Config) (*Engine, error) {
 		e.cfg.Machine.SitePlans = e.sitePlans
 	}
 	if err := e.openInspectionRules(&cfg); err != nil {
-		st.Close()
+		e.closeStore()
 		return nil, err
 	}
 	e.m = fsm.New(cfg.Machine)
 	e.rejects = ratelog.New(cfg.Log, 0)
 	if err := e.load(); err != nil {
-		st.Close()
+		e.closeStore()
 		return nil, err
 	}
 	if err := e.loadHistory(); err != nil {
-		st.Close()
+		e.closeStore()
 		return nil, err
 	}
 	e.views.publishAll(e.reg.nodes)
@@ -345,6 +353,17 @@ func (e *Engine) load() error {
 	}
 	if err := e.dropUnusedStepCats(); err != nil {
 		return err
+	}
+	if e.cfg.Metrics != nil {
+		for id := range e.reg.nodes {
+			s, err := readings.LoadSensors(e.st, id)
+			if err != nil {
+				e.cfg.Log.Warn("the node's kept sensor readings could not be read; /metrics shows none until its next health report", "node", id, "err", err)
+			}
+			if s != nil {
+				e.cfg.Metrics.Sensors(id, s.Sensors)
+			}
+		}
 	}
 	err = e.st.Scan(store.PortPrefix, func(_ string, v []byte) error {
 		var p Port
@@ -428,8 +447,15 @@ func (e *Engine) Close() {
 		}
 		close(e.run.stopped)
 		e.run.wg.Wait()
-		e.st.Close()
+		e.closeStore()
 	})
+}
+
+// closeStore closes the database unless it was given open (Config.Store).
+func (e *Engine) closeStore() {
+	if e.cfg.Store == nil {
+		e.st.Close()
+	}
 }
 
 // lookup finds a node by UUID or name; callers hold e.reg.mu.

@@ -24,6 +24,7 @@ func (t *tx) keepHealth(n *fsm.Node, r *protocol.HealthReport, readAt time.Time,
 		if b, err := json.Marshal(s); err == nil {
 			t.batch.Set(store.SensorsPrefix+n.UUID, b)
 		}
+		t.e.cfg.Metrics.Sensors(n.UUID, s.Sensors)
 	}
 	if len(r.Events) == 0 {
 		return

@@ -55,6 +55,13 @@ func (e *Engine) fail(err error) {
 		}
 		e.run.fatal.err = fe
 		close(e.run.fatal.failed)
+		if errors.Is(err, store.ErrNotLeading) {
+			e.cfg.Log.Warn("the engine stops: this cluster member no longer leads (its last batch was not committed, and nothing of it was sent)", "err", err)
+			if e.cfg.OnFatal != nil {
+				e.cfg.OnFatal(fe)
+			}
+			return
+		}
 		e.cfg.Log.Error(fe.Error(), "err", fe.Err)
 		if e.cfg.OnFatal != nil {
 			e.cfg.OnFatal(fe)
@@ -75,6 +82,9 @@ func (e *Engine) Stopped() error {
 // stoppedError is what requests get once the engine has failed.
 func (e *Engine) stoppedError() *Error {
 	fe := e.run.fatal.err
+	if errors.Is(fe, store.ErrNotLeading) {
+		return errorf(Unavailable, "This coordinator no longer leads its cluster, so this request was not stored; send it again: any member passes it to the new leader.")
+	}
 	return errorf(Unavailable, "The coordinator has stopped: its database failed (store %s: %s), so this request was not stored; it exits, and a restart recovers every acknowledged change.", fe.Op, fe.Cause())
 }
 

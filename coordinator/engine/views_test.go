@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,5 +87,48 @@ func TestReadsDoNotWaitOnTheLoop(t *testing.T) {
 	v := e.Views([]string{"a"}, "k", true, func(x *fsm.Node, _ bool) any { return x.Description }, nil)
 	if d != "changed" || v[0] != "changed" {
 		t.Fatalf("after the commit: view %q, kept view %v; want the change", d, v[0])
+	}
+}
+
+// deposedCommitter refuses every commit once deposed is set, as a
+// cluster's replicated log does on a member that no longer leads.
+type deposedCommitter struct {
+	st      *store.Store
+	deposed atomic.Bool
+}
+
+func (d *deposedCommitter) Commit(ctx context.Context, b *store.Batch) error {
+	if d.deposed.Load() {
+		return fmt.Errorf("%w: leadership lost", store.ErrNotLeading)
+	}
+	return d.st.Commit(ctx, b)
+}
+
+// TestNotLeadingStops: a commit refused because the member no longer
+// leads stops the engine (Failed closes, nothing of the batch is
+// stored) and requests get Unavailable saying so, not that the database
+// failed.
+func TestNotLeadingStops(t *testing.T) {
+	d := &deposedCommitter{}
+	e, _ := newEngine(t, Config{Committer: func(st *store.Store) store.Committer { d.st = st; return d }})
+	d.deposed.Store(true)
+	_, err := e.CreateNode(NodeSpec{Name: "late", Driver: "fake"})
+	var ee *Error
+	if !errors.As(err, &ee) || ee.Kind != Unavailable {
+		t.Fatalf("create on a deposed member: %v, want Unavailable", err)
+	}
+	select {
+	case <-e.Failed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the engine did not stop")
+	}
+	_ = d.st.Scan(store.NodePrefix, func(_ string, v []byte) error {
+		if strings.Contains(string(v), `"late"`) {
+			t.Fatal("the refused batch's node is in the store")
+		}
+		return nil
+	})
+	if err := e.Stopped(); err == nil || !strings.Contains(err.Error(), "no longer leads its cluster") || strings.Contains(err.Error(), "database failed") {
+		t.Fatalf("Stopped on a deposed member: %v", err)
 	}
 }

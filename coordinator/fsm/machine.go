@@ -72,6 +72,12 @@ type Config struct {
 	// (protocol.ArgAllowMD5Checksum). Without it such a deploy is
 	// refused (400) naming the option.
 	AllowMD5Checksum bool
+	// QuarantineOn (serve's --quarantine-on): "" (off), or
+	// protocol.HealthCritical or HealthWarning: an available node not in
+	// maintenance whose health report says this or worse is set into
+	// maintenance, with a reason naming the readings (health.go), so that
+	// nothing hands it out. Nodes in other states are not touched.
+	QuarantineOn string
 }
 
 // Check is the start-time check of the configuration, for the coordinator

@@ -159,6 +159,11 @@ type Node struct {
 	// HealthReadAt when that report was read at the site (health.go).
 	Health       string    `json:"health,omitempty"`
 	HealthReadAt time.Time `json:"health_read_at,omitzero"`
+	// HealthQuarantined is set when the quarantine policy set the node
+	// into maintenance, and cleared by a report better than the policy's
+	// health: until then, an operator who unset maintenance is not
+	// overruled by the next report of the same trouble. Hidden.
+	HealthQuarantined bool `json:"health_quarantined,omitempty"`
 	// Held is a result that arrived while the node was in maintenance; it
 	// is applied when maintenance ends.
 	Held *protocol.Message `json:"held,omitempty"`

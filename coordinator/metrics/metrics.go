@@ -3,9 +3,9 @@
 // The engine calls the hooks (every method is safe on a nil *Metrics, so
 // an engine without metrics calls them too); what the nodes and sites
 // are now is read from the engine when Prometheus scrapes, through the
-// functions given to Census, so that no per-node series exists. It must
-// never label a series with a node: label values are states, sites,
-// verbs, outcomes and step names, all bounded.
+// functions given to Census. Only the health series (health.go) are
+// labelled with a node, a bounded number per node; every other label
+// value is a state, site, verb, outcome or step name, all bounded.
 package metrics
 
 import (
@@ -56,6 +56,8 @@ type Metrics struct {
 	steps     map[string]stepRun
 	stepNames map[string]bool
 	rescue    rescueRefusals
+	// sensors holds each node's sensor summary (health.go).
+	sensors map[string]*sensorSummary
 }
 
 // stepRun is a node's running step as last seen.
@@ -72,7 +74,7 @@ type stepRun struct {
 // New returns the coordinator's metrics, with Go runtime and process
 // metrics in the same registry.
 func New() *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), steps: map[string]stepRun{}, stepNames: map[string]bool{},
+	m := &Metrics{reg: prometheus.NewRegistry(), steps: map[string]stepRun{}, stepNames: map[string]bool{}, sensors: map[string]*sensorSummary{},
 		rescue: rescueRefusals{last: map[string]rescueLast{}, totals: map[string]int64{}}}
 	f := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: Namespace, Name: name, Help: help}
@@ -121,7 +123,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // for every node (engine.Each), sites returns every site and whether its
 // edge agent is connected.
 func (m *Metrics) Census(nodes func(func(*fsm.Node) bool), sites func() map[string]bool) {
-	m.reg.MustRegister(&census{nodes: nodes, sites: sites,
+	m.reg.MustRegister(&census{m: m, nodes: nodes, sites: sites, health: newHealthDescs(),
 		nodesDesc: prometheus.NewDesc(Namespace+"_nodes", "Nodes by provision state and site (conductor_group), now.", []string{"provision_state", "site"}, nil),
 		onlineDesc: prometheus.NewDesc(Namespace+"_site_online",
 			"Whether the site's edge agent is connected to the broker (1) or not (0), now.", []string{"site"}, nil),
@@ -130,6 +132,8 @@ func (m *Metrics) Census(nodes func(func(*fsm.Node) bool), sites func() map[stri
 }
 
 type census struct {
+	m                                *Metrics
+	health                           healthDescs
 	nodes                            func(func(*fsm.Node) bool)
 	sites                            func() map[string]bool
 	nodesDesc, onlineDesc, maintDesc *prometheus.Desc
@@ -139,19 +143,42 @@ func (c *census) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.nodesDesc
 	ch <- c.onlineDesc
 	ch <- c.maintDesc
+	c.health.describe(ch)
 }
 
 func (c *census) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ state, site string }
 	count := map[key]int{}
 	maint := map[string]int{}
+	// The sensor summaries are read from a copy: the engine's loop holds
+	// its lock when it takes c.m.mu, never the other way round.
+	c.m.mu.Lock()
+	summaries := make(map[string]*sensorSummary, len(c.m.sensors))
+	for k, v := range c.m.sensors {
+		summaries[k] = v
+	}
+	c.m.mu.Unlock()
+	seen := map[string]bool{}
+	health := map[[2]string]int{}
 	c.nodes(func(n *fsm.Node) bool {
 		count[key{string(n.ProvisionState), n.Site}]++
 		if n.Maintenance {
 			maint[n.Site]++
 		}
+		c.collectHealth(ch, n, summaries[n.UUID], seen, health)
 		return true
 	})
+	// The summaries of nodes deleted since are let go.
+	c.m.mu.Lock()
+	for k, v := range summaries {
+		if !seen[k] && c.m.sensors[k] == v {
+			delete(c.m.sensors, k)
+		}
+	}
+	c.m.mu.Unlock()
+	for k, v := range health {
+		ch <- prometheus.MustNewConstMetric(c.health.nodesHealth, prometheus.GaugeValue, float64(v), k[0], k[1])
+	}
 	for k, v := range count {
 		ch <- prometheus.MustNewConstMetric(c.nodesDesc, prometheus.GaugeValue, float64(v), k.state, k.site)
 	}

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -116,4 +117,67 @@ func TestNilMetrics(t *testing.T) {
 	m.Committed(0)
 	m.Loaded(&fsm.Node{})
 	m.Node(&fsm.Node{}, time.Now())
+}
+
+// Health series: a node's health as a number, its sensors counted by
+// kind and status (an unknown kind as other), the readings of at most
+// MaxSensorSeries sensors in Warning or Critical (the worst first); a
+// deleted node's series go with it.
+func TestHealthSeries(t *testing.T) {
+	m := New()
+	nodes := []*fsm.Node{
+		{UUID: "u1", Name: "n1", Site: "s1", Health: protocol.HealthCritical},
+		{UUID: "u2", Site: "s1", Health: protocol.HealthOK},
+		{UUID: "u3", Site: "s2"},
+	}
+	m.Census(func(f func(*fsm.Node) bool) {
+		for _, n := range nodes {
+			if !f(n) {
+				return
+			}
+		}
+	}, func() map[string]bool { return map[string]bool{"s1": true, "s2": true} })
+	r := func(v float64) *float64 { return &v }
+	var sensors []protocol.Sensor
+	for i := range 12 {
+		sensors = append(sensors, protocol.Sensor{Name: fmt.Sprintf("Fan %02d", i), Kind: protocol.SensorFan, Reading: r(float64(i)), Units: "RPM", Status: protocol.HealthWarning})
+	}
+	sensors = append(sensors,
+		protocol.Sensor{Name: "CPU 1", Kind: protocol.SensorTemperature, Reading: r(80), Units: "Cel", Status: protocol.HealthCritical},
+		protocol.Sensor{Name: "Inlet", Kind: protocol.SensorTemperature, Reading: r(20), Units: "Cel", Status: protocol.HealthOK},
+		protocol.Sensor{Name: "Odd", Kind: "weird", Reading: r(1), Status: protocol.HealthCritical},
+		protocol.Sensor{Name: "Odd", Kind: "weird", Reading: r(2), Status: protocol.HealthCritical},
+		protocol.Sensor{Name: "Slot", Kind: protocol.SensorFan})
+	m.Sensors("u1", sensors)
+	m.Sensors("u2", []protocol.Sensor{})
+	out := text(t, m)
+	for _, want := range []string{
+		`bmedge_node_health{name="n1",node="u1",site="s1"} 2`,
+		`bmedge_node_health{name="",node="u2",site="s1"} 0`,
+		`bmedge_nodes_health{health="Critical",site="s1"} 1`,
+		`bmedge_nodes_health{health="OK",site="s1"} 1`,
+		`bmedge_nodes_health{health="none",site="s2"} 1`,
+		`bmedge_node_sensors{kind="fan",node="u1",site="s1",status="Warning"} 12`,
+		`bmedge_node_sensors{kind="fan",node="u1",site="s1",status="unknown"} 1`,
+		`bmedge_node_sensors{kind="other",node="u1",site="s1",status="Critical"} 2`,
+		`bmedge_node_sensors{kind="temperature",node="u1",site="s1",status="OK"} 1`,
+		`bmedge_node_sensor_reading{kind="temperature",node="u1",sensor="CPU 1",site="s1",status="Critical",units="Cel"} 80`,
+		`bmedge_node_sensor_reading{kind="other",node="u1",sensor="Odd",site="s1",status="Critical",units=""} 1`,
+		`bmedge_node_sensor_reading{kind="fan",node="u1",sensor="Fan 00",site="s1",status="Warning",units="RPM"} 0`,
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if n := strings.Count(out, "\nbmedge_node_sensor_reading{"); n != 8 {
+		t.Errorf("%d reading series; want %d (the bound; two sensors of one name are one)", n, MaxSensorSeries)
+	}
+	if strings.Contains(out, `sensor="Fan 06"`) || strings.Contains(out, `sensor="Inlet"`) || strings.Contains(out, `node="u3"`) {
+		t.Errorf("a reading past the bound, of an OK sensor, or a node without health or sensors:\n%s", out)
+	}
+	nodes = nodes[1:]
+	out = text(t, m)
+	if strings.Contains(out, `node="u1"`) || len(m.sensors) != 1 {
+		t.Errorf("the deleted node's series stay (%d summaries):\n%s", len(m.sensors), out)
+	}
 }

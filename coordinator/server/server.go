@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/api"
+	"github.com/bmedge/bmedge/coordinator/cluster"
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/inspectrules"
@@ -48,6 +49,11 @@ type Options struct {
 	Log                    *slog.Logger
 	// HistoryMaxEntries caps each node's history (0: the engine's default).
 	HistoryMaxEntries int
+	// Cluster, if set, makes the coordinator a member of a cluster: its
+	// engine runs only while the member leads, on the member's store,
+	// committing through the replicated log; the API answers on every
+	// member (cluster.go).
+	Cluster *cluster.Member
 
 	// Auth is the API's authentication: "none" (allowed only when the API
 	// listens on loopback) or "http_basic" with HTPasswd (bcrypt entries).
@@ -105,9 +111,15 @@ type Coordinator struct {
 	Conns     *netbudget.Pool
 	cancel    context.CancelFunc
 	closeOnce sync.Once
+	// web is the web view, whose event streams end at Shutdown.
+	web *ui.Handler
+	// member is the cluster's part (cluster.go), nil for a single
+	// coordinator.
+	member *memberRun
 }
 
-// Start brings a coordinator up and returns once it serves.
+// Start brings a coordinator up and returns once it serves. With
+// Options.Cluster it serves as a member of a cluster (cluster.go).
 func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -118,12 +130,42 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	met := metrics.New()
-	e, err := engine.New(engine.Config{DataDir: o.DataDir, Machine: o.Machine, MaxConcurrentClean: o.MaxConcurrentClean,
-		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, HistoryMaxEntries: o.HistoryMaxEntries, Log: o.Log,
-		Metrics: met, NoEdgePlans: o.NoEdgePlans, DefaultSite: o.DefaultSite, BuiltInInspectionRules: o.BuiltInInspectionRules})
+	reserve := o.FDReserve
+	if reserve == 0 {
+		reserve = -1
+	}
+	pool, err := netbudget.NewPool(reserve)
 	if err != nil {
 		return nil, err
+	}
+	if o.Cluster != nil {
+		return startMember(ctx, o, auth, apiTLS, pool)
+	}
+	c, root, err := startCore(ctx, o, auth, pool)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.listen(o, auth, apiTLS, root); err != nil {
+		c.closeParts()
+		return nil, err
+	}
+	return c, nil
+}
+
+// startCore starts the engine, the broker (or the link to an external
+// one) and returns the API's handler: all of a single coordinator but
+// its listener, and what a cluster's leader runs.
+func startCore(ctx context.Context, o Options, auth *api.BasicAuth, pool *netbudget.Pool) (*Coordinator, http.Handler, error) {
+	met := metrics.New()
+	ec := engine.Config{DataDir: o.DataDir, Machine: o.Machine, MaxConcurrentClean: o.MaxConcurrentClean,
+		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, HistoryMaxEntries: o.HistoryMaxEntries, Log: o.Log,
+		Metrics: met, NoEdgePlans: o.NoEdgePlans, DefaultSite: o.DefaultSite, BuiltInInspectionRules: o.BuiltInInspectionRules}
+	if o.Cluster != nil {
+		ec.Store, ec.Committer = o.Cluster.Store(), o.Cluster.Committer
+	}
+	e, err := engine.New(ec)
+	if err != nil {
+		return nil, nil, err
 	}
 	met.Census(e.Each, func() map[string]bool {
 		online := map[string]bool{}
@@ -132,16 +174,12 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 		}
 		return online
 	})
-	reserve := o.FDReserve
-	if reserve == 0 {
-		reserve = -1
+	conns := connCollector{pool: pool, rescue: met.RescueRefusals}
+	if o.Cluster == nil {
+		met.Registry().MustRegister(conns)
+	} else {
+		met.Registry().MustRegister(o.Cluster.Collector(), conns)
 	}
-	pool, err := netbudget.NewPool(reserve)
-	if err != nil {
-		e.Close()
-		return nil, err
-	}
-	met.Registry().MustRegister(connCollector{pool: pool, rescue: met.RescueRefusals})
 	c := &Coordinator{Engine: e, Metrics: met, Conns: pool}
 	ctx, c.cancel = context.WithCancel(ctx)
 	user, pass := e.CoordinatorCredentials()
@@ -161,7 +199,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 			cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
 			if err != nil {
 				e.Close()
-				return nil, fmt.Errorf("TLS certificate for the broker: %w; check --tls-cert and --tls-key (make a lab pair with 'coordinator certs')", err)
+				return nil, nil, fmt.Errorf("TLS certificate for the broker: %w; check --tls-cert and --tls-key (make a lab pair with 'coordinator certs')", err)
 			}
 			bc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 			scheme = "mqtts://"
@@ -169,7 +207,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 		b, err := mqttbroker.Start(bc, e, o.Log, hs)
 		if err != nil {
 			e.Close()
-			return nil, fmt.Errorf("%w; pick another address with --mqtt-listen", err)
+			return nil, nil, fmt.Errorf("%w; pick another address with --mqtt-listen", err)
 		}
 		c.Broker = b
 		met.Registry().MustRegister(publishRefusedCollector{b})
@@ -184,14 +222,14 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 		if o.BrokerCAFile != "" {
 			if tc, err = mqttlink.TLSFromCAFile(o.BrokerCAFile); err != nil {
 				c.closeParts()
-				return nil, fmt.Errorf("--broker-ca-file: %w", err)
+				return nil, nil, fmt.Errorf("--broker-ca-file: %w", err)
 			}
 		}
 		link, err := mqttlink.Dial(ctx, mqttlink.Config{URL: c.BrokerURL, ClientID: "coordinator", Username: user, Password: pass,
 			Subscriptions: subs, Handler: e.HandleMessage, Logger: o.Log, TLS: tc})
 		if err != nil {
 			c.closeParts()
-			return nil, err
+			return nil, nil, err
 		}
 		c.Link = link
 		pub = link
@@ -202,29 +240,8 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	}
 	if err := e.Start(pub); err != nil {
 		c.closeParts()
-		return nil, err
+		return nil, nil, err
 	}
-	ln, err := net.Listen("tcp", o.APIListen)
-	if err != nil {
-		c.closeParts()
-		return nil, fmt.Errorf("API listener on %s: %w; pick another address with --api-listen", o.APIListen, err)
-	}
-	// A name like localhost is checked again on the address it really
-	// bound, in case it resolved to something else.
-	if auth == nil && !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
-		ln.Close()
-		c.closeParts()
-		return nil, noAuthError(ln.Addr().String())
-	}
-	c.APIAddr = ln.Addr().String()
-	c.APIURL = "http://" + c.APIAddr
-	// The budgets see the raw TCP connection, before any TLS handshake.
-	ln = pool.Wrap(ln, netbudget.Options{Name: "api", Limits: o.APIConns.Or(DefaultAPIConnLimits), Log: o.Log})
-	if apiTLS != nil {
-		ln = tls.NewListener(ln, apiTLS)
-		c.APIURL = "https://" + c.APIAddr
-	}
-	c.ln = ln
 	h := api.New(e, o.Log, adv)
 	if auth != nil {
 		h.UseBasicAuth(auth)
@@ -236,6 +253,7 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 	// The web view (/ui/) asks for the same credentials; its actions are
 	// requests to the API itself.
 	web := ui.New(e, ui.Options{Log: o.Log})
+	c.web = web
 	uh := h.Authenticated(web)
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" {
@@ -248,6 +266,37 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 		}
 		h.ServeHTTP(w, r)
 	})
+	if c.Link != nil {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := c.Link.AwaitUp(wctx); err != nil {
+			o.Log.Warn("coordinator is not yet connected to the broker; it keeps trying", "broker", c.BrokerURL)
+		}
+	}
+	return c, root, nil
+}
+
+// listen opens the API's listener and serves root on it.
+func (c *Coordinator) listen(o Options, auth *api.BasicAuth, apiTLS *tls.Config, root http.Handler) error {
+	ln, err := net.Listen("tcp", o.APIListen)
+	if err != nil {
+		return fmt.Errorf("API listener on %s: %w; pick another address with --api-listen", o.APIListen, err)
+	}
+	// A name like localhost is checked again on the address it really
+	// bound, in case it resolved to something else.
+	if auth == nil && !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
+		ln.Close()
+		return noAuthError(ln.Addr().String())
+	}
+	c.APIAddr = ln.Addr().String()
+	c.APIURL = "http://" + c.APIAddr
+	// The budgets see the raw TCP connection, before any TLS handshake.
+	ln = c.Conns.Wrap(ln, netbudget.Options{Name: "api", Limits: o.APIConns.Or(DefaultAPIConnLimits), Log: o.Log})
+	if apiTLS != nil {
+		ln = tls.NewListener(ln, apiTLS)
+		c.APIURL = "https://" + c.APIAddr
+	}
+	c.ln = ln
 	// ErrorLog takes net/http's own complaints (TLS handshakes that fail,
 	// mostly clients that do not trust the certificate) into the log.
 	// A connection stays pending until a request of it passes
@@ -256,31 +305,37 @@ func Start(ctx context.Context, o Options) (*Coordinator, error) {
 		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelInfo), ConnContext: connContext}
 	// Shutdown waits for idle connections: the web view's event streams
 	// end first.
-	c.http.RegisterOnShutdown(web.Close)
+	if c.web != nil {
+		c.http.RegisterOnShutdown(c.web.Close)
+	}
 	go func() {
 		if err := c.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Log.Error("API server stopped", "err", err)
 		}
 	}()
-	if c.Link != nil {
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := c.Link.AwaitUp(wctx); err != nil {
-			o.Log.Warn("coordinator is not yet connected to the broker; it keeps trying", "broker", c.BrokerURL)
-		}
-	}
-	return c, nil
+	return nil
 }
 
 func (c *Coordinator) closeParts() {
-	c.cancel()
+	if c.member != nil {
+		c.member.close()
+		return
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
 	if c.Link != nil {
 		c.Link.Close()
 	}
 	if c.Broker != nil {
 		_ = c.Broker.Close()
 	}
-	c.Engine.Close()
+	if c.web != nil {
+		c.web.Close()
+	}
+	if c.Engine != nil {
+		c.Engine.Close()
+	}
 }
 
 // Close stops the API, the link, the broker and the engine; it may be

@@ -785,3 +785,51 @@ func RestoreBackup(r io.Reader, key []byte, dbDir string, log *slog.Logger) (Bac
 	}
 	return info, files, nil
 }
+
+// Replace makes the database hold exactly what the backup in r holds (a
+// cluster member restoring a snapshot of the replicated log): the backup
+// is first copied into a file in spoolDir and checked whole with key, so
+// that a damaged or cut one changes nothing; then every key is dropped
+// and the backup's keys are written. It returns the backup's files.
+// Commits must not run meanwhile (the replicated log applies nothing
+// while it restores).
+func (s *Store) Replace(r io.Reader, key []byte, spoolDir string) (BackupInfo, map[string][]byte, error) {
+	f, err := os.CreateTemp(spoolDir, ".snapshot-*")
+	if err != nil {
+		return BackupInfo{}, nil, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := readBackup(io.TeeReader(r, f), key, nil, nil); err != nil {
+		return BackupInfo{}, nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return BackupInfo{}, nil, err
+	}
+	if err := s.db.DropPrefix(""); err != nil {
+		return BackupInfo{}, nil, err
+	}
+	files := map[string][]byte{}
+	var b Batch
+	size := 0
+	info, err := readBackup(bufio.NewReader(f), key, func(k, v []byte) error {
+		b.Set(string(k), v)
+		size += len(k) + len(v)
+		if size < restoreBatchBytes {
+			return nil
+		}
+		err := s.Commit(context.Background(), &b)
+		b, size = Batch{}, 0
+		return err
+	}, func(name string, data []byte) error {
+		files[name] = data
+		return nil
+	})
+	if err == nil {
+		err = s.Commit(context.Background(), &b)
+	}
+	if err != nil {
+		return info, nil, err
+	}
+	return info, files, nil
+}

@@ -204,3 +204,46 @@ func TestCloseEndsBackup(t *testing.T) {
 		t.Fatalf("a backup after Close: %v", err)
 	}
 }
+
+// TestReplace makes a live database hold exactly a backup's keys: keys
+// the backup lacks are gone, its keys and files are back; a damaged
+// backup changes nothing.
+func TestReplace(t *testing.T) {
+	want, file := backupOf(t)
+	dir := t.TempDir()
+	s := openTest(t, filepath.Join(dir, "db"))
+	defer s.Close()
+	var b Batch
+	b.Set(NodePrefix+"000", []byte("an older record"))
+	b.Set(PortPrefix+"stale", []byte("not in the backup"))
+	if err := s.Commit(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	damaged := append([]byte{}, file...)
+	damaged[len(damaged)/2] ^= 1
+	if _, _, err := s.Replace(bytes.NewReader(damaged), testKey, dir); err == nil {
+		t.Fatal("a damaged backup was taken")
+	}
+	if _, found, _ := s.Get(PortPrefix + "stale"); !found {
+		t.Fatal("a damaged backup changed the database")
+	}
+	_, files, err := s.Replace(bytes.NewReader(file), testKey, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(files["secret"]) != "the coordinator's secret" {
+		t.Fatalf("files %v", files)
+	}
+	got := map[string]string{}
+	if err := s.Scan("", func(k string, v []byte) error { got[k] = string(v); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d keys after Replace, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("%s after Replace: %.20q, want %.20q", k, got[k], v)
+		}
+	}
+}

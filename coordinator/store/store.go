@@ -201,6 +201,12 @@ type Committer interface {
 	Commit(ctx context.Context, b *Batch) error
 }
 
+// ErrNotLeading is in the error of a commit that a cluster's replicated
+// log refused because this member no longer leads: nothing of the batch
+// is stored here, the store is sound, and the engine stops as for a
+// failure while the member goes on as a follower.
+var ErrNotLeading = errors.New("this coordinator no longer leads its cluster")
+
 // Reader is what the engine reads of the database besides what it keeps
 // in memory: records scanned at start, history, inventories, readings.
 type Reader interface {

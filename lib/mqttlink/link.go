@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -116,19 +117,28 @@ func explain(err error) string {
 // Dial starts connecting and returns at once; Publish waits for the
 // connection. Call Close to stop.
 func Dial(ctx context.Context, cfg Config) (*Link, error) {
-	u, err := url.Parse(cfg.URL)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("broker URL %q is not valid; use mqtt://HOST:PORT or mqtts://HOST:PORT", cfg.URL)
-	}
-	switch u.Scheme {
-	case "mqtt", "tcp":
-		if cfg.TLS != nil {
-			return nil, fmt.Errorf("broker URL %q is plain MQTT but a CA was given; use mqtts://", cfg.URL)
+	// Several URLs, separated by commas (a coordinator cluster's
+	// members, of which only the leader runs a broker), are tried in
+	// turn until one connects, and again after each disconnection.
+	var urls []*url.URL
+	for _, s := range strings.Split(cfg.URL, ",") {
+		s = strings.TrimSpace(s)
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("broker URL %q is not valid; use mqtt://HOST:PORT or mqtts://HOST:PORT (several separated by commas)", s)
 		}
-	case "mqtts", "ssl", "tls":
-	default:
-		return nil, fmt.Errorf("broker URL %q: scheme %q is not known; use mqtt:// or mqtts://", cfg.URL, u.Scheme)
+		switch u.Scheme {
+		case "mqtt", "tcp":
+			if cfg.TLS != nil {
+				return nil, fmt.Errorf("broker URL %q is plain MQTT but a CA was given; use mqtts://", s)
+			}
+		case "mqtts", "ssl", "tls":
+		default:
+			return nil, fmt.Errorf("broker URL %q: scheme %q is not known; use mqtt:// or mqtts://", s, u.Scheme)
+		}
+		urls = append(urls, u)
 	}
+	u := urls[0]
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -138,7 +148,7 @@ func Dial(ctx context.Context, cfg Config) (*Link, error) {
 	if cfg.SessionExpiry == 0 {
 		cfg.SessionExpiry = time.Hour
 	}
-	if cfg.TLS != nil && cfg.TLS.ServerName == "" {
+	if cfg.TLS != nil && cfg.TLS.ServerName == "" && len(urls) == 1 {
 		// Name the host for verification (also an IP address, which Go
 		// would not send as SNI and a pinned check would not see).
 		cfg.TLS = cfg.TLS.Clone()
@@ -148,7 +158,7 @@ func Dial(ctx context.Context, cfg Config) (*Link, error) {
 	l := &Link{cfg: cfg, log: cfg.Logger, upc: make(chan struct{})}
 	ctx, l.stop = context.WithCancel(ctx)
 	ac := autopaho.ClientConfig{
-		ServerUrls:                    []*url.URL{u},
+		ServerUrls:                    urls,
 		KeepAlive:                     cfg.KeepAlive,
 		CleanStartOnInitialConnection: cfg.CleanStart,
 		TlsCfg:                        cfg.TLS,

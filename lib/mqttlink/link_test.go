@@ -177,3 +177,12 @@ func TestDialRejectsBadURL(t *testing.T) {
 		t.Fatal("Dial accepted a URL without a host")
 	}
 }
+
+// Several brokers separated by commas are each checked: one bad URL in
+// the list is refused, naming it.
+func TestDialRejectsBadURLInList(t *testing.T) {
+	_, err := mqttlink.Dial(context.Background(), mqttlink.Config{URL: "mqtt://127.0.0.1:1,http://127.0.0.1:2", ClientID: "x", Logger: quiet()})
+	if err == nil || !strings.Contains(err.Error(), "http://127.0.0.1:2") {
+		t.Fatalf("a list with an http URL: %v, want a refusal naming it", err)
+	}
+}

@@ -128,7 +128,13 @@ func healthRig(t *testing.T, s *recorded.Server, password string) (*testrig.Clie
 // healthRigVia is healthRig with the agent's broker URL changed by via.
 func healthRigVia(t *testing.T, s *recorded.Server, password string, via func(string) string) (*testrig.Client, string, string) {
 	t.Helper()
-	c := testrig.Coordinator(t, testrig.Options{})
+	return healthRigOpts(t, s, password, testrig.Options{}, via)
+}
+
+// healthRigOpts is healthRigVia with the coordinator's options.
+func healthRigOpts(t *testing.T, s *recorded.Server, password string, o testrig.Options, via func(string) string) (*testrig.Client, string, string) {
+	t.Helper()
+	c := testrig.Coordinator(t, o)
 	cl := testrig.NewClient(t, c)
 	var creds agent.Credentials
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "rack1"}, &creds); code != 201 {

@@ -133,7 +133,8 @@ func TestMetrics(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^bmedge_verb_requests_total\{outcome="(invalid|conflict)",verb="rescue"\} 1$`).MatchString(text) {
 		t.Errorf("coordinator /metrics: the refused rescue is not counted")
 	}
-	// No series is labelled with a node.
+	// No series is labelled with a node (the simulated BMCs here tell no
+	// health: TestHealthMetrics checks the per-node health series).
 	if strings.Contains(text, id) || strings.Contains(text, `"n1"`) {
 		t.Errorf("coordinator /metrics names a node")
 	}

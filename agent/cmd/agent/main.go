@@ -117,6 +117,8 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	failStep := fs.String("fail-step", "", "every simulated node fails this in-band step (failure injection)")
 	dieStep := fs.String("die-step", "", "every simulated ramdisk dies during this step (failure injection)")
 	noBoot := fs.Bool("no-boot", false, "simulated ramdisks never boot (failure injection)")
+	simHealth := fs.Bool("simulate-health", false, "simulated BMCs tell their health, sensors (temperatures, fans, power supplies, voltages) and event log, read with power sync; "+
+		"driver_info fake_fail_sensor=NAME fails one (e.g. \"Fan 2\"), fake_health=OK|Warning|Critical|none sets the system's (docs/remote-hands.md)")
 	simUnknown := fs.Int("simulate-unknown", 0, "number of simulated machines at this site that belong to no node: when the site discovers (coordinator site set SITE --discovery on), they boot into discovery and report their inventories, and the coordinator enrolls them (docs/discovery.md)")
 	simLLDP := fs.Bool("simulate-lldp", false, "each simulated NIC hears an LLDP frame of the site's simulated switch during inspection, so that the coordinator fills its port's local_link_connection (docs/discovery.md)")
 	resend := fs.Duration("resend-interval", 5*time.Second, "how often unacknowledged results are sent again")
@@ -231,7 +233,7 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 		Cache:      cacheOpts,
 		SiteBroker: sb, HeartbeatSummary: summary,
 		Sim: agent.SimOptions{Nodes: *simulate, StepDuration: *stepDur, BootDelay: *bootDelay, Heartbeat: *hb, BMCDelay: *bmcDelay,
-			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot, LLDP: *simLLDP, Unknown: *simUnknown}})
+			FailStep: *failStep, DieStep: *dieStep, NoBoot: *noBoot, LLDP: *simLLDP, Health: *simHealth, Unknown: *simUnknown}})
 	log.Info("edge agent starting", "site", *site, "broker", *brokerURL, "simulated_nodes", *simulate, "state_dir", *stateDir)
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)

@@ -204,6 +204,16 @@ func (s *Set) Drivers() []string {
 	return out
 }
 
+// DriverOf is the registry's name of the driver named name (an alias
+// such as idrac or fake-hardware gives its driver's), name itself when
+// the registry has none.
+func (s *Set) DriverOf(name string) string {
+	if d, err := s.cfg.Registry.Get(name); err == nil {
+		return d.Name
+	}
+	return name
+}
+
 // known lists the registry's drivers this set can build, for messages.
 func (s *Set) known() string { return strings.Join(s.Drivers(), ", ") }
 

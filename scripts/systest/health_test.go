@@ -134,6 +134,12 @@ func healthRigVia(t *testing.T, s *recorded.Server, password string, via func(st
 // healthRigOpts is healthRigVia with the coordinator's options.
 func healthRigOpts(t *testing.T, s *recorded.Server, password string, o testrig.Options, via func(string) string) (*testrig.Client, string, string) {
 	t.Helper()
+	return healthRigAgent(t, s, password, o, via, agent.Config{PowerSyncInterval: 300 * time.Millisecond})
+}
+
+// healthRigAgent is healthRigOpts with the edge agent's configuration.
+func healthRigAgent(t *testing.T, s *recorded.Server, password string, o testrig.Options, via func(string) string, ac agent.Config) (*testrig.Client, string, string) {
+	t.Helper()
 	c := testrig.Coordinator(t, o)
 	cl := testrig.NewClient(t, c)
 	var creds agent.Credentials
@@ -143,7 +149,7 @@ func healthRigOpts(t *testing.T, s *recorded.Server, password string, o testrig.
 	if via != nil {
 		creds.BrokerURL = via(creds.BrokerURL)
 	}
-	testrig.StartAgentConfig(t, creds, agent.Config{PowerSyncInterval: 300 * time.Millisecond})
+	testrig.StartAgentConfig(t, creds, ac)
 	var n testrig.Node
 	body := map[string]any{"name": "ilo1", "driver": "redfish", "conductor_group": "rack1",
 		"driver_info": map[string]any{"redfish_address": s.URL, "redfish_username": "admin", "redfish_password": password}}
@@ -346,9 +352,15 @@ func TestHealthEventsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	cl, id, _ := healthRig(t, s, pw)
+	// Each reading carries a 2 MB log: power sync every 3 s (so each
+	// power reading has 3 s) and health read at most every 3 s, so that
+	// under the race detector on a loaded machine the replayer is not
+	// kept busy serving the log while the power reading waits (three
+	// failed power readings in a row would set maintenance, and health is
+	// read only after a good one). The waits are sized for that machine.
+	cl, id, _ := healthRigAgent(t, s, pw, testrig.Options{}, nil, agent.Config{PowerSyncInterval: 3 * time.Second, HealthInterval: 3 * time.Second})
 	var ev eventsAnswer
-	waitUntil(t, "the first events", 60*time.Second, func() bool {
+	waitUntil(t, "the first events", 3*time.Minute, func() bool {
 		cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)
 		return len(ev.Events) > 0
 	})
@@ -361,7 +373,7 @@ func TestHealthEventsBounded(t *testing.T) {
 	s.Edit(hpeSystem+"/LogServices/IML/Entries", func(d map[string]any) {
 		d["Members"] = entriesDoc(10400, imlEntry)["Members"]
 	})
-	waitUntil(t, "the 400 new entries", 60*time.Second, func() bool {
+	waitUntil(t, "the 400 new entries", 3*time.Minute, func() bool {
 		cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)
 		return len(ev.Events) > 0 && ev.Events[len(ev.Events)-1].ID == "IML/10400"
 	})
@@ -373,7 +385,7 @@ func TestHealthEventsBounded(t *testing.T) {
 	s.Edit(hpeSystem+"/LogServices/IML/Entries", func(d map[string]any) {
 		d["Members"] = entriesDoc(10600, imlEntry)["Members"]
 	})
-	waitUntil(t, "200 more", 60*time.Second, func() bool {
+	waitUntil(t, "200 more", 3*time.Minute, func() bool {
 		cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)
 		return len(ev.Events) > 0 && ev.Events[len(ev.Events)-1].ID == "IML/10600"
 	})

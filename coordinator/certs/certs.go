@@ -128,31 +128,10 @@ func MakeServerCert(ca *Pair, hosts []string) (*Pair, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	for _, h := range hosts {
-		h = strings.TrimSpace(h)
-		switch {
-		case h == "":
-			return nil, errors.New("an empty host name cannot be in a certificate")
-		case net.ParseIP(h) != nil:
-			tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(h))
-		case strings.ContainsAny(h, " /:@"):
-			return nil, fmt.Errorf("%q is neither an IP address nor a DNS name", h)
-		default:
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	if ca.Cert.NotAfter.Before(tmpl.NotAfter) {
-		tmpl.NotAfter = ca.Cert.NotAfter
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
+	if err := addHosts(tmpl, hosts); err != nil {
 		return nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &Pair{Cert: cert, Key: key}, nil
+	return sign(ca, tmpl, key)
 }
 
 // Pin is base64url (no padding) of the SHA-256 of the certificate's
@@ -291,25 +270,10 @@ func MakeMemberCert(ca *Pair, name string, hosts []string) (*Pair, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else if h != "" {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	if ca.Cert.NotAfter.Before(tmpl.NotAfter) {
-		tmpl.NotAfter = ca.Cert.NotAfter
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
+	if err := addHosts(tmpl, hosts); err != nil {
 		return nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &Pair{Cert: cert, Key: key}, nil
+	return sign(ca, tmpl, key)
 }
 
 // ReadCA reads the CA and its key that WriteFiles wrote into dir.
@@ -356,4 +320,39 @@ func WriteMember(dir, name string, ca, member *Pair, force bool) error {
 		return err
 	}
 	return writeFile(keyPath, k, 0o600)
+}
+
+// sign bounds tmpl's validity by the CA's and signs it with ca for key.
+func sign(ca *Pair, tmpl *x509.Certificate, key *ecdsa.PrivateKey) (*Pair, error) {
+	if ca.Cert.NotAfter.Before(tmpl.NotAfter) {
+		tmpl.NotAfter = ca.Cert.NotAfter
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &Pair{Cert: cert, Key: key}, nil
+}
+
+// addHosts adds hosts to tmpl: IP addresses and DNS names; an empty name
+// or one that is neither is refused.
+func addHosts(tmpl *x509.Certificate, hosts []string) error {
+	for _, h := range hosts {
+		h = strings.TrimSpace(h)
+		switch {
+		case h == "":
+			return errors.New("an empty host name cannot be in a certificate")
+		case net.ParseIP(h) != nil:
+			tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(h))
+		case strings.ContainsAny(h, " /:@"):
+			return fmt.Errorf("%q is neither an IP address nor a DNS name", h)
+		default:
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	return nil
 }

@@ -95,7 +95,8 @@ func (c *cmd) nodeCmd() *cobra.Command {
 	for _, v := range verbs {
 		add("verbs", c.verbCmd(v))
 	}
-	add("more", c.nodeWait(), c.nodePower(), c.nodeSteps(), c.nodeHistory(), c.nodeInventory(), c.nodeFirmware(), c.nodeBIOS(), c.nodeSensors(), c.nodeEvents())
+	add("more", c.nodeWait(), c.nodePower(), c.nodeSteps(), c.nodeHistory(), c.nodeInventory(), c.nodeFirmware(), c.nodeBIOS(), c.nodeSensors(), c.nodeEvents(),
+		c.nodeConsole(), c.nodeConsoleSet(true), c.nodeConsoleSet(false))
 	g.Example = "  coordinator node create --name n1 --driver fake --site site1 --port 52:54:00:12:34:01\n  coordinator node manage n1 --wait\n  coordinator node inspect n1 --wait\n  coordinator node provide n1 --wait"
 	return g
 }

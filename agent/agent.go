@@ -190,8 +190,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	cons, err := console.New(console.Config{Site: site, Log: a.log, Keep: a.cfg.ConsoleKeep, Bandwidth: a.cfg.ConsoleBandwidth, Store: store,
-		Publish: func(ctx context.Context, topic string, payload []byte) error { return a.link.Publish(ctx, topic, payload, false) },
-		Busy:    func() bool { return len(a.up.Queue()) > 0 }})
+		Publish: func(ctx context.Context, topic string, payload []byte) error {
+			return a.link.Publish(ctx, topic, payload, false)
+		},
+		Busy: func() bool { return len(a.up.Queue()) > 0 }})
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ type Config struct {
 	// bytes per second of console output the site sends (0:
 	// console.DefaultBandwidth).
 	ConsoleKeep, ConsoleBandwidth int
-	SensorInterval time.Duration
+	SensorInterval                time.Duration
 	// BMCConcurrency bounds the BMC commands run at once across the
 	// site's BMCs (default 32); more wait their turn, each within its
 	// own deadline. The relay and other nodes never wait for them.

@@ -83,6 +83,9 @@ func DeflateConsole(b []byte) []byte {
 // InflateConsole decompresses a chunk of console output, refusing one
 // that inflates past MaxConsoleChunk.
 func InflateConsole(b []byte) ([]byte, error) {
+	if len(b) == 0 {
+		return nil, nil // a notice (closed, error) without output
+	}
 	r := flate.NewReader(bytes.NewReader(b))
 	defer r.Close()
 	out, err := io.ReadAll(io.LimitReader(r, MaxConsoleChunk+1))

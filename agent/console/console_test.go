@@ -123,7 +123,9 @@ func TestSimConsoleThroughManager(t *testing.T) {
 		return json.Unmarshal(b["n1"], &k) == nil && bytes.Contains(k.Data, []byte("tick 5 of 5"))
 	})
 	w.down.Store(false)
-	waitFor(t, "the ticks after the WAN returned", func() bool { return strings.Contains(w.text("n1"), "tick 1 of 5\r\ntick 2 of 5") && strings.Contains(w.text("n1"), "tick 5 of 5") })
+	waitFor(t, "the ticks after the WAN returned", func() bool {
+		return strings.Contains(w.text("n1"), "tick 1 of 5\r\ntick 2 of 5") && strings.Contains(w.text("n1"), "tick 5 of 5")
+	})
 	m.Handle(&protocol.Message{Kind: protocol.KindConsole, Action: protocol.ConsoleDisable, Node: "n1"})
 	waitFor(t, "session closed", func() bool { m.mu.Lock(); defer m.mu.Unlock(); return len(m.sessions) == 0 })
 }

@@ -245,7 +245,7 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		FirmwareInterface: ifaces.Firmware, NetworkData: orEmpty(n.NetworkData), RaidConfig: orEmpty(n.RaidConfig), TargetRaidConfig: orEmpty(n.TargetRaidConfig),
 		Traits: traitsOf(n), SiteOnline: online,
 		DisablePowerOff: n.DisablePowerOff, ConsoleEnabled: n.ConsoleEnabled,
-		InstanceUUID:    nullable(n.InstanceUUID), AllocationUUID: nullable(n.AllocationUUID), InstanceName: nullable(n.InstanceName), Health: nullable(n.Health),
+		InstanceUUID: nullable(n.InstanceUUID), AllocationUUID: nullable(n.AllocationUUID), InstanceName: nullable(n.InstanceName), Health: nullable(n.Health),
 		Links: links(base, "/v1/nodes/"+n.UUID), Ports: links(base, "/v1/nodes/"+n.UUID+"/ports"),
 		States: links(base, "/v1/nodes/"+n.UUID+"/states"), Portgroups: links(base, "/v1/nodes/"+n.UUID+"/portgroups"),
 		Volume: links(base, "/v1/nodes/"+n.UUID+"/volume"),

@@ -17,6 +17,7 @@ import (
 	"github.com/creack/pty"
 	"github.com/gorilla/websocket"
 
+	"github.com/bmedge/bmedge/coordinator/engine/brokerauth"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/protocol"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
@@ -175,9 +176,9 @@ func TestConsole(t *testing.T) {
 		id, time.Now().UTC().Format(time.RFC3339), base64.StdEncoding.EncodeToString([]byte("echo forged-input\r")))
 	for _, who := range []struct{ what, user, pass, client string }{
 		{"the site's credential", s.creds.Username, s.creds.Password, "edge-site1.tool"},
-		{"a ramdisk's credential", ruser, rpass, "node-" + rid},
+		{"a ramdisk's credential", ruser, rpass, brokerauth.NodeClientID(rid)},
 	} {
-		out, _ := mosquitto(t, s.c.BrokerURL, pub, who.user, who.pass, who.client, "-t", protocol.ConsoleCmdTopic("site1"), "-m", input, "-q", "1", "-V", "mqttv5")
+		out, _ := mosquitto(t, s.c.BrokerURL, pub, who.user, who.pass, who.client, "-t", protocol.ConsoleCmdTopic("site1"), "-m", input, "-q", "1")
 		if !strings.Contains(strings.ToLower(out), "not authori") && !refusedAtConnect(out) {
 			t.Errorf("console input with %s was not refused: %q", who.what, out)
 		}

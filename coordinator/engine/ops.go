@@ -192,6 +192,7 @@ func (e *Engine) DeleteNode(ident string) error {
 		id = n.UUID
 		t.sends = append(t.sends, e.m.Deleted(n, t.now).Send...)
 		e.auth.DropNode(n.UUID)
+		e.dropConsole(n.UUID)
 		t.forget(n.UUID)
 		delete(e.reg.nodes, n.UUID)
 		delete(e.reg.names, n.Name)

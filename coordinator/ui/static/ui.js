@@ -45,11 +45,13 @@
     if (!window.Terminal) { cstatus.textContent = "The terminal (xterm.js) did not load."; return; }
     var term = new window.Terminal({ convertEol: false, scrollback: 5000, rows: 24, cols: 100 });
     term.open(box);
+    box.xterm = term; // the terminal's text, for those who read the page (its tests)
+    box.received = 0;
     var ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/nodes/" + encodeURIComponent(node) + "/console");
     ws.binaryType = "arraybuffer";
     var enc = new TextEncoder();
     ws.onopen = function () { cstatus.textContent = "Connected to the console."; term.focus(); };
-    ws.onmessage = function (ev) { term.write(typeof ev.data === "string" ? ev.data : new Uint8Array(ev.data)); };
+    ws.onmessage = function (ev) { box.received += ev.data.byteLength || ev.data.length || 0; term.write(typeof ev.data === "string" ? ev.data : new Uint8Array(ev.data)); };
     ws.onclose = function (ev) { cstatus.textContent = "The console connection closed" + (ev.reason ? ": " + ev.reason : "") + "; reload the page to connect again."; };
     term.onData(function (d) { if (ws.readyState === 1) ws.send(enc.encode(d)); });
   }
@@ -259,7 +261,8 @@
     });
   }
   localTimes(document);
-  startConsole();
+  // xterm.js comes after this script (deferred, in document order).
+  document.addEventListener("DOMContentLoaded", startConsole);
 
   // The node list's actions on a selection.
   var bulk = document.getElementById("bulk");

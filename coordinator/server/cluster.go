@@ -17,6 +17,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/api"
 	"github.com/bmedge/bmedge/coordinator/cluster"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
@@ -47,6 +48,13 @@ type memberRun struct {
 	mu   sync.Mutex
 	core *Coordinator
 	root http.Handler
+	// redirect is the follower's broker on --mqtt-listen (embedded
+	// broker only): it sends every site to the leader's broker (only
+	// run's goroutine touches it).
+	redirect *mqttbroker.Broker
+	// redirectFailed is when the redirect's listener last failed to
+	// open (logged once per failure streak).
+	redirectFailed bool
 }
 
 func startMember(ctx context.Context, o Options, auth *api.BasicAuth, apiTLS *tls.Config, pool *netbudget.Pool) (*Coordinator, error) {
@@ -78,9 +86,11 @@ func (r *memberRun) run() {
 		select {
 		case <-r.ctx.Done():
 			r.stopCore()
+			r.redirectTo(false)
 			return
 		case <-r.m.Failed():
 			r.stopCore()
+			r.redirectTo(false)
 			close(r.failed)
 			<-r.ctx.Done()
 			return
@@ -100,6 +110,7 @@ func (r *memberRun) run() {
 		r.mu.Unlock()
 		switch {
 		case leading && !running:
+			r.redirectTo(false) // the leader's broker takes the port
 			if c := r.startCore(); c != nil {
 				coreFailed = c.Engine.Failed()
 			}
@@ -107,7 +118,46 @@ func (r *memberRun) run() {
 			r.stopCore()
 			coreFailed = nil
 		}
+		r.mu.Lock()
+		running = r.core != nil
+		r.mu.Unlock()
+		r.redirectTo(!running)
 	}
+}
+
+// redirectTo starts (on) or stops the follower's redirecting broker. It
+// runs only with the embedded broker: with an external one the sites
+// connect there and only the leader publishes and consumes.
+func (r *memberRun) redirectTo(on bool) {
+	if r.o.BrokerURL != "" || on == (r.redirect != nil) {
+		return
+	}
+	if !on {
+		_ = r.redirect.Close()
+		r.redirect = nil
+		return
+	}
+	bc := mqttbroker.Config{Addr: r.o.MQTTListen, Name: "mqtt", Conns: r.o.MQTTConns, Pool: r.pool}
+	if r.o.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(r.o.TLSCert, r.o.TLSKey)
+		if err != nil {
+			r.o.Log.Warn("cannot load the broker's TLS certificate; sites reaching this member are not sent to the leader", "err", err)
+			return
+		}
+		bc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	b, err := mqttbroker.StartRedirect(bc, r.m.LeaderBrokerURL, r.o.Log)
+	if err != nil {
+		// The port may be held a moment longer by the engine's broker
+		// just closed: run tries again every second.
+		if !r.redirectFailed {
+			r.o.Log.Warn("cannot listen for sites to send to the leader; trying again", "member", r.m.Name(), "err", err)
+		}
+		r.redirectFailed = true
+		return
+	}
+	r.redirectFailed = false
+	r.redirect = b
 }
 
 // startCore loads the engine from the member's store once every entry

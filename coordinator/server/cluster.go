@@ -49,9 +49,11 @@ type memberRun struct {
 	core *Coordinator
 	root http.Handler
 	// redirect is the follower's broker on --mqtt-listen (embedded
-	// broker only): it sends every site to the leader's broker (only
-	// run's goroutine touches it).
-	redirect *mqttbroker.Broker
+	// broker only): it sends every site to the leader's broker (run's
+	// goroutine changes it, under mu); movedBefore and unavailBefore
+	// count the CONNECTs redirects closed before had answered.
+	redirect                   *mqttbroker.Broker
+	movedBefore, unavailBefore int64
 	// redirectFailed is when the redirect's listener last failed to
 	// open (logged once per failure streak).
 	redirectFailed bool
@@ -60,7 +62,7 @@ type memberRun struct {
 func startMember(ctx context.Context, o Options, auth *api.BasicAuth, apiTLS *tls.Config, pool *netbudget.Pool) (*Coordinator, error) {
 	r := &memberRun{o: o, auth: auth, pool: pool, m: o.Cluster, failed: make(chan struct{})}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(o.Cluster.Collector(), connCollector{pool: pool, rescue: func() map[string]int64 { return nil }})
+	reg.MustRegister(o.Cluster.Collector(), connCollector{pool: pool, rescue: func() map[string]int64 { return nil }}, redirectCollector{r})
 	r.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	c := &Coordinator{Conns: pool, member: r, cancel: r.cancel}
@@ -134,7 +136,12 @@ func (r *memberRun) redirectTo(on bool) {
 	}
 	if !on {
 		_ = r.redirect.Close()
+		r.mu.Lock()
+		mv, un := r.redirect.Redirected()
+		r.movedBefore += mv
+		r.unavailBefore += un
 		r.redirect = nil
+		r.mu.Unlock()
 		return
 	}
 	bc := mqttbroker.Config{Addr: r.o.MQTTListen, Name: "mqtt", Conns: r.o.MQTTConns, Pool: r.pool}
@@ -157,7 +164,31 @@ func (r *memberRun) redirectTo(on bool) {
 		return
 	}
 	r.redirectFailed = false
+	r.mu.Lock()
 	r.redirect = b
+	r.mu.Unlock()
+}
+
+// redirectedDesc: the CONNECTs this member's brokers answered as a
+// follower (0x9C with the leader's URL, or 0x88 with no leader known).
+var redirectedDesc = prometheus.NewDesc("bmedge_cluster_mqtt_redirected_total",
+	"Site CONNECTs this member answered as a follower: moved (0x9C, use another server, with the leader's broker URL) or unavailable (0x88, no leader known).",
+	[]string{"answer"}, nil)
+
+type redirectCollector struct{ r *memberRun }
+
+func (c redirectCollector) Describe(ch chan<- *prometheus.Desc) { ch <- redirectedDesc }
+
+func (c redirectCollector) Collect(ch chan<- prometheus.Metric) {
+	c.r.mu.Lock()
+	mv, un := c.r.movedBefore, c.r.unavailBefore
+	if c.r.redirect != nil {
+		m, u := c.r.redirect.Redirected()
+		mv, un = mv+m, un+u
+	}
+	c.r.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(redirectedDesc, prometheus.CounterValue, float64(mv), "moved")
+	ch <- prometheus.MustNewConstMetric(redirectedDesc, prometheus.CounterValue, float64(un), "unavailable")
 }
 
 // startCore loads the engine from the member's store once every entry

@@ -66,6 +66,12 @@ func TestClusterFollowerRedirects(t *testing.T) {
 					t.Errorf("mosquitto_sub against follower %s: err %v, output %q; want refused with 'use another server'", m.name, err, out)
 				}
 			}
+			// The follower counts what it answered in its /metrics.
+			text := metricsOf(t, m)
+			if !strings.Contains(text, `bmedge_cluster_mqtt_redirected_total{answer="moved"}`) ||
+				strings.Contains(text, `bmedge_cluster_mqtt_redirected_total{answer="moved"} 0`+"\n") {
+				t.Errorf("/metrics of follower %s counts no redirected CONNECT:\n%s", m.name, grepLines(text, "redirected"))
+			}
 		}
 	}
 	check(leader)

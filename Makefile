@@ -9,6 +9,13 @@ build:
 
 # The coordinator with its embedded broker and Badger, plus a simulated site of 8 nodes
 # with its image cache, and the image server of the walk-through's image.
+# The web view's vendored browser modules (xterm.js for the node console),
+# from npm by coordinator/ui/web/package-lock.json, copied into the
+# coordinator's embedded static files.
+ui-vendor:
+	cd coordinator/ui/web && npm ci --ignore-scripts --no-audit --no-fund
+	cp coordinator/ui/web/node_modules/@xterm/xterm/lib/xterm.js coordinator/ui/web/node_modules/@xterm/xterm/css/xterm.css coordinator/ui/static/vendor/
+
 run: build
 	$(GO) build -o bin/ ./scripts/imageserver
 	scripts/run.sh

@@ -3,6 +3,8 @@
 #   python3-ironicclient  the `baremetal` CLI (coordinator/api/baremetal_cli_test.go)
 #   mosquitto             an external MQTT broker for the broker tests
 #   mosquitto-clients     mosquitto_pub / mosquitto_sub
+#   python3-websocket     an independent WebSocket client for the node console (scripts/systest/console_test.go);
+#                         run with /usr/bin/python3
 #   curl                  an independent HTTP client for the API's TLS and request checks
 #   python3-sushy         OpenStack's Redfish client, an independent check of the virtual Redfish BMC
 #                         (drivers/redfish/vbmc); run with /usr/bin/python3
@@ -35,7 +37,7 @@
 # and lldpd, which the LLDP test starts in its own network namespace.
 set -euo pipefail
 
-PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus
+PACKAGES=(python3-ironicclient mosquitto mosquitto-clients python3-websocket curl python3-sushy openipmi ipmitool xorriso prometheus
 	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 qemu-utils busybox iproute2 util-linux chromium chromium-driver systemd)
 # cloud-init: its own config drive reader (read_config_drive) checks the config drives the ramdisk writes
 PACKAGES+=(cloud-init)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // TestClusterFollowerRedirects: every follower's broker port answers a
@@ -21,25 +23,25 @@ import (
 // handed from its engine's broker to the redirect) name the new leader.
 func TestClusterFollowerRedirects(t *testing.T) {
 	t.Parallel()
-	ms, htpasswd := testCluster(t)
+	ms, htpasswd := testrig.NewCluster(t, 3)
 	var peers []string
 	for _, m := range ms {
-		peers = append(peers, m.name+"="+m.link)
+		peers = append(peers, m.Name+"="+m.Link)
 	}
 	for _, m := range ms {
-		m.start(t, strings.Join(peers, ","), htpasswd)
+		m.Start(t, strings.Join(peers, ","), htpasswd)
 	}
-	leader := settled(t, ms, 3, 20*time.Second)
+	leader := testrig.Settled(t, ms, 3, 20*time.Second)
 	check := func(leader string) {
 		t.Helper()
 		var want string
 		for _, m := range ms {
-			if m.name == leader {
-				want = "mqtt://" + m.mqtt
+			if m.Name == leader {
+				want = "mqtt://" + m.MQTT
 			}
 		}
 		for _, m := range ms {
-			if m.name == leader {
+			if m.Name == leader {
 				continue
 			}
 			var code byte
@@ -47,45 +49,45 @@ func TestClusterFollowerRedirects(t *testing.T) {
 			deadline := time.Now().Add(30 * time.Second)
 			for {
 				var err error
-				code, ref, err = connectForReference(m.mqtt)
+				code, ref, err = connectForReference(m.MQTT)
 				if err == nil && code == 0x9C && ref == want {
 					break
 				}
 				last = fmt.Sprintf("code 0x%02X reference %q err %v", code, ref, err)
 				if time.Now().After(deadline) {
-					t.Fatalf("follower %s's broker: %s, want 0x9C and reference %s", m.name, last, want)
+					t.Fatalf("follower %s's broker: %s, want 0x9C and reference %s", m.Name, last, want)
 				}
 				time.Sleep(200 * time.Millisecond)
 			}
 			if _, err := exec.LookPath("mosquitto_sub"); err == nil {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				host, port, _ := net.SplitHostPort(m.mqtt)
+				host, port, _ := net.SplitHostPort(m.MQTT)
 				out, err := exec.CommandContext(ctx, "mosquitto_sub", "-V", "5", "-h", host, "-p", port, "-i", "probe", "-u", "site1", "-P", "x", "-t", "x", "-C", "1").CombinedOutput()
 				cancel()
 				if err == nil || !strings.Contains(strings.ToLower(string(out)), "another server") {
-					t.Errorf("mosquitto_sub against follower %s: err %v, output %q; want refused with 'use another server'", m.name, err, out)
+					t.Errorf("mosquitto_sub against follower %s: err %v, output %q; want refused with 'use another server'", m.Name, err, out)
 				}
 			}
 			// The follower counts what it answered in its /metrics.
 			text := metricsOf(t, m)
 			if !strings.Contains(text, `bmedge_cluster_mqtt_redirected_total{answer="moved"}`) ||
 				strings.Contains(text, `bmedge_cluster_mqtt_redirected_total{answer="moved"} 0`+"\n") {
-				t.Errorf("/metrics of follower %s counts no redirected CONNECT:\n%s", m.name, grepLines(text, "redirected"))
+				t.Errorf("/metrics of follower %s counts no redirected CONNECT:\n%s", m.Name, grepLines(text, "redirected"))
 			}
 		}
 	}
 	check(leader)
 	var to string
 	for _, m := range ms {
-		if m.name != leader {
-			to = m.name
+		if m.Name != leader {
+			to = m.Name
 			break
 		}
 	}
-	if code := ms[0].client(t).Do("PUT", "/v1/cluster/leader", map[string]string{"name": to}, nil); code/100 != 2 {
+	if code := ms[0].Client(t).Do("PUT", "/v1/cluster/leader", map[string]string{"name": to}, nil); code/100 != 2 {
 		t.Fatalf("transfer leadership to %s: %d", to, code)
 	}
-	if got := settled(t, ms, 3, 30*time.Second); got != to {
+	if got := testrig.Settled(t, ms, 3, 30*time.Second); got != to {
 		t.Fatalf("leader after the transfer: %s, want %s", got, to)
 	}
 	check(to)

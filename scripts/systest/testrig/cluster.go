@@ -41,8 +41,8 @@ func (p *Proc) Kill() {
 	<-p.Done
 }
 
-// freeOn returns a free address on ip.
-func freeOn(t testing.TB, ip string) string {
+// FreeOn returns a free address on ip.
+func FreeOn(t testing.TB, ip string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
@@ -82,7 +82,7 @@ func NewCluster(t testing.TB, n int) ([]*Member, string) {
 	var ms []*Member
 	for i := range n {
 		m := &Member{Name: fmt.Sprintf("c%d", i+1), IP: fmt.Sprintf("127.0.0.%d", 11+i)}
-		m.API, m.MQTT, m.Link = freeOn(t, m.IP), freeOn(t, m.IP), freeOn(t, m.IP)
+		m.API, m.MQTT, m.Link = FreeOn(t, m.IP), FreeOn(t, m.IP), FreeOn(t, m.IP)
 		m.Data = filepath.Join(dir, m.Name, "data")
 		m.Log = filepath.Join(dir, m.Name, "coordinator.log")
 		if err := os.MkdirAll(m.Data, 0o700); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -53,12 +52,9 @@ var registerModel = porcupine.Model{
 func TestClusterLinearizable(t *testing.T) {
 	t.Parallel()
 	ms, htpasswd := testrig.NewCluster(t, 3)
-	var peers []string
+	peers := testrig.Peers(ms)
 	for _, m := range ms {
-		peers = append(peers, m.Name+"="+m.Link)
-	}
-	for _, m := range ms {
-		m.Start(t, strings.Join(peers, ","), htpasswd)
+		m.Start(t, peers, htpasswd)
 	}
 	leader := testrig.Settled(t, ms, 3, 10*time.Second)
 	c := ms[0].Client(t)

@@ -24,12 +24,9 @@ import (
 func TestClusterFollowerRedirects(t *testing.T) {
 	t.Parallel()
 	ms, htpasswd := testrig.NewCluster(t, 3)
-	var peers []string
+	peers := testrig.Peers(ms)
 	for _, m := range ms {
-		peers = append(peers, m.Name+"="+m.Link)
-	}
-	for _, m := range ms {
-		m.Start(t, strings.Join(peers, ","), htpasswd)
+		m.Start(t, peers, htpasswd)
 	}
 	leader := testrig.Settled(t, ms, 3, 20*time.Second)
 	check := func(leader string) {

@@ -28,13 +28,10 @@ import (
 func TestClusterFailover(t *testing.T) {
 	t.Parallel()
 	ms, htpasswd := testrig.NewCluster(t, 3)
-	var peers []string
-	for _, m := range ms {
-		peers = append(peers, m.Name+"="+m.Link)
-	}
+	peers := testrig.Peers(ms)
 	start := time.Now()
 	for _, m := range ms {
-		m.Start(t, strings.Join(peers, ","), htpasswd)
+		m.Start(t, peers, htpasswd)
 	}
 	leader := testrig.Settled(t, ms, 3, 10*time.Second)
 	t.Logf("leader %s within %s of start", leader, time.Since(start).Round(time.Millisecond))
@@ -152,7 +149,7 @@ func TestClusterFailover(t *testing.T) {
 		}
 	}
 	// The killed member comes back, follows, and catches up.
-	old.Start(t, strings.Join(peers, ","), htpasswd)
+	old.Start(t, peers, htpasswd)
 	newLeader := testrig.Settled(t, ms, 3, 15*time.Second)
 	if newLeader == leader {
 		t.Logf("note: %s leads again", leader)
@@ -195,12 +192,9 @@ func memberCLI(t *testing.T, m *testrig.Member, args ...string) (string, error) 
 func TestClusterMembership(t *testing.T) {
 	t.Parallel()
 	ms, htpasswd := testrig.NewCluster(t, 3)
-	var peers []string
+	peers := testrig.Peers(ms)
 	for _, m := range ms {
-		peers = append(peers, m.Name+"="+m.Link)
-	}
-	for _, m := range ms {
-		m.Start(t, strings.Join(peers, ","), htpasswd)
+		m.Start(t, peers, htpasswd)
 	}
 	leader := testrig.Settled(t, ms, 3, 10*time.Second)
 	for _, m := range ms {
@@ -274,7 +268,7 @@ func TestClusterMembership(t *testing.T) {
 	}
 	wrong := exec.Command(os.Args[0], "serve", "--data-dir", m4.Data, "--api-listen", m4.API, "--mqtt-listen", m4.MQTT,
 		"--auth", "http_basic", "--htpasswd", htpasswd, "--cluster-member", "c4", "--cluster-listen", m4.Link,
-		"--cluster-peers", strings.Join(append(peers, "c4="+m4.Link), ","), "--cluster-cert", m4.Cert, "--cluster-cert-key", m4.Key, "--cluster-ca", m4.CAFile)
+		"--cluster-peers", peers+",c4="+m4.Link, "--cluster-cert", m4.Cert, "--cluster-cert-key", m4.Key, "--cluster-ca", m4.CAFile)
 	wrong.Env = append(os.Environ(), "BM_TEST_AS_COORDINATOR=1")
 	if out, err := wrong.CombinedOutput(); err == nil || !strings.Contains(string(out), "holds another db.key or secret") {
 		t.Fatalf("a member with another secret: %v\n%s", err, out)
@@ -286,7 +280,7 @@ func TestClusterMembership(t *testing.T) {
 	if out, err := memberCLI(t, ms[0], "cluster", "add-member", "c4", m4.Link); err != nil {
 		t.Fatalf("add-member: %v\n%s", err, out)
 	}
-	m4.Start(t, strings.Join(append(peers, "c4="+m4.Link), ","), htpasswd)
+	m4.Start(t, peers+",c4="+m4.Link, htpasswd)
 	all := append(append([]*testrig.Member{}, ms...), m4)
 	testrig.Settled(t, all, 4, 15*time.Second)
 	// remove-member of a follower, then its process ends.
@@ -372,13 +366,10 @@ func TestClusterFromSingle(t *testing.T) {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	<-p.done
-	var peers []string
-	for _, m := range ms {
-		peers = append(peers, m.Name+"="+m.Link)
-	}
+	peers := testrig.Peers(ms)
 	refused := exec.Command(os.Args[0], "serve", "--data-dir", first.Data, "--api-listen", first.API, "--mqtt-listen", first.MQTT,
 		"--auth", "http_basic", "--htpasswd", htpasswd, "--cluster-member", first.Name, "--cluster-listen", first.Link,
-		"--cluster-peers", strings.Join(peers, ","), "--cluster-cert", first.Cert, "--cluster-cert-key", first.Key, "--cluster-ca", first.CAFile)
+		"--cluster-peers", peers, "--cluster-cert", first.Cert, "--cluster-cert-key", first.Key, "--cluster-ca", first.CAFile)
 	refused.Env = append(os.Environ(), "BM_TEST_AS_COORDINATOR=1")
 	if out, err := refused.CombinedOutput(); err == nil || !strings.Contains(string(out), "as a cluster of one") {
 		t.Fatalf("a coordinator's data as one of three: %v\n%s", err, out)
@@ -401,7 +392,7 @@ func TestClusterFromSingle(t *testing.T) {
 		if out, err := memberCLI(t, first, "cluster", "add-member", m.Name, m.Link); err != nil {
 			t.Fatalf("add-member %s: %v\n%s", m.Name, err, out)
 		}
-		m.Start(t, strings.Join(peers, ","), htpasswd)
+		m.Start(t, peers, htpasswd)
 		// One at a time: the new member votes once it caught up.
 		testrig.Settled(t, ms[:i+1], i+1, 15*time.Second)
 	}

@@ -8,9 +8,11 @@
 // activated it rather than killing a child and leaving the BMC's payload
 // busy until its timeout.
 //
-// A session is opened at administrator privilege (as Ironic's
-// ipmitool-socat console does) with cipher suite 17 then 3, and the SOL
-// payload instance 1 is activated with encryption and authentication.
+// A session asks for administrator privilege (Ironic's default
+// ipmi_priv_level; the BMC may grant the user's own level, and SOL needs
+// only the level in the BMC's SOL configuration, User by default) with
+// cipher suite 17 then 3, and the SOL payload instance 1 is activated with
+// encryption and authentication.
 // Bounds: one SOL session per BMC at a time (the BMC's rule, not ours);
 // output is buffered up to MaxBuffered bytes when nobody reads, then the
 // oldest bytes are dropped; a write is sent a byte per SOL packet (go-ipmi
@@ -37,6 +39,10 @@ import (
 // MaxBuffered is how much console output is kept for a reader that is
 // behind; older output is dropped.
 const MaxBuffered = 1 << 20
+
+// MaxTyped is how much typed input may wait for the BMC; a Write beyond
+// it blocks until the BMC took the earlier input.
+const MaxTyped = 4096
 
 // Errors a caller can test with errors.Is.
 var (
@@ -102,28 +108,93 @@ func Dial(ctx context.Context, addr, username, password string) (io.ReadWriteClo
 	}
 	s := &session{c: c, who: who, done: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
-	s.in, s.inW = io.Pipe()
+	s.gen = 1
 	sctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	go func() {
-		err := c.SOLStream(sctx, s.in, (*sink)(s), nil)
-		if sctx.Err() == nil {
-			if err == nil {
-				err = io.EOF
-			}
-			s.fail(fmt.Errorf("%s: SOL session ended: %w", who, err))
-		}
-		close(s.done)
-	}()
+	c.WithTimeout(time.Second).WithRetry(1) // for the stream: quiet BMCs do not answer polls
+	go s.run(sctx)
 	return s, nil
 }
 
+// run keeps the SOL stream going until Close or a lost session.
+//
+// go-ipmi v0.9.1's stream ends at the first exchange the BMC does not
+// answer, and ipmi_sim (like some BMCs) does not answer a poll while the
+// node prints nothing. So an unanswered exchange is followed by a check
+// of the session (Get Payload Activation Status): while the BMC answers
+// and the payload is still active, the stream resumes on the same
+// session; output the BMC had not seen acknowledged it sends again.
+func (s *session) run(ctx context.Context) {
+	defer close(s.done)
+	for gen := 1; ; gen++ {
+		err := s.c.SOLStream(ctx, &input{s: s, gen: gen}, (*sink)(s), nil)
+		if ctx.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		s.gen = gen + 1 // the old stream's reader takes no more input
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		if err == nil {
+			err = io.EOF
+		}
+		if errors.Is(err, io.EOF) || strings.Contains(err.Error(), "deactivation") {
+			s.fail(fmt.Errorf("%s: SOL session ended: %w", s.who, err))
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		s.c.WithTimeout(3 * time.Second).WithRetry(3)
+		st, perr := s.c.GetPayloadActivationStatus(cctx, types.PayloadTypeSOL)
+		s.c.WithTimeout(time.Second).WithRetry(1)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if perr != nil {
+			s.fail(fmt.Errorf("%s: SOL session lost (the BMC no longer answers: %v) after: %w", s.who, perr, err))
+			return
+		}
+		if !st.Instance01Activated {
+			s.fail(fmt.Errorf("%s: the BMC deactivated SOL (another session may have taken it over): %w", s.who, err))
+			return
+		}
+	}
+}
+
+// input is one stream's view of what is typed: a byte per Read, so that
+// nothing typed is left in a stream's buffer when it ends, and EOF once a
+// newer stream took over.
+type input struct {
+	s   *session
+	gen int
+}
+
+func (in *input) Read(p []byte) (int, error) {
+	s := in.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.typed) == 0 && !s.closed && s.gen == in.gen {
+		s.cond.Wait()
+	}
+	if s.closed || s.gen != in.gen {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	p[0] = s.typed[0]
+	s.typed = s.typed[1:]
+	s.cond.Broadcast()
+	return 1, nil
+}
+
 type session struct {
+	gen    int    // the running stream's generation
+	typed  []byte // written, not yet taken by the stream
+	total  int64  // bytes received
 	c      *client.Client
 	who    string
 	cancel context.CancelFunc
-	in     *io.PipeReader
-	inW    *io.PipeWriter
 	done   chan struct{}
 
 	mu     sync.Mutex
@@ -142,6 +213,7 @@ func (k *sink) Write(p []byte) (int, error) {
 	s := (*session)(k)
 	s.mu.Lock()
 	s.buf = append(s.buf, p...)
+	s.total += int64(len(p))
 	if over := len(s.buf) - MaxBuffered; over > 0 {
 		s.buf = append(s.buf[:0], s.buf[over:]...)
 	}
@@ -197,7 +269,22 @@ func (s *session) Write(p []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return s.inW.Write(p)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Wait until the stream took what was typed before (at most
+	// MaxTyped bytes wait), as a serial line would hold the writer.
+	for len(s.typed) > 0 && len(s.typed)+len(p) > MaxTyped && !s.closed && s.err == nil {
+		s.cond.Wait()
+	}
+	if s.closed {
+		return 0, fmt.Errorf("%s: SOL session closed", s.who)
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	s.typed = append(s.typed, p...)
+	s.cond.Broadcast()
+	return len(p), nil
 }
 
 // Close deactivates the SOL payload and closes the IPMI session.
@@ -208,7 +295,6 @@ func (s *session) Close() error {
 		s.mu.Unlock()
 		s.wake()
 		s.cancel()
-		_ = s.inW.Close()
 		<-s.done
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -247,7 +333,7 @@ func loginError(who, user string, err error) error {
 	case code == int(types.RmcpStatusCodeUnauthorizedName) || code == int(types.RmcpStatusCodeInvalidNameLength):
 		return fmt.Errorf("%s refused user %s: the BMC has no such user; correct ipmi_username: %w", who, user, ErrRefused)
 	case code == int(types.RmcpStatusCodeInvalidRole) || code == int(types.RmcpStatusCodeUnauthorizedRoleOfPriLevel):
-		return fmt.Errorf("%s refused user %s at administrator privilege, which the serial console needs; give the user the administrator privilege on the BMC: %w", who, user, ErrRefused)
+		return fmt.Errorf("%s refused user %s at the privilege level asked for (administrator); give the user that privilege on the BMC: %w", who, user, ErrRefused)
 	case code >= 0:
 		return fmt.Errorf("%s refused the session for user %s (RMCP+ status %#02x): %w", who, user, code, ErrRefused)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):

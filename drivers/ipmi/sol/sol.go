@@ -1,48 +1,44 @@
 // Package sol is the IPMI v2.0 Serial-over-LAN client: the BMC side of a
 // node's serial console for the ipmi hardware type.
 //
-// It is native (go-ipmi's RMCP+ session and SOL stream, no ipmitool
-// process): the session is the same library the ipmi driver already uses,
-// the password never leaves the process (no argv, no environment of a
-// child), and a Close deactivates the payload on the session that
-// activated it rather than killing a child and leaving the BMC's payload
-// busy until its timeout.
+// The SOL stream itself is Debian's ipmitool ("ipmitool -I lanplus -H
+// HOST -p PORT -U USER -E sol activate", the password in IPMI_PASSWORD,
+// never in argv) under a pty, as Ironic's ipmitool-socat console runs it.
+// go-ipmi (v0.9.1) has SOL too and its session is used here to check the
+// login first (its errors say whether the user or the password is wrong),
+// but its stream ends when the BMC leaves a poll unanswered, which
+// ipmi_sim does whenever the node prints nothing for a few seconds; and
+// it cannot resume on the same session reliably. ipmitool's stream holds.
 //
-// A session asks for administrator privilege (Ironic's default
-// ipmi_priv_level; the BMC may grant the user's own level, and SOL needs
-// only the level in the BMC's SOL configuration, User by default) with
-// cipher suite 17 then 3, and the SOL payload instance 1 is activated with
-// encryption and authentication.
-// Bounds: one SOL session per BMC at a time (the BMC's rule, not ours);
-// output is buffered up to MaxBuffered bytes when nobody reads, then the
-// oldest bytes are dropped; a write is sent a byte per SOL packet (go-ipmi
-// v0.9.1's stream), so typing is fine and pasting large text is slow.
+// Bounds: one SOL session per BMC at a time (the BMC's rule: a second is
+// refused as busy); output waits in the pty (a few KB) when nobody reads,
+// then ipmitool stops acknowledging and the BMC holds or drops output as
+// its SOL buffer allows. Close types ipmitool's escape "~." (which
+// deactivates the payload) and kills ipmitool if it has not ended within
+// 5 s. A '~' typed at the start of a line is sent doubled, so that typed
+// data never reaches ipmitool's escape commands.
 package sol
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/bougou/go-ipmi/pkg/client"
-	"github.com/bougou/go-ipmi/pkg/command/transport"
 	"github.com/bougou/go-ipmi/pkg/types"
+	"github.com/creack/pty"
 )
-
-// MaxBuffered is how much console output is kept for a reader that is
-// behind; older output is dropped.
-const MaxBuffered = 1 << 20
-
-// MaxTyped is how much typed input may wait for the BMC; a Write beyond
-// it blocks until the BMC took the earlier input.
-const MaxTyped = 4096
 
 // Errors a caller can test with errors.Is.
 var (
@@ -53,21 +49,24 @@ var (
 	ErrSOLUnavailable = errors.New("SOL unavailable")
 )
 
-// IPMI v2.0 table 24-2, Activate Payload completion codes.
-const (
-	ccPayloadActive    = 0x80
-	ccPayloadDisabled  = 0x81
-	ccActivationLimit  = 0x82
-	ccNoEncryption     = 0x83
-	ccNeedsEncryption  = 0x84
-	ccInsufficientPriv = 0xd4
-)
+// Option changes Dial.
+type Option func(*options)
+
+type options struct{ cipher int }
+
+// WithCipherSuite sets the RMCP+ cipher suite (default 3, which nearly
+// every BMC and ipmi_sim offer; 17 on newer BMCs).
+func WithCipherSuite(id int) Option { return func(o *options) { o.cipher = id } }
 
 // Dial opens an IPMI v2.0 (RMCP+) session to the BMC at addr (host or
 // host:port, UDP 623 by default) as username and activates SOL. Reads give
 // the node's serial output, writes are typed at it; Close deactivates the
-// payload and closes the session. ctx bounds the dial only.
-func Dial(ctx context.Context, addr, username, password string) (io.ReadWriteCloser, error) {
+// payload. ctx bounds the dial only.
+func Dial(ctx context.Context, addr, username, password string, opts ...Option) (io.ReadWriteCloser, error) {
+	o := options{cipher: 3}
+	for _, f := range opts {
+		f(&o)
+	}
 	host, port := addr, 623
 	if h, p, err := net.SplitHostPort(addr); err == nil {
 		n, err := strconv.Atoi(p)
@@ -76,231 +75,162 @@ func Dial(ctx context.Context, addr, username, password string) (io.ReadWriteClo
 		}
 		host, port = h, n
 	}
-	if host == "" {
-		return nil, fmt.Errorf("IPMI SOL: empty BMC address %q", addr)
-	}
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
+	if host == "" || strings.HasPrefix(host, "-") {
+		return nil, fmt.Errorf("IPMI SOL: bad BMC address %q", addr)
 	}
 	who := "IPMI BMC " + addr
-	c, err := client.NewClient(host, port, username, password)
+	tool, err := exec.LookPath("ipmitool")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", who, err)
+		return nil, fmt.Errorf("IPMI SOL needs ipmitool (Debian package ipmitool): %w", err)
+	}
+	if err := checkLogin(ctx, who, host, port, username, password, o.cipher); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(tool, "-I", "lanplus", "-C", strconv.Itoa(o.cipher), "-H", host, "-p", strconv.Itoa(port),
+		"-U", username, "-E", "-N", "2", "-R", "3", "sol", "activate")
+	cmd.Env = []string{"IPMI_PASSWORD=" + password, "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "TERM=vt100"}
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
+	if err != nil {
+		return nil, fmt.Errorf("%s: start ipmitool: %w", who, err)
+	}
+	s := &session{cmd: cmd, f: f, who: who, exited: make(chan struct{}), lineStart: true}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	// Until ipmitool says the session is up, its output is its own.
+	var seen bytes.Buffer
+	got := make(chan error, 1)
+	go func() {
+		b := make([]byte, 1024)
+		for {
+			n, err := f.Read(b)
+			seen.Write(b[:n])
+			if i := bytes.Index(seen.Bytes(), []byte(operational)); i >= 0 {
+				rest := seen.Bytes()[i+len(operational):]
+				if j := bytes.IndexByte(rest, '\n'); j >= 0 {
+					s.pending = append([]byte(nil), rest[j+1:]...)
+					got <- nil
+					return
+				}
+			}
+			if err != nil || seen.Len() > 64<<10 {
+				got <- errors.New("ipmitool ended")
+				return
+			}
+		}
+	}()
+	select {
+	case err = <-got:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		s.kill()
+		<-got
+		return nil, activateError(who, username, err, seen.String())
+	}
+	return s, nil
+}
+
+const operational = "[SOL Session operational."
+
+type session struct {
+	cmd    *exec.Cmd
+	f      *os.File
+	who    string
+	exited chan struct{}
+
+	rmu     sync.Mutex
+	pending []byte // output read with ipmitool's banner
+
+	wmu       sync.Mutex
+	lineStart bool
+
+	once sync.Once
+}
+
+// Read gives the node's serial output.
+func (s *session) Read(p []byte) (int, error) {
+	s.rmu.Lock()
+	if len(s.pending) > 0 {
+		n := copy(p, s.pending)
+		s.pending = s.pending[n:]
+		s.rmu.Unlock()
+		return n, nil
+	}
+	s.rmu.Unlock()
+	n, err := s.f.Read(p)
+	if err != nil {
+		// A pty whose other end closed reads EIO: ipmitool ended.
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Write types p at the node.
+func (s *session) Write(p []byte) (int, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	out := make([]byte, 0, len(p)+4)
+	for _, c := range p {
+		if c == '~' && s.lineStart {
+			out = append(out, '~')
+		}
+		out = append(out, c)
+		s.lineStart = c == '\r' || c == '\n'
+	}
+	if _, err := s.f.Write(out); err != nil {
+		return 0, fmt.Errorf("%s: SOL session ended: %w", s.who, err)
+	}
+	return len(p), nil
+}
+
+// Close leaves with ipmitool's escape "~." (it deactivates the payload).
+func (s *session) Close() error {
+	s.once.Do(func() {
+		s.wmu.Lock()
+		_, _ = s.f.Write([]byte("\r~."))
+		s.wmu.Unlock()
+		select {
+		case <-s.exited:
+		case <-time.After(5 * time.Second):
+			s.kill()
+		}
+		_ = s.f.Close()
+	})
+	return nil
+}
+
+func (s *session) kill() {
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	<-s.exited
+	_ = s.f.Close()
+}
+
+// checkLogin opens and closes a session with go-ipmi, whose errors tell a
+// wrong user from a wrong password (ipmitool says only that the session
+// could not be established).
+func checkLogin(ctx context.Context, who, host string, port int, user, password string, cipher int) error {
+	h := host
+	if strings.Contains(h, ":") {
+		h = "[" + h + "]"
+	}
+	c, err := client.NewClient(h, port, user, password)
+	if err != nil {
+		return fmt.Errorf("%s: %w", who, err)
 	}
 	c.WithInterface(client.InterfaceLanplus)
-	c.WithCipherSuiteID(types.CipherSuiteID17, types.CipherSuiteID3)
+	c.WithCipherSuiteID(types.CipherSuiteID(cipher))
 	c.WithMaxPrivilegeLevel(types.PrivilegeLevelAdministrator)
 	c.WithTimeout(2 * time.Second)
 	c.WithRetry(2)
 	if err := c.Connect(ctx); err != nil {
 		closeNow(c)
-		return nil, loginError(who, username, err)
+		return loginError(who, user, err)
 	}
-	req := &transport.ActivatePayloadRequest{
-		PayloadType:          types.PayloadTypeSOL,
-		PayloadInstance:      1,
-		EnableEncryption:     true,
-		EnableAuthentication: true,
-	}
-	if _, err := c.ActivatePayload(ctx, req); err != nil {
-		closeNow(c)
-		return nil, activateError(who, username, err)
-	}
-	s := &session{c: c, who: who, done: make(chan struct{})}
-	s.cond = sync.NewCond(&s.mu)
-	s.gen = 1
-	sctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	c.WithTimeout(time.Second).WithRetry(1) // for the stream: quiet BMCs do not answer polls
-	go s.run(sctx)
-	return s, nil
-}
-
-// run keeps the SOL stream going until Close or a lost session.
-//
-// go-ipmi v0.9.1's stream ends at the first exchange the BMC does not
-// answer, and ipmi_sim (like some BMCs) does not answer a poll while the
-// node prints nothing. So an unanswered exchange is followed by a check
-// of the session (Get Payload Activation Status): while the BMC answers
-// and the payload is still active, the stream resumes on the same
-// session; output the BMC had not seen acknowledged it sends again.
-func (s *session) run(ctx context.Context) {
-	defer close(s.done)
-	for gen := 1; ; gen++ {
-		err := s.c.SOLStream(ctx, &input{s: s, gen: gen}, (*sink)(s), nil)
-		if ctx.Err() != nil {
-			return
-		}
-		s.mu.Lock()
-		s.gen = gen + 1 // the old stream's reader takes no more input
-		s.cond.Broadcast()
-		s.mu.Unlock()
-		if err == nil {
-			err = io.EOF
-		}
-		if errors.Is(err, io.EOF) || strings.Contains(err.Error(), "deactivation") {
-			s.fail(fmt.Errorf("%s: SOL session ended: %w", s.who, err))
-			return
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		s.c.WithTimeout(3 * time.Second).WithRetry(3)
-		st, perr := s.c.GetPayloadActivationStatus(cctx, types.PayloadTypeSOL)
-		s.c.WithTimeout(time.Second).WithRetry(1)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if perr != nil {
-			s.fail(fmt.Errorf("%s: SOL session lost (the BMC no longer answers: %v) after: %w", s.who, perr, err))
-			return
-		}
-		if !st.Instance01Activated {
-			s.fail(fmt.Errorf("%s: the BMC deactivated SOL (another session may have taken it over): %w", s.who, err))
-			return
-		}
-	}
-}
-
-// input is one stream's view of what is typed: a byte per Read, so that
-// nothing typed is left in a stream's buffer when it ends, and EOF once a
-// newer stream took over.
-type input struct {
-	s   *session
-	gen int
-}
-
-func (in *input) Read(p []byte) (int, error) {
-	s := in.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.typed) == 0 && !s.closed && s.gen == in.gen {
-		s.cond.Wait()
-	}
-	if s.closed || s.gen != in.gen {
-		return 0, io.EOF
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	p[0] = s.typed[0]
-	s.typed = s.typed[1:]
-	s.cond.Broadcast()
-	return 1, nil
-}
-
-type session struct {
-	gen    int    // the running stream's generation
-	typed  []byte // written, not yet taken by the stream
-	total  int64  // bytes received
-	c      *client.Client
-	who    string
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	mu     sync.Mutex
-	buf    []byte
-	err    error // the stream's end, returned once buf is drained
-	closed bool
-	cond   *sync.Cond
-
-	closeOnce sync.Once
-}
-
-// sink receives the stream's output.
-type sink session
-
-func (k *sink) Write(p []byte) (int, error) {
-	s := (*session)(k)
-	s.mu.Lock()
-	s.buf = append(s.buf, p...)
-	s.total += int64(len(p))
-	if over := len(s.buf) - MaxBuffered; over > 0 {
-		s.buf = append(s.buf[:0], s.buf[over:]...)
-	}
-	s.mu.Unlock()
-	s.wake()
-	return len(p), nil
-}
-
-func (s *session) wake() {
-	s.mu.Lock()
-	s.cond.Broadcast()
-	s.mu.Unlock()
-}
-
-func (s *session) fail(err error) {
-	s.mu.Lock()
-	if s.err == nil {
-		s.err = err
-	}
-	s.mu.Unlock()
-	s.wake()
-}
-
-// Read blocks until console output arrives, the session ends or Close.
-func (s *session) Read(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.buf) == 0 && s.err == nil && !s.closed {
-		s.cond.Wait()
-	}
-	switch {
-	case s.closed:
-		return 0, io.EOF
-	case len(s.buf) > 0:
-		n := copy(p, s.buf)
-		s.buf = s.buf[n:]
-		if len(s.buf) == 0 {
-			s.buf = nil
-		}
-		return n, nil
-	}
-	return 0, s.err
-}
-
-// Write types p at the node's serial port.
-func (s *session) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	closed, err := s.closed, s.err
-	s.mu.Unlock()
-	if closed {
-		return 0, fmt.Errorf("%s: SOL session closed", s.who)
-	}
-	if err != nil {
-		return 0, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// Wait until the stream took what was typed before (at most
-	// MaxTyped bytes wait), as a serial line would hold the writer.
-	for len(s.typed) > 0 && len(s.typed)+len(p) > MaxTyped && !s.closed && s.err == nil {
-		s.cond.Wait()
-	}
-	if s.closed {
-		return 0, fmt.Errorf("%s: SOL session closed", s.who)
-	}
-	if s.err != nil {
-		return 0, s.err
-	}
-	s.typed = append(s.typed, p...)
-	s.cond.Broadcast()
-	return len(p), nil
-}
-
-// Close deactivates the SOL payload and closes the IPMI session.
-func (s *session) Close() error {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		s.wake()
-		s.cancel()
-		<-s.done
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _ = s.c.DeactivatePayload(ctx, &transport.DeactivatePayloadRequest{PayloadType: types.PayloadTypeSOL, PayloadInstance: 1})
-		_ = s.c.Close(ctx)
-	})
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = c.Close(cctx)
 	return nil
 }
 
@@ -342,29 +272,29 @@ func loginError(who, user string, err error) error {
 	return fmt.Errorf("%s: cannot open an IPMI v2.0 session for the serial console (check ipmi_address/ipmi_port and that IPMI over LAN is enabled): %v", who, err)
 }
 
-func activateError(who, user string, err error) error {
-	cc := -1
-	if re, ok := types.IsResponseError(err); ok {
-		cc = int(re.CompletionCode())
-	} else if m := completionCodeText.FindStringSubmatch(err.Error()); m != nil {
-		n, _ := strconv.ParseUint(m[1], 16, 8)
-		cc = int(n)
-	}
-	switch cc {
-	case ccPayloadActive:
+var ipmitoolError = regexp.MustCompile(`(?m)^(Error|Info)[^\r\n]*`)
+
+// activateError explains why ipmitool did not start SOL, from its words.
+func activateError(who, user string, err error, out string) error {
+	low := strings.ToLower(out)
+	switch {
+	case strings.Contains(low, "already active"):
 		return fmt.Errorf("%s: SOL payload already active on another session (someone else holds the console, e.g. another ipmitool sol activate); deactivate it (ipmitool sol deactivate) or wait for that session to end: %w", who, ErrSOLUnavailable)
-	case ccPayloadDisabled:
-		return fmt.Errorf("%s: SOL is disabled on the BMC; enable it (ipmitool sol set enabled true, and sol payload enable for user %s): %w", who, user, ErrSOLUnavailable)
-	case ccActivationLimit:
+	case strings.Contains(low, "activation limit"):
 		return fmt.Errorf("%s: SOL payload activation limit reached; deactivate another SOL session (ipmitool sol deactivate): %w", who, ErrSOLUnavailable)
-	case ccNoEncryption, ccNeedsEncryption:
-		return fmt.Errorf("%s: the BMC refused SOL's encryption setting (completion code %#02x); set the BMC's SOL encryption to allowed (ipmitool sol set force-encryption false): %w", who, cc, ErrSOLUnavailable)
-	case ccInsufficientPriv:
-		return fmt.Errorf("%s: user %s may not activate SOL (insufficient privilege); give the user administrator privilege and SOL payload access on the BMC: %w", who, user, ErrSOLUnavailable)
-	case int(types.CodeInvalidCommand), int(types.CodeNotSupported), int(types.CodeIllegalCommand):
-		return fmt.Errorf("%s does not offer Serial-over-LAN (completion code %#02x): %w", who, cc, ErrSOLUnavailable)
-	case -1:
-		return fmt.Errorf("%s: activating SOL failed: %v", who, err)
+	case strings.Contains(low, "disabled"):
+		return fmt.Errorf("%s: SOL is disabled on the BMC; enable it (ipmitool sol set enabled true 1, and ipmitool sol payload enable 1 USERID for user %s): %w", who, user, ErrSOLUnavailable)
+	case strings.Contains(low, "insufficient privilege"):
+		return fmt.Errorf("%s: user %s may not activate SOL (insufficient privilege); give the user SOL payload access and the privilege the BMC's SOL configuration asks (ipmitool sol set privilege-level): %w", who, user, ErrSOLUnavailable)
+	case strings.Contains(low, "encryption"):
+		return fmt.Errorf("%s: the BMC refused SOL's encryption setting; allow encrypted SOL on the BMC: %w", who, ErrSOLUnavailable)
 	}
-	return fmt.Errorf("%s refused to activate SOL (completion code %#02x: %v): %w", who, cc, err, ErrSOLUnavailable)
+	why := strings.Join(ipmitoolError.FindAllString(out, 3), "; ")
+	if why == "" {
+		why = strings.TrimSpace(out)
+		if len(why) > 300 {
+			why = why[len(why)-300:]
+		}
+	}
+	return fmt.Errorf("%s: SOL activation failed (%v): ipmitool said: %s: %w", who, err, why, ErrSOLUnavailable)
 }

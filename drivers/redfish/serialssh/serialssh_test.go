@@ -173,7 +173,7 @@ func TestDialVBMCConsole(t *testing.T) {
 	if out, err := sshCLI(t, con.Addr, user, password, "help"); err == nil || !strings.Contains(out, "unknown command") {
 		t.Fatalf("ssh as the BMC's user: %v, %q; want the prompt's unknown command", err, out)
 	}
-	for _, c := range []struct{ user, password string }{{user, "wrong"}, {"admin", password}, {"", password}} {
+	for _, c := range []struct{ user, password string }{{user, "wrong"}, {"admin", password}, {"nobody", password}} {
 		if out, err := sshCLI(t, con.Addr, c.user, c.password, "console", "com2"); err == nil || !strings.Contains(out, "Permission denied") {
 			t.Fatalf("ssh as %q with password %q: %v, %q; want Permission denied", c.user, c.password, err, out)
 		}

@@ -267,12 +267,9 @@ func readLine(ch ssh.Channel, in *bufio.Reader) (string, error) {
 		}
 		switch c {
 		case '\r', '\n':
+			// A CR LF pair ends one line: the LF then ends an empty one,
+			// which the prompt skips.
 			_, _ = io.WriteString(ch, "\r\n")
-			if c == '\r' {
-				if n, err := in.Peek(1); err == nil && len(n) == 1 && n[0] == '\n' {
-					_, _ = in.ReadByte()
-				}
-			}
 			return string(b), nil
 		case 0x7f, 0x08:
 			if len(b) > 0 {

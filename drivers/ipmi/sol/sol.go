@@ -120,11 +120,12 @@ func Dial(ctx context.Context, addr, username, password string, opts ...Option) 
 	select {
 	case err = <-got:
 	case <-ctx.Done():
+		s.kill() // the reader sees the pty close
+		<-got
 		err = ctx.Err()
 	}
 	if err != nil {
 		s.kill()
-		<-got
 		return nil, activateError(who, username, err, seen.String())
 	}
 	return s, nil
@@ -144,7 +145,7 @@ type session struct {
 	wmu       sync.Mutex
 	lineStart bool
 
-	once sync.Once
+	once, killOnce sync.Once
 }
 
 // Read gives the node's serial output.
@@ -200,11 +201,11 @@ func (s *session) Close() error {
 }
 
 func (s *session) kill() {
-	if s.cmd.Process != nil {
+	s.killOnce.Do(func() {
 		_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	}
-	<-s.exited
-	_ = s.f.Close()
+		<-s.exited
+		_ = s.f.Close()
+	})
 }
 
 // checkLogin opens and closes a session with go-ipmi, whose errors tell a

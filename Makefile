@@ -41,11 +41,13 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz.sh
 
 # Many simulated nodes through a full cycle: NODES=10000 make bench;
-# over many sites, each with its own edge agent: NODES=10000 SITES=1000 make bench
+# over many sites, each with its own edge agent: NODES=10000 SITES=1000 make bench;
+# against a cluster of three coordinators (docs/cluster.md): CLUSTER=3 make bench
 NODES ?= 1000
 SITES ?= 1
+CLUSTER ?= 0
 bench: build
-	$(GO) run ./scripts/bench -nodes $(NODES) -sites $(SITES)
+	$(GO) run ./scripts/bench -nodes $(NODES) -sites $(SITES) -cluster $(CLUSTER)
 
 # 200 virtual Redfish BMCs (one process, each on its own 127.0.0.1 port), the
 # coordinator and a real-mode edge agent: manage, power on, power off, and the

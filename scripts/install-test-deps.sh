@@ -94,8 +94,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"${SUDO[@]}" apt-get update -qq
-"${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
+# Another install running on the machine (an unattended upgrade, a second
+# checkout's make test) holds dpkg's lock: wait for it rather than fail.
+lock=(-o DPkg::Lock::Timeout=900)
+"${SUDO[@]}" apt-get "${lock[@]}" update -qq
+"${SUDO[@]}" apt-get "${lock[@]}" install -y -qq --no-install-recommends \
 	-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
 
 # Should the broker or the Prometheus server we just installed have started

@@ -681,6 +681,8 @@ func TestClusterSitesFollow(t *testing.T) {
 		deadline := time.Now().Add(90 * time.Second)
 		var n testrig.Node
 		for {
+			// A fresh value each time: JSON's null leaves a field as it was.
+			n = testrig.Node{}
 			code := c.Do("GET", "/v1/nodes/"+id, nil, &n)
 			if code == 200 && n.Reservation == "" && (n.Target == "" || fsm.Stable(fsm.State(n.State))) {
 				break
@@ -689,7 +691,11 @@ func TestClusterSitesFollow(t *testing.T) {
 				t.Fatalf("node %s through %s: %d", id, via.name, code)
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("node %s still in %q -> %q 90 s after the kill (last_error %q)", id, n.State, n.Target, n.LastError)
+				var raw, hist map[string]any
+				c.Do("GET", "/v1/nodes/"+id, nil, &raw)
+				c.Do("GET", "/v1/nodes/"+id+"/history", nil, &hist)
+				t.Fatalf("node %s still in %q -> %q, reservation %q, 90 s after the kill (last_error %q)\nnode: %v\nhistory: %v",
+					id, n.State, n.Target, n.Reservation, n.LastError, raw, hist)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

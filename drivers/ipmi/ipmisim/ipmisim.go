@@ -74,7 +74,9 @@ type Options struct {
 	// SOL, when set (HOST:PORT), is a TCP serial port (QEMU's
 	// -serial tcp:HOST:PORT,server=on,wait=off) that ipmi_sim connects to
 	// and serves as Serial-over-LAN (payload instance 1) at 115200 baud.
-	// ipmi_sim keeps retrying the connection, so the VM may start later.
+	// ipmi_sim keeps retrying the connection (every few seconds), so the
+	// VM may start later; with wait=on QEMU holds the VM until ipmi_sim is
+	// connected and no boot message is lost.
 	SOL string
 }
 

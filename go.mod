@@ -6,6 +6,7 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/bougou/go-ipmi v0.9.1
 	github.com/cockroachdb/datadriven v1.0.2
+	github.com/creack/pty v1.1.24
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/evanphx/json-patch/v5 v5.9.11

@@ -47,6 +47,12 @@ type Config struct {
 	Cmdline func() string
 	// Console receives the serial console (a log file).
 	Console string
+	// SerialSocket, if set, is a unix socket path where the VM's serial
+	// port is also served (QEMU's chardev socket server, Console its log
+	// file: the log keeps everything whether or not anyone is connected;
+	// one client at a time). It is what a simulated BMC's console
+	// connects to.
+	SerialSocket string
 }
 
 var hostFwdRE = regexp.MustCompile(`^tcp:127\.0\.0\.1:[0-9]{1,5}-:[0-9]{1,5}$`)
@@ -133,11 +139,18 @@ func (b *BMC) startLocked() error {
 		netdev += ",hostfwd=" + b.cfg.HostFwd
 	}
 	args := []string{"-m", strconv.Itoa(b.cfg.MemoryMB), "-smp", strconv.Itoa(b.cfg.CPUs), "-nographic",
-		"-display", "none", "-monitor", "none", "-serial", "file:" + b.cfg.Console,
+		"-display", "none", "-monitor", "none",
 		// Debian's QEMU refuses serial= on -drive: give it to the device.
 		"-drive", drive0,
 		"-device", "virtio-blk-pci,drive=d0,serial=" + b.cfg.Serial,
 		"-device", "virtio-rng-pci", "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0"}
+	if b.cfg.SerialSocket != "" {
+		_ = os.Remove(b.cfg.SerialSocket)
+		args = append(args, "-chardev", "socket,id=serial0,path="+b.cfg.SerialSocket+",server=on,wait=off,logfile="+b.cfg.Console,
+			"-serial", "chardev:serial0")
+	} else {
+		args = append(args, "-serial", "file:"+b.cfg.Console)
+	}
 	if b.cfg.QMP != "" {
 		args = append(args, "-qmp", "unix:"+b.cfg.QMP+",server=on,wait=off")
 	}

@@ -71,6 +71,13 @@ type Options struct {
 	// isa-ipmi-kcs): the VM's kernel IPMI driver talks to this BMC in
 	// band.
 	SerialKCS string
+	// SOL, when set (HOST:PORT), is a TCP serial port (QEMU's
+	// -serial tcp:HOST:PORT,server=on,wait=off) that ipmi_sim connects to
+	// and serves as Serial-over-LAN (payload instance 1) at 115200 baud.
+	// ipmi_sim keeps retrying the connection (every few seconds), so the
+	// VM may start later; with wait=on QEMU holds the VM until ipmi_sim is
+	// connected and no boot message is lost.
+	SOL string
 }
 
 // Sim is one running ipmi_sim.
@@ -274,6 +281,16 @@ func (s *Sim) writeConfig() error {
 			return fmt.Errorf("ipmisim: SerialKCS %q: %w", s.opts.SerialKCS, err)
 		}
 		fmt.Fprintf(&b, "  serial kcs %s %s codec VM\n", host, port)
+	}
+	if s.opts.SOL != "" {
+		if _, _, err := net.SplitHostPort(s.opts.SOL); err != nil {
+			return fmt.Errorf("ipmisim: SOL %q: %w", s.opts.SOL, err)
+		}
+		dev, err := ipmiQuote("tcp:" + s.opts.SOL)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "  sol %s 115200\n", dev)
 	}
 	script, err := ipmiQuote(s.path("chassis") + " 0x20")
 	if err != nil {

@@ -34,7 +34,11 @@ type QEMUConfig struct {
 	Disk, DiskSerial string
 	// MemoryMB and CPUs size the VM (default 1024 and 1).
 	MemoryMB, CPUs int
-	// Console receives the serial console (default Dir/console.log).
+	// Console receives the serial console (default Dir/console.log). The
+	// serial port is also a unix socket, Dir/serial.sock (QEMU's chardev
+	// socket server with Console as its log file): the BMC's SSH serial
+	// console connects there. Output is logged whether or not anyone is
+	// connected.
 	Console string
 	// OVMF is the UEFI firmware used when the boot mode is UEFI (default
 	// /usr/share/ovmf/OVMF.fd, Debian's ovmf); Legacy boots SeaBIOS.
@@ -141,6 +145,12 @@ func NewQEMUMachine(cfg QEMUConfig) (*QEMUMachine, error) {
 
 func (c QEMUConfig) socketPath() string { return filepath.Join(c.Dir, "qmp.sock") }
 
+func (c QEMUConfig) serialPath() string { return filepath.Join(c.Dir, "serial.sock") }
+
+// SerialSocket implements SerialConsole: the VM's serial port (ttyS0) as
+// a unix socket, there while the VM runs.
+func (m *QEMUMachine) SerialSocket() string { return m.cfg.serialPath() }
+
 // secureVarsPath is the machine's copy of the Secure Boot firmware's
 // variables.
 func (c QEMUConfig) secureVarsPath() string { return filepath.Join(c.Dir, "OVMF_VARS.secure.fd") }
@@ -152,7 +162,9 @@ func (c QEMUConfig) secureVarsPath() string { return filepath.Join(c.Dir, "OVMF_
 func (m *QEMUMachine) Args(boot Boot, media map[Slot]string) ([]string, error) {
 	c := m.cfg
 	args := []string{"-m", strconv.Itoa(c.MemoryMB), "-smp", strconv.Itoa(c.CPUs),
-		"-nographic", "-display", "none", "-monitor", "none", "-serial", "file:" + c.Console,
+		"-nographic", "-display", "none", "-monitor", "none",
+		"-chardev", "socket,id=serial0,path=" + c.serialPath() + ",server=on,wait=off,logfile=" + c.Console,
+		"-serial", "chardev:serial0",
 		"-qmp", "unix:" + c.socketPath() + ",server=on,wait=off"}
 	switch {
 	case boot.Mode == ModeUEFI && boot.SecureBoot:
@@ -274,6 +286,7 @@ func (m *QEMUMachine) startLocked() error {
 		}
 	}
 	_ = os.Remove(m.cfg.socketPath())
+	_ = os.Remove(m.cfg.serialPath())
 	cmd := exec.Command(m.cfg.QEMU, args...)
 	out, err := os.OpenFile(filepath.Join(m.cfg.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -172,6 +172,9 @@ type system struct {
 	cpus, memGiB  int
 	macs          []string
 	noSecureBoot  bool
+	// sshConsolePort is the SSH serial console's port (0: none); guarded
+	// by BMC.mu.
+	sshConsolePort int
 
 	// opMu serialises the machine's operations; it is never held with
 	// BMC.mu the other way round (opMu first, then BMC.mu).
@@ -1206,6 +1209,9 @@ func (b *BMC) resetBios(w http.ResponseWriter, r *http.Request, s *system) {
 }
 
 func (b *BMC) managerResource(s *system) any {
+	b.mu.Lock()
+	port := s.sshConsolePort
+	b.mu.Unlock()
 	return map[string]any{
 		"@odata.type":     "#Manager.v1_10_0.Manager",
 		"@odata.id":       mgrPath(s),
@@ -1217,6 +1223,7 @@ func (b *BMC) managerResource(s *system) any {
 		"FirmwareVersion": b.firmwareVersion(s, ComponentBMC),
 		"Status":          map[string]any{"State": "Enabled", "Health": "OK"},
 		"VirtualMedia":    odataID(mgrPath(s) + "/VirtualMedia"),
+		"SerialConsole":   sshConsoleResource(port),
 		"Links":           map[string]any{"ManagerForServers": []any{odataID(sysPath(s))}},
 		"Actions": map[string]any{
 			"#Manager.Reset": map[string]any{

@@ -1,0 +1,163 @@
+package sol_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
+	"github.com/bmedge/bmedge/drivers/ipmi/sol"
+)
+
+func need(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv("BM_REQUIRE_ALL") == "1" {
+		t.Fatalf("%s: %v", what, err)
+	}
+	t.Skipf("%s: %v", what, err)
+}
+
+type output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	err error
+}
+
+func collect(r io.Reader) *output {
+	o := &output{}
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := r.Read(b)
+			o.mu.Lock()
+			o.buf.Write(b[:n])
+			if err != nil {
+				o.err = err
+			}
+			o.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return o
+}
+
+func (o *output) String() string { o.mu.Lock(); defer o.mu.Unlock(); return o.buf.String() }
+
+func (o *output) waitFor(t *testing.T, s string, d time.Duration, poke func()) {
+	t.Helper()
+	end, next := time.Now().Add(d), time.Now()
+	for time.Now().Before(end) {
+		if strings.Contains(o.String(), s) {
+			return
+		}
+		o.mu.Lock()
+		err := o.err
+		o.mu.Unlock()
+		if err != nil {
+			t.Fatalf("the console ended before %q: %v", s, err)
+		}
+		if poke != nil && time.Now().After(next) {
+			poke()
+			next = time.Now().Add(3 * time.Second)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out := o.String()
+	if len(out) > 3000 {
+		out = out[len(out)-3000:]
+	}
+	t.Fatalf("no %q on the console within %s; its end:\n%s", s, d, out)
+}
+
+func freeTCPPort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// One boot of the project's ramdisk kernel (its shell as init, so that a
+// typed line runs) whose serial port ipmi_sim serves as SOL; QEMU is the
+// chassis' power-on command. SOL is activated before power-on: the
+// session gives the kernel's boot messages, a typed command runs on the
+// VM, a second activation is refused as busy, Close frees the payload.
+// A wrong password and an unknown user are refused with what to do.
+func TestDialIPMISimQEMU(t *testing.T) {
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	need(t, "qemu-system-x86_64 (Debian qemu-system-x86)", err)
+	dir := os.Getenv("BM_RAMDISK_DIR")
+	if dir == "" {
+		dir, _ = filepath.Abs("../../../build/ramdisk")
+	}
+	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.xz")
+	for _, f := range []string{kernel, initrd} {
+		_, err := os.Stat(f)
+		need(t, "the ramdisk (make ramdisk)", err)
+	}
+	// QEMU waits (wait=on) for ipmi_sim to connect to its serial port
+	// before it starts the VM, so that no boot message is lost: ipmi_sim
+	// retries its connection only every few seconds.
+	serial := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+	powerOn := fmt.Sprintf("exec %s -m 512 -nographic -display none -monitor none -no-reboot -nodefaults "+
+		"-serial tcp:%s,server=on,wait=on -kernel %s -initrd %s -append 'console=ttyS0 rdinit=/bbin/gosh panic=-1'",
+		qemu, serial, kernel, initrd)
+	s := ipmisim.StartTest(t, ipmisim.Options{SOL: serial, PowerOn: powerOn, Users: []ipmisim.User{{Name: "admin", Password: "sol-pw-1", Priv: "admin"}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	_, err = sol.Dial(ctx, s.Addr(), "admin", "wrong")
+	if !errors.Is(err, sol.ErrRefused) || !strings.Contains(err.Error(), "wrong password") {
+		t.Fatalf("wrong password: %v; want ErrRefused saying so", err)
+	}
+	_, err = sol.Dial(ctx, s.Addr(), "nobody", "sol-pw-1")
+	if !errors.Is(err, sol.ErrRefused) || !strings.Contains(err.Error(), "no such user") {
+		t.Fatalf("unknown user: %v; want ErrRefused saying so", err)
+	}
+
+	c, err := sol.Dial(ctx, s.Addr(), "admin", "sol-pw-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	out := collect(c)
+	// The payload is held: another activation is refused as busy.
+	if _, err := sol.Dial(ctx, s.Addr(), "admin", "sol-pw-1"); !errors.Is(err, sol.ErrSOLUnavailable) || !strings.Contains(err.Error(), "already active") {
+		t.Fatalf("second activation: %v; want ErrSOLUnavailable, already active", err)
+	}
+
+	start := time.Now()
+	if _, err := s.Ipmitool("chassis", "power", "on"); err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, "Linux version", 3*time.Minute, nil)
+	out.waitFor(t, "Run /bbin/gosh as init process", 3*time.Minute, nil)
+	// The command's output has the quotes removed, which the terminal's
+	// echo of the typed line does not.
+	out.waitFor(t, "solmarker42", 3*time.Minute, func() { _, _ = io.WriteString(c, "echo sol''marker42\r") })
+	t.Logf("power-on to a typed command's output: %s", time.Since(start).Round(time.Second))
+
+	// Close deactivates the payload: activating again works at once.
+	c.Close()
+	c2, err := sol.Dial(ctx, s.Addr(), "admin", "sol-pw-1")
+	if err != nil {
+		t.Fatalf("SOL after Close: %v", err)
+	}
+	c2.Close()
+}

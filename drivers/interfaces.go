@@ -139,7 +139,7 @@ func (d Declaration) InterfacesFor(name string) Ifaces {
 	case "ipmi":
 		i["console"] = []string{"no-console", ConsoleIPMISOL}
 	case "redfish":
-		i["console"] = []string{"no-console", ConsoleRedfishSSH, ConsoleIPMISOL}
+		i["console"] = []string{"no-console", ConsoleRedfishSSH}
 	case "fake":
 		i["console"] = []string{"no-console", ConsoleFake}
 	}

@@ -46,15 +46,15 @@ type DialerFunc func(ctx context.Context, n Target) (io.ReadWriteCloser, error)
 func (f DialerFunc) Dial(ctx context.Context, n Target) (io.ReadWriteCloser, error) { return f(ctx, n) }
 
 // Dialers is the registration point: driver name → the Dialer of its
-// nodes' consoles. A driver without one has no console at the site.
-// The real BMC dialers are one line each here, e.g.
-//
-//	"ipmi":    sol.Dialer{},        // IPMI Serial-over-LAN
-//	"redfish": serialssh.Dialer{},  // the BMC's SSH serial console
+// nodes' consoles (bmc.go: IPMI Serial-over-LAN, the Redfish BMC's SSH
+// serial console). A driver without one has no console at the site.
 func Dialers() map[string]Dialer {
 	return map[string]Dialer{
 		"fake":          SimDialer{},
 		"fake-hardware": SimDialer{},
+		"ipmi":          SOLDialer{},
+		"redfish":       SSHDialer{},
+		"idrac":         SSHDialer{},
 	}
 }
 

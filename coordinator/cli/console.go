@@ -25,7 +25,7 @@ goes to the node. Type ~. at the start of a line to leave (~~ sends a ~).
 With --log, prints the output the coordinator kept of the node's console and exits.`
 
 // consoleInterfaceUsage is the help of --console-interface.
-const consoleInterfaceUsage = "the node's serial console: no-console (the default), ipmitool-socat (ipmi, redfish: IPMI Serial-over-LAN), redfish-serial-ssh (redfish: the BMC's SSH serial console), fake (fake: the simulated console); docs/console.md"
+const consoleInterfaceUsage = "the node's serial console: no-console (the default), ipmitool-socat (ipmi: IPMI Serial-over-LAN), redfish-serial-ssh (redfish: the BMC's SSH serial console), fake (fake: the simulated console); docs/console.md"
 
 // consoleEscape is what leaves the console, typed after a newline.
 const consoleEscape = "~."

@@ -222,3 +222,27 @@ func boolean(v any) (bool, error) {
 	}
 	return false, fmt.Errorf("%#v is not a boolean; use true or false", v)
 }
+
+// Endpoint is what a client of the BMC other than this driver (the
+// node's serial console, drivers/ipmi/sol) needs from driver_info: the
+// BMC's address, credentials and cipher suite, checked as the driver
+// checks them.
+type Endpoint struct {
+	Addr, Username, Password string
+	CipherSuite              int
+}
+
+// String keeps the password out of any %v of an Endpoint.
+func (e Endpoint) String() string {
+	return fmt.Sprintf("ipmi %s as %q (cipher suite %d)", e.Addr, e.Username, e.CipherSuite)
+}
+
+// EndpointOf reads driver_info's ipmi_address, ipmi_port,
+// ipmi_username, ipmi_password and ipmi_cipher_suite.
+func EndpointOf(info map[string]any) (Endpoint, error) {
+	c, err := parseInfo(info)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	return Endpoint{Addr: c.addr(), Username: c.username, Password: c.password, CipherSuite: int(c.cipher)}, nil
+}

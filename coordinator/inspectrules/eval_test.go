@@ -210,7 +210,7 @@ func TestScenarioDriverAndInterfaces(t *testing.T) {
 	}
 	for body, want := range map[string]string{
 		`{"actions": [{"op": "set-attribute", "args": {"path": "/driver", "value": "nosuch"}}]}`:                "nosuch",
-		`{"actions": [{"op": "set-attribute", "args": {"path": "/boot_interface", "value": "redfish-https"}}]}`: "not supported by hardware type redfish",
+		`{"actions": [{"op": "set-attribute", "args": {"path": "/boot_interface", "value": "http-ipxe"}}]}`: "not supported by hardware type redfish",
 		`{"actions": [{"op": "set-attribute", "args": {"path": "/driver", "value": 5}}]}`:                       "takes a string",
 		`{"actions": [{"op": "del-attribute", "args": {"path": "/extra/none"}}]}`:                               "no such key",
 		`{"actions": [{"op": "add-trait", "args": {"name": "{inventory[cpu][model_name]}"}}]}`:                  "Invalid trait",

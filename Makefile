@@ -9,6 +9,13 @@ build:
 
 # The coordinator with its embedded broker and Badger, plus a simulated site of 8 nodes
 # with its image cache, and the image server of the walk-through's image.
+# The web view's vendored browser modules (xterm.js for the node console),
+# from npm by coordinator/ui/web/package-lock.json, copied into the
+# coordinator's embedded static files.
+ui-vendor:
+	cd coordinator/ui/web && npm ci --ignore-scripts --no-audit --no-fund
+	cp coordinator/ui/web/node_modules/@xterm/xterm/lib/xterm.js coordinator/ui/web/node_modules/@xterm/xterm/css/xterm.css coordinator/ui/static/vendor/
+
 run: build
 	$(GO) build -o bin/ ./scripts/imageserver
 	scripts/run.sh
@@ -41,11 +48,13 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz.sh
 
 # Many simulated nodes through a full cycle: NODES=10000 make bench;
-# over many sites, each with its own edge agent: NODES=10000 SITES=1000 make bench
+# over many sites, each with its own edge agent: NODES=10000 SITES=1000 make bench;
+# against a cluster of three coordinators (docs/cluster.md): CLUSTER=3 make bench
 NODES ?= 1000
 SITES ?= 1
+CLUSTER ?= 0
 bench: build
-	$(GO) run ./scripts/bench -nodes $(NODES) -sites $(SITES)
+	$(GO) run ./scripts/bench -nodes $(NODES) -sites $(SITES) -cluster $(CLUSTER)
 
 # 200 virtual Redfish BMCs (one process, each on its own 127.0.0.1 port), the
 # coordinator and a real-mode edge agent: manage, power on, power off, and the

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bmedge/bmedge/agent/bmc"
 	"github.com/bmedge/bmedge/agent/boot"
+	"github.com/bmedge/bmedge/agent/console"
 	"github.com/bmedge/bmedge/agent/discover"
 	"github.com/bmedge/bmedge/agent/outbox"
 	"github.com/bmedge/bmedge/agent/plan"
@@ -35,6 +36,8 @@ type Agent struct {
 	cfg  Config
 	log  *slog.Logger
 	link *mqttlink.Link
+	// cons relays the nodes' serial consoles (set in Run).
+	cons *console.Manager
 
 	mu sync.Mutex
 	// ob is the durable outbox and the exactly-once command runner.
@@ -187,6 +190,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.bmcs.Keep(store); err != nil {
 		return err
 	}
+	cons, err := console.New(console.Config{Site: site, Log: a.log, Keep: a.cfg.ConsoleKeep, Bandwidth: a.cfg.ConsoleBandwidth, Store: store,
+		Publish: func(ctx context.Context, topic string, payload []byte) error {
+			return a.link.Publish(ctx, topic, payload, false)
+		},
+		Busy: func() bool { return len(a.up.Queue()) > 0 }})
+	if err != nil {
+		return err
+	}
+	a.cons = cons
 	if err := a.serveMetrics(ctx); err != nil {
 		return err
 	}
@@ -218,7 +230,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopCache()
 	link, err := mqttlink.Dial(ctx, mqttlink.Config{
 		URL: a.cfg.BrokerURL, ClientID: a.cfg.ClientID, Username: a.cfg.Username, Password: a.cfg.Password, TLS: tc,
-		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd", protocol.DiscoveryTopic(site)},
+		Subscriptions: []string{protocol.BMCCmdTopic(site), protocol.TopicPrefix + "/site/" + site + "/node/+/cmd", protocol.DiscoveryTopic(site), protocol.ConsoleCmdTopic(site)},
 		Handler:       a.handle,
 		WillTopic:     protocol.SitePresenceTopic(site), WillPayload: presence(site, a.cfg.Clock.Now(), false, false, false),
 		OnlineTopic: protocol.SitePresenceTopic(site), OnlinePayload: presence(site, a.cfg.Clock.Now(), true, a.relays(), a.relay.Addr() != ""),
@@ -234,6 +246,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.link = link
 	close(a.ready)
 	go a.up.Run(ctx)
+	go a.cons.Run(ctx)
 	// Simulated nodes go on as real ones do across a restart.
 	if err := a.sim.Restore(store); err != nil {
 		link.Close()

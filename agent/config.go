@@ -92,7 +92,12 @@ type Config struct {
 	// SensorInterval: sensor readings are sent at least this often when
 	// no status changed (default 10 min).
 	HealthInterval time.Duration
-	SensorInterval time.Duration
+	// ConsoleKeep is how many bytes of each node's console output the
+	// agent keeps (0: console.DefaultKeep); ConsoleBandwidth bounds the
+	// bytes per second of console output the site sends (0:
+	// console.DefaultBandwidth).
+	ConsoleKeep, ConsoleBandwidth int
+	SensorInterval                time.Duration
 	// BMCConcurrency bounds the BMC commands run at once across the
 	// site's BMCs (default 32); more wait their turn, each within its
 	// own deadline. The relay and other nodes never wait for them.

@@ -51,6 +51,10 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) (keep bool) {
 	switch leaf {
 	case "discovery":
 		a.takeDiscoveryConfig(m)
+	case "console/cmd":
+		if m.Kind == protocol.KindConsole && a.cons != nil {
+			a.cons.Handle(m)
+		}
 	case "bmc/cmd":
 		switch m.Kind {
 		case protocol.KindAck:
@@ -62,6 +66,9 @@ func (a *Agent) handleOne(leaf, node string, m *protocol.Message) (keep bool) {
 				return false
 			case protocol.ActionForget:
 				a.forget(m.Node)
+				if a.cons != nil {
+					a.cons.Forget(m.Node)
+				}
 				return false
 			case protocol.ActionEndBoot:
 				a.boot.End(m.Node)

@@ -66,12 +66,15 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 		Help: "Plans the agent holds now (one per node at most), paused ones included."}, func() float64 { return float64(a.plans.Len()) })
 	outbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "outbox_depth",
 		Help: "Results and power reports waiting for the coordinator's acknowledgement, now."}, func() float64 { return float64(a.Outbox()) })
+	kept := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "outbox_kept",
+		Help: "Of the outbox, the messages kept in the state folder (results and reports, not the heartbeat summaries): what a restart of the agent sends again."},
+		func() float64 { return float64(a.ob.Kept()) })
 	// Both outcomes exist from the start, at 0.
 	m.powerReads.WithLabelValues("ok")
 	m.powerReads.WithLabelValues("error")
 	m.planSteps.WithLabelValues("inband")
 	m.planSteps.WithLabelValues("oob")
-	m.reg.MustRegister(m.discovery, m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, m.refused, plans, outbox, siteBrokerCollector{a},
+	m.reg.MustRegister(m.discovery, m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, m.refused, plans, outbox, kept, siteBrokerCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -110,6 +110,15 @@ func Refused(iface, impl string) string {
 	return ""
 }
 
+// Console interfaces: Ironic's ipmitool-socat (the BMC's IPMI
+// Serial-over-LAN) and fake; redfish-serial-ssh, the BMC's serial console
+// over SSH (this project's). The edge agent opens them (agent/console).
+const (
+	ConsoleIPMISOL    = "ipmitool-socat"
+	ConsoleRedfishSSH = "redfish-serial-ssh"
+	ConsoleFake       = "fake"
+)
+
 // InterfacesFor is the implementations of every hardware interface of a
 // node whose driver is named name (d's name or one of its aliases: the
 // fake driver's alias fake-hardware is Ironic's fake-hardware type, with
@@ -128,6 +137,16 @@ func (d Declaration) InterfacesFor(name string) Ifaces {
 		case "bios", "firmware":
 			i[st.Interface] = []string{d.Name}
 		}
+	}
+	// The serial console, relayed by the site (docs/console.md):
+	// no-console first, the default, as Ironic's enabled_console_interfaces.
+	switch d.Name {
+	case "ipmi":
+		i["console"] = []string{"no-console", ConsoleIPMISOL}
+	case "redfish":
+		i["console"] = []string{"no-console", ConsoleRedfishSSH, ConsoleIPMISOL}
+	case "fake":
+		i["console"] = []string{"no-console", ConsoleFake}
 	}
 	switch d.Name {
 	case "ipmi":

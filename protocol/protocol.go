@@ -348,6 +348,8 @@ func ParseTopic(topic string) (site, node, leaf string, err error) {
 		return parts[0], "", "discovery", nil
 	case len(parts) == 3 && parts[1] == "bmc" && (parts[2] == "cmd" || parts[2] == "evt"):
 		return parts[0], "", "bmc/" + parts[2], nil
+	case len(parts) == 3 && parts[1] == "console" && (parts[2] == "cmd" || parts[2] == "evt"):
+		return parts[0], "", "console/" + parts[2], nil
 	case len(parts) == 4 && parts[1] == "node" && (parts[3] == "cmd" || parts[3] == "evt" || parts[3] == "presence"):
 		return parts[0], parts[2], parts[3], nil
 	}
@@ -473,6 +475,9 @@ type Message struct {
 
 	// Discovery configuration (KindDiscoveryConfig).
 	Discovery *DiscoveryConfig `json:"discovery,omitempty"`
+
+	// Console command or output (KindConsole, KindConsoleOutput).
+	Console *ConsoleData `json:"console,omitempty"`
 }
 
 // MaxMessageBytes bounds a message; larger ones are rejected unread.
@@ -570,6 +575,8 @@ func init() {
 		KindHealth:          checkHealthReport,
 		KindDiscovery:       checkDiscovery,
 		KindDiscoveryConfig: checkDiscoveryConfig,
+		KindConsole:         checkConsole,
+		KindConsoleOutput:   checkConsoleOutput,
 	}
 }
 

@@ -3,6 +3,8 @@
 #   python3-ironicclient  the `baremetal` CLI (coordinator/api/baremetal_cli_test.go)
 #   mosquitto             an external MQTT broker for the broker tests
 #   mosquitto-clients     mosquitto_pub / mosquitto_sub
+#   python3-websocket     an independent WebSocket client for the node console (scripts/systest/console_test.go);
+#                         run with /usr/bin/python3
 #   curl                  an independent HTTP client for the API's TLS and request checks
 #   python3-sushy         OpenStack's Redfish client, an independent check of the virtual Redfish BMC
 #                         (drivers/redfish/vbmc); run with /usr/bin/python3
@@ -35,7 +37,7 @@
 # and lldpd, which the LLDP test starts in its own network namespace.
 set -euo pipefail
 
-PACKAGES=(python3-ironicclient mosquitto mosquitto-clients curl python3-sushy openipmi ipmitool xorriso prometheus
+PACKAGES=(python3-ironicclient mosquitto mosquitto-clients python3-websocket curl python3-sushy openipmi ipmitool xorriso prometheus
 	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 qemu-utils busybox iproute2 util-linux chromium chromium-driver systemd)
 # cloud-init: its own config drive reader (read_config_drive) checks the config drives the ramdisk writes
 PACKAGES+=(cloud-init)
@@ -94,8 +96,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"${SUDO[@]}" apt-get update -qq
-"${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
+# Another install running on the machine (an unattended upgrade, a second
+# checkout's make test) holds dpkg's lock: wait for it rather than fail.
+lock=(-o DPkg::Lock::Timeout=900)
+"${SUDO[@]}" apt-get "${lock[@]}" update -qq
+"${SUDO[@]}" apt-get "${lock[@]}" install -y -qq --no-install-recommends \
 	-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
 
 # Should the broker or the Prometheus server we just installed have started

@@ -170,6 +170,21 @@ func (o *Outbox) Len() int {
 	return len(o.st.Items)
 }
 
+// Kept is how many of the messages waiting for the coordinator's ack are
+// in the store (results and reports; not the memory-only summaries): what
+// a restart would send again.
+func (o *Outbox) Kept() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, it := range o.st.Items {
+		if !it.MemOnly {
+			n++
+		}
+	}
+	return n
+}
+
 // Full tells whether the outbox is at its limit.
 func (o *Outbox) Full() bool {
 	o.mu.Lock()

@@ -68,6 +68,8 @@ const (
 	// reboot) was started: kept on disk before it runs, removed with its
 	// result (Command.Intent).
 	intentPrefix = "i/"
+	// consolePrefix + node: the node's kept console output (agent/console).
+	consolePrefix = "k/"
 	// discoveryKey: the site's discovery configuration as the
 	// coordinator last gave it (agent/discover), so that a restarted
 	// agent discovers, or does not, while the WAN is down.
@@ -418,6 +420,18 @@ func (s *Store) LoadDiscovery() ([]byte, error) {
 	m, err := s.loadPrefix(discoveryKey)
 	return m[""], err
 }
+
+// PutConsole writes a node's kept console output (nil: removes it) with
+// the next group commit, without waiting (agent/console's Store).
+func (s *Store) PutConsole(node string, state []byte) {
+	if s == nil {
+		return
+	}
+	s.enqueue(storeOp{key: consolePrefix + node, val: state}, nil)
+}
+
+// LoadConsoles returns the console output kept (node → state).
+func (s *Store) LoadConsoles() (map[string][]byte, error) { return s.loadPrefix(consolePrefix) }
 
 // LoadPolled returns the nodes polled by power sync (node → record).
 func (s *Store) LoadPolled() (map[string][]byte, error) { return s.loadPrefix(polledPrefix) }

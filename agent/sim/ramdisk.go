@@ -51,6 +51,9 @@ func (r *simRunner) Steps() (clean, deploy []protocol.Step) {
 // Run implements session.Runner.
 func (r *simRunner) Run(ctx context.Context, step protocol.Step, progress func(float64, string)) (map[string]any, error) {
 	name := step.Step
+	if w := r.opts.StepWatch; w != nil {
+		w(r.node, r.boot, step.Interface+"."+name)
+	}
 	if name == r.opts.DieStep || name == r.opts.RebootStep {
 		r.sleep(ctx, r.opts.StepDuration/2)
 		if name == r.opts.RebootStep && ctx.Err() == nil {

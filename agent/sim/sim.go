@@ -57,6 +57,10 @@ type Options struct {
 	// PowerWatch, when set, is told of every power change of a
 	// simulated BMC (state and boot device), as a test counts power-ons.
 	PowerWatch func(node, state, bootDevice string)
+	// StepWatch, when set, is told of every in-band step a simulated
+	// ramdisk starts (node, which of its boots, interface.step), as a test
+	// checks that no step runs twice.
+	StepWatch func(node string, boot uint64, step string)
 }
 
 // Config configures the simulator.

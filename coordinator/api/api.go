@@ -6,12 +6,14 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -256,6 +258,16 @@ type statusWriter struct {
 }
 
 func (w *statusWriter) WriteHeader(c int) { w.code = c; w.ResponseWriter.WriteHeader(c) }
+
+// Hijack lets a WebSocket (the node console) take the connection over.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, fmt.Errorf("the connection cannot be taken over")
+	}
+	w.code = http.StatusSwitchingProtocols
+	return h.Hijack()
+}
 
 func parseVersion(v string) (int, bool) {
 	maj, min, ok := strings.Cut(v, ".")

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -34,6 +33,8 @@ func (s *Server) registerCompat(m routeList) {
 	m.HandleFunc("DELETE /v1/nodes/{id}/vifs/{vif}", s.detachVIF)
 	m.HandleFunc("GET /v1/nodes/{id}/states/console", s.getConsole)
 	m.HandleFunc("PUT /v1/nodes/{id}/states/console", s.setConsole)
+	m.HandleFunc("GET /v1/nodes/{id}/console", s.consoleSocket)
+	m.HandleFunc("GET /v1/nodes/{id}/console/log", s.consoleLog)
 	m.HandleFunc("GET /v1/nodes/{id}/vendor_passthru/methods", s.passthruMethods)
 	m.HandleFunc("/v1/nodes/{id}/vendor_passthru", s.passthruCall)
 	m.HandleFunc("GET /v1/drivers/{name}/vendor_passthru/methods", s.driverPassthruMethods)
@@ -120,43 +121,6 @@ func (s *Server) detachVIF(w http.ResponseWriter, r *http.Request) {
 	var uuid string
 	if s.nodeDo(w, r, func(n *fsm.Node, _ bool) error { uuid = n.UUID; return nil }) {
 		writeError(w, 400, fmt.Sprintf("Unable to detach VIF %s from node %s because it is not attached to it.", r.PathValue("vif"), uuid))
-	}
-}
-
-// getConsole is GET /v1/nodes/{id}/states/console: the console is never
-// enabled (console interface no-console), which Ironic answers with 200
-// and console_enabled false.
-func (s *Server) getConsole(w http.ResponseWriter, r *http.Request) {
-	if s.nodeDo(w, r, func(*fsm.Node, bool) error { return nil }) {
-		writeJSON(w, 200, map[string]any{"console_enabled": false, "console_info": nil})
-	}
-}
-
-// setConsole is PUT /v1/nodes/{id}/states/console {"enabled": bool}:
-// Ironic's no-console fails its validation, 400, either way.
-func (s *Server) setConsole(w http.ResponseWriter, r *http.Request) {
-	var body map[string]json.RawMessage
-	if !decode(w, r, &body) {
-		return
-	}
-	raw, ok := body["enabled"]
-	if !ok {
-		writeError(w, 400, `Missing argument: "enabled" (true or false)`)
-		return
-	}
-	if _, err := strconv.ParseBool(strings.Trim(string(raw), `"`)); err != nil {
-		writeError(w, 400, fmt.Sprintf("Invalid enabled %s: it must be true or false", raw))
-		return
-	}
-	for k := range body {
-		if k != "enabled" {
-			writeError(w, 400, fmt.Sprintf("Unknown argument %q: PUT states/console takes only \"enabled\"", k))
-			return
-		}
-	}
-	var driver string
-	if s.nodeDo(w, r, func(n *fsm.Node, _ bool) error { driver = n.Driver; return nil }) {
-		writeError(w, 400, unsupported(driver, "console"))
 	}
 }
 

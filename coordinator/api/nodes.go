@@ -784,14 +784,19 @@ func (s *Server) checkCreateInterfaces(raw map[string]json.RawMessage, spec *eng
 			}
 			spec.RaidInterface = n.RaidInterface
 			continue
-		case "boot", "deploy":
+		case "boot", "deploy", "console":
 			if err := d.CheckImpl(spec.Driver, iface, impl); err != nil {
 				return &engine.Error{Kind: engine.Invalid, Msg: err.Error() + fmt.Sprintf(" (leave %s out for the default, %s)", k, d.InterfacesFor(spec.Driver).Default(iface))}
 			}
-			if iface == "boot" {
+			switch iface {
+			case "boot":
 				spec.BootInterface = impl
-			} else {
+			case "deploy":
 				spec.DeployInterface = impl
+			default:
+				if impl != engine.ConsoleNone {
+					spec.ConsoleInterface = impl
+				}
 			}
 			continue
 		}

@@ -99,7 +99,7 @@ func checkInterfacePatch(n *fsm.Node, ops []patchOp, have ifaceSet) error {
 		if !ok || !known || op.Path != "/"+f || op.Op == "remove" || f == "raid_interface" || f == "inspect_interface" {
 			continue // raid_interface: checkRAIDInterfacePatch (raid.go); inspect_interface: checkInspectInterface
 		}
-		if iface == "boot" || iface == "deploy" {
+		if iface == "boot" || iface == "deploy" || iface == "console" {
 			// The hardware type's implementations (drivers/interfaces.go);
 			// a change is Ironic's conductor rule below.
 			var want any
@@ -109,6 +109,9 @@ func checkInterfacePatch(n *fsm.Node, ops []patchOp, have ifaceSet) error {
 			impl, isStr := want.(string)
 			if !isStr {
 				return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: /%s must be a string", i+1, f)}
+			}
+			if iface == "console" && n.ConsoleEnabled {
+				return &engine.Error{Kind: engine.Conflict, Msg: fmt.Sprintf("Node %s can not have console_interface updated while its console is enabled; disable it first (PUT states/console {\"enabled\": false}).", n.Ident())}
 			}
 			if !fsm.UpdateAllowed(n.ProvisionState) {
 				return nil
@@ -154,7 +157,7 @@ func (s *Server) checkNodeInterfaces(n *fsm.Node) error {
 	if err != nil {
 		return nil // the engine refuses an unknown driver
 	}
-	for iface, impl := range map[string]string{"boot": n.BootInterface, "deploy": n.DeployInterface} {
+	for iface, impl := range map[string]string{"boot": n.BootInterface, "deploy": n.DeployInterface, "console": n.ConsoleInterface} {
 		if impl == "" {
 			continue
 		}
@@ -541,6 +544,11 @@ func setScalar(n *fsm.Node, field, op string, val any) error {
 		n.BootInterface, err = str()
 	case "deploy_interface":
 		n.DeployInterface, err = str()
+	case "console_interface":
+		n.ConsoleInterface, err = str()
+		if n.ConsoleInterface == "no-console" {
+			n.ConsoleInterface = ""
+		}
 	case "automated_clean":
 		// true, false, or null (removed): the coordinator's setting.
 		if op == "remove" || val == nil {

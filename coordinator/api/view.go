@@ -244,8 +244,8 @@ func (s *Server) view(base string, n *fsm.Node, online bool) *nodeView {
 		RescueInterface: ifaces.Rescue, StorageInterface: ifaces.Storage, VendorInterface: ifaces.Vendor,
 		FirmwareInterface: ifaces.Firmware, NetworkData: orEmpty(n.NetworkData), RaidConfig: orEmpty(n.RaidConfig), TargetRaidConfig: orEmpty(n.TargetRaidConfig),
 		Traits: traitsOf(n), SiteOnline: online,
-		DisablePowerOff: n.DisablePowerOff,
-		InstanceUUID:    nullable(n.InstanceUUID), AllocationUUID: nullable(n.AllocationUUID), InstanceName: nullable(n.InstanceName), Health: nullable(n.Health),
+		DisablePowerOff: n.DisablePowerOff, ConsoleEnabled: n.ConsoleEnabled,
+		InstanceUUID: nullable(n.InstanceUUID), AllocationUUID: nullable(n.AllocationUUID), InstanceName: nullable(n.InstanceName), Health: nullable(n.Health),
 		Links: links(base, "/v1/nodes/"+n.UUID), Ports: links(base, "/v1/nodes/"+n.UUID+"/ports"),
 		States: links(base, "/v1/nodes/"+n.UUID+"/states"), Portgroups: links(base, "/v1/nodes/"+n.UUID+"/portgroups"),
 		Volume: links(base, "/v1/nodes/"+n.UUID+"/volume"),
@@ -317,6 +317,9 @@ func nodeInterfaces(n *fsm.Node, decl drivers.Declaration) nodeIfaces {
 	}
 	if n.DeployInterface != "" {
 		i.Deploy = n.DeployInterface
+	}
+	if n.ConsoleInterface != "" {
+		i.Console = n.ConsoleInterface
 	}
 	return i
 }

@@ -95,7 +95,8 @@ func (c *cmd) nodeCmd() *cobra.Command {
 	for _, v := range verbs {
 		add("verbs", c.verbCmd(v))
 	}
-	add("more", c.nodeWait(), c.nodePower(), c.nodeSteps(), c.nodeHistory(), c.nodeInventory(), c.nodeFirmware(), c.nodeBIOS(), c.nodeSensors(), c.nodeEvents())
+	add("more", c.nodeWait(), c.nodePower(), c.nodeSteps(), c.nodeHistory(), c.nodeInventory(), c.nodeFirmware(), c.nodeBIOS(), c.nodeSensors(), c.nodeEvents(),
+		c.nodeConsole(), c.nodeConsoleSet(true), c.nodeConsoleSet(false))
 	g.Example = "  coordinator node create --name n1 --driver fake --site site1 --port 52:54:00:12:34:01\n  coordinator node manage n1 --wait\n  coordinator node inspect n1 --wait\n  coordinator node provide n1 --wait"
 	return g
 }
@@ -158,7 +159,7 @@ func nodePath(id string, rest ...string) string {
 }
 
 func (c *cmd) nodeCreate() *cobra.Command {
-	var name, driver, site, raidIface, inspectIface string
+	var name, driver, site, raidIface, inspectIface, consoleIface string
 	info, props, extra := kv{}, kv{}, kv{}
 	var ports list
 	cc := clientCmd(&cobra.Command{
@@ -195,6 +196,9 @@ NICs as ports; 'node manage NODE' then verifies the BMC.`,
 			if raidIface != "" {
 				body["raid_interface"] = raidIface
 			}
+			if consoleIface != "" {
+				body["console_interface"] = consoleIface
+			}
 			if inspectIface != "" {
 				body["inspect_interface"] = inspectIface
 			}
@@ -221,6 +225,7 @@ NICs as ports; 'node manage NODE' then verifies the BMC.`,
 	fs.Var(&ports, "port", "`MAC` address of a NIC (repeatable)")
 	fs.StringVar(&raidIface, "raid-interface", "", raidInterfaceUsage())
 	_ = cc.RegisterFlagCompletionFunc("raid-interface", fixed(allRAIDInterfaces()...))
+	fs.StringVar(&consoleIface, "console-interface", "", consoleInterfaceUsage)
 	fs.StringVar(&inspectIface, "inspect-interface", "", inspectInterfaceUsage())
 	_ = cc.RegisterFlagCompletionFunc("inspect-interface", fixed("agent", "redfish"))
 	_ = cc.RegisterFlagCompletionFunc("driver", fixed(driverNames()...))
@@ -374,7 +379,7 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 		verbName, short = "unset", "Remove a node's fields, bring it back from retirement or out of maintenance"
 	}
 	var retired, maint, resetRAID, resetInspect bool
-	var name, retiredReason, reason, site, raidIface, inspectIface string
+	var name, retiredReason, reason, site, raidIface, inspectIface, consoleIface string
 	info, props, inst, extra := kv{}, kv{}, kv{}, kv{}
 	var infoK, propK, instK, extraK list
 	cc := clientCmd(&cobra.Command{
@@ -407,6 +412,9 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 				}
 				if raidIface != "" {
 					add("replace", "/raid_interface", raidIface)
+				}
+				if consoleIface != "" {
+					add("replace", "/console_interface", consoleIface)
 				}
 				if inspectIface != "" {
 					add("replace", "/inspect_interface", inspectIface)
@@ -481,6 +489,7 @@ func (c *cmd) nodeSet(unset bool) *cobra.Command {
 		fs.StringVar(&reason, "reason", "", "why the node is in maintenance (`TEXT`)")
 		fs.StringVar(&raidIface, "raid-interface", "", raidInterfaceUsage()+"; changes in enroll, manageable, available or maintenance")
 		_ = cc.RegisterFlagCompletionFunc("raid-interface", fixed(allRAIDInterfaces()...))
+		fs.StringVar(&consoleIface, "console-interface", "", consoleInterfaceUsage+"; changes in enroll, manageable, available or maintenance, while the console is disabled")
 		fs.StringVar(&inspectIface, "inspect-interface", "", inspectInterfaceUsage()+"; changes in enroll, manageable, available or maintenance")
 		_ = cc.RegisterFlagCompletionFunc("inspect-interface", fixed("agent", "redfish"))
 	} else {

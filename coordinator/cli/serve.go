@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -75,6 +76,7 @@ type serveOptions struct {
 	fdReserve                                                   int
 	apiConns, mqttConns                                         netbudget.Limits
 	clusterMember, clusterListen, clusterPeers                  string
+	clusterBrokerURL                                            string
 	clusterCert, clusterCertKey, clusterCA                      string
 }
 
@@ -143,6 +145,8 @@ func (c *cmd) serveCmd() *cobra.Command {
 		"the engine runs on the leader only, every batch it commits is replicated to every member's store, and every member answers the API. Without it (default) the coordinator runs alone")
 	fs.StringVar(&o.clusterListen, "cluster-listen", "", "`HOST:PORT` of this member's cluster link (mutual TLS with member certificates)")
 	fs.StringVar(&o.clusterPeers, "cluster-peers", "", "every member of the cluster, this one included: `NAME=HOST:PORT,...`; the first start of members with the same list forms the cluster")
+	fs.StringVar(&o.clusterBrokerURL, "cluster-broker-url", "", "this member's embedded broker `URL` as the sites reach it: while it leads, the other members' brokers refuse a site's CONNECT "+
+		"with MQTT v5 code 0x9C (use another server) and this URL as Server Reference (default: mqtt:// or, with --tls-cert, mqtts:// and --mqtt-listen)")
 	fs.StringVar(&o.clusterCert, "cluster-cert", "", "this member's certificate (PEM) `FILE` for the cluster link ('coordinator certs --dir DIR --member NAME' writes DIR/member-NAME.pem)")
 	fs.StringVar(&o.clusterCertKey, "cluster-cert-key", "", "the private key (PEM) `FILE` of --cluster-cert")
 	fs.StringVar(&o.clusterCA, "cluster-ca", "", "the cluster's CA (PEM) `FILE`: the cluster link accepts only member certificates it signed")
@@ -262,11 +266,47 @@ func openMember(o *serveOptions, log *slog.Logger) (*cluster.Member, error) {
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
+	ref, err := memberBrokerURL(o)
+	if err != nil {
+		return nil, err
+	}
 	tc, err := cluster.LoadTLS(o.clusterCert, o.clusterCertKey, o.clusterCA)
 	if err != nil {
 		return nil, err
 	}
-	return cluster.Open(cluster.Config{Name: o.clusterMember, Listen: o.clusterListen, Peers: peers, DataDir: o.dataDir, TLS: tc, Log: log})
+	return cluster.Open(cluster.Config{Name: o.clusterMember, Listen: o.clusterListen, Peers: peers, DataDir: o.dataDir, TLS: tc, Log: log, BrokerURL: ref})
+}
+
+// memberBrokerURL is the member's own broker URL for the Server
+// Reference (--cluster-broker-url, or --mqtt-listen's address); "" with
+// an external broker, which every member shares.
+func memberBrokerURL(o *serveOptions) (string, error) {
+	if o.brokerURL != "" {
+		if o.clusterBrokerURL != "" {
+			return "", usagef("--cluster-broker-url names this member's embedded broker; with --broker-url every member uses the external broker: drop one of them")
+		}
+		return "", nil
+	}
+	scheme := "mqtt"
+	if o.tlsCert != "" {
+		scheme = "mqtts"
+	}
+	if o.clusterBrokerURL != "" {
+		u, err := url.Parse(o.clusterBrokerURL)
+		if err != nil || u.Host == "" || u.Scheme != scheme || strings.Contains(o.clusterBrokerURL, ",") {
+			return "", usagef("--cluster-broker-url %q: give one URL %s://HOST:PORT, this member's broker as the sites reach it", o.clusterBrokerURL, scheme)
+		}
+		return o.clusterBrokerURL, nil
+	}
+	host, port, err := net.SplitHostPort(o.mqttListen)
+	if err != nil {
+		return "", nil // the listener reports a malformed address itself
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return "", usagef("--mqtt-listen %s listens on every interface, so a cluster member has no broker address to give sites: add --cluster-broker-url %s://HOST:%s "+
+			"with the name or address the sites reach this member by", o.mqttListen, scheme, port)
+	}
+	return scheme + "://" + o.mqttListen, nil
 }
 
 // ExitStoreFailed is serve's exit status when the database failed while

@@ -212,7 +212,8 @@ one, a port per MAC, the BMC address the ramdisk read). A machine that is a node
 (by MAC, serial or BMC address) is never enrolled again. Off is the default.
 
 --discovery-max-nodes caps the site's discovered nodes (default 50); --discovery-rate bounds
-the new machines its edge agent starts discovering per minute (default 10). Refusals are
+the new machines its edge agent starts discovering per minute (default 10), and the nodes
+the coordinator enrolls of the site per minute (a report past it waits at the site). Refusals are
 counted on /metrics (bmedge_discovery_reports_total). docs/discovery.md has the details.`,
 		Example: "  coordinator site set site1 --discovery on --discovery-max-nodes 40 --discovery-driver ipmi\n  coordinator site set site1 --discovery off",
 		Args:    args("NAME"),
@@ -253,7 +254,7 @@ counted on /metrics (bmedge_discovery_reports_total). docs/discovery.md has the 
 	}, true)
 	cc.Flags().StringVar(&discovery, "discovery", "", "`on` or off: whether the site discovers machines that belong to no node")
 	cc.Flags().IntVar(&maxNodes, "discovery-max-nodes", 0, "the cap of the site's discovered nodes (`N`, 1 to 10000)")
-	cc.Flags().IntVar(&rate, "discovery-rate", 0, "the new machines the site's edge agent starts discovering per minute (`N`, 1 to 600)")
+	cc.Flags().IntVar(&rate, "discovery-rate", 0, "the new machines the site's edge agent starts discovering, and the nodes the coordinator enrolls of the site, per minute (`N`, 1 to 600)")
 	cc.Flags().StringVar(&driver, "discovery-driver", "", "the `DRIVER` of a discovered node unless an inspection rule sets one (default ipmi)")
 	return cc
 }

@@ -92,6 +92,10 @@ type Config struct {
 	Name   string
 	Listen string
 	Peers  []Peer
+	// BrokerURL is this member's MQTT broker as the sites reach it: the
+	// Server Reference a follower's broker gives a site while this
+	// member leads.
+	BrokerURL string
 	// DataDir is the member's data folder: db (the store), db.key,
 	// secret, and raft (the replicated log and its snapshots).
 	DataDir string
@@ -137,9 +141,18 @@ type Member struct {
 	// fingerprint names the member's db.key and secret (keys.go).
 	fingerprint string
 	stats       memberStats
-	closeOnce   sync.Once
-	failed      chan struct{}
-	stopped     chan struct{}
+	// ref is the leader's broker URL last asked (LeaderBrokerURL).
+	refMu     sync.Mutex
+	ref       leaderRef
+	closeOnce sync.Once
+	failed    chan struct{}
+	stopped   chan struct{}
+}
+
+type leaderRef struct {
+	name string
+	term uint64
+	url  string
 }
 
 // Open opens the member's store and log, joins or forms the cluster
@@ -369,6 +382,37 @@ func (m *Member) Leader() Peer {
 
 // Name is the member's name.
 func (m *Member) Name() string { return m.cfg.Name }
+
+// LeaderBrokerURL is the leader's broker URL as the leader reports it
+// (its Config.BrokerURL; "" while there is no leader, or it did not
+// answer), asked over the link once per leader and term.
+func (m *Member) LeaderBrokerURL() string {
+	l := m.Leader()
+	if l.Name == "" {
+		return ""
+	}
+	if l.Name == m.cfg.Name {
+		return m.cfg.BrokerURL
+	}
+	term := m.raft.CurrentTerm()
+	m.refMu.Lock()
+	ref := m.ref
+	m.refMu.Unlock()
+	if ref.name == l.Name && ref.term == term && ref.url != "" {
+		return ref.url
+	}
+	if m.client == nil {
+		return ""
+	}
+	var got MemberStatus
+	if err := m.ask(l.Addr, "/cluster/self", &got); err != nil || got.Name != l.Name {
+		return ""
+	}
+	m.refMu.Lock()
+	m.ref = leaderRef{name: l.Name, term: term, url: got.BrokerURL}
+	m.refMu.Unlock()
+	return got.BrokerURL
+}
 
 // Failed is closed when the member's store failed: the process must end
 // (crash-only, as a single coordinator's).

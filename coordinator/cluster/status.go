@@ -32,7 +32,10 @@ type MemberStatus struct {
 	// Fingerprint names the member's db.key and secret without showing
 	// them: every member's must be the same.
 	Fingerprint string `json:"keys_fingerprint"`
-	Error       string `json:"error,omitempty"`
+	// BrokerURL is the member's MQTT broker as sites reach it (the
+	// Server Reference of its followers' brokers while it leads).
+	BrokerURL string `json:"broker_url,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // Status is the cluster as one member sees it.
@@ -47,7 +50,7 @@ type Status struct {
 // self is this member's own report.
 func (m *Member) self() MemberStatus {
 	st := m.raft.Stats()
-	s := MemberStatus{Name: m.cfg.Name, Address: string(m.trans.LocalAddr()), Role: strings.ToLower(m.raft.State().String()), Voter: true, Fingerprint: m.fingerprint}
+	s := MemberStatus{Name: m.cfg.Name, Address: string(m.trans.LocalAddr()), Role: strings.ToLower(m.raft.State().String()), Voter: true, Fingerprint: m.fingerprint, BrokerURL: m.cfg.BrokerURL}
 	s.AppliedIndex = m.raft.AppliedIndex()
 	s.CommitIndex = m.raft.CommitIndex()
 	s.Term, _ = strconv.ParseUint(st["term"], 10, 64)

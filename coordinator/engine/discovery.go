@@ -129,15 +129,18 @@ func (e *Engine) siteMACs(site string) []string {
 	return out
 }
 
-// discoveredAt counts a site's discovered nodes. The caller holds e.reg.mu.
-func (e *Engine) discoveredAt(site string) int {
-	c := 0
+// discoveredAt counts a site's discovered nodes, and those of them
+// enrolled after since. The caller holds e.reg.mu.
+func (e *Engine) discoveredAt(site string, since time.Time) (all, recent int) {
 	for _, n := range e.reg.nodes {
 		if n.Site == site && n.AutoDiscovered {
-			c++
+			all++
+			if n.CreatedAt.After(since) {
+				recent++
+			}
 		}
 	}
-	return c
+	return all, recent
 }
 
 // discoveryState is the engine's discovery bookkeeping: the sites whose
@@ -225,7 +228,8 @@ func (e *Engine) DiscoveryConfig(site string) (protocol.DiscoveryConfig, bool) {
 	if d.Enabled {
 		e.reg.mu.RLock()
 		c.KnownMACs = e.siteMACs(site)
-		c.Remaining = max(0, d.MaxNodes-e.discoveredAt(site))
+		all, _ := e.discoveredAt(site, time.Time{})
+		c.Remaining = max(0, d.MaxNodes-all)
 		e.reg.mu.RUnlock()
 	}
 	return c, true
@@ -252,6 +256,12 @@ func (e *Engine) publishDiscovery(site string) {
 	if err := e.run.pub.Publish(ctx, protocol.DiscoveryTopic(site), b, true); err != nil {
 		e.cfg.Log.Warn("discovery configuration not published; published again within minutes", "site", site, "err", err)
 	}
+}
+
+// ackDiscovery acks a site's discovery report with the transaction.
+func (e *Engine) ackDiscovery(t *tx, site, id string) {
+	topic := protocol.BMCCmdTopic(site)
+	t.acks[topic] = append(t.acks[topic], id)
 }
 
 // bmcHost is the host of a node's BMC address (ipmi_address,
@@ -307,41 +317,56 @@ func (e *Engine) matchMachine(r fsm.DiscoveryReport) *fsm.Node {
 // handleDiscovery takes a site's discovery report: it is acknowledged
 // whatever becomes of it (a refused one is counted and logged, never
 // kept for ever in the agent's outbox).
+//
+// All but one: a report past the site's rate (fsm.DiscoveryRate) is
+// neither acked nor remembered, so that the site's outbox sends it again
+// and it is enrolled once the rate allows.
 func (e *Engine) handleDiscovery(site string, msg *protocol.Message) {
 	rep, rerr := fsm.ReadDiscovery(msg)
 	_ = e.submit(func(t *tx) error {
 		e.noteSiteHeard(t, site)
-		ack := protocol.BMCCmdTopic(site)
-		t.acks[ack] = append(t.acks[ack], msg.ID)
 		s, ok := e.sites.Get(site)
 		if !ok {
+			e.ackDiscovery(t, site, msg.ID)
 			return nil
 		}
 		d := e.disc()
 		d.mu.Lock()
 		dup := d.seen[msg.ID]
-		if !dup {
+		d.mu.Unlock()
+		if dup {
+			e.ackDiscovery(t, site, msg.ID)
+			return nil
+		}
+		remember := func() {
+			e.ackDiscovery(t, site, msg.ID)
+			d.mu.Lock()
 			d.seen[msg.ID] = true
 			d.order = append(d.order, msg.ID)
 			if len(d.order) > maxSeenReports {
 				delete(d.seen, d.order[0])
 				d.order = d.order[1:]
 			}
-		}
-		d.mu.Unlock()
-		if dup {
-			return nil
+			d.mu.Unlock()
 		}
 		if rerr != nil {
+			remember()
 			e.cfg.Metrics.Discovery(site, fsm.DiscoveryInvalid)
 			e.rejects.Warn("discovery refused", "discovery report refused", "site", site, "reason", rerr)
 			return nil
 		}
 		set := s.DiscoveryOf()
+		dsite := fsm.DiscoverySite{Enabled: set.Enabled, MaxNodes: set.MaxNodes, Driver: set.Driver, Rate: set.Rate}
 		matched := e.matchMachine(rep)
-		verdict, why := fsm.DecideDiscovery(fsm.DiscoverySite{Enabled: set.Enabled, MaxNodes: set.MaxNodes, Driver: set.Driver},
-			e.discoveredAt(site), matched != nil)
+		all, recent := e.discoveredAt(site, t.now.Add(-fsm.DiscoveryRateWindow))
+		verdict, why := fsm.DecideDiscovery(dsite, all, recent, matched != nil)
 		e.cfg.Metrics.Discovery(site, verdict)
+		if verdict == fsm.DiscoveryRate {
+			// Not acked, not remembered: the site sends it again.
+			e.rejects.Warn("discovery deferred", "discovery report deferred", "site", site, "reason", why, "macs", strings.Join(rep.MACs, ","))
+			return nil
+		}
+		remember()
 		switch verdict {
 		case fsm.DiscoverySeenAgain:
 			t.run(matched, func() fsm.Output { return e.m.SeenAgain(matched, rep, t.now) })
@@ -349,7 +374,7 @@ func (e *Engine) handleDiscovery(site string, msg *protocol.Message) {
 			id := uuid.NewString()
 			n := &fsm.Node{UUID: id, Site: site, DriverInfo: map[string]any{}, Properties: map[string]any{}, InstanceInfo: map[string]any{},
 				Extra: map[string]any{}, CreatedAt: t.now, UpdatedAt: t.now, ProvisionUpdatedAt: t.now}
-			out := e.m.Discovered(n, fsm.DiscoverySite{Enabled: set.Enabled, MaxNodes: set.MaxNodes, Driver: set.Driver}, rep, t.now)
+			out := e.m.Discovered(n, dsite, rep, t.now)
 			e.reg.nodes[id] = n
 			e.reg.phaseCount[""]++
 			t.dirty[id] = n

@@ -2,10 +2,13 @@ package engine
 
 import (
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/lib/clock"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -133,5 +136,77 @@ func TestDiscoveryEnrolls(t *testing.T) {
 	}
 	if c, _ := e.DiscoveryConfig("s1"); c.Remaining != 1 || len(c.KnownMACs) != 1 {
 		t.Fatalf("after the delete: %+v", c)
+	}
+}
+
+// offsetClock is the real clock moved on by what the test adds.
+type offsetClock struct {
+	clock.Real
+	off atomic.Int64
+}
+
+func (c *offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
+
+// acked says whether the engine acked id.
+func (r *recorder) acked(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.msgs {
+		if m.Kind == protocol.KindAck && slices.Contains(m.AckIDs, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// The coordinator bounds a site's enrolls by the site's discovery rate,
+// whatever its agent does (the agent bounds the machines it answers by
+// the same rate; a compromised one need not): of four new machines
+// reported at once at a rate of 2 a minute, two are enrolled; the
+// others are not acknowledged, so that the site sends them again, and
+// are refused again while the minute lasts. A minute later the same
+// reports, resent, are enrolled. A machine that is a node already is
+// seen again whatever the rate.
+func TestDiscoveryRateBound(t *testing.T) {
+	clk := &offsetClock{}
+	e, rec := newEngine(t, Config{Clock: clk})
+	on, ten, two := true, 10, 2
+	if err := e.SetSiteDiscovery("s1", SiteDiscoveryChange{Enabled: &on, MaxNodes: &ten, Rate: &two}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(m *protocol.Message) { e.HandleMessage(protocol.BMCEvtTopic("s1"), mustJSON(m)) }
+	for i := range 4 {
+		send(discoveryReport(fmt.Sprintf("r%d", i), fmt.Sprintf("52:54:00:00:02:%02x", i), fmt.Sprintf("R%d", i), ""))
+	}
+	rec.waitAcked(t, "r0")
+	rec.waitAcked(t, "r1")
+	// A report after them is handled after them: once it is acked, the
+	// deferred ones were decided.
+	send(discoveryReport("again", "52:54:00:00:02:00", "", ""))
+	rec.waitAcked(t, "again")
+	if l := discovered(t, e); len(l) != 2 {
+		t.Fatalf("rate 2: %d nodes enrolled at once", len(l))
+	}
+	for _, id := range []string{"r2", "r3"} {
+		if rec.acked(id) {
+			t.Fatalf("report %s past the rate was acknowledged: the site would drop it", id)
+		}
+	}
+	// Resent within the minute: still deferred.
+	clk.off.Add(int64(30 * time.Second))
+	send(discoveryReport("r2", "52:54:00:00:02:02", "R2", ""))
+	send(discoveryReport("again2", "52:54:00:00:02:01", "", ""))
+	rec.waitAcked(t, "again2")
+	if l := discovered(t, e); len(l) != 2 || rec.acked("r2") {
+		t.Fatalf("resent within the minute: %d nodes, r2 acked %v", len(l), rec.acked("r2"))
+	}
+	// A minute after the first enrolls: the resent reports are enrolled.
+	clk.off.Add(int64(31 * time.Second))
+	send(discoveryReport("r2", "52:54:00:00:02:02", "R2", ""))
+	send(discoveryReport("r3", "52:54:00:00:02:03", "R3", ""))
+	rec.waitAcked(t, "r2")
+	rec.waitAcked(t, "r3")
+	if l := discovered(t, e); len(l) != 4 {
+		t.Fatalf("a minute later: %d nodes, want 4", len(l))
 	}
 }

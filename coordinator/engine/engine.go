@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -206,6 +207,9 @@ type Engine struct {
 	rules *inspectrules.Set
 	// run is the loop's machinery (loop.go).
 	run loopState
+	// cons relays the nodes' serial consoles (console.go).
+	consOnce sync.Once
+	cons     *consoleHub
 	// discSt is the discovery bookkeeping (discovery.go).
 	discSt *discoveryState
 }

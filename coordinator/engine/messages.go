@@ -16,7 +16,7 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		e.rejects.Warn("message rejected", "message rejected", "topic", topic, "reason", err)
 		return
 	}
-	if leaf == "cmd" || leaf == "bmc/cmd" {
+	if leaf == "cmd" || leaf == "bmc/cmd" || leaf == "console/cmd" {
 		return
 	}
 	if leaf == "bmc/evt" && protocol.IsBundle(payload) {
@@ -38,9 +38,16 @@ func (e *Engine) HandleMessage(topic string, payload []byte) {
 		b := &msg.Beats[i]
 		b.Error, b.Detail = fsm.BoundText(b.Error, fsm.MaxRemoteText), fsm.BoundText(b.Detail, fsm.MaxRemoteText)
 	}
+	if leaf == "console/evt" {
+		e.handleConsoleOutput(site, msg)
+		return
+	}
 	if leaf == "presence" {
 		if nodeID != "" {
 			return
+		}
+		if msg.Online {
+			go e.consoleSiteBack(site)
 		}
 		e.sites.NoteRelay(site, msg.Online, msg.Relay, msg.Plans)
 		e.NoteSiteBroker(site, msg.Online, msg.SiteBroker)

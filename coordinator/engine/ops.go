@@ -38,12 +38,14 @@ type NodeSpec struct {
 	// BootInterface and DeployInterface are the node's when given
 	// (checked by the API against the driver); AutomatedClean,
 	// InstanceUUID as given.
-	BootInterface   string `json:"-"`
-	DeployInterface string `json:"-"`
-	AutomatedClean  *bool  `json:"-"`
-	DisablePowerOff bool   `json:"-"`
-	InstanceUUID    string `json:"-"`
-	InstanceName    string `json:"-"`
+	BootInterface string `json:"-"`
+	// ConsoleInterface is the node's console_interface ("": no-console).
+	ConsoleInterface string `json:"-"`
+	DeployInterface  string `json:"-"`
+	AutomatedClean   *bool  `json:"-"`
+	DisablePowerOff  bool   `json:"-"`
+	InstanceUUID     string `json:"-"`
+	InstanceName     string `json:"-"`
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,254}$`)
@@ -84,7 +86,7 @@ func (e *Engine) CreateNode(spec NodeSpec) (*fsm.Node, error) {
 		// The node keeps the driver name it was given (an alias such as
 		// fake-hardware too), as Ironic shows it.
 		n := &fsm.Node{UUID: id, Name: spec.Name, Driver: spec.Driver, Site: site,
-			BootInterface: spec.BootInterface, DeployInterface: spec.DeployInterface,
+			BootInterface: spec.BootInterface, DeployInterface: spec.DeployInterface, ConsoleInterface: spec.ConsoleInterface,
 			AutomatedClean: spec.AutomatedClean, DisablePowerOff: spec.DisablePowerOff, InstanceUUID: spec.InstanceUUID, InstanceName: spec.InstanceName,
 			DriverInfo: orEmpty(spec.DriverInfo), Properties: orEmpty(spec.Properties),
 			InstanceInfo: orEmpty(spec.InstanceInfo), Extra: orEmpty(spec.Extra),
@@ -190,6 +192,7 @@ func (e *Engine) DeleteNode(ident string) error {
 		id = n.UUID
 		t.sends = append(t.sends, e.m.Deleted(n, t.now).Send...)
 		e.auth.DropNode(n.UUID)
+		e.dropConsole(n.UUID)
 		t.forget(n.UUID)
 		delete(e.reg.nodes, n.UUID)
 		delete(e.reg.names, n.Name)

@@ -54,15 +54,14 @@ func (e *Engine) fail(err error) {
 			fe = &store.FailedError{Op: "write", Err: err}
 		}
 		e.run.fatal.err = fe
-		close(e.run.fatal.failed)
+		// The line is written before Failed closes: whoever sees the
+		// failure (a request's 503, serve's exit) finds it logged.
 		if errors.Is(err, store.ErrNotLeading) {
 			e.cfg.Log.Warn("the engine stops: this cluster member no longer leads (its last batch was not committed, and nothing of it was sent)", "err", err)
-			if e.cfg.OnFatal != nil {
-				e.cfg.OnFatal(fe)
-			}
-			return
+		} else {
+			e.cfg.Log.Error(fe.Error(), "err", fe.Err)
 		}
-		e.cfg.Log.Error(fe.Error(), "err", fe.Err)
+		close(e.run.fatal.failed)
 		if e.cfg.OnFatal != nil {
 			e.cfg.OnFatal(fe)
 		}

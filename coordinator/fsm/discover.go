@@ -31,7 +31,13 @@ type DiscoverySite struct {
 	// Driver is the driver of a discovered node unless an inspection
 	// rule sets another (Ironic's [auto_discovery]driver).
 	Driver string
+	// Rate bounds the nodes the site's reports enroll in a minute
+	// (DiscoveryRateWindow); 0: no bound.
+	Rate int
 }
+
+// DiscoveryRateWindow is the window of DiscoverySite.Rate.
+const DiscoveryRateWindow = time.Minute
 
 // DiscoveryReport is what a discovery report says of its machine.
 type DiscoveryReport struct {
@@ -131,13 +137,20 @@ const (
 	DiscoveryOff       = "discovery_off"
 	DiscoveryCap       = "cap"
 	DiscoveryInvalid   = "invalid"
+	// DiscoveryRate is a deferral, not a refusal: the site enrolled its
+	// rate's worth of nodes in the last minute, so the report is not
+	// acknowledged and the site's outbox sends it again later.
+	DiscoveryRate = "rate"
 )
 
 // discoveryCase is what the rules decide on.
 type discoveryCase struct {
 	site       DiscoverySite
 	discovered int
-	matched    bool
+	// recent is how many of them were enrolled within the last
+	// DiscoveryRateWindow.
+	recent  int
+	matched bool
 }
 
 // discoveryRules are the rules, first match wins. A machine that is a
@@ -155,14 +168,22 @@ var discoveryRules = []struct {
 		func(c discoveryCase) string {
 			return fmt.Sprintf("the site has %d discovered nodes, its cap of %d", c.discovered, c.site.MaxNodes)
 		}},
+	{DiscoveryRate, func(c discoveryCase) bool { return c.site.Rate > 0 && c.recent >= c.site.Rate },
+		func(c discoveryCase) string {
+			return fmt.Sprintf("the site enrolled %d nodes in the last minute, its rate of %d a minute; the report waits at the site", c.recent, c.site.Rate)
+		}},
 	{DiscoveryEnrolled, func(discoveryCase) bool { return true }, nil},
 }
 
 // DecideDiscovery is the verdict on a report of site s, which has
-// discovered nodes already, for a machine that matched a node or not;
-// why says what a refusal is.
-func DecideDiscovery(s DiscoverySite, discovered int, matched bool) (verdict, why string) {
-	c := discoveryCase{site: s, discovered: discovered, matched: matched}
+// discovered nodes already (recent of them within the last
+// DiscoveryRateWindow), for a machine that matched a node or not; why
+// says what a refusal is. The agent bounds the machines it answers by
+// the same rate; the bound here holds against a site that does not (its
+// agent compromised, or a backlog of reports after a WAN outage, which
+// then drains at the rate).
+func DecideDiscovery(s DiscoverySite, discovered, recent int, matched bool) (verdict, why string) {
+	c := discoveryCase{site: s, discovered: discovered, recent: recent, matched: matched}
 	for _, r := range discoveryRules {
 		if r.when(c) {
 			if r.why != nil {

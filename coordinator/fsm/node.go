@@ -46,6 +46,12 @@ type Node struct {
 	// undeploys and cleans at once, booting nothing.
 	BootInterface   string `json:"boot_interface,omitempty"`
 	DeployInterface string `json:"deploy_interface,omitempty"`
+	// ConsoleInterface is the node's console_interface: "" for its
+	// driver's default (no-console); ConsoleEnabled is Ironic's
+	// console_enabled: the site relays the node's serial console
+	// (docs/console.md).
+	ConsoleInterface string `json:"console_interface,omitempty"`
+	ConsoleEnabled   bool   `json:"console_enabled,omitempty"`
 	// AutomatedClean is the node's automated_clean (API 1.47): nil
 	// follows the coordinator's setting, false skips automated cleaning
 	// on provide and undeploy, true runs it.

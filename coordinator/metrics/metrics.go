@@ -105,7 +105,7 @@ func New() *Metrics {
 	m.bmcWarnings = prometheus.NewCounterVec(prometheus.CounterOpts(f("bmc_warnings_total",
 		"Warnings that edge agents' BMC command results carried (media that did not eject, a reading that lost a field), each also a WARNING in its node's history, by the history's event type.")), []string{"event_type"})
 	m.discovery = prometheus.NewCounterVec(prometheus.CounterOpts(f("discovery_reports_total",
-		"Discovery reports of machines that belong to no node, received from edge agents, by site and outcome: enrolled (a node was made), seen_again (the machine is a node already: matched by MAC, serial or BMC address), or why it was refused: discovery_off, cap (the site has its cap of discovered nodes), invalid.")),
+		"Discovery reports of machines that belong to no node, received from edge agents, by site and outcome: enrolled (a node was made), seen_again (the machine is a node already: matched by MAC, serial or BMC address), or why it was refused: discovery_off, cap (the site has its cap of discovered nodes), invalid; or rate: deferred, not acknowledged, as the site enrolled its discovery rate's worth of nodes in the last minute (its agent sends the report again).")),
 		[]string{"site", "outcome"})
 	holdMax := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "engine_loop_hold_max_seconds",
 		Help: "The longest time one request held the engine's single loop since the coordinator started (engine_loop_hold_seconds' largest observation)."},

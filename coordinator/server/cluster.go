@@ -17,6 +17,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/api"
 	"github.com/bmedge/bmedge/coordinator/cluster"
+	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
@@ -47,12 +48,21 @@ type memberRun struct {
 	mu   sync.Mutex
 	core *Coordinator
 	root http.Handler
+	// redirect is the follower's broker on --mqtt-listen (embedded
+	// broker only): it sends every site to the leader's broker (run's
+	// goroutine changes it, under mu); movedBefore and unavailBefore
+	// count the CONNECTs redirects closed before had answered.
+	redirect                   *mqttbroker.Broker
+	movedBefore, unavailBefore int64
+	// redirectFailed is when the redirect's listener last failed to
+	// open (logged once per failure streak).
+	redirectFailed bool
 }
 
 func startMember(ctx context.Context, o Options, auth *api.BasicAuth, apiTLS *tls.Config, pool *netbudget.Pool) (*Coordinator, error) {
 	r := &memberRun{o: o, auth: auth, pool: pool, m: o.Cluster, failed: make(chan struct{})}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(o.Cluster.Collector(), connCollector{pool: pool, rescue: func() map[string]int64 { return nil }})
+	reg.MustRegister(o.Cluster.Collector(), connCollector{pool: pool, rescue: func() map[string]int64 { return nil }}, redirectCollector{r})
 	r.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	c := &Coordinator{Conns: pool, member: r, cancel: r.cancel}
@@ -78,9 +88,11 @@ func (r *memberRun) run() {
 		select {
 		case <-r.ctx.Done():
 			r.stopCore()
+			r.redirectTo(false)
 			return
 		case <-r.m.Failed():
 			r.stopCore()
+			r.redirectTo(false)
 			close(r.failed)
 			<-r.ctx.Done()
 			return
@@ -100,6 +112,7 @@ func (r *memberRun) run() {
 		r.mu.Unlock()
 		switch {
 		case leading && !running:
+			r.redirectTo(false) // the leader's broker takes the port
 			if c := r.startCore(); c != nil {
 				coreFailed = c.Engine.Failed()
 			}
@@ -107,7 +120,75 @@ func (r *memberRun) run() {
 			r.stopCore()
 			coreFailed = nil
 		}
+		r.mu.Lock()
+		running = r.core != nil
+		r.mu.Unlock()
+		r.redirectTo(!running)
 	}
+}
+
+// redirectTo starts (on) or stops the follower's redirecting broker. It
+// runs only with the embedded broker: with an external one the sites
+// connect there and only the leader publishes and consumes.
+func (r *memberRun) redirectTo(on bool) {
+	if r.o.BrokerURL != "" || on == (r.redirect != nil) {
+		return
+	}
+	if !on {
+		_ = r.redirect.Close()
+		r.mu.Lock()
+		mv, un := r.redirect.Redirected()
+		r.movedBefore += mv
+		r.unavailBefore += un
+		r.redirect = nil
+		r.mu.Unlock()
+		return
+	}
+	bc := mqttbroker.Config{Addr: r.o.MQTTListen, Name: "mqtt", Conns: r.o.MQTTConns, Pool: r.pool}
+	if r.o.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(r.o.TLSCert, r.o.TLSKey)
+		if err != nil {
+			r.o.Log.Warn("cannot load the broker's TLS certificate; sites reaching this member are not sent to the leader", "err", err)
+			return
+		}
+		bc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	b, err := mqttbroker.StartRedirect(bc, r.m.LeaderBrokerURL, r.o.Log)
+	if err != nil {
+		// The port may be held a moment longer by the engine's broker
+		// just closed: run tries again every second.
+		if !r.redirectFailed {
+			r.o.Log.Warn("cannot listen for sites to send to the leader; trying again", "member", r.m.Name(), "err", err)
+		}
+		r.redirectFailed = true
+		return
+	}
+	r.redirectFailed = false
+	r.mu.Lock()
+	r.redirect = b
+	r.mu.Unlock()
+}
+
+// redirectedDesc: the CONNECTs this member's brokers answered as a
+// follower (0x9C with the leader's URL, or 0x88 with no leader known).
+var redirectedDesc = prometheus.NewDesc("bmedge_cluster_mqtt_redirected_total",
+	"Site CONNECTs this member answered as a follower: moved (0x9C, use another server, with the leader's broker URL) or unavailable (0x88, no leader known).",
+	[]string{"answer"}, nil)
+
+type redirectCollector struct{ r *memberRun }
+
+func (c redirectCollector) Describe(ch chan<- *prometheus.Desc) { ch <- redirectedDesc }
+
+func (c redirectCollector) Collect(ch chan<- prometheus.Metric) {
+	c.r.mu.Lock()
+	mv, un := c.r.movedBefore, c.r.unavailBefore
+	if c.r.redirect != nil {
+		m, u := c.r.redirect.Redirected()
+		mv, un = mv+m, un+u
+	}
+	c.r.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(redirectedDesc, prometheus.CounterValue, float64(mv), "moved")
+	ch <- prometheus.MustNewConstMetric(redirectedDesc, prometheus.CounterValue, float64(un), "unavailable")
 }
 
 // startCore loads the engine from the member's store once every entry

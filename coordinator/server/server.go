@@ -184,7 +184,7 @@ func startCore(ctx context.Context, o Options, auth *api.BasicAuth, pool *netbud
 	ctx, c.cancel = context.WithCancel(ctx)
 	user, pass := e.CoordinatorCredentials()
 	c.BrokerURL = o.BrokerURL
-	subs := []string{protocol.AllNodeEvents, protocol.AllBMCEvents, protocol.AllPresence}
+	subs := []string{protocol.AllNodeEvents, protocol.AllBMCEvents, protocol.AllPresence, protocol.AllConsoleEvents}
 	var pub engine.Publisher
 	if o.BrokerURL == "" {
 		// The embedded broker: the coordinator is its inline client, so

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 
@@ -77,3 +79,14 @@ func (w *settleWriter) Flush() {
 }
 
 func (w *settleWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack hands the connection to a WebSocket (the node console): it was
+// authenticated, so it settles first.
+func (w *settleWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.decide(http.StatusSwitchingProtocols)
+	h, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, fmt.Errorf("the connection cannot be taken over")
+	}
+	return h.Hijack()
+}

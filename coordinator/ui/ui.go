@@ -139,7 +139,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	// Scripts and styles only from here; no framing (the action buttons
 	// must not be clicked through someone else's page).
-	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	// The node console's WebSocket goes to this host only; its terminal
+	// (xterm.js) sets its own styles.
+	host := strings.Map(func(c rune) rune {
+		if c == ';' || c == ' ' || c == ',' || c == '\'' {
+			return -1
+		}
+		return c
+	}, r.Host)
+	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; connect-src 'self' ws://"+host+" wss://"+host+"; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "same-origin")
@@ -351,6 +359,13 @@ type nodePage struct {
 	Inventory *inventoryView
 	Steps     stepsView
 	Now       time.Time
+	// Allowed are the actions the node's state allows (fsm.Allowed,
+	// maintenance and retirement), the only ones the page offers.
+	Allowed map[string]bool
+	// ConsoleInterface and ConsoleEnabled: the node's serial console
+	// (docs/console.md).
+	ConsoleInterface string
+	ConsoleEnabled   bool
 }
 
 func (h *Handler) node(w http.ResponseWriter, r *http.Request) {
@@ -373,6 +388,16 @@ func (h *Handler) node(w http.ResponseWriter, r *http.Request) {
 		p.Inventory = viewInventory(inv)
 	}
 	p.Steps.Steps, p.Steps.Known, _ = h.e.CleanSteps(s.UUID, 0)
+	p.Allowed = map[string]bool{}
+	for _, v := range fsm.Allowed(fsm.State(s.State)) {
+		p.Allowed[string(v)] = true
+	}
+	p.Allowed["maintenance-on"], p.Allowed["maintenance-off"] = !s.Maintenance, s.Maintenance
+	p.Allowed["retire"], p.Allowed["unretire"] = !s.Retired, s.Retired
+	_ = h.e.View(s.UUID, func(n *fsm.Node, _ bool) error {
+		p.ConsoleInterface, p.ConsoleEnabled = engine.ConsoleInterfaceOf(n), n.ConsoleEnabled
+		return nil
+	})
 	h.render(w, r, "node", p)
 }
 

@@ -141,6 +141,8 @@ type Broker struct {
 	conn *netbudget.Listener
 	sl   *serveListener
 	acl  *aclHook
+	// redirect is StartRedirect's hook (nil for a broker that admits).
+	redirect *redirectHook
 	// served is closed once srv.Serve has returned (it has started the
 	// listener's accept loop).
 	served    chan struct{}
@@ -156,6 +158,9 @@ func (b *Broker) ConnStats() netbudget.Stats { return b.conn.Stats() }
 // kind is present).
 func (b *Broker) PublishRefused() map[string]int64 {
 	out := map[string]int64{}
+	if b.acl == nil {
+		return out
+	}
 	for k, n := range b.acl.refusedBy {
 		out[k] = n.Load()
 	}
@@ -172,6 +177,12 @@ type Handler func(topic string, payload []byte)
 // before the first client can connect, and Publish hands messages to the
 // broker without a network round trip.
 func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Handler) (*Broker, error) {
+	return start(cfg, creds, log, subs, nil)
+}
+
+// start is Start, or StartRedirect's broker when rh is set (creds and
+// subs then unused).
+func start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Handler, rh *redirectHook) (*Broker, error) {
 	if cfg.MaxPacketSize <= 0 {
 		cfg.MaxPacketSize = DefaultMaxPacketSize
 	}
@@ -190,12 +201,20 @@ func Start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 	if cfg.MaxSubscriptions <= 0 {
 		cfg.MaxSubscriptions = DefaultMaxSubscriptions
 	}
-	acl := &aclHook{creds: creds, log: blog, rl: ratelog.New(blog, 0), maxSubs: cfg.MaxSubscriptions,
-		refusedBy: map[string]*atomic.Int64{RefusedCommandTopic: new(atomic.Int64), RefusedPresence: new(atomic.Int64)}}
-	acl.owner, _ = creds.(PresenceOwner)
-	acl.obs, _ = creds.(PublishObserver)
-	if err := srv.AddHook(acl, nil); err != nil {
-		return nil, err
+	var acl *aclHook
+	if rh != nil {
+		rh.srv = srv
+		if err := srv.AddHook(rh, nil); err != nil {
+			return nil, err
+		}
+	} else {
+		acl = &aclHook{creds: creds, log: blog, rl: ratelog.New(blog, 0), maxSubs: cfg.MaxSubscriptions,
+			refusedBy: map[string]*atomic.Int64{RefusedCommandTopic: new(atomic.Int64), RefusedPresence: new(atomic.Int64)}}
+		acl.owner, _ = creds.(PresenceOwner)
+		acl.obs, _ = creds.(PublishObserver)
+		if err := srv.AddHook(acl, nil); err != nil {
+			return nil, err
+		}
 	}
 	drop := &dropHook{log: blog}
 	if err := srv.AddHook(drop, nil); err != nil {

@@ -39,7 +39,7 @@ func TestCommandTopicsCoordinatorOnly(t *testing.T) {
 	if typ, body := readPacket(t, c); typ != packets.Connack || len(body) < 2 || body[1] != 0 {
 		t.Fatalf("CONNACK: type %d, %x", typ, body)
 	}
-	for i, topic := range []string{"bm/v1/site/s1/bmc/cmd", "bm/v1/site/s1/node/n1/cmd", "bm/v1/site/s1/bmc/evt"} {
+	for i, topic := range []string{"bm/v1/site/s1/bmc/cmd", "bm/v1/site/s1/node/n1/cmd", "bm/v1/site/s1/console/cmd", "bm/v1/site/s1/bmc/evt"} {
 		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: topic, PacketID: uint16(i + 1),
 			Payload: []byte(`{"v":1,"kind":"command","action":"power"}`), ProtocolVersion: 5}
 		var buf bytes.Buffer
@@ -86,8 +86,8 @@ func TestCommandTopicsCoordinatorOnly(t *testing.T) {
 		}
 		t.Fatal("a last will on a command topic was taken")
 	}
-	if n := b.PublishRefused()[RefusedCommandTopic]; n != 3 {
-		t.Fatalf("refusals on command topics counted %d, want 3 (two publishes, one will)", n)
+	if n := b.PublishRefused()[RefusedCommandTopic]; n != 4 {
+		t.Fatalf("refusals on command topics counted %d, want 4 (three publishes (bmc, node and console commands), one will)", n)
 	}
 }
 

@@ -75,6 +75,10 @@ type Link struct {
 	// subscribe retries, presence, OnUp) stops when the connection goes
 	// down or a newer one comes up. Under mu.
 	connDown context.CancelFunc
+	// redirect is the Server Reference the next attempt takes (follow.go),
+	// followed how many were followed. Under mu.
+	redirect *url.URL
+	followed int64
 }
 
 // connectError explains a failed connection attempt. A new reason is a
@@ -108,6 +112,10 @@ func explain(err error) string {
 		return err.Error() + " (TLS verification of the broker failed: check the CA file or pin)"
 	case errors.As(err, &rec):
 		return err.Error() + " (the broker does not speak TLS here: use mqtt://, or point mqtts:// at its TLS port)"
+	case errors.As(err, &ce) && (ce.ReasonCode == 0x9C || ce.ReasonCode == 0x9D):
+		return err.Error() + " (a coordinator cluster's member that does not lead: the link follows its Server Reference to the leader)"
+	case errors.As(err, &ce) && ce.ReasonCode == 0x88:
+		return err.Error() + " (a coordinator cluster's member with no leader yet: an election is under way, or no majority of members is up)"
 	case errors.As(err, &ce):
 		return err.Error() + " (the broker refused this client: check the credentials and that the client ID is this identity's own)"
 	}
@@ -118,8 +126,10 @@ func explain(err error) string {
 // connection. Call Close to stop.
 func Dial(ctx context.Context, cfg Config) (*Link, error) {
 	// Several URLs, separated by commas (a coordinator cluster's
-	// members, of which only the leader runs a broker), are tried in
-	// turn until one connects, and again after each disconnection.
+	// members), are tried in turn until one connects, and again after
+	// each disconnection; a broker that refuses with a Server Reference
+	// (a cluster's follower naming the leader's broker) is followed at
+	// once (follow.go).
 	var urls []*url.URL
 	for _, s := range strings.Split(cfg.URL, ",") {
 		s = strings.TrimSpace(s)
@@ -192,7 +202,8 @@ func Dial(ctx context.Context, cfg Config) (*Link, error) {
 			l.mu.Unlock()
 			return true
 		},
-		OnConnectError: l.connectError,
+		OnConnectError:    l.connectError,
+		AttemptConnection: l.attempt,
 		ClientConfig: paho.ClientConfig{
 			ClientID: cfg.ClientID,
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){

@@ -74,6 +74,7 @@ type options struct {
 	coordBin    string
 	keep        bool
 	inprocess   bool
+	cluster     int
 	cpuprofile  string
 	memprofile  string
 	observe     bool
@@ -95,6 +96,7 @@ func main() {
 	flag.DurationVar(&o.tick, "tick", time.Second, "the coordinator's --tick")
 	flag.StringVar(&o.coordBin, "coordinator", "", "coordinator binary to run (default: build ./coordinator/cmd/coordinator into a temp folder)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp folder (data dir, coordinator log)")
+	flag.IntVar(&o.cluster, "cluster", 0, "run the coordinator as a cluster of this many members (3 or 5; docs/cluster.md) on 127.0.0.1 and drive its leader; coordinator CPU is then every member's")
 	flag.BoolVar(&o.inprocess, "inprocess", false, "run the coordinator inside the benchmark process (for -cpuprofile; RSS is then of both)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the benchmark process (with -inprocess: coordinator too)")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write a heap profile of the benchmark process after the last phase (with -inprocess: coordinator too)")
@@ -114,6 +116,10 @@ func main() {
 	}
 	if o.nodes < 1 || o.concurrency < 1 || o.apiClients < 0 || o.detailReqs < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -nodes and -concurrency must be at least 1")
+		os.Exit(2)
+	}
+	if o.cluster != 0 && (o.cluster < 3 || o.inprocess) {
+		fmt.Fprintf(os.Stderr, "bench: -cluster %d: want 3 or more members, and no -inprocess (the members are processes)\n", o.cluster)
 		os.Exit(2)
 	}
 	if o.sites < 1 || o.sites > o.nodes {
@@ -298,7 +304,11 @@ func run(ctx context.Context, o options) (err error) {
 				return err
 			}
 		}
-		co, err = loadrig.StartProcess(ctx, bin, tmp, loadrig.Settings{Tick: o.tick, NoEdgePlans: !o.edgePlans})
+		if o.cluster > 0 {
+			co, err = loadrig.StartCluster(ctx, bin, tmp, loadrig.Settings{Tick: o.tick, NoEdgePlans: !o.edgePlans}, o.cluster)
+		} else {
+			co, err = loadrig.StartProcess(ctx, bin, tmp, loadrig.Settings{Tick: o.tick, NoEdgePlans: !o.edgePlans})
+		}
 	}
 	if err != nil {
 		return err
@@ -404,7 +414,8 @@ func run(ctx context.Context, o options) (err error) {
 		fmt.Println("bench: the edge agents' outboxes are in memory (with one site: on disk)")
 	}
 	fmt.Printf("bench: %d nodes at %d site(s), %d HTTP clients, coordinator pid %d (%s), GOMAXPROCS %d, nproc %d\n",
-		o.nodes, o.sites, o.concurrency, co.PID, map[bool]string{true: "in this process", false: "separate process"}[o.inprocess],
+		o.nodes, o.sites, o.concurrency, co.PID, map[bool]string{true: "in this process", false: "separate process"}[o.inprocess]+
+			map[bool]string{true: fmt.Sprintf(", the leader of a cluster of %d", o.cluster)}[o.cluster > 0],
 		runtime.GOMAXPROCS(0), runtime.NumCPU())
 
 	// Peak anonymous and file-backed RSS (Badger mmaps its files), sampled.
@@ -522,7 +533,7 @@ func writeHeap(path string) error {
 type cpuMark struct{ coord, self time.Duration }
 
 func (b *bench) cpu() cpuMark {
-	return cpuMark{coord: loadrig.ProcCPU(b.co.PID), self: loadrig.ProcCPU(os.Getpid())}
+	return cpuMark{coord: b.co.CPU(), self: loadrig.ProcCPU(os.Getpid())}
 }
 
 func (b *bench) finish(r *phaseResult, start time.Time, c0 cpuMark) {

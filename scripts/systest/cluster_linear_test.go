@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // regInput is one operation on a node's description: a write of value,
@@ -50,22 +51,19 @@ var registerModel = porcupine.Model{
 // happen, and a read that failed is left out.
 func TestClusterLinearizable(t *testing.T) {
 	t.Parallel()
-	ms, htpasswd := testCluster(t)
-	var peers []string
+	ms, htpasswd := testrig.NewCluster(t, 3)
+	peers := testrig.Peers(ms)
 	for _, m := range ms {
-		peers = append(peers, m.name+"="+m.link)
+		m.Start(t, peers, htpasswd)
 	}
-	for _, m := range ms {
-		m.start(t, strings.Join(peers, ","), htpasswd)
-	}
-	leader := settled(t, ms, 3, 10*time.Second)
-	c := ms[0].client(t)
+	leader := testrig.Settled(t, ms, 3, 10*time.Second)
+	c := ms[0].Client(t)
 	if code := c.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, nil); code != 201 {
 		t.Fatalf("site: %d", code)
 	}
 	id := c.CreateNode("reg", "site1", nil)
 	hc := &http.Client{Timeout: 5 * time.Second}
-	do := func(m *clusterMember, method string, body any) (int, string) {
+	do := func(m *testrig.Member, method string, body any) (int, string) {
 		var rd *bytes.Reader
 		if body != nil {
 			b, _ := json.Marshal(body)
@@ -73,7 +71,7 @@ func TestClusterLinearizable(t *testing.T) {
 		} else {
 			rd = bytes.NewReader(nil)
 		}
-		req, _ := http.NewRequest(method, "http://"+m.api+"/v1/nodes/"+id, rd)
+		req, _ := http.NewRequest(method, "http://"+m.API+"/v1/nodes/"+id, rd)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-OpenStack-Ironic-API-Version", "latest")
 		req.SetBasicAuth("operator", "s3cret-pw")
@@ -107,9 +105,9 @@ func TestClusterLinearizable(t *testing.T) {
 				m := ms[(cl+i)%3]
 				select {
 				case <-killed:
-					if m.name == leader {
+					if m.Name == leader {
 						m = ms[(cl+i+1)%3]
-						if m.name == leader {
+						if m.Name == leader {
 							m = ms[(cl+i+2)%3]
 						}
 					}
@@ -144,9 +142,9 @@ func TestClusterLinearizable(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	for _, m := range ms {
-		if m.name == leader {
-			_ = m.proc.cmd.Process.Signal(syscall.SIGKILL)
-			<-m.proc.done
+		if m.Name == leader {
+			_ = m.Proc.Cmd.Process.Signal(syscall.SIGKILL)
+			<-m.Proc.Done
 		}
 	}
 	close(killed)

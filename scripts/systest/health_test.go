@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -466,74 +463,6 @@ func runCurl(args ...string) (string, error) {
 	return string(out), err
 }
 
-// wanLink forwards TCP from a local port to the coordinator's broker
-// and can be cut: every connection is closed and new ones are closed at
-// once, until it is restored.
-type wanLink struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  map[net.Conn]bool
-}
-
-func newWANLink(t *testing.T, target string) *wanLink {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &wanLink{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { ln.Close(); l.cut() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go l.serve(c)
-		}
-	}()
-	return l
-}
-
-func (l *wanLink) serve(c net.Conn) {
-	l.mu.Lock()
-	if l.down {
-		l.mu.Unlock()
-		c.Close()
-		return
-	}
-	s, err := net.Dial("tcp", l.target)
-	if err != nil {
-		l.mu.Unlock()
-		c.Close()
-		return
-	}
-	l.conns[c], l.conns[s] = true, true
-	l.mu.Unlock()
-	go func() { _, _ = io.Copy(s, c); s.Close(); c.Close() }()
-	_, _ = io.Copy(c, s)
-	c.Close()
-	s.Close()
-}
-
-func (l *wanLink) cut() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.down = true
-	for c := range l.conns {
-		c.Close()
-	}
-	l.conns = map[net.Conn]bool{}
-}
-
-func (l *wanLink) restore() {
-	l.mu.Lock()
-	l.down = false
-	l.mu.Unlock()
-}
-
 // TestHealthThroughWANCut: the link between the site's edge agent and
 // the coordinator is cut; meanwhile the BMC's system turns Critical and
 // logs two entries. The coordinator, cut off, still shows OK and one
@@ -549,14 +478,14 @@ func TestHealthThroughWANCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	var link *wanLink
+	var link *testrig.WANLink
 	cl, id, _ := healthRigVia(t, s, pw, func(broker string) string {
 		u, err := url.Parse(broker)
 		if err != nil {
 			t.Fatal(err)
 		}
-		link = newWANLink(t, u.Host)
-		u.Host = link.ln.Addr().String()
+		link = testrig.NewWANLink(t, u.Host)
+		u.Host = link.Addr()
 		return u.String()
 	})
 	health := func() any {
@@ -569,7 +498,7 @@ func TestHealthThroughWANCut(t *testing.T) {
 		cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)
 		return health() == "OK" && len(ev.Events) == 1
 	})
-	link.cut()
+	link.Cut()
 	s.Edit(hpeSystem, func(d map[string]any) {
 		d["Status"] = map[string]any{"Health": "Critical", "HealthRollup": "Critical", "State": "Enabled"}
 	})
@@ -586,7 +515,7 @@ func TestHealthThroughWANCut(t *testing.T) {
 		t.Fatalf("%d events while the link is cut; want 1", len(ev.Events))
 	}
 	back := time.Now()
-	link.restore()
+	link.Restore()
 	waitUntil(t, "health Critical after the link returns", 60*time.Second, func() bool { return health() == "Critical" })
 	waitUntil(t, "the two entries of the outage", 30*time.Second, func() bool {
 		cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)

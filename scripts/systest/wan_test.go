@@ -12,12 +12,14 @@ import (
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/server"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 // wanSite is a coordinator on the host and a site's edge agent (the real
 // binary, with simulated nodes) in the WAN's namespace.
 type wanSite struct {
+	c        *server.Coordinator
 	w        *wanNet
 	cl       *testrig.Client
 	creds    agent.Credentials
@@ -29,8 +31,16 @@ type wanSite struct {
 // agentArgs (after the credentials and state folder).
 func startWANSite(t *testing.T, w *wanNet, m fsm.Config, agentArgs ...string) *wanSite {
 	t.Helper()
+	return startWANSiteOpts(t, w, testrig.Options{Machine: m}, agentArgs...)
+}
+
+// startWANSiteOpts is startWANSite with the coordinator's options (its
+// MQTT listener is set to the link's).
+func startWANSiteOpts(t *testing.T, w *wanNet, o testrig.Options, agentArgs ...string) *wanSite {
+	t.Helper()
 	bin := buildAgent(t)
-	c := testrig.Coordinator(t, testrig.Options{MQTT: w.FreePort(), Machine: m})
+	o.MQTT = w.FreePort()
+	c := testrig.Coordinator(t, o)
 	cl := testrig.NewClient(t, c)
 	var creds agent.Credentials
 	if code := cl.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, &creds); code != 201 {
@@ -45,7 +55,7 @@ func startWANSite(t *testing.T, w *wanNet, m fsm.Config, agentArgs ...string) *w
 	if err := os.WriteFile(credFile, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &wanSite{w: w, cl: cl, creds: creds, agentLog: filepath.Join(dir, "agent.log")}
+	s := &wanSite{c: c, w: w, cl: cl, creds: creds, agentLog: filepath.Join(dir, "agent.log")}
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(s.agentLog)

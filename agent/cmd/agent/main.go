@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/agent/console"
 	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/lib/netbudget"
 )
@@ -123,6 +124,8 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	simLLDP := fs.Bool("simulate-lldp", false, "each simulated NIC hears an LLDP frame of the site's simulated switch during inspection, so that the coordinator fills its port's local_link_connection (docs/discovery.md)")
 	resend := fs.Duration("resend-interval", 5*time.Second, "how often unacknowledged results are sent again")
 	healthEvery := fs.Duration("health-interval", 0, "how often the hardware's health, sensors and event log of the real BMCs that tell them (redfish, ipmi) are read, with the power reading (0: every power sync round)")
+	consKeep := fs.Int("console-keep", console.DefaultKeep, fmt.Sprintf("bytes of each node's serial console output the agent keeps in its state folder while the console is enabled, also while the WAN is down (%d to %d; docs/console.md)", console.MinKeep, console.MaxKeep))
+	consBW := fs.Int("console-bandwidth", console.DefaultBandwidth, fmt.Sprintf("bytes per second of console output the site sends to the coordinator, after results and reports (%d to %d)", console.MinBandwidth, console.MaxBandwidth))
 	sensorEvery := fs.Duration("sensor-interval", 10*time.Minute, "how often sensor readings are sent to the coordinator when no sensor's status changed")
 	powerSync := fs.Duration("power-sync-interval", 60*time.Second, "how often the power state of the site's real BMCs (ipmi, redfish, qemu-dev) is read; changes and failures are reported to the coordinator (0 disables)")
 	qKernel := fs.String("qemu-kernel", "", "development driver qemu-dev: the ramdisk kernel its VMs boot (make ramdisk)")
@@ -149,6 +152,10 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	planSilence := fs.Duration("plan-silence-bound", agent.DefaultPlanSilenceBound, "once the coordinator has not been heard (the agent's link is down) for longer than this, a plan starts no next step until it is heard again; the running step finishes (0: never hold a plan back)")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
+	if err := console.CheckConfig(*consKeep, *consBW); err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		os.Exit(2)
+	}
 	sb, summary, sbErr := siteBroker()
 	sb.Conns = sbConns()
 	if sbErr != "" {
@@ -225,7 +232,7 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := agent.New(agent.Config{Site: *site, BrokerURL: *brokerURL, Username: creds.Username, Password: creds.Password, CAFile: *caFile,
-		ResendInterval: *resend, PowerSyncInterval: *powerSync, HealthInterval: *healthEvery, SensorInterval: *sensorEvery, PlanSilenceBound: *planSilence, BMCConcurrency: *bmcConc, Log: log,
+		ResendInterval: *resend, PowerSyncInterval: *powerSync, HealthInterval: *healthEvery, ConsoleKeep: *consKeep, ConsoleBandwidth: *consBW, SensorInterval: *sensorEvery, PlanSilenceBound: *planSilence, BMCConcurrency: *bmcConc, Log: log,
 		MetricsListen: *metricsListen, MetricsListenAny: *metricsAny, MetricsConns: metricsConns(), StateDir: *stateDir, OutboxLimit: *outboxLimit,
 		QEMU:       agent.QEMUOptions{Kernel: *qKernel, Initrd: *qInitrd, BrokerURL: *qBroker, Cmdline: *qCmdline},
 		Ramdisk:    agent.RamdiskOptions{ISO: *rISO, Listen: *rListen, URL: *rURL, BrokerURL: *rBroker, Params: *rParams, Conns: mediaConns()},

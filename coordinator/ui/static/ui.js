@@ -10,6 +10,52 @@
   // part's refreshes.
   var picked = new Map();
 
+  // Times in the reader's own time zone (the server writes UTC).
+  function localTimes(root) {
+    root.querySelectorAll("#history time[datetime]").forEach(function (t) {
+      var d = new Date(t.getAttribute("datetime"));
+      if (!isNaN(d)) { t.textContent = d.toLocaleString(); t.title = t.getAttribute("datetime"); }
+    });
+  }
+
+  // The node's serial console (docs/console.md): an xterm.js terminal
+  // on the console's WebSocket, same origin, the page's login.
+  function startConsole() {
+    var box = document.getElementById("console-term");
+    var toggle = document.getElementById("console-toggle");
+    var cstatus = document.getElementById("console-status");
+    if (!box) return;
+    var node = box.getAttribute("data-uuid");
+    if (toggle) toggle.addEventListener("click", function () {
+      var on = toggle.getAttribute("data-enabled") !== "true";
+      toggle.disabled = true;
+      fetch("/v1/nodes/" + encodeURIComponent(node) + "/states/console", {
+        method: "PUT", credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-OpenStack-Ironic-API-Version": "latest" },
+        body: JSON.stringify({ enabled: on })
+      }).then(function (r) {
+        if (r.status === 202) { location.reload(); return; }
+        return r.text().then(function (t) { cstatus.textContent = "Console: " + t; toggle.disabled = false; });
+      }, function (e) { cstatus.textContent = "Console: " + e.message; toggle.disabled = false; });
+    });
+    if (box.getAttribute("data-enabled") !== "true") {
+      cstatus.textContent = "The console is disabled: enable it to see and type on it.";
+      return;
+    }
+    if (!window.Terminal) { cstatus.textContent = "The terminal (xterm.js) did not load."; return; }
+    var term = new window.Terminal({ convertEol: false, scrollback: 5000, rows: 24, cols: 100 });
+    term.open(box);
+    box.xterm = term; // the terminal's text, for those who read the page (its tests)
+    box.received = 0;
+    var ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/nodes/" + encodeURIComponent(node) + "/console");
+    ws.binaryType = "arraybuffer";
+    var enc = new TextEncoder();
+    ws.onopen = function () { cstatus.textContent = "Connected to the console."; term.focus(); };
+    ws.onmessage = function (ev) { box.received += ev.data.byteLength || ev.data.length || 0; term.write(typeof ev.data === "string" ? ev.data : new Uint8Array(ev.data)); };
+    ws.onclose = function (ev) { cstatus.textContent = "The console connection closed" + (ev.reason ? ": " + ev.reason : "") + "; reload the page to connect again."; };
+    term.onData(function (d) { if (ws.readyState === 1) ws.send(enc.encode(d)); });
+  }
+
   function setStatus(text) { if (status) status.textContent = text; }
 
   // Put a node's new summary into the elements that show it.
@@ -67,6 +113,7 @@
           var focusKey = focused && (focused.id || (focused.value && focused.classList.contains("pick") ? focused.value : ""));
           live.innerHTML = html;
           restorePicks();
+          localTimes(live);
           if (focused) {
             // Keep the keyboard where it was: the same box, or the part.
             var again = focusKey && (document.getElementById(focusKey) || live.querySelector('input.pick[value="' + focusKey + '"]'));
@@ -201,15 +248,21 @@
         result.textContent = btn.textContent + " refused: " + err.message;
       }).then(function () { btn.disabled = false; });
     };
-    document.querySelectorAll(".buttons [data-action]").forEach(function (btn) {
-      btn.addEventListener("click", function () { act(btn, null); });
+    // Delegated: the actions are in the live part, made anew with the
+    // node's state (only those it allows).
+    wrap.addEventListener("click", function (ev) {
+      var btn = ev.target.closest && ev.target.closest(".buttons [data-action]");
+      if (btn) act(btn, null);
     });
-    var deploy = document.getElementById("deploy");
-    if (deploy) deploy.addEventListener("submit", function (ev) {
+    wrap.addEventListener("submit", function (ev) {
+      if (ev.target.id !== "deploy") return;
       ev.preventDefault();
-      act(deploy.querySelector("[data-action]"), deploy);
+      act(ev.target.querySelector("[data-action]"), ev.target);
     });
   }
+  localTimes(document);
+  // xterm.js comes after this script (deferred, in document order).
+  document.addEventListener("DOMContentLoaded", startConsole);
 
   // The node list's actions on a selection.
   var bulk = document.getElementById("bulk");

@@ -51,6 +51,9 @@ type Coord struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	inproc  *server.Coordinator
+	// members are the other members of a cluster whose leader this is
+	// (StartCluster).
+	members []*Coord
 }
 
 // FreeAddr returns a free 127.0.0.1 address.
@@ -122,23 +125,7 @@ func StartProcess(ctx context.Context, bin, tmp string, s Settings) (*Coord, err
 		return nil, err
 	}
 	data := filepath.Join(tmp, "data")
-	args := []string{"serve", "--data-dir", data, "--api-listen", api, "--mqtt-listen", mq,
-		"--max-concurrent-clean", "1000000", "--max-concurrent-deploy", "1000000", "--resend-interval", "30s", "--tick", s.Tick.String()}
-	// The load program and its simulated sites all come from 127.0.0.1:
-	// the per-source budgets are for strangers, not for it (the
-	// descriptor pool, NOFILE less --fd-reserve, still applies).
-	for _, l := range []string{"api", "mqtt"} {
-		args = append(args, "--"+l+"-max-connections", strconv.Itoa(benchConns.MaxConns),
-			"--"+l+"-max-connections-per-source", strconv.Itoa(benchConns.MaxPerSource),
-			"--"+l+"-max-pending-per-source", strconv.Itoa(benchConns.MaxPendingPerSource))
-	}
-	if s.HistoryMaxEntries > 0 {
-		args = append(args, "--history-max-entries", strconv.Itoa(s.HistoryMaxEntries))
-	}
-	if s.NoEdgePlans {
-		args = append(args, "--edge-plans=false")
-	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, serveArgs(data, api, mq, s)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// Own process group: a Ctrl-C at the terminal reaches only the load
 	// program, which then stops the coordinator itself; and the
@@ -170,6 +157,27 @@ func StartProcess(ctx context.Context, bin, tmp string, s Settings) (*Coord, err
 			return c, fmt.Errorf("the coordinator's API did not answer within 30s:\n%s", Tail(logf, 20))
 		}
 	}
+}
+
+// serveArgs are `coordinator serve`'s flags of the load programs.
+func serveArgs(data, api, mq string, s Settings) []string {
+	args := []string{"serve", "--data-dir", data, "--api-listen", api, "--mqtt-listen", mq,
+		"--max-concurrent-clean", "1000000", "--max-concurrent-deploy", "1000000", "--resend-interval", "30s", "--tick", s.Tick.String()}
+	// The load program and its simulated sites all come from 127.0.0.1:
+	// the per-source budgets are for strangers, not for it (the
+	// descriptor pool, NOFILE less --fd-reserve, still applies).
+	for _, l := range []string{"api", "mqtt"} {
+		args = append(args, "--"+l+"-max-connections", strconv.Itoa(benchConns.MaxConns),
+			"--"+l+"-max-connections-per-source", strconv.Itoa(benchConns.MaxPerSource),
+			"--"+l+"-max-pending-per-source", strconv.Itoa(benchConns.MaxPendingPerSource))
+	}
+	if s.HistoryMaxEntries > 0 {
+		args = append(args, "--history-max-entries", strconv.Itoa(s.HistoryMaxEntries))
+	}
+	if s.NoEdgePlans {
+		args = append(args, "--edge-plans=false")
+	}
+	return args
 }
 
 // benchConns are the listeners' budgets under load: the load program
@@ -204,6 +212,9 @@ func (c *Coord) InProcess() bool { return c != nil && c.inproc != nil }
 func (c *Coord) Stop() {
 	if c == nil {
 		return
+	}
+	for _, m := range c.members {
+		m.Stop()
 	}
 	if c.inproc != nil {
 		c.inproc.Close()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +82,9 @@ type labOptions struct {
 	Log, AgentLog *slog.Logger
 	// NoAgent: the test runs the site's edge agent itself, with lab.creds.
 	NoAgent bool
+	// WAN: the agent reaches the coordinator's broker through a link the
+	// test cuts and restores (lab.wan).
+	WAN bool
 }
 
 // lab is a running lab.
@@ -96,6 +100,8 @@ type lab struct {
 	cert, key, ca string
 	siteTLS       bool
 	log           *slog.Logger
+	// wan is the site's link to the coordinator (labOptions.WAN).
+	wan *testrig.WANLink
 }
 
 // newLab starts the coordinator, registers site "lab" and starts its edge
@@ -155,7 +161,17 @@ func newLab(t *testing.T, o labOptions) *lab {
 		cfg.Netboot = agent.NetbootOptions{Interface: site.Bridge, Range: "10.77.0.100-10.77.0.120", Router: site.Addr.String(),
 			Kernel: o.NetKernel, Initrd: o.NetInitrd}
 	}
-	l.agent = testrig.StartAgentConfig(t, l.creds, cfg)
+	creds := l.creds
+	if o.WAN {
+		u, err := neturl.Parse(creds.BrokerURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.wan = testrig.NewWANLink(t, u.Host)
+		u.Host = l.wan.Addr()
+		creds.BrokerURL = u.String()
+	}
+	l.agent = testrig.StartAgentConfig(t, creds, cfg)
 	return l
 }
 

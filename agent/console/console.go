@@ -1,0 +1,548 @@
+// Package console relays the serial consoles of a site's nodes: it opens
+// a node's console through the Dialer of the node's driver, keeps the
+// last bytes it printed (in the agent's encrypted state folder, also
+// while the WAN is down) and sends them to the coordinator in bounded,
+// compressed chunks, after the site's commands' results and within a
+// bandwidth bound; it writes what the coordinator sends as input.
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/bmedge/bmedge/protocol"
+)
+
+// Target is the node whose console a Dialer opens: its driver and its
+// BMC's address and credentials, from the node's driver_info.
+type Target struct {
+	Node     string
+	Driver   string
+	Address  string
+	Username string
+	Password string
+	// DriverInfo is the node's whole driver_info (ports, interfaces).
+	DriverInfo map[string]any
+}
+
+// Dialer opens a node's serial console: what the node prints is read from
+// the connection, what is written to it is typed on the console. Close
+// ends the console session at the BMC.
+type Dialer interface {
+	Dial(ctx context.Context, n Target) (io.ReadWriteCloser, error)
+}
+
+// DialerFunc is a function as a Dialer.
+type DialerFunc func(ctx context.Context, n Target) (io.ReadWriteCloser, error)
+
+// Dial calls f.
+func (f DialerFunc) Dial(ctx context.Context, n Target) (io.ReadWriteCloser, error) { return f(ctx, n) }
+
+// Dialers is the registration point: driver name → the Dialer of its
+// nodes' consoles. A driver without one has no console at the site.
+// The real BMC dialers are one line each here, e.g.
+//
+//	"ipmi":    sol.Dialer{},        // IPMI Serial-over-LAN
+//	"redfish": serialssh.Dialer{},  // the BMC's SSH serial console
+func Dialers() map[string]Dialer {
+	return map[string]Dialer{
+		"fake":          SimDialer{},
+		"fake-hardware": SimDialer{},
+	}
+}
+
+// TargetOf is the Target of a node of driver with driver_info info:
+// the address and credentials under the driver's prefix (ipmi_address,
+// redfish_username, ...).
+func TargetOf(node, driver string, info map[string]any) Target {
+	t := Target{Node: node, Driver: driver, DriverInfo: info}
+	prefix := driver
+	switch driver {
+	case "idrac":
+		prefix = "redfish"
+	case "fake", "fake-hardware", "qemu-dev":
+		prefix = "fake"
+	}
+	str := func(k string) string { s, _ := info[prefix+"_"+k].(string); return s }
+	t.Address, t.Username, t.Password = str("address"), str("username"), str("password")
+	return t
+}
+
+// Store keeps each node's kept output in the agent's state folder.
+type Store interface {
+	PutConsole(node string, state []byte)
+	LoadConsoles() (map[string][]byte, error)
+}
+
+// Defaults and bounds of Config.
+const (
+	DefaultKeep      = 64 << 10
+	MinKeep          = 4 << 10
+	MaxKeep          = 1 << 20
+	DefaultBandwidth = 64 << 10
+	MinBandwidth     = 4 << 10
+	MaxBandwidth     = 16 << 20
+	// MaxConsoles bounds the consoles open at once at a site.
+	MaxConsoles = 256
+)
+
+// Config configures a Manager.
+type Config struct {
+	Site string
+	Log  *slog.Logger
+	// Keep is how many bytes of each node's output are kept (the last).
+	Keep int
+	// Bandwidth bounds the bytes per second of console output the site
+	// sends (before compression).
+	Bandwidth int
+	// Publish sends one message to the coordinator on the WAN link and
+	// returns once the broker took it (an error: it is sent again later).
+	Publish func(ctx context.Context, topic string, payload []byte) error
+	// Busy tells whether results and reports wait to be sent: console
+	// output waits for them.
+	Busy func() bool
+	// Store keeps the output (nil: memory only, tests).
+	Store Store
+	// Dialers by driver (nil: Dialers()).
+	Dialers map[string]Dialer
+}
+
+// CheckConfig refuses bounds out of range.
+func CheckConfig(keep, bandwidth int) error {
+	if keep < MinKeep || keep > MaxKeep {
+		return fmt.Errorf("--console-keep %d is out of range: give %d to %d bytes", keep, MinKeep, MaxKeep)
+	}
+	if bandwidth < MinBandwidth || bandwidth > MaxBandwidth {
+		return fmt.Errorf("--console-bandwidth %d is out of range: give %d to %d bytes per second", bandwidth, MinBandwidth, MaxBandwidth)
+	}
+	return nil
+}
+
+// kept is one node's kept output: the last len(Data) bytes of its
+// console stream, which ends at offset End; Sent is the offset up to
+// which the coordinator has it.
+type kept struct {
+	Data    []byte `json:"data"`
+	End     uint64 `json:"end"`
+	Sent    uint64 `json:"sent"`
+	Enabled bool   `json:"enabled"`
+	Driver  string `json:"driver,omitempty"`
+	Closed  bool   `json:"closed,omitempty"` // a closed notice is due
+	Error   string `json:"error,omitempty"`  // an error notice is due
+	dirty   bool
+}
+
+func (k *kept) start() uint64 { return k.End - uint64(len(k.Data)) }
+
+// session is an open console.
+type session struct {
+	conn   io.ReadWriteCloser
+	cancel context.CancelFunc
+}
+
+// Manager holds a site's consoles.
+type Manager struct {
+	cfg      Config
+	mu       sync.Mutex
+	kept     map[string]*kept
+	sessions map[string]*session
+	wake     chan struct{}
+	ctx      context.Context
+	// infos are the enabled nodes' driver_info (not stored: the
+	// coordinator sends it again with its replay after a restart).
+	seq uint64
+}
+
+// New returns a Manager with what the store kept.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Keep == 0 {
+		cfg.Keep = DefaultKeep
+	}
+	if cfg.Bandwidth == 0 {
+		cfg.Bandwidth = DefaultBandwidth
+	}
+	if err := CheckConfig(cfg.Keep, cfg.Bandwidth); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Dialers == nil {
+		cfg.Dialers = Dialers()
+	}
+	if cfg.Busy == nil {
+		cfg.Busy = func() bool { return false }
+	}
+	m := &Manager{cfg: cfg, kept: map[string]*kept{}, sessions: map[string]*session{}, wake: make(chan struct{}, 1), ctx: context.Background()}
+	if cfg.Store != nil {
+		all, err := cfg.Store.LoadConsoles()
+		if err != nil {
+			return nil, fmt.Errorf("console output kept in the state folder: %w", err)
+		}
+		for node, b := range all {
+			var k kept
+			if json.Unmarshal(b, &k) != nil || len(k.Data) > cfg.Keep || uint64(len(k.Data)) > k.End {
+				continue
+			}
+			k.Enabled = false // reopened by the coordinator's enable
+			m.kept[node] = &k
+		}
+	}
+	return m, nil
+}
+
+// Run sends output and writes the kept output to the store until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	m.mu.Lock()
+	m.ctx = ctx
+	m.mu.Unlock()
+	flush := time.NewTicker(500 * time.Millisecond)
+	defer flush.Stop()
+	go m.sendLoop(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			m.flush()
+			m.CloseAll()
+			return
+		case <-flush.C:
+			m.flush()
+		}
+	}
+}
+
+func (m *Manager) flush() {
+	if m.cfg.Store == nil {
+		return
+	}
+	m.mu.Lock()
+	var puts []struct {
+		node string
+		b    []byte
+	}
+	for node, k := range m.kept {
+		if k.dirty {
+			k.dirty = false
+			b, _ := json.Marshal(k)
+			puts = append(puts, struct {
+				node string
+				b    []byte
+			}{node, b})
+		}
+	}
+	m.mu.Unlock()
+	for _, p := range puts {
+		m.cfg.Store.PutConsole(p.node, p.b)
+	}
+}
+
+func (m *Manager) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Handle takes a console command from the coordinator.
+func (m *Manager) Handle(msg *protocol.Message) {
+	switch msg.Action {
+	case protocol.ConsoleEnable:
+		m.enable(msg.Node, TargetOf(msg.Node, msg.Driver, msg.DriverInfo))
+	case protocol.ConsoleDisable:
+		m.disable(msg.Node)
+	case protocol.ConsoleInput:
+		m.input(msg.Node, msg.Console.Input)
+	case protocol.ConsoleReplay:
+		m.mu.Lock()
+		if k := m.kept[msg.Node]; k != nil {
+			k.Sent = k.start()
+		}
+		m.mu.Unlock()
+		m.poke()
+	}
+}
+
+func (m *Manager) enable(node string, t Target) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := m.kept[node]
+	if k == nil {
+		k = &kept{}
+		m.kept[node] = k
+	}
+	k.Enabled, k.Driver, k.dirty = true, t.Driver, true
+	if _, open := m.sessions[node]; open {
+		// Enabled again (a replay after the coordinator's restart):
+		// the coordinator may lack what it had.
+		k.Sent = k.start()
+		m.poke()
+		return
+	}
+	d := m.cfg.Dialers[t.Driver]
+	if d == nil {
+		k.Error = fmt.Sprintf("the edge agent has no console for driver %s (no Dialer registered)", t.Driver)
+		k.Enabled = false
+		m.poke()
+		return
+	}
+	if len(m.sessions) >= MaxConsoles {
+		k.Error = fmt.Sprintf("the site has %d consoles open, the most it holds; disable another node's console first", MaxConsoles)
+		k.Enabled = false
+		m.poke()
+		return
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	s := &session{cancel: cancel}
+	m.sessions[node] = s
+	k.Error, k.Closed = "", false
+	go m.pump(ctx, node, t, d, s)
+}
+
+// pump opens the console and reads it until it ends.
+func (m *Manager) pump(ctx context.Context, node string, t Target, d Dialer, s *session) {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	conn, err := d.Dial(dctx, t)
+	cancel()
+	m.mu.Lock()
+	if err != nil || ctx.Err() != nil {
+		if conn != nil {
+			conn.Close()
+		}
+		if m.sessions[node] == s {
+			delete(m.sessions, node)
+			if k := m.kept[node]; k != nil && err != nil {
+				k.Error = fmt.Sprintf("cannot open the console of node %s: %v", node, err)
+				k.Enabled, k.dirty = false, true
+			}
+		}
+		m.mu.Unlock()
+		m.poke()
+		return
+	}
+	s.conn = conn
+	m.mu.Unlock()
+	go func() { <-ctx.Done(); conn.Close() }()
+	buf := make([]byte, 4096)
+	for {
+		n, err := conn.Read(buf)
+		if n > 0 {
+			m.append(node, buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	m.mu.Lock()
+	if m.sessions[node] == s {
+		delete(m.sessions, node)
+		if k := m.kept[node]; k != nil {
+			k.Closed, k.Enabled, k.dirty = true, false, true
+			if ctx.Err() == nil {
+				k.Error = fmt.Sprintf("the console connection of node %s ended", node)
+			}
+		}
+	}
+	m.mu.Unlock()
+	m.poke()
+}
+
+// append keeps b at the end of node's output, dropping the oldest bytes
+// past the bound.
+func (m *Manager) append(node string, b []byte) {
+	m.mu.Lock()
+	k := m.kept[node]
+	if k == nil {
+		k = &kept{}
+		m.kept[node] = k
+	}
+	k.Data = append(k.Data, b...)
+	if over := len(k.Data) - m.cfg.Keep; over > 0 {
+		k.Data = append(k.Data[:0:0], k.Data[over:]...)
+	}
+	k.End += uint64(len(b))
+	k.dirty = true
+	m.mu.Unlock()
+	m.poke()
+}
+
+func (m *Manager) disable(node string) {
+	m.mu.Lock()
+	s := m.sessions[node]
+	delete(m.sessions, node)
+	if k := m.kept[node]; k != nil {
+		k.Enabled, k.Closed, k.dirty = false, true, true
+	}
+	m.mu.Unlock()
+	if s != nil {
+		s.cancel()
+	}
+	m.poke()
+}
+
+func (m *Manager) input(node string, b []byte) {
+	m.mu.Lock()
+	s := m.sessions[node]
+	m.mu.Unlock()
+	if s == nil || s.conn == nil {
+		m.cfg.Log.Debug("console input for a console not open", "node", node)
+		return
+	}
+	if _, err := s.conn.Write(b); err != nil {
+		m.cfg.Log.Warn("console input not written", "node", node, "err", err)
+	}
+}
+
+// Forget drops a deleted node's console and kept output.
+func (m *Manager) Forget(node string) {
+	m.disable(node)
+	m.mu.Lock()
+	delete(m.kept, node)
+	m.mu.Unlock()
+	if m.cfg.Store != nil {
+		m.cfg.Store.PutConsole(node, nil)
+	}
+}
+
+// CloseAll closes every console (the agent stops).
+func (m *Manager) CloseAll() {
+	m.mu.Lock()
+	ss := m.sessions
+	m.sessions = map[string]*session{}
+	m.mu.Unlock()
+	for _, s := range ss {
+		s.cancel()
+	}
+}
+
+// Kept returns a copy of node's kept output and the offset of its end.
+func (m *Manager) Kept(node string) ([]byte, uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := m.kept[node]
+	if k == nil {
+		return nil, 0
+	}
+	return append([]byte(nil), k.Data...), k.End
+}
+
+// next is the next message due: the oldest unsent output of a node, or
+// a notice; ok false when nothing is due.
+func (m *Manager) next() (node string, msg *protocol.Message, raw int, done func(), ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	nodes := make([]string, 0, len(m.kept))
+	for n := range m.kept {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	// Round robin from the node after the last sent.
+	for i := range nodes {
+		n := nodes[(int(m.seq)+i)%len(nodes)]
+		k := m.kept[n]
+		if k.Sent < k.start() {
+			k.Sent = k.start() // dropped past the bound before it could go
+		}
+		if k.Sent >= k.End && !k.Closed && k.Error == "" {
+			continue
+		}
+		from := k.Sent
+		chunk := k.Data[from-k.start():]
+		if len(chunk) > protocol.MaxConsoleChunk {
+			chunk = chunk[:protocol.MaxConsoleChunk]
+		}
+		last := from+uint64(len(chunk)) == k.End
+		m.seq++
+		c := &protocol.ConsoleData{Offset: from}
+		if len(chunk) > 0 {
+			c.Output = protocol.DeflateConsole(chunk)
+		}
+		errText, closed := "", false
+		if last {
+			errText, closed = k.Error, k.Closed
+			c.Error, c.Closed = errText, closed
+		}
+		m.seq++
+		msg := &protocol.Message{Kind: protocol.KindConsoleOutput, ID: fmt.Sprintf("console-%s-%d", n, from+uint64(len(chunk))),
+			Site: m.cfg.Site, Node: n, Sent: time.Now().UTC(), Console: c}
+		to := from + uint64(len(chunk))
+		return n, msg, len(chunk), func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if k2 := m.kept[n]; k2 == k && k.Sent == from {
+				k.Sent = to
+				if last && k.Error == errText {
+					k.Error = ""
+				}
+				if last && closed {
+					k.Closed = false
+				}
+				k.dirty = true
+			}
+		}, true
+	}
+	return "", nil, 0, nil, false
+}
+
+// sendLoop sends what is due: after the site's queued results (Busy),
+// at most Bandwidth bytes a second, again after a failed publish.
+func (m *Manager) sendLoop(ctx context.Context) {
+	tokens := float64(m.cfg.Bandwidth)
+	last := time.Now()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for ctx.Err() == nil {
+		node, msg, raw, done, ok := m.next()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.wake:
+			}
+			continue
+		}
+		for m.cfg.Busy() && ctx.Err() == nil {
+			sleep(ctx, 20*time.Millisecond)
+		}
+		now := time.Now()
+		tokens = min(float64(m.cfg.Bandwidth), tokens+now.Sub(last).Seconds()*float64(m.cfg.Bandwidth))
+		last = now
+		if need := float64(raw) - tokens; need > 0 {
+			sleep(ctx, time.Duration(need/float64(m.cfg.Bandwidth)*float64(time.Second)))
+			continue // recount: more may be due now
+		}
+		b, err := protocol.Encode(msg)
+		if err != nil {
+			m.cfg.Log.Warn("console output not encoded", "node", node, "err", err)
+			done()
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = m.cfg.Publish(pctx, protocol.ConsoleEvtTopic(m.cfg.Site), b)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				m.cfg.Log.Debug("console output not sent; kept at the site, sent again", "node", node, "err", err)
+			}
+			sleep(ctx, time.Second)
+			continue
+		}
+		tokens -= float64(raw)
+		done()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

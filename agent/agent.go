@@ -126,6 +126,7 @@ func New(cfg Config) *Agent {
 		SiteBroker:     func() (string, string, bool) { return a.relay.Broker() },
 		Info:           a.bmcs.Info,
 		NetworkBoot:    a.bmcs.NetworkBoot,
+		HTTPBoot:       a.bmcs.HTTPBoot,
 		PutCred:        func(node string, h []byte) { a.ob.Store().PutCred(node, h) },
 		Dropped:        func(node string) { a.relay.Dropped(node) },
 		Discover:       func(mac net.HardwareAddr) (string, bool) { return a.discoverMAC(mac) },

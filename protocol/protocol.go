@@ -269,7 +269,15 @@ const (
 const (
 	BootIfaceIPXE = "ipxe"
 	BootIfacePXE  = "pxe"
+	// BootIfaceHTTPS: Ironic's redfish-https, UEFI HTTP boot: the BMC's
+	// boot source override UefiHttp with an HttpBootUri the edge agent
+	// serves (a per-boot ISO of the ramdisk), no virtual media.
+	BootIfaceHTTPS = "redfish-https"
 )
+
+// HTTPBoot tells whether a BMC command's boot interface boots the ramdisk
+// by UEFI HTTP boot (redfish-https).
+func (m *Message) HTTPBoot() bool { return m.BootInterface == BootIfaceHTTPS }
 
 // NetworkBoot tells whether a BMC command's boot interface boots the
 // ramdisk by network boot (ipxe or pxe).

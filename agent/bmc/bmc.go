@@ -129,6 +129,9 @@ type Set struct {
 	// boots the ramdisk by network boot (ipxe, pxe) although their BMC
 	// may have virtual media.
 	netboot map[string]bool
+	// httpboot marks the nodes whose last BMC command's boot interface
+	// is UEFI HTTP boot (redfish-https).
+	httpboot map[string]bool
 	// healthOnly are the nodes read for health only (Builder.HealthSync).
 	healthOnly map[string]bool
 	// kept keeps the polled nodes in the state folder (Keep); keptInfo
@@ -188,7 +191,7 @@ func New(cfg Config) *Set {
 		}
 	}
 	return &Set{cfg: cfg, log: cfg.Log, slots: make(chan struct{}, cfg.Concurrency),
-		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{}, netboot: map[string]bool{},
+		bmcs: map[string]drivers.BMC{}, kind: map[string]string{}, info: map[string]map[string]any{}, netboot: map[string]bool{}, httpboot: map[string]bool{},
 		busy: map[string]int{}, gen: map[string]uint64{}, synce: map[string]*powerSeen{}, healthOnly: map[string]bool{}, keptInfo: map[string][]byte{}, media: map[string]map[string]attached{}}
 }
 
@@ -274,6 +277,14 @@ func (s *Set) NetworkBoot(node string) bool {
 	return s.netboot[node]
 }
 
+// HTTPBoot tells whether the node boots the ramdisk by UEFI HTTP boot
+// (its boot interface redfish-https).
+func (s *Set) HTTPBoot(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.httpboot[node]
+}
+
 // noteBootInterface takes a BMC command's boot interface (every command
 // for the node carries it: absent, the driver's default).
 func (s *Set) noteBootInterface(m *protocol.Message) {
@@ -286,6 +297,11 @@ func (s *Set) noteBootInterface(m *protocol.Message) {
 		s.netboot[m.Node] = true
 	} else {
 		delete(s.netboot, m.Node)
+	}
+	if m.HTTPBoot() {
+		s.httpboot[m.Node] = true
+	} else {
+		delete(s.httpboot, m.Node)
 	}
 }
 
@@ -340,6 +356,7 @@ func (s *Set) Forget(node string) {
 	delete(s.kind, node)
 	delete(s.info, node)
 	delete(s.netboot, node)
+	delete(s.httpboot, node)
 	delete(s.synce, node)
 	delete(s.healthOnly, node)
 	delete(s.gen, node)

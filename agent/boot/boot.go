@@ -62,6 +62,10 @@ type Config struct {
 	// although its BMC has virtual media (its boot_interface is ipxe or
 	// pxe; the BMC part's).
 	NetworkBoot func(node string) bool
+	// HTTPBoot tells whether a node boots the ramdisk by UEFI HTTP boot
+	// (its boot_interface is redfish-https; the BMC part's): its BMC is
+	// given the URL of a per-boot ISO instead of virtual media.
+	HTTPBoot func(node string) bool
 	// PutCred keeps a node's boot credential hash in the state folder
 	// (nil: removes it), and waits until it is written.
 	PutCred func(node string, hash []byte)
@@ -122,6 +126,9 @@ func New(cfg Config) *Boot {
 	}
 	if cfg.NetworkBoot == nil {
 		cfg.NetworkBoot = func(string) bool { return false }
+	}
+	if cfg.HTTPBoot == nil {
+		cfg.HTTPBoot = func(string) bool { return false }
 	}
 	if cfg.PutCred == nil {
 		cfg.PutCred = func(string, []byte) {}

@@ -76,6 +76,8 @@ type paramsImage struct {
 	node    string
 	data    []byte
 	created time.Time
+	// iso: a UEFI HTTP boot's ISO (boot.iso), not a parameters image.
+	iso bool
 }
 
 func newMediaServer(opts RamdiskOptions, log *slog.Logger) (*mediaServer, error) {
@@ -137,10 +139,14 @@ func (m *mediaServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		http.ServeContent(w, r, "ramdisk.iso", st.ModTime(), f)
-	case strings.HasPrefix(r.URL.Path, "/boot/") && strings.HasSuffix(r.URL.Path, "/params.img"):
-		token := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/boot/"), "/params.img")
+	case strings.HasPrefix(r.URL.Path, "/boot/") && (strings.HasSuffix(r.URL.Path, "/params.img") || strings.HasSuffix(r.URL.Path, "/boot.iso")):
+		name := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
+		token := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/boot/"), "/"+name)
 		m.mu.Lock()
 		img := m.images[token]
+		if img != nil && img.iso != (name == "boot.iso") {
+			img = nil
+		}
 		if img != nil && m.now().Sub(img.created) > paramsTTL {
 			m.dropLocked(img.node)
 			img = nil
@@ -157,7 +163,7 @@ func (m *mediaServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.log.Debug("media server: boot parameters served", "node", img.node, "remote", r.RemoteAddr)
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Cache-Control", "no-store")
-		http.ServeContent(w, r, "params.img", img.created, bytes.NewReader(img.data))
+		http.ServeContent(w, r, name, img.created, bytes.NewReader(img.data))
 	default:
 		http.NotFound(w, r)
 	}
@@ -344,7 +350,10 @@ func (p *Boot) bootParams(node string) string {
 func (p *Boot) setBootDevice(ctx context.Context, node string, b interface {
 	SetBootDevice(context.Context, string) error
 }, device string) error {
-	mb, ok := b.(mediaBooter)
+	mb, ok, err := p.bootMedia(node, b)
+	if err != nil {
+		return err
+	}
 	if ok && p.cfg.NetworkBoot(node) {
 		// The media of an earlier virtual media boot (before the
 		// node's boot interface changed) are ejected first.
@@ -471,7 +480,10 @@ func (p *Boot) setPower(ctx context.Context, node string, b interface {
 			state = protocol.PowerOff
 		}
 	}
-	mb, ok := b.(mediaBooter)
+	mb, ok, err := p.bootMedia(node, b)
+	if err != nil {
+		return err
+	}
 	// netboot: a BMC with virtual media, a node that boots by network
 	// boot (its boot interface ipxe or pxe).
 	netboot := ok && p.cfg.NetworkBoot(node)
@@ -519,14 +531,22 @@ func (p *Boot) setPower(ctx context.Context, node string, b interface {
 		}
 		return b.SetPower(ctx, state)
 	}
-	paramsURL, k, err := p.media.addParams(node, p.bootParams(node))
+	isoURL := p.media.ISOURL()
+	var paramsURL string
+	var k vmKept
+	if _, http := mb.(httpMedia); http {
+		// UEFI HTTP boot: one ISO of this boot, its parameters inside.
+		isoURL, k, err = p.media.addHTTPBoot(ctx, node, p.bootParams(node))
+	} else {
+		paramsURL, k, err = p.media.addParams(node, p.bootParams(node))
+	}
 	if err != nil {
 		return err
 	}
 	// Kept before the BMC inserts anything: a restarted agent serves the
 	// image until the boot ends, and ejects then.
 	p.keepVM(node, &k)
-	if err := mb.BootFromMedia(ctx, p.media.ISOURL(), paramsURL); err != nil {
+	if err := mb.BootFromMedia(ctx, isoURL, paramsURL); err != nil {
 		// This boot is over before it began: whatever the BMC took of
 		// its media is ejected now, or recorded as still inserted.
 		p.media.dropParams(node)

@@ -72,3 +72,15 @@ func takeBootMode(n *Node, inv map[string]any) {
 		n.SecureBoot = &sb
 	}
 }
+
+// nodeBootMode is the boot mode a node asks for, as Ironic's
+// boot_mode_utils.get_boot_mode reads it: boot_mode in
+// instance_info/capabilities, else in properties/capabilities, in lower
+// case ("" when neither says: Ironic's default, uefi).
+func nodeBootMode(n *Node) string {
+	if v, ok := capability(n.InstanceInfo["capabilities"], "boot_mode"); ok {
+		return strings.ToLower(v)
+	}
+	v, _ := capability(n.Properties["capabilities"], "boot_mode")
+	return strings.ToLower(v)
+}

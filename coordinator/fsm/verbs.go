@@ -528,6 +528,10 @@ func (m *Machine) Validate(n *Node) map[string]InterfaceCheck {
 	if d.NoRamdiskBoot != "" {
 		boot = fail(d.NoRamdiskBoot)
 	}
+	if n.BootInterface == drivers.BootHTTPS && nodeBootMode(n) == "bios" {
+		// Ironic's RedfishHttpsBoot.validate: UEFI HTTP boot is UEFI only.
+		boot = fail(fmt.Sprintf("boot_interface redfish-https (UEFI HTTP boot) needs the UEFI boot mode, and node %s asks for bios (capabilities boot_mode:bios); set boot_mode:uefi or use redfish-virtual-media", n.Ident()))
+	}
 	out["boot"], out["inspect"], out["rescue"] = boot, boot, boot
 	if m.inspectsOOB(n) {
 		out["inspect"] = ok

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,7 +35,13 @@ const (
 	BootHdd       = "Hdd"
 	BootCd        = "Cd"
 	BootBiosSetup = "BiosSetup"
+	// BootUefiHttp: UEFI HTTP boot of the Boot object's HttpBootUri.
+	BootUefiHttp = "UefiHttp"
 )
+
+// MaxHTTPBootBytes bounds the image a UEFI HTTP boot fetches (firmware
+// loads it into a RAM disk).
+const MaxHTTPBootBytes = 2 << 30
 
 // Boot source override modes.
 const (
@@ -57,6 +64,13 @@ type Boot struct {
 	// SecureBoot: the firmware boots with UEFI Secure Boot on (UEFI
 	// mode only; the SecureBoot resource's SecureBootEnable).
 	SecureBoot bool
+	// HTTPBootURI: for Device BootUefiHttp, the image the firmware
+	// fetches (over HTTP or HTTPS, from that URL only) and boots as a CD
+	// from a RAM disk; HTTPBootSize and HTTPBootSHA256 are what a
+	// MemoryMachine that fetches media read of it.
+	HTTPBootURI    string
+	HTTPBootSize   int64
+	HTTPBootSHA256 string
 }
 
 // Machine is the computer behind a vBMC system. The vBMC calls it one
@@ -187,8 +201,17 @@ func (m *MemoryMachine) PoweredOn() bool {
 	return m.on
 }
 
-// SetBoot implements Machine.
+// SetBoot implements Machine. A UEFI HTTP boot is fetched here (with
+// FetchMedia), as the firmware does at the start that follows.
 func (m *MemoryMachine) SetBoot(ctx context.Context, b Boot) error {
+	if b.Device == BootUefiHttp && m.opts.FetchMedia {
+		h := sha256.New()
+		n, err := fetchHTTPBoot(ctx, m.opts.HTTPClient, b.HTTPBootURI, h)
+		if err != nil {
+			return err
+		}
+		b.HTTPBootSize, b.HTTPBootSHA256 = n, hex.EncodeToString(h.Sum(nil))
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next = b
@@ -282,4 +305,40 @@ func fetch(ctx context.Context, c *http.Client, rawURL string, w io.Writer) (int
 		return n, fmt.Errorf("fetch image %s: %w", rawURL, err)
 	}
 	return n, nil
+}
+
+// fetchHTTPBoot is the firmware's UEFI HTTP boot download: the URL given
+// only (no redirect followed), http or https, at most MaxHTTPBootBytes.
+func fetchHTTPBoot(ctx context.Context, c *http.Client, rawURL string, w io.Writer) (int64, error) {
+	if rawURL == "" {
+		return 0, errors.New("UEFI HTTP boot: the Boot object's HttpBootUri is empty")
+	}
+	if err := checkMediaURL(rawURL); err != nil {
+		return 0, fmt.Errorf("UEFI HTTP boot: %w", err)
+	}
+	if c == nil {
+		c = http.DefaultClient
+	}
+	nc := *c
+	nc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	lw := &capWriter{w: w, left: MaxHTTPBootBytes}
+	n, err := fetch(ctx, &nc, rawURL, lw)
+	if err != nil {
+		return n, fmt.Errorf("UEFI HTTP boot: %w", err)
+	}
+	return n, nil
+}
+
+// capWriter fails once more than left bytes are written.
+type capWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		return 0, fmt.Errorf("the image is over %d bytes", MaxHTTPBootBytes)
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
 }

@@ -85,7 +85,9 @@ type QEMUMachine struct {
 	next    Boot // what the next start boots
 	started Boot // what the running VM was started with
 	media   map[Slot]string
-	closed  bool
+	// httpBootFile is the image of the last UEFI HTTP boot fetched.
+	httpBootFile string
+	closed       bool
 	// gen counts power actions: a graceful restart still waiting for
 	// its guest to power off gives up when another action came after it.
 	gen       int
@@ -264,8 +266,34 @@ func (m *QEMUMachine) PoweredOn() bool {
 	return m.runningLocked()
 }
 
-// SetBoot implements Machine.
+// SetBoot implements Machine. A UEFI HTTP boot's image is fetched here,
+// as the firmware does at the start that follows, and the VM boots it as
+// a CD under OVMF (the firmware's RAM disk of an HTTP-booted ISO); no
+// virtual media slot holds it.
 func (m *QEMUMachine) SetBoot(ctx context.Context, b Boot) error {
+	if b.Device == BootUefiHttp {
+		path := filepath.Join(m.cfg.Dir, "media", "httpboot.img")
+		tmp, err := os.CreateTemp(filepath.Dir(path), ".fetch-*")
+		if err != nil {
+			return err
+		}
+		n, err := fetchHTTPBoot(ctx, m.cfg.HTTPClient, b.HTTPBootURI, tmp)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), path)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+			return err
+		}
+		b.HTTPBootSize = n
+		m.mu.Lock()
+		m.httpBootFile = path
+		m.mu.Unlock()
+		m.log.Info("qemu machine: UEFI HTTP boot image fetched", "bytes", n)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next = b
@@ -276,7 +304,12 @@ func (m *QEMUMachine) startLocked() error {
 	if m.closed {
 		return errors.New("qemu machine is closed")
 	}
-	args, err := m.Args(m.next, m.media)
+	boot, media := m.next, m.media
+	if boot.Device == BootUefiHttp {
+		media = map[Slot]string{SlotCD: m.httpBootFile, SlotUSB: m.media[SlotUSB]}
+		boot.Device = BootCd
+	}
+	args, err := m.Args(boot, media)
 	if err != nil {
 		return fmt.Errorf("qemu machine: %w", err)
 	}

@@ -182,6 +182,8 @@ type system struct {
 
 	// Guarded by BMC.mu.
 	bootTarget, bootEnabled, bootMode string
+	// httpBootURI is the Boot object's HttpBootUri ("" shown as null).
+	httpBootURI string
 	// secureBoot is the SecureBoot resource's SecureBootEnable;
 	// secureBootCurrent whether the running boot has it (the last start
 	// was in UEFI mode with it on).
@@ -854,7 +856,7 @@ func sysPath(s *system) string { return root + "/Systems/" + s.id }
 func mgrPath(s *system) string { return root + "/Managers/" + s.managerID }
 
 var (
-	bootTargets  = []string{BootNone, BootPxe, BootHdd, BootCd, BootBiosSetup}
+	bootTargets  = []string{BootNone, BootPxe, BootHdd, BootCd, BootBiosSetup, BootUefiHttp}
 	bootEnabled  = []string{OverrideDisabled, OverrideOnce, OverrideContinuous}
 	bootModes    = []string{ModeUEFI, ModeLegacy}
 	managerReset = []string{"GracefulRestart", "ForceRestart"}
@@ -895,6 +897,7 @@ func (b *BMC) systemResource(s *system) any {
 			"BootSourceOverrideTarget@Redfish.AllowableValues":  bootTargets,
 			"BootSourceOverrideMode":                            s.bootMode,
 			"BootSourceOverrideMode@Redfish.AllowableValues":    bootModes,
+			"HttpBootUri": nullable(s.httpBootURI),
 		},
 		"ProcessorSummary": map[string]any{"Count": 1, "LogicalProcessorCount": s.cpus, "Model": processorModel, "Status": map[string]any{"State": "Enabled", "Health": "OK"}},
 		"MemorySummary":    map[string]any{"TotalSystemMemoryGiB": s.memGiB, "Status": map[string]any{"State": "Enabled", "Health": "OK"}},
@@ -941,7 +944,25 @@ func (b *BMC) patchSystem(w http.ResponseWriter, r *http.Request, s *system) {
 	}
 	set := map[string]string{}
 	allowed := map[string][]string{"BootSourceOverrideTarget": bootTargets, "BootSourceOverrideEnabled": bootEnabled, "BootSourceOverrideMode": bootModes}
+	httpURI, setHTTP := "", false
 	for k, v := range boot {
+		if k == "HttpBootUri" {
+			str, isStr := v.(string)
+			if v != nil && !isStr {
+				writeError(w, http.StatusBadRequest, "PropertyValueTypeError",
+					fmt.Sprintf("The value %v for the property Boot/HttpBootUri is of a different type than the property can accept.", v), "Send a URI string, or null to clear it.")
+				return
+			}
+			if str != "" {
+				if err := checkMediaURL(str); err != nil || len(str) > 4096 {
+					writeError(w, http.StatusBadRequest, "PropertyValueFormatError",
+						"The value for the property Boot/HttpBootUri is not an http or https URI of at most 4096 bytes.", "Give the URI of the image to boot by UEFI HTTP boot.")
+					return
+				}
+			}
+			httpURI, setHTTP = str, true
+			continue
+		}
 		vals, known := allowed[k]
 		if !known {
 			writeError(w, http.StatusBadRequest, "PropertyNotWritable",
@@ -965,7 +986,10 @@ func (b *BMC) patchSystem(w http.ResponseWriter, r *http.Request, s *system) {
 	if v, ok := set["BootSourceOverrideMode"]; ok {
 		s.bootMode = v
 	}
-	b.log.Info("vbmc boot override", "system", s.id, "target", s.bootTarget, "enabled", s.bootEnabled, "mode", s.bootMode)
+	if setHTTP {
+		s.httpBootURI = httpURI
+	}
+	b.log.Info("vbmc boot override", "system", s.id, "target", s.bootTarget, "enabled", s.bootEnabled, "mode", s.bootMode, "http_boot_uri", s.httpBootURI != "")
 	b.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -1050,7 +1074,13 @@ func (b *BMC) applyReset(ctx context.Context, s *system, rt ResetType) error {
 		if s.bootEnabled != OverrideDisabled && s.bootTarget != BootNone {
 			boot.Device = s.bootTarget
 		}
+		if boot.Device == BootUefiHttp {
+			boot.HTTPBootURI = s.httpBootURI
+		}
 		b.mu.Unlock()
+		if boot.Device == BootUefiHttp && boot.Mode != ModeUEFI {
+			return b.powerFailed(s, errors.New("UEFI HTTP boot (UefiHttp) needs the boot mode UEFI"))
+		}
 		if err := s.machine.SetBoot(ctx, boot); err != nil {
 			return b.powerFailed(s, err)
 		}
@@ -1508,4 +1538,12 @@ func (b *BMC) deleteSession(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// nullable is v, or JSON null when v is empty.
+func nullable(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
 }

@@ -44,11 +44,12 @@ func TestInterfacesPerHardwareType(t *testing.T) {
 			t.Errorf("%s: deploy ramdisk: %v; want refused with the reason", c.name, err)
 		}
 	}
-	if err := RedfishDeclaration().CheckImpl("redfish", "boot", "redfish-https"); err != nil {
-		t.Errorf("redfish boot redfish-https: %v", err)
-	}
-	if err := RedfishDeclaration().CheckImpl(DriverIDRAC, "boot", "redfish-https"); err != nil {
-		t.Errorf("idrac boot redfish-https: %v", err)
+	// UEFI HTTP boot is built at the edge but not offered until a system
+	// test boots a node by it: refused, with what to use instead.
+	for _, d := range []string{"redfish", DriverIDRAC} {
+		if err := RedfishDeclaration().CheckImpl(d, "boot", "redfish-https"); err == nil || !strings.Contains(err.Error(), "virtual media") {
+			t.Errorf("%s boot redfish-https: %v, want refused", d, err)
+		}
 	}
 	// Ironic's idrac hardware type: its interface names, redfish's
 	// refused on it (as Ironic's idrac lists no redfish-virtual-media).

@@ -220,7 +220,11 @@ func TestDialVBMCConsole(t *testing.T) {
 	c.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c2, err := serialssh.Dial(dctx, con.Addr, user, password, ssh.FixedHostKey(con.HostKey))
+		// A dial of its own time: the boot above may have taken longer
+		// than the first dials' minute on a loaded machine.
+		d2ctx, d2cancel := context.WithTimeout(ctx, time.Minute)
+		c2, err := serialssh.Dial(d2ctx, con.Addr, user, password, ssh.FixedHostKey(con.HostKey))
+		d2cancel()
 		if err != nil {
 			t.Fatal(err)
 		}

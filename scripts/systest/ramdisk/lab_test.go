@@ -71,7 +71,8 @@ type labOptions struct {
 	// ImageCache: the agent runs the site image cache, which the VMs
 	// reach at 10.0.2.2, its origins allowed on loopback.
 	ImageCache bool
-	// WaitTimeout replaces the 3 minutes.
+	// WaitTimeout replaces the 5 minutes (a ramdisk boot under TCG with
+	// three guests and the race run beside them took over 3).
 	WaitTimeout time.Duration
 	// PriorityOverrides are the coordinator's clean step priorities.
 	PriorityOverrides map[string]int
@@ -113,7 +114,7 @@ func newLab(t *testing.T, o labOptions) *lab {
 		l.log = testrig.Logger(t)
 	}
 	if o.WaitTimeout == 0 {
-		o.WaitTimeout = 3 * time.Minute
+		o.WaitTimeout = 5 * time.Minute
 	}
 	ro := testrig.Options{DataDir: l.dataDir, Log: o.Log, NoAutomatedClean: o.NoAutomatedClean,
 		Machine: fsm.Config{WaitTimeout: o.WaitTimeout, PriorityOverrides: o.PriorityOverrides}}

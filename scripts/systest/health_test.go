@@ -357,7 +357,7 @@ func TestHealthEventsBounded(t *testing.T) {
 	// read only after a good one). The waits are sized for that machine.
 	cl, id, _ := healthRigAgent(t, s, pw, testrig.Options{}, nil, agent.Config{PowerSyncInterval: 3 * time.Second, HealthInterval: 3 * time.Second})
 	var ev eventsAnswer
-	waitUntil(t, "the first events", 3*time.Minute, func() bool {
+	waitUntil(t, "the first events", 6*time.Minute, func() bool {
 		cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)
 		return len(ev.Events) > 0
 	})
@@ -370,7 +370,7 @@ func TestHealthEventsBounded(t *testing.T) {
 	s.Edit(hpeSystem+"/LogServices/IML/Entries", func(d map[string]any) {
 		d["Members"] = entriesDoc(10400, imlEntry)["Members"]
 	})
-	waitUntil(t, "the 400 new entries", 3*time.Minute, func() bool {
+	waitUntil(t, "the 400 new entries", 6*time.Minute, func() bool {
 		cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)
 		return len(ev.Events) > 0 && ev.Events[len(ev.Events)-1].ID == "IML/10400"
 	})
@@ -382,7 +382,7 @@ func TestHealthEventsBounded(t *testing.T) {
 	s.Edit(hpeSystem+"/LogServices/IML/Entries", func(d map[string]any) {
 		d["Members"] = entriesDoc(10600, imlEntry)["Members"]
 	})
-	waitUntil(t, "200 more", 3*time.Minute, func() bool {
+	waitUntil(t, "200 more", 6*time.Minute, func() bool {
 		cl.Do("GET", "/v1/nodes/"+id+"/events", nil, &ev)
 		return len(ev.Events) > 0 && ev.Events[len(ev.Events)-1].ID == "IML/10600"
 	})

@@ -1,7 +1,6 @@
 package sol_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,78 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/drivers/internal/consoletest"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
 	"github.com/bmedge/bmedge/drivers/ipmi/sol"
 )
-
-func need(t *testing.T, what string, err error) {
-	t.Helper()
-	if err == nil {
-		return
-	}
-	if os.Getenv("BM_REQUIRE_ALL") == "1" {
-		t.Fatalf("%s: %v", what, err)
-	}
-	t.Skipf("%s: %v", what, err)
-}
-
-type output struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	err error
-}
-
-func collect(r io.Reader) *output {
-	o := &output{}
-	go func() {
-		b := make([]byte, 4096)
-		for {
-			n, err := r.Read(b)
-			o.mu.Lock()
-			o.buf.Write(b[:n])
-			if err != nil {
-				o.err = err
-			}
-			o.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return o
-}
-
-func (o *output) String() string { o.mu.Lock(); defer o.mu.Unlock(); return o.buf.String() }
-
-func (o *output) waitFor(t *testing.T, s string, d time.Duration, poke func()) {
-	t.Helper()
-	end, next := time.Now().Add(d), time.Now()
-	for time.Now().Before(end) {
-		if strings.Contains(o.String(), s) {
-			return
-		}
-		o.mu.Lock()
-		err := o.err
-		o.mu.Unlock()
-		if err != nil {
-			t.Fatalf("the console ended before %q: %v", s, err)
-		}
-		if poke != nil && time.Now().After(next) {
-			poke()
-			next = time.Now().Add(3 * time.Second)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	out := o.String()
-	if len(out) > 3000 {
-		out = out[len(out)-3000:]
-	}
-	t.Fatalf("no %q on the console within %s; its end:\n%s", s, d, out)
-}
 
 func freeTCPPort(t *testing.T) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -101,7 +35,7 @@ func freeTCPPort(t *testing.T) int {
 // A wrong password and an unknown user are refused with what to do.
 func TestDialIPMISimQEMU(t *testing.T) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
-	need(t, "qemu-system-x86_64 (Debian qemu-system-x86)", err)
+	consoletest.Need(t, "qemu-system-x86_64 (Debian qemu-system-x86)", err)
 	dir := os.Getenv("BM_RAMDISK_DIR")
 	if dir == "" {
 		dir, _ = filepath.Abs("../../../build/ramdisk")
@@ -109,7 +43,7 @@ func TestDialIPMISimQEMU(t *testing.T) {
 	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.xz")
 	for _, f := range []string{kernel, initrd} {
 		_, err := os.Stat(f)
-		need(t, "the ramdisk (make ramdisk)", err)
+		consoletest.Need(t, "the ramdisk (make ramdisk)", err)
 	}
 	// QEMU waits (wait=on) for ipmi_sim to connect to its serial port
 	// before it starts the VM, so that no boot message is lost: ipmi_sim
@@ -136,7 +70,7 @@ func TestDialIPMISimQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	out := collect(c)
+	out := consoletest.Collect(c)
 	// The payload is held: another activation is refused as busy.
 	if _, err := sol.Dial(ctx, s.Addr(), "admin", "sol-pw-1"); !errors.Is(err, sol.ErrSOLUnavailable) || !strings.Contains(err.Error(), "already active") {
 		t.Fatalf("second activation: %v; want ErrSOLUnavailable, already active", err)
@@ -146,11 +80,11 @@ func TestDialIPMISimQEMU(t *testing.T) {
 	if _, err := s.Ipmitool("chassis", "power", "on"); err != nil {
 		t.Fatal(err)
 	}
-	out.waitFor(t, "Linux version", 3*time.Minute, nil)
-	out.waitFor(t, "Run /bbin/gosh as init process", 3*time.Minute, nil)
+	out.WaitFor(t, "Linux version", 3*time.Minute, nil)
+	out.WaitFor(t, "Run /bbin/gosh as init process", 3*time.Minute, nil)
 	// The command's output has the quotes removed, which the terminal's
 	// echo of the typed line does not.
-	out.waitFor(t, "solmarker42", 3*time.Minute, func() { _, _ = io.WriteString(c, "echo sol''marker42\r") })
+	out.WaitFor(t, "solmarker42", 3*time.Minute, func() { _, _ = io.WriteString(c, "echo sol''marker42\r") })
 	t.Logf("power-on to a typed command's output: %s", time.Since(start).Round(time.Second))
 
 	// Close deactivates the payload: activating again works at once.

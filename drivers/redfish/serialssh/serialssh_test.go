@@ -1,7 +1,6 @@
 package serialssh_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,27 +12,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/bmedge/bmedge/drivers/internal/consoletest"
 	"github.com/bmedge/bmedge/drivers/redfish/serialssh"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
 )
-
-// need skips (or, with BM_REQUIRE_ALL=1, fails) without a real component.
-func need(t *testing.T, what string, err error) {
-	t.Helper()
-	if err == nil {
-		return
-	}
-	if os.Getenv("BM_REQUIRE_ALL") == "1" {
-		t.Fatalf("%s: %v", what, err)
-	}
-	t.Skipf("%s: %v", what, err)
-}
 
 // ramdisk returns the project's kernel and initramfs (make ramdisk).
 func ramdisk(t *testing.T) (kernel, initrd string) {
@@ -44,60 +31,9 @@ func ramdisk(t *testing.T) (kernel, initrd string) {
 	kernel, initrd = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.xz")
 	for _, f := range []string{kernel, initrd} {
 		_, err := os.Stat(f)
-		need(t, "the ramdisk (make ramdisk)", err)
+		consoletest.Need(t, "the ramdisk (make ramdisk)", err)
 	}
 	return kernel, initrd
-}
-
-// output collects what a console reads.
-type output struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	err error
-}
-
-func collect(r io.Reader) *output {
-	o := &output{}
-	go func() {
-		b := make([]byte, 4096)
-		for {
-			n, err := r.Read(b)
-			o.mu.Lock()
-			o.buf.Write(b[:n])
-			if err != nil {
-				o.err = err
-			}
-			o.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return o
-}
-
-func (o *output) String() string { o.mu.Lock(); defer o.mu.Unlock(); return o.buf.String() }
-
-// waitFor waits for s in the output, calling poke every few seconds.
-func (o *output) waitFor(t *testing.T, s string, d time.Duration, poke func()) {
-	t.Helper()
-	end := time.Now().Add(d)
-	next := time.Now()
-	for time.Now().Before(end) {
-		if strings.Contains(o.String(), s) {
-			return
-		}
-		if poke != nil && time.Now().After(next) {
-			poke()
-			next = time.Now().Add(3 * time.Second)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	out := o.String()
-	if len(out) > 3000 {
-		out = out[len(out)-3000:]
-	}
-	t.Fatalf("no %q on the console within %s; its end:\n%s", s, d, out)
 }
 
 // sshCLI runs Debian's OpenSSH client (through sshpass, the password in
@@ -122,9 +58,9 @@ func sshCLI(t *testing.T, addr, user, password string, cmd ...string) (string, e
 // the console's port, and only the BMC's user gets in.
 func TestDialVBMCConsole(t *testing.T) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
-	need(t, "qemu-system-x86_64 (Debian qemu-system-x86)", err)
+	consoletest.Need(t, "qemu-system-x86_64 (Debian qemu-system-x86)", err)
 	_, err = exec.LookPath("sshpass")
-	need(t, "sshpass and ssh (Debian sshpass, openssh-client)", err)
+	consoletest.Need(t, "sshpass and ssh (Debian sshpass, openssh-client)", err)
 	kernel, initrd := ramdisk(t)
 
 	dir, err := os.MkdirTemp("", "sshc")
@@ -193,17 +129,17 @@ func TestDialVBMCConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	out := collect(c)
-	out.waitFor(t, "Connected to the serial console", 30*time.Second, nil)
+	out := consoletest.Collect(c)
+	out.WaitFor(t, "Connected to the serial console", 30*time.Second, nil)
 	start := time.Now()
 	if err := m.Power(ctx, vbmc.ResetOn); err != nil {
 		t.Fatal(err)
 	}
-	out.waitFor(t, "Linux version", 3*time.Minute, nil)
-	out.waitFor(t, "Run /bbin/gosh as init process", 3*time.Minute, nil)
+	out.WaitFor(t, "Linux version", 3*time.Minute, nil)
+	out.WaitFor(t, "Run /bbin/gosh as init process", 3*time.Minute, nil)
 	// A typed command runs on the VM: its output has the quotes removed,
 	// which the terminal's echo of the line does not.
-	out.waitFor(t, "sshmarker42", 3*time.Minute, func() { _, _ = io.WriteString(c, "echo ssh''marker42\r") })
+	out.WaitFor(t, "sshmarker42", 3*time.Minute, func() { _, _ = io.WriteString(c, "echo ssh''marker42\r") })
 	t.Logf("boot to a typed command's output: %s", time.Since(start).Round(time.Second))
 
 	// A second session is told the console is busy (OpenSSH again).
@@ -228,7 +164,7 @@ func TestDialVBMCConsole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := collect(c2)
+		o := consoletest.Collect(c2)
 		time.Sleep(time.Second)
 		s := o.String()
 		c2.Close()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the in-band ramdisk: a Debian kernel (OUTDIR/vmlinuz) and a u-root
-# initramfs with the bmramdisk agent as uinit (OUTDIR/initramfs.cpio.xz),
+# initramfs with the bmramdisk agent as uinit (OUTDIR/initramfs.cpio.zst),
 # and a bootable ISO holding both (OUTDIR/bmramdisk.iso: BIOS and UEFI,
 # with Secure Boot on or off, CD or USB stick) with a generic kernel
 # command line, for boots through a BMC's virtual media: it carries
@@ -16,7 +16,9 @@
 # OUTDIR/cache and OUTDIR/tools. Reproducible: the same inputs give the same
 # bytes, and after the first run it also works with GOPROXY=off.
 # Environment: RAMDISK_EXTRA_MODULES="igb ixgbe" adds kernel modules;
-# RAMDISK_COMPRESS=gzip makes a .cpio.gz instead of .cpio.xz.
+# RAMDISK_COMPRESS=xz or gzip makes a .cpio.xz or .cpio.gz instead of the
+# .cpio.zst. zstd by default: the kernel unpacks it three times as fast as
+# xz (1.2 s against 4.0 s under QEMU's TCG, 10 % more bytes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -55,7 +57,7 @@ apt_update() {
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 # grub-pc-bin, grub-efi-amd64-bin, mtools and xorriso make the ISO;
 # qemu-system-x86, ipxe-qemu and ovmf (UEFI firmware) are for the tests.
-PKGS="kmod cpio xz-utils gzip qemu-system-x86 ipxe-qemu util-linux grub-pc-bin grub-efi-amd64-bin mtools xorriso ovmf"
+PKGS="kmod cpio xz-utils zstd gzip qemu-system-x86 ipxe-qemu util-linux grub-pc-bin grub-efi-amd64-bin mtools xorriso ovmf"
 missing=()
 for p in $PKGS; do installed "$p" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -101,6 +103,21 @@ if [ ! -s "$KROOT/lib/modules/$KVER/modules.dep" ]; then
 fi
 install -m 0644 "$KROOT/boot/vmlinuz-$KVER" "$OUT/vmlinuz.tmp"
 mv "$OUT/vmlinuz.tmp" "$OUT/vmlinuz"
+# The same kernel uncompressed (OUTDIR/vmlinux, an ELF with its PVH entry
+# point): what the qemu-dev development driver boots directly (QEMU's
+# -kernel), because under TCG a bzImage spends ~5 CPU-seconds
+# decompressing itself. Servers, network boot and the ISO keep Debian's
+# signed vmlinuz. Debian compresses the kernel with xz: the payload is the
+# xz stream that starts at its magic bytes.
+if [ ! -s "$OUT/vmlinux" ] || [ "$OUT/vmlinux" -ot "$OUT/vmlinuz" ]; then
+  off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$OUT/vmlinuz" | head -n1 | cut -d: -f1)
+  [ -n "$off" ] || die "$OUT/vmlinuz holds no xz stream: cannot make vmlinux"
+  # (xz stops at the stream's end, and tail may then die of SIGPIPE)
+  { tail -c +$((off + 1)) "$OUT/vmlinuz" || true; } | xz -dc --single-stream >"$OUT/vmlinux.tmp" ||
+    die "cannot decompress the kernel in $OUT/vmlinuz"
+  [ "$(head -c 4 "$OUT/vmlinux.tmp" | od -An -tx1 | tr -d ' ')" = 7f454c46 ] || die "the kernel in $OUT/vmlinuz is not an ELF"
+  mv "$OUT/vmlinux.tmp" "$OUT/vmlinux"
+fi
 
 # --- module subset -----------------------------------------------------------
 STAGE=$OUT/stage
@@ -223,7 +240,11 @@ GOROOT=$(go env GOROOT) PATH="$(go env GOROOT)/bin:$PATH" "$TOOLS/u-root" -o "$C
   "${CMDS[@]}" "$AGENT" 2>"$OUT/u-root.log" || { cat "$OUT/u-root.log" >&2; die "u-root failed"; }
 mv "$CPIO.tmp" "$CPIO"
 
-case ${RAMDISK_COMPRESS:-xz} in
+case ${RAMDISK_COMPRESS:-zstd} in
+  zstd)
+    IMG=$OUT/initramfs.cpio.zst
+    # -T1: same bytes every time.
+    zstd -19 -T1 -q -f -c "$CPIO" >"$IMG.tmp" ;;
   xz)
     IMG=$OUT/initramfs.cpio.xz
     # crc32: the kernel's xz decoder knows no other check; -T1: same bytes every time.
@@ -231,7 +252,7 @@ case ${RAMDISK_COMPRESS:-xz} in
   gzip)
     IMG=$OUT/initramfs.cpio.gz
     gzip -9 -n -c "$CPIO" >"$IMG.tmp" ;;
-  *) die "RAMDISK_COMPRESS must be xz or gzip" ;;
+  *) die "RAMDISK_COMPRESS must be zstd, xz or gzip" ;;
 esac
 mv "$IMG.tmp" "$IMG"
 
@@ -304,11 +325,12 @@ rm -rf "$ISOSTAGE" "$OUT/xorriso.log"
 
 size() { stat -c %s "$1"; }
 human() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
-(cd "$OUT" && sha256sum vmlinuz "$(basename "$IMG")" bmramdisk.iso shimx64.efi grubx64.efi >SHA256SUMS)
+(cd "$OUT" && sha256sum vmlinuz vmlinux "$(basename "$IMG")" bmramdisk.iso shimx64.efi grubx64.efi >SHA256SUMS)
 log "done in $(($(date +%s) - T0)) s"
 # Paths inside the repository are shown relative to it.
 show() { case "$1" in "$ROOT"/*) echo "${1#"$ROOT"/}" ;; *) echo "$1" ;; esac; }
 echo "kernel:     $(show "$OUT/vmlinuz") ($KVER, $(size "$OUT/vmlinuz") bytes, $(human "$(size "$OUT/vmlinuz")"))"
+echo "vmlinux:    $(show "$OUT/vmlinux") (the kernel uncompressed, for the qemu-dev driver's direct boot; $(human "$(size "$OUT/vmlinux")"))"
 echo "cpio:       $(show "$CPIO") ($(size "$CPIO") bytes, $(human "$(size "$CPIO")"))"
 echo "initramfs:  $(show "$IMG") ($(size "$IMG") bytes, $(human "$(size "$IMG")"))"
 echo "iso:        $(show "$ISO") ($(size "$ISO") bytes, $(human "$(size "$ISO")"); BIOS and UEFI with Secure Boot; $ISO_CMDLINE)"

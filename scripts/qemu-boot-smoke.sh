@@ -20,9 +20,10 @@ EXPECT_POWEROFF=${SMOKE_EXPECT_POWEROFF:-1}
 die() { printf 'qemu-boot-smoke: FAIL: %s\n' "$*" >&2; exit 1; }
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing (scripts/build-ramdisk.sh installs it)"
 KERNEL=$OUT/vmlinuz
-INITRD=$OUT/initramfs.cpio.xz
+INITRD=$OUT/initramfs.cpio.zst
+[ -f "$INITRD" ] || INITRD=$OUT/initramfs.cpio.xz
 [ -f "$INITRD" ] || INITRD=$OUT/initramfs.cpio.gz
-[ -f "$KERNEL" ] && [ -f "$INITRD" ] || die "no $OUT/vmlinuz and initramfs.cpio.{xz,gz}: run scripts/build-ramdisk.sh $OUT"
+[ -f "$KERNEL" ] && [ -f "$INITRD" ] || die "no $OUT/vmlinuz and initramfs.cpio.{zst,xz,gz}: run scripts/build-ramdisk.sh $OUT"
 
 TMP=$(mktemp -d /tmp/qemu-smoke.XXXXXX)
 LOG=$TMP/serial.log

@@ -43,7 +43,7 @@ type NetbootOptions struct {
 	// DefaultNetbootHTTPConns').
 	HTTPConns netbudget.Limits
 	// Kernel and Initrd are the ramdisk (make ramdisk: build/ramdisk/
-	// vmlinuz, build/ramdisk/initramfs.cpio.xz).
+	// vmlinuz, build/ramdisk/initramfs.cpio.zst).
 	Kernel, Initrd string
 	// KernelParams start the ramdisk's kernel command line, before the
 	// boot's parameters (default DefaultNetbootKernelParams).
@@ -197,7 +197,7 @@ func (p *Boot) netbootBootDevice(node, device string) error {
 	st := p.netbootState()
 	if device == protocol.BootPXE {
 		if st.srv == nil {
-			return fmt.Errorf("this edge agent cannot boot the ramdisk on node %s: its BMC has no virtual media and the agent does not serve network boot; start the agent with --netboot-interface IFACE (the site network), --netboot-kernel and --netboot-initrd (make ramdisk builds build/ramdisk/vmlinuz and initramfs.cpio.xz), and --netboot-dhcp-range FIRST-LAST or --netboot-dhcp-mode proxy (docs/netboot.md)", node)
+			return fmt.Errorf("this edge agent cannot boot the ramdisk on node %s: its BMC has no virtual media and the agent does not serve network boot; start the agent with --netboot-interface IFACE (the site network), --netboot-kernel and --netboot-initrd (make ramdisk builds build/ramdisk/vmlinuz and initramfs.cpio.zst), and --netboot-dhcp-range FIRST-LAST or --netboot-dhcp-mode proxy (docs/netboot.md)", node)
 		}
 		st.mu.Lock()
 		st.pxe[node] = true

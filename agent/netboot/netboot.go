@@ -88,7 +88,7 @@ type Config struct {
 	// (default /usr/lib/ipxe, Debian's ipxe package).
 	IPXEDir string
 	// Kernel and Initrd are the ramdisk (make ramdisk: build/ramdisk/
-	// vmlinuz and initramfs.cpio.xz).
+	// vmlinuz and initramfs.cpio.zst).
 	Kernel, Initrd string
 	// ShimDir holds shimx64.efi and grubx64.efi, Debian's signed shim and
 	// network GRUB, for the boots armed with SecureBoot (default: the
@@ -242,7 +242,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	for _, f := range []string{cfg.Kernel, cfg.Initrd} {
 		if f == "" {
-			return nil, errors.New("network boot needs the ramdisk: --netboot-kernel and --netboot-initrd (make ramdisk builds build/ramdisk/vmlinuz and initramfs.cpio.xz)")
+			return nil, errors.New("network boot needs the ramdisk: --netboot-kernel and --netboot-initrd (make ramdisk builds build/ramdisk/vmlinuz and initramfs.cpio.zst)")
 		}
 		if st, err := os.Stat(f); err != nil {
 			return nil, fmt.Errorf("network boot ramdisk: %w (make ramdisk builds it)", err)

@@ -142,7 +142,7 @@ func ramdiskFiles(t *testing.T) (kernel, initrd string) {
 	t.Helper()
 	labnet.Need(t, "qemu-system-x86_64")
 	kernel, _ = filepath.Abs("../../build/ramdisk/vmlinuz")
-	initrd, _ = filepath.Abs("../../build/ramdisk/initramfs.cpio.xz")
+	initrd, _ = filepath.Abs("../../build/ramdisk/initramfs.cpio.zst")
 	if _, err := os.Stat(initrd); err != nil {
 		if os.Getenv("BM_REQUIRE_ALL") == "1" {
 			t.Fatal("the ramdisk is missing (make ramdisk)")

@@ -177,7 +177,7 @@ const agentSection = "## Edge agent (the `agent` program)\n\n" +
 	"into the ramdisk from virtual media: it serves the ISO and each boot's parameters image on\n" +
 	"`--media-listen` (docs/drivers.md, Booting the ramdisk from virtual media).\n\n" +
 	"`--netboot-interface` (the site network), `--netboot-kernel` and `--netboot-initrd` (make\n" +
-	"ramdisk: build/ramdisk/vmlinuz and initramfs.cpio.xz) let it boot ipmi nodes into the\n" +
+	"ramdisk: build/ramdisk/vmlinuz and initramfs.cpio.zst) let it boot ipmi nodes into the\n" +
 	"ramdisk by network boot: DHCP leasing `--netboot-dhcp-range` (or `--netboot-dhcp-mode proxy`\n" +
 	"beside the site's own DHCP server), TFTP of Debian's iPXE binaries, HTTP of each boot's\n" +
 	"iPXE script, kernel and initramfs on `--netboot-http-port` (8082), answering only the MACs\n" +

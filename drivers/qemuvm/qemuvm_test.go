@@ -12,29 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/drivers/internal/consoletest"
 	"github.com/bmedge/bmedge/drivers/qemuvm"
 	"github.com/bmedge/bmedge/protocol"
 )
 
 // The serial port as a unix socket, with the log file kept: one boot of
-// the project's ramdisk kernel with its shell as init; a command typed on
+// the project's ramdisk kernel with consoletest's guest init; a command typed on
 // the socket runs, and its output reaches both the socket and the log.
 func TestSerialSocket(t *testing.T) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
-	dir := os.Getenv("BM_RAMDISK_DIR")
-	if dir == "" {
-		dir, _ = filepath.Abs("../../build/ramdisk")
-	}
-	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.xz")
-	if err == nil {
-		_, err = os.Stat(initrd)
-	}
-	if err != nil {
-		if os.Getenv("BM_REQUIRE_ALL") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip("needs qemu-system-x86_64 and the ramdisk (make ramdisk):", err)
-	}
+	consoletest.Need(t, "qemu-system-x86_64 (Debian qemu-system-x86)", err)
+	kernel, initrd := consoletest.Guest(t)
 	tmp, err := os.MkdirTemp("", "qvm")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +33,7 @@ func TestSerialSocket(t *testing.T) {
 	os.WriteFile(disk, make([]byte, 1<<20), 0o644)
 	log, sock := filepath.Join(tmp, "console.log"), filepath.Join(tmp, "serial.sock")
 	b := qemuvm.New(qemuvm.Config{QEMU: qemu, Kernel: kernel, Initrd: initrd, Disk: disk, Serial: "D0", MemoryMB: 512, CPUs: 1,
-		Console: log, SerialSocket: sock, Cmdline: func() string { return "rdinit=/bbin/gosh" }})
+		Console: log, SerialSocket: sock, Cmdline: func() string { return "rdinit=/init" }})
 	t.Cleanup(b.Close)
 	ctx := context.Background()
 	if err := b.SetBootDevice(ctx, protocol.BootPXE); err != nil {

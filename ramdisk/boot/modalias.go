@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"sort"
 	"strings"
 )
@@ -90,37 +91,52 @@ func NormalizeModule(name string) string {
 	return strings.ReplaceAll(name, "-", "_")
 }
 
-// ReadModaliases returns the contents of every file named "modalias"
-// below the root of fsys (meant to be os.DirFS("/sys/devices")), sorted
-// and de-duplicated. Unreadable or empty files are skipped: devices come
-// and go while we walk.
+// ReadModaliases returns the modaliases of the devices the kernel knows,
+// sorted and de-duplicated. fsys is meant to be os.DirFS("/sys"). It reads
+// the "modalias" file of every device on a bus (bus/*/devices/*: PCI,
+// virtio, SCSI, USB, ACPI, platform...), of every class device
+// (class/*/*: input devices, the DMI identity) and the CPU's
+// (devices/system/cpu), which together are every modalias below
+// /sys/devices, without walking that whole tree: under TCG a walk of its
+// ~5000 entries took 0.2-0.8 s a pass, the bus and class lists 0.03-0.15 s.
+// Unreadable or empty files are skipped: devices come and go while we read.
 func ReadModaliases(fsys fs.FS) ([]string, error) {
 	set := map[string]bool{}
-	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p == "." {
-				return err
-			}
-			return nil // a vanished or unreadable directory
-		}
-		if d.IsDir() || d.Name() != "modalias" || d.Type()&fs.ModeSymlink != 0 {
-			return nil
-		}
+	read := func(p string) {
 		b, err := fs.ReadFile(fsys, p)
 		if err != nil {
-			return nil
+			return
 		}
 		if s := strings.TrimSpace(string(b)); s != "" {
 			set[s] = true
 		}
-		return nil
-	})
+	}
+	buses, err := fs.ReadDir(fsys, "bus")
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range buses {
+		dir := path.Join("bus", b.Name(), "devices")
+		devs, _ := fs.ReadDir(fsys, dir)
+		for _, d := range devs {
+			read(path.Join(dir, d.Name(), "modalias"))
+		}
+	}
+	classes, _ := fs.ReadDir(fsys, "class")
+	for _, c := range classes {
+		dir := path.Join("class", c.Name())
+		devs, _ := fs.ReadDir(fsys, dir)
+		for _, d := range devs {
+			read(path.Join(dir, d.Name(), "modalias"))
+		}
+	}
+	read("devices/system/cpu/modalias")
 	out := make([]string, 0, len(set))
 	for s := range set {
 		out = append(out, s)
 	}
 	sort.Strings(out)
-	return out, err
+	return out, nil
 }
 
 // Glob reports whether name matches the shell pattern, as fnmatch(3)

@@ -2,6 +2,7 @@ package boot
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -48,36 +49,47 @@ func TestMatchQEMUMachine(t *testing.T) {
 	tab := fixtureTable(t)
 	// Modaliases of a QEMU i440fx machine with virtio disk, net and rng,
 	// before any module is loaded: only PCI devices are visible.
+	// /sys as the kernel shows it, a device per bus entry (symbolic links
+	// on a real /sys), and files that are not read: a device's other
+	// attributes and modaliases of the tree below /sys/devices, which
+	// ReadModaliases reaches through the bus and class lists.
 	sys := fstest.MapFS{
-		"pci0000:00/0000:00:00.0/modalias": {Data: []byte("pci:v00008086d00001237sv00001AF4sd00001100bc06sc00i00\n")},
-		"pci0000:00/0000:00:01.1/modalias": {Data: []byte("pci:v00008086d00007010sv00001AF4sd00001100bc01sc01i80\n")},
-		"pci0000:00/0000:00:03.0/modalias": {Data: []byte("pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00\n")},
-		"pci0000:00/0000:00:04.0/modalias": {Data: []byte("pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00\n")},
-		"pci0000:00/0000:00:05.0/modalias": {Data: []byte("pci:v00001AF4d00001005sv00001AF4sd00000004bc00scFFi00\n")},
-		"platform/serial8250/modalias":     {Data: []byte("platform:serial8250\n")},
-		"platform/empty/modalias":          {Data: []byte("")},
-		"pci0000:00/0000:00:05.0/vendor":   {Data: []byte("0x1af4\n")},
+		"bus/pci/devices/0000:00:00.0/modalias":    {Data: []byte("pci:v00008086d00001237sv00001AF4sd00001100bc06sc00i00\n")},
+		"bus/pci/devices/0000:00:01.1/modalias":    {Data: []byte("pci:v00008086d00007010sv00001AF4sd00001100bc01sc01i80\n")},
+		"bus/pci/devices/0000:00:03.0/modalias":    {Data: []byte("pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00\n")},
+		"bus/pci/devices/0000:00:04.0/modalias":    {Data: []byte("pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00\n")},
+		"bus/pci/devices/0000:00:05.0/modalias":    {Data: []byte("pci:v00001AF4d00001005sv00001AF4sd00000004bc00scFFi00\n")},
+		"bus/pci/devices/0000:00:05.0/vendor":      {Data: []byte("0x1af4\n")},
+		"bus/platform/devices/serial8250/modalias": {Data: []byte("platform:serial8250\n")},
+		"bus/platform/devices/empty/modalias":      {Data: []byte("")},
+		"bus/cpu/devices/cpu0/uevent":              {Data: []byte("DRIVER=processor\n")},
+		"class/dmi/id/modalias":                    {Data: []byte("dmi:bvnSeaBIOS:svnQEMU:pnStandardPC(i440FX+PIIX,1996):\n")},
+		"class/tty/ttyS0/dev":                      {Data: []byte("4:64\n")},
+		"devices/system/cpu/modalias":              {Data: []byte("cpu:type:x86,ven0002fam000Fmod006B:feature:,0000,0002\n")},
+		"devices/pci0000:00/0000:00:00.0/modalias": {Data: []byte("pci:not-read-from-here\n")},
+		"devices/virtual/misc/unlisted/modalias":   {Data: []byte("never:read\n")},
 	}
 	aliases, err := ReadModaliases(sys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(aliases) != 6 {
+	// Five PCI devices, the platform one, the DMI identity, the CPU.
+	if len(aliases) != 8 || slices.Contains(aliases, "pci:not-read-from-here") || slices.Contains(aliases, "never:read") {
 		t.Fatalf("modaliases: %q", aliases)
 	}
 	if got := tab.ModulesFor(aliases, nil); !reflect.DeepEqual(got, []string{"virtio_pci"}) {
 		t.Fatalf("pass 1: %v", got)
 	}
 	// After virtio_pci the virtio devices appear (pass 2), then the SCSI disk of virtio_scsi (pass 3).
-	sys["pci0000:00/0000:00:03.0/virtio0/modalias"] = &fstest.MapFile{Data: []byte("virtio:d00000001v00001AF4\n")}
-	sys["pci0000:00/0000:00:04.0/virtio1/modalias"] = &fstest.MapFile{Data: []byte("virtio:d00000002v00001AF4\n")}
-	sys["pci0000:00/0000:00:05.0/virtio2/modalias"] = &fstest.MapFile{Data: []byte("virtio:d00000004v00001AF4\n")}
+	sys["bus/virtio/devices/virtio0/modalias"] = &fstest.MapFile{Data: []byte("virtio:d00000001v00001AF4\n")}
+	sys["bus/virtio/devices/virtio1/modalias"] = &fstest.MapFile{Data: []byte("virtio:d00000002v00001AF4\n")}
+	sys["bus/virtio/devices/virtio2/modalias"] = &fstest.MapFile{Data: []byte("virtio:d00000004v00001AF4\n")}
 	aliases, _ = ReadModaliases(sys)
 	loaded := map[string]bool{"virtio_pci": true}
 	if got := tab.ModulesFor(aliases, loaded); !reflect.DeepEqual(got, []string{"virtio_blk", "virtio_net", "virtio_rng"}) {
 		t.Fatalf("pass 2: %v", got)
 	}
-	sys["pci0000:00/0000:00:06.0/virtio3/host0/target0:0:0/0:0:0:0/modalias"] = &fstest.MapFile{Data: []byte("scsi:t-0x00\n")}
+	sys["bus/scsi/devices/0:0:0:0/modalias"] = &fstest.MapFile{Data: []byte("scsi:t-0x00\n")}
 	aliases, _ = ReadModaliases(sys)
 	for _, m := range []string{"virtio_blk", "virtio_net", "virtio_rng"} {
 		loaded[m] = true

@@ -33,7 +33,7 @@ type ModuleReport struct {
 }
 
 // LoadModules coldplugs the kernel modules the hardware needs: it reads
-// every /sys/devices/**/modalias, matches it against
+// every device's modalias (ReadModaliases), matches it against
 // /lib/modules/KVER/modules.alias and loads the matching modules with
 // their modules.dep dependencies, then does it again, because a loaded
 // driver (virtio_pci, a SCSI host) makes new devices appear, until a
@@ -65,7 +65,7 @@ func LoadModules(ctx context.Context, opts ModuleOptions, logf func(string, ...a
 	if err != nil {
 		return rep, err
 	}
-	sysDevices := os.DirFS(filepath.Join(opts.Root, "/sys/devices"))
+	sysfs := os.DirFS(filepath.Join(opts.Root, "/sys"))
 
 	tried := opts.Tried
 	if tried == nil {
@@ -74,7 +74,7 @@ func LoadModules(ctx context.Context, opts ModuleOptions, logf func(string, ...a
 	quiet := 0 // consecutive passes that loaded nothing
 	for rep.Passes < opts.MaxPasses {
 		rep.Passes++
-		aliases, err := ReadModaliases(sysDevices)
+		aliases, err := ReadModaliases(sysfs)
 		if err != nil {
 			return rep, fmt.Errorf("read modaliases: %w", err)
 		}

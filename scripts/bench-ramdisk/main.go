@@ -89,7 +89,7 @@ func main() {
 	imageSize := flag.String("image-size", "", "size of the test image (default: -size)")
 	flag.IntVar(&cfg.reps, "reps", 5, "repetitions of each throughput and metadata measurement (dd and the project alternate); medians are reported")
 	flag.IntVar(&cfg.boots, "boots", 3, "QEMU boots to time; the median is reported")
-	flag.StringVar(&cfg.ramdiskDir, "ramdisk-dir", "build/ramdisk", "folder with the ramdisk's vmlinuz and initramfs.cpio.xz (make ramdisk)")
+	flag.StringVar(&cfg.ramdiskDir, "ramdisk-dir", "build/ramdisk", "folder with the ramdisk's vmlinuz and initramfs.cpio.zst (make ramdisk)")
 	flag.StringVar(&cfg.dir, "dir", "", "where to create the temporary folder for the backing file and images (default: $TMPDIR or /tmp)")
 	flag.BoolVar(&cfg.install, "install", true, "install missing optional tools (gdisk for sgdisk) with apt-get; otherwise their part is skipped")
 	flag.BoolVar(&cfg.zstd, "zstd", true, "also measure write_image of the zstd-compressed image")
@@ -337,17 +337,22 @@ func checkFree(dir string, need int64) error {
 }
 
 func findRamdisk(dir string) (kernel, initrd string, err error) {
-	kernel = filepath.Join(dir, "vmlinuz")
+	// vmlinux (the kernel uncompressed) as the qemu-dev driver boots
+	// fastest; a tree built before it had only vmlinuz.
+	kernel = filepath.Join(dir, "vmlinux")
+	if _, err := os.Stat(kernel); err != nil {
+		kernel = filepath.Join(dir, "vmlinuz")
+	}
 	if _, err := os.Stat(kernel); err != nil {
 		return "", "", fmt.Errorf("no ramdisk kernel at %s: run make ramdisk first (or pass -ramdisk-dir, or -skip-boot)", kernel)
 	}
-	for _, n := range []string{"initramfs.cpio.xz", "initramfs.cpio.gz"} {
+	for _, n := range []string{"initramfs.cpio.zst", "initramfs.cpio.xz", "initramfs.cpio.gz"} {
 		p := filepath.Join(dir, n)
 		if _, err := os.Stat(p); err == nil {
 			return kernel, p, nil
 		}
 	}
-	return "", "", fmt.Errorf("no initramfs.cpio.xz in %s: run make ramdisk first (or pass -ramdisk-dir, or -skip-boot)", dir)
+	return "", "", fmt.Errorf("no initramfs.cpio.zst in %s: run make ramdisk first (or pass -ramdisk-dir, or -skip-boot)", dir)
 }
 
 // parseSize reads 1GiB, 512MiB, 4M, 1G, or a byte count.

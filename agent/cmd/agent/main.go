@@ -43,7 +43,7 @@ under a random name that is served only until the boot ends. The BMC gets both
 (virtual CD and virtual USB stick), a one-time boot from the CD, and a power-on.
 IPMI nodes boot the ramdisk by network boot: with --netboot-interface IFACE (the site
 network), --netboot-kernel and --netboot-initrd (make ramdisk builds build/ramdisk/vmlinuz
-and initramfs.cpio.xz) the agent serves DHCP there (leasing --netboot-dhcp-range, or
+and initramfs.cpio.zst) the agent serves DHCP there (leasing --netboot-dhcp-range, or
 --netboot-dhcp-mode proxy beside the site's own DHCP server), TFTP of Debian's iPXE
 binaries and HTTP of each boot's iPXE script, kernel and initramfs, answering only the
 MACs of the nodes it is booting (docs/netboot.md).
@@ -128,7 +128,7 @@ Usage: agent --credentials-file FILE [--state-dir DIR] [--site NAME] [--broker-u
 	consBW := fs.Int("console-bandwidth", console.DefaultBandwidth, fmt.Sprintf("bytes per second of console output the site sends to the coordinator, after results and reports (%d to %d)", console.MinBandwidth, console.MaxBandwidth))
 	sensorEvery := fs.Duration("sensor-interval", 10*time.Minute, "how often sensor readings are sent to the coordinator when no sensor's status changed")
 	powerSync := fs.Duration("power-sync-interval", 60*time.Second, "how often the power state of the site's real BMCs (ipmi, redfish, qemu-dev) is read; changes and failures are reported to the coordinator (0 disables)")
-	qKernel := fs.String("qemu-kernel", "", "development driver qemu-dev: the ramdisk kernel its VMs boot (make ramdisk)")
+	qKernel := fs.String("qemu-kernel", "", "development driver qemu-dev: the ramdisk kernel its VMs boot (make ramdisk: build/ramdisk/vmlinux, uncompressed, boots fastest; vmlinuz works too)")
 	qInitrd := fs.String("qemu-initrd", "", "development driver qemu-dev: the ramdisk initramfs")
 	qBroker := fs.String("qemu-broker-url", "", "development driver qemu-dev: the broker as the VMs see it (e.g. mqtt://10.0.2.2:1883, or mqtts://10.0.2.2:1883 with --ca-file)")
 	qCmdline := fs.String("qemu-cmdline", "", "development driver qemu-dev: extra kernel parameters (e.g. bm.ip=10.0.2.15/24 bm.gw=10.0.2.2)")

@@ -20,7 +20,7 @@ func netbootFlags(fs *flag.FlagSet) func() agent.NetbootOptions {
 	httpPort := fs.Int("netboot-http-port", 8082, "network boot: port of the HTTP server (iPXE script, kernel, initramfs) on --netboot-address")
 	ipxeDir := fs.String("netboot-ipxe-dir", "/usr/lib/ipxe", "network boot: folder of the iPXE binaries undionly.kpxe (BIOS) and snponly.efi (UEFI), Debian's ipxe package")
 	kernel := fs.String("netboot-kernel", "", "network boot: the ramdisk kernel (make ramdisk: build/ramdisk/vmlinuz)")
-	initrd := fs.String("netboot-initrd", "", "network boot: the ramdisk initramfs (make ramdisk: build/ramdisk/initramfs.cpio.xz)")
+	initrd := fs.String("netboot-initrd", "", "network boot: the ramdisk initramfs (make ramdisk: build/ramdisk/initramfs.cpio.zst)")
 	params := fs.String("netboot-kernel-params", agent.DefaultNetbootKernelParams, "network boot: kernel parameters before each boot's own (console, panic)")
 	return func() agent.NetbootOptions {
 		return agent.NetbootOptions{Interface: *iface, Address: *addr, Mode: *mode, Range: *rng, Router: *router, DNS: *dns,

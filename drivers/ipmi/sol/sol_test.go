@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +25,8 @@ func freeTCPPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// One boot of the project's ramdisk kernel (its shell as init, so that a
-// typed line runs) whose serial port ipmi_sim serves as SOL; QEMU is the
+// One boot of the project's ramdisk kernel (with consoletest's guest init,
+// so that a typed line runs) whose serial port ipmi_sim serves as SOL; QEMU is the
 // chassis' power-on command. SOL is activated before power-on: the
 // session gives the kernel's boot messages, a typed command runs on the
 // VM, a second activation is refused as busy, Close frees the payload.
@@ -36,21 +34,13 @@ func freeTCPPort(t *testing.T) int {
 func TestDialIPMISimQEMU(t *testing.T) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	consoletest.Need(t, "qemu-system-x86_64 (Debian qemu-system-x86)", err)
-	dir := os.Getenv("BM_RAMDISK_DIR")
-	if dir == "" {
-		dir, _ = filepath.Abs("../../../build/ramdisk")
-	}
-	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.xz")
-	for _, f := range []string{kernel, initrd} {
-		_, err := os.Stat(f)
-		consoletest.Need(t, "the ramdisk (make ramdisk)", err)
-	}
+	kernel, initrd := consoletest.Guest(t)
 	// QEMU waits (wait=on) for ipmi_sim to connect to its serial port
 	// before it starts the VM, so that no boot message is lost: ipmi_sim
 	// retries its connection only every few seconds.
 	serial := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
 	powerOn := fmt.Sprintf("exec %s -m 512 -nographic -display none -monitor none -no-reboot -nodefaults "+
-		"-serial tcp:%s,server=on,wait=on -kernel %s -initrd %s -append 'console=ttyS0 rdinit=/bbin/gosh panic=-1'",
+		"-serial tcp:%s,server=on,wait=on -kernel %s -initrd %s -append 'console=ttyS0 rdinit=/init panic=-1'",
 		qemu, serial, kernel, initrd)
 	s := ipmisim.StartTest(t, ipmisim.Options{SOL: serial, PowerOn: powerOn, Users: []ipmisim.User{{Name: "admin", Password: "sol-pw-1", Priv: "admin"}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -81,7 +71,7 @@ func TestDialIPMISimQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.WaitFor(t, "Linux version", 3*time.Minute, nil)
-	out.WaitFor(t, "Run /bbin/gosh as init process", 3*time.Minute, nil)
+	out.WaitFor(t, consoletest.GuestReady, 3*time.Minute, nil)
 	// The command's output has the quotes removed, which the terminal's
 	// echo of the typed line does not.
 	out.WaitFor(t, "solmarker42", 3*time.Minute, func() { _, _ = io.WriteString(c, "echo sol''marker42\r") })

@@ -22,20 +22,6 @@ import (
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
 )
 
-// ramdisk returns the project's kernel and initramfs (make ramdisk).
-func ramdisk(t *testing.T) (kernel, initrd string) {
-	dir := os.Getenv("BM_RAMDISK_DIR")
-	if dir == "" {
-		dir, _ = filepath.Abs("../../../build/ramdisk")
-	}
-	kernel, initrd = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.xz")
-	for _, f := range []string{kernel, initrd} {
-		_, err := os.Stat(f)
-		consoletest.Need(t, "the ramdisk (make ramdisk)", err)
-	}
-	return kernel, initrd
-}
-
 // sshCLI runs Debian's OpenSSH client (through sshpass, the password in
 // the environment) against the console: the independent client.
 func sshCLI(t *testing.T, addr, user, password string, cmd ...string) (string, error) {
@@ -52,7 +38,7 @@ func sshCLI(t *testing.T, addr, user, password string, cmd ...string) (string, e
 }
 
 // One boot of the project's ramdisk kernel behind the virtual Redfish BMC
-// (its shell as init, so that a typed line runs): the SSH console gives
+// (consoletest's guest init, so that a typed line runs): the SSH console gives
 // the kernel's boot messages from power-on, a typed command runs on the
 // VM, the console.log file still gets everything, the Manager advertises
 // the console's port, and only the BMC's user gets in.
@@ -61,7 +47,7 @@ func TestDialVBMCConsole(t *testing.T) {
 	consoletest.Need(t, "qemu-system-x86_64 (Debian qemu-system-x86)", err)
 	_, err = exec.LookPath("sshpass")
 	consoletest.Need(t, "sshpass and ssh (Debian sshpass, openssh-client)", err)
-	kernel, initrd := ramdisk(t)
+	kernel, initrd := consoletest.Guest(t)
 
 	dir, err := os.MkdirTemp("", "sshc")
 	if err != nil {
@@ -69,7 +55,7 @@ func TestDialVBMCConsole(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	m, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{QEMU: qemu, Dir: dir, MemoryMB: 512, GracefulTimeout: time.Second,
-		ExtraArgs: []string{"-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 rdinit=/bbin/gosh panic=-1", "-no-reboot"}})
+		ExtraArgs: []string{"-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 rdinit=/init panic=-1", "-no-reboot"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +122,7 @@ func TestDialVBMCConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.WaitFor(t, "Linux version", 3*time.Minute, nil)
-	out.WaitFor(t, "Run /bbin/gosh as init process", 3*time.Minute, nil)
+	out.WaitFor(t, consoletest.GuestReady, 3*time.Minute, nil)
 	// A typed command runs on the VM: its output has the quotes removed,
 	// which the terminal's echo of the line does not.
 	out.WaitFor(t, "sshmarker42", 3*time.Minute, func() { _, _ = io.WriteString(c, "echo ssh''marker42\r") })

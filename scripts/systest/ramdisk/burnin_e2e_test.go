@@ -157,7 +157,7 @@ func TestQEMUBurnInEraseVerify(t *testing.T) {
 		t.Skip("boots QEMU three times")
 	}
 	t.Parallel()
-	kernel, initrd := need(t)
+	kernel, initrd := needDirect(t)
 	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd})
 	cl := l.cl
 	dir := t.TempDir()

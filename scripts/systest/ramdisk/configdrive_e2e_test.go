@@ -173,7 +173,7 @@ func TestQEMUConfigDrive(t *testing.T) {
 		t.Skip("boots QEMU several times")
 	}
 	t.Parallel()
-	kernel, initrd := need(t)
+	kernel, initrd := needDirect(t)
 	needCmd(t, "sfdisk", "fdisk")
 	needCmd(t, "xorriso", "xorriso")
 	needCmd(t, "xorrisofs", "xorriso")

@@ -109,7 +109,8 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 		t.Skip("boots QEMU five times")
 	}
 	t.Parallel()
-	kernel, initrd := need(t)
+	kernel, _ := need(t) // the instance image's kernel, which its GRUB boots
+	direct, initrd := needDirect(t)
 	for _, tool := range []string{"mdadm", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("BM_REQUIRE_ALL") == "1" {
@@ -124,7 +125,7 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 	// create_configuration_priority): raid.delete_configuration before the
 	// erase steps, raid.create_configuration after them, so that the node
 	// is deployed onto its arrays.
-	l := newLab(t, labOptions{Kernel: kernel, Initrd: initrd,
+	l := newLab(t, labOptions{Kernel: direct, Initrd: initrd,
 		PriorityOverrides: map[string]int{"raid.delete_configuration": 100, "raid.create_configuration": 5}})
 	cl := l.cl
 	dir := t.TempDir()

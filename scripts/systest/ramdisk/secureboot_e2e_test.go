@@ -35,7 +35,7 @@ func secureBootRamdisk(t *testing.T) string {
 	dir, _ = filepath.Abs(dir)
 	var missing []string
 	for _, f := range []string{filepath.Join(dir, "bmramdisk.iso"), filepath.Join(dir, netboot.ShimBinary), filepath.Join(dir, netboot.GRUBBinary),
-		filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.xz"), ovmfSecureCode, ovmfSecureVars, unsignedGRUB} {
+		filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.zst"), ovmfSecureCode, ovmfSecureVars, unsignedGRUB} {
 		if _, err := os.Stat(f); err != nil {
 			missing = append(missing, f)
 		}
@@ -189,7 +189,7 @@ func TestQEMUSecureBootNetboot(t *testing.T) {
 	site := labnet.New(t)
 	tee := &logTee{next: testrig.Logger(t).Handler()}
 	srv, err := netboot.New(netboot.Config{Interface: site.Bridge, Mode: netboot.ModeDHCP, RangeStart: site.IP(100), RangeEnd: site.IP(120),
-		Router: site.Addr, Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initramfs.cpio.xz"), Log: slog.New(tee)})
+		Router: site.Addr, Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initramfs.cpio.zst"), Log: slog.New(tee)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestQEMUSecureBootIPMINode(t *testing.T) {
 	console := filepath.Join(tmp, "console.log")
 	showConsole(t, console, 6144)
 	tee := &logTee{next: testrig.Logger(t).Handler()}
-	l := newLab(t, labOptions{Netboot: site, NetKernel: filepath.Join(dir, "vmlinuz"), NetInitrd: filepath.Join(dir, "initramfs.cpio.xz"),
+	l := newLab(t, labOptions{Netboot: site, NetKernel: filepath.Join(dir, "vmlinuz"), NetInitrd: filepath.Join(dir, "initramfs.cpio.zst"),
 		WaitTimeout: 4 * time.Minute, AgentLog: slog.New(tee)})
 	c := l.c
 	// The BMC's power-on starts the VM with a fresh copy of the firmware's

@@ -20,6 +20,8 @@
 #   qemu-utils            qemu-img, which makes the qcow2 images the ramdisk's image writer is tested with
 #                         (ramdisk/image, ramdisk/steps, scripts/systest/ramdisk/e2e_test.go)
 #   busybox               udhcpc, an independent DHCP client for the network boot tests
+#   ndisc6                rdisc6, an independent IPv6 router solicitation client for the network
+#                         boot's router advertisements to iPXE (agent/netboot/netns_test.go)
 #   iproute2 util-linux   ip (bridges, taps, veths) and nsenter for those tests' network namespaces
 #   apache2-utils         htpasswd, whose `-B` entries (bcrypt cost 5) the coordinator must refuse
 #                         and whose `-B -C 12` entries it must accept (coordinator/api/guessing_test.go)
@@ -38,7 +40,7 @@
 set -euo pipefail
 
 PACKAGES=(python3-ironicclient mosquitto mosquitto-clients python3-websocket curl python3-sushy openipmi ipmitool xorriso prometheus
-	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 qemu-utils busybox iproute2 util-linux chromium chromium-driver systemd)
+	apache2-utils ipxe ipxe-qemu ovmf qemu-system-x86 qemu-utils busybox ndisc6 iproute2 util-linux chromium chromium-driver systemd)
 # cloud-init: its own config drive reader (read_config_drive) checks the config drives the ramdisk writes
 PACKAGES+=(cloud-init)
 # fdisk: sfdisk, an independent partition table reader for the config drive tests

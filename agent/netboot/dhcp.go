@@ -40,6 +40,7 @@ func (s *Server) startDHCP() error {
 	} else {
 		s.onClose(func() { ls.Close() })
 	}
+	s.startRA()
 	warn := ratelog.New(s.log, time.Minute)
 	for _, p := range ports {
 		// Port 67 takes broadcasts: bound to the interface (any address);

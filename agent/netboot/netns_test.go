@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bmedge/bmedge/agent/netboot/labnet"
 )
@@ -91,5 +92,68 @@ func TestSiteNetworkClients(t *testing.T) {
 	}
 	if out := udhcpc(node, "-V", "PXEClient:Arch:00000:UNDI:002001"); strings.Contains(out, "LEASE") {
 		t.Fatalf("the node got a lease after its boot ended:\n%s", out)
+	}
+}
+
+// TestRouterAdvertOnlyToBootingNodes: the services answer an IPv6 router
+// solicitation (Debian's rdisc6 in a site host, the independent client)
+// of a MAC being booted with an advertisement that configures nothing
+// (router lifetime 0, no prefix, no managed or other flag), so that iPXE
+// ends its IPv6 configuration at once; a MAC not being booted gets no
+// answer, nor does the node once its boot ended.
+func TestRouterAdvertOnlyToBootingNodes(t *testing.T) {
+	if !labnet.Isolate(t) {
+		return
+	}
+	labnet.Need(t, "rdisc6", "nsenter")
+	dir := t.TempDir()
+	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd")
+	os.WriteFile(kernel, []byte("kernel"), 0o644)
+	os.WriteFile(initrd, []byte("initrd"), 0o644)
+	site := labnet.New(t)
+	s, err := New(Config{Interface: site.Bridge, Mode: ModeDHCP, RangeStart: site.IP(100), RangeEnd: site.IP(110), Router: site.Addr,
+		HTTPPort: 8083, Kernel: kernel, Initrd: initrd, Log: discardLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	node := site.Host("52:54:00:12:35:01", "")
+	stranger := site.Host("52:54:00:12:35:99", "")
+	if err := s.Arm(Boot{Node: "n1", MACs: []net.HardwareAddr{node.MAC}, Cmdline: "bm.node=n1"}); err != nil {
+		t.Fatal(err)
+	}
+	// rdisc6 (-1: the first answer only, 3 tries a second apart) sends
+	// from the host's link-local address once duplicate address
+	// detection has passed.
+	for _, h := range []*labnet.Host{node, stranger} {
+		for end := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			out, _ := h.Run("ip", "-6", "addr", "show", "dev", "eth0", "scope", "link")
+			if strings.Contains(out, "inet6 fe80") && !strings.Contains(out, "tentative") {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("the site host has no IPv6 link-local address: %s", out)
+			}
+		}
+	}
+	rdisc := func(h *labnet.Host) (string, error) { return h.Run("rdisc6", "-1", "-r", "3", "-w", "1000", "eth0") }
+	out, err := rdisc(node)
+	if err != nil {
+		t.Fatalf("the node being booted got no router advertisement: %v", err)
+	}
+	for _, want := range []string{"Router lifetime         :            0", "Stateful address conf.  :           No", "Stateful other conf.    :           No"} {
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("the advertisement lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Prefix") {
+		t.Errorf("the advertisement has a prefix:\n%s", out)
+	}
+	if out, err := rdisc(stranger); err == nil {
+		t.Fatalf("a MAC not being booted got a router advertisement:\n%s", out)
+	}
+	s.Disarm("n1")
+	if out, err := rdisc(node); err == nil {
+		t.Fatalf("the node got a router advertisement after its boot ended:\n%s", out)
 	}
 }

@@ -17,3 +17,6 @@ func openLinkSender(string, net.IP) (*linkSender, error) {
 
 func (l *linkSender) Close() error                                { return nil }
 func (l *linkSender) send(net.HardwareAddr, net.IP, []byte) error { return nil }
+
+// startRA: router advertisements to iPXE need Linux's packet sockets.
+func (s *Server) startRA() {}

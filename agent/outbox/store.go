@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,10 +147,14 @@ type storeOp struct {
 // commit is under way and the next commit takes them all, so that many
 // results share one disk sync.
 type Store struct {
-	db       *kvstore.DB
-	log      *slog.Logger
-	clock    clock.Clock // its GC's timers
-	dir      string      // "" in memory
+	db    *kvstore.DB
+	log   *slog.Logger
+	clock clock.Clock // its GC's timers
+	dir   string      // "" in memory
+	// big holds, in memory only, the values larger than an in-memory
+	// Badger takes (memValueMax), by key; Badger has none of those keys.
+	bigMu    sync.Mutex
+	big      map[string][]byte
 	mu       sync.Mutex
 	queue    []storeOp
 	waiters  []chan error
@@ -183,6 +189,13 @@ type Store struct {
 }
 
 var ErrClosed = errors.New("the outbox store is closed")
+
+// memValueMax is the largest value the in-memory Badger holds: without a
+// value log it refuses values over its value threshold, which its 4 MiB
+// memtables bound (a batch is at most 15 % of one). A larger record (a
+// result of up to protocol.MaxMessageBytes) is kept in a map beside it:
+// in memory either way.
+const memValueMax = 4 << 10
 
 // OpenStore opens (creating if needed) the durable outbox in the
 // state folder dir, or an in-memory one when dir is "". Tests inject
@@ -221,7 +234,7 @@ func OpenStoreClock(dir string, log *slog.Logger, clk clock.Clock, opt ...kvstor
 			WithNumMemtables(2).
 			WithNumLevelZeroTables(2).
 			WithNumLevelZeroTablesStall(8).
-			WithValueThreshold(4 << 10).
+			WithValueThreshold(memValueMax).
 			WithValueLogFileSize(16 << 20).
 			WithBlockCacheSize(1 << 20).
 			WithNumCompactors(2)
@@ -230,7 +243,7 @@ func OpenStoreClock(dir string, log *slog.Logger, clk clock.Clock, opt ...kvstor
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, log: log, clock: clock.Or(clk), dir: dir, kick: make(chan struct{}, 1), stop: make(chan struct{}),
+	s := &Store{db: db, log: log, clock: clock.Or(clk), dir: dir, big: map[string][]byte{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		gcNow: make(chan chan error), warn: ratelog.New(log, time.Minute)}
 	s.finished.Add(1)
 	go s.writer()
@@ -257,7 +270,32 @@ func (s *Store) Load() (seqs []uint64, recs []Record, err error) {
 		}
 		return nil
 	})
-	return seqs, recs, err
+	s.bigMu.Lock()
+	defer s.bigMu.Unlock()
+	if len(s.big) == 0 {
+		return seqs, recs, err
+	}
+	for k, v := range s.big {
+		if len(k) != len(recordPrefix)+8 || !strings.HasPrefix(k, recordPrefix) {
+			continue
+		}
+		var r Record
+		if uerr := json.Unmarshal(v, &r); uerr != nil {
+			continue
+		}
+		seqs = append(seqs, binary.BigEndian.Uint64([]byte(k[len(recordPrefix):])))
+		recs = append(recs, r)
+	}
+	idx := make([]int, len(seqs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return seqs[idx[a]] < seqs[idx[b]] })
+	oseqs, orecs := make([]uint64, len(seqs)), make([]Record, len(recs))
+	for i, j := range idx {
+		oseqs[i], orecs[i] = seqs[j], recs[j]
+	}
+	return oseqs, orecs, err
 }
 
 // PutCred writes a node's boot credential hash (nil: removes it) and
@@ -451,6 +489,13 @@ func (s *Store) loadPrefix(prefix string) (map[string][]byte, error) {
 		}
 		return nil
 	})
+	s.bigMu.Lock()
+	for k, v := range s.big {
+		if rest, ok := strings.CutPrefix(k, prefix); ok {
+			out[rest] = append([]byte(nil), v...)
+		}
+	}
+	s.bigMu.Unlock()
 	return out, err
 }
 
@@ -611,14 +656,11 @@ func (s *Store) apply(txn *badger.Txn, op storeOp) error {
 	}
 	if op.key != "" {
 		s.garbage += int64(len(op.key) + max(len(op.val), 32)) // replaces or deletes the node's previous value, mostly
-		if op.val == nil {
-			return txn.Delete([]byte(op.key))
-		}
-		return txn.Set([]byte(op.key), op.val)
+		return s.set(txn, []byte(op.key), op.val)
 	}
 	if op.rec == nil {
 		s.garbage += outboxDeleteWeight
-		return txn.Delete(recordKey(op.seq))
+		return s.set(txn, recordKey(op.seq), nil)
 	}
 	b, err := json.Marshal(op.rec)
 	if err != nil {
@@ -630,7 +672,24 @@ func (s *Store) apply(txn *badger.Txn, op storeOp) error {
 		// grows, during a WAN outage, is never flushed for nothing.)
 		s.garbage += int64(len(b))
 	}
-	return txn.Set(recordKey(op.seq), b)
+	return s.set(txn, recordKey(op.seq), b)
+}
+
+// set writes (nil: deletes) one value: in Badger, or, in memory, a value
+// larger than memValueMax in the map beside it.
+func (s *Store) set(txn *badger.Txn, key, val []byte) error {
+	s.bigMu.Lock()
+	if s.dir == "" && len(val) > memValueMax {
+		s.big[string(key)] = val
+		s.bigMu.Unlock()
+		return txn.Delete(key)
+	}
+	delete(s.big, string(key))
+	s.bigMu.Unlock()
+	if val == nil {
+		return txn.Delete(key)
+	}
+	return txn.Set(key, val)
 }
 
 // flushDue tells whether enough was written or deleted since the last

@@ -67,6 +67,8 @@ type Agent struct {
 	heard heardAt
 	// warn logs refused commands at a bounded rate.
 	warn *ratelog.Limiter
+	// term is the highest coordinator cluster term seen (fence.go).
+	term term
 	// disc is the site's discovery (discovery.go); discWarn logs its
 	// refusals at a bounded rate; simKick wakes the simulated unknown
 	// machines.
@@ -174,6 +176,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.ob.Load(store); err != nil {
 		return err
 	}
+	a.term.highest.Store(store.LoadTerm())
 	creds, err := store.LoadCreds()
 	if err != nil {
 		return fmt.Errorf("read the boot credentials in the state folder: %w", err)

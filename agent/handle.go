@@ -47,6 +47,12 @@ func (a *Agent) keepBeforeAck() {
 // handleOne handles one message; it tells whether the message queued
 // state that must be on disk before it is acknowledged.
 func (a *Agent) handleOne(leaf, node string, m *protocol.Message) (keep bool) {
+	// The discovery configuration is retained by the broker: its value
+	// is the newest whoever sent it, and a new leader may not send it
+	// again.
+	if leaf != "discovery" && a.fenced(m) {
+		return false
+	}
 	a.markHeard()
 	switch leaf {
 	case "discovery":

@@ -52,8 +52,9 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 		Help: "Steps the site's plans started on their own (run_plan), by where they run: inband (the ramdisk) or oob (the BMC)."}, []string{"where"})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "commands_refused_total",
 		Help: "Commands the agent refused as not the coordinator's or no longer standing (kind: unsequenced, a node's command without a seq once the site has had sequenced ones; " +
-			"plan-ended, a run_plan of a plan that ended; plan-past-deadline, a run_plan past its deadline)."}, []string{"kind"})
-	for _, k := range []string{refusedUnsequenced, refusedPlanEnded, refusedPlanExpired} {
+			"plan-ended, a run_plan of a plan that ended; plan-past-deadline, a run_plan past its deadline; " +
+			"older-term, anything a coordinator cluster's leader sent with a term older than one seen before: a deposed leader)."}, []string{"kind"})
+	for _, k := range []string{refusedUnsequenced, refusedPlanEnded, refusedPlanExpired, refusedOlderTerm} {
 		m.refused.WithLabelValues(k)
 	}
 	m.discovery = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "discovery_total",

@@ -380,6 +380,12 @@ type Message struct {
 	// welcome carries it.
 	Token string `json:"token,omitempty"`
 
+	// Term, on what a coordinator cluster's leader sends a site, is the
+	// leader's raft term: the edge agent keeps the highest it has seen and
+	// refuses what comes with a lower one (a deposed leader that has not
+	// noticed yet). 0: a coordinator that is not a cluster member.
+	Term uint64 `json:"term,omitempty"`
+
 	// Command fields.
 	//
 	// Seq, in a node's command, increases with every new command the

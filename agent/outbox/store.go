@@ -76,6 +76,9 @@ const (
 	// coordinator last gave it (agent/discover), so that a restarted
 	// agent discovers, or does not, while the WAN is down.
 	discoveryKey = "d/config"
+	// termKey: the highest coordinator cluster term seen (8 bytes, big
+	// endian), so that a restarted agent still refuses a deposed leader.
+	termKey = "t/term"
 	// outboxGCInterval is how often value-log GC runs, besides after
 	// each flush (see collectGarbage).
 	outboxGCInterval = 5 * time.Minute
@@ -451,6 +454,24 @@ func (s *Store) PutDiscovery(conf []byte) {
 	if err := <-ch; err != nil {
 		s.warn.Warn("discovery config", "the site's discovery configuration could not be written to the state folder: a restarted agent would go by the one before", "err", err)
 	}
+}
+
+// PutTerm writes the highest coordinator term seen, with the next
+// group commit.
+func (s *Store) PutTerm(term uint64) {
+	if s == nil {
+		return
+	}
+	s.enqueue(storeOp{key: termKey, val: binary.BigEndian.AppendUint64(nil, term)}, nil)
+}
+
+// LoadTerm returns the highest coordinator term kept (0: none).
+func (s *Store) LoadTerm() uint64 {
+	m, err := s.loadPrefix(termKey)
+	if err != nil || len(m[""]) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(m[""])
 }
 
 // LoadDiscovery returns the discovery configuration kept (nil: none).

@@ -383,6 +383,10 @@ func (m *Member) Leader() Peer {
 // Name is the member's name.
 func (m *Member) Name() string { return m.cfg.Name }
 
+// Term is the member's current raft term: on the leader, the term it
+// leads in, which the engine stamps on what it sends the sites.
+func (m *Member) Term() uint64 { return m.raft.CurrentTerm() }
+
 // LeaderBrokerURL is the leader's broker URL as the leader reports it
 // (its Config.BrokerURL; "" while there is no leader, or it did not
 // answer), asked over the link once per leader and term.

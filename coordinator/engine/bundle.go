@@ -126,6 +126,21 @@ func (e *Engine) publisher(q sendQueue) {
 	}
 }
 
+// termed is m with the cluster's current term (a copy: the pending
+// command m may be stays as it was), or m itself outside a cluster.
+func (e *Engine) termed(m *protocol.Message) *protocol.Message {
+	if e.cfg.Term == nil {
+		return m
+	}
+	t := e.cfg.Term()
+	if t == 0 || m.Term == t {
+		return m
+	}
+	c := *m
+	c.Term = t
+	return &c
+}
+
 // pendingBundle is what is gathered for one site's next bundle.
 type pendingBundle struct {
 	recs  []protocol.BundleRecord
@@ -137,7 +152,7 @@ func (e *Engine) publishBatch(batch []fsm.Outgoing) {
 	pending := map[string]*pendingBundle{}
 	var order []string
 	for _, o := range batch {
-		b, err := protocol.Encode(e.auth.WithCredential(o.Msg))
+		b, err := protocol.Encode(e.termed(e.auth.WithCredential(o.Msg)))
 		if err != nil {
 			e.cfg.Log.Error("not sending invalid message", "topic", o.Topic, "err", err)
 			continue

@@ -55,7 +55,7 @@ func (e *Engine) consoles() *consoleHub {
 // the node in the order typed), apart from the commands' queue.
 func (e *Engine) consoleSender() {
 	for o := range e.cons.out {
-		b, err := protocol.Encode(o.msg)
+		b, err := protocol.Encode(e.termed(o.msg))
 		if err != nil {
 			e.cfg.Log.Warn("console command not encoded", "err", err)
 			continue

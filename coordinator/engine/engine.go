@@ -44,6 +44,11 @@ type Publisher interface {
 type Config struct {
 	DataDir string
 	Machine fsm.Config
+	// Term is the coordinator cluster's current term, stamped on all the
+	// engine sends the sites (protocol.Message.Term), so that their edge
+	// agents refuse a deposed leader's messages; nil for a coordinator
+	// that is no cluster member.
+	Term func() uint64
 	// BuiltInInspectionRules are the coordinator's built-in inspection
 	// rules (serve's --inspection-rules file), run with the stored ones.
 	BuiltInInspectionRules []inspectrules.Rule

@@ -161,7 +161,7 @@ func startCore(ctx context.Context, o Options, auth *api.BasicAuth, pool *netbud
 		MaxConcurrentDeploy: o.MaxConcurrentDeploy, TickInterval: o.TickInterval, HistoryMaxEntries: o.HistoryMaxEntries, Log: o.Log,
 		Metrics: met, NoEdgePlans: o.NoEdgePlans, DefaultSite: o.DefaultSite, BuiltInInspectionRules: o.BuiltInInspectionRules}
 	if o.Cluster != nil {
-		ec.Store, ec.Committer = o.Cluster.Store(), o.Cluster.Committer
+		ec.Store, ec.Committer, ec.Term = o.Cluster.Store(), o.Cluster.Committer, o.Cluster.Term
 	}
 	e, err := engine.New(ec)
 	if err != nil {

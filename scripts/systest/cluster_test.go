@@ -17,7 +17,7 @@ import (
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
-// TestClusterFailover runs three coordinator processes on 127.0.0.11-13
+// TestClusterFailover runs three coordinator processes on loopback addresses of their own
 // (Badger on disk): a leader within 5 s; cluster status shows one leader
 // and two followers on every member; nodes created through a follower
 // are served by every member; kill -9 of the leader: a new leader is
@@ -234,7 +234,7 @@ func TestClusterMembership(t *testing.T) {
 		t.Fatalf("after transfer-leadership %s, %s leads", target.Name, got)
 	}
 	// add-member: the cluster first, then the new member's start.
-	m4 := &testrig.Member{Name: "c4", IP: "127.0.0.14"}
+	m4 := &testrig.Member{Name: "c4", IP: testrig.NextIP(ms)}
 	m4.API, m4.MQTT, m4.Link = testrig.FreeOn(t, m4.IP), testrig.FreeOn(t, m4.IP), testrig.FreeOn(t, m4.IP)
 	m4.Data = filepath.Join(filepath.Dir(ms[0].Data), "..", "c4", "data")
 	m4.Log = filepath.Join(filepath.Dir(m4.Data), "coordinator.log")

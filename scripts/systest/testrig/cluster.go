@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,10 +53,46 @@ func FreeOn(t testing.TB, ip string) string {
 	return ln.Addr().String()
 }
 
+// NextIP is the loopback address after the cluster's last member's: for
+// a member a test adds to it.
+func NextIP(ms []*Member) string {
+	ip := netip.MustParseAddr(ms[len(ms)-1].IP)
+	return ip.Next().String()
+}
+
 // ClusterUser and ClusterPassword are the API's user in a test cluster.
 const ClusterUser, ClusterPassword = "operator", "s3cret-pw"
 
-// NewCluster makes n members on 127.0.0.11 onwards with their member
+// clusterBlock gives a test cluster five loopback addresses of its own
+// (127.0.0.100 onwards, 25 blocks) for the test's life: ports picked free
+// on an address are bound only later by the member processes, and a
+// cluster test beside another on the same addresses (in this process or
+// another package's) could meanwhile take one of them. A block is held
+// by an exclusive lock on a file in the temporary folder.
+func clusterBlock(t testing.TB) int {
+	t.Helper()
+	for try := 0; ; try++ {
+		for k := range 25 {
+			f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("bmedge-test-cluster-%d.lock", k)), os.O_CREATE|os.O_RDWR, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+				f.Close()
+				continue
+			}
+			t.Cleanup(func() { f.Close() }) // closing releases the lock
+			return 100 + 5*k
+		}
+		if try == 600 {
+			t.Fatal("no free block of loopback addresses for a test cluster in 5 minutes")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// NewCluster makes n (at most 4, a fifth address stays free for a member
+// a test adds) members on loopback addresses of their own with their member
 // certificates, one htpasswd file (ClusterUser), and data folders that
 // share db.key and secret (as docs/cluster.md says to prepare them). It
 // returns the members and the htpasswd file; none is started.
@@ -79,9 +116,13 @@ func NewCluster(t testing.TB, n int) ([]*Member, string) {
 	_, _ = rand.Read(key)
 	_, _ = rand.Read(secret)
 	htpasswd := HTPasswd(t, map[string]string{ClusterUser: ClusterPassword})
+	if n > 4 {
+		t.Fatalf("NewCluster: %d members; at most 4", n)
+	}
+	base := clusterBlock(t)
 	var ms []*Member
 	for i := range n {
-		m := &Member{Name: fmt.Sprintf("c%d", i+1), IP: fmt.Sprintf("127.0.0.%d", 11+i)}
+		m := &Member{Name: fmt.Sprintf("c%d", i+1), IP: fmt.Sprintf("127.0.0.%d", base+i)}
 		m.API, m.MQTT, m.Link = FreeOn(t, m.IP), FreeOn(t, m.IP), FreeOn(t, m.IP)
 		m.Data = filepath.Join(dir, m.Name, "data")
 		m.Log = filepath.Join(dir, m.Name, "coordinator.log")

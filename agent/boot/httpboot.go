@@ -11,8 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/bmedge/bmedge/lib/bootmedia"
+	"github.com/bmedge/bmedge/protocol"
 )
 
 // httpBooter is a BMC that boots an image by UEFI HTTP boot: the boot
@@ -61,12 +63,16 @@ const maxHTTPBootSlack = 8 << 20
 // GRUB menu (one image only reaches the firmware, so the parameters
 // cannot travel on a second medium; Ironic builds a per-node ISO for
 // redfish-https the same way). xorriso (Debian's xorriso) rewrites
-// /boot/grub/grub.cfg and keeps the ISO's boot images; the result stays
-// in memory (it holds the boot's credential): the edited menu is on disk
-// only in a private folder for the time of the build.
+// /boot/grub/grub.cfg and keeps the ISO's boot images. The edited menu
+// holds the boot's credential: it is written to a RAM filesystem only
+// (ramDir), for the time of the build, and the result stays in memory.
 func httpBootISO(ctx context.Context, iso, params string) ([]byte, error) {
 	if err := bootmedia.CheckParams(params); err != nil {
 		return nil, err
+	}
+	// GRUB reads the linux line as script: nothing of its syntax.
+	if err := protocol.CheckKernelParams(params); err != nil {
+		return nil, fmt.Errorf("the boot's parameters (the site's --ramdisk-params, the node's driver_info kernel_append_params) cannot go on a GRUB menu's linux line: %w", err)
 	}
 	tool, err := exec.LookPath("xorriso")
 	if err != nil {
@@ -76,38 +82,40 @@ func httpBootISO(ctx context.Context, iso, params string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ramdisk ISO: %w", err)
 	}
+	// The source's menu holds nothing secret: read into a private folder
+	// (xorriso's -extract replaces its target, so never a device path).
 	dir, err := os.MkdirTemp("", "bmedge-httpboot-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	cfg := filepath.Join(dir, "grub.cfg")
+	src := filepath.Join(dir, "grub.cfg")
 	var errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, tool, "-osirrox", "on", "-indev", iso, "-extract", "/boot/grub/grub.cfg", cfg)
+	cmd := exec.CommandContext(ctx, tool, "-osirrox", "on", "-indev", iso, "-extract", "/boot/grub/grub.cfg", src)
 	cmd.Stderr = &errb
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("the ramdisk ISO %s has no /boot/grub/grub.cfg to put the boot's parameters in (xorriso: %v: %s); build it with make ramdisk", iso, err, lastLine(errb.String()))
 	}
-	menu, err := os.ReadFile(cfg)
+	if fi, err := os.Stat(src); err != nil || fi.Size() > maxMenuBytes {
+		return nil, fmt.Errorf("the ramdisk ISO %s's /boot/grub/grub.cfg is missing or over %d bytes; build it with make ramdisk", iso, maxMenuBytes)
+	}
+	menu, err := os.ReadFile(src)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	n := 0
-	for _, l := range strings.Split(string(menu), "\n") {
-		if f := strings.Fields(l); len(f) > 1 && f[0] == "linux" {
-			l += " " + params
-			n++
-		}
-		out = append(out, l)
-	}
+	edited, n := addKernelParams(string(menu), params)
 	if n == 0 {
 		return nil, fmt.Errorf("the ramdisk ISO %s's GRUB menu boots no kernel (no linux line); build it with make ramdisk", iso)
 	}
-	if err := os.Chmod(cfg, 0o600); err != nil {
-		return nil, err
+	// The edited menu holds the boot's credential: on a RAM filesystem
+	// only, for the time of the build.
+	ram, err := ramDir("bmedge-httpboot-")
+	if err != nil {
+		return nil, fmt.Errorf("build the UEFI HTTP boot ISO: %w", err)
 	}
-	if err := os.WriteFile(cfg, []byte(strings.Join(out, "\n")), 0o600); err != nil {
+	defer os.RemoveAll(ram)
+	cfg := filepath.Join(ram, "grub.cfg")
+	if err := os.WriteFile(cfg, []byte(edited), 0o600); err != nil {
 		return nil, err
 	}
 	var img bytes.Buffer
@@ -120,6 +128,24 @@ func httpBootISO(ctx context.Context, iso, params string) ([]byte, error) {
 		return nil, fmt.Errorf("build the UEFI HTTP boot ISO of the ramdisk ISO %s: xorriso: %v: %s", iso, err, lastLine(errb.String()))
 	}
 	return img.Bytes(), nil
+}
+
+// maxMenuBytes bounds the ramdisk ISO's GRUB menu read back.
+const maxMenuBytes = 1 << 20
+
+// addKernelParams adds params to every linux line of a GRUB menu, and
+// says how many it changed.
+func addKernelParams(menu, params string) (string, int) {
+	var out []string
+	n := 0
+	for _, l := range strings.Split(menu, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "linux" {
+			l += " " + params
+			n++
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n"), n
 }
 
 // limitedBuffer fails writes past max bytes.
@@ -148,21 +174,33 @@ func lastLine(s string) string {
 
 // addHTTPBoot builds and serves the ISO of a node's new UEFI HTTP boot
 // under a random 128-bit name, until the boot ends (as a parameters
-// image: it holds the boot's credential), and returns its URL.
+// image: it holds the boot's credential), and returns its URL and what
+// the state folder keeps of it.
 func (m *mediaServer) addHTTPBoot(ctx context.Context, node, params string) (string, vmKept, error) {
-	data, err := httpBootISO(ctx, m.iso, params)
-	if err != nil {
-		return "", vmKept{}, fmt.Errorf("boot of node %s: %w", node, err)
-	}
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
 		return "", vmKept{}, err
 	}
-	k := vmKept{Token: hex.EncodeToString(b), Params: params, Created: m.now()}
+	k := vmKept{Token: hex.EncodeToString(b), Params: params, Created: m.now(), ISO: true}
+	if err := m.restoreHTTPBoot(ctx, node, k.Token, k.Params, k.Created); err != nil {
+		return "", vmKept{}, err
+	}
+	return m.base + "/boot/" + k.Token + "/boot.iso", k, nil
+}
+
+// restoreHTTPBoot builds and serves a node's UEFI HTTP boot ISO under
+// token (a boot kept in the state folder, or a new one): a restarted
+// agent serves the same URL, so a firmware that has not fetched it yet
+// still boots.
+func (m *mediaServer) restoreHTTPBoot(ctx context.Context, node, token, params string, created time.Time) error {
+	data, err := httpBootISO(ctx, m.iso, params)
+	if err != nil {
+		return fmt.Errorf("boot of node %s: %w", node, err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.dropLocked(node)
-	m.images[k.Token] = &paramsImage{node: node, data: data, created: k.Created, iso: true}
-	m.byNode[node] = k.Token
-	return m.base + "/boot/" + k.Token + "/boot.iso", k, nil
+	m.images[token] = &paramsImage{node: node, data: data, created: created, iso: true}
+	m.byNode[node] = token
+	return nil
 }

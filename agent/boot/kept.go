@@ -1,6 +1,7 @@
 package boot
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -27,6 +28,9 @@ type vmKept struct {
 	Token   string    `json:"token,omitempty"`
 	Params  string    `json:"params,omitempty"`
 	Created time.Time `json:"created,omitzero"`
+	// ISO: the image is a UEFI HTTP boot's ISO (redfish-https), made
+	// again from the ramdisk ISO and Params.
+	ISO bool `json:"iso,omitempty"`
 	// Ended: the boot is over (it failed, or the coordinator ended it);
 	// the media may still be inserted and are ejected at the next
 	// power-off or boot device disk, but no power-on boots them again.
@@ -113,7 +117,15 @@ func (p *Boot) restoreParams() {
 			continue
 		}
 		if p.media != nil && now.Sub(k.Created) <= paramsTTL {
-			if err := p.media.restoreParams(node, k.Token, k.Params, k.Created); err == nil {
+			restore := func() error { return p.media.restoreParams(node, k.Token, k.Params, k.Created) }
+			if k.ISO {
+				restore = func() error {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					return p.media.restoreHTTPBoot(ctx, node, k.Token, k.Params, k.Created)
+				}
+			}
+			if err := restore(); err == nil {
 				continue
 			}
 			p.log.Warn("a kept boot's parameters image could not be made again; it is no longer served", "node", node)

@@ -101,7 +101,7 @@ func Refused(iface, impl string) string {
 	case "deploy/" + DeployRamdisk:
 		return "the ramdisk deploy interface boots instance_info boot_iso (or an ISO the edge agent builds of instance_info kernel and ramdisk) from the BMC's virtual media, which needs a Redfish BMC (driver redfish); booting a kernel and ramdisk by network boot is not built; use direct (the ramdisk writes the image)"
 	case "boot/" + BootHTTPS:
-		return "redfish-https (UEFI HTTP boot) is not offered yet; the edge agent boots Redfish nodes from virtual media (redfish-virtual-media, idrac-redfish-virtual-media) or by network boot (ipxe, pxe): Metal3's redfish-uefihttp:// hosts can use redfish-virtualmedia:// or redfish:// instead"
+		return "UEFI HTTP boot needs a Redfish BMC; use driver redfish or idrac"
 	case "boot/" + BootVirtualMedia, "boot/" + BootIDRACVirtualMedia:
 		return "virtual media boot needs a Redfish BMC; use driver redfish (idrac-redfish-virtual-media: driver idrac)"
 	case "deploy/anaconda", "deploy/custom-agent", "deploy/ansible", "deploy/bootc", "deploy/autodetect":
@@ -156,13 +156,13 @@ func (d Declaration) InterfacesFor(name string) Ifaces {
 		// Virtual media first (Ironic's redfish lists ipxe and pxe
 		// first): the edge agent serves network boot only when started
 		// with --netboot-*, virtual media whenever it has the ramdisk ISO.
-		i["boot"] = []string{BootVirtualMedia, BootIPXE, BootPXE}
+		i["boot"] = []string{BootVirtualMedia, BootIPXE, BootPXE, BootHTTPS}
 		i["deploy"] = []string{DeployDirect, DeployRamdisk}
 		if name == DriverIDRAC {
 			// Ironic's idrac: idrac-redfish for management, power, BIOS,
 			// RAID and vendor; its virtual media boot in the place of
 			// redfish's; firmware stays redfish.
-			i["boot"] = []string{BootIDRACVirtualMedia, BootIPXE, BootPXE}
+			i["boot"] = []string{BootIDRACVirtualMedia, BootIPXE, BootPXE, BootHTTPS}
 			for _, k := range []string{"management", "power", "bios", "vendor"} {
 				i[k] = []string{IDRACRedfish}
 			}

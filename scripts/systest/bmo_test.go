@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -239,10 +240,17 @@ func (h *bmoHost) deprovision() {
 // one site; liveISO also gives the agent an image cache allowed to fetch
 // from loopback and lets the machine boot a live ISO.
 func bmoRedfishRig(t *testing.T, liveISO bool) (*bmoHost, *mediaRamdiskMachine, *agent.Agent) {
-	dir := t.TempDir()
-	iso := filepath.Join(dir, "bmramdisk.iso")
-	if err := os.WriteFile(iso, bytes.Repeat([]byte("ramdisk ISO "), 8192), 0o644); err != nil {
-		t.Fatal(err)
+	return bmoRedfishRigISO(t, liveISO, "")
+}
+
+// bmoRedfishRigISO is bmoRedfishRig with the edge agent's ramdisk ISO at
+// iso ("": a file that is no ISO, enough for virtual media).
+func bmoRedfishRigISO(t *testing.T, liveISO bool, iso string) (*bmoHost, *mediaRamdiskMachine, *agent.Agent) {
+	if iso == "" {
+		iso = filepath.Join(t.TempDir(), "bmramdisk.iso")
+		if err := os.WriteFile(iso, bytes.Repeat([]byte("ramdisk ISO "), 8192), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	m := &mediaRamdiskMachine{MemoryMachine: vbmc.NewMemoryMachine(vbmc.MemoryOptions{FetchMedia: liveISO}), t: t, liveISO: liveISO, inventory: map[string]any{
 		"inventory": map[string]any{
@@ -321,6 +329,51 @@ func TestBMOIDRACVirtualMediaHost(t *testing.T) {
 	h.deprovision()
 	if m.cdBoots() < 3 {
 		t.Errorf("the machine booted the ramdisk from its virtual CD %d times; inspection, cleaning, deploy and cleaning again each boot it", m.cdBoots())
+	}
+}
+
+// TestBMORedfishUEFIHTTPHost: a redfish-uefihttp host (BMO's
+// redfish-uefihttp:// BMC: driver redfish, boot redfish-https, raid and
+// firmware redfish) behind the virtual Redfish BMC, registered, inspected,
+// provided, deployed and deprovisioned through BMO's calls: every ramdisk
+// boot is a UEFI HTTP boot (the BMC's boot source override UefiHttp with
+// the edge agent's per-boot ISO, whose GRUB menu carries the boot's
+// parameters; the ISO made here as the ramdisk build makes it, with
+// grub-mkrescue) and no virtual media is inserted. No request is
+// refused.
+func TestBMORedfishUEFIHTTPHost(t *testing.T) {
+	for _, tool := range []string{"grub-mkrescue", "xorriso"} {
+		requireTool(t, tool)
+	}
+	tree := filepath.Join(t.TempDir(), "tree")
+	if err := os.MkdirAll(filepath.Join(tree, "boot", "grub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]string{"boot/grub/grub.cfg": "set timeout=0\nmenuentry bmedge {\n  linux /boot/vmlinuz console=ttyS0\n  initrd /boot/initramfs\n}\n",
+		"boot/vmlinuz": "kernel", "boot/initramfs": "initramfs"} {
+		if err := os.WriteFile(filepath.Join(tree, name), []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	iso := filepath.Join(t.TempDir(), "bmramdisk.iso")
+	if out, err := exec.Command("grub-mkrescue", "-o", iso, tree).CombinedOutput(); err != nil {
+		t.Fatalf("grub-mkrescue: %v: %s", err, out)
+	}
+	h, m, _ := bmoRedfishRigISO(t, false, iso)
+	h.name = "metal3~uefihttp1"
+	h.bootIface = "redfish-https"
+	h.register()
+	if n := h.get(); n.Driver != "redfish" || n.BootInterface != "redfish-https" || n.RAIDInterface != "redfish" || n.FirmwareInterface != "redfish" {
+		t.Fatalf("redfish-uefihttp node: driver %q, boot %q, raid %q, firmware %q", n.Driver, n.BootInterface, n.RAIDInterface, n.FirmwareInterface)
+	}
+	h.inspect()
+	h.provision("http://127.0.0.1:1/host1.raw", "b004fddf42c9888a32bf3f385b1ba84307a3cf8499944f654b992f1a519af29c")
+	h.deprovision()
+	if m.httpBootStarts() < 3 || m.cdBoots() != 0 {
+		t.Errorf("the machine booted the ramdisk by UEFI HTTP boot %d times and from its virtual CD %d times; inspection, cleaning, deploy and cleaning again each boot it by HTTP, never from the CD", m.httpBootStarts(), m.cdBoots())
+	}
+	if usb, _, _ := m.MediaIn(vbmc.SlotUSB); usb != "" {
+		t.Errorf("a parameters medium was inserted (%s); UEFI HTTP boot carries the parameters in its ISO", usb)
 	}
 }
 

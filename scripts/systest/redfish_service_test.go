@@ -50,6 +50,10 @@ type mediaRamdiskMachine struct {
 	// liveBoots, not a failed ramdisk boot.
 	liveISO   bool
 	liveBoots int
+	// httpBoots: starts by UEFI HTTP boot (the image of the Boot
+	// object's HttpBootUri), which run the stand-in with the parameters
+	// of the fetched ISO's GRUB menu.
+	httpBoots int
 }
 
 func (m *mediaRamdiskMachine) Power(ctx context.Context, action vbmc.ResetType) error {
@@ -64,6 +68,15 @@ func (m *mediaRamdiskMachine) Power(ctx context.Context, action vbmc.ResetType) 
 	if (started || !m.PoweredOn()) && m.stop != nil {
 		m.stop()
 		m.stop = nil
+	}
+	if started && starts[len(starts)-1].Device == vbmc.BootUefiHttp {
+		m.httpBoots++
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		m.stop = func() { cancel(); <-done }
+		uri := starts[len(starts)-1].HTTPBootURI
+		go func() { defer close(done); m.runRamdiskHTTP(rctx, uri) }()
+		return nil
 	}
 	if started && starts[len(starts)-1].Device == vbmc.BootCd {
 		usb, _, _ := m.MediaIn(vbmc.SlotUSB)
@@ -84,6 +97,12 @@ func (m *mediaRamdiskMachine) cdBoots() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.boots
+}
+
+func (m *mediaRamdiskMachine) httpBootStarts() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.httpBoots
 }
 
 func (m *mediaRamdiskMachine) liveISOBoots() int {
@@ -123,6 +142,50 @@ func (m *mediaRamdiskMachine) runRamdisk(ctx context.Context, usbURL string) {
 	p, err := rdboot.ParseCmdline(text)
 	if err != nil {
 		m.t.Errorf("stand-in ramdisk: parameters %q: %v", text, err)
+		return
+	}
+	if err := standinSession(ctx, p, m.inventory, testrig.Logger(m.t)); err != nil {
+		m.t.Logf("stand-in ramdisk: %v", err)
+	}
+}
+
+// runRamdiskHTTP is the stand-in ramdisk's UEFI HTTP boot: the ISO of
+// the boot's URI (read with xorriso), the kernel command line of its GRUB
+// menu's linux line, then the session.
+func (m *mediaRamdiskMachine) runRamdiskHTTP(ctx context.Context, uri string) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", uri, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		m.t.Logf("stand-in ramdisk: UEFI HTTP boot image: %v", err)
+		return
+	}
+	img, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		m.t.Errorf("stand-in ramdisk: UEFI HTTP boot image %s: HTTP %d", uri, resp.StatusCode)
+		return
+	}
+	dir := m.t.TempDir()
+	iso, cfg := filepath.Join(dir, "boot.iso"), filepath.Join(dir, "grub.cfg")
+	if err := os.WriteFile(iso, img, 0o600); err != nil {
+		m.t.Error(err)
+		return
+	}
+	if out, err := exec.Command("xorriso", "-osirrox", "on", "-indev", iso, "-extract", "/boot/grub/grub.cfg", cfg).CombinedOutput(); err != nil {
+		m.t.Errorf("stand-in ramdisk: the UEFI HTTP boot image has no GRUB menu: %v: %s", err, out)
+		return
+	}
+	menu, _ := os.ReadFile(cfg)
+	var text string
+	for _, l := range strings.Split(string(menu), "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == "linux" {
+			text = strings.Join(f[2:], " ")
+			break
+		}
+	}
+	p, err := rdboot.ParseCmdline(text)
+	if err != nil {
+		m.t.Errorf("stand-in ramdisk: the GRUB menu's parameters %q: %v", text, err)
 		return
 	}
 	if err := standinSession(ctx, p, m.inventory, testrig.Logger(m.t)); err != nil {

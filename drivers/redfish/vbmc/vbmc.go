@@ -143,7 +143,8 @@ type SystemState struct {
 	BootTarget        string
 	BootEnabled       string
 	BootMode          string
-	SecureBoot        bool // SecureBootEnable
+	SecureBoot        bool   // SecureBootEnable
+	HTTPBootURI       string // Boot/HttpBootUri ("" when null)
 	Bios              map[string]any
 	PendingBios       map[string]any
 	BiosResetPending  bool
@@ -390,7 +391,7 @@ func (b *BMC) State(systemID string) (SystemState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return SystemState{PowerState: power, BootTarget: s.bootTarget, BootEnabled: s.bootEnabled, BootMode: s.bootMode,
-		SecureBoot: s.secureBoot, Bios: copyMap(s.bios), PendingBios: copyMap(s.pending), BiosResetPending: s.biosResetPending,
+		SecureBoot: s.secureBoot, HTTPBootURI: s.httpBootURI, Bios: copyMap(s.bios), PendingBios: copyMap(s.pending), BiosResetPending: s.biosResetPending,
 		MediaImage: s.media[SlotCD].image, MediaInserted: s.media[SlotCD].inserted,
 		USBImage: s.media[SlotUSB].image, USBInserted: s.media[SlotUSB].inserted, LastPowerError: s.lastPowerErr, PowerActionsQueue: s.queued}, nil
 }

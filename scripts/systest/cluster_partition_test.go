@@ -194,7 +194,8 @@ func TestClusterPartitionedLeader(t *testing.T) {
 	hold.release()
 	var refused float64
 	if !waitfor.Until(30*time.Second, func() bool { refused = olderTermRefusals(t, a); return refused >= float64(len(fenced)) }) {
-		t.Fatalf("the site refused %v of the old leader's %d held messages (term %d) after the new leader's (term %d): %+v", refused, len(fenced), term, newTerm, fenced)
+		t.Fatalf("the site refused %v of the old leader's %d held messages (term %d) after the new leader's (term %d): %+v (delivery to the broker: %v)",
+			refused, len(fenced), term, newTerm, fenced, hold.deliveryError())
 	}
 	if refused != float64(len(fenced)) {
 		t.Errorf("the site refused %v older-term messages, but %d were held", refused, len(fenced))

@@ -30,7 +30,7 @@ import (
 // cut-off leader keeps nothing:
 //
 //   - it stops leading, and a write sent to it is refused (503), never
-//     committed;
+//     committed; so is a read;
 //   - the followers elect a leader of a newer term, which serves writes
 //     and carries on with the command the old leader had sent;
 //   - a command the old leader sent before the cut but that reaches the
@@ -140,6 +140,10 @@ func TestClusterPartitionedLeader(t *testing.T) {
 	t.Logf("cut off: %s answered a write 503 after %s and stopped leading after %s (lease 500 ms)", old.Name, refusedIn.Round(time.Millisecond), stepped.Round(time.Millisecond))
 	if code, _ := patchDescription(t, oc, ids[2], "written to the cut-off leader"); code != 503 {
 		t.Errorf("a write to %s once it stopped leading: %d, want 503", old.Name, code)
+	}
+	// And a read: it cannot know what another leader changed since.
+	if code := oc.Do("GET", "/v1/nodes/"+ids[2], nil, nil); code != 503 {
+		t.Errorf("a read through the cut-off %s: %d, want 503", old.Name, code)
 	}
 
 	// The followers elect a leader of a newer term, which serves writes

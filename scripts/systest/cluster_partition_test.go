@@ -105,7 +105,7 @@ func TestClusterPartitionedLeader(t *testing.T) {
 	}
 
 	// The leader's way to its broker is held up: the command of the
-	// next verb leaves the leader (committed by the three members) but
+	// next verb leaves the leader (committed by a majority first) but
 	// does not reach the site.
 	hold.hold()
 	oc.MustVerb(ids[1], "manage", nil)

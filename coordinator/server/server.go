@@ -252,7 +252,11 @@ func startCore(ctx context.Context, o Options, auth *api.BasicAuth, pool *netbud
 	mh := h.Authenticated(met.Handler(nil))
 	// The web view (/ui/) asks for the same credentials; its actions are
 	// requests to the API itself.
-	web := ui.New(e, ui.Options{Log: o.Log})
+	uo := ui.Options{Log: o.Log}
+	if o.Cluster != nil {
+		uo.Cluster = o.Cluster.Status
+	}
+	web := ui.New(e, uo)
 	c.web = web
 	uh := h.Authenticated(web)
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bmedge/bmedge/coordinator/cluster"
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/lib/ratelog"
@@ -64,6 +65,10 @@ type Options struct {
 	// MaxEventClientsPerUser is one user's share of MaxEventClients.
 	MaxEventClientsPerUser int
 	EventBuffer            int
+	// Cluster, for a member of a coordinator cluster, reads the
+	// cluster's status (cluster.Member.Status), which the cluster page
+	// shows; nil for a single coordinator.
+	Cluster func() (cluster.Status, error)
 }
 
 // Handler serves /ui/.
@@ -110,6 +115,7 @@ func New(e *engine.Engine, o Options) *Handler {
 		"since":    since,
 		"bytes":    byteSize,
 		"table":    func(n []Summary, sel bool) nodeTable { return nodeTable{Nodes: n, Select: sel} },
+		"cluster":  func() bool { return o.Cluster != nil },
 	}).ParseFS(templateFS, "templates/*.html"))
 	static, _ := fs.Sub(staticFS, "static")
 	h.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
@@ -117,6 +123,7 @@ func New(e *engine.Engine, o Options) *Handler {
 	h.mux.HandleFunc("GET /ui/nodes", h.nodes)
 	h.mux.HandleFunc("GET /ui/nodes/{id}", h.node)
 	h.mux.HandleFunc("GET /ui/sites/{name}", h.site)
+	h.mux.HandleFunc("GET /ui/cluster", h.clusterView)
 	h.mux.HandleFunc("GET /ui/api/nodes/{id}", h.nodeJSON)
 	h.mux.HandleFunc("GET /ui/events", h.events)
 	h.mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusMovedPermanently) })

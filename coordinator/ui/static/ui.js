@@ -152,6 +152,9 @@
     // fleet and site pages read their live part again every 15 s.
     var mode = live.getAttribute("data-refresh");
     if (mode === "any" || mode === "site") setInterval(refresh, 15000);
+    // The cluster page: roles, last contact and applied indexes move
+    // without any node changing.
+    if (mode === "cluster") setInterval(refresh, 5000);
   } else {
     setStatus("not live: reload to update");
   }

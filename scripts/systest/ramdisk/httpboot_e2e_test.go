@@ -56,7 +56,7 @@ func TestRedfishQEMUHTTPBoot(t *testing.T) {
 
 	// The VM the BMC starts boots the image its firmware fetched by HTTP
 	// as a CD under OVMF; the BMC's virtual media stay empty.
-	line := waitCDBoot(t, vmDir, 90*time.Second)
+	line := waitCDBoot(t, vmDir, 3*time.Minute)
 	if !strings.Contains(line, filepath.Join("media", "httpboot.img")) || !strings.Contains(line, "OVMF") {
 		t.Fatalf("the ramdisk's VM does not boot the UEFI HTTP boot image under OVMF: %s", line)
 	}

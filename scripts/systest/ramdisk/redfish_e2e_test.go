@@ -122,7 +122,7 @@ func TestRedfishQEMURamdisk(t *testing.T) {
 	cl.MustVerb(id, "inspect", nil)
 	// The VM was running (it booted its empty disk after the reset): a
 	// new QEMU starts from the CD.
-	cdBoot := waitCDBoot(t, vmDir, 60*time.Second)
+	cdBoot := waitCDBoot(t, vmDir, 3*time.Minute)
 	if strings.Contains(cdBoot, "-kernel") || !strings.Contains(cdBoot, "id=cd0,media=cdrom,readonly=on,format=raw,file=") || !strings.Contains(cdBoot, "usb-storage") {
 		t.Fatalf("the VM does not boot the ISO with its parameters stick: %s", cdBoot)
 	}

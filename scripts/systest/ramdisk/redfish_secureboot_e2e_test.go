@@ -72,7 +72,7 @@ func TestQEMURedfishSecureBoot(t *testing.T) {
 	l.step(id, "manage", "manageable", nil, 30*time.Second)
 	cl.MustVerb(id, "inspect", nil)
 	// The VM the BMC starts for the ramdisk runs OVMF's Secure Boot code.
-	line := waitCDBoot(t, vmDir, 60*time.Second)
+	line := waitCDBoot(t, vmDir, 3*time.Minute)
 	if !strings.Contains(line, "unit=0,readonly=on,file="+ovmfSecureCode) || !strings.Contains(line, "property=secure,value=on") {
 		t.Fatalf("the ramdisk's VM does not run the Secure Boot firmware: %s", line)
 	}

@@ -5,13 +5,11 @@ import (
 	"context"
 	"io"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -168,36 +166,12 @@ func TestHTTPBootSurvivesRestart(t *testing.T) {
 	needISOTools(t)
 	dir := t.TempDir()
 	iso := grubISO(t)
-	log := slog.New(slog.DiscardHandler)
 	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	const node, pw = "n1", "secret-boot-password-77aa"
 	ctx := context.Background()
 	start := func() (*Boot, *outbox.Store, func()) {
 		t.Helper()
-		st, err := outbox.OpenStoreClock(dir, log, fk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := New(Config{Site: "s1", Log: log, Clock: fk, HTTPBoot: func(string) bool { return true },
-			Ramdisk: RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0", BrokerURL: "mqtt://127.0.0.1:1883"}})
-		if err := p.Keep(st); err != nil {
-			t.Fatal(err)
-		}
-		stop, err := p.Start(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var once sync.Once
-		done := func() {
-			once.Do(func() {
-				stop()
-				if err := st.Close(); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		t.Cleanup(done)
-		return p, st, done
+		return keptBoot(t, dir, fk, Config{HTTPBoot: func(string) bool { return true }, Ramdisk: RamdiskOptions{ISO: iso}})
 	}
 	get := func(u string) (int, []byte) {
 		t.Helper()

@@ -74,36 +74,12 @@ func TestVirtualMediaBootSurvivesRestart(t *testing.T) {
 	if err := os.WriteFile(iso, make([]byte, 64<<10), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
 	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	const node, pw = "n1", "secret-boot-password-1f0c"
 	ctx := context.Background()
 	start := func() (*Boot, *outbox.Store, func()) {
 		t.Helper()
-		st, err := outbox.OpenStoreClock(dir, log, fk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := New(Config{Site: "s1", Log: log, Clock: fk,
-			Ramdisk: RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0", BrokerURL: "mqtt://127.0.0.1:1883"}})
-		if err := p.Keep(st); err != nil {
-			t.Fatal(err)
-		}
-		stop, err := p.Start(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var once sync.Once
-		done := func() {
-			once.Do(func() {
-				stop()
-				if err := st.Close(); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		t.Cleanup(done)
-		return p, st, done
+		return keptBoot(t, dir, fk, Config{Ramdisk: RamdiskOptions{ISO: iso}})
 	}
 	get := func(u string) (int, []byte) {
 		t.Helper()
@@ -177,4 +153,38 @@ func TestVirtualMediaBootSurvivesRestart(t *testing.T) {
 	if cd, usb := bmc.media(); cd || usb || bmc.ejects != ejects {
 		t.Fatalf("a power-on after the boot ended inserted CD %v, USB %v (ejects %d → %d); want the node started as it is", cd, usb, ejects, bmc.ejects)
 	}
+}
+
+// keptBoot starts a boot part on the state folder dir (the outbox's
+// encrypted Badger store), its media server on a port of its own, with
+// cfg's site, log and clock filled in; done stops it and closes the
+// store (also at the test's end).
+func keptBoot(t *testing.T, dir string, fk *clock.Fake, cfg Config) (p *Boot, st *outbox.Store, done func()) {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	st, err := outbox.OpenStoreClock(dir, log, fk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Site, cfg.Log, cfg.Clock = "s1", log, fk
+	cfg.Ramdisk.Listen, cfg.Ramdisk.BrokerURL = "127.0.0.1:0", "mqtt://127.0.0.1:1883"
+	p = New(cfg)
+	if err := p.Keep(st); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := p.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	done = func() {
+		once.Do(func() {
+			stop()
+			if err := st.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(done)
+	return p, st, done
 }

@@ -3,7 +3,6 @@ package boot
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,36 +85,12 @@ func TestFailedMediaBootNeverWedges(t *testing.T) {
 	if err := os.WriteFile(iso, make([]byte, 64<<10), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
 	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	const node = "n1"
 	ctx := context.Background()
 	start := func() (*Boot, *outbox.Store, func()) {
 		t.Helper()
-		st, err := outbox.OpenStoreClock(dir, log, fk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := New(Config{Site: "s1", Log: log, Clock: fk,
-			Ramdisk: RamdiskOptions{ISO: iso, Listen: "127.0.0.1:0", BrokerURL: "mqtt://127.0.0.1:1883"}})
-		if err := p.Keep(st); err != nil {
-			t.Fatal(err)
-		}
-		stop, err := p.Start(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var once sync.Once
-		done := func() {
-			once.Do(func() {
-				stop()
-				if err := st.Close(); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		t.Cleanup(done)
-		return p, st, done
+		return keptBoot(t, dir, fk, Config{Ramdisk: RamdiskOptions{ISO: iso}})
 	}
 	bootRamdisk := func(p *Boot, b *brokenMediaBMC) error {
 		t.Helper()

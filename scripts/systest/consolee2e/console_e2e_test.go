@@ -16,6 +16,7 @@ import (
 	"github.com/bmedge/bmedge/drivers/consoletest"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
+	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
 func freeTCP(t *testing.T) string {
@@ -205,14 +206,29 @@ func TestRedfishConsoleEndToEnd(t *testing.T) {
 }
 
 // TestConsoleWANCutDuringBoot: the redfish node's console is enabled and
-// attached, then the site's WAN link is cut and the VM is powered on at
-// the BMC (as someone at the site would): it boots to its login prompt
-// during the outage (QEMU's log at the site shows it), and none of it
-// reaches the coordinator. Once the link is back, GET console/log holds
-// the boot messages printed during the outage, and the console still
-// works: a line typed on the WebSocket runs on the VM.
+// attached, then the site's WAN link is cut (every connection closed, new
+// ones refused) and the VM is powered on at the BMC (as someone at the
+// site would): it boots to its login prompt during the outage (QEMU's log
+// at the site shows it), and none of it reaches the coordinator. Once the
+// link is back, GET console/log holds the boot messages printed during
+// the outage, and the console still works: a line typed on the WebSocket
+// runs on the VM.
 func TestConsoleWANCutDuringBoot(t *testing.T) {
 	t.Parallel()
+	wanOutageDuringBoot(t, (*testrig.WANLink).Cut)
+}
+
+// TestConsoleWANSilentDuringBoot: the same with a silent outage, as a
+// pulled cable or a dead router: the link carries nothing and closes
+// nothing (testrig.WANLink.Blackhole), so the site learns of it only by
+// its MQTT keepalive, and console output published meanwhile waits for an
+// acknowledgement that does not come.
+func TestConsoleWANSilentDuringBoot(t *testing.T) {
+	t.Parallel()
+	wanOutageDuringBoot(t, (*testrig.WANLink).Blackhole)
+}
+
+func wanOutageDuringBoot(t *testing.T, outage func(*testrig.WANLink)) {
 	start := time.Now()
 	defer func() { t.Logf("wall time %s", time.Since(start).Round(time.Second)) }()
 	py := needPython(t)
@@ -228,20 +244,32 @@ func TestConsoleWANCutDuringBoot(t *testing.T) {
 		return strings.Contains(l, "Connected to the serial console"), fmt.Sprintf("the log holds %q", tail(l, 4))
 	})
 
-	r.wan.Cut()
+	before, _ := os.ReadFile(r.agentLog)
+	outage(r.wan)
 	cut := time.Now()
 	if err := v.m.Power(context.Background(), vbmc.ResetOn); err != nil {
 		t.Fatal(err)
 	}
-	r.waitFor(4*time.Minute, "the VM boots to its login prompt at the site during the outage", func() (bool, string) {
+	// The outage lasts until the VM is at its login prompt and the site
+	// has noticed it (its agent's reconnection attempts fail: at once when
+	// the link closes, after its MQTT keepalive when the link is silent).
+	r.waitFor(4*time.Minute, "the VM boots to its login prompt at the site during the outage, and the site notices the outage", func() (bool, string) {
 		l := v.siteLog()
-		return strings.Contains(l, "Linux version") && strings.Contains(l, consoletest.GuestLogin), fmt.Sprintf("QEMU's log ends %q", tail(l, 4))
+		if !strings.Contains(l, "Linux version") || !strings.Contains(l, consoletest.GuestLogin) {
+			return false, fmt.Sprintf("QEMU's log ends %q", tail(l, 4))
+		}
+		a, _ := os.ReadFile(r.agentLog)
+		return len(a) > len(before) && strings.Contains(string(a[len(before):]), "mqtt connect failed"), "the agent's log shows no failed reconnection yet"
 	})
 	if l := r.log(id); strings.Contains(l, "Linux version") || strings.Contains(l, consoletest.GuestReady) {
 		t.Fatalf("boot messages crossed a WAN link that was cut:\n%s", tail(l, 20))
 	}
 	r.wan.Restore()
-	t.Logf("WAN cut for %s", time.Since(cut).Round(time.Second))
+	t.Logf("WAN down for %s", time.Since(cut).Round(time.Second))
+	r.waitFor(3*time.Minute, "the edge agent connects again", func() (bool, string) {
+		a, _ := os.ReadFile(r.agentLog)
+		return strings.Contains(string(a[len(before):]), "edge agent connected"), "no new 'edge agent connected' in its log"
+	})
 
 	// Every kernel message QEMU logged at the site reached the
 	// coordinator: the site's log from the kernel's first line ("Linux

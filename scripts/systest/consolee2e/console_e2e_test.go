@@ -29,10 +29,10 @@ func freeTCP(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// guestCmdline is the console guest's kernel command line. no_timer_check:
-// under TCG on a loaded machine the kernel's check of the IO-APIC timer
-// can fail and panic the boot (seen at load 20, a trace from
-// x86_late_time_init); the check proves nothing about a console.
+// guestCmdline is the console guest's kernel command line. no_timer_check
+// skips the kernel's check of the timer interrupt: under TCG at load 20
+// one boot stopped there (a trace from x86_late_time_init); the check
+// proves nothing about a console.
 const guestCmdline = "console=ttyS0 rdinit=/init panic=-1 no_timer_check"
 
 func needQEMU(t *testing.T) string {

@@ -284,7 +284,7 @@ func wanOutageDuringBoot(t *testing.T, outage func(*testrig.WANLink)) {
 	coord = coord[strings.LastIndex(coord[:strings.Index(coord, "Linux version")], "\n")+1:]
 	if n, doubled, ok := relayed(site, coord); !ok {
 		t.Fatalf("the coordinator's console log differs from what the VM printed during the outage after %d bytes: the VM printed %q, the log holds %q",
-			n, tail(site[:min(len(site), n+200)], 3), tail(coord[:min(len(coord), n+200)], 3))
+			n, tail(site[:min(len(site), n+200)], 3), tail(coord[:min(len(coord), n-doubled+200)], 3))
 	} else {
 		t.Logf("the %d bytes (%d lines) the VM printed during the outage are in the console log (QEMU's log file holds %d of them twice)",
 			len(site)-doubled, strings.Count(site, "\n"), doubled)
@@ -295,9 +295,9 @@ func wanOutageDuringBoot(t *testing.T, outage func(*testrig.WANLink)) {
 }
 
 // relayed tells whether coord begins with what the console printed, as
-// site, QEMU's chardev log file, holds it: that file holds a byte twice
-// when the serial port's socket pushed back and the byte was sent again
-// (seen under load: "QEEMU", "rreserved"), so site may have bytes that
+// site, QEMU's chardev log file, holds it: under load that file holds
+// some bytes twice ("QEEMU", "rreserved") where the serial socket's
+// reader, the BMC's console, got them once, so site may have bytes that
 // repeat the one before them where coord has them once. It returns how
 // far the two agree in site, how many bytes of site were such repeats,
 // and whether all of site was matched.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/drivers/internal/consoletest"
+	"github.com/bmedge/bmedge/drivers/consoletest"
 	"github.com/bmedge/bmedge/drivers/qemuvm"
 	"github.com/bmedge/bmedge/protocol"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bmedge/bmedge/drivers/internal/consoletest"
+	"github.com/bmedge/bmedge/drivers/consoletest"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
 	"github.com/bmedge/bmedge/drivers/ipmi/sol"
 )

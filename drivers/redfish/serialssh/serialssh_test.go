@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/bmedge/bmedge/drivers/internal/consoletest"
+	"github.com/bmedge/bmedge/drivers/consoletest"
 	"github.com/bmedge/bmedge/drivers/redfish/serialssh"
 	"github.com/bmedge/bmedge/drivers/redfish/vbmc"
 )

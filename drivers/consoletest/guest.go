@@ -16,21 +16,27 @@ const GuestInit = "Run /init as init process"
 // GuestReady is what the guest's init prints once it reads the console.
 const GuestReady = "consoletest: reading the console"
 
+// GuestLogin is the guest's login prompt, printed after GuestReady.
+const GuestLogin = "bmedge-guest login: "
+
 // Guest returns a kernel and an initramfs for a console test's VM: the
 // project's ramdisk kernel, uncompressed (build/ramdisk/vmlinux, booted
 // by its PVH entry: under TCG a bzImage spends ~5 CPU-seconds
 // decompressing itself), and an initramfs holding only a small init built
-// here. The init reads the console line by line and answers "echo ARGS"
-// with ARGS, its single quotes removed, as a shell does: a typed
-// "echo a”b" shows "ab" only if the guest ran it, where the terminal's
-// echo of the typed line shows "a”b". The kernel's boot messages come
-// first, as on any server. Boot with "console=ttyS0 rdinit=/init".
+// here. The init prints GuestReady and a login prompt (GuestLogin), then
+// reads the console line by line and answers "echo ARGS" with ARGS, its
+// single quotes removed, as a shell does: a typed "echo a”b" shows "ab"
+// only if the guest ran it, where the terminal's echo of the typed line
+// shows "a”b". Any other first line is taken as a login: the guest
+// answers "Welcome, NAME" (quotes removed likewise) and a "> " prompt.
+// The kernel's boot messages come first, as on any server. Boot with
+// "console=ttyS0 rdinit=/init".
 func Guest(t *testing.T) (kernel, initrd string) {
 	t.Helper()
 	dir := os.Getenv("BM_RAMDISK_DIR")
 	if dir == "" {
 		_, file, _, _ := runtime.Caller(0)
-		dir = filepath.Join(filepath.Dir(file), "../../../build/ramdisk")
+		dir = filepath.Join(filepath.Dir(file), "../../build/ramdisk")
 	}
 	kernel = filepath.Join(dir, "vmlinux")
 	_, err := os.Stat(kernel)
@@ -102,13 +108,22 @@ func main() {
 	if err != nil {
 		syscall.Reboot(syscall.LINUX_REBOOT_CMD_POWER_OFF)
 	}
-	con.WriteString("\n` + GuestReady + `\n> ")
+	con.WriteString("\n` + GuestReady + `\n` + GuestLogin + `")
 	sc := bufio.NewScanner(con)
+	login := false
 	for sc.Scan() {
-		if args, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "echo "); ok {
+		line := strings.TrimSpace(sc.Text())
+		if args, ok := strings.CutPrefix(line, "echo "); ok {
 			con.WriteString(strings.ReplaceAll(args, "'", "") + "\n")
+		} else if !login && line != "" {
+			login = true
+			con.WriteString("Welcome, " + strings.ReplaceAll(line, "'", "") + "\n")
 		}
-		con.WriteString("> ")
+		if login {
+			con.WriteString("> ")
+		} else {
+			con.WriteString("` + GuestLogin + `")
+		}
 	}
 	syscall.Reboot(syscall.LINUX_REBOOT_CMD_POWER_OFF)
 }

@@ -1,7 +1,9 @@
-// Package consoletest holds what the tests of the serial console clients
-// (drivers/ipmi/sol, drivers/redfish/serialssh) share: a console's output
-// collected as it comes, waited on for a text, and the skip of a test
-// whose real component is missing. Only _test.go files import it.
+// Package consoletest holds what the tests of the serial console share
+// (the clients in drivers/ipmi/sol and drivers/redfish/serialssh, the
+// end-to-end tests in scripts/systest/consolee2e): a console's output
+// collected as it comes, waited on for a text, the skip of a test whose
+// real component is missing, and a tiny guest to boot in QEMU (Guest).
+// Only _test.go files import it: nothing in a program may.
 package consoletest
 
 import (

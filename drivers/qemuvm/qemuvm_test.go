@@ -33,7 +33,7 @@ func TestSerialSocket(t *testing.T) {
 	os.WriteFile(disk, make([]byte, 1<<20), 0o644)
 	log, sock := filepath.Join(tmp, "console.log"), filepath.Join(tmp, "serial.sock")
 	b := qemuvm.New(qemuvm.Config{QEMU: qemu, Kernel: kernel, Initrd: initrd, Disk: disk, Serial: "D0", MemoryMB: 512, CPUs: 1,
-		Console: log, SerialSocket: sock, Cmdline: func() string { return "rdinit=/init" }})
+		Console: log, SerialSocket: sock, Cmdline: func() string { return "rdinit=/init no_timer_check" }})
 	t.Cleanup(b.Close)
 	ctx := context.Background()
 	if err := b.SetBootDevice(ctx, protocol.BootPXE); err != nil {

@@ -40,7 +40,7 @@ func TestDialIPMISimQEMU(t *testing.T) {
 	// retries its connection only every few seconds.
 	serial := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
 	powerOn := fmt.Sprintf("exec %s -m 512 -nographic -display none -monitor none -no-reboot -nodefaults "+
-		"-serial tcp:%s,server=on,wait=on -kernel %s -initrd %s -append 'console=ttyS0 rdinit=/init panic=-1'",
+		"-serial tcp:%s,server=on,wait=on -kernel %s -initrd %s -append '"+consoletest.GuestCmdline+"'",
 		qemu, serial, kernel, initrd)
 	s := ipmisim.StartTest(t, ipmisim.Options{SOL: serial, PowerOn: powerOn, Users: []ipmisim.User{{Name: "admin", Password: "sol-pw-1", Priv: "admin"}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -55,7 +55,7 @@ func TestDialVBMCConsole(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	m, err := vbmc.NewQEMUMachine(vbmc.QEMUConfig{QEMU: qemu, Dir: dir, MemoryMB: 512, GracefulTimeout: time.Second,
-		ExtraArgs: []string{"-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 rdinit=/init panic=-1", "-no-reboot"}})
+		ExtraArgs: []string{"-kernel", kernel, "-initrd", initrd, "-append", consoletest.GuestCmdline, "-no-reboot"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,11 +29,8 @@ func freeTCP(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// guestCmdline is the console guest's kernel command line. no_timer_check
-// skips the kernel's check of the timer interrupt: under TCG at load 20
-// one boot stopped there (a trace from x86_late_time_init); the check
-// proves nothing about a console.
-const guestCmdline = "console=ttyS0 rdinit=/init panic=-1 no_timer_check"
+// guestCmdline is the console guest's kernel command line.
+const guestCmdline = consoletest.GuestCmdline
 
 func needQEMU(t *testing.T) string {
 	t.Helper()

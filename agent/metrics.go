@@ -97,11 +97,15 @@ var (
 			"pending-per-source, evicted, fd-pool, fd-reserve); and the rescue logins' refused logins and sessions (kind: login-budget, a try refused "+
 			"unchecked with its source's failure budget spent; login-failed, a wrong user or password; sessions, a session over the session budget).",
 		[]string{"listener", "kind"}, nil)
+	publishRefusedDesc = prometheus.NewDesc(metricsNamespace+"_mqtt_publish_refused_total",
+		"Publishes (and last wills) of logged-in clients the site broker refused (kind: topic, a topic outside the client's own, such as a ramdisk's on another node's topics; "+
+			"command-topic, a publish on a command topic; presence, a presence said by another client than its owner).", []string{"kind"}, nil)
 )
 
 func (c siteBrokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- listenerConnsDesc
 	ch <- listenerRefusedDesc
+	ch <- publishRefusedDesc
 }
 
 func (c siteBrokerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -110,6 +114,11 @@ func (c siteBrokerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.a.relay == nil {
 		return
+	}
+	if refused, ok := c.a.relay.PublishRefused(); ok {
+		for kind, n := range refused {
+			ch <- prometheus.MustNewConstMetric(publishRefusedDesc, prometheus.CounterValue, float64(n), kind)
+		}
 	}
 	st, ok := c.a.relay.ConnStats()
 	if !ok {

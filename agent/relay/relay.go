@@ -342,6 +342,16 @@ func (r *Relay) ConnStats() (netbudget.Stats, bool) {
 	return r.site.b.ConnStats(), true
 }
 
+// PublishRefused counts the publishes the site broker refused to
+// logged-in clients, by kind (lib/mqttbroker's Refused*); ok is false
+// without a site broker.
+func (r *Relay) PublishRefused() (map[string]int64, bool) {
+	if r.site == nil {
+		return nil, false
+	}
+	return r.site.b.PublishRefused(), true
+}
+
 // siteCreds admits to the site broker only the ramdisks of the nodes this
 // agent is booting, each with its boot's credential (from the power
 // command that boots it), under its own client ID, to its own topics.

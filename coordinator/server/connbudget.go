@@ -60,7 +60,7 @@ type publishRefusedCollector struct{ b *mqttbroker.Broker }
 
 var publishRefusedDesc = prometheus.NewDesc(metrics.Namespace+"_mqtt_publish_refused_total",
 	"Publishes (and last wills) of logged-in clients the embedded broker refused (kind: command-topic, a publish on a command topic by anybody but the coordinator; "+
-		"presence, a site's presence said by another client than its edge agent).", []string{"kind"}, nil)
+		"presence, a site's presence said by another client than its edge agent; topic, a topic outside the client's own).", []string{"kind"}, nil)
 
 func (c publishRefusedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- publishRefusedDesc }
 

@@ -209,7 +209,7 @@ func start(cfg Config, creds Credentials, log *slog.Logger, subs map[string]Hand
 		}
 	} else {
 		acl = &aclHook{creds: creds, log: blog, rl: ratelog.New(blog, 0), maxSubs: cfg.MaxSubscriptions,
-			refusedBy: map[string]*atomic.Int64{RefusedCommandTopic: new(atomic.Int64), RefusedPresence: new(atomic.Int64)}}
+			refusedBy: map[string]*atomic.Int64{RefusedCommandTopic: new(atomic.Int64), RefusedPresence: new(atomic.Int64), RefusedTopic: new(atomic.Int64)}}
 		acl.owner, _ = creds.(PresenceOwner)
 		acl.obs, _ = creds.(PublishObserver)
 		if err := srv.AddHook(acl, nil); err != nil {
@@ -496,6 +496,10 @@ func (h *aclHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	}
 	prefix, ok := h.creds.Prefix(user)
 	if !ok || !Allowed(prefix, topic) {
+		if write {
+			h.refused(RefusedTopic)
+			h.rl.Warn("mqtt topic", "MQTT publish refused", "reason", "outside the identity's topics", "user", clip(user, 64), "client", clip(cl.ID, 64), "topic", clip(topic, 100), "remote", cl.Net.Remote)
+		}
 		return false
 	}
 	if write {
@@ -521,6 +525,9 @@ const (
 	// RefusedPresence: a presence said by another client of the
 	// identity than its own (PresenceOwner).
 	RefusedPresence = "presence"
+	// RefusedTopic: a publish on a topic outside the identity's own
+	// (a node's ramdisk on another node's topics).
+	RefusedTopic = "topic"
 )
 
 // IsCommandTopic tells whether topic is a command topic: its last level

@@ -95,8 +95,13 @@ func TestDiscoverySimulated(t *testing.T) {
 	if code := cl.Do("POST", "/v1/ports", map[string]any{"address": unknownMAC("disc1", 2), "node_uuid": known}, nil); code != 201 {
 		t.Fatalf("port: %d", code)
 	}
-	testrig.StartAgentConfig(t, creds, agent.Config{Sim: agent.SimOptions{Unknown: 3, BootDelay: 100 * time.Millisecond}})
-	time.Sleep(3 * time.Second)
+	a := testrig.StartAgentConfig(t, creds, agent.Config{MetricsListen: "127.0.0.1:0", Sim: agent.SimOptions{Unknown: 3, BootDelay: 100 * time.Millisecond}})
+	// The two machines of no node asked twice each (every 2 s) and were
+	// turned away: nothing is enrolled while discovery is off.
+	waitFor(t, time.Minute, "the unknown machines are turned away twice", func() (bool, string) {
+		v, err := agentMetric(t, a.MetricsAddr(), "bmedge_agent_discovery_total", `outcome="discovery_off"`)
+		return err == nil && v >= 4, fmt.Sprintf("%v turned away (%v)", v, err)
+	})
 	if s := showSite(t, cl, "disc1"); s.Discovery || s.Discovered != 0 {
 		t.Fatalf("discovery off: %+v", s)
 	}

@@ -505,8 +505,21 @@ func TestHealthThroughWANCut(t *testing.T) {
 	s.Edit(hpeSystem+"/LogServices/IML/Entries", func(d map[string]any) {
 		d["Members"] = entriesDoc(3, imlEntry)["Members"]
 	})
-	// Ten power sync rounds at the site; nothing reaches the coordinator.
-	time.Sleep(3 * time.Second)
+	// The site reads the Critical system and the new entries, in power
+	// sync rounds (three reads of each); nothing reaches the coordinator.
+	s.ResetRequests()
+	waitUntil(t, "the site reads the changed BMC three times", time.Minute, func() bool {
+		sys, entries := 0, 0
+		for _, r := range s.Requests() {
+			switch r {
+			case "GET " + hpeSystem:
+				sys++
+			case "GET " + hpeSystem + "/LogServices/IML/Entries":
+				entries++
+			}
+		}
+		return sys >= 3 && entries >= 3
+	})
 	if h := health(); h != "OK" {
 		t.Fatalf("health %v while the link is cut; the cut let a report through", h)
 	}

@@ -3,6 +3,7 @@ package systest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -167,6 +168,7 @@ func TestSiteBrokerRelay(t *testing.T) {
 		Sim:              agent.SimOptions{Nodes: 2, NoBoot: true},
 		SiteBroker:       agent.SiteBrokerOptions{Listen: "127.0.0.1:0"},
 		HeartbeatSummary: time.Second,
+		MetricsListen:    "127.0.0.1:0",
 		Log:              slog.New(slog.NewTextHandler(agentLog, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err := a.AwaitUp(context.Background()); err != nil {
@@ -197,7 +199,10 @@ func TestSiteBrokerRelay(t *testing.T) {
 	// published for r2 with r1's credential never reaches the coordinator.
 	forged, _ := protocol.Encode(&protocol.Message{Kind: protocol.KindHello, ID: "forged", Site: "edge1", Node: id2, BootID: "forged", Sent: time.Now()})
 	out, _ := mosquitto(t, site, pub, user, pass, "ramdisk-"+id, "-q", "1", "-t", protocol.NodeEvtTopic("edge1", id2), "-m", string(forged))
-	time.Sleep(500 * time.Millisecond)
+	waitFor(t, 30*time.Second, "the site broker counts the refused publish", func() (bool, string) {
+		v, err := agentMetric(t, a.MetricsAddr(), "bmedge_agent_mqtt_publish_refused_total", `kind="topic"`)
+		return err == nil && v == 1, fmt.Sprintf("%v refused (%v); mosquitto_pub said %q", v, err, out)
+	})
 	if n := wan.count(protocol.KindHello); n != 0 {
 		t.Errorf("a hello for r2 sent with r1's credential crossed the WAN (%d hellos; mosquitto_pub said %q)", n, out)
 	}

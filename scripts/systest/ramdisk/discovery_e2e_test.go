@@ -100,14 +100,19 @@ func TestDiscoveryQEMU(t *testing.T) {
 		t.Fatal("the VM powered off but the edge agent logged no 'machine discovered'")
 	}
 	var s struct {
-		Discovered      int `json:"discovered"`
+		Online          bool `json:"online"`
+		Discovered      int  `json:"discovered"`
 		DiscoveredNodes []struct {
 			UUID string `json:"uuid"`
 		} `json:"discovered_nodes"`
 	}
-	// Cut off, the coordinator has no node of it.
-	time.Sleep(2 * time.Second)
-	if cl.Do("GET", "/v1/sites/lab", nil, &s); s.Discovered != 0 {
+	// Cut off (the coordinator says it has lost the site), the
+	// coordinator has no node of it.
+	waitUntil(t, 2*time.Minute, "the coordinator says the site is offline", func() bool {
+		cl.Do("GET", "/v1/sites/lab", nil, &s)
+		return !s.Online
+	})
+	if s.Discovered != 0 {
 		t.Fatalf("%d discovered nodes while the site's link was down", s.Discovered)
 	}
 	var nodes struct {
@@ -182,10 +187,11 @@ func TestDiscoveryQEMU(t *testing.T) {
 	acks := tee.count("network boot DHCP: offer", "mac="+vmMAC)
 	console2 := filepath.Join(t.TempDir(), "console2.log")
 	startVM(t, vm(console2))
-	waitUntil(t, 90*time.Second, "the VM asks again by DHCP", func() bool {
-		return tee.count("no answer to a MAC not being booted", "mac="+vmMAC) > 0
+	// Its PXE firmware asks again and again (UEFI: 4 tries); two of them
+	// turned away, no offer made.
+	waitUntil(t, 2*time.Minute, "the VM asks twice again by DHCP", func() bool {
+		return tee.count("no answer to a MAC not being booted", "mac="+vmMAC) >= 2
 	})
-	time.Sleep(3 * time.Second)
 	if got := tee.count("network boot DHCP: offer", "mac="+vmMAC); got != acks {
 		t.Fatalf("the VM's second boot was offered a lease (%d offers, %d before)", got, acks)
 	}

@@ -488,11 +488,16 @@ func TestClusterSitesFollow(t *testing.T) {
 		c.Do("PATCH", "/v1/nodes/"+id, []map[string]any{{"op": "add", "path": "/instance_info/image_source", "value": "http://127.0.0.1:1/i"}}, nil)
 		c.MustVerb(id, "active", nil)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Every deploy under way, some node waiting for its call-back: the
+	// leader dies in the middle.
 	states := map[string]int{}
-	for _, id := range ids {
-		states[c.Get(id).State]++
-	}
+	waitFor(t, time.Minute, "every deploy under way", func() (bool, string) {
+		clear(states)
+		for _, id := range ids {
+			states[c.Get(id).State]++
+		}
+		return states["available"] == 0 && states["wait call-back"] > 0, fmt.Sprint(states)
+	})
 	var old *testrig.Member
 	for _, m := range ms {
 		if m.Name == leader {

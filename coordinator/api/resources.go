@@ -10,6 +10,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/inspectrules"
 )
 
 // This file serves Ironic's port groups (API 1.23; mode and properties
@@ -178,10 +179,11 @@ func patchedBool(obj map[string]any, f string) (bool, error) {
 }
 
 // minorPortPhysNet is the version of a port's physical_network, and
-// MaxPhysicalNetwork its longest value (Ironic's column).
+// MaxPhysicalNetwork its longest value (Ironic's column; the inspection
+// rules' bound too).
 const (
 	minorPortPhysNet   = 34
-	MaxPhysicalNetwork = 64
+	MaxPhysicalNetwork = inspectrules.MaxPhysicalNetwork
 )
 
 // portTextMax is the longest value of a port's text field f.

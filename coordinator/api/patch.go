@@ -652,14 +652,14 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 func (s *Server) renderPort(r *http.Request, p engine.Port) map[string]any {
 	v := map[string]any{"uuid": p.UUID, "address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
 		"pxe_enabled": p.PXE, "created_at": p.CreatedAt, "updated_at": p.UpdatedAt, "local_link_connection": orEmpty(p.LocalLinkConnection),
-		"internal_info": map[string]any{}, "physical_network": nil, "portgroup_uuid": nullable(p.PortGroupUUID), "is_smartnic": false, "name": nil,
+		"internal_info": map[string]any{}, "portgroup_uuid": nullable(p.PortGroupUUID), "is_smartnic": false, "name": nil,
 		"links": link(r, "/v1/ports/"+p.UUID)}
 	minor := apiMinor(r)
 	for _, f := range []struct {
 		name  string
 		since int
 		v     string
-	}{{"description", 97, p.Description}, {"vendor", 100, p.Vendor}, {"category", 101, p.Category}} {
+	}{{"physical_network", minorPortPhysNet, p.PhysicalNetwork}, {"description", 97, p.Description}, {"vendor", 100, p.Vendor}, {"category", 101, p.Category}} {
 		if minor >= f.since {
 			v[f.name] = nullable(f.v)
 		}
@@ -715,8 +715,9 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 		Extra    map[string]any `json:"extra"`
 		PXE      *bool          `json:"pxe_enabled"`
 		Group    string         `json:"portgroup_uuid"`
-		// Kept from their versions on: description 1.97, vendor 1.100,
-		// category 1.101.
+		// Kept from their versions on: physical_network 1.34,
+		// description 1.97, vendor 1.100, category 1.101.
+		PhysNet     *string `json:"physical_network"`
 		Description *string `json:"description"`
 		Vendor      *string `json:"vendor"`
 		Category    *string `json:"category"`
@@ -751,7 +752,7 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 		name  string
 		since int
 		v     *string
-	}{{"description", 97, body.Description}, {"vendor", 100, body.Vendor}, {"category", 101, body.Category}} {
+	}{{"physical_network", minorPortPhysNet, body.PhysNet}, {"description", 97, body.Description}, {"vendor", 100, body.Vendor}, {"category", 101, body.Category}} {
 		if f.v == nil {
 			continue
 		}
@@ -759,7 +760,7 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, tooNew("field "+f.name, f.since, apiMinor(r)))
 			return
 		}
-		if err := checkText(f.name, *f.v, 255); err != nil {
+		if err := checkText(f.name, *f.v, portTextMax(f.name)); err != nil {
 			writeErr(w, err)
 			return
 		}
@@ -770,7 +771,7 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if body.Group != "" || body.Description != nil || body.Vendor != nil || body.Category != nil {
+	if body.Group != "" || body.PhysNet != nil || body.Description != nil || body.Vendor != nil || body.Category != nil {
 		// Into its group: checked as a PATCH is (the group must be the
 		// node's); a refused group leaves no port behind.
 		g, id := body.Group, p.UUID
@@ -782,6 +783,7 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) {
 		}
 		p, err = s.e.UpdatePort(id, func(p *engine.Port) error {
 			p.PortGroupUUID, p.Description, p.Vendor, p.Category = g, str(body.Description), str(body.Vendor), str(body.Category)
+			p.PhysicalNetwork = str(body.PhysNet)
 			return nil
 		})
 		if err != nil {

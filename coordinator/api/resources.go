@@ -10,6 +10,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/engine"
 	"github.com/bmedge/bmedge/coordinator/fsm"
+	"github.com/bmedge/bmedge/coordinator/inspectrules"
 )
 
 // This file serves Ironic's port groups (API 1.23; mode and properties
@@ -105,12 +106,21 @@ func resourcePatch(w http.ResponseWriter, r *http.Request, obj map[string]any, s
 				obj[f] = val
 			}
 		default:
+			if since, ok := patchSince[what][f]; ok && apiMinor(r) < since {
+				writeErr(w, tooNew("field "+f, since, apiMinor(r)))
+				return false
+			}
 			writeError(w, 400, fmt.Sprintf("patch operation %d: /%s cannot be patched on a %s here; the fields that can: %s", i+1, strings.TrimPrefix(op.Path, "/"), what, fieldNames(scalars, maps)))
 			return false
 		}
 	}
 	return true
 }
+
+// patchSince are the fields of a resource that a PATCH of an earlier
+// version than theirs is refused with Ironic's 406 (not the 400 of a
+// field the resource does not have).
+var patchSince = map[string]map[string]int{"port": {"physical_network": minorPortPhysNet}}
 
 func fieldNames(a, b map[string]bool) string {
 	var out []string
@@ -168,10 +178,27 @@ func patchedBool(obj map[string]any, f string) (bool, error) {
 	return b, nil
 }
 
+// minorPortPhysNet is the version of a port's physical_network, and
+// MaxPhysicalNetwork its longest value (Ironic's column; the inspection
+// rules' bound too).
+const (
+	minorPortPhysNet   = 34
+	MaxPhysicalNetwork = inspectrules.MaxPhysicalNetwork
+)
+
+// portTextMax is the longest value of a port's text field f.
+func portTextMax(f string) int {
+	if f == "physical_network" {
+		return MaxPhysicalNetwork
+	}
+	return 255
+}
+
 // patchPort is PATCH /v1/ports/{id}: address, node_uuid, portgroup_uuid
-// (1.24), pxe_enabled (1.19) and extra. The port fields this coordinator
-// does not keep (name, local_link_connection, physical_network, ...) are
-// refused as at create.
+// (1.24), pxe_enabled (1.19), physical_network (1.34), extra and the
+// texts of later versions. The port fields this coordinator does not
+// keep (name, ...) are refused as at create; a field of a later version
+// than the request's is a 406, as in Ironic.
 func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) {
 	cur, err := s.e.Port(r.PathValue("id"))
 	if err != nil {
@@ -185,7 +212,7 @@ func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) {
 		name  string
 		since int
 		v     string
-	}{{"description", 97, cur.Description}, {"vendor", 100, cur.Vendor}, {"category", 101, cur.Category}}
+	}{{"physical_network", minorPortPhysNet, cur.PhysicalNetwork}, {"description", 97, cur.Description}, {"vendor", 100, cur.Vendor}, {"category", 101, cur.Category}}
 	for _, f := range texts {
 		if apiMinor(r) >= f.since {
 			obj[f.name], scalars[f.name] = nullable(f.v), true
@@ -222,6 +249,14 @@ func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := patchedTexts(obj, []patchedText{{"description", &p.Description}, {"vendor", &p.Vendor}, {"category", &p.Category}}); err != nil {
 			return err
+		}
+		if _, ok := obj["physical_network"]; ok {
+			if p.PhysicalNetwork, err = patchedString(obj, "physical_network"); err != nil {
+				return err
+			}
+			if err := checkText("physical_network", p.PhysicalNetwork, MaxPhysicalNetwork); err != nil {
+				return err
+			}
 		}
 		if _, ok := patchMaps["local_link_connection"]; ok {
 			if p.LocalLinkConnection, err = removedLocalLink(cur.LocalLinkConnection, obj["local_link_connection"]); err != nil {

@@ -7,7 +7,7 @@ import (
 
 // TestBaremetalCLIPortGroupsAllocations: Debian's baremetal CLI
 // (python3-ironicclient) against the coordinator: port group create (with
-// mode and a property), port set (address and port group), node set
+// mode and a property), port set (address, port group, physical_network), node set
 // --no-automated-clean, and allocation create, which binds an available
 // node of the class; each read back through the API.
 func TestBaremetalCLIPortGroupsAllocations(t *testing.T) {
@@ -36,6 +36,16 @@ func TestBaremetalCLIPortGroupsAllocations(t *testing.T) {
 	if code := r.api.Do("GET", "/v1/ports/"+pid, nil, &got); code != 200 || got["address"] != "52:54:00:12:34:57" || got["portgroup_uuid"] != pg["uuid"] {
 		t.Fatalf("port after port set: %d %v", code, got)
 	}
+	if _, ok := bm.ok("port", "set", pid, "--physical-network", "physnet1"); !ok {
+		t.FailNow()
+	}
+	res, ok := bm.ok("port", "show", pid, "-f", "value", "-c", "physical_network")
+	if !ok || strings.TrimSpace(res.stdout) != "physnet1" {
+		t.Fatalf("port show physical_network: %q, want physnet1", res.stdout)
+	}
+	if res := bm.run("port", "set", pid, "--physical-network", strings.Repeat("p", 65)); res.code == 0 || !strings.Contains(res.stderr, "HTTP 400") {
+		t.Fatalf("port set --physical-network of 65 characters: exit %d, %q; want refused with a 400 (at most 64)", res.code, res.stderr)
+	}
 
 	if _, ok := bm.ok("node", "set", id, "--no-automated-clean"); !ok {
 		t.FailNow()
@@ -52,7 +62,7 @@ func TestBaremetalCLIPortGroupsAllocations(t *testing.T) {
 	if a["state"] != "active" || a["node_uuid"] != id {
 		t.Fatalf("allocation create printed %v; want active on %s", a, id)
 	}
-	res, ok := bm.ok("node", "show", id, "-f", "value", "-c", "allocation_uuid")
+	res, ok = bm.ok("node", "show", id, "-f", "value", "-c", "allocation_uuid")
 	if !ok || strings.TrimSpace(res.stdout) != a["uuid"] {
 		t.Fatalf("node show allocation_uuid: %q, want %v", res.stdout, a["uuid"])
 	}

@@ -341,3 +341,51 @@ func TestVersions96To110(t *testing.T) {
 		t.Fatalf("inspection rules at 1.95: %d, want 404", a.status)
 	}
 }
+
+// TestPortPhysicalNetwork: a port's physical_network (1.34): refused
+// with 406 at create and PATCH below 1.34 and absent from the port
+// there; null when unset; set at create and by PATCH, removed by a
+// PATCH remove; longer than 64 characters or not a string a 400.
+func TestPortPhysicalNetwork(t *testing.T) {
+	r := newVersionRig(t)
+	base := r.api.Base
+	id := r.node("site1", "manageable")
+	if a := vcurl(t, base, "1.33", "POST", "/v1/ports", `{"node_uuid":"`+id+`","address":"52:54:00:01:02:03","physical_network":"physnet1"}`); a.status != 406 {
+		t.Fatalf("port physical_network at 1.33: %d %.200s, want 406", a.status, a.body)
+	}
+	if a := vcurl(t, base, "1.34", "POST", "/v1/ports", `{"node_uuid":"`+id+`","address":"52:54:00:01:02:03","physical_network":"`+strings.Repeat("p", 65)+`"}`); a.status != 400 || !strings.Contains(a.body, "physical_network") {
+		t.Fatalf("port physical_network of 65 characters: %d %.200s, want 400", a.status, a.body)
+	}
+	if l := vcurl(t, base, "1.34", "GET", "/v1/ports/detail", "").obj(t); len(l["ports"].([]any)) != 0 {
+		t.Fatalf("a refused create left a port: %v", l)
+	}
+	p := vcurl(t, base, "1.34", "POST", "/v1/ports", `{"node_uuid":"`+id+`","address":"52:54:00:01:02:03","physical_network":"physnet1"}`)
+	if o := p.obj(t); p.status != 201 || o["physical_network"] != "physnet1" {
+		t.Fatalf("port with physical_network: %d %.300s", p.status, p.body)
+	}
+	old := vcurl(t, base, "1.33", "GET", "/v1/ports/52:54:00:01:02:03", "").obj(t)
+	if _, shown := old["physical_network"]; shown {
+		t.Fatalf("physical_network shown at 1.33: %v", old)
+	}
+	if a := vcurl(t, base, "1.33", "PATCH", "/v1/ports/52:54:00:01:02:03", `[{"op":"replace","path":"/physical_network","value":"physnet2"}]`); a.status != 406 {
+		t.Fatalf("port physical_network PATCH at 1.33: %d %.200s, want 406", a.status, a.body)
+	}
+	for _, bad := range []string{`"` + strings.Repeat("p", 65) + `"`, `5`} {
+		if a := vcurl(t, base, "1.34", "PATCH", "/v1/ports/52:54:00:01:02:03", `[{"op":"replace","path":"/physical_network","value":`+bad+`}]`); a.status != 400 || !strings.Contains(a.body, "physical_network") {
+			t.Fatalf("port physical_network PATCH to %.20s: %d %.200s, want 400", bad, a.status, a.body)
+		}
+	}
+	if a := vcurl(t, base, "1.34", "PATCH", "/v1/ports/52:54:00:01:02:03", `[{"op":"replace","path":"/physical_network","value":"physnet2"}]`); a.status != 200 || a.obj(t)["physical_network"] != "physnet2" {
+		t.Fatalf("port physical_network PATCH: %d %.200s", a.status, a.body)
+	}
+	l := vcurl(t, base, "1.34", "GET", "/v1/ports/detail", "").obj(t)
+	if ps := l["ports"].([]any); len(ps) != 1 || ps[0].(map[string]any)["physical_network"] != "physnet2" {
+		t.Fatalf("port list: %v", l)
+	}
+	a := vcurl(t, base, "1.34", "PATCH", "/v1/ports/52:54:00:01:02:03", `[{"op":"remove","path":"/physical_network"}]`)
+	if o := a.obj(t); a.status != 200 || o["physical_network"] != nil {
+		t.Fatalf("port physical_network removed: %d %.200s", a.status, a.body)
+	} else if _, shown := o["physical_network"]; !shown {
+		t.Fatalf("an unset physical_network is not shown as null at 1.34: %v", o)
+	}
+}

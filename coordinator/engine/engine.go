@@ -172,8 +172,11 @@ type Port struct {
 	// (switch_id, port_id, switch_info): the operator's, or filled by
 	// inspection from the LLDP frame the NIC heard (inspectrules.go).
 	LocalLinkConnection map[string]any `json:"local_link_connection,omitempty"`
-	CreatedAt           time.Time      `json:"created_at"`
-	UpdatedAt           *time.Time     `json:"updated_at"`
+	// PhysicalNetwork (API 1.34) is the operator's, or set by an
+	// inspection rule: the network the NIC is cabled to.
+	PhysicalNetwork string     `json:"physical_network,omitempty"`
+	CreatedAt       time.Time  `json:"created_at"`
+	UpdatedAt       *time.Time `json:"updated_at"`
 }
 
 // Site is a registered edge site.

@@ -117,6 +117,9 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 	if out.Inventory != nil {
 		t.linkPorts(n, out.Inventory)
 	}
+	if len(out.PortChanges) > 0 {
+		t.changePorts(n, out.PortChanges)
+	}
 	t.sends = append(t.sends, out.Send...)
 }
 

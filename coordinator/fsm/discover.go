@@ -233,13 +233,16 @@ func (m *Machine) Discovered(n *Node, s DiscoverySite, r DiscoveryReport, now ti
 	}
 	out.History = append(out.History, HistoryEntry{Time: now, Severity: "INFO", EventType: "discovery", Event: desc, To: Enroll})
 	if m.cfg.InspectionRules != nil && r.Inventory != nil {
-		h, pd, err := m.cfg.InspectionRules(n, r.Inventory, out.PluginData, now)
+		h, pd, ports, err := m.cfg.InspectionRules(n, r.Inventory, out.PluginData, out.Ports, now)
 		out.History = append(out.History, h...)
 		if err != nil {
 			n.LastError = err.Error()
 			out.History = append(out.History, HistoryEntry{Time: now, Severity: "ERROR", EventType: "discovery", Event: err.Error()})
-		} else if pd != nil {
-			out.PluginData = maps.Clone(pd)
+		} else {
+			out.PortChanges = ports
+			if pd != nil {
+				out.PluginData = maps.Clone(pd)
+			}
 		}
 	}
 	out.PluginData[AutoDiscoveredFlag] = true

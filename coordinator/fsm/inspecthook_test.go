@@ -18,13 +18,14 @@ func TestInspectionRulesHook(t *testing.T) {
 	var fail error
 	var saw map[string]any
 	m := testMachine(t)
-	m.cfg.InspectionRules = func(n *Node, inv, pd map[string]any, now time.Time) ([]HistoryEntry, map[string]any, error) {
+	m.cfg.InspectionRules = func(n *Node, inv, pd map[string]any, _ []string, now time.Time) ([]HistoryEntry, map[string]any, []PortChange, error) {
 		saw = inv
 		if n.Properties["memory_mb"] != 487424.0 {
 			t.Errorf("the hook ran before the properties were applied: %v", n.Properties)
 		}
 		n.Traits = []string{"CUSTOM_RULED"}
-		return []HistoryEntry{{Time: now, Severity: "INFO", EventType: "inspection", Event: "rule r1 matched"}}, map[string]any{"from": "rules"}, fail
+		return []HistoryEntry{{Time: now, Severity: "INFO", EventType: "inspection", Event: "rule r1 matched"}}, map[string]any{"from": "rules"},
+			[]PortChange{{Address: "52:54:00:00:00:01", Fields: []string{"physical_network"}, PhysicalNetwork: "physnet1"}}, fail
 	}
 	inspect := func() (*Node, Output) {
 		n := &Node{UUID: "u1", Name: "n1", Driver: "redfish", Site: "s1", ProvisionState: Manageable, PowerState: protocol.PowerOff,
@@ -42,6 +43,9 @@ func TestInspectionRulesHook(t *testing.T) {
 	if n.ProvisionState != Manageable || len(n.Traits) != 1 || out.PluginData["from"] != "rules" || saw["cpu"] == nil {
 		t.Fatalf("after the hook: %s, traits %v, plugin data %v", n.ProvisionState, n.Traits, out.PluginData)
 	}
+	if len(out.PortChanges) != 1 || out.PortChanges[0].PhysicalNetwork != "physnet1" {
+		t.Fatalf("the hook's port changes are not in the output: %+v", out.PortChanges)
+	}
 	var events []string
 	for _, h := range out.History {
 		events = append(events, h.Event)
@@ -50,7 +54,10 @@ func TestInspectionRulesHook(t *testing.T) {
 		t.Fatalf("history %v", events)
 	}
 	fail = errors.New("Failed to inspect hardware. Reason: too small")
-	n, _ = inspect()
+	n, out = inspect()
+	if len(out.PortChanges) != 0 {
+		t.Fatalf("a failed inspection's port changes are in the output: %+v", out.PortChanges)
+	}
 	if n.ProvisionState != InspectFailed || n.LastError != "Failed to inspect hardware. Reason: too small" || n.Op != nil || n.Locked() {
 		t.Fatalf("failed by a rule: %s, %q, op %v, locked %v", n.ProvisionState, n.LastError, n.Op, n.Locked())
 	}
@@ -61,10 +68,10 @@ func TestInspectionRulesHook(t *testing.T) {
 func TestInspectionRulesHookInBand(t *testing.T) {
 	w := newWorld(t)
 	calls := 0
-	w.m.cfg.InspectionRules = func(n *Node, inv, pd map[string]any, now time.Time) ([]HistoryEntry, map[string]any, error) {
+	w.m.cfg.InspectionRules = func(n *Node, inv, pd map[string]any, _ []string, now time.Time) ([]HistoryEntry, map[string]any, []PortChange, error) {
 		calls++
 		n.Traits = []string{"CUSTOM_IN_BAND"}
-		return nil, pd, nil
+		return nil, pd, nil, nil
 	}
 	w.verb(Manage, VerbRequest{})
 	w.want(Manageable)

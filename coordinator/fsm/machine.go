@@ -29,10 +29,13 @@ type Config struct {
 	// InspectionRules, when set, runs on every inspection's inventory
 	// once it is applied to the node (in band and out of band; not on
 	// the inspect_hardware step of a manual clean): the
-	// inspection rules (coordinator/inspectrules). It may change the
-	// node, and returns the history to record, the plugin data to store
-	// with the inventory, and an error that fails the inspection.
-	InspectionRules func(n *Node, inventory, pluginData map[string]any, now time.Time) ([]HistoryEntry, map[string]any, error)
+	// inspection rules (coordinator/inspectrules). newPorts are the MAC
+	// addresses the same Output creates ports for (Output.Ports). It may
+	// change the node, and returns the history to record, the plugin
+	// data to store with the inventory, the ports it changed
+	// (Output.PortChanges), and an error that fails the inspection
+	// (then nothing of its changes is kept).
+	InspectionRules func(n *Node, inventory, pluginData map[string]any, newPorts []string, now time.Time) ([]HistoryEntry, map[string]any, []PortChange, error)
 	NewID           func() string
 	NewToken        func() string
 	// BurninPair resolves deploy.burnin_network's partner_node (a name
@@ -216,6 +219,22 @@ type Output struct {
 	// inventory came from (GET /v1/nodes/{id}/inventory's plugin_data).
 	Ports      []string
 	PluginData map[string]any
+	// PortChanges are the node's ports as the inspection rules changed
+	// them: the engine writes them after it made the ports of Ports.
+	PortChanges []PortChange
+}
+
+// PortChange is a port as the inspection rules left it: the fields
+// named in Fields are written to the node's port of UUID, or, when UUID
+// is "", to its port of MAC Address (one the same Output creates).
+type PortChange struct {
+	UUID, Address       string
+	Fields              []string // physical_network, pxe_enabled, description, extra, local_link_connection
+	PhysicalNetwork     string
+	PXEEnabled          bool
+	Description         string
+	Extra               map[string]any
+	LocalLinkConnection map[string]any
 }
 
 // Reason says why a request is refused. The API maps it to the HTTP

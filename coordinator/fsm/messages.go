@@ -310,13 +310,13 @@ func (m *Machine) stepDone(n *Node, a *Action, msg *protocol.Message, what strin
 			// The inspection rules, in band and out of band alike (not
 			// a clean's inspect_hardware step); one that fails the
 			// inspection ends the operation here.
-			h, pd, err := m.cfg.InspectionRules(n, out.Inventory, out.PluginData, now)
+			h, pd, ports, err := m.cfg.InspectionRules(n, out.Inventory, out.PluginData, out.Ports, now)
 			out.History = append(out.History, h...)
 			if err != nil {
 				m.fail(n, now, out, err.Error())
 				return
 			}
-			out.PluginData = pd
+			out.PluginData, out.PortChanges = pd, ports
 		}
 	}
 	if a.Kind == ActStep && a.Step.Interface == "raid" {

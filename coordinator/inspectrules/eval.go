@@ -20,6 +20,9 @@ import (
 type Doc struct {
 	Fields map[string]any
 	Traits []string
+	// ports are the node's ports, which the port actions change
+	// (SetPorts, PortChanges).
+	ports []*portDoc
 }
 
 // Event is a line for the node's history: a log action's message, a
@@ -474,6 +477,8 @@ func (ev *evaluation) act(a Op, sig signature, item any, inLoop bool) error {
 		d.Traits = t
 	case "set-plugin-data", "extend-plugin-data", "unset-plugin-data":
 		return pluginData(ev.res.PluginData, a.Op, strings.Split(text(args["path"]), "."), args["value"], unique)
+	case "set-port-attribute", "extend-port-attribute", "del-port-attribute":
+		return ev.portAction(a.Op, text(args["port_id"]), splitPath(text(args["path"])), args["value"], unique)
 	default:
 		return fmt.Errorf("Unsupported action '%s'", a.Op)
 	}
@@ -502,8 +507,14 @@ func (ev *evaluation) attribute(op string, parts []string, value any, unique boo
 		}
 		return nil
 	}
-	// A dictionary field: a new copy, changed below parts[1:].
-	root := copyMap(asMap(d.Fields[f]))
+	return changeDict(d.Fields, op, parts, value, unique)
+}
+
+// changeDict sets, extends or deletes the key at parts[1:] of the
+// dictionary fields[parts[0]]: a new copy, changed below parts[1:].
+func changeDict(fields map[string]any, op string, parts []string, value any, unique bool) error {
+	f := parts[0]
+	root := copyMap(asMap(fields[f]))
 	if root == nil {
 		root = map[string]any{}
 	}
@@ -543,7 +554,7 @@ func (ev *evaluation) attribute(op string, parts []string, value any, unique boo
 		}
 		delete(cur, last)
 	}
-	d.Fields[f] = root
+	fields[f] = root
 	return nil
 }
 

@@ -120,7 +120,14 @@ func hook(rules ...Rule) func(n *fsm.Node, inv, pd map[string]any, now time.Time
 	if err != nil {
 		panic(err)
 	}
-	return Hook(func() []Rule { return rules }, reg)
+	h := Hook(func() []Rule { return rules }, reg, nil)
+	return func(n *fsm.Node, inv, pd map[string]any, now time.Time) ([]fsm.HistoryEntry, map[string]any, error) {
+		hist, pd, ports, err := h(n, inv, pd, nil, now)
+		if len(ports) > 0 {
+			panic("port changes with no ports")
+		}
+		return hist, pd, err
+	}
 }
 
 // TestScenarioMemoryAndNICVendor: a rule on the node's memory_mb and the

@@ -90,10 +90,16 @@ func DriverCheck(reg *drivers.Registry) Check {
 // InspectionRules): it runs the rules that rules gives on node n and the
 // inventory its inspection just applied, changes n as their actions
 // say, and returns the history to record, the plugin data as the rules
-// left it, and the failure that fails the inspection. n is changed only
-// when every rule ran: a failed inspection keeps the node as it was.
-func Hook(rules func() []Rule, reg *drivers.Registry) func(n *fsm.Node, inventory, pluginData map[string]any, now time.Time) ([]fsm.HistoryEntry, map[string]any, error) {
-	return func(n *fsm.Node, inventory, pluginData map[string]any, now time.Time) ([]fsm.HistoryEntry, map[string]any, error) {
+// left it, the node's ports the port actions changed, and the failure
+// that fails the inspection. ports gives the node's ports (the ones it
+// has, and one for each MAC of newPorts the same inspection creates,
+// with no UUID yet); each is shown to the rules with its
+// local_link_connection as the inspection's LLDP data will leave it
+// (FillLink). n is changed, and port changes returned, only when every
+// rule ran: a failed inspection keeps the node and its ports as they
+// were.
+func Hook(rules func() []Rule, reg *drivers.Registry, ports func(n *fsm.Node, newPorts []string) []Port) func(n *fsm.Node, inventory, pluginData map[string]any, newPorts []string, now time.Time) ([]fsm.HistoryEntry, map[string]any, []fsm.PortChange, error) {
+	return func(n *fsm.Node, inventory, pluginData map[string]any, newPorts []string, now time.Time) ([]fsm.HistoryEntry, map[string]any, []fsm.PortChange, error) {
 		// Ironic's parse_lldp hook runs before the rules, which may read
 		// its plugin_data parsed_lldp.
 		if parsed := ParsedLLDP(inventory); len(parsed) > 0 {
@@ -105,22 +111,36 @@ func Hook(rules func() []Rule, reg *drivers.Registry) func(n *fsm.Node, inventor
 		}
 		list := rules()
 		if len(list) == 0 {
-			return nil, pluginData, nil
+			return nil, pluginData, nil, nil
 		}
 		d := DocOf(n)
+		if ports != nil {
+			found := LinkConnections(inventory)
+			pl := ports(n, newPorts)
+			for i, p := range pl {
+				pl[i].LocalLinkConnection, _ = FillLink(p.LocalLinkConnection, found[normalMAC(p.Address)])
+			}
+			d.SetPorts(pl)
+		}
 		res, err := Apply(list, d, inventory, pluginData, DriverCheck(reg))
 		var hist []fsm.HistoryEntry
-		for _, ev := range res.Events {
+		event := func(ev Event) {
 			hist = append(hist, fsm.HistoryEntry{Time: now, Severity: ev.Severity, EventType: "inspection", Event: fsm.BoundText(ev.Text, 0)})
 		}
+		for _, ev := range res.Events {
+			event(ev)
+		}
 		if err != nil {
-			return hist, pluginData, err
+			return hist, pluginData, nil, err
+		}
+		for _, ev := range d.portEvents() {
+			event(ev)
 		}
 		d.applyTo(n)
 		pd := res.PluginData
 		if len(pd) == 0 && pluginData == nil {
 			pd = nil
 		}
-		return hist, maps.Clone(pd), nil
+		return hist, maps.Clone(pd), d.PortChanges(), nil
 	}
 }

@@ -105,15 +105,17 @@ var actions = map[string]signature{
 	"set-plugin-data":    {required: []string{"path", "value"}, formatted: []string{"value"}},
 	"extend-plugin-data": {required: []string{"path", "value"}, optional: []string{"unique"}, formatted: []string{"value"}},
 	"unset-plugin-data":  {required: []string{"path"}},
+	// The port actions (ports.go): port_id is a port's UUID or MAC
+	// address, not formatted (as Ironic).
+	"set-port-attribute":    {required: []string{"port_id", "path", "value"}, formatted: []string{"value"}},
+	"extend-port-attribute": {required: []string{"port_id", "path", "value"}, optional: []string{"unique"}, formatted: []string{"value"}},
+	"del-port-attribute":    {required: []string{"port_id", "path"}},
 }
 
 // refusedActions are Ironic's actions this coordinator does not run, and
 // why.
 var refusedActions = map[string]string{
-	"set-port-attribute":    "ports here keep no attributes a rule could set (their local_link_connection comes from LLDP); set a port's fields with baremetal port set",
-	"extend-port-attribute": "ports here keep no list attributes a rule could extend",
-	"del-port-attribute":    "ports here keep no attributes a rule could delete",
-	"api-call":              "the coordinator makes no HTTP calls on a rule's behalf (a site's WAN may be down during inspection); log the event instead and watch the node's history",
+	"api-call": "the coordinator makes no HTTP calls on a rule's behalf (a site's WAN may be down during inspection); log the event instead and watch the node's history",
 }
 
 // logLevels are the log action's levels.
@@ -499,6 +501,25 @@ func checkAction(op Op) string {
 	case "set-plugin-data", "extend-plugin-data", "unset-plugin-data":
 		if p, ok := args["path"].(string); !ok || p == "" {
 			return "path must be a dotted path such as lldp.switch"
+		}
+	case "set-port-attribute", "extend-port-attribute", "del-port-attribute":
+		if id, ok := args["port_id"].(string); !ok || id == "" {
+			return "port_id must be a port's UUID or MAC address"
+		}
+		p, ok := args["path"].(string)
+		if !ok {
+			return "path must be a string such as physical_network or /extra/KEY"
+		}
+		if _, isLit := literal(p); isLit && op.Loop == nil {
+			parts := splitPath(p)
+			if err := checkPortPath(parts, op.Op); err != nil {
+				return err.Error()
+			}
+			if v, given := args["value"]; given && op.Op == "set-port-attribute" {
+				if err := checkPortValue(parts, v); err != nil {
+					return err.Error()
+				}
+			}
 		}
 	}
 	if u, ok := args["unique"]; ok {

@@ -112,3 +112,12 @@ bench-wan:
 UI_NODES ?= 10000
 bench-ui:
 	$(GO) run ./scripts/bench-ui -nodes $(UI_NODES)
+
+# The serial console relayed by a site: CONSOLE_NODES simulated nodes behind a
+# 500 ms round-trip link; the WAN an idle enabled console costs, the keystroke
+# round trip, step results with every console printing (root; not part of
+# make test): make bench-console
+.PHONY: bench-console
+CONSOLE_NODES ?= 100
+bench-console:
+	CONSOLE_NODES=$(CONSOLE_NODES) GO=$(GO) scripts/bench-console/run.sh

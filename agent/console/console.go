@@ -155,10 +155,21 @@ type Manager struct {
 	sessions map[string]*session
 	wake     chan struct{}
 	ctx      context.Context
-	// infos are the enabled nodes' driver_info (not stored: the
-	// coordinator sends it again with its replay after a restart).
-	seq uint64
+	// last is the node whose output went last: the next turn is the
+	// node after it (round robin over the nodes with output due).
+	last string
+	// sending are the nodes whose chunk is being published: a node has
+	// one chunk on the way at a time (its offsets arrive in order), other
+	// nodes' go beside it.
+	sending map[string]bool
 }
+
+// MaxSending bounds the console chunks being published at once (each
+// awaits the broker's ack, a WAN round trip): consoles of different
+// nodes do not wait for each other's round trips, and the site's
+// results, which take their own turns on the same link, never find the
+// link's in-flight window taken by consoles.
+const MaxSending = 32
 
 // New returns a Manager with what the store kept.
 func New(cfg Config) (*Manager, error) {
@@ -180,7 +191,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Busy == nil {
 		cfg.Busy = func() bool { return false }
 	}
-	m := &Manager{cfg: cfg, kept: map[string]*kept{}, sessions: map[string]*session{}, wake: make(chan struct{}, 1), ctx: context.Background()}
+	m := &Manager{cfg: cfg, kept: map[string]*kept{}, sessions: map[string]*session{}, wake: make(chan struct{}, 1), ctx: context.Background(),
+		sending: map[string]bool{}}
 	if cfg.Store != nil {
 		all, err := cfg.Store.LoadConsoles()
 		if err != nil {
@@ -432,8 +444,10 @@ func (m *Manager) Kept(node string) ([]byte, uint64) {
 	return append([]byte(nil), k.Data...), k.End
 }
 
-// next is the next message due: the oldest unsent output of a node, or
-// a notice; ok false when nothing is due.
+// next is the next message due: the oldest unsent output of a node
+// whose previous chunk is not on the way, or a notice; the node after
+// the one that went last has the first turn. ok false when nothing is
+// due. The node is marked sending until release is called.
 func (m *Manager) next() (node string, msg *protocol.Message, raw int, done func(), ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -443,9 +457,16 @@ func (m *Manager) next() (node string, msg *protocol.Message, raw int, done func
 	}
 	sort.Strings(nodes)
 	// Round robin from the node after the last sent.
+	first := sort.SearchStrings(nodes, m.last)
+	if first < len(nodes) && nodes[first] == m.last {
+		first++
+	}
 	for i := range nodes {
-		n := nodes[(int(m.seq)+i)%len(nodes)]
+		n := nodes[(first+i)%len(nodes)]
 		k := m.kept[n]
+		if m.sending[n] {
+			continue
+		}
 		if k.Sent < k.start() {
 			k.Sent = k.start() // dropped past the bound before it could go
 		}
@@ -458,7 +479,6 @@ func (m *Manager) next() (node string, msg *protocol.Message, raw int, done func
 			chunk = chunk[:protocol.MaxConsoleChunk]
 		}
 		last := from+uint64(len(chunk)) == k.End
-		m.seq++
 		c := &protocol.ConsoleData{Offset: from}
 		if len(chunk) > 0 {
 			c.Output = protocol.DeflateConsole(chunk)
@@ -468,7 +488,7 @@ func (m *Manager) next() (node string, msg *protocol.Message, raw int, done func
 			errText, closed = k.Error, k.Closed
 			c.Error, c.Closed = errText, closed
 		}
-		m.seq++
+		m.last = n
 		msg := &protocol.Message{Kind: protocol.KindConsoleOutput, ID: fmt.Sprintf("console-%s-%d", n, from+uint64(len(chunk))),
 			Site: m.cfg.Site, Node: n, Sent: time.Now().UTC(), Console: c}
 		to := from + uint64(len(chunk))
@@ -491,21 +511,37 @@ func (m *Manager) next() (node string, msg *protocol.Message, raw int, done func
 }
 
 // sendLoop sends what is due: after the site's queued results (Busy),
-// at most Bandwidth bytes a second, again after a failed publish.
+// at most Bandwidth bytes a second, up to MaxSending chunks (of
+// different nodes) on the way at once, again after a failed publish.
 func (m *Manager) sendLoop(ctx context.Context) {
 	tokens := float64(m.cfg.Bandwidth)
 	last := time.Now()
-	retry := time.NewTimer(time.Hour)
-	defer retry.Stop()
+	slots := make(chan struct{}, MaxSending)
 	for ctx.Err() == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		node, msg, raw, done, ok := m.next()
 		if !ok {
+			<-slots
 			select {
 			case <-ctx.Done():
 				return
 			case <-m.wake:
 			}
 			continue
+		}
+		m.mu.Lock()
+		m.sending[node] = true
+		m.mu.Unlock()
+		release := func() {
+			m.mu.Lock()
+			delete(m.sending, node)
+			m.mu.Unlock()
+			<-slots
+			m.poke()
 		}
 		for m.cfg.Busy() && ctx.Err() == nil {
 			sleep(ctx, 20*time.Millisecond)
@@ -514,6 +550,7 @@ func (m *Manager) sendLoop(ctx context.Context) {
 		tokens = min(float64(m.cfg.Bandwidth), tokens+now.Sub(last).Seconds()*float64(m.cfg.Bandwidth))
 		last = now
 		if need := float64(raw) - tokens; need > 0 {
+			release()
 			sleep(ctx, time.Duration(need/float64(m.cfg.Bandwidth)*float64(time.Second)))
 			continue // recount: more may be due now
 		}
@@ -521,20 +558,25 @@ func (m *Manager) sendLoop(ctx context.Context) {
 		if err != nil {
 			m.cfg.Log.Warn("console output not encoded", "node", node, "err", err)
 			done()
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = m.cfg.Publish(pctx, protocol.ConsoleEvtTopic(m.cfg.Site), b)
-		cancel()
-		if err != nil {
-			if !errors.Is(err, context.Canceled) {
-				m.cfg.Log.Debug("console output not sent; kept at the site, sent again", "node", node, "err", err)
-			}
-			sleep(ctx, time.Second)
+			release()
 			continue
 		}
 		tokens -= float64(raw)
-		done()
+		go func() {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := m.cfg.Publish(pctx, protocol.ConsoleEvtTopic(m.cfg.Site), b)
+			cancel()
+			if err != nil {
+				if !errors.Is(err, context.Canceled) {
+					m.cfg.Log.Debug("console output not sent; kept at the site, sent again", "node", node, "err", err)
+				}
+				// The node's turn comes again after a pause.
+				sleep(ctx, time.Second)
+			} else {
+				done()
+			}
+			release()
+		}()
 	}
 }
 

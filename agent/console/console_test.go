@@ -180,3 +180,79 @@ func TestTargetOf(t *testing.T) {
 		t.Fatalf("%+v", tg)
 	}
 }
+
+// TestManyConsolesOverASlowLink: 20 nodes' consoles print all the time
+// and each publish takes a second (the broker's ack over a slow WAN).
+// Every node's output arrives (none waits for the others forever), at
+// most one chunk of a node is on the way at a time and at most
+// MaxSending in all, and a key echoed on one node arrives in less time
+// than one round trip per node would take (the chunks of different
+// nodes are on the way together, not one after the other).
+func TestManyConsolesOverASlowLink(t *testing.T) {
+	const nodes, rtt = 20, time.Second
+	w := &wan{got: map[string][]byte{}}
+	var mu sync.Mutex
+	onWay, perNode, most := 0, map[string]int{}, 0
+	publish := func(ctx context.Context, topic string, b []byte) error {
+		m, err := protocol.Decode(b)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		onWay++
+		perNode[m.Node]++
+		most = max(most, onWay)
+		if perNode[m.Node] > 1 {
+			t.Errorf("two chunks of node %s on the way at once", m.Node)
+		}
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			onWay--
+			perNode[m.Node]--
+			mu.Unlock()
+		}()
+		select {
+		case <-time.After(rtt):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return w.publish(ctx, topic, b)
+	}
+	m, err := New(Config{Site: "s1", Publish: publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.Run(ctx)
+	name := func(i int) string { return string(rune('a'+i)) + "-node" }
+	for i := range nodes {
+		go func() {
+			for n := 0; ctx.Err() == nil; n++ {
+				m.append(name(i), []byte("tick\r\n"))
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	waitFor(t, "output of every node", func() bool {
+		for i := range nodes {
+			if !strings.Contains(w.text(name(i)), "tick") {
+				return false
+			}
+		}
+		return true
+	})
+	// The key goes on a node in the middle of the order.
+	start := time.Now()
+	m.append(name(nodes/2+1), []byte("KEY"))
+	waitFor(t, "the echoed key", func() bool { return strings.Contains(w.text(name(nodes/2+1)), "KEY") })
+	if took := time.Since(start); took >= nodes*rtt/2 {
+		t.Errorf("the key took %s to arrive: about one %s round trip per node's chunk before it", took, rtt)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > MaxSending || most < 2 {
+		t.Errorf("at most %d chunks were on the way at once, want 2 to %d", most, MaxSending)
+	}
+}

@@ -36,6 +36,12 @@ type Settings struct {
 	HistoryMaxEntries int
 	// NoEdgePlans is --edge-plans=false: every step's command goes alone.
 	NoEdgePlans bool
+	// MQTTListen is the embedded broker's --mqtt-listen (empty: a free
+	// 127.0.0.1 port), for a site behind a link of its own;
+	// MQTTInsecure is --mqtt-insecure, plain MQTT on such a link (a
+	// network namespace's, which nobody else reaches).
+	MQTTListen   string
+	MQTTInsecure bool
 }
 
 // Coord is the coordinator under test: a separate process (the default,
@@ -124,6 +130,9 @@ func StartProcess(ctx context.Context, bin, tmp string, s Settings) (*Coord, err
 	if err != nil {
 		return nil, err
 	}
+	if s.MQTTListen != "" {
+		mq = s.MQTTListen
+	}
 	data := filepath.Join(tmp, "data")
 	cmd := exec.Command(bin, serveArgs(data, api, mq, s)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
@@ -176,6 +185,9 @@ func serveArgs(data, api, mq string, s Settings) []string {
 	}
 	if s.NoEdgePlans {
 		args = append(args, "--edge-plans=false")
+	}
+	if s.MQTTInsecure {
+		args = append(args, "--mqtt-insecure")
 	}
 	return args
 }

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The WAN of the benchmark, made as make bench-wan makes it
+// (scripts/systest/wan_netns_test.go): the site's edge agent runs in a
+// network namespace of its own, joined to the host, where the
+// coordinator's broker listens, by one link that delays every packet by
+// the one-way delay in each direction. The link is a veth pair with tc
+// netem on both ends where the kernel has netem, else two TUN devices
+// and a wire between them in this process that delays every packet (in
+// order). The namespace and the link are removed by close, and a killed
+// run's leftovers by the next run.
+type wan struct {
+	ns, hostIf, siteIf string
+	hostIP, siteIP     string
+	wire               *wire
+	how                string
+}
+
+func run(args ...string) (string, error) {
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+const nsPrefix = "bmcons"
+
+// sweep removes the namespaces of earlier runs whose process is gone.
+func sweep() {
+	out, err := run("ip", "netns", "list")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		rest, ok := strings.CutPrefix(f[0], nsPrefix)
+		if !ok {
+			continue
+		}
+		rest = strings.TrimPrefix(rest, "probe")
+		pid, err := strconv.Atoi(rest)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			_, _ = run("ip", "netns", "del", f[0])
+		}
+	}
+}
+
+// netemWorks tells whether tc netem can be used here, tried on the
+// loopback of a namespace made for the purpose.
+func netemWorks() bool {
+	if _, err := exec.LookPath("tc"); err != nil {
+		return false
+	}
+	ns := fmt.Sprintf("%sprobe%d", nsPrefix, os.Getpid())
+	_, _ = run("ip", "netns", "del", ns)
+	if _, err := run("ip", "netns", "add", ns); err != nil {
+		return false
+	}
+	defer func() { _, _ = run("ip", "netns", "del", ns) }()
+	_, err := run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms")
+	return err == nil
+}
+
+// newWAN makes the namespace and a link of oneWay delay each way.
+func newWAN(oneWay time.Duration) (w *wan, err error) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, errors.New("the ip command is missing (Debian package iproute2)")
+	}
+	sweep()
+	pid := os.Getpid()
+	w = &wan{ns: fmt.Sprintf("%s%d", nsPrefix, pid), hostIf: fmt.Sprintf("bc%dh", pid%1000000), siteIf: fmt.Sprintf("bc%dn", pid%1000000)}
+	// A /30 of 10.214.0.0/16 of this process: private, apart from the
+	// system tests' 10.213.0.0/16.
+	sub := pid % 16384
+	w.hostIP = fmt.Sprintf("10.214.%d.%d", sub/64, sub%64*4+1)
+	w.siteIP = fmt.Sprintf("10.214.%d.%d", sub/64, sub%64*4+2)
+	_, _ = run("ip", "link", "del", w.hostIf)
+	_, _ = run("ip", "netns", "del", w.ns)
+	netem := netemWorks()
+	if _, err := run("ip", "netns", "add", w.ns); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
+	var cmds [][]string
+	if netem {
+		w.how = "veth + tc netem"
+		cmds = [][]string{
+			{"ip", "link", "add", w.hostIf, "type", "veth", "peer", "name", w.siteIf},
+			{"ip", "link", "set", w.siteIf, "netns", w.ns},
+			{"ip", "addr", "add", w.hostIP + "/30", "dev", w.hostIf},
+			{"ip", "netns", "exec", w.ns, "ip", "addr", "add", w.siteIP + "/30", "dev", w.siteIf},
+			{"tc", "qdisc", "add", "dev", w.hostIf, "root", "netem", "delay", fmt.Sprintf("%dms", oneWay.Milliseconds())},
+			{"ip", "netns", "exec", w.ns, "tc", "qdisc", "add", "dev", w.siteIf, "root", "netem", "delay", fmt.Sprintf("%dms", oneWay.Milliseconds())},
+		}
+	} else {
+		w.how = "TUN wire (this kernel has no tc netem)"
+		host, err := openTUN(w.hostIf)
+		if err != nil {
+			return w, fmt.Errorf("cannot make a TUN device here: %w", err)
+		}
+		site, err := openTUN(w.siteIf)
+		if err != nil {
+			host.Close()
+			return w, fmt.Errorf("cannot make a TUN device here: %w", err)
+		}
+		w.wire = newWire(host, site, oneWay)
+		cmds = [][]string{
+			{"ip", "link", "set", w.siteIf, "netns", w.ns},
+			{"ip", "addr", "add", w.hostIP, "peer", w.siteIP, "dev", w.hostIf},
+			{"ip", "netns", "exec", w.ns, "ip", "addr", "add", w.siteIP, "peer", w.hostIP, "dev", w.siteIf},
+		}
+	}
+	cmds = append(cmds,
+		[]string{"ip", "link", "set", w.hostIf, "up"},
+		[]string{"ip", "netns", "exec", w.ns, "ip", "link", "set", w.siteIf, "up"},
+		[]string{"ip", "netns", "exec", w.ns, "ip", "link", "set", "lo", "up"})
+	for _, c := range cmds {
+		if _, err := run(c...); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
+}
+
+func (w *wan) close() {
+	if w.wire != nil {
+		w.wire.close()
+	}
+	_, _ = run("ip", "link", "del", w.hostIf)
+	_, _ = run("ip", "netns", "del", w.ns)
+}
+
+// rtt is the shortest of a few TCP connection attempts to a closed port
+// of the namespace (SYN there, RST back).
+func (w *wan) rtt() time.Duration {
+	best := time.Duration(0)
+	for range 6 {
+		start := time.Now()
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(w.siteIP, "9"), 5*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		if d := time.Since(start); err == nil || strings.Contains(err.Error(), "refused") {
+			if best == 0 || d < best {
+				best = d
+			}
+		}
+	}
+	return best
+}
+
+// bytes is what crossed the link so far, both ways (IP packets, as the
+// host's end counts them).
+func (w *wan) bytes() int64 {
+	var sum int64
+	for _, f := range []string{"rx_bytes", "tx_bytes"} {
+		b, err := os.ReadFile("/sys/class/net/" + w.hostIf + "/statistics/" + f)
+		if err != nil {
+			return -1
+		}
+		v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		sum += v
+	}
+	return sum
+}
+
+// freePort is a free TCP address on the host's end of the link.
+func (w *wan) freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(w.hostIP, "0"))
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// command runs bin in the namespace.
+func (w *wan) command(bin string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", w.ns, bin}, args...)...)
+}
+
+// openTUN makes a TUN device (IP packets, no header) that lives as long
+// as the returned file.
+func openTUN(name string) (*os.File, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUNSETIFF %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), "tun:"+name), nil
+}
+
+// wire carries packets between two TUN devices, each way after the
+// delay, in order.
+type wire struct {
+	a, b    *os.File
+	delay   time.Duration
+	wg      sync.WaitGroup
+	once    sync.Once
+	dropped atomic.Int64
+}
+
+func newWire(a, b *os.File, delay time.Duration) *wire {
+	w := &wire{a: a, b: b, delay: delay}
+	w.wg.Add(2)
+	go w.pump(a, b)
+	go w.pump(b, a)
+	return w
+}
+
+type packet struct {
+	due time.Time
+	b   []byte
+}
+
+func (w *wire) pump(from, to *os.File) {
+	defer w.wg.Done()
+	// Deep enough for a full window at the delay; a packet that finds
+	// it full is dropped, as a router's full queue would.
+	q := make(chan packet, 8192)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for p := range q {
+			if d := time.Until(p.due); d > 0 {
+				time.Sleep(d)
+			}
+			_, _ = to.Write(p.b)
+		}
+	}()
+	buf := make([]byte, 65536)
+	for {
+		n, err := from.Read(buf)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+				continue
+			}
+			close(q)
+			<-done
+			return
+		}
+		select {
+		case q <- packet{due: time.Now().Add(w.delay), b: append([]byte(nil), buf[:n]...)}:
+		default:
+			w.dropped.Add(1)
+		}
+	}
+}
+
+func (w *wire) close() {
+	w.once.Do(func() {
+		w.a.Close()
+		w.b.Close()
+		w.wg.Wait()
+	})
+}

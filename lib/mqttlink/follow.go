@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/packets"
@@ -33,9 +34,6 @@ func (l *Link) attempt(ctx context.Context, cfg autopaho.ClientConfig, u *url.UR
 	if isTLS(u.Scheme) {
 		d := tls.Dialer{Config: cfg.TlsCfg}
 		conn, err = d.DialContext(dctx, "tcp", u.Host)
-		if err == nil {
-			conn = packets.NewThreadSafeConn(conn)
-		}
 	} else {
 		var d net.Dialer
 		conn, err = d.DialContext(dctx, "tcp", u.Host)
@@ -92,7 +90,17 @@ type connackWatch struct {
 	from *url.URL
 	buf  []byte
 	done bool
+	// wmu is the connection's write lock: paho writes a packet in several
+	// Writes (its header, then its parts) and takes a connection's
+	// sync.Locker around them, so that packets of publishes made at the
+	// same time never interleave on the wire.
+	wmu sync.Mutex
 }
+
+// Lock and Unlock make the connection a sync.Locker for paho's packet
+// writes (packets.ControlPacket.WriteTo).
+func (c *connackWatch) Lock()   { c.wmu.Lock() }
+func (c *connackWatch) Unlock() { c.wmu.Unlock() }
 
 func (c *connackWatch) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)

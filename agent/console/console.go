@@ -162,7 +162,15 @@ type Manager struct {
 	// one chunk on the way at a time (its offsets arrive in order), other
 	// nodes' go beside it.
 	sending map[string]bool
+	// typed is when each node's console last had input: a console being
+	// typed into has its output sent first (its echo is what the
+	// operator waits for), before the round robin of the others.
+	typed map[string]time.Time
 }
+
+// typedFirst is how long after its last input a console's output goes
+// before the round robin's.
+const typedFirst = 3 * time.Second
 
 // MaxSending bounds the console chunks being published at once (each
 // awaits the broker's ack, a WAN round trip): consoles of different
@@ -192,7 +200,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Busy = func() bool { return false }
 	}
 	m := &Manager{cfg: cfg, kept: map[string]*kept{}, sessions: map[string]*session{}, wake: make(chan struct{}, 1), ctx: context.Background(),
-		sending: map[string]bool{}}
+		sending: map[string]bool{}, typed: map[string]time.Time{}}
 	if cfg.Store != nil {
 		all, err := cfg.Store.LoadConsoles()
 		if err != nil {
@@ -402,6 +410,7 @@ func (m *Manager) input(node string, b []byte) {
 	m.mu.Lock()
 	s := m.sessions[node]
 	m.mu.Unlock()
+	m.noteTyped(node)
 	if s == nil || s.conn == nil {
 		m.cfg.Log.Debug("console input for a console not open", "node", node)
 		return
@@ -409,6 +418,15 @@ func (m *Manager) input(node string, b []byte) {
 	if _, err := s.conn.Write(b); err != nil {
 		m.cfg.Log.Warn("console input not written", "node", node, "err", err)
 	}
+}
+
+// noteTyped gives node's output the first turns for typedFirst: its
+// console is being typed into.
+func (m *Manager) noteTyped(node string) {
+	m.mu.Lock()
+	m.typed[node] = time.Now()
+	m.mu.Unlock()
+	m.poke()
 }
 
 // Forget drops a deleted node's console and kept output.
@@ -461,8 +479,22 @@ func (m *Manager) next() (node string, msg *protocol.Message, raw int, done func
 	if first < len(nodes) && nodes[first] == m.last {
 		first++
 	}
+	// Consoles typed into lately first, then the round robin.
+	order := make([]string, 0, len(nodes))
+	now := time.Now()
+	for n, at := range m.typed {
+		if now.Sub(at) > typedFirst || m.kept[n] == nil {
+			delete(m.typed, n)
+			continue
+		}
+		order = append(order, n)
+	}
+	sort.Strings(order)
+	hot := len(order)
 	for i := range nodes {
-		n := nodes[(first+i)%len(nodes)]
+		order = append(order, nodes[(first+i)%len(nodes)])
+	}
+	for i, n := range order {
 		k := m.kept[n]
 		if m.sending[n] {
 			continue
@@ -488,7 +520,9 @@ func (m *Manager) next() (node string, msg *protocol.Message, raw int, done func
 			errText, closed = k.Error, k.Closed
 			c.Error, c.Closed = errText, closed
 		}
-		m.last = n
+		if i >= hot {
+			m.last = n // a typed console's turn leaves the round robin's where it was
+		}
 		msg := &protocol.Message{Kind: protocol.KindConsoleOutput, ID: fmt.Sprintf("console-%s-%d", n, from+uint64(len(chunk))),
 			Site: m.cfg.Site, Node: n, Sent: time.Now().UTC(), Console: c}
 		to := from + uint64(len(chunk))

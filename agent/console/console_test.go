@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,5 +255,57 @@ func TestManyConsolesOverASlowLink(t *testing.T) {
 	defer mu.Unlock()
 	if most > MaxSending || most < 2 {
 		t.Errorf("at most %d chunks were on the way at once, want 2 to %d", most, MaxSending)
+	}
+}
+
+// TestTypedConsoleFirst: with more consoles printing than chunks may be on
+// the way at once, the echo of a console being typed into goes before the
+// round robin of the others: it arrives within about two round trips
+// (its node's chunk already on the way, then its own), where its turn in
+// the round robin would come after every other node's chunk.
+func TestTypedConsoleFirst(t *testing.T) {
+	const nodes, rtt = 8 * MaxSending, 300 * time.Millisecond
+	w := &wan{got: map[string][]byte{}}
+	publish := func(ctx context.Context, topic string, b []byte) error {
+		select {
+		case <-time.After(rtt):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return w.publish(ctx, topic, b)
+	}
+	m, err := New(Config{Site: "s1", Publish: publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.Run(ctx)
+	name := func(i int) string { return fmt.Sprintf("node-%03d", i) }
+	for i := range nodes {
+		go func() {
+			for ctx.Err() == nil {
+				m.append(name(i), []byte("tick\r\n"))
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	waitFor(t, "output of every node", func() bool {
+		for i := range nodes {
+			if !strings.Contains(w.text(name(i)), "tick") {
+				return false
+			}
+		}
+		return true
+	})
+	key := name(nodes / 2)
+	m.noteTyped(key)
+	start := time.Now()
+	m.append(key, []byte("KEY"))
+	waitFor(t, "the echoed key", func() bool { return strings.Contains(w.text(key), "KEY") })
+	if took := time.Since(start); took > 4*rtt {
+		t.Errorf("the typed console's echo took %s, over four %s round trips: it waited for the round robin (%d consoles, %d on the way at once)", took, rtt, nodes, MaxSending)
+	} else {
+		t.Logf("the typed console's echo took %s (round trip %s)", took, rtt)
 	}
 }

@@ -187,7 +187,7 @@ func TestQEMUSoftwareRAID(t *testing.T) {
 
 	verb := func(v, want string, extra map[string]any) testrig.Node {
 		t.Helper()
-		return l.step(id, v, want, extra, 6*time.Minute)
+		return l.step(id, v, want, extra, 15*time.Minute)
 	}
 	// Automated cleaning, with the priorities Ironic's operators give
 	// the RAID steps: delete, erase, create.

@@ -71,7 +71,11 @@ func TestFastTrackSimulatedSite(t *testing.T) {
 	for _, id := range []string{fast, slow, idle, bad} {
 		step(id, "manage", "manageable")
 	}
-	step(idle, "inspect", "manageable")
+	// The idle node keeps its ramdisk after its inspection (until the
+	// fast track timeout, checked at the end).
+	if n := step(idle, "inspect", "manageable"); n.PowerState != "power on" {
+		t.Fatalf("idle node after inspect: %q, want its ramdisk kept running", n.PowerState)
+	}
 	for _, id := range []string{fast, slow} {
 		n := step(id, "inspect", "manageable")
 		wantPower := "power on"
@@ -101,12 +105,10 @@ func TestFastTrackSimulatedSite(t *testing.T) {
 		t.Errorf("the fast-tracked node's history does not say so:\n%s", h)
 	}
 
-	// The idle node's kept ramdisk: powered off at the end of the timeout.
+	// The idle node's kept ramdisk: powered off at the end of the timeout
+	// (which may have passed already on a loaded machine).
 	n := cl.Get(idle)
-	if n.PowerState != "power on" {
-		t.Fatalf("idle node after inspect: %q", n.PowerState)
-	}
-	deadline := time.Now().Add(timeout + 15*time.Second)
+	deadline := time.Now().Add(timeout + time.Minute)
 	for n.PowerState != "power off" || n.Reservation != "" {
 		if time.Now().After(deadline) {
 			t.Fatalf("the idle node's kept ramdisk is still %q %s after the timeout", n.PowerState, timeout)

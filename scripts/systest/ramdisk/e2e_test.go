@@ -357,7 +357,7 @@ func TestQEMURamdiskResetMidOperation(t *testing.T) {
 	// Maintenance, set once the VM runs (inspect wait), holds the node
 	// there after its ramdisk is welcomed, so that the reset surely comes
 	// mid-operation. The ramdisk takes seconds to boot; the poll is quick.
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(3*time.Minute)
 	for {
 		var cur testrig.Node
 		cl.Do("GET", "/v1/nodes/vm1", nil, &cur)
@@ -372,7 +372,7 @@ func TestQEMURamdiskResetMidOperation(t *testing.T) {
 	if code := cl.Do("PUT", "/v1/nodes/vm1/maintenance", map[string]string{"reason": "hold for the test"}, nil); code != 202 {
 		t.Fatalf("maintenance: %d", code)
 	}
-	deadline = time.Now().Add(2 * time.Minute)
+	deadline = time.Now().Add(5 * time.Minute)
 	for !strings.Contains(history(t, cl), "ramdisk booted") {
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(console)
@@ -381,7 +381,7 @@ func TestQEMURamdiskResetMidOperation(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	qmpReset(t, qmp)
-	deadline = time.Now().Add(2 * time.Minute)
+	deadline = time.Now().Add(5 * time.Minute)
 	var got testrig.Node
 	for {
 		cl.Do("GET", "/v1/nodes/vm1", nil, &got)

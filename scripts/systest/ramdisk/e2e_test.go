@@ -357,7 +357,7 @@ func TestQEMURamdiskResetMidOperation(t *testing.T) {
 	// Maintenance, set once the VM runs (inspect wait), holds the node
 	// there after its ramdisk is welcomed, so that the reset surely comes
 	// mid-operation. The ramdisk takes seconds to boot; the poll is quick.
-	deadline := time.Now().Add(3*time.Minute)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		var cur testrig.Node
 		cl.Do("GET", "/v1/nodes/vm1", nil, &cur)

@@ -220,30 +220,7 @@ func TestManyConsolesOverASlowLink(t *testing.T) {
 		}
 		return w.publish(ctx, topic, b)
 	}
-	m, err := New(Config{Site: "s1", Publish: publish})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go m.Run(ctx)
-	name := func(i int) string { return string(rune('a'+i)) + "-node" }
-	for i := range nodes {
-		go func() {
-			for n := 0; ctx.Err() == nil; n++ {
-				m.append(name(i), []byte("tick\r\n"))
-				time.Sleep(20 * time.Millisecond)
-			}
-		}()
-	}
-	waitFor(t, "output of every node", func() bool {
-		for i := range nodes {
-			if !strings.Contains(w.text(name(i)), "tick") {
-				return false
-			}
-		}
-		return true
-	})
+	m, name := printingConsoles(t, nodes, w, publish)
 	// The key goes on a node in the middle of the order.
 	start := time.Now()
 	m.append(name(nodes/2+1), []byte("KEY"))
@@ -274,12 +251,31 @@ func TestTypedConsoleFirst(t *testing.T) {
 		}
 		return w.publish(ctx, topic, b)
 	}
+	m, name := printingConsoles(t, nodes, w, publish)
+	key := name(nodes / 2)
+	m.noteTyped(key)
+	start := time.Now()
+	m.append(key, []byte("KEY"))
+	waitFor(t, "the echoed key", func() bool { return strings.Contains(w.text(key), "KEY") })
+	if took := time.Since(start); took > 4*rtt {
+		t.Errorf("the typed console's echo took %s, over four %s round trips: it waited for the round robin (%d consoles, %d on the way at once)", took, rtt, nodes, MaxSending)
+	} else {
+		t.Logf("the typed console's echo took %s (round trip %s)", took, rtt)
+	}
+}
+
+// printingConsoles runs a Manager that publishes through publish (into w)
+// with nodes consoles printing a line every 20 ms until the test ends,
+// and returns once w has output of every node; name(i) is node i's name
+// (in sorted order).
+func printingConsoles(t *testing.T, nodes int, w *wan, publish func(context.Context, string, []byte) error) (*Manager, func(int) string) {
+	t.Helper()
 	m, err := New(Config{Site: "s1", Publish: publish})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	go m.Run(ctx)
 	name := func(i int) string { return fmt.Sprintf("node-%03d", i) }
 	for i := range nodes {
@@ -298,14 +294,5 @@ func TestTypedConsoleFirst(t *testing.T) {
 		}
 		return true
 	})
-	key := name(nodes / 2)
-	m.noteTyped(key)
-	start := time.Now()
-	m.append(key, []byte("KEY"))
-	waitFor(t, "the echoed key", func() bool { return strings.Contains(w.text(key), "KEY") })
-	if took := time.Since(start); took > 4*rtt {
-		t.Errorf("the typed console's echo took %s, over four %s round trips: it waited for the round robin (%d consoles, %d on the way at once)", took, rtt, nodes, MaxSending)
-	} else {
-		t.Logf("the typed console's echo took %s (round trip %s)", took, rtt)
-	}
+	return m, name
 }

@@ -78,6 +78,10 @@ func TestHTTPBootISO(t *testing.T) {
 		}
 		return nil
 	})
+	// The RAM filesystem's folder of the build is gone with it.
+	if left, _ := filepath.Glob(filepath.Join(shmDir, "bmedge-httpboot-*")); len(left) != 0 {
+		t.Errorf("the build left %v on the RAM filesystem", left)
+	}
 	if _, err := httpBootISO(context.Background(), src, "bm.x=$(reboot)"); err == nil {
 		t.Error("parameters with shell syntax were taken")
 	}

@@ -282,19 +282,18 @@ func TestEdgeRelayedResultsSurviveKill9(t *testing.T) {
 		cl.WaitRest(id, 20*time.Second)
 		cl.MustVerb(id, "inspect", nil)
 	}
-	// The ramdisks are running inspect_hardware (3 s): the coordinator
-	// dies before their results arrive.
+	// The ramdisks are running inspect_hardware (3 s), as their
+	// heartbeats said: the coordinator dies before their results arrive.
 	waitFor(t, 20*time.Second, "every node's ramdisk runs its inspection", func() (bool, string) {
 		running := 0
 		for _, id := range ids {
 			n := cl.Get(id)
-			if n.State == "inspect wait" && n.Properties["cpus"] == nil {
+			if n.State == "inspect wait" && n.Properties["cpus"] == nil && ramdiskRuns(n) {
 				running++
 			}
 		}
-		return running == nodes, fmt.Sprintf("%d of %d in inspect wait", running, nodes)
+		return running == nodes, fmt.Sprintf("%d of %d in inspect wait with the ramdisk's heartbeat saying it runs the step", running, nodes)
 	})
-	time.Sleep(time.Second)
 	coord.kill()
 	// The results go into the agent's outbox, acknowledged to the
 	// ramdisks, and into its state folder (the summary of their

@@ -241,13 +241,12 @@ func TestWANCut(t *testing.T) {
 		ns := s.nodes(t)
 		running := 0
 		for _, n := range ns {
-			if n.State == "clean wait" && n.CleanStep != nil && n.CleanStep["requires_ramdisk"] == true {
+			if n.State == "clean wait" && n.CleanStep != nil && n.CleanStep["requires_ramdisk"] == true && ramdiskRuns(n) {
 				running++
 			}
 		}
-		return running == nodes, fmt.Sprintf("%d of %d; failed: %s", running, nodes, failed(ns))
+		return running == nodes, fmt.Sprintf("%d of %d (the ramdisk's heartbeat saying it runs the step); failed: %s", running, nodes, failed(ns))
 	})
-	time.Sleep(2 * time.Second)
 	cut := time.Now()
 	w.Cut()
 	t.Logf("link cut at %s", cut.Format(time.TimeOnly))
@@ -330,4 +329,12 @@ func TestWANImpaired(t *testing.T) {
 		"clean step deploy.erase_devices_metadata done": 2,
 		"clean step deploy.erase_devices done":          2,
 	})
+}
+
+// ramdiskRuns tells whether the node's ramdisk said, in a heartbeat, that
+// it runs the node's outstanding in-band command: the command crossed the
+// site and its step is under way.
+func ramdiskRuns(n testrig.Node) bool {
+	c, _ := n.InternalInfo["outstanding_command"].(map[string]any)
+	return c != nil && c["accepted"] == true
 }

@@ -19,8 +19,10 @@ import (
 // The edge agent sends what the console printed (KindConsoleOutput) on
 // the site's console/evt topic, in chunks of at most MaxConsoleChunk
 // bytes before compression (raw DEFLATE), each with the offset of its
-// first byte in the node's console stream: the coordinator keeps what
-// follows what it has and ignores what it has already. Console output
+// first byte in the node's console stream: a node has up to a few chunks
+// on the way at once, which may arrive out of order; the coordinator puts
+// them in order, keeps what follows what it has and ignores what it has
+// already. Console output
 // is sent after the site's commands' results and reports, within a
 // per-site bandwidth bound; what the WAN could not carry waits at the
 // site (the last --console-keep bytes of each node).
@@ -54,6 +56,14 @@ type ConsoleData struct {
 	// first byte.
 	Output []byte `json:"output,omitempty"`
 	Offset uint64 `json:"offset,omitempty"`
+	// Lost, on output: the Lost bytes before Offset will not come (the
+	// site dropped them past its bound before it could send them, or, on
+	// the first chunk of a replay, Lost = Offset: the site has nothing
+	// older). The coordinator waits for a gap before Offset that Lost
+	// does not cover (the chunk before may still be on the way: a node
+	// has up to a few chunks on the way at once) and shows what Lost
+	// covers as lost.
+	Lost uint64 `json:"lost,omitempty"`
 	// Error, on output: why the site could not open or lost the console
 	// (the dialer's error), for the node's history.
 	Error string `json:"error,omitempty"`
@@ -136,6 +146,9 @@ func checkConsoleOutput(m *Message) error {
 	// checks the real size).
 	if len(c.Output) > MaxConsoleChunk+MaxConsoleChunk/8+64 {
 		return fmt.Errorf("console output %q of %d compressed bytes is over the limit", m.ID, len(c.Output))
+	}
+	if c.Lost > c.Offset {
+		return fmt.Errorf("console output %q has lost %d bytes before offset %d", m.ID, c.Lost, c.Offset)
 	}
 	if len(c.Error) > 1024 {
 		return fmt.Errorf("console output %q error of %d bytes is over the limit of 1024", m.ID, len(c.Error))

@@ -12,7 +12,7 @@ func TestConsoleMessages(t *testing.T) {
 	ok := []*Message{
 		{Kind: KindConsole, ID: "1", Node: "n", Sent: now, Action: ConsoleEnable, Driver: "fake"},
 		{Kind: KindConsole, ID: "2", Node: "n", Sent: now, Action: ConsoleInput, Console: &ConsoleData{Input: []byte("ls\r")}},
-		{Kind: KindConsoleOutput, ID: "3", Node: "n", Sent: now, Console: &ConsoleData{Output: DeflateConsole([]byte("hi")), Offset: 7}},
+		{Kind: KindConsoleOutput, ID: "3", Node: "n", Sent: now, Console: &ConsoleData{Output: DeflateConsole([]byte("hi")), Offset: 7, Lost: 7}},
 	}
 	for _, m := range ok {
 		if _, err := Encode(m); err != nil {
@@ -30,6 +30,7 @@ func TestConsoleMessages(t *testing.T) {
 		{&Message{Kind: KindConsole, ID: "1", Node: "n", Sent: now, Action: ConsoleInput, Console: &ConsoleData{Input: bytes.Repeat([]byte("a"), MaxConsoleInput+1)}}, "over the limit"},
 		{&Message{Kind: KindConsoleOutput, ID: "1", Node: "n", Sent: now, Console: &ConsoleData{Input: []byte("x")}}, "only the coordinator"},
 		{&Message{Kind: KindConsoleOutput, ID: "1", Node: "n", Sent: now, Console: &ConsoleData{Output: make([]byte, MaxConsoleChunk*2)}}, "over the limit"},
+		{&Message{Kind: KindConsoleOutput, ID: "1", Node: "n", Sent: now, Console: &ConsoleData{Offset: 5, Lost: 6}}, "lost 6 bytes before offset 5"},
 	}
 	for _, b := range bad {
 		if _, err := Encode(b.m); err == nil || !strings.Contains(err.Error(), b.want) {

@@ -137,6 +137,45 @@ type kept struct {
 	Closed  bool   `json:"closed,omitempty"` // a closed notice is due
 	Error   string `json:"error,omitempty"`  // an error notice is due
 	dirty   bool
+	// The node's chunks on the way (not kept in the state folder):
+	// flights are the chunks sent from Sent up to next, in order, acked
+	// or not; at most NodeWindow of them (TypedWindow while typed into),
+	// and as many publishes of the node not returned (onWay, which also
+	// counts those of flights a rewind dropped).
+	next    uint64
+	flights []*flight
+	onWay   int
+	// failed: a publish of a flight failed; no new chunk goes until
+	// onWay is 0, then the node starts again from Sent.
+	failed bool
+	// replay: the next chunk is the first of a replay (Lost = Offset).
+	replay bool
+	// noticeOut: a chunk carrying the due notice is on the way.
+	noticeOut bool
+}
+
+// flight is a chunk of a node's output on the way: bytes from to to;
+// notice when it carries the node's notice (errText, closed).
+type flight struct {
+	from, to uint64
+	acked    bool
+	notice   bool
+	errText  string
+	closed   bool
+}
+
+// rewind drops the node's flights: its next chunk starts at Sent (what
+// the broker acked in order; the coordinator ignores what it has).
+func (k *kept) rewind() {
+	k.flights, k.next, k.failed, k.noticeOut = nil, k.Sent, false, false
+}
+
+// resend has everything kept sent again, the first chunk saying that
+// nothing older will come (the coordinator's replay, its enable again).
+func (k *kept) resend() {
+	k.Sent = k.start()
+	k.rewind()
+	k.replay = true
 }
 
 func (k *kept) start() uint64 { return k.End - uint64(len(k.Data)) }
@@ -158,10 +197,6 @@ type Manager struct {
 	// last is the node whose output went last: the next turn is the
 	// node after it (round robin over the nodes with output due).
 	last string
-	// sending are the nodes whose chunk is being published: a node has
-	// one chunk on the way at a time (its offsets arrive in order), other
-	// nodes' go beside it.
-	sending map[string]bool
 	// typed is when each node's console last had input: a console being
 	// typed into has its output sent first (its echo is what the
 	// operator waits for), before the round robin of the others.
@@ -178,6 +213,21 @@ const typedFirst = 3 * time.Second
 // results, which take their own turns on the same link, never find the
 // link's in-flight window taken by consoles.
 const MaxSending = 32
+
+// NodeWindow bounds the chunks of one node on the way at once: new
+// output (a typed key's echo) goes while the node's previous chunks
+// await their acks, so it arrives one round trip after it was printed,
+// not after the previous chunks' round trips too. Chunks may arrive out
+// of order; each carries its offset and the coordinator puts them in
+// order (coordinator/engine consolestream.go). A failed publish stops
+// the node's new chunks until its others have returned, then the node
+// sends again from the first byte the broker did not ack.
+const NodeWindow = 4
+
+// TypedWindow is NodeWindow of a console typed into in the last
+// typedFirst: its echo goes at once also while it prints without pause
+// (up to TypedWindow chunks a round trip).
+const TypedWindow = 16
 
 // New returns a Manager with what the store kept.
 func New(cfg Config) (*Manager, error) {
@@ -200,7 +250,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Busy = func() bool { return false }
 	}
 	m := &Manager{cfg: cfg, kept: map[string]*kept{}, sessions: map[string]*session{}, wake: make(chan struct{}, 1), ctx: context.Background(),
-		sending: map[string]bool{}, typed: map[string]time.Time{}}
+		typed: map[string]time.Time{}}
 	if cfg.Store != nil {
 		all, err := cfg.Store.LoadConsoles()
 		if err != nil {
@@ -212,6 +262,7 @@ func New(cfg Config) (*Manager, error) {
 				continue
 			}
 			k.Enabled = false // reopened by the coordinator's enable
+			k.next = k.Sent
 			m.kept[node] = &k
 		}
 	}
@@ -282,7 +333,7 @@ func (m *Manager) Handle(msg *protocol.Message) {
 	case protocol.ConsoleReplay:
 		m.mu.Lock()
 		if k := m.kept[msg.Node]; k != nil {
-			k.Sent = k.start()
+			k.resend()
 		}
 		m.mu.Unlock()
 		m.poke()
@@ -301,7 +352,7 @@ func (m *Manager) enable(node string, t Target) {
 	if _, open := m.sessions[node]; open {
 		// Enabled again (a replay after the coordinator's restart):
 		// the coordinator may lack what it had.
-		k.Sent = k.start()
+		k.resend()
 		m.poke()
 		return
 	}
@@ -462,11 +513,14 @@ func (m *Manager) Kept(node string) ([]byte, uint64) {
 	return append([]byte(nil), k.Data...), k.End
 }
 
-// next is the next message due: the oldest unsent output of a node
-// whose previous chunk is not on the way, or a notice; the node after
-// the one that went last has the first turn. ok false when nothing is
-// due. The node is marked sending until release is called.
-func (m *Manager) next() (node string, msg *protocol.Message, raw int, done func(), ok bool) {
+// next is the next chunk due, if it fits in tokens bytes: the oldest
+// output of a node not yet on the way (its chunks on the way fewer than
+// NodeWindow, TypedWindow for a console typed into lately), or a notice; consoles typed into lately first, then the
+// node after the one that went last. ok false when nothing goes now:
+// wait > 0 when the chunk due does not fit in tokens (the time its bytes
+// take at the bandwidth). settle takes its publish's result; the chunk
+// is on the way until done is called.
+func (m *Manager) next(tokens float64) (node string, msg *protocol.Message, raw int, wait time.Duration, settle func(error), done func(), ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	nodes := make([]string, 0, len(m.kept))
@@ -496,57 +550,104 @@ func (m *Manager) next() (node string, msg *protocol.Message, raw int, done func
 	}
 	for i, n := range order {
 		k := m.kept[n]
-		if m.sending[n] {
+		window := NodeWindow
+		if i < hot {
+			window = TypedWindow
+		}
+		if k.failed || len(k.flights) >= window || k.onWay >= window {
 			continue
 		}
-		if k.Sent < k.start() {
-			k.Sent = k.start() // dropped past the bound before it could go
+		k.next = max(k.next, k.Sent)
+		from, lostFrom := k.next, k.next
+		if from < k.start() {
+			from = k.start() // dropped past the bound before it could go
 		}
-		if k.Sent >= k.End && !k.Closed && k.Error == "" {
+		notice := (k.Closed || k.Error != "") && !k.noticeOut
+		if from >= k.End && !notice {
 			continue
 		}
-		from := k.Sent
 		chunk := k.Data[from-k.start():]
 		if len(chunk) > protocol.MaxConsoleChunk {
 			chunk = chunk[:protocol.MaxConsoleChunk]
 		}
-		last := from+uint64(len(chunk)) == k.End
-		c := &protocol.ConsoleData{Offset: from}
+		if need := float64(len(chunk)) - tokens; need > 0 {
+			return "", nil, 0, time.Duration(need / float64(m.cfg.Bandwidth) * float64(time.Second)), nil, nil, false
+		}
+		to := from + uint64(len(chunk))
+		c := &protocol.ConsoleData{Offset: from, Lost: from - lostFrom}
+		if k.replay {
+			c.Lost = from
+		}
 		if len(chunk) > 0 {
 			c.Output = protocol.DeflateConsole(chunk)
 		}
-		errText, closed := "", false
-		if last {
-			errText, closed = k.Error, k.Closed
-			c.Error, c.Closed = errText, closed
+		f := &flight{from: from, to: to}
+		if to == k.End && notice {
+			f.notice, f.errText, f.closed = true, k.Error, k.Closed
+			c.Error, c.Closed = k.Error, k.Closed
+			k.noticeOut = true
 		}
 		if i >= hot {
 			m.last = n // a typed console's turn leaves the round robin's where it was
 		}
-		msg := &protocol.Message{Kind: protocol.KindConsoleOutput, ID: fmt.Sprintf("console-%s-%d", n, from+uint64(len(chunk))),
+		k.flights = append(k.flights, f)
+		k.next, k.replay = to, false
+		k.onWay++
+		msg := &protocol.Message{Kind: protocol.KindConsoleOutput, ID: fmt.Sprintf("console-%s-%d", n, to),
 			Site: m.cfg.Site, Node: n, Sent: time.Now().UTC(), Console: c}
-		to := from + uint64(len(chunk))
-		return n, msg, len(chunk), func() {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			if k2 := m.kept[n]; k2 == k && k.Sent == from {
-				k.Sent = to
-				if last && k.Error == errText {
-					k.Error = ""
-				}
-				if last && closed {
-					k.Closed = false
-				}
-				k.dirty = true
-			}
-		}, true
+		return n, msg, len(chunk), 0, func(err error) { m.settle(k, f, err) }, func() { m.done(k) }, true
 	}
-	return "", nil, 0, nil, false
+	return "", nil, 0, 0, nil, nil, false
+}
+
+// settle takes the result of flight f's publish: acked, the node's Sent
+// moves over the flights acked in order; failed, the node sends nothing
+// new, and again from Sent once its publishes have returned (done).
+func (m *Manager) settle(k *kept, f *flight, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	current := false
+	for _, g := range k.flights {
+		current = current || g == f
+	}
+	switch {
+	case !current:
+		// Dropped by a rewind (a replay, a failure): sent again.
+	case err != nil:
+		k.failed = true
+	default:
+		f.acked = true
+		if f.notice {
+			if k.Error == f.errText {
+				k.Error = ""
+			}
+			if f.closed {
+				k.Closed = false
+			}
+			k.noticeOut = false
+		}
+		for len(k.flights) > 0 && k.flights[0].acked {
+			k.Sent = max(k.Sent, k.flights[0].to)
+			k.flights = k.flights[1:]
+		}
+		k.dirty = true
+	}
+}
+
+// done: a publish of the node's has returned.
+func (m *Manager) done(k *kept) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k.onWay--
+	if k.failed && k.onWay == 0 {
+		k.rewind()
+	}
 }
 
 // sendLoop sends what is due: after the site's queued results (Busy),
-// at most Bandwidth bytes a second, up to MaxSending chunks (of
-// different nodes) on the way at once, again after a failed publish.
+// at most Bandwidth bytes a second, up to MaxSending chunks on the way
+// at once (at most NodeWindow of one node), again after a failed
+// publish.
 func (m *Manager) sendLoop(ctx context.Context) {
 	tokens := float64(m.cfg.Bandwidth)
 	last := time.Now()
@@ -557,9 +658,19 @@ func (m *Manager) sendLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		node, msg, raw, done, ok := m.next()
+		for m.cfg.Busy() && ctx.Err() == nil {
+			sleep(ctx, 20*time.Millisecond)
+		}
+		now := time.Now()
+		tokens = min(float64(m.cfg.Bandwidth), tokens+now.Sub(last).Seconds()*float64(m.cfg.Bandwidth))
+		last = now
+		node, msg, raw, wait, settle, done, ok := m.next(tokens)
 		if !ok {
 			<-slots
+			if wait > 0 {
+				sleep(ctx, wait)
+				continue // recount: more may be due now
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -567,49 +678,27 @@ func (m *Manager) sendLoop(ctx context.Context) {
 			}
 			continue
 		}
-		m.mu.Lock()
-		m.sending[node] = true
-		m.mu.Unlock()
-		release := func() {
-			m.mu.Lock()
-			delete(m.sending, node)
-			m.mu.Unlock()
-			<-slots
-			m.poke()
-		}
-		for m.cfg.Busy() && ctx.Err() == nil {
-			sleep(ctx, 20*time.Millisecond)
-		}
-		now := time.Now()
-		tokens = min(float64(m.cfg.Bandwidth), tokens+now.Sub(last).Seconds()*float64(m.cfg.Bandwidth))
-		last = now
-		if need := float64(raw) - tokens; need > 0 {
-			release()
-			sleep(ctx, time.Duration(need/float64(m.cfg.Bandwidth)*float64(time.Second)))
-			continue // recount: more may be due now
-		}
-		b, err := protocol.Encode(msg)
-		if err != nil {
-			m.cfg.Log.Warn("console output not encoded", "node", node, "err", err)
-			done()
-			release()
-			continue
-		}
 		tokens -= float64(raw)
 		go func() {
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := m.cfg.Publish(pctx, protocol.ConsoleEvtTopic(m.cfg.Site), b)
-			cancel()
+			b, err := protocol.Encode(msg)
 			if err != nil {
-				if !errors.Is(err, context.Canceled) {
+				m.cfg.Log.Warn("console output not encoded", "node", node, "err", err)
+			} else {
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err = m.cfg.Publish(pctx, protocol.ConsoleEvtTopic(m.cfg.Site), b)
+				cancel()
+				if err != nil && !errors.Is(err, context.Canceled) {
 					m.cfg.Log.Debug("console output not sent; kept at the site, sent again", "node", node, "err", err)
 				}
+			}
+			settle(err)
+			if err != nil {
 				// The node's turn comes again after a pause.
 				sleep(ctx, time.Second)
-			} else {
-				done()
 			}
-			release()
+			done()
+			<-slots
+			m.poke()
 		}()
 	}
 }

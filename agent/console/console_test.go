@@ -15,11 +15,15 @@ import (
 	"github.com/bmedge/bmedge/protocol"
 )
 
-// wan is a fake WAN link that records what arrives, by node and offset.
+// wan is a fake WAN link that records what arrives, by node and offset,
+// put in order as the coordinator does: a chunk past a gap waits for it;
+// bytes a chunk says are lost are '?'.
 type wan struct {
-	mu   sync.Mutex
-	down atomic.Bool
-	got  map[string][]byte
+	mu      sync.Mutex
+	down    atomic.Bool
+	got     map[string][]byte
+	pending map[string][]*protocol.ConsoleData // inflated Output
+	behind  atomic.Int64                       // chunks that came past a gap
 }
 
 func (w *wan) publish(_ context.Context, topic string, b []byte) error {
@@ -39,12 +43,35 @@ func (w *wan) publish(_ context.Context, topic string, b []byte) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	have := w.got[m.Node]
-	if m.Console.Offset <= uint64(len(have)) {
-		skip := uint64(len(have)) - m.Console.Offset
-		if skip < uint64(len(out)) {
-			w.got[m.Node] = append(have, out[skip:]...)
+	if w.pending == nil {
+		w.pending = map[string][]*protocol.ConsoleData{}
+	}
+	c := *m.Console
+	c.Output = out
+	w.pending[m.Node] = append(w.pending[m.Node], &c)
+	for again := true; again; {
+		again = false
+		rest := w.pending[m.Node][:0]
+		for _, c := range w.pending[m.Node] {
+			have := w.got[m.Node]
+			switch {
+			case c.Offset <= uint64(len(have)):
+				if skip := uint64(len(have)) - c.Offset; skip < uint64(len(c.Output)) {
+					w.got[m.Node] = append(have, c.Output[skip:]...)
+				}
+				again = true
+			case c.Offset-c.Lost <= uint64(len(have)):
+				have = append(have, bytes.Repeat([]byte("?"), int(c.Offset)-len(have))...)
+				w.got[m.Node] = append(have, c.Output...)
+				again = true
+			default:
+				if c == w.pending[m.Node][len(w.pending[m.Node])-1] {
+					w.behind.Add(1) // the one just come
+				}
+				rest = append(rest, c)
+			}
 		}
+		w.pending[m.Node] = rest
 	}
 	return nil
 }
@@ -185,7 +212,7 @@ func TestTargetOf(t *testing.T) {
 // TestManyConsolesOverASlowLink: 20 nodes' consoles print all the time
 // and each publish takes a second (the broker's ack over a slow WAN).
 // Every node's output arrives (none waits for the others forever), at
-// most one chunk of a node is on the way at a time and at most
+// most NodeWindow chunks of a node are on the way at a time and at most
 // MaxSending in all, and a key echoed on one node arrives in less time
 // than one round trip per node would take (the chunks of different
 // nodes are on the way together, not one after the other).
@@ -203,8 +230,8 @@ func TestManyConsolesOverASlowLink(t *testing.T) {
 		onWay++
 		perNode[m.Node]++
 		most = max(most, onWay)
-		if perNode[m.Node] > 1 {
-			t.Errorf("two chunks of node %s on the way at once", m.Node)
+		if perNode[m.Node] > NodeWindow {
+			t.Errorf("%d chunks of node %s on the way at once, over NodeWindow", perNode[m.Node], m.Node)
 		}
 		mu.Unlock()
 		defer func() {
@@ -295,4 +322,310 @@ func printingConsoles(t *testing.T, nodes int, w *wan, publish func(context.Cont
 		return true
 	})
 	return m, name
+}
+
+// gated is a WAN link whose chunks arrive when published and whose acks
+// come only when the test lets them (ack): the count of acks a chunk
+// waited for is exact, whatever the machine's speed.
+type gated struct {
+	w     *wan
+	mu    sync.Mutex
+	onWay map[string]int // publishes not returned, by node
+	most  map[string]int
+	acks  int
+	gate  chan struct{}
+	sent  []*protocol.Message
+}
+
+func newGated() *gated {
+	return &gated{w: &wan{got: map[string][]byte{}}, onWay: map[string]int{}, most: map[string]int{}, gate: make(chan struct{})}
+}
+
+func (g *gated) publish(ctx context.Context, topic string, b []byte) error {
+	m, err := protocol.Decode(b)
+	if err != nil {
+		return err
+	}
+	if err := g.w.publish(ctx, topic, b); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.sent = append(g.sent, m)
+	g.onWay[m.Node]++
+	g.most[m.Node] = max(g.most[m.Node], g.onWay[m.Node])
+	gate := g.gate
+	g.mu.Unlock()
+	select {
+	case <-gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	g.mu.Lock()
+	g.onWay[m.Node]--
+	g.acks++
+	g.mu.Unlock()
+	return nil
+}
+
+// ack lets every publish on the way return.
+func (g *gated) ack() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.gate)
+	g.gate = make(chan struct{})
+}
+
+func (g *gated) count(f func() int) int { g.mu.Lock(); defer g.mu.Unlock(); return f() }
+
+// TestEchoDoesNotWaitForAck: a node's previous chunk awaits its ack (the
+// broker's, a WAN round trip) when a key's echo is printed: the echo is
+// published at once and arrives without waiting for that ack, so the
+// keystroke's round trip is one WAN round trip, not two. A node that
+// prints while no ack comes has at most NodeWindow chunks on the way,
+// TypedWindow while typed into; everything arrives in order once the
+// acks come.
+func TestEchoDoesNotWaitForAck(t *testing.T) {
+	g := newGated()
+	m, err := New(Config{Site: "s1", Publish: g.publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	m.append("n1", []byte("login: "))
+	waitFor(t, "the prompt", func() bool { return g.w.text("n1") == "login: " })
+	m.noteTyped("n1")
+	m.append("n1", []byte("r"))
+	waitFor(t, "the echo, with no ack", func() bool { return g.w.text("n1") == "login: r" })
+	if acks := g.count(func() int { return g.acks }); acks != 0 {
+		t.Fatalf("the echo came after %d acks, want 0 (it waited for its node's previous chunk)", acks)
+	}
+	// The node prints on without acks: at most TypedWindow on the way.
+	for i := range 3 * TypedWindow {
+		m.append("n1", []byte{'a' + byte(i%26)})
+		time.Sleep(time.Millisecond)
+	}
+	waitFor(t, "the typed console's window full", func() bool { return g.count(func() int { return g.onWay["n1"] }) == TypedWindow })
+	// An untyped node: at most NodeWindow.
+	for i := range 3 * NodeWindow {
+		m.append("n2", []byte{'a' + byte(i%26)})
+		time.Sleep(time.Millisecond)
+	}
+	waitFor(t, "the other console's window full", func() bool { return g.count(func() int { return g.onWay["n2"] }) == NodeWindow })
+	time.Sleep(100 * time.Millisecond) // a chunk past the window would have gone by now
+	if n1, n2 := g.count(func() int { return g.most["n1"] }), g.count(func() int { return g.most["n2"] }); n1 != TypedWindow || n2 != NodeWindow {
+		t.Fatalf("at most %d and %d chunks on the way, want %d (typed) and %d", n1, n2, TypedWindow, NodeWindow)
+	}
+	// The acks come: everything arrives, in order, and Sent reaches the end.
+	want1 := "login: r"
+	for i := range 3 * TypedWindow {
+		want1 += string(rune('a' + i%26))
+	}
+	want2 := ""
+	for i := range 3 * NodeWindow {
+		want2 += string(rune('a' + i%26))
+	}
+	waitFor(t, "all output acked", func() bool {
+		g.ack()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.kept["n1"].Sent == m.kept["n1"].End && m.kept["n2"].Sent == m.kept["n2"].End
+	})
+	if g.w.text("n1") != want1 || g.w.text("n2") != want2 {
+		t.Fatalf("arrived %q and %q, want %q and %q", g.w.text("n1"), g.w.text("n2"), want1, want2)
+	}
+}
+
+// TestEchoOverA300msLink: a typed console prints a line every 100 ms
+// over a link whose acks take 300 ms, so a chunk of it is always on the
+// way; a key's echo is published before the chunks on the way when it
+// was printed have all been acked (before this pipeline it waited for
+// them: one more round trip).
+func TestEchoOverA300msLink(t *testing.T) {
+	const rtt = 300 * time.Millisecond
+	w := &wan{got: map[string][]byte{}}
+	var mu sync.Mutex
+	onWay := map[string]bool{} // message IDs of n1 on the way
+	var atKey map[string]bool  // those on the way when the echo was printed
+	waited := -1               // how many of atKey had returned when the echo went
+	publish := func(ctx context.Context, topic string, b []byte) error {
+		m, err := protocol.Decode(b)
+		if err != nil {
+			return err
+		}
+		out, _ := protocol.InflateConsole(m.Console.Output)
+		mu.Lock()
+		if atKey != nil && waited < 0 && bytes.Contains(out, []byte("KEY")) {
+			waited = 0
+			for id := range atKey {
+				if !onWay[id] {
+					waited++
+				}
+			}
+		}
+		onWay[m.ID] = true
+		mu.Unlock()
+		if err := w.publish(ctx, topic, b); err != nil {
+			return err
+		}
+		select {
+		case <-time.After(rtt):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		mu.Lock()
+		delete(onWay, m.ID)
+		mu.Unlock()
+		return nil
+	}
+	m, err := New(Config{Site: "s1", Publish: publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	go func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			m.append("n1", []byte(fmt.Sprintf("tick %d\r\n", i)))
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	m.noteTyped("n1")
+	waitFor(t, "a chunk on the way", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(onWay) > 0 && strings.Contains(w.text("n1"), "tick 3")
+	})
+	mu.Lock()
+	atKey = map[string]bool{}
+	for id := range onWay {
+		atKey[id] = true
+	}
+	on := len(atKey)
+	start := time.Now()
+	m.append("n1", []byte("KEY")) // the echo, printed while atKey are on the way
+	mu.Unlock()
+	waitFor(t, "the echo", func() bool { return strings.Contains(w.text("n1"), "KEY") })
+	took := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	if waited >= on {
+		t.Fatalf("the echo went after all %d chunks on the way were acked: it waited for their round trip", on)
+	}
+	t.Logf("the echo arrived after %s (link round trip %s); %d of the %d chunks on the way had been acked when it went", took, rtt, waited, on)
+}
+
+// TestPipelineResendsInOrder: publishes fail now and then while the
+// consoles print (a WAN that drops), each after a later chunk of its
+// node got through: a node whose chunk failed sends again from the first
+// byte not acked, the chunks after it too, and what arrives is every
+// byte printed, in order, none lost.
+func TestPipelineResendsInOrder(t *testing.T) {
+	w := &wan{got: map[string][]byte{}}
+	var calls, failed atomic.Int64
+	var mu sync.Mutex
+	perNode := map[string]int{}
+	publish := func(ctx context.Context, topic string, b []byte) error {
+		m, _ := protocol.Decode(b)
+		mu.Lock()
+		perNode[m.Node]++
+		mine := perNode[m.Node]
+		mu.Unlock()
+		if n := calls.Add(1); n%3 == 0 && failed.Load() < 6 {
+			failed.Add(1)
+			// It fails once a later chunk of its node went (or after 2 s).
+			for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				later := perNode[m.Node] > mine
+				mu.Unlock()
+				if later {
+					break
+				}
+			}
+			return errors.New("link dropped")
+		}
+		if err := w.publish(ctx, topic, b); err != nil {
+			return err
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	m, err := New(Config{Site: "s1", Publish: publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	want := map[string]string{}
+	for i := range 100 {
+		for _, n := range []string{"n1", "n2"} {
+			line := fmt.Sprintf("%s line %d\r\n", n, i)
+			want[n] += line
+			m.append(n, []byte(line))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitFor(t, "every line", func() bool { return w.text("n1") == want["n1"] && w.text("n2") == want["n2"] })
+	if failed.Load() < 3 || w.behind.Load() == 0 {
+		t.Fatalf("%d publishes failed, %d chunks came past a gap: the test did not do what it means to", failed.Load(), w.behind.Load())
+	}
+	t.Logf("%d publishes, %d failed; %d chunks came past a gap and waited", calls.Load(), failed.Load(), w.behind.Load())
+}
+
+// TestLostSaysWhat: output dropped past the bound before it could go is
+// sent with Lost covering it; a replay's first chunk has Lost = Offset.
+func TestLostSaysWhat(t *testing.T) {
+	var mu sync.Mutex
+	var sent []protocol.ConsoleData
+	w := &wan{got: map[string][]byte{}}
+	w.down.Store(true)
+	publish := func(ctx context.Context, topic string, b []byte) error {
+		if err := w.publish(ctx, topic, b); err != nil {
+			return err
+		}
+		m, _ := protocol.Decode(b)
+		mu.Lock()
+		sent = append(sent, *m.Console)
+		mu.Unlock()
+		return nil
+	}
+	m, err := New(Config{Site: "s1", Keep: MinKeep, Publish: publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	m.append("n1", bytes.Repeat([]byte("x"), 3*MinKeep))
+	m.append("n1", []byte("END"))
+	w.down.Store(false)
+	m.poke()
+	total := uint64(3*MinKeep + 3)
+	waitFor(t, "the kept output", func() bool { return strings.HasSuffix(w.text("n1"), "END") })
+	mu.Lock()
+	first := sent[0]
+	mu.Unlock()
+	if first.Offset != total-MinKeep || first.Lost != first.Offset {
+		t.Fatalf("first chunk at %d with %d lost, want %d and %d", first.Offset, first.Lost, total-MinKeep, total-MinKeep)
+	}
+	if got := w.text("n1"); got != strings.Repeat("?", int(total-MinKeep))+strings.Repeat("x", MinKeep-3)+"END" {
+		t.Fatalf("arrived %d bytes", len(got))
+	}
+	mu.Lock()
+	sent = nil
+	mu.Unlock()
+	m.Handle(&protocol.Message{Kind: protocol.KindConsole, Action: protocol.ConsoleReplay, Node: "n1"})
+	waitFor(t, "the replay", func() bool { mu.Lock(); defer mu.Unlock(); return len(sent) > 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if sent[0].Offset != total-MinKeep || sent[0].Lost != sent[0].Offset {
+		t.Fatalf("replay's first chunk at %d with %d lost, want Lost = Offset = %d", sent[0].Offset, sent[0].Lost, total-MinKeep)
+	}
 }

@@ -26,16 +26,51 @@ const (
 // ConsoleNone is the console interface of a node without a console.
 const ConsoleNone = "no-console"
 
+// ConsoleGapWait is how long a gap in a node's output (chunks after it
+// came, the one before did not) waits before the coordinator asks the
+// site for its kept output again; after ConsoleGapAsks such asks (time
+// counted while the site is online, and a gap that shrinks starts over)
+// the gap is shown as lost.
+const (
+	ConsoleGapWait = 15 * time.Second
+	ConsoleGapAsks = 2
+)
+
 type consoleLog struct {
 	data     []byte
-	end      uint64 // stream offset of the end of data
+	stream   consoleStream // the output chunks in order (consolestream.go)
 	watchers map[chan []byte]struct{}
+	// The gap check, while chunks wait behind a gap.
+	gap     *time.Timer
+	gapGen  int    // the check that is current
+	gapEnd  uint64 // the stream's end at the last check
+	gapAsks int    // replays asked for since the gap last shrank
+}
+
+// deliver keeps fresh output and hands it to the watchers.
+func (l *consoleLog) deliver(fresh []byte) {
+	if len(fresh) == 0 {
+		return
+	}
+	l.data = append(l.data, fresh...)
+	if over := len(l.data) - ConsoleLogBytes; over > 0 {
+		l.data = append(l.data[:0:0], l.data[over:]...)
+	}
+	for c := range l.watchers {
+		select {
+		case c <- fresh:
+		default:
+			delete(l.watchers, c)
+			close(c)
+		}
+	}
 }
 
 type consoleHub struct {
-	mu   sync.Mutex
-	logs map[string]*consoleLog
-	out  chan consoleOut
+	mu      sync.Mutex
+	logs    map[string]*consoleLog
+	out     chan consoleOut
+	gapWait time.Duration // ConsoleGapWait; tests shorten it
 }
 
 type consoleOut struct {
@@ -45,7 +80,7 @@ type consoleOut struct {
 
 func (e *Engine) consoles() *consoleHub {
 	e.consOnce.Do(func() {
-		e.cons = &consoleHub{logs: map[string]*consoleLog{}, out: make(chan consoleOut, 256)}
+		e.cons = &consoleHub{logs: map[string]*consoleLog{}, out: make(chan consoleOut, 256), gapWait: ConsoleGapWait}
 		go e.consoleSender()
 	})
 	return e.cons
@@ -210,31 +245,19 @@ func (e *Engine) handleConsoleOutput(site string, msg *protocol.Message) {
 		l = &consoleLog{watchers: map[chan []byte]struct{}{}}
 		h.logs[n.UUID] = l
 	}
-	from, to := msg.Console.Offset, msg.Console.Offset+uint64(len(out))
-	var fresh []byte
-	switch {
-	case to <= l.end:
-		// Had it already (a replay).
-	case from > l.end:
-		// What lies between was lost at the site (past its bound).
-		fresh = append([]byte(fmt.Sprintf("\r\n[console: %d bytes lost at the site]\r\n", from-l.end)), out...)
-	default:
-		fresh = out[l.end-from:]
-	}
-	if len(fresh) > 0 {
-		l.end = to
-		l.data = append(l.data, fresh...)
-		if over := len(l.data) - ConsoleLogBytes; over > 0 {
-			l.data = append(l.data[:0:0], l.data[over:]...)
-		}
-		for c := range l.watchers {
-			select {
-			case c <- fresh:
-			default:
-				delete(l.watchers, c)
-				close(c)
-			}
-		}
+	l.deliver(l.stream.add(msg.Console.Offset, msg.Console.Lost, out))
+	switch waiting := l.stream.waiting(); {
+	case waiting && l.gap == nil:
+		// A gap: the chunks before it are on the way, or sent again
+		// after a failed publish; it is checked every gapWait.
+		l.gapGen++
+		l.gapEnd, l.gapAsks = l.stream.end, 0
+		uuid, gen := n.UUID, l.gapGen
+		l.gap = time.AfterFunc(h.gapWait, func() { e.consoleGapCheck(uuid, gen) })
+	case !waiting && l.gap != nil:
+		l.gap.Stop()
+		l.gap = nil
+		l.gapGen++
 	}
 	h.mu.Unlock()
 	if msg.Console.Error != "" && n.ConsoleEnabled {
@@ -254,6 +277,46 @@ func (e *Engine) handleConsoleOutput(site string, msg *protocol.Message) {
 			t.addHistory(n, fsm.HistoryEntry{Time: t.now, Severity: "ERROR", Event: "Console failed: " + errText, EventType: "console"})
 			return nil
 		})
+	}
+}
+
+// consoleGapCheck looks again at a gap in node uuid's output (the check
+// gen): filled, it ends; shrunk, it waits again; otherwise, while the
+// site is online, the site is asked for its kept output again
+// (ConsoleGapAsks times), then the gap is shown as lost.
+func (e *Engine) consoleGapCheck(uuid string, gen int) {
+	h := e.consoles()
+	n := e.views.get(uuid)
+	online := n != nil && e.SiteOnline(n.Site)
+	h.mu.Lock()
+	l := h.logs[uuid]
+	if l == nil || l.gapGen != gen || l.gap == nil {
+		h.mu.Unlock()
+		return
+	}
+	ask := false
+	switch {
+	case !l.stream.waiting() || n == nil:
+		l.gap = nil
+	case l.stream.end != l.gapEnd:
+		l.gapEnd, l.gapAsks = l.stream.end, 0
+		l.gap.Reset(h.gapWait)
+	case !online:
+		l.gap.Reset(h.gapWait) // the site cannot send it now: not counted
+	case l.gapAsks < ConsoleGapAsks:
+		l.gapAsks++
+		ask = true
+		l.gap.Reset(h.gapWait)
+	default:
+		e.cfg.Log.Warn("console output of a node has a gap the site did not fill; shown as lost", "node", uuid)
+		l.deliver(l.stream.giveUp())
+		l.gap = nil
+	}
+	h.mu.Unlock()
+	if ask {
+		if err := e.sendConsole(n, protocol.ConsoleReplay, nil); err != nil {
+			e.cfg.Log.Debug("console replay not asked", "node", uuid, "err", err)
+		}
 	}
 }
 
@@ -281,6 +344,9 @@ func (e *Engine) dropConsole(uuid string) {
 	if l := h.logs[uuid]; l != nil {
 		for c := range l.watchers {
 			close(c)
+		}
+		if l.gap != nil {
+			l.gap.Stop()
 		}
 		delete(h.logs, uuid)
 	}

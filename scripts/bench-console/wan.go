@@ -8,10 +8,9 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/bmedge/bmedge/scripts/internal/tunwire"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,12 +21,12 @@ import (
 // the one-way delay in each direction. The link is a veth pair with tc
 // netem on both ends where the kernel has netem, else two TUN devices
 // and a wire between them in this process that delays every packet (in
-// order). The namespace and the link are removed by close, and a killed
+// order; scripts/internal/tunwire, the system tests' too). The namespace and the link are removed by close, and a killed
 // run's leftovers by the next run.
 type wan struct {
 	ns, hostIf, siteIf string
 	hostIP, siteIP     string
-	wire               *wire
+	wire               *tunwire.Wire
 	how                string
 }
 
@@ -120,16 +119,17 @@ func newWAN(oneWay time.Duration) (w *wan, err error) {
 		}
 	} else {
 		w.how = "TUN wire (this kernel has no tc netem)"
-		host, err := openTUN(w.hostIf)
+		host, err := tunwire.OpenTUN(w.hostIf)
 		if err != nil {
 			return w, fmt.Errorf("cannot make a TUN device here: %w", err)
 		}
-		site, err := openTUN(w.siteIf)
+		site, err := tunwire.OpenTUN(w.siteIf)
 		if err != nil {
 			host.Close()
 			return w, fmt.Errorf("cannot make a TUN device here: %w", err)
 		}
-		w.wire = newWire(host, site, oneWay)
+		w.wire = tunwire.New(host, site)
+		w.wire.Set(oneWay, 0)
 		cmds = [][]string{
 			{"ip", "link", "set", w.siteIf, "netns", w.ns},
 			{"ip", "addr", "add", w.hostIP, "peer", w.siteIP, "dev", w.hostIf},
@@ -150,7 +150,7 @@ func newWAN(oneWay time.Duration) (w *wan, err error) {
 
 func (w *wan) close() {
 	if w.wire != nil {
-		w.wire.close()
+		w.wire.Close()
 	}
 	_, _ = run("ip", "link", "del", w.hostIf)
 	_, _ = run("ip", "netns", "del", w.ns)
@@ -203,89 +203,4 @@ func (w *wan) freeAddr() (string, error) {
 // command runs bin in the namespace.
 func (w *wan) command(bin string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", w.ns, bin}, args...)...)
-}
-
-// openTUN makes a TUN device (IP packets, no header) that lives as long
-// as the returned file.
-func openTUN(name string) (*os.File, error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("TUNSETIFF %s: %w", name, err)
-	}
-	return os.NewFile(uintptr(fd), "tun:"+name), nil
-}
-
-// wire carries packets between two TUN devices, each way after the
-// delay, in order.
-type wire struct {
-	a, b    *os.File
-	delay   time.Duration
-	wg      sync.WaitGroup
-	once    sync.Once
-	dropped atomic.Int64
-}
-
-func newWire(a, b *os.File, delay time.Duration) *wire {
-	w := &wire{a: a, b: b, delay: delay}
-	w.wg.Add(2)
-	go w.pump(a, b)
-	go w.pump(b, a)
-	return w
-}
-
-type packet struct {
-	due time.Time
-	b   []byte
-}
-
-func (w *wire) pump(from, to *os.File) {
-	defer w.wg.Done()
-	// Deep enough for a full window at the delay; a packet that finds
-	// it full is dropped, as a router's full queue would.
-	q := make(chan packet, 8192)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for p := range q {
-			if d := time.Until(p.due); d > 0 {
-				time.Sleep(d)
-			}
-			_, _ = to.Write(p.b)
-		}
-	}()
-	buf := make([]byte, 65536)
-	for {
-		n, err := from.Read(buf)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
-				continue
-			}
-			close(q)
-			<-done
-			return
-		}
-		select {
-		case q <- packet{due: time.Now().Add(w.delay), b: append([]byte(nil), buf[:n]...)}:
-		default:
-			w.dropped.Add(1)
-		}
-	}
-}
-
-func (w *wire) close() {
-	w.once.Do(func() {
-		w.a.Close()
-		w.b.Close()
-		w.wg.Wait()
-	})
 }

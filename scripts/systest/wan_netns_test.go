@@ -3,17 +3,16 @@ package systest
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/scripts/internal/tunwire"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,7 +45,7 @@ type wanNet struct {
 	// HostIP is the host's address on the link (the coordinator listens
 	// there), SiteIP the namespace's.
 	HostIP, SiteIP string
-	wire           *wire
+	wire           *tunwire.Wire
 	// netem is set when the impairment is the kernel's tc netem.
 	netem bool
 }
@@ -111,7 +110,7 @@ func newWAN(t testing.TB, kind wanKind) *wanNet {
 	}
 	t.Cleanup(func() {
 		if w.wire != nil {
-			w.wire.close()
+			w.wire.Close()
 		}
 		_, _ = run("ip", "link", "del", w.HostIf)
 		if _, err := run("ip", "netns", "del", w.NS); err != nil {
@@ -131,16 +130,16 @@ func newWAN(t testing.TB, kind wanKind) *wanNet {
 		must("ip", "addr", "add", w.HostIP+"/30", "dev", w.HostIf)
 		must("ip", "netns", "exec", w.NS, "ip", "addr", "add", w.SiteIP+"/30", "dev", w.SiteIf)
 	case wanWire:
-		host, err := openTUN(w.HostIf)
+		host, err := tunwire.OpenTUN(w.HostIf)
 		if err != nil {
 			wanSkip(t, "cannot make a TUN device here: %v", err)
 		}
-		site, err := openTUN(w.SiteIf)
+		site, err := tunwire.OpenTUN(w.SiteIf)
 		if err != nil {
 			host.Close()
 			wanSkip(t, "cannot make a TUN device here: %v", err)
 		}
-		w.wire = newWire(host, site)
+		w.wire = tunwire.New(host, site)
 		must("ip", "link", "set", w.SiteIf, "netns", w.NS)
 		must("ip", "addr", "add", w.HostIP, "peer", w.SiteIP, "dev", w.HostIf)
 		must("ip", "netns", "exec", w.NS, "ip", "addr", "add", w.SiteIP, "peer", w.HostIP, "dev", w.SiteIf)
@@ -210,10 +209,10 @@ func newImpairedWAN(t testing.TB, oneWay time.Duration, loss float64) *wanNet {
 	needWAN(t)
 	if !netemWorks(t) {
 		w := newWAN(t, wanWire)
-		w.wire.set(oneWay, loss)
+		w.wire.Set(oneWay, loss)
 		t.Logf("WAN: TUN wire, %s each way, %.0f %% loss each way (this kernel has no tc netem)", oneWay, loss*100)
 		t.Cleanup(func() {
-			c, d := w.wire.carried.Load(), w.wire.dropped.Load()
+			c, d := w.wire.Carried.Load(), w.wire.Dropped.Load()
 			t.Logf("WAN wire: %d packets carried, %d dropped (%.1f %%)", c, d, 100*float64(d)/float64(max(c+d, 1)))
 		})
 		w.checkRTT(2 * oneWay)
@@ -307,115 +306,4 @@ func (w *wanNet) FreePort() string {
 	}
 	defer ln.Close()
 	return net.JoinHostPort(w.HostIP, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
-}
-
-// openTUN makes a TUN device (IP packets, no header) that lives as long
-// as the returned file.
-func openTUN(name string) (*os.File, error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("TUNSETIFF %s: %w", name, err)
-	}
-	// Non-blocking: the runtime's poller waits, and Close ends a Read.
-	return os.NewFile(uintptr(fd), "tun:"+name), nil
-}
-
-// wire carries packets between two TUN devices, each way after a delay
-// and with a chance of loss, in order (the delay is the same for all).
-type wire struct {
-	a, b *os.File
-	mu   sync.Mutex
-	// delay and loss are the impairment, per direction.
-	delay time.Duration
-	loss  float64
-	wg    sync.WaitGroup
-	once  sync.Once
-	// carried and dropped count the packets, both ways.
-	carried, dropped atomic.Int64
-}
-
-func newWire(a, b *os.File) *wire {
-	w := &wire{a: a, b: b}
-	w.wg.Add(2)
-	go w.pump(a, b)
-	go w.pump(b, a)
-	return w
-}
-
-func (w *wire) set(delay time.Duration, loss float64) {
-	w.mu.Lock()
-	w.delay, w.loss = delay, loss
-	w.mu.Unlock()
-}
-
-type packet struct {
-	due time.Time
-	b   []byte
-}
-
-func (w *wire) pump(from, to *os.File) {
-	defer w.wg.Done()
-	// A queue deep enough for a full window at the delay; a packet that
-	// finds it full is dropped, as a router's full queue would.
-	q := make(chan packet, 8192)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for p := range q {
-			if d := time.Until(p.due); d > 0 {
-				time.Sleep(d)
-			}
-			if _, err := to.Write(p.b); err != nil && !isTemporary(err) {
-				// The far end is down or gone: drop the packet.
-				continue
-			}
-		}
-	}()
-	buf := make([]byte, 65536)
-	for {
-		n, err := from.Read(buf)
-		if err != nil {
-			if isTemporary(err) {
-				continue
-			}
-			close(q)
-			<-done
-			return
-		}
-		w.mu.Lock()
-		delay, loss := w.delay, w.loss
-		w.mu.Unlock()
-		if loss > 0 && rand.Float64() < loss {
-			w.dropped.Add(1)
-			continue
-		}
-		select {
-		case q <- packet{due: time.Now().Add(delay), b: append([]byte(nil), buf[:n]...)}:
-			w.carried.Add(1)
-		default:
-			w.dropped.Add(1)
-		}
-	}
-}
-
-func isTemporary(err error) bool {
-	return errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN)
-}
-
-func (w *wire) close() {
-	w.once.Do(func() {
-		w.a.Close()
-		w.b.Close()
-		w.wg.Wait()
-	})
 }

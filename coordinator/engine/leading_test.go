@@ -26,7 +26,9 @@ type leaderCommitter struct {
 	gate     chan struct{}
 }
 
-func (c *leaderCommitter) Commit(ctx context.Context, b *store.Batch) error { return c.st.Commit(ctx, b) }
+func (c *leaderCommitter) Commit(ctx context.Context, b *store.Batch) error {
+	return c.st.Commit(ctx, b)
+}
 
 func (c *leaderCommitter) VerifyLeader(ctx context.Context) error {
 	c.verifies.Add(1)

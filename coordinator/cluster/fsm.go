@@ -45,7 +45,10 @@ type fsm struct {
 // (engine/backups.SecretFile).
 const secretFile = "secret"
 
-var _ raft.FSM = (*fsm)(nil)
+var (
+	_ raft.FSM             = (*fsm)(nil)
+	_ store.LeaderVerifier = (*committer)(nil)
+)
 
 // applied is what Apply returns for an entry: nil, or the error that
 // failed the store (the member then stops, crash-only).
@@ -167,4 +170,22 @@ func (c *committer) Commit(ctx context.Context, b *store.Batch) error {
 		return err
 	}
 	return nil
+}
+
+// VerifyLeader is store.LeaderVerifier: one round of heartbeats that a
+// majority answers in this member's term, or the error that it no longer
+// leads (raft gives that up once its lease passes without a majority).
+func (c *committer) VerifyLeader(ctx context.Context) error {
+	f := c.r.VerifyLeader()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%w: %v", store.ErrNotLeading, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -219,6 +219,9 @@ func (e *Engine) loop() {
 		}
 		err := e.commit(t)
 		e.reg.mu.Unlock()
+		if err == nil && t.batch.Len() == 0 && e.answerConfirmed(batch, errs) {
+			continue
+		}
 		for i, r := range batch {
 			if r.done == nil {
 				continue

@@ -201,6 +201,21 @@ type Committer interface {
 	Commit(ctx context.Context, b *Batch) error
 }
 
+// LeaderVerifier is what a Committer of a replicated log adds: a
+// confirmation, from a majority of its members, that this member still
+// leads. The engine asks it before it answers from a batch that
+// committed nothing (a refusal decided from its memory): a commit proves
+// the leadership by itself, a batch without one does not, and a leader
+// cut off from the others could otherwise answer from a state that a
+// newer leader has changed since. *Store, alone, does not implement it:
+// a single coordinator answers at once.
+type LeaderVerifier interface {
+	// VerifyLeader returns nil once a majority has confirmed that this
+	// member leads, or the error that it does not (ErrNotLeading in it)
+	// or that ctx ended first.
+	VerifyLeader(ctx context.Context) error
+}
+
 // ErrNotLeading is in the error of a commit that a cluster's replicated
 // log refused because this member no longer leads: nothing of the batch
 // is stored here, the store is sound, and the engine stops as for a

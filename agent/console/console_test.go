@@ -297,13 +297,7 @@ func TestTypedConsoleFirst(t *testing.T) {
 // (in sorted order).
 func printingConsoles(t *testing.T, nodes int, w *wan, publish func(context.Context, string, []byte) error) (*Manager, func(int) string) {
 	t.Helper()
-	m, err := New(Config{Site: "s1", Publish: publish})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go m.Run(ctx)
+	m, ctx := runManager(t, publish)
 	name := func(i int) string { return fmt.Sprintf("node-%03d", i) }
 	for i := range nodes {
 		go func() {
@@ -480,13 +474,7 @@ func TestEchoOverA300msLink(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	m, err := New(Config{Site: "s1", Publish: publish})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go m.Run(ctx)
+	m, ctx := runManager(t, publish)
 	go func() {
 		for i := 0; ctx.Err() == nil; i++ {
 			m.append("n1", []byte(fmt.Sprintf("tick %d\r\n", i)))
@@ -557,13 +545,7 @@ func TestPipelineResendsInOrder(t *testing.T) {
 		}
 		return nil
 	}
-	m, err := New(Config{Site: "s1", Publish: publish})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go m.Run(ctx)
+	m, _ := runManager(t, publish)
 	want := map[string]string{}
 	for i := range 100 {
 		for _, n := range []string{"n1", "n2"} {
@@ -629,4 +611,18 @@ func TestLostSaysWhat(t *testing.T) {
 	if sent[0].Offset != total-MinKeep || sent[0].Lost != sent[0].Offset {
 		t.Fatalf("replay's first chunk at %d with %d lost, want Lost = Offset = %d", sent[0].Offset, sent[0].Lost, total-MinKeep)
 	}
+}
+
+// runManager starts a console manager of site s1 that publishes with
+// publish, until the test ends; its context is the one Run was given.
+func runManager(t *testing.T, publish func(ctx context.Context, topic string, payload []byte) error) (*Manager, context.Context) {
+	t.Helper()
+	m, err := New(Config{Site: "s1", Publish: publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	return m, ctx
 }

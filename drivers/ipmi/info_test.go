@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bougou/go-ipmi/pkg/client"
 	"github.com/bougou/go-ipmi/pkg/types"
@@ -219,6 +220,37 @@ func TestErrorClasses(t *testing.T) {
 		}
 		if !strings.Contains(e.Error(), c.wantInMessage) || !strings.Contains(e.Error(), "IPMI BMC 192.0.2.10:623") {
 			t.Errorf("%s: message %q; want it to name the BMC and say %q", c.name, e, c.wantInMessage)
+		}
+	}
+}
+
+// TestCloseDelayAvoidsKeepAlive checks when a session may be closed: never
+// while go-ipmi's keep-alive request can be running (from its tick every
+// 30 s for busy long), nor in the lead before the next tick.
+func TestCloseDelayAvoidsKeepAlive(t *testing.T) {
+	const busy = 7 * time.Second
+	s := time.Second
+	for _, c := range []struct{ age, want time.Duration }{
+		{0, 0},
+		{10 * s, 0},
+		{26 * s, 0},            // before the first tick's lead
+		{27 * s, 10 * s},       // in the lead: wait for the tick's request to end
+		{30 * s, 7 * s},        // the tick
+		{33 * s, 4 * s},        // its request may still run
+		{37 * s, 0},            // after it
+		{56 * s, 0},            // before the next lead
+		{58 * s, 9 * s},        // in the next lead
+		{(300 + 1) * s, 6 * s}, // many periods later
+	} {
+		if got := closeDelay(c.age, busy); got != c.want {
+			t.Errorf("closeDelay(%v) = %v, want %v", c.age, got, c.want)
+		}
+		// Whatever the wait, the close lands outside every keep-alive window.
+		at := (c.age + closeDelay(c.age, busy))
+		if at >= keepAlivePeriod-keepAliveLead {
+			if p := at % keepAlivePeriod; p < busy || p >= keepAlivePeriod-keepAliveLead {
+				t.Errorf("a session of age %v is closed at age %v, inside a keep-alive window", c.age, at)
+			}
 		}
 	}
 }

@@ -129,14 +129,16 @@ type BMC struct {
 	cfg  config
 	opts Options
 
-	mu sync.Mutex     // one operation at a time
-	cl *client.Client // the open session, or nil
+	mu     sync.Mutex     // one operation at a time
+	cl     *client.Client // the open session, or nil
+	opened time.Time      // when cl was opened (see retire)
 	// sel is what ReadHealth remembers of the SEL (health.go).
 	sel selWindow
 
 	// For tests: session setups tried and succeeded, and the highest
 	// number of requests seen in flight at once (must stay 1).
 	dials, opens atomic.Int64
+	lateCloses   atomic.Int64 // sessions whose close waited (retire)
 	inflight     atomic.Int64
 	maxInflight  atomic.Int64
 }
@@ -178,14 +180,76 @@ func (b *BMC) closeSession() error {
 	if b.cl == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.opts.ExchangeTimeout*time.Duration(b.opts.ExchangeRetries+1))
-	defer cancel()
-	err := b.cl.Close(ctx)
+	c, opened := b.cl, b.opened
 	b.cl = nil
-	if err != nil {
+	if err := b.retire(c, opened, true); err != nil {
 		return b.fail("close the session", err)
 	}
 	return nil
+}
+
+// keepAlivePeriod is how often go-ipmi's own keep-alive goroutine asks
+// about an open session; keepAliveLead is how long before its tick a
+// session may still be closed.
+const (
+	keepAlivePeriod = time.Duration(client.DefaultKeepAliveIntervalSec) * time.Second
+	keepAliveLead   = 3 * time.Second
+)
+
+// retire closes a session nobody uses any more: politely (a Close Session
+// request, waited for) or not (the socket only).
+//
+// go-ipmi v0.9.1 asks about every open session every 30 s from a goroutine
+// of its own whose context is never canceled, and its Client.Close sets the
+// socket to nil while that request may still be waiting for the socket's
+// lock; the request then writes to a nil socket and the whole process
+// panics. So a session is closed only while its keep-alive cannot be
+// running: before its first tick, or between the end of one tick's request
+// and shortly before the next. Otherwise the close waits, in the
+// background, for that gap (at most one keep-alive period); the BMC keeps
+// the session slot that long.
+func (b *BMC) retire(c *client.Client, opened time.Time, polite bool) error {
+	busy := b.opts.ExchangeTimeout*time.Duration(b.opts.ExchangeRetries+2) + 2*time.Second
+	closeIt := func() error {
+		if !polite {
+			closeNow(c)
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.opts.ExchangeTimeout*time.Duration(b.opts.ExchangeRetries+1))
+		defer cancel()
+		return c.Close(ctx)
+	}
+	d := closeDelay(time.Since(opened), busy)
+	if d == 0 {
+		return closeIt()
+	}
+	b.lateCloses.Add(1)
+	go func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		<-t.C
+		_ = closeIt()
+	}()
+	return nil
+}
+
+// closeDelay is how long to wait before closing a session of this age so
+// that the close cannot meet go-ipmi's keep-alive request (see retire):
+// zero before the first tick's lead, or in the gap between a tick's request
+// (busy long at most) and the next tick's lead.
+func closeDelay(age, busy time.Duration) time.Duration {
+	if age < keepAlivePeriod-keepAliveLead {
+		return 0
+	}
+	phase := age % keepAlivePeriod
+	switch {
+	case phase >= busy && phase < keepAlivePeriod-keepAliveLead:
+		return 0
+	case phase < busy:
+		return busy - phase
+	default:
+		return keepAlivePeriod - phase + busy
+	}
 }
 
 // SameInfo reports whether driver_info describes this BMC as it was built
@@ -255,7 +319,7 @@ func (b *BMC) attempt(ctx context.Context, f func(context.Context, *client.Clien
 		if err != nil {
 			return err
 		}
-		b.cl = c
+		b.cl, b.opened = c, time.Now()
 	}
 	err := f(actx, b.cl)
 	if err != nil && breaksSession(err) {
@@ -292,7 +356,7 @@ func (b *BMC) open(ctx context.Context) (*client.Client, error) {
 // about to be replaced. The BMC frees it after its inactivity timeout.
 func (b *BMC) drop() {
 	if b.cl != nil {
-		closeNow(b.cl)
+		_ = b.retire(b.cl, b.opened, false)
 		b.cl = nil
 	}
 }

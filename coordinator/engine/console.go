@@ -71,6 +71,7 @@ type consoleHub struct {
 	logs    map[string]*consoleLog
 	out     chan consoleOut
 	gapWait time.Duration // ConsoleGapWait; tests shorten it
+	sending sync.Once     // starts consoleSender
 }
 
 type consoleOut struct {
@@ -78,11 +79,13 @@ type consoleOut struct {
 	msg   *protocol.Message
 }
 
+func newConsoleHub() *consoleHub {
+	return &consoleHub{logs: map[string]*consoleLog{}, out: make(chan consoleOut, 256), gapWait: ConsoleGapWait}
+}
+
+// consoles is the hub, its sender started on first use.
 func (e *Engine) consoles() *consoleHub {
-	e.consOnce.Do(func() {
-		e.cons = &consoleHub{logs: map[string]*consoleLog{}, out: make(chan consoleOut, 256), gapWait: ConsoleGapWait}
-		go e.consoleSender()
-	})
+	e.cons.sending.Do(func() { go e.consoleSender() })
 	return e.cons
 }
 

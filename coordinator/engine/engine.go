@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -203,10 +202,9 @@ type Engine struct {
 	// the register of edge sites.
 	auth  *brokerauth.Book
 	sites *sites.Book
-	// reachBk is what the engine knows of its sites' reachability
-	// (reach.go); cacheBk the sites' image pre-seeds (sitecache.go).
-	reachBk *reach.Book
-	cacheBk *cacheBook
+	// siteSt is what the engine knows of its sites besides their
+	// register: reachability and the image pre-seeds.
+	siteSt siteState
 	// views are the readers' published views of the nodes (views.go).
 	views viewCache
 	// cat holds the deploy templates and runbooks (catalog.go).
@@ -216,8 +214,7 @@ type Engine struct {
 	// run is the loop's machinery (loop.go).
 	run loopState
 	// cons relays the nodes' serial consoles (console.go).
-	consOnce sync.Once
-	cons     *consoleHub
+	cons *consoleHub
 	// discSt is the discovery bookkeeping (discovery.go).
 	discSt *discoveryState
 }
@@ -286,7 +283,8 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	e := &Engine{cfg: cfg, st: st, commits: st, reg: newRegistry(), sites: sites.New(),
-		reachBk: reach.New(reachSaveInterval), cacheBk: &cacheBook{byID: map[string]*CacheStatus{}},
+		siteSt: siteState{reach: reach.New(reachSaveInterval), cache: &cacheBook{byID: map[string]*CacheStatus{}}},
+		cons:   newConsoleHub(),
 		discSt: &discoveryState{dirty: map[string]bool{}, kick: make(chan struct{}, 1), seen: map[string]bool{}}}
 	e.run = loopState{reqs: make(chan *request, 8192), stopped: make(chan struct{}), fatal: newFatalState()}
 	e.auth = brokerauth.New(secret, e.reach().RunsSiteBroker)
@@ -445,7 +443,7 @@ func (e *Engine) Start(pub Publisher) error {
 	go e.ticker()
 	go e.collector()
 	go e.watchStore()
-	go e.reachSaver(e.reachBk.SaveEvery)
+	go e.reachSaver(e.siteSt.reach.SaveEvery)
 	e.run.wg.Add(1)
 	go e.discoveryPublisher()
 	return nil

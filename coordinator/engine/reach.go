@@ -20,7 +20,15 @@ import (
 // written.
 var reachSaveInterval = 15 * time.Second
 
-func (e *Engine) reach() *reach.Book { return e.reachBk }
+func (e *Engine) reach() *reach.Book { return e.siteSt.reach }
+
+// siteState is what the engine keeps of its sites beside the register
+// (sites.Book): their reachability (reach.go) and their image pre-seeds
+// (sitecache.go), each behind its own lock.
+type siteState struct {
+	reach *reach.Book
+	cache *cacheBook
+}
 
 // reachSaver writes the last-seen time of the connected sites every
 // interval, through the loop, until the engine stops (started by Start).

@@ -44,7 +44,7 @@ type cacheBook struct {
 	byID map[string]*CacheStatus
 }
 
-func (e *Engine) cacheBook() *cacheBook { return e.cacheBk }
+func (e *Engine) cacheBook() *cacheBook { return e.siteSt.cache }
 
 // CacheImage asks a site's edge agent to download an image into its cache
 // ahead of deploys. With commandID, it asks about that earlier request

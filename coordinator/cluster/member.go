@@ -197,7 +197,14 @@ func Open(cfg Config) (*Member, error) {
 			m.closeParts()
 		}
 	}()
-	if m.st, err = store.Open(dbDir, key, cfg.Log, cfg.StoreOptions...); err != nil {
+	// The store is not synced on each commit: the synced raft log is the
+	// durable record (an entry is on a majority's disks before the engine
+	// sends what it caused), and every start rebuilds the store from the
+	// latest snapshot and the log after it (raft restores the snapshot,
+	// then applies the entries again; a batch only sets and deletes keys,
+	// so applying it twice is harmless).
+	stOpts := append([]store.Option{store.WithoutSync()}, cfg.StoreOptions...)
+	if m.st, err = store.Open(dbDir, key, cfg.Log, stOpts...); err != nil {
 		return nil, err
 	}
 	raftDir := filepath.Join(cfg.DataDir, "raft")

@@ -28,6 +28,11 @@ type Option = kvstore.Option
 // of what a failing database does to its callers.
 func WithFaults(f Faults) Option { return kvstore.WithFaults(f) }
 
+// WithoutSync opens the store without syncing each commit
+// (kvstore.WithoutSync): for a cluster member, whose store raft rebuilds
+// at every start from its snapshot and its synced log.
+func WithoutSync() Option { return kvstore.WithoutSync() }
+
 // Err is the store's failure (a *FailedError), or nil while it is sound.
 func (s *Store) Err() error { return s.db.Err() }
 

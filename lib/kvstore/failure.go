@@ -134,7 +134,15 @@ type Option func(*options)
 
 type options struct {
 	faults Faults
+	noSync bool
 }
+
+// WithoutSync opens the store without syncing each write: a write is in
+// the operating system's cache when it returns, so a killed process loses
+// nothing, but a lost machine may lose the last writes. Only for a store
+// rebuilt from a durable record of its own at every start (a cluster
+// member's state, restored from raft's snapshot and log).
+func WithoutSync() Option { return func(o *options) { o.noSync = true } }
 
 // WithFaults injects failures into the store's Badger calls, for tests
 // of what a failing database does to its callers.

@@ -122,6 +122,9 @@ func Open(cfg Config, opt ...Option) (*DB, error) {
 	if cfg.Tune != nil {
 		opts = cfg.Tune(opts)
 	}
+	if o.noSync {
+		opts = opts.WithSyncWrites(false)
+	}
 	db, err := badger.Open(opts)
 	if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
 		if cfg.Names.Unencrypted != "" && Unencrypted(cfg.Dir) {

@@ -387,3 +387,18 @@ func TestFlushAndCollectValueLog(t *testing.T) {
 		t.Fatalf("the flush's key: %v, want it gone", err)
 	}
 }
+
+// TestWithoutSync: a store is synced on every write unless opened
+// WithoutSync.
+func TestWithoutSync(t *testing.T) {
+	d := openTest(t, t.TempDir(), false)
+	if !d.db.Opts().SyncWrites {
+		t.Fatal("a store opened without options does not sync its writes")
+	}
+	d.Close()
+	u := openTest(t, t.TempDir(), false, WithoutSync())
+	defer u.Close()
+	if u.db.Opts().SyncWrites {
+		t.Fatal("a store opened WithoutSync syncs its writes")
+	}
+}

@@ -266,8 +266,10 @@ func (r *memberRun) serve(w http.ResponseWriter, req *http.Request, forwarded bo
 				cluster.Unavailable(w, "this member is no longer sure it leads the cluster (it cannot reach a majority); try again, or ask another member")
 				return
 			}
+			h.ServeHTTP(w, req)
+			return
 		}
-		h.ServeHTTP(w, req)
+		h.ServeHTTP(newConfirmingWriter(w, r.m.VerifyLeader), req)
 		return
 	}
 	// Each member's /metrics is its own: the leader's above, with the

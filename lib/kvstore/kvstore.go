@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,6 +126,11 @@ func Open(cfg Config, opt ...Option) (*DB, error) {
 	}
 	if o.noSync {
 		opts = opts.WithSyncWrites(false)
+	}
+	if !cfg.InMemory {
+		if err := removeEmptyValueLogs(cfg.Dir, cfg.Log); err != nil {
+			return nil, fmt.Errorf("open %s in %s: %w", what, where, err)
+		}
 	}
 	db, err := badger.Open(opts)
 	if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
@@ -343,3 +350,30 @@ func (l *logger) line(level slog.Level, f string, a []any) (string, *DB) {
 
 func (l *logger) Infof(string, ...any)  {}
 func (l *logger) Debugf(string, ...any) {}
+
+// removeEmptyValueLogs removes the value-log files of dir that are empty.
+// Badger creates its next value-log file, then sizes it; a process killed
+// in between leaves an empty file, which Badger v4.9.6 then refuses to
+// open ("Open existing file ...: Create a new file") instead of starting
+// it again, so that the folder could not be opened at all. An empty file
+// holds nothing, not even its header: Badger makes it anew when it needs
+// it.
+func removeEmptyValueLogs(dir string, log *slog.Logger) error {
+	names, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		fi, err := os.Lstat(name)
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+			continue
+		}
+		if err := os.Remove(name); err != nil {
+			return fmt.Errorf("remove the empty value-log file %s left by a killed process: %w", filepath.Base(name), err)
+		}
+		if log != nil {
+			log.Warn("removed an empty value-log file left by a process killed while it made the file", "file", filepath.Base(name))
+		}
+	}
+	return nil
+}

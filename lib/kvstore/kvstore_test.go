@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -400,5 +401,41 @@ func TestWithoutSync(t *testing.T) {
 	defer u.Close()
 	if u.db.Opts().SyncWrites {
 		t.Fatal("a store opened WithoutSync syncs its writes")
+	}
+}
+
+// TestOpenAfterKillDuringValueLogRotation: a process killed between
+// creating its next value-log file and sizing it leaves that file empty;
+// Badger v4.9.6 then refuses to open the folder ("Open existing file ...:
+// Create a new file"). Open starts anyway and keeps every write.
+func TestOpenAfterKillDuringValueLogRotation(t *testing.T) {
+	dir := t.TempDir()
+	d := openTest(t, dir, false)
+	if err := set(d, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	vlogs, _ := filepath.Glob(filepath.Join(dir, "db", "*.vlog"))
+	if len(vlogs) == 0 {
+		t.Fatal("no value-log file written")
+	}
+	sort.Strings(vlogs)
+	var fid int
+	if _, err := fmt.Sscanf(filepath.Base(vlogs[len(vlogs)-1]), "%06d.vlog", &fid); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "db", fmt.Sprintf("%06d.vlog", fid+1))
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d = openTest(t, dir, false)
+	defer d.Close()
+	if v, err := get(d, "k"); err != nil || v != "v" {
+		t.Fatalf("after the reopen: %q, %v; want the write kept", v, err)
+	}
+	if err := set(d, "k2", "v2"); err != nil {
+		t.Fatalf("a write after the reopen: %v", err)
 	}
 }

@@ -467,11 +467,17 @@ var flagSuffix = map[string]string{
 
 func (l *Listener) refuse(c net.Conn, kind string, limit int, key netip.Addr) {
 	l.refused[kind].Add(1)
-	// Reset rather than FIN: the peer learns at once, and no state stays.
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = c.Close()
+	// Logged before the close, so that what the peer sees is already
+	// in the log (rate-limited: a flood costs no more than one line a
+	// while).
+	defer func() {
+		// Reset rather than FIN: the peer learns at once, and no state
+		// stays.
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}()
 	hint := "raise the NOFILE limit or lower --fd-reserve"
 	if kind == RefusedPending || kind == RefusedEvicted {
 		hint = "pending connections end within their deadline (10 s)"

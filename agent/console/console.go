@@ -591,8 +591,9 @@ func (m *Manager) next(tokens float64) (node string, msg *protocol.Message, raw 
 			continue
 		}
 		chunk := k.Data[from-k.start():]
-		if len(chunk) > protocol.MaxConsoleChunk {
-			chunk = chunk[:protocol.MaxConsoleChunk]
+		// A chunk fits the bandwidth's tokens, which hold a second's.
+		if most := min(protocol.MaxConsoleChunk, m.cfg.Bandwidth); len(chunk) > most {
+			chunk = chunk[:most]
 		}
 		if need := float64(len(chunk)) - tokens; need > 0 {
 			return "", nil, 0, time.Duration(need / float64(m.cfg.Bandwidth) * float64(time.Second)), nil, nil, false

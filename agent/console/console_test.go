@@ -721,3 +721,21 @@ func TestTypedEchoNotBehindPrintingConsoles(t *testing.T) {
 		t.Fatalf("%d chunks on the way at once, over MaxSending %d", most, MaxSending)
 	}
 }
+
+// TestSmallBandwidthSendsLargeOutput: at the lowest bandwidth the site
+// takes (MinBandwidth bytes a second, less than a full chunk) output
+// longer than a second's worth still goes, in chunks a second's tokens
+// hold.
+func TestSmallBandwidthSendsLargeOutput(t *testing.T) {
+	w := &wan{got: map[string][]byte{}}
+	m, err := New(Config{Site: "s1", Bandwidth: MinBandwidth, Publish: w.publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	out := strings.Repeat("0123456789abcdef", MinBandwidth*3/2/16)
+	m.append("n1", []byte(out))
+	waitFor(t, "the output, 1.5 s of the bandwidth", func() bool { return w.text("n1") == out })
+}

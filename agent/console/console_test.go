@@ -739,3 +739,52 @@ func TestSmallBandwidthSendsLargeOutput(t *testing.T) {
 	m.append("n1", []byte(out))
 	waitFor(t, "the output, 1.5 s of the bandwidth", func() bool { return w.text("n1") == out })
 }
+
+// TestTypedEchoNotBehindBandwidthWait: a console prints more than the
+// site's bandwidth carries, so the next chunk due always waits for its
+// share of the bandwidth (a second's worth of tokens at MinBandwidth);
+// a key typed on another console just after the printing console's
+// chunk went has its echo (a few bytes, which go first) sent at once,
+// not after the printing console's wait.
+func TestTypedEchoNotBehindBandwidthWait(t *testing.T) {
+	w := &wan{got: map[string][]byte{}}
+	var mu sync.Mutex
+	var printed int
+	var echoAt time.Time
+	publish := func(ctx context.Context, topic string, b []byte) error {
+		m, err := protocol.Decode(b)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		if m.Node == "n1" {
+			printed++
+		} else if echoAt.IsZero() {
+			echoAt = time.Now()
+		}
+		mu.Unlock()
+		return w.publish(ctx, topic, b)
+	}
+	m, err := New(Config{Site: "s1", Bandwidth: MinBandwidth, Publish: publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	m.append("n1", bytes.Repeat([]byte("x"), DefaultKeep))
+	// The tokens at the start are spent; the printing console's second
+	// chunk went and its third waits a second for the bandwidth.
+	waitFor(t, "the printing console's second chunk", func() bool { mu.Lock(); defer mu.Unlock(); return printed == 2 })
+	start := time.Now()
+	m.noteTyped("n2")
+	m.append("n2", []byte("k"))
+	waitFor(t, "the echo", func() bool { mu.Lock(); defer mu.Unlock(); return !echoAt.IsZero() })
+	mu.Lock()
+	took, during := echoAt.Sub(start), printed
+	mu.Unlock()
+	if took > 500*time.Millisecond || during != 2 {
+		t.Fatalf("the echo went %s after the key, after %d chunks of the printing console (want 2): it waited for the printing console's share of the bandwidth (a chunk a second)", took, during)
+	}
+	t.Logf("the echo went %s after the key", took)
+}

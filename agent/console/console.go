@@ -201,6 +201,10 @@ type Manager struct {
 	// typed into has its output sent first (its echo is what the
 	// operator waits for), before the round robin of the others.
 	typed map[string]time.Time
+	// sending counts the chunks being published (at most MaxSending);
+	// sendingUntyped those of them of consoles not typed into when they
+	// went (at most MaxSending - TypedReserve).
+	sending, sendingUntyped int
 }
 
 // typedFirst is how long after its last input a console's output goes
@@ -213,6 +217,14 @@ const typedFirst = 3 * time.Second
 // results, which take their own turns on the same link, never find the
 // link's in-flight window taken by consoles.
 const MaxSending = 32
+
+// TypedReserve is the share of MaxSending that only consoles typed into
+// in the last typedFirst use: the other consoles have at most
+// MaxSending - TypedReserve chunks on the way. However many consoles
+// print, a typed key's echo finds a free place at once and goes: it
+// never waits for the acks of the printing consoles' chunks (a second
+// round trip). Typed consoles may use the whole window.
+const TypedReserve = 8
 
 // NodeWindow bounds the chunks of one node on the way at once: new
 // output (a typed key's echo) goes while the node's previous chunks
@@ -515,26 +527,23 @@ func (m *Manager) Kept(node string) ([]byte, uint64) {
 
 // next is the next chunk due, if it fits in tokens bytes: the oldest
 // output of a node not yet on the way (its chunks on the way fewer than
-// NodeWindow, TypedWindow for a console typed into lately), or a notice; consoles typed into lately first, then the
-// node after the one that went last. ok false when nothing goes now:
+// NodeWindow, TypedWindow for a console typed into lately), or a
+// notice; consoles typed into lately first, then the node after the one
+// that went last. The site's window holds MaxSending chunks, of which
+// the consoles not typed into take at most MaxSending - TypedReserve.
+// ok false when nothing goes now:
 // wait > 0 when the chunk due does not fit in tokens (the time its bytes
 // take at the bandwidth). settle takes its publish's result; the chunk
 // is on the way until done is called.
 func (m *Manager) next(tokens float64) (node string, msg *protocol.Message, raw int, wait time.Duration, settle func(error), done func(), ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	nodes := make([]string, 0, len(m.kept))
-	for n := range m.kept {
-		nodes = append(nodes, n)
+	if m.sending >= MaxSending {
+		return "", nil, 0, 0, nil, nil, false
 	}
-	sort.Strings(nodes)
-	// Round robin from the node after the last sent.
-	first := sort.SearchStrings(nodes, m.last)
-	if first < len(nodes) && nodes[first] == m.last {
-		first++
-	}
-	// Consoles typed into lately first, then the round robin.
-	order := make([]string, 0, len(nodes))
+	// Consoles typed into lately first, then the round robin of the
+	// others (while their share of the window has room).
+	order := make([]string, 0, len(m.kept))
 	now := time.Now()
 	for n, at := range m.typed {
 		if now.Sub(at) > typedFirst || m.kept[n] == nil {
@@ -545,13 +554,28 @@ func (m *Manager) next(tokens float64) (node string, msg *protocol.Message, raw 
 	}
 	sort.Strings(order)
 	hot := len(order)
-	for i := range nodes {
-		order = append(order, nodes[(first+i)%len(nodes)])
+	if m.sendingUntyped < MaxSending-TypedReserve {
+		nodes := make([]string, 0, len(m.kept))
+		for n := range m.kept {
+			if _, typed := m.typed[n]; !typed {
+				nodes = append(nodes, n)
+			}
+		}
+		sort.Strings(nodes)
+		// Round robin from the node after the last sent.
+		first := sort.SearchStrings(nodes, m.last)
+		if first < len(nodes) && nodes[first] == m.last {
+			first++
+		}
+		for i := range nodes {
+			order = append(order, nodes[(first+i)%len(nodes)])
+		}
 	}
 	for i, n := range order {
+		typed := i < hot
 		k := m.kept[n]
 		window := NodeWindow
-		if i < hot {
+		if typed {
 			window = TypedWindow
 		}
 		if k.failed || len(k.flights) >= window || k.onWay >= window {
@@ -567,8 +591,9 @@ func (m *Manager) next(tokens float64) (node string, msg *protocol.Message, raw 
 			continue
 		}
 		chunk := k.Data[from-k.start():]
-		if len(chunk) > protocol.MaxConsoleChunk {
-			chunk = chunk[:protocol.MaxConsoleChunk]
+		// A chunk fits the bandwidth's tokens, which hold a second's.
+		if most := min(protocol.MaxConsoleChunk, m.cfg.Bandwidth); len(chunk) > most {
+			chunk = chunk[:most]
 		}
 		if need := float64(len(chunk)) - tokens; need > 0 {
 			return "", nil, 0, time.Duration(need / float64(m.cfg.Bandwidth) * float64(time.Second)), nil, nil, false
@@ -587,15 +612,17 @@ func (m *Manager) next(tokens float64) (node string, msg *protocol.Message, raw 
 			c.Error, c.Closed = k.Error, k.Closed
 			k.noticeOut = true
 		}
-		if i >= hot {
+		if !typed {
 			m.last = n // a typed console's turn leaves the round robin's where it was
+			m.sendingUntyped++
 		}
+		m.sending++
 		k.flights = append(k.flights, f)
 		k.next, k.replay = to, false
 		k.onWay++
 		msg := &protocol.Message{Kind: protocol.KindConsoleOutput, ID: fmt.Sprintf("console-%s-%d", n, to),
 			Site: m.cfg.Site, Node: n, Sent: time.Now().UTC(), Console: c}
-		return n, msg, len(chunk), 0, func(err error) { m.settle(k, f, err) }, func() { m.done(k) }, true
+		return n, msg, len(chunk), 0, func(err error) { m.settle(k, f, err) }, func() { m.done(k, typed) }, true
 	}
 	return "", nil, 0, 0, nil, nil, false
 }
@@ -634,10 +661,15 @@ func (m *Manager) settle(k *kept, f *flight, err error) {
 	}
 }
 
-// done: a publish of the node's has returned.
-func (m *Manager) done(k *kept) {
+// done: a publish of the node's has returned (typed: it went as a
+// typed console's); its place in the site's window is free.
+func (m *Manager) done(k *kept, typed bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.sending--
+	if !typed {
+		m.sendingUntyped--
+	}
 	k.onWay--
 	if k.failed && k.onWay == 0 {
 		k.rewind()
@@ -646,18 +678,12 @@ func (m *Manager) done(k *kept) {
 
 // sendLoop sends what is due: after the site's queued results (Busy),
 // at most Bandwidth bytes a second, up to MaxSending chunks on the way
-// at once (at most NodeWindow of one node), again after a failed
-// publish.
+// at once (at most NodeWindow of one node; TypedReserve of them only for
+// consoles typed into), again after a failed publish.
 func (m *Manager) sendLoop(ctx context.Context) {
 	tokens := float64(m.cfg.Bandwidth)
 	last := time.Now()
-	slots := make(chan struct{}, MaxSending)
 	for ctx.Err() == nil {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
 		for m.cfg.Busy() && ctx.Err() == nil {
 			sleep(ctx, 20*time.Millisecond)
 		}
@@ -666,15 +692,23 @@ func (m *Manager) sendLoop(ctx context.Context) {
 		last = now
 		node, msg, raw, wait, settle, done, ok := m.next(tokens)
 		if !ok {
-			<-slots
+			// Nothing goes now: the window is full, nothing is due, or
+			// the chunk due waits for the bandwidth. New output (a
+			// typed key's echo, which goes first and is small) or a
+			// free place in the window has next look again at once.
+			var timer *time.Timer
+			var timeout <-chan time.Time
 			if wait > 0 {
-				sleep(ctx, wait)
-				continue // recount: more may be due now
+				timer = time.NewTimer(wait)
+				timeout = timer.C
 			}
 			select {
 			case <-ctx.Done():
-				return
 			case <-m.wake:
+			case <-timeout:
+			}
+			if timer != nil {
+				timer.Stop()
 			}
 			continue
 		}
@@ -697,7 +731,6 @@ func (m *Manager) sendLoop(ctx context.Context) {
 				sleep(ctx, time.Second)
 			}
 			done()
-			<-slots
 			m.poke()
 		}()
 	}

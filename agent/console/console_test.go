@@ -626,3 +626,165 @@ func runManager(t *testing.T, publish func(ctx context.Context, topic string, pa
 	go m.Run(ctx)
 	return m, ctx
 }
+
+// TestTypedEchoNotBehindPrintingConsoles: 100 consoles print without
+// pause, so the printing consoles alone would keep the site's window of
+// chunks on the way full; one more console is typed into. Acks come in
+// rounds, all at once, as over a WAN whose chunks were sent together
+// (each round is one round trip); each key comes just after a round of
+// acks, when the printing consoles have filled the window again (the
+// keystroke's phase in make bench-console: the next key reaches the site
+// when the previous echo's round trip, and those of the chunks sent with
+// it, ends). Every echo must arrive with no further ack: one round trip
+// for the keystroke, never a second one behind the printing consoles'
+// chunks. The site's bound of chunks on the way holds throughout.
+func TestTypedEchoNotBehindPrintingConsoles(t *testing.T) {
+	const printing, keys = 100, 6
+	g := newGated()
+	m, _ := runManager(t, g.publish)
+	name := func(i int) string { return fmt.Sprintf("node-%03d", i+1) }
+	const typed = "node-000"
+	m.append(typed, []byte("login: "))
+	total := func() int {
+		n := 0
+		for _, c := range g.onWay {
+			n += c
+		}
+		return n
+	}
+	most := 0
+	// settled waits until the chunks on the way stop growing: the
+	// printing consoles have taken what the window gives them.
+	settled := func(what string) int {
+		last, same := -1, 0
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			n := g.count(total)
+			most = max(most, n)
+			if n == last && n > 0 {
+				if same++; same == 20 {
+					return n
+				}
+			} else {
+				last, same = n, 0
+			}
+		}
+		t.Fatalf("timed out waiting for %s", what)
+		return 0
+	}
+	print := func(round int) {
+		for i := range printing {
+			m.append(name(i), []byte(fmt.Sprintf("tick %d\r\n", round)))
+		}
+	}
+	print(0)
+	settled("the printing consoles' first chunks")
+	want := "login: "
+	for key := range keys {
+		// A round trip: every chunk on the way is acked; the printing
+		// consoles print on and take the window again.
+		print(key + 1)
+		g.ack()
+		full := settled("the window taken again")
+		if full < MaxSending/2 {
+			t.Fatalf("only %d chunks on the way after the printing consoles took their turns: the test does not fill the window", full)
+		}
+		if full > MaxSending-TypedReserve {
+			t.Fatalf("%d chunks of the printing consoles on the way, over MaxSending - TypedReserve (%d)", full, MaxSending-TypedReserve)
+		}
+		acks := g.count(func() int { return g.acks })
+		k := string(rune('a' + key))
+		m.Handle(&protocol.Message{Kind: protocol.KindConsole, Action: protocol.ConsoleInput, Node: typed, Console: &protocol.ConsoleData{Input: []byte(k)}})
+		m.append(typed, []byte(k)) // the echo
+		want += k
+		arrived := func() bool { return g.w.text(typed) == want }
+		// The echo goes within milliseconds when it goes at once; 2 s
+		// stays within typedFirst of the key.
+		for end := time.Now().Add(2 * time.Second); !arrived() && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		}
+		if !arrived() {
+			// Count the round trips it takes.
+			trips := 1
+			for ; !arrived() && trips < 10; trips++ {
+				g.ack()
+				for end := time.Now().Add(5 * time.Second); !arrived() && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+				}
+			}
+			t.Fatalf("key %d (%d chunks of the printing consoles on the way): its echo was not sent until %d more round trips of acks (%d acks): it waited behind the printing consoles' chunks",
+				key, full, trips-1, g.count(func() int { return g.acks })-acks)
+		}
+		if n := g.count(func() int { return g.acks }) - acks; n != 0 {
+			t.Fatalf("key %d: the echo arrived after %d more acks, want none", key, n)
+		}
+		t.Logf("key %d: echoed with no further ack, %d chunks of the printing consoles on the way", key, full)
+	}
+	if most > MaxSending {
+		t.Fatalf("%d chunks on the way at once, over MaxSending %d", most, MaxSending)
+	}
+}
+
+// TestSmallBandwidthSendsLargeOutput: at the lowest bandwidth the site
+// takes (MinBandwidth bytes a second, less than a full chunk) output
+// longer than a second's worth still goes, in chunks a second's tokens
+// hold.
+func TestSmallBandwidthSendsLargeOutput(t *testing.T) {
+	w := &wan{got: map[string][]byte{}}
+	m, err := New(Config{Site: "s1", Bandwidth: MinBandwidth, Publish: w.publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	out := strings.Repeat("0123456789abcdef", MinBandwidth*3/2/16)
+	m.append("n1", []byte(out))
+	waitFor(t, "the output, 1.5 s of the bandwidth", func() bool { return w.text("n1") == out })
+}
+
+// TestTypedEchoNotBehindBandwidthWait: a console prints more than the
+// site's bandwidth carries, so the next chunk due always waits for its
+// share of the bandwidth (a second's worth of tokens at MinBandwidth);
+// a key typed on another console just after the printing console's
+// chunk went has its echo (a few bytes, which go first) sent at once,
+// not after the printing console's wait.
+func TestTypedEchoNotBehindBandwidthWait(t *testing.T) {
+	w := &wan{got: map[string][]byte{}}
+	var mu sync.Mutex
+	var printed int
+	var echoAt time.Time
+	publish := func(ctx context.Context, topic string, b []byte) error {
+		m, err := protocol.Decode(b)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		if m.Node == "n1" {
+			printed++
+		} else if echoAt.IsZero() {
+			echoAt = time.Now()
+		}
+		mu.Unlock()
+		return w.publish(ctx, topic, b)
+	}
+	m, err := New(Config{Site: "s1", Bandwidth: MinBandwidth, Publish: publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	m.append("n1", bytes.Repeat([]byte("x"), DefaultKeep))
+	// The tokens at the start are spent; the printing console's second
+	// chunk went and its third waits a second for the bandwidth.
+	waitFor(t, "the printing console's second chunk", func() bool { mu.Lock(); defer mu.Unlock(); return printed == 2 })
+	start := time.Now()
+	m.noteTyped("n2")
+	m.append("n2", []byte("k"))
+	waitFor(t, "the echo", func() bool { mu.Lock(); defer mu.Unlock(); return !echoAt.IsZero() })
+	mu.Lock()
+	took, during := echoAt.Sub(start), printed
+	mu.Unlock()
+	if took > 500*time.Millisecond || during != 2 {
+		t.Fatalf("the echo went %s after the key, after %d chunks of the printing console (want 2): it waited for the printing console's share of the bandwidth (a chunk a second)", took, during)
+	}
+	t.Logf("the echo went %s after the key", took)
+}

@@ -220,17 +220,37 @@ func TestBackupRestoreWhileNodesChange(t *testing.T) {
 		t.Fatalf("slow backup: %v %v", err, resp)
 	}
 	slowDone := make(chan struct{})
+	firstBytes := make(chan time.Time, 1) // when the reader had the first bytes
 	var slowErr error
 	go func() {
 		defer close(slowDone)
 		defer slowFile.Close()
 		defer resp.Body.Close()
 		buf := make([]byte, 32<<10)
+		paused := false
 		for {
 			n, err := resp.Body.Read(buf)
 			if _, werr := slowFile.Write(buf[:n]); werr != nil {
 				slowErr = werr
 				return
+			}
+			if n > 0 && !paused {
+				// After the first bytes, the reader waits for a change
+				// to end (at most 20 s, within the coordinator's 30 s
+				// stall bound), so that the backup is being sent while
+				// nodes change however slow the machine is.
+				paused = true
+				from := time.Now()
+				firstBytes <- from
+				for waited := time.Duration(0); waited < 20*time.Second; waited += 5 * time.Millisecond {
+					mu.Lock()
+					ended := len(ends) > 0 && ends[len(ends)-1].After(from)
+					mu.Unlock()
+					if ended {
+						break
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
 			}
 			if err == io.EOF {
 				if resp.Trailer.Get("Bmedge-Backup-Nodes") == "" {
@@ -249,13 +269,12 @@ func TestBackupRestoreWhileNodesChange(t *testing.T) {
 		resp.Body.Close()
 		<-slowDone
 	})
-	for {
-		if fi, err := os.Stat(slow); err == nil && fi.Size() > 0 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
+	var firstByte time.Time
+	select {
+	case firstByte = <-firstBytes:
+	case <-slowDone:
+		t.Fatalf("the slow backup ended before its first bytes: %v", slowErr)
 	}
-	firstByte := time.Now()
 	// Meanwhile: a second backup is refused, and one without
 	// credentials is 401 (curl, and the CLI).
 	if code, _, stderr := runCLI("--url", base, "backup", "--out", filepath.Join(root, "second.backup")); code != 1 ||

@@ -29,7 +29,18 @@ func newConfirmingWriter(w http.ResponseWriter, verify func() error) *confirming
 	return &confirmingWriter{w: w, verify: verify, header: http.Header{}}
 }
 
-func (c *confirmingWriter) Header() http.Header { return c.header }
+// Header is the handler's own until the status is decided, then the
+// answer's (trailers are set there after the body).
+func (c *confirmingWriter) Header() http.Header {
+	if c.decided && !c.swallow {
+		return c.w.Header()
+	}
+	return c.header
+}
+
+// Unwrap gives http.ResponseController the answer's writer (write
+// deadlines of a streamed answer, such as a backup's).
+func (c *confirmingWriter) Unwrap() http.ResponseWriter { return c.w }
 
 func (c *confirmingWriter) WriteHeader(code int) {
 	if c.decided {

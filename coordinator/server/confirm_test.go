@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfirmingWriter: a refusal is answered only once leadership is
@@ -19,7 +20,12 @@ func TestConfirmingWriter(t *testing.T) {
 	}
 	accept := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("X-From-Handler", "yes")
+		w.Header().Set("Trailer", "X-Count")
 		_, _ = w.Write([]byte(`{}`))
+		w.Header().Set("X-Count", "20") // a trailer, as a backup's
+		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Minute)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			t.Errorf("write deadline: %v", err)
+		}
 	}
 	for _, c := range []struct {
 		name      string
@@ -47,6 +53,9 @@ func TestConfirmingWriter(t *testing.T) {
 				}
 			} else if rec.Header().Get("X-From-Handler") != "yes" {
 				t.Fatalf("the handler's header was lost: %v", rec.Header())
+			}
+			if c.wantCode == http.StatusOK && rec.Result().Trailer.Get("X-Count") != "20" {
+				t.Fatalf("the trailer set after the body was lost: %v", rec.Result().Trailer)
 			}
 		})
 	}

@@ -394,7 +394,7 @@ func TestClusterLinearizable(t *testing.T) {
 	for _, m := range ms {
 		m.Start(t, peers, htpasswd)
 	}
-	leader := testrig.Settled(t, ms, 3, 10*time.Second)
+	leader := testrig.Settled(t, ms, 3, time.Minute)
 	c := ms[0].Client(t)
 	if code := c.Do("POST", "/v1/sites", map[string]string{"name": "site1"}, nil); code != 201 {
 		t.Fatalf("site: %d", code)

@@ -149,7 +149,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	// The killed member comes back, follows, and catches up.
 	old.Start(t, peers, htpasswd)
-	newLeader := testrig.Settled(t, ms, 3, 15*time.Second)
+	newLeader := testrig.Settled(t, ms, 3, time.Minute)
 	if newLeader == leader {
 		t.Logf("note: %s leads again", leader)
 	}
@@ -195,7 +195,7 @@ func TestClusterMembership(t *testing.T) {
 	for _, m := range ms {
 		m.Start(t, peers, htpasswd)
 	}
-	leader := testrig.Settled(t, ms, 3, 10*time.Second)
+	leader := testrig.Settled(t, ms, 3, time.Minute)
 	for _, m := range ms {
 		out, err := memberCLI(t, m, "cluster", "status", "-f", "json")
 		if err != nil {
@@ -230,7 +230,7 @@ func TestClusterMembership(t *testing.T) {
 	if out, err := memberCLI(t, target, "cluster", "transfer-leadership", target.Name); err != nil {
 		t.Fatalf("transfer-leadership %s: %v\n%s", target.Name, err, out)
 	}
-	if got := testrig.Settled(t, ms, 3, 10*time.Second); got != target.Name {
+	if got := testrig.Settled(t, ms, 3, time.Minute); got != target.Name {
 		t.Fatalf("after transfer-leadership %s, %s leads", target.Name, got)
 	}
 	// add-member: the cluster first, then the new member's start.
@@ -395,7 +395,7 @@ func TestClusterFromSingle(t *testing.T) {
 		// One at a time: the new member votes once it caught up.
 		testrig.Settled(t, ms[:i+1], i+1, 15*time.Second)
 	}
-	testrig.Settled(t, ms, 3, 15*time.Second)
+	testrig.Settled(t, ms, 3, time.Minute)
 	// Every follower applied the whole log before the first goes.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -455,7 +455,7 @@ func TestClusterSitesFollow(t *testing.T) {
 		m.Extra = []string{"--advertise-broker-url", strings.Join(brokers, ","), "--wait-timeout", "60s", "--resend-interval", "500ms"}
 		m.Start(t, strings.Join(peers, ","), htpasswd)
 	}
-	leader := testrig.Settled(t, ms, 3, 10*time.Second)
+	leader := testrig.Settled(t, ms, 3, time.Minute)
 	var via *testrig.Member
 	for _, m := range ms {
 		if m.Name != leader {

@@ -272,9 +272,9 @@ func TestUIBrowser(t *testing.T) {
 	t.Logf("web view screenshots go to %s", art)
 
 	d.open(cl.Base + "/ui/")
-	d.waitJS(`return document.getElementById("total-nodes") ? document.getElementById("total-nodes").textContent : "missing"`, "8", 10*time.Second)
-	d.waitJS(`return document.getElementById("total-failed").textContent`, "1", 5*time.Second)
-	d.waitJS(`return document.getElementById("live-status").textContent`, "live", 10*time.Second)
+	d.waitJS(`return document.getElementById("total-nodes") ? document.getElementById("total-nodes").textContent : "missing"`, "8", 30*time.Second)
+	d.waitJS(`return document.getElementById("total-failed").textContent`, "1", 30*time.Second)
+	d.waitJS(`return document.getElementById("live-status").textContent`, "live", 30*time.Second)
 	if bad := d.js(unlabelled); bad != "" {
 		t.Errorf("fleet page: controls without a label: %s", bad)
 	}
@@ -292,8 +292,8 @@ func TestUIBrowser(t *testing.T) {
 
 	// The site page, reached from the fleet page's link.
 	d.js(`document.querySelector('#sites a[href="/ui/sites/site1"]').click(); return ""`)
-	d.waitJS(`return document.getElementById("site-nodes") ? document.getElementById("site-nodes").textContent : "missing"`, "8", 10*time.Second)
-	d.waitJS(`return String(document.querySelectorAll("#nodes tbody tr[data-uuid]").length)`, "8", 5*time.Second)
+	d.waitJS(`return document.getElementById("site-nodes") ? document.getElementById("site-nodes").textContent : "missing"`, "8", 30*time.Second)
+	d.waitJS(`return String(document.querySelectorAll("#nodes tbody tr[data-uuid]").length)`, "8", 30*time.Second)
 	if sw := d.js(`return document.getElementById("site-software").textContent`); !strings.HasPrefix(sw, "bmedge ") {
 		t.Errorf("site page: the edge agent's software shows %q", sw)
 	}
@@ -302,17 +302,17 @@ func TestUIBrowser(t *testing.T) {
 	}
 
 	d.open(cl.Base + "/ui/nodes")
-	d.waitJS(`return String(document.querySelectorAll("#nodes tbody tr[data-uuid]").length)`, "8", 10*time.Second)
-	d.waitJS(`return document.querySelector('tr[data-uuid="`+ids[7]+`"] [data-f=last_error]').textContent`, failedErr, 5*time.Second)
+	d.waitJS(`return String(document.querySelectorAll("#nodes tbody tr[data-uuid]").length)`, "8", 30*time.Second)
+	d.waitJS(`return document.querySelector('tr[data-uuid="`+ids[7]+`"] [data-f=last_error]').textContent`, failedErr, 30*time.Second)
 
 	// The failed node's page shows its last_error.
 	d.open(cl.Base + "/ui/nodes/" + ids[7])
-	d.waitJS(`return document.querySelector("#live [data-f=last_error]").textContent`, failedErr, 10*time.Second)
+	d.waitJS(`return document.querySelector("#live [data-f=last_error]").textContent`, failedErr, 30*time.Second)
 
 	// Provide node-0 from its page.
 	d.open(cl.Base + "/ui/nodes/" + ids[0])
-	d.waitJS(`return document.getElementById("live-status").textContent`, "live", 10*time.Second)
-	d.waitJS(`return document.querySelector("#live [data-f=provision_state]").textContent`, "manageable", 5*time.Second)
+	d.waitJS(`return document.getElementById("live-status").textContent`, "live", 30*time.Second)
+	d.waitJS(`return document.querySelector("#live [data-f=provision_state]").textContent`, "manageable", 30*time.Second)
 	// A mark that a reload would lose.
 	d.js(`window.notReloaded = "yes"; return ""`)
 	// Record every state the page shows, as the events bring them.
@@ -333,8 +333,8 @@ func TestUIBrowser(t *testing.T) {
 	}
 	d.call("POST", "/alert/accept", map[string]any{})
 	// Every state the page shows, as the events bring them.
-	d.waitJS(`return document.getElementById("action-result").textContent`, "Provide: accepted; the state follows live.", 10*time.Second)
-	d.waitJS(`return document.querySelector("#live [data-f=provision_state]").textContent`, "available", 30*time.Second)
+	d.waitJS(`return document.getElementById("action-result").textContent`, "Provide: accepted; the state follows live.", 30*time.Second)
+	d.waitJS(`return document.querySelector("#live [data-f=provision_state]").textContent`, "available", 3*time.Minute)
 	var shown []string
 	_ = json.Unmarshal([]byte(d.js(`return JSON.stringify(window.shownStates)`)), &shown)
 	t.Logf("states the page showed: %q", shown)
@@ -354,7 +354,7 @@ func TestUIBrowser(t *testing.T) {
 		t.Fatalf("the page was reloaded: %q", got)
 	}
 	// The history timeline follows too (refreshed in place).
-	d.waitJS(`return String(document.getElementById("history").textContent.indexOf("available") >= 0)`, "true", 5*time.Second)
+	d.waitJS(`return String(document.getElementById("history").textContent.indexOf("available") >= 0)`, "true", 30*time.Second)
 	if bad := d.js(unlabelled); bad != "" {
 		t.Errorf("node page: controls without a label: %s", bad)
 	}
@@ -366,14 +366,14 @@ func TestUIBrowser(t *testing.T) {
 	// Retire on a selection of the node list: node-1 ticked with the
 	// keyboard, node-0 (available: the API refuses) and node-2 clicked.
 	d.open(cl.Base + "/ui/nodes?site=site1")
-	d.waitJS(`return String(document.querySelectorAll("#nodes tbody tr[data-uuid]").length)`, "8", 10*time.Second)
+	d.waitJS(`return String(document.querySelectorAll("#nodes tbody tr[data-uuid]").length)`, "8", 30*time.Second)
 	if bad := d.js(unlabelled); bad != "" {
 		t.Errorf("node list: controls without a label: %s", bad)
 	}
 	d.keys(`input.pick[value="`+ids[1]+`"]`, " ")
 	d.js(`document.querySelector('input.pick[value="` + ids[0] + `"]').click();
 		document.querySelector('input.pick[value="` + ids[2] + `"]').click(); return ""`)
-	d.waitJS(`return document.getElementById("bulk-count").textContent`, "3", 5*time.Second)
+	d.waitJS(`return document.getElementById("bulk-count").textContent`, "3", 30*time.Second)
 	d.js(`var s = document.getElementById("bulk-action"); s.value = "retire"; s.dispatchEvent(new Event("change")); return ""`)
 	// Deploy's fields show only for Deploy.
 	if got := d.js(`return String(document.getElementById("bulk-deploy").offsetHeight)`); got != "0" {
@@ -396,7 +396,7 @@ func TestUIBrowser(t *testing.T) {
 		}
 	}
 	// The table follows (the selection stays ticked).
-	d.waitJS(`return String(document.querySelectorAll("#nodes th .tag").length)`, "2", 10*time.Second)
+	d.waitJS(`return String(document.querySelectorAll("#nodes th .tag").length)`, "2", 30*time.Second)
 	if got := d.js(`return String(document.querySelectorAll("input.pick:checked").length)`); got != "3" {
 		t.Errorf("after the live refresh %s boxes are ticked, want 3", got)
 	}
@@ -408,7 +408,7 @@ func TestUIBrowser(t *testing.T) {
 	d.call("POST", "/window/rect", map[string]int{"width": 390, "height": 844})
 	for _, p := range []string{"/ui/", "/ui/nodes", "/ui/nodes/" + ids[7], "/ui/sites/site1"} {
 		d.open(cl.Base + p)
-		d.waitJS(`return document.getElementById("live-status").textContent`, "live", 10*time.Second)
+		d.waitJS(`return document.getElementById("live-status").textContent`, "live", 30*time.Second)
 		if got := d.js(`return String(document.documentElement.scrollWidth <= window.innerWidth)`); got != "true" {
 			t.Errorf("%s at 390 px: the page is %s px wide", p, d.js(`return String(document.documentElement.scrollWidth)`))
 		}

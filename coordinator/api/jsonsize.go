@@ -60,8 +60,9 @@ func jsonSize(v any) (n int, ok bool) {
 // characters escaped, invalid UTF-8 as \ufffd, U+2028 and U+2029
 // escaped), quotes included.
 func stringSize(s string) int {
-	n := 2
-	for i := 0; i < len(s); {
+	i := htmlSafePrefix(s)
+	n := 2 + i
+	for i < len(s) {
 		if b := s[i]; b < utf8.RuneSelf {
 			switch {
 			case b == '\\' || b == '"' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t':

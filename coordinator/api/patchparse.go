@@ -154,19 +154,13 @@ func (p *patchParser) str() ([]byte, bool) {
 		return nil, false
 	}
 	start := p.i
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		}
-		p.i++
+	p.i = scanPlain(p.b, p.i)
+	if p.i == len(p.b) || p.b[p.i] != '"' {
+		return nil, false
 	}
-	return nil, false
+	s := p.b[start:p.i]
+	p.i++
+	return s, true
 }
 
 // value reads one JSON value (strings without escapes).
@@ -296,14 +290,7 @@ func (p *patchParser) number() bool {
 func patchValue(raw json.RawMessage, v *any) error {
 	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' {
 		s := raw[1 : n-1]
-		plain := utf8.Valid(s)
-		for _, c := range s {
-			if c == '"' || c == '\\' || c < 0x20 {
-				plain = false
-				break
-			}
-		}
-		if plain {
+		if scanPlain(s, 0) == len(s) && utf8.Valid(s) {
 			*v = string(s)
 			return nil
 		}

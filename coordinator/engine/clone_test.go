@@ -135,3 +135,34 @@ func TestCloneDirectRefusesWhatJSONChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestQuietKnowsEveryOutputField: quiet must look at every field of
+// fsm.Output (a new one fails this test until quiet checks it).
+func TestQuietKnowsEveryOutputField(t *testing.T) {
+	typ := reflect.TypeFor[fsm.Output]()
+	if typ.NumField() != 10 {
+		t.Errorf("fsm.Output has %d fields, quiet checks 10: make quiet check the new one", typ.NumField())
+	}
+	for i := range typ.NumField() {
+		var o fsm.Output
+		f := reflect.ValueOf(&o).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Int:
+			f.SetInt(1)
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+		case reflect.Map:
+			f.Set(reflect.MakeMap(f.Type()))
+		}
+		if quiet(&o) {
+			t.Errorf("an output with %s set is quiet", typ.Field(i).Name)
+		}
+	}
+	if !quiet(&fsm.Output{}) {
+		t.Error("the empty output is not quiet")
+	}
+}

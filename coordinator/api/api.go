@@ -71,6 +71,8 @@ type Server struct {
 	refusalLog  *ratelog.Limiter
 	// routes are the patterns registered on mux (Routes).
 	routes []string
+	// pages are the detail lists' kept pages (pagecache.go).
+	pages pageCache
 }
 
 // refusals returns the rate-limited log of refused logins.

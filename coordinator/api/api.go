@@ -71,6 +71,8 @@ type Server struct {
 	refusalLog  *ratelog.Limiter
 	// routes are the patterns registered on mux (Routes).
 	routes []string
+	// pages are the detail lists' kept pages (pagecache.go).
+	pages pageCache
 }
 
 // refusals returns the rate-limited log of refused logins.
@@ -420,20 +422,34 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // oversize body is a 400 too (not 413): Ironic has no body bound of its
 // own, and its clients print a 400's message, which says what to do.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, ok := readBody(w, r)
+	if !ok {
+		return false
+	}
+	return decodeBody(w, body, v)
+}
+
+// readBody reads a request's body for decode, within MaxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if r.ContentLength > MaxBodyBytes {
 		writeError(w, 400, bodyTooLarge(r.ContentLength))
-		return false
+		return nil, false
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			writeError(w, 400, bodyTooLarge(-1))
-			return false
+			return nil, false
 		}
 		writeError(w, 400, "cannot read request body: "+err.Error())
-		return false
+		return nil, false
 	}
+	return body, true
+}
+
+// decodeBody is the rest of decode: the depth check and the JSON.
+func decodeBody(w http.ResponseWriter, body []byte, v any) bool {
 	if jsonDepth(body, MaxJSONDepth) > MaxJSONDepth {
 		writeError(w, 400, fmt.Sprintf("Request body is nested deeper than %d levels of objects and arrays; nothing this API takes nests that deep", MaxJSONDepth))
 		return false

@@ -155,6 +155,12 @@ func checkMapSize(field string, m map[string]any) error {
 	if len(m) == 0 {
 		return nil
 	}
+	if n, ok := jsonSize(m); ok {
+		if n > MaxFieldBytes {
+			return limitError(field, n, MaxFieldBytes, "bytes of JSON")
+		}
+		return nil
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("%s cannot be stored: %v", field, err)}

@@ -171,6 +171,19 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 	if q.Get("detail") == "True" || q.Get("detail") == "true" {
 		detail = true
 	}
+	// A detail list's page is the same for the same request as long as
+	// the nodes' views are (pagecache.go): the answer depends on the
+	// path, the query, the base URL (links) and the API version only.
+	var pageKey string
+	var pageGen uint64
+	if detail {
+		pageKey = r.URL.Path + "?" + r.URL.RawQuery + "\x00" + baseURL(r) + "\x00" + strconv.Itoa(apiMinor(r))
+		pageGen = s.e.ViewsGen()
+		if b := s.pages.get(pageKey, pageGen); b != nil {
+			writeNodeListBytes(w, b)
+			return
+		}
+	}
 	maint, err := boolParam(q, "maintenance")
 	if err != nil {
 		writeError(w, 400, err.Error())
@@ -239,17 +252,24 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 	markerAt := -1
 	var markerKey string
 	pos := 0
+	// In creation order (sort_key id or created_at, ascending: every
+	// key is the same), the page is the first limit nodes that pass
+	// the filters after the marker, in Each's order: Each stops there.
+	inOrder := (sortKey == "id" || sortKey == "created_at") && sortDir == "asc"
 	s.e.Each(func(n *fsm.Node) bool {
 		pos++
 		if n.UUID == marker {
 			markerAt, markerKey = pos, keyOf(n)
+		}
+		if inOrder && marker != "" && (markerAt < 0 || pos == markerAt) {
+			return true
 		}
 		if (state != "" && string(n.ProvisionState) != state) || (maint != nil && n.Maintenance != *maint) ||
 			(retired != nil && (n.RetiredUnset || n.Retired != *retired)) || (driver != "" && n.Driver != driver) || (group != "" && n.Site != group) {
 			return true
 		}
 		all = append(all, entry{uuid: n.UUID, key: keyOf(n), pos: pos})
-		return true
+		return !inOrder || len(all) < limit
 	})
 	less := func(a, b entry) bool {
 		if a.key != b.key {
@@ -257,7 +277,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 		}
 		return (a.pos < b.pos) == (sortDir == "asc")
 	}
-	sort.SliceStable(all, func(i, j int) bool { return less(all[i], all[j]) })
+	if !inOrder {
+		sort.SliceStable(all, func(i, j int) bool { return less(all[i], all[j]) })
+	}
 	if marker != "" && markerAt > 0 {
 		m := entry{key: markerKey, pos: markerAt}
 		i := sort.Search(len(all), func(i int) bool { return less(m, all[i]) })
@@ -285,8 +307,20 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, detail bool) {
 	if detail {
 		// Whole nodes: their JSON, kept by the engine until they change.
 		key, finish := s.viewKey(r)
-		views := s.e.Views(ids, key, true, func(n *fsm.Node, online bool) any { return s.view(base, n, online) }, finish)
-		writeNodeList(w, next, views)
+		var failed error
+		// The page is built from views read after pageGen was: it is
+		// current for pageGen.
+		b := s.pages.page(pageKey, pageGen, func() (uint64, []byte, bool) {
+			views := s.e.Views(ids, key, true, func(n *fsm.Node, online bool) any { return s.view(base, n, online) }, finish)
+			b, err := nodeListBytes(next, views)
+			failed = err
+			return pageGen, b, err == nil
+		})
+		if failed != nil {
+			writeError(w, 500, "cannot encode a node: "+failed.Error())
+			return
+		}
+		writeNodeListBytes(w, b)
 		return
 	}
 	pickFields := fields

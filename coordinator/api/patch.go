@@ -272,7 +272,7 @@ func applyPatch(n *fsm.Node, ops []patchOp) error {
 			if len(op.Value) == 0 {
 				return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d (%s %s) needs a value", i+1, op.Op, op.Path)}
 			}
-			if err := json.Unmarshal(op.Value, &val); err != nil {
+			if err := patchValue(op.Value, &val); err != nil {
 				return &engine.Error{Kind: engine.Invalid, Msg: fmt.Sprintf("patch operation %d: value is not JSON: %v", i+1, err)}
 			}
 		}
@@ -588,7 +588,7 @@ var patchHook atomic.Pointer[func(nodeUUID string)]
 // holds up other requests or agent messages.
 func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) {
 	var ops []patchOp
-	if !decode(w, r, &ops) {
+	if !decodeNodePatch(w, r, &ops) {
 		return
 	}
 	if len(ops) == 0 {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,8 +9,10 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -156,6 +159,40 @@ func (c *cmd) serveCmd() *cobra.Command {
 	return cc
 }
 
+// cpuProfileEnv names a file to which serve writes a CPU profile of the
+// coordinator from its start until it is asked to stop (SIGINT or
+// SIGTERM), for benchmarks (docs/benchmarks.md); unset, no profile.
+const cpuProfileEnv = "COORDINATOR_CPU_PROFILE"
+
+// cpuProfile starts the profile cpuProfileEnv asks for; the profile
+// ends when ctx does or when the function returned is called.
+func cpuProfile(ctx context.Context, log *slog.Logger) (stop func()) {
+	path := os.Getenv(cpuProfileEnv)
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		log.Warn("no CPU profile", "env", cpuProfileEnv, "err", err)
+		return func() {}
+	}
+	var once sync.Once
+	end := func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		})
+	}
+	go func() {
+		<-ctx.Done()
+		end()
+	}()
+	return end
+}
+
 func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 	if !cc.Flags().Changed("broker-password") {
 		o.brokerPW = os.Getenv("COORDINATOR_BROKER_PASSWORD")
@@ -213,6 +250,7 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 	}
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer cpuProfile(ctx, log)()
 	co, err := server.Start(ctx, server.Options{Cluster: member, DataDir: o.dataDir, APIListen: o.apiListen, MQTTListen: o.mqttListen,
 		BrokerURL: o.brokerURL, BrokerUser: o.brokerUser, BrokerPassword: o.brokerPW, AdvertisedBrokerURL: o.advertise,
 		Auth: o.auth, HTPasswd: o.htpasswd, TLSCert: o.tlsCert, TLSKey: o.tlsKey, BrokerCAFile: o.brokerCA, MaxPacketSize: o.maxPacket,

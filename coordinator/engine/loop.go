@@ -137,6 +137,30 @@ func (t *tx) run(n *fsm.Node, fn func() fsm.Output) {
 	t.apply(n, out)
 }
 
+// runQuiet is run for a call that leaves the node as it is unless its
+// output says otherwise (the machine's Tick: most ticks of a busy node
+// find nothing to do): a quiet output is not applied, so that the node's
+// published view, and what readers made of it, stay.
+func (t *tx) runQuiet(n *fsm.Node, fn func() fsm.Output) {
+	before := phaseOf(n)
+	out := fn()
+	t.e.cfg.Metrics.Node(n, t.now)
+	after := phaseOf(n)
+	if before != after {
+		t.e.reg.phaseCount[before]--
+		t.e.reg.phaseCount[after]++
+	}
+	if !quiet(&out) || before != after {
+		t.apply(n, out)
+	}
+}
+
+// quiet tells whether an output has nothing in it.
+func quiet(o *fsm.Output) bool {
+	return !o.Changed && len(o.Send) == 0 && len(o.History) == 0 && o.Inventory == nil && o.Reject == "" && !o.Late &&
+		o.BMCWarnings == 0 && len(o.Ports) == 0 && o.PluginData == nil && len(o.PortChanges) == 0
+}
+
 func (e *Engine) commit(t *tx) error {
 	for _, n := range t.dirty {
 		t.forget(n.UUID)
@@ -301,7 +325,7 @@ func (e *Engine) tick(wait bool) error {
 				continue
 			}
 			online := e.sites.Online(n.Site)
-			t.run(n, func() fsm.Output { out := e.m.Tick(n, t.now, online); e.cfg.Metrics.Resent(len(out.Send)); return out })
+			t.runQuiet(n, func() fsm.Output { out := e.m.Tick(n, t.now, online); e.cfg.Metrics.Resent(len(out.Send)); return out })
 		}
 		return nil
 	}, wait)

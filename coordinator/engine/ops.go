@@ -146,18 +146,6 @@ func (e *Engine) pickSite(site string) (string, error) {
 	return "", errorf(Invalid, "the node's site (conductor_group) is required: one of %s; or start the coordinator with 'serve --default-site NAME' for the nodes created without one (as gophercloud and Metal3 create them)", strings.Join(names, ", "))
 }
 
-func clone(n *fsm.Node) *fsm.Node {
-	// The ramdisk's step lists are never changed in place (stepcat.go):
-	// the copy shares them instead of copying them through JSON.
-	s := *n
-	s.CachedCleanSteps, s.CachedDeploySteps = nil, nil
-	b, _ := json.Marshal(&s)
-	var c fsm.Node
-	_ = json.Unmarshal(b, &c)
-	c.CachedCleanSteps, c.CachedDeploySteps = n.CachedCleanSteps, n.CachedDeploySteps
-	return &c
-}
-
 // UpdateNode changes a resting node's fields through fn on a copy; the
 // copy replaces the node only if it passes validation (replaceNode). fn
 // runs in the loop: it must be quick (PatchNode runs a long one outside).

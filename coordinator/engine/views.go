@@ -43,6 +43,9 @@ type viewCache struct {
 	order atomic.Pointer[[]string]
 	kept  sync.Map // UUID → keptView
 
+	// gen moves on after every publication (ViewsGen).
+	gen atomic.Uint64
+
 	mu sync.Mutex
 	// subs are the watchers of node changes (SubscribeViews).
 	subs map[*ViewSub]struct{}
@@ -89,7 +92,16 @@ func (c *viewCache) publishAll(nodes map[string]*fsm.Node) {
 		c.put(id, snapshotOf(n))
 	}
 	c.reorder(nodes)
+	c.gen.Add(1)
 }
+
+// ViewsGen is a number that grows whenever what readers see of the nodes
+// may have changed: a node's published snapshot, the nodes' order (Each)
+// or the reachability of a site (which views show). While it stays the
+// same, View, Views and Each give the same as before. A reader reads it
+// before it reads the views, so that what it makes of them is current
+// for the number it read.
+func (e *Engine) ViewsGen() uint64 { return e.views.gen.Load() + e.sites.OnlineGen() }
 
 // publish publishes the snapshots of the touched nodes as nodes now has
 // them (a touched node no longer in nodes was deleted), then tells the
@@ -121,6 +133,7 @@ func (c *viewCache) publish(nodes map[string]*fsm.Node, touched map[string]struc
 	case len(added) > 0:
 		c.appendOrder(nodes, added)
 	}
+	c.gen.Add(1)
 	c.mu.Lock()
 	for id := range touched {
 		for s := range c.subs {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 )
@@ -72,6 +73,10 @@ type Book struct {
 	// restarted agent says again). In memory only: the broker delivers the
 	// retained presence again after a restart.
 	relaying, planning, software sync.Map
+
+	// onlineGen moves on whenever a site's online state changes or is
+	// forgotten (OnlineGen).
+	onlineGen atomic.Uint64
 }
 
 // New returns an empty book.
@@ -101,6 +106,7 @@ func (b *Book) Delete(name string) {
 	b.mu.Lock()
 	delete(b.sites, name)
 	delete(b.online, name)
+	b.onlineGen.Add(1)
 	b.mu.Unlock()
 	b.relaying.Delete(name)
 	b.planning.Delete(name)
@@ -142,10 +148,17 @@ func (b *Book) Online(name string) bool {
 func (b *Book) SetOnline(name string, online bool) (was bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	was = b.online[name]
+	was, known := b.online[name]
 	b.online[name] = online
+	if was != online || !known {
+		b.onlineGen.Add(1)
+	}
 	return was
 }
+
+// OnlineGen is a number that grows whenever a site's online state
+// changes: what Online says of every site is the same as long as it is.
+func (b *Book) OnlineGen() uint64 { return b.onlineGen.Load() }
 
 // AnyOnline tells whether some site's edge agent is online.
 func (b *Book) AnyOnline() bool {

@@ -241,8 +241,12 @@ func TestQEMUSecureBootIPMINode(t *testing.T) {
 	console := filepath.Join(tmp, "console.log")
 	showConsole(t, console, 6144)
 	tee := &logTee{next: testrig.Logger(t).Handler()}
+	// Shim, GRUB, the kernel and the initrd all come by TFTP here (GRUB's
+	// network boot), slow under TCG: a loaded machine took over 4
+	// minutes. The WAIT timeout and the step's wait are generous; they
+	// cost only when the boot is slow.
 	l := newLab(t, labOptions{Netboot: site, NetKernel: filepath.Join(dir, "vmlinuz"), NetInitrd: filepath.Join(dir, "initramfs.cpio.zst"),
-		WaitTimeout: 4 * time.Minute, AgentLog: slog.New(tee)})
+		WaitTimeout: 10 * time.Minute, AgentLog: slog.New(tee)})
 	c := l.c
 	// The BMC's power-on starts the VM with a fresh copy of the firmware's
 	// variables, from the network when its boot device is pxe.
@@ -253,7 +257,7 @@ func TestQEMUSecureBootIPMINode(t *testing.T) {
 		t.Fatalf("port: %d", code)
 	}
 	l.step(id, "manage", "manageable", nil, time.Minute)
-	l.step(id, "inspect", "manageable", nil, 5*time.Minute)
+	l.step(id, "inspect", "manageable", nil, 11*time.Minute)
 	for _, want := range [][]string{
 		{"network boot armed", "node=" + id, "secure_boot=true"},
 		{"network boot TFTP: sent", "node=" + id, "file=" + netboot.ShimBinary},

@@ -125,23 +125,17 @@ func (t *tx) apply(n *fsm.Node, out fsm.Output) {
 
 // run applies fn to n while accounting for phase changes (for the
 // concurrency caps).
-func (t *tx) run(n *fsm.Node, fn func() fsm.Output) {
-	before := phaseOf(n)
-	out := fn()
-	t.e.cfg.Metrics.Node(n, t.now)
-	after := phaseOf(n)
-	if before != after {
-		t.e.reg.phaseCount[before]--
-		t.e.reg.phaseCount[after]++
-	}
-	t.apply(n, out)
-}
+func (t *tx) run(n *fsm.Node, fn func() fsm.Output) { t.runKeeping(n, fn, false) }
 
 // runQuiet is run for a call that leaves the node as it is unless its
 // output says otherwise (the machine's Tick: most ticks of a busy node
 // find nothing to do): a quiet output is not applied, so that the node's
 // published view, and what readers made of it, stay.
-func (t *tx) runQuiet(n *fsm.Node, fn func() fsm.Output) {
+func (t *tx) runQuiet(n *fsm.Node, fn func() fsm.Output) { t.runKeeping(n, fn, true) }
+
+// runKeeping is run and runQuiet: with keepQuiet, a quiet output that
+// changed no phase is not applied.
+func (t *tx) runKeeping(n *fsm.Node, fn func() fsm.Output, keepQuiet bool) {
 	before := phaseOf(n)
 	out := fn()
 	t.e.cfg.Metrics.Node(n, t.now)
@@ -150,7 +144,7 @@ func (t *tx) runQuiet(n *fsm.Node, fn func() fsm.Output) {
 		t.e.reg.phaseCount[before]--
 		t.e.reg.phaseCount[after]++
 	}
-	if !quiet(&out) || before != after {
+	if !keepQuiet || !quiet(&out) || before != after {
 		t.apply(n, out)
 	}
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/freeport"
 	"github.com/bmedge/bmedge/lib/mqttbroker"
 	"github.com/bmedge/bmedge/lib/mqttlink"
 	"github.com/bmedge/bmedge/lib/waitfor"
@@ -43,12 +43,11 @@ func (testWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // inbox collects what a link receives.

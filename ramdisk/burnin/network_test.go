@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/drivers"
+	"github.com/bmedge/bmedge/lib/freeport"
 	"github.com/bmedge/bmedge/lib/waitfor"
 )
 
@@ -31,12 +32,10 @@ var testKey = []byte("0123456789abcdef0123456789abcdef")
 // freePort returns a 127.0.0.1 address nobody listens on now.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	return addr
 }
 

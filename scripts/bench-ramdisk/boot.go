@@ -22,6 +22,7 @@ import (
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
+	"github.com/bmedge/bmedge/lib/freeport"
 )
 
 // api is a tiny JSON client of the coordinator.
@@ -106,12 +107,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return freeport.Addr("127.0.0.1")
 }
 
 // bootTiming is one boot, in host wall-clock times.

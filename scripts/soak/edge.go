@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/lib/freeport"
 	"github.com/bmedge/bmedge/scripts/internal/loadrig"
 )
 
@@ -273,12 +273,7 @@ func (e *edge) awaitPowerCommand(ctx context.Context, within time.Duration) bool
 
 // freeAddr is a 127.0.0.1 address nobody listens on now.
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return freeport.Addr("127.0.0.1")
 }
 
 // Alive tells whether the agent still runs.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,15 +15,17 @@ import (
 	"github.com/bmedge/bmedge/drivers/consoletest"
 	"github.com/bmedge/bmedge/drivers/ipmi/ipmisim"
 	"github.com/bmedge/bmedge/drivers/ipmi/sol"
+	"github.com/bmedge/bmedge/lib/freeport"
 )
 
 func freeTCPPort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	_, p, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(p)
+	return port
 }
 
 // One boot of the project's ramdisk kernel (with consoletest's guest init,

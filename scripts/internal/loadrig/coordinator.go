@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/bmedge/bmedge/coordinator/fsm"
 	"github.com/bmedge/bmedge/coordinator/server"
+	"github.com/bmedge/bmedge/lib/freeport"
 	"github.com/bmedge/bmedge/lib/netbudget"
 )
 
@@ -64,12 +64,7 @@ type Coord struct {
 
 // FreeAddr returns a free 127.0.0.1 address.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return freeport.Addr("127.0.0.1")
 }
 
 // ModuleRoot is the folder of the go.mod of github.com/bmedge/bmedge

@@ -20,13 +20,7 @@ import (
 )
 
 func freeTCP(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testrig.FreeAddr(t)
 }
 
 // guestCmdline is the console guest's kernel command line.

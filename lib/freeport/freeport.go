@@ -1,0 +1,78 @@
+// Package freeport picks TCP addresses for tests and benches that start
+// servers on ports they name in advance (a child process's flags, a
+// script's environment).
+//
+// Asking the kernel for port 0 and closing the listener is racy: the
+// kernel hands the same port out again as the source port of the next
+// outgoing connection, and on a busy test machine another test's client
+// takes it before the server binds. Addr picks ports below the kernel's
+// ephemeral range instead, which the kernel never hands out on its own,
+// and never returns the same port twice in one process.
+package freeport
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The range Addr draws from: below Linux's default ephemeral range
+// (32768–60999, /proc/sys/net/ipv4/ip_local_port_range) and above the
+// ports services usually listen on.
+const (
+	low  = 20000
+	high = 32767
+)
+
+var (
+	mu    sync.Mutex
+	given = map[int]bool{}
+)
+
+// Addr returns host:port for a port that was free on host a moment ago,
+// outside the ephemeral range. host is a loopback address such as
+// 127.0.0.1.
+func Addr(host string) (string, error) {
+	lo, hi := low, high
+	if l, ok := ephemeralLow(); ok && l-1 < hi {
+		hi = l - 1
+	}
+	if hi <= lo {
+		lo, hi = 1024, 32767
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for try := 0; try < 200; try++ {
+		port := lo + rand.IntN(hi-lo+1)
+		if given[port] {
+			continue
+		}
+		addr := net.JoinHostPort(host, strconv.Itoa(port))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		given[port] = true
+		return addr, nil
+	}
+	return "", fmt.Errorf("freeport: no free port on %s in %d–%d after 200 tries", host, lo, hi)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() (int, bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(f[0])
+	return n, err == nil
+}

@@ -24,7 +24,12 @@ func (s *Server) showSite(w http.ResponseWriter, r *http.Request) {
 			b, _ := json.Marshal(i)
 			var out map[string]any
 			_ = json.Unmarshal(b, &out)
+			// One answer, one count: the list and its count from the
+			// same reading (the site list's count is read apart, and a
+			// node enrolled between the two readings would make them
+			// disagree).
 			out["discovered_nodes"] = found
+			out["discovered"] = len(found)
 			writeJSON(w, 200, out)
 			return
 		}

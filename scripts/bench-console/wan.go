@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/freeport"
 	"github.com/bmedge/bmedge/scripts/internal/tunwire"
 	"golang.org/x/sys/unix"
 )
@@ -192,12 +193,7 @@ func (w *wan) bytes() int64 {
 
 // freePort is a free TCP address on the host's end of the link.
 func (w *wan) freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(w.hostIP, "0"))
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return freeport.Addr(w.hostIP)
 }
 
 // command runs bin in the namespace.

@@ -260,11 +260,15 @@ func TestDiscoveryWANCut(t *testing.T) {
 	var s siteShow
 	waitFor(t, 3*time.Minute, "three nodes enrolled after the link returned", func() (bool, string) {
 		s = showSite(t, cl, "site1")
-		return s.Discovered == 3, fmt.Sprintf("%d discovered", s.Discovered)
+		return s.Discovered == 3 && len(s.DiscoveredNodes) == 3, fmt.Sprintf("%d discovered, %d listed", s.Discovered, len(s.DiscoveredNodes))
 	})
 	// Every report reached it: each node was seen again once.
 	waitFor(t, 90*time.Second, "each machine seen again", func() (bool, string) {
 		again := 0
+		s = showSite(t, cl, "site1")
+		if len(s.DiscoveredNodes) != 3 {
+			return false, fmt.Sprintf("%d nodes listed", len(s.DiscoveredNodes))
+		}
 		for _, dn := range s.DiscoveredNodes {
 			for _, h := range historyOf(t, cl, dn.UUID) {
 				if strings.Contains(h.Event, "seen again") {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/freeport"
 	"github.com/bmedge/bmedge/scripts/internal/tunwire"
 	"golang.org/x/sys/unix"
 )
@@ -300,10 +301,9 @@ func (w *wanNet) Bytes() int64 {
 // FreePort returns a free TCP port on the host's address of the link.
 func (w *wanNet) FreePort() string {
 	w.t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(w.HostIP, "0"))
+	addr, err := freeport.Addr(w.HostIP)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	defer ln.Close()
-	return net.JoinHostPort(w.HostIP, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	return addr
 }

@@ -72,12 +72,12 @@ func TestRedfishQEMUPlanSurvivesAgentKill9(t *testing.T) {
 		if t.Failed() {
 			for _, f := range []string{log1, log2} {
 				b, _ := os.ReadFile(f)
-				t.Logf("%s (last 8 KiB):\n%s", filepath.Base(f), tail(b, 8192))
+				t.Logf("%s (last 32 KiB):\n%s", filepath.Base(f), tail(b, 32768))
 			}
 		}
 	})
 	a1 := startAgentBinary(t, bin, log1, args...)
-	waitLog(t, log1, 20*time.Second, "edge agent connected")
+	waitLog(t, log1, time.Minute, "edge agent connected")
 	waitLog(t, log1, 5*time.Second, "site broker up")
 
 	id := l.createNode("pk1", "redfish", bmc.driverInfo("s3cret"), nil)
@@ -128,7 +128,7 @@ func TestRedfishQEMUPlanSurvivesAgentKill9(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second) // the site without its agent
 	startAgentBinary(t, bin, log2, args...)
-	waitLog(t, log2, 20*time.Second, "edge agent connected")
+	waitLog(t, log2, time.Minute, "edge agent connected")
 
 	n = cl.WaitRest(id, 3*time.Minute)
 	t.Logf("clean: %s %.1fs after the request %s", n.State, time.Since(start).Seconds(), n.LastError)

@@ -136,6 +136,12 @@ func New(cfg Config) *Agent {
 	a.up = relay.NewUplink(relay.UplinkConfig{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Drop: a.ob.Drop,
 		Publish: func(ctx context.Context, topic string, payload []byte) error {
 			return a.link.Publish(ctx, topic, payload, false)
+		},
+		Observe: func(waiting, acked time.Duration) {
+			if m := a.metrics; m != nil {
+				m.uplink.WithLabelValues("waiting").Observe(waiting.Seconds())
+				m.uplink.WithLabelValues("acknowledged").Observe(acked.Seconds())
+			}
 		}})
 	a.relay = relay.New(relay.Config{Site: cfg.Site, Log: cfg.Log, Clock: cfg.Clock, Summary: cfg.HeartbeatSummary, SiteBroker: cfg.SiteBroker, CAFile: cfg.CAFile,
 		Admit: a.boot.Admit, Up: a.publish, Outbox: a.ob, Local: a.deliverLocal, ImageArgs: a.cache.ImageArgs, NewID: outbox.NewID,

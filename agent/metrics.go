@@ -32,6 +32,7 @@ type agentMetrics struct {
 	planSteps  *prometheus.CounterVec
 	refused    *prometheus.CounterVec
 	discovery  *prometheus.CounterVec
+	uplink     *prometheus.HistogramVec
 }
 
 func newAgentMetrics(a *Agent) *agentMetrics {
@@ -63,6 +64,11 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 	for _, k := range []string{"booted", "reported", "discovery_off", "cap", "rate", "report_refused"} {
 		m.discovery.WithLabelValues(k)
 	}
+	m.uplink = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metricsNamespace, Name: "uplink_seconds",
+		Help: "Publishes to the coordinator (results, reports, relayed hellos and heartbeats, summaries; one bundle or one large message each), by stage: " +
+			"waiting, from the queueing of its oldest message to its publish (gathering, a place among the bundles in flight, the same nodes' bundles before it); " +
+			"acknowledged, from its publish to the broker's ack (the WAN's round trip and what is ahead of it).",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2.5, 5, 10}}, []string{"stage"})
 	plans := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "plans_running",
 		Help: "Plans the agent holds now (one per node at most), paused ones included."}, func() float64 { return float64(a.plans.Len()) })
 	outbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "outbox_depth",
@@ -75,7 +81,7 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 	m.powerReads.WithLabelValues("error")
 	m.planSteps.WithLabelValues("inband")
 	m.planSteps.WithLabelValues("oob")
-	m.reg.MustRegister(m.discovery, m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, m.refused, plans, outbox, kept, siteBrokerCollector{a},
+	m.reg.MustRegister(m.uplink, m.discovery, m.bmcOps, m.bmcSeconds, m.resent, m.stale, m.powerReads, m.planSteps, m.refused, plans, outbox, kept, siteBrokerCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -31,6 +31,8 @@ const (
 type Item struct {
 	Topic   string
 	Payload []byte
+	// At is when Publish queued it (the uplink's clock).
+	At time.Time
 }
 
 // UplinkConfig configures the uplink.
@@ -44,6 +46,12 @@ type UplinkConfig struct {
 	// Clock is the clock of the bundles' gather timer (default
 	// clock.Real).
 	Clock clock.Clock
+	// Observe, when set, is told each publish's two times: waiting,
+	// from the queueing of its oldest message to the publish (the
+	// gathering, and the wait for a place among the bundles in flight
+	// and behind the same nodes' bundles); acknowledged, from the
+	// publish to the broker's ack (failed publishes are not told).
+	Observe func(waiting, acknowledged time.Duration)
 }
 
 // Uplink is the way to the coordinator: a queue and its sender.
@@ -76,7 +84,7 @@ func (u *Uplink) Publish(ctx context.Context, topic string, payload []byte) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	select {
-	case u.q <- Item{Topic: topic, Payload: payload}:
+	case u.q <- Item{Topic: topic, Payload: payload, At: u.cfg.Clock.Now()}:
 	case <-ctx.Done():
 		u.log.Debug("publish queue full; will resend", "topic", topic)
 	}
@@ -207,7 +215,7 @@ func (u *Uplink) Run(ctx context.Context) {
 		size := protocol.BundleSize(site, rec)
 		if size > protocol.MaxBundleBytes/2 {
 			// A large message (an inventory) goes on its own.
-			if !u.sendUp(ctx, fl, keys, nil, &first) {
+			if !u.sendUp(ctx, fl, keys, nil, &first, first.At) {
 				return
 			}
 			continue
@@ -238,7 +246,7 @@ func (u *Uplink) Run(ctx context.Context) {
 			}
 		}
 		timer.Stop()
-		if !u.sendUp(ctx, fl, keys, recs, nil) {
+		if !u.sendUp(ctx, fl, keys, recs, nil, first.At) {
 			return
 		}
 	}
@@ -269,7 +277,7 @@ func (u *Uplink) oversized(it *Item) bool {
 // goroutine once fl lets it go (see Order); false once ctx ended. A
 // failed publish is left to the outbox's resend (results, reports) or to
 // the ramdisks (hello, heartbeat), as before bundling.
-func (u *Uplink) sendUp(ctx context.Context, fl *inFlight, keySet map[string]struct{}, recs []protocol.BundleRecord, one *Item) bool {
+func (u *Uplink) sendUp(ctx context.Context, fl *inFlight, keySet map[string]struct{}, recs []protocol.BundleRecord, one *Item, queued time.Time) bool {
 	topic := protocol.BMCEvtTopic(u.cfg.Site)
 	var payload []byte
 	if one != nil {
@@ -293,8 +301,11 @@ func (u *Uplink) sendUp(ctx context.Context, fl *inFlight, keySet map[string]str
 		defer fl.release(keys)
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
+		start := u.cfg.Clock.Now()
 		if err := u.cfg.Publish(pctx, topic, payload); err != nil {
 			u.log.Debug("publish failed; will resend", "topic", topic, "messages", max(len(recs), 1), "err", err)
+		} else if u.cfg.Observe != nil && !queued.IsZero() {
+			u.cfg.Observe(start.Sub(queued), u.cfg.Clock.Now().Sub(start))
 		}
 	}()
 	return true

@@ -122,3 +122,61 @@ func TestUplinkGathersOnTheClock(t *testing.T) {
 		t.Fatalf("%d publishes, the first a bundle of %d messages; want one bundle of the 3", len(pubs), len(recs))
 	}
 }
+
+// TestUplinkObservesWaitAndAck: a publish is told to Observe with its
+// wait (queued to published: here the gathering, on the uplink's clock)
+// and its ack time (published to acked); a failed publish is not told.
+func TestUplinkObservesWaitAndAck(t *testing.T) {
+	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	type obs struct{ waiting, acked time.Duration }
+	seen := make(chan obs, 4)
+	published := make(chan struct{}, 4)
+	calls := 0
+	u := NewUplink(UplinkConfig{Site: "s1", Log: slog.New(slog.DiscardHandler), Clock: fk,
+		Publish: func(context.Context, string, []byte) error {
+			calls++
+			defer func() { published <- struct{}{} }()
+			if calls == 1 {
+				fk.Advance(300 * time.Millisecond) // the broker's ack takes 300 ms
+				return nil
+			}
+			return context.DeadlineExceeded
+		},
+		Observe: func(w, a time.Duration) { seen <- obs{w, a} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { u.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	send := func(node string) {
+		p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: "p-" + node, Site: "s1", Node: node,
+			PowerState: protocol.PowerOn, Sent: fk.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Publish(ctx, protocol.BMCEvtTopic("s1"), p)
+		if !fk.WaitTimers(1, 10*time.Second) {
+			t.Fatal("no gather timer")
+		}
+		fk.Advance(uplinkGather)
+		select {
+		case <-published:
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing published")
+		}
+	}
+	send("n1")
+	select {
+	case o := <-seen:
+		if o.waiting != uplinkGather || o.acked != 300*time.Millisecond {
+			t.Fatalf("observed waiting %s, acknowledged %s; want %s and 300ms", o.waiting, o.acked, uplinkGather)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the acknowledged publish was not observed")
+	}
+	send("n2")
+	select {
+	case o := <-seen:
+		t.Fatalf("a failed publish was observed: %+v", o)
+	case <-time.After(200 * time.Millisecond):
+	}
+}

@@ -34,6 +34,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -309,7 +311,10 @@ func (b *bench) startAgent(ctx context.Context, bin, tmp string, creds agent.Cre
 	}
 	cmd := b.w.command(bin, "--credentials-file", credFile, "--state-dir", filepath.Join(tmp, "agent-state"),
 		"--simulate", strconv.Itoa(b.o.nodes), "--bmc-delay", "50ms", "--heartbeat", "5s",
-		"--boot-delay", "2s", "--step-duration", b.o.stepWait.String())
+		"--boot-delay", "2s", "--step-duration", b.o.stepWait.String(),
+		// Its metrics on the site's address (the link's far end), for the
+		// uplink's times of each step batch.
+		"--metrics-listen", net.JoinHostPort(b.w.siteIP, "9101"), "--metrics-listen-any")
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -430,6 +435,9 @@ type batch struct {
 	results    []time.Duration // each result: sent at the site → at the coordinator's broker
 	cleans     []time.Duration // each node: verb → manageable (polled every 100 ms)
 	wall, load string
+	// uplink is the agent's bmedge_agent_uplink_seconds over the batch:
+	// where the site's publishes spent their time.
+	uplink string
 }
 
 func pct(d []time.Duration, p float64) time.Duration {
@@ -445,9 +453,90 @@ func pct(d []time.Duration, p float64) time.Duration {
 func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
 
 func (r batch) String() string {
-	return fmt.Sprintf("%d results, result p50 %s p95 %s max %s; clean per node p50 %s p95 %s max %s; batch %s; load %s",
+	return fmt.Sprintf("%d results, result p50 %s p95 %s max %s; clean per node p50 %s p95 %s max %s; batch %s; load %s\n      the site's publishes: %s",
 		len(r.results), ms(pct(r.results, .5)), ms(pct(r.results, .95)), ms(pct(r.results, 1)),
-		ms(pct(r.cleans, .5)), ms(pct(r.cleans, .95)), ms(pct(r.cleans, 1)), r.wall, r.load)
+		ms(pct(r.cleans, .5)), ms(pct(r.cleans, .95)), ms(pct(r.cleans, 1)), r.wall, r.load, r.uplink)
+}
+
+// uplinkHist is the agent's bmedge_agent_uplink_seconds histogram now:
+// for each stage, the cumulative count of each bucket's upper bound.
+type uplinkHist map[string]map[float64]float64
+
+func (b *bench) uplinkHist(ctx context.Context) (uplinkHist, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(rctx, "GET", "http://"+net.JoinHostPort(b.w.siteIP, "9101")+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, err
+	}
+	h := uplinkHist{}
+	for _, l := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(l, `bmedge_agent_uplink_seconds_bucket{stage="`)
+		if !ok {
+			continue
+		}
+		stage, rest, _ := strings.Cut(rest, `",le="`)
+		le, val, _ := strings.Cut(rest, `"} `)
+		bound, err := strconv.ParseFloat(le, 64)
+		if le == "+Inf" {
+			bound, err = math.Inf(1), nil
+		}
+		v, verr := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil || verr != nil {
+			continue
+		}
+		if h[stage] == nil {
+			h[stage] = map[float64]float64{}
+		}
+		h[stage][bound] = v
+	}
+	if len(h) == 0 {
+		return nil, errors.New("no bmedge_agent_uplink_seconds in the agent's metrics")
+	}
+	return h, nil
+}
+
+// since says, per stage, how many publishes the histogram gained since
+// before, and the bucket bounds of their p50 and p95 and the share over
+// 250 ms.
+func (h uplinkHist) since(before uplinkHist) string {
+	var parts []string
+	for _, stage := range []string{"waiting", "acknowledged"} {
+		var bounds []float64
+		for b := range h[stage] {
+			bounds = append(bounds, b)
+		}
+		sort.Float64s(bounds)
+		if len(bounds) == 0 {
+			continue
+		}
+		cum := func(b float64) float64 { return h[stage][b] - before[stage][b] }
+		total := cum(bounds[len(bounds)-1])
+		if total == 0 {
+			parts = append(parts, stage+" none")
+			continue
+		}
+		q := func(p float64) string {
+			for _, b := range bounds {
+				if cum(b) >= p*total {
+					if math.IsInf(b, 1) {
+						return "> the last bucket"
+					}
+					return fmt.Sprintf("≤ %g s", b)
+				}
+			}
+			return "?"
+		}
+		over := total - cum(0.25)
+		parts = append(parts, fmt.Sprintf("%s: %.0f, p50 %s, p95 %s, %.1f %% over 0.25 s", stage, total, q(.5), q(.95), 100*over/total))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // stepBatch runs a manual clean (-steps in-band steps in the simulated
@@ -460,6 +549,7 @@ func (b *bench) stepBatch(ctx context.Context) (batch, error) {
 		steps[i] = map[string]any{"interface": "deploy", "step": "erase_devices_metadata"}
 	}
 	body := map[string]any{"target": "clean", "clean_steps": steps}
+	before, uerr := b.uplinkHist(ctx)
 	b.obs.startResults()
 	start := time.Now()
 	sent := make([]time.Time, len(b.ids))
@@ -477,6 +567,11 @@ func (b *bench) stepBatch(ctx context.Context) (batch, error) {
 	// (the last one moved it).
 	sleepCtx(ctx, 2*time.Second)
 	r.results = b.obs.stopResults()
+	if after, aerr := b.uplinkHist(ctx); uerr == nil && aerr == nil {
+		r.uplink = after.since(before)
+	} else {
+		r.uplink = fmt.Sprintf("not read: %v", errors.Join(uerr, aerr))
+	}
 	if err != nil {
 		return r, err
 	}

@@ -203,7 +203,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		Publish: func(ctx context.Context, topic string, payload []byte) error {
 			return a.link.Publish(ctx, topic, payload, false)
 		},
-		Busy: func() bool { return len(a.up.Queue()) > 0 }})
+		Busy:  func() bool { return len(a.up.Queue()) > 0 },
+		Yield: func() bool { return a.up.InFlight() > 0 }})
 	if err != nil {
 		return err
 	}

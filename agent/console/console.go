@@ -108,6 +108,11 @@ type Config struct {
 	// Busy tells whether results and reports wait to be sent: console
 	// output waits for them.
 	Busy func() bool
+	// Yield tells whether results and reports are on the way (published,
+	// not yet acknowledged by the broker): the consoles not typed into
+	// then keep at most YieldUntyped chunks on the way, so that few
+	// console bytes are ahead of results on the site's one connection.
+	Yield func() bool
 	// Store keeps the output (nil: memory only, tests).
 	Store Store
 	// Dialers by driver (nil: Dialers()).
@@ -226,6 +231,12 @@ const MaxSending = 32
 // round trip). Typed consoles may use the whole window.
 const TypedReserve = 8
 
+// YieldUntyped is how many chunks the consoles not typed into keep on
+// the way while results are (Config.Yield): they go on printing, a few
+// chunks a round trip, instead of filling the connection ahead of the
+// results (docs/benchmarks.md, "The serial console").
+const YieldUntyped = 4
+
 // NodeWindow bounds the chunks of one node on the way at once: new
 // output (a typed key's echo) goes while the node's previous chunks
 // await their acks, so it arrives one round trip after it was printed,
@@ -257,6 +268,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Dialers == nil {
 		cfg.Dialers = Dialers()
+	}
+	if cfg.Yield == nil {
+		cfg.Yield = func() bool { return false }
 	}
 	if cfg.Busy == nil {
 		cfg.Busy = func() bool { return false }
@@ -530,12 +544,13 @@ func (m *Manager) Kept(node string) ([]byte, uint64) {
 // NodeWindow, TypedWindow for a console typed into lately), or a
 // notice; consoles typed into lately first, then the node after the one
 // that went last. The site's window holds MaxSending chunks, of which
-// the consoles not typed into take at most MaxSending - TypedReserve.
+// the consoles not typed into take at most MaxSending - TypedReserve,
+// YieldUntyped while yield (results on the way).
 // ok false when nothing goes now:
 // wait > 0 when the chunk due does not fit in tokens (the time its bytes
 // take at the bandwidth). settle takes its publish's result; the chunk
 // is on the way until done is called.
-func (m *Manager) next(tokens float64) (node string, msg *protocol.Message, raw int, wait time.Duration, settle func(error), done func(), ok bool) {
+func (m *Manager) next(tokens float64, yield bool) (node string, msg *protocol.Message, raw int, wait time.Duration, settle func(error), done func(), ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.sending >= MaxSending {
@@ -554,7 +569,11 @@ func (m *Manager) next(tokens float64) (node string, msg *protocol.Message, raw 
 	}
 	sort.Strings(order)
 	hot := len(order)
-	if m.sendingUntyped < MaxSending-TypedReserve {
+	untyped := MaxSending - TypedReserve
+	if yield {
+		untyped = YieldUntyped
+	}
+	if m.sendingUntyped < untyped {
 		nodes := make([]string, 0, len(m.kept))
 		for n := range m.kept {
 			if _, typed := m.typed[n]; !typed {
@@ -690,7 +709,8 @@ func (m *Manager) sendLoop(ctx context.Context) {
 		now := time.Now()
 		tokens = min(float64(m.cfg.Bandwidth), tokens+now.Sub(last).Seconds()*float64(m.cfg.Bandwidth))
 		last = now
-		node, msg, raw, wait, settle, done, ok := m.next(tokens)
+		yield := m.cfg.Yield()
+		node, msg, raw, wait, settle, done, ok := m.next(tokens, yield)
 		if !ok {
 			// Nothing goes now: the window is full, nothing is due, or
 			// the chunk due waits for the bandwidth. New output (a
@@ -698,6 +718,11 @@ func (m *Manager) sendLoop(ctx context.Context) {
 			// free place in the window has next look again at once.
 			var timer *time.Timer
 			var timeout <-chan time.Time
+			if wait == 0 && yield {
+				// Held back for results on the way: look again when
+				// they may have gone (or a chunk settles, a key comes).
+				wait = 20 * time.Millisecond
+			}
 			if wait > 0 {
 				timer = time.NewTimer(wait)
 				timeout = timer.C

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/protocol"
 )
 
@@ -787,4 +788,71 @@ func TestTypedEchoNotBehindBandwidthWait(t *testing.T) {
 		t.Fatalf("the echo went %s after the key, after %d chunks of the printing console (want 2): it waited for the printing console's share of the bandwidth (a chunk a second)", took, during)
 	}
 	t.Logf("the echo went %s after the key", took)
+}
+
+// TestPrintingConsolesYieldToResults: while results are on the way
+// (Config.Yield), 100 printing consoles keep at most YieldUntyped chunks
+// on the way, and go on printing (a round of acks lets the next ones
+// go); a console typed into is not held back; once no result is on the
+// way the printing consoles take their share of the window again.
+func TestPrintingConsolesYieldToResults(t *testing.T) {
+	const printing = 100
+	g := newGated()
+	var yield atomic.Bool
+	yield.Store(true)
+	m, err := New(Config{Site: "s1", Publish: g.publish, Yield: yield.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	total := func() int {
+		n := 0
+		for _, c := range g.onWay {
+			n += c
+		}
+		return n
+	}
+	// settled waits until the chunks on the way stop changing.
+	settled := func(what string) int {
+		last, same := -1, 0
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			n := g.count(total)
+			if n == last && n > 0 {
+				if same++; same == 20 {
+					return n
+				}
+			} else {
+				last, same = n, 0
+			}
+		}
+		t.Fatalf("timed out waiting for %s", what)
+		return 0
+	}
+	print := func(round int) {
+		for i := range printing {
+			m.append(fmt.Sprintf("node-%03d", i+1), []byte(fmt.Sprintf("tick %d\r\n", round)))
+		}
+	}
+	print(0)
+	for round := 1; round <= 3; round++ {
+		if n := settled("the printing consoles' chunks"); n > YieldUntyped {
+			t.Fatalf("round %d: %d chunks of the printing consoles on the way while results are, over YieldUntyped (%d)", round, n, YieldUntyped)
+		}
+		print(round)
+		g.ack()
+	}
+	// A key on another console: its echo goes at once, results or not.
+	m.Handle(&protocol.Message{Kind: protocol.KindConsole, Action: protocol.ConsoleInput, Node: "node-000", Console: &protocol.ConsoleData{Input: []byte("k")}})
+	m.append("node-000", []byte("k"))
+	if !waitfor.Until(2*time.Second, func() bool { return g.w.text("node-000") == "k" }) {
+		t.Fatal("the typed console's echo was held back behind results on the way")
+	}
+	// No result on the way: the printing consoles fill their share.
+	yield.Store(false)
+	g.ack()
+	if n := settled("the window taken again"); n <= YieldUntyped+1 || n > MaxSending-TypedReserve+1 {
+		t.Fatalf("%d chunks on the way with no result on the way; want more than %d, at most %d", n, YieldUntyped+1, MaxSending-TypedReserve+1)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bmedge/bmedge/lib/clock"
@@ -59,7 +60,12 @@ type Uplink struct {
 	cfg UplinkConfig
 	log *slog.Logger
 	q   chan Item
+	// flying counts the publishes awaiting the broker's ack.
+	flying atomic.Int32
 }
+
+// InFlight is how many publishes await the broker's ack now.
+func (u *Uplink) InFlight() int { return int(u.flying.Load()) }
 
 // NewUplink returns an uplink with an empty queue.
 func NewUplink(cfg UplinkConfig) *Uplink {
@@ -297,8 +303,10 @@ func (u *Uplink) sendUp(ctx context.Context, fl *inFlight, keySet map[string]str
 	if !fl.acquire(ctx, keys) {
 		return false
 	}
+	u.flying.Add(1)
 	go func() {
 		defer fl.release(keys)
+		defer u.flying.Add(-1)
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		start := u.cfg.Clock.Now()

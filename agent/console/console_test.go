@@ -372,6 +372,40 @@ func (g *gated) ack() {
 
 func (g *gated) count(f func() int) int { g.mu.Lock(); defer g.mu.Unlock(); return f() }
 
+// onWayAll is how many chunks of every node are on the way.
+func (g *gated) onWayAll() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, c := range g.onWay {
+		n += c
+	}
+	return n
+}
+
+// settled waits until the chunks on the way (more than none) stop
+// changing: the printing consoles have taken what the window gives
+// them. seen, when set, is told every count on the way.
+func (g *gated) settled(t *testing.T, what string, seen func(int)) int {
+	t.Helper()
+	last, same := -1, 0
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		n := g.onWayAll()
+		if seen != nil {
+			seen(n)
+		}
+		if n == last && n > 0 {
+			if same++; same == 20 {
+				return n
+			}
+		} else {
+			last, same = n, 0
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+	return 0
+}
+
 // TestEchoDoesNotWaitForAck: a node's previous chunk awaits its ack (the
 // broker's, a WAN round trip) when a key's echo is printed: the echo is
 // published at once and arrives without waiting for that ack, so the
@@ -646,32 +680,8 @@ func TestTypedEchoNotBehindPrintingConsoles(t *testing.T) {
 	name := func(i int) string { return fmt.Sprintf("node-%03d", i+1) }
 	const typed = "node-000"
 	m.append(typed, []byte("login: "))
-	total := func() int {
-		n := 0
-		for _, c := range g.onWay {
-			n += c
-		}
-		return n
-	}
 	most := 0
-	// settled waits until the chunks on the way stop growing: the
-	// printing consoles have taken what the window gives them.
-	settled := func(what string) int {
-		last, same := -1, 0
-		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			n := g.count(total)
-			most = max(most, n)
-			if n == last && n > 0 {
-				if same++; same == 20 {
-					return n
-				}
-			} else {
-				last, same = n, 0
-			}
-		}
-		t.Fatalf("timed out waiting for %s", what)
-		return 0
-	}
+	settled := func(what string) int { return g.settled(t, what, func(n int) { most = max(most, n) }) }
 	print := func(round int) {
 		for i := range printing {
 			m.append(name(i), []byte(fmt.Sprintf("tick %d\r\n", round)))
@@ -807,29 +817,7 @@ func TestPrintingConsolesYieldToResults(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go m.Run(ctx)
-	total := func() int {
-		n := 0
-		for _, c := range g.onWay {
-			n += c
-		}
-		return n
-	}
-	// settled waits until the chunks on the way stop changing.
-	settled := func(what string) int {
-		last, same := -1, 0
-		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			n := g.count(total)
-			if n == last && n > 0 {
-				if same++; same == 20 {
-					return n
-				}
-			} else {
-				last, same = n, 0
-			}
-		}
-		t.Fatalf("timed out waiting for %s", what)
-		return 0
-	}
+	settled := func(what string) int { return g.settled(t, what, nil) }
 	print := func(round int) {
 		for i := range printing {
 			m.append(fmt.Sprintf("node-%03d", i+1), []byte(fmt.Sprintf("tick %d\r\n", round)))

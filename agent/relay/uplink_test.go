@@ -80,17 +80,9 @@ func TestUplinkGathersOnTheClock(t *testing.T) {
 			got <- struct{}{}
 			return nil
 		}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { u.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ctx := runUplink(t, u)
 	msg := func(node string) {
-		p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: "p-" + node, Site: "s1", Node: node,
-			PowerState: protocol.PowerOn, Sent: fk.Now()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Publish(ctx, protocol.BMCEvtTopic("s1"), p)
+		u.Publish(ctx, protocol.BMCEvtTopic("s1"), powerReport(t, node, fk.Now()))
 	}
 	msg("n1")
 	if !fk.WaitTimers(1, 10*time.Second) {
@@ -143,17 +135,9 @@ func TestUplinkObservesWaitAndAck(t *testing.T) {
 			return context.DeadlineExceeded
 		},
 		Observe: func(w, a time.Duration) { seen <- obs{w, a} }})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { u.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ctx := runUplink(t, u)
 	send := func(node string) {
-		p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: "p-" + node, Site: "s1", Node: node,
-			PowerState: protocol.PowerOn, Sent: fk.Now()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Publish(ctx, protocol.BMCEvtTopic("s1"), p)
+		u.Publish(ctx, protocol.BMCEvtTopic("s1"), powerReport(t, node, fk.Now()))
 		if !fk.WaitTimers(1, 10*time.Second) {
 			t.Fatal("no gather timer")
 		}
@@ -179,4 +163,24 @@ func TestUplinkObservesWaitAndAck(t *testing.T) {
 		t.Fatalf("a failed publish was observed: %+v", o)
 	case <-time.After(200 * time.Millisecond):
 	}
+}
+
+// runUplink runs u until the test ends; the context is Run's.
+func runUplink(t *testing.T, u *Uplink) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { u.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ctx
+}
+
+// powerReport is a node's power report, as the agent sends one up.
+func powerReport(t *testing.T, node string, sent time.Time) []byte {
+	t.Helper()
+	p, err := protocol.Encode(&protocol.Message{Kind: protocol.KindPower, ID: "p-" + node, Site: "s1", Node: node,
+		PowerState: protocol.PowerOn, Sent: sent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

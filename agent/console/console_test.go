@@ -374,13 +374,13 @@ func (g *gated) count(f func() int) int { g.mu.Lock(); defer g.mu.Unlock(); retu
 
 // onWayAll is how many chunks of every node are on the way.
 func (g *gated) onWayAll() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := 0
-	for _, c := range g.onWay {
-		n += c
-	}
-	return n
+	return g.count(func() int {
+		n := 0
+		for _, c := range g.onWay {
+			n += c
+		}
+		return n
+	})
 }
 
 // settled waits until the chunks on the way (more than none) stop

@@ -38,11 +38,15 @@ var (
 // 127.0.0.1.
 func Addr(host string) (string, error) {
 	lo, hi := low, high
-	if l, ok := ephemeralLow(); ok && l-1 < hi {
-		hi = l - 1
+	if l, ok := ephemeralLow(); ok {
+		// A machine whose ephemeral range starts lower: the ports below it.
+		hi = min(hi, l-1)
+		if hi < lo {
+			lo = 1024
+		}
 	}
-	if hi <= lo {
-		lo, hi = 1024, 32767
+	if hi < lo {
+		return "", fmt.Errorf("freeport: the kernel's ephemeral range (ip_local_port_range) leaves no port from %d below it", lo)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -27,6 +27,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/bmedge/bmedge/agent"
 	"github.com/bmedge/bmedge/lib/mqttlink"
@@ -475,26 +478,33 @@ func (b *bench) uplinkHist(ctx context.Context) (uplinkHist, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseUplinkHist(body)
+}
+
+// parseUplinkHist reads bmedge_agent_uplink_seconds out of an agent's
+// metrics (Prometheus text format).
+func parseUplinkHist(body []byte) (uplinkHist, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("the agent's metrics: %w", err)
+	}
 	h := uplinkHist{}
-	for _, l := range strings.Split(string(body), "\n") {
-		rest, ok := strings.CutPrefix(l, `bmedge_agent_uplink_seconds_bucket{stage="`)
-		if !ok {
+	for _, m := range fams["bmedge_agent_uplink_seconds"].GetMetric() {
+		stage := ""
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "stage" {
+				stage = l.GetValue()
+			}
+		}
+		hist := m.GetHistogram()
+		if stage == "" || hist == nil {
 			continue
 		}
-		stage, rest, _ := strings.Cut(rest, `",le="`)
-		le, val, _ := strings.Cut(rest, `"} `)
-		bound, err := strconv.ParseFloat(le, 64)
-		if le == "+Inf" {
-			bound, err = math.Inf(1), nil
+		h[stage] = map[float64]float64{math.Inf(1): float64(hist.GetSampleCount())}
+		for _, b := range hist.GetBucket() {
+			h[stage][b.GetUpperBound()] = float64(b.GetCumulativeCount())
 		}
-		v, verr := strconv.ParseFloat(strings.TrimSpace(val), 64)
-		if err != nil || verr != nil {
-			continue
-		}
-		if h[stage] == nil {
-			h[stage] = map[float64]float64{}
-		}
-		h[stage][bound] = v
 	}
 	if len(h) == 0 {
 		return nil, errors.New("no bmedge_agent_uplink_seconds in the agent's metrics")

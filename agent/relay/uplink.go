@@ -98,24 +98,46 @@ func (u *Uplink) Publish(ctx context.Context, topic string, payload []byte) {
 
 // Order: the coordinator must get each node's messages in the order the
 // agent produced them (a result before the heartbeat of the next step,
-// a resent outbox in its order). Bundles are made in queue order, and a
-// bundle is published only once no bundle in flight holds a message of
-// one of its nodes; bundles of other nodes go on meanwhile, up to
-// uplinkInFlight awaiting the broker's ack. So a node's messages reach
-// the broker one bundle after the other, while a site's many nodes
-// still keep several bundles in flight. A message naming no node (a
-// site-wide result) is ordered with the other such messages; a
-// heartbeat summary is not ordered (upKeys says why).
+// a resent outbox in its order). Bundles are made in queue order and
+// published once no bundle in flight holds a message of one of their
+// nodes. A bundle that must wait for one of its nodes does not hold up
+// the bundles made after it: those of other nodes pass it and go, up to
+// uplinkInFlight awaiting the broker's ack, while a later bundle that
+// shares a node with a waiting one waits behind it. So a node's
+// messages reach the broker one bundle after the other, in order, and a
+// node whose ack is slow delays only its own messages. A message naming
+// no node (a site-wide result) is ordered with the other such messages;
+// a heartbeat summary is not ordered (upKeys says why).
 
-// inFlight tracks the bundles awaiting the broker's ack, by node.
+// uplinkPending is how many made bundles may wait for their turn; Run
+// stops taking from the queue while that many wait.
+const uplinkPending = 4 * uplinkInFlight
+
+// inFlight admits the bundles: it tracks those awaiting the broker's
+// ack, by node, and keeps in order those that wait for their turn.
 type inFlight struct {
-	mu    sync.Mutex
-	cond  *sync.Cond
+	mu   sync.Mutex
+	cond *sync.Cond
+	// n is how many bundles are in flight; nodes, how many of them
+	// hold each node.
 	n     int
 	nodes map[string]int
-	// waits counts the times an acquire began to wait (its tests see
+	// pending are the bundles waiting for their turn, in the order
+	// they were made.
+	pending []*pendingBundle
+	// waits counts the times a bundle was held back (its tests see
 	// that a bundle was refused and waits).
 	waits int
+	// closed: the uplink's context ended; nothing more starts.
+	closed bool
+}
+
+// pendingBundle is a bundle waiting for its turn: its nodes, and what
+// sends it.
+type pendingBundle struct {
+	keys    []string
+	send    func()
+	counted bool
 }
 
 func newInFlight() *inFlight {
@@ -124,27 +146,66 @@ func newInFlight() *inFlight {
 	return f
 }
 
-// acquire waits until a bundle of keys may go (a slot is free and none
-// of its nodes is in flight), and takes its place; false once ctx ended.
-func (f *inFlight) acquire(ctx context.Context, keys []string) bool {
+// submit queues a bundle of keys; send runs in its own goroutine once
+// the bundle's turn has come (a slot is free, none of its nodes is in
+// flight or held by a bundle made before it still waiting), and the
+// bundle's place is given back when send returns. submit waits only
+// while uplinkPending bundles wait already; false once ctx ended (and
+// then nothing more is sent: what was pending is the outbox's to send
+// again).
+func (f *inFlight) submit(ctx context.Context, keys []string, send func()) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for ctx.Err() == nil {
-		free := f.n < uplinkInFlight
-		for _, k := range keys {
-			free = free && f.nodes[k] == 0
-		}
-		if free {
-			f.n++
-			for _, k := range keys {
-				f.nodes[k]++
-			}
-			return true
-		}
-		f.waits++
+	for len(f.pending) >= uplinkPending && ctx.Err() == nil {
 		f.cond.Wait()
 	}
-	return false
+	if ctx.Err() != nil {
+		f.closed, f.pending = true, nil
+		return false
+	}
+	f.pending = append(f.pending, &pendingBundle{keys: keys, send: send})
+	f.dispatch()
+	return true
+}
+
+// dispatch starts, in order, every pending bundle whose turn has come;
+// f.mu is held.
+func (f *inFlight) dispatch() {
+	if f.closed {
+		return
+	}
+	var blocked map[string]bool // nodes of earlier bundles still pending
+	kept := f.pending[:0]
+	for _, b := range f.pending {
+		free := f.n < uplinkInFlight
+		for _, k := range b.keys {
+			free = free && f.nodes[k] == 0 && !blocked[k]
+		}
+		if !free {
+			if !b.counted {
+				b.counted = true
+				f.waits++
+			}
+			if blocked == nil {
+				blocked = map[string]bool{}
+			}
+			for _, k := range b.keys {
+				blocked[k] = true
+			}
+			kept = append(kept, b)
+			continue
+		}
+		f.n++
+		for _, k := range b.keys {
+			f.nodes[k]++
+		}
+		go func() {
+			defer f.release(b.keys)
+			b.send()
+		}()
+	}
+	clear(f.pending[len(kept):])
+	f.pending = kept
 }
 
 func (f *inFlight) release(keys []string) {
@@ -155,11 +216,12 @@ func (f *inFlight) release(keys []string) {
 			delete(f.nodes, k)
 		}
 	}
+	f.dispatch()
 	f.mu.Unlock()
 	f.cond.Broadcast()
 }
 
-// wake makes acquire look at ctx again.
+// wake makes a waiting submit look at ctx again.
 func (f *inFlight) wake() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -300,12 +362,8 @@ func (u *Uplink) sendUp(ctx context.Context, fl *inFlight, keySet map[string]str
 	for k := range keySet {
 		keys = append(keys, k)
 	}
-	if !fl.acquire(ctx, keys) {
-		return false
-	}
-	u.flying.Add(1)
-	go func() {
-		defer fl.release(keys)
+	return fl.submit(ctx, keys, func() {
+		u.flying.Add(1)
 		defer u.flying.Add(-1)
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -315,6 +373,5 @@ func (u *Uplink) sendUp(ctx context.Context, fl *inFlight, keySet map[string]str
 		} else if u.cfg.Observe != nil && !queued.IsZero() {
 			u.cfg.Observe(start.Sub(queued), u.cfg.Clock.Now().Sub(start))
 		}
-	}()
-	return true
+	})
 }

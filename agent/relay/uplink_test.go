@@ -15,52 +15,170 @@ import (
 
 // TestInFlightOrdersByNode checks the uplink's admission rule: a bundle
 // waits while one of its nodes is in flight, and bundles of other nodes
-// go alongside, up to uplinkInFlight.
+// go alongside, up to uplinkInFlight, also those made after a bundle that
+// waits; a later bundle that shares a node with a waiting one waits
+// behind it.
 func TestInFlightOrdersByNode(t *testing.T) {
 	f := newInFlight()
 	ctx := context.Background()
-	if !f.acquire(ctx, []string{"a", "b"}) {
-		t.Fatal("first bundle refused")
+	// bundle submits a bundle of keys; its send signals started and
+	// returns (giving its place back) once finish is closed.
+	type bundle struct{ started, finish chan struct{} }
+	submit := func(ctx context.Context, keys ...string) (bundle, bool) {
+		b := bundle{make(chan struct{}), make(chan struct{})}
+		ok := f.submit(ctx, keys, func() { close(b.started); <-b.finish })
+		return b, ok
 	}
-	if !f.acquire(ctx, []string{"c"}) {
-		t.Fatal("a bundle of another node waits")
-	}
-	// waited waits until acquire began to wait n times in all.
-	waited := func(n int) {
-		t.Helper()
-		if !waitfor.Until(10*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.waits >= n }) {
-			t.Fatalf("acquire waited %d times, want %d", f.waits, n)
+	went := func(b bundle) bool {
+		select {
+		case <-b.started:
+			return true
+		case <-time.After(100 * time.Millisecond):
+			return false
 		}
 	}
-	got := make(chan struct{})
-	go func() { f.acquire(ctx, []string{"c", "b"}); close(got) }()
-	waited(1)
-	select {
-	case <-got:
-		t.Fatal("a bundle went while a bundle of its nodes was in flight")
-	default:
+	mustGo := func(b bundle, what string) {
+		t.Helper()
+		select {
+		case <-b.started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not go within 10 s", what)
+		}
 	}
-	f.release([]string{"a", "b"})
-	waited(2) // woken, it looked again and waits for c
-	select {
-	case <-got:
+	waits := func() int { f.mu.Lock(); defer f.mu.Unlock(); return f.waits }
+	ab, _ := submit(ctx, "a", "b")
+	mustGo(ab, "the first bundle")
+	c, _ := submit(ctx, "c")
+	mustGo(c, "a bundle of another node")
+	cb, _ := submit(ctx, "c", "b")
+	if went(cb) || waits() != 1 {
+		t.Fatalf("a bundle went while a bundle of its nodes was in flight (waits %d)", waits())
+	}
+	d, _ := submit(ctx, "d")
+	mustGo(d, "a bundle of another node made after a waiting one")
+	b2, _ := submit(ctx, "b")
+	if went(b2) || waits() != 2 {
+		t.Fatal("a bundle passed an earlier waiting bundle of one of its nodes")
+	}
+	close(ab.finish)
+	if went(cb) {
 		t.Fatal("a bundle went while a bundle of one of its nodes was still in flight")
-	default:
 	}
-	f.release([]string{"c"})
-	<-got
-	f.release([]string{"c", "b"})
+	if went(b2) {
+		t.Fatal("a bundle passed an earlier waiting bundle of one of its nodes once that one's node was free")
+	}
+	close(c.finish)
+	mustGo(cb, "the waiting bundle, once its nodes were free")
+	if went(b2) {
+		t.Fatal("a bundle went while the bundle of its node before it was in flight")
+	}
+	close(cb.finish)
+	mustGo(b2, "the last bundle of b")
+	close(b2.finish)
+	close(d.finish)
+	// Slots: at most uplinkInFlight in flight.
+	var fill []bundle
 	for i := range uplinkInFlight {
-		f.acquire(ctx, []string{strconv.Itoa(i)})
+		b, _ := submit(ctx, strconv.Itoa(i))
+		mustGo(b, "a bundle below uplinkInFlight")
+		fill = append(fill, b)
+	}
+	other, _ := submit(ctx, "other")
+	if went(other) {
+		t.Fatal("a bundle went beyond uplinkInFlight")
+	}
+	close(fill[0].finish)
+	mustGo(other, "a bundle once a slot was free")
+	// The pending bound: submit waits while uplinkPending wait, and
+	// gives up once its context ends.
+	for range uplinkPending {
+		if _, ok := submit(ctx, "other"); !ok {
+			t.Fatal("a bundle refused below uplinkPending")
+		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	refused := make(chan bool)
-	go func() { refused <- !f.acquire(cctx, []string{"other"}) }()
-	waited(3)
+	go func() { _, ok := submit(cctx, "x"); refused <- !ok }()
+	select {
+	case <-refused:
+		t.Fatal("submit did not wait with uplinkPending bundles waiting")
+	case <-time.After(100 * time.Millisecond):
+	}
 	cancel()
 	f.wake()
 	if !<-refused {
-		t.Fatal("a bundle went beyond uplinkInFlight")
+		t.Fatal("a bundle was taken beyond uplinkPending after its context ended")
+	}
+	for _, b := range fill[1:] {
+		close(b.finish)
+	}
+	close(other.finish)
+}
+
+// TestUplinkSlowAckHoldsOnlyItsNode: while a bundle of node n1 awaits
+// the broker's ack, the uplink's next bundle of n1 waits, and a bundle of
+// n2 made after it is published at once; n1's second bundle goes once
+// the first is acked.
+func TestUplinkSlowAckHoldsOnlyItsNode(t *testing.T) {
+	fk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	published := make(chan string, 8)
+	ack := make(chan struct{})
+	first := true
+	u := NewUplink(UplinkConfig{Site: "s1", Log: slog.New(slog.DiscardHandler), Clock: fk,
+		Publish: func(_ context.Context, _ string, payload []byte) error {
+			recs, err := protocol.DecodeBundle("s1", payload)
+			if err != nil || len(recs) != 1 {
+				t.Errorf("publish is not a bundle of one message: %v", err)
+				return err
+			}
+			m, err := protocol.Decode(recs[0].Payload)
+			if err != nil {
+				t.Error(err)
+				return err
+			}
+			published <- m.Node
+			if m.Node == "n1" && first {
+				first = false
+				<-ack
+			}
+			return nil
+		}})
+	ctx := runUplink(t, u)
+	send := func(node string) {
+		t.Helper()
+		u.Publish(ctx, protocol.BMCEvtTopic("s1"), powerReport(t, node, fk.Now()))
+		if !fk.WaitTimers(1, 10*time.Second) {
+			t.Fatal("no gather timer")
+		}
+		fk.Advance(uplinkGather)
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case n := <-published:
+			return n
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing published within 10 s")
+			return ""
+		}
+	}
+	send("n1")
+	if n := next(); n != "n1" {
+		t.Fatalf("published %s first, want n1", n)
+	}
+	send("n1")
+	send("n2")
+	if n := next(); n != "n2" {
+		t.Fatalf("published %s while n1's first bundle awaits its ack, want n2's bundle", n)
+	}
+	select {
+	case n := <-published:
+		t.Fatalf("published %s's bundle while n1's first awaits its ack", n)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(ack)
+	if n := next(); n != "n1" {
+		t.Fatalf("published %s after n1's ack, want n1's second bundle", n)
 	}
 }
 

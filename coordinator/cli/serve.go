@@ -161,15 +161,21 @@ func (c *cmd) serveCmd() *cobra.Command {
 
 // cpuProfileEnv names a file to which serve writes a CPU profile of the
 // coordinator from its start until it is asked to stop (SIGINT or
-// SIGTERM), for benchmarks (docs/benchmarks.md); unset, no profile.
+// SIGTERM), for benchmarks (docs/benchmarks.md); unset, no profile. A
+// cluster member writes FILE.NAME (its --cluster-member), so that the
+// members of a cluster started with one environment do not write one
+// file.
 const cpuProfileEnv = "COORDINATOR_CPU_PROFILE"
 
 // cpuProfile starts the profile cpuProfileEnv asks for; the profile
 // ends when ctx does or when the function returned is called.
-func cpuProfile(ctx context.Context, log *slog.Logger) (stop func()) {
+func cpuProfile(ctx context.Context, log *slog.Logger, member string) (stop func()) {
 	path := os.Getenv(cpuProfileEnv)
 	if path == "" {
 		return func() {}
+	}
+	if member != "" {
+		path += "." + member
 	}
 	f, err := os.Create(path)
 	if err == nil {
@@ -250,7 +256,7 @@ func (c *cmd) serve(cc *cobra.Command, o *serveOptions) error {
 	}
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	defer cpuProfile(ctx, log)()
+	defer cpuProfile(ctx, log, o.clusterMember)()
 	co, err := server.Start(ctx, server.Options{Cluster: member, DataDir: o.dataDir, APIListen: o.apiListen, MQTTListen: o.mqttListen,
 		BrokerURL: o.brokerURL, BrokerUser: o.brokerUser, BrokerPassword: o.brokerPW, AdvertisedBrokerURL: o.advertise,
 		Auth: o.auth, HTPasswd: o.htpasswd, TLSCert: o.tlsCert, TLSKey: o.tlsKey, BrokerCAFile: o.brokerCA, MaxPacketSize: o.maxPacket,

@@ -159,8 +159,7 @@ func (f *inFlight) submit(ctx context.Context, keys []string, send func()) bool 
 	for len(f.pending) >= uplinkPending && ctx.Err() == nil {
 		f.cond.Wait()
 	}
-	if ctx.Err() != nil {
-		f.closed, f.pending = true, nil
+	if ctx.Err() != nil || f.closed {
 		return false
 	}
 	f.pending = append(f.pending, &pendingBundle{keys: keys, send: send})
@@ -221,10 +220,13 @@ func (f *inFlight) release(keys []string) {
 	f.cond.Broadcast()
 }
 
-// wake makes a waiting submit look at ctx again.
-func (f *inFlight) wake() {
+// close is called once the uplink's context ended: the pending bundles
+// are dropped (the outbox sends their messages again), nothing more
+// starts, and a waiting submit returns.
+func (f *inFlight) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.closed, f.pending = true, nil
 	f.cond.Broadcast()
 }
 
@@ -259,7 +261,7 @@ func upKeys(keys map[string]struct{}, it *Item) {
 // Run sends what Publish queues until ctx ends.
 func (u *Uplink) Run(ctx context.Context) {
 	fl := newInFlight()
-	stop := context.AfterFunc(ctx, fl.wake)
+	stop := context.AfterFunc(ctx, fl.close)
 	defer stop()
 	site := u.cfg.Site
 	var carry *Item
@@ -342,7 +344,7 @@ func (u *Uplink) oversized(it *Item) bool {
 }
 
 // sendUp publishes a bundle of recs, or one message alone, in its own
-// goroutine once fl lets it go (see Order); false once ctx ended. A
+// goroutine once its turn comes (see Order); false once ctx ended. A
 // failed publish is left to the outbox's resend (results, reports) or to
 // the ramdisks (hello, heartbeat), as before bundling.
 func (u *Uplink) sendUp(ctx context.Context, fl *inFlight, keySet map[string]struct{}, recs []protocol.BundleRecord, one *Item, queued time.Time) bool {

@@ -105,7 +105,7 @@ func TestInFlightOrdersByNode(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	cancel()
-	f.wake()
+	f.close()
 	if !<-refused {
 		t.Fatal("a bundle was taken beyond uplinkPending after its context ended")
 	}

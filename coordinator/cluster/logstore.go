@@ -3,7 +3,6 @@ package cluster
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -12,10 +11,11 @@ import (
 	"github.com/bmedge/bmedge/lib/kvstore"
 )
 
-// logStore is raft's log and its stable store (current term, last vote)
-// in a Badger database of its own, encrypted at rest with the member's
-// database key as the store is (lib/kvstore): a log entry is a batch of
-// the store's writes, BMC and rescue passwords among them.
+// logStore reads the Badger database that held raft's log and its
+// stable store (current term, last vote) before the log moved to
+// raft-wal (wal.go): openLog copies one into a new WAL and removes it.
+// It is encrypted with the member's database key as the store is
+// (lib/kvstore).
 //
 // Keys: logPrefix and the entry's index (8 bytes big-endian, so that
 // keys sort as indexes do); stablePrefix and raft's own key.
@@ -26,11 +26,6 @@ type logStore struct {
 const (
 	logPrefix    = "l/"
 	stablePrefix = "s/"
-)
-
-var (
-	_ raft.LogStore    = (*logStore)(nil)
-	_ raft.StableStore = (*logStore)(nil)
 )
 
 func openLogStore(dir string, key []byte, cfg kvstore.Config) (*logStore, error) {
@@ -86,22 +81,6 @@ func (s *logStore) LastIndex() (uint64, error)  { return s.edge(true) }
 // An entry's value: term, type (1 byte), appended-at (UnixNano, 8
 // bytes), then the data's and the extensions' lengths (uvarints) and
 // bytes.
-func encodeLog(l *raft.Log) []byte {
-	out := make([]byte, 0, 8+1+8+2*binary.MaxVarintLen64+len(l.Data)+len(l.Extensions))
-	out = binary.BigEndian.AppendUint64(out, l.Term)
-	out = append(out, byte(l.Type))
-	var at int64
-	if !l.AppendedAt.IsZero() {
-		at = l.AppendedAt.UnixNano()
-	}
-	out = binary.BigEndian.AppendUint64(out, uint64(at))
-	out = binary.AppendUvarint(out, uint64(len(l.Data)))
-	out = append(out, l.Data...)
-	out = binary.AppendUvarint(out, uint64(len(l.Extensions)))
-	out = append(out, l.Extensions...)
-	return out
-}
-
 var errBadEntry = errors.New("cluster: a damaged entry in the replicated log")
 
 func decodeLog(index uint64, b []byte, l *raft.Log) error {
@@ -156,92 +135,22 @@ func (s *logStore) GetLog(index uint64, l *raft.Log) error {
 	})
 }
 
-func (s *logStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
-
-// StoreLogs writes the entries in one synced transaction (a batch too
-// big for one is split, each part synced).
-func (s *logStore) StoreLogs(logs []*raft.Log) error {
-	return s.db.Write("append to the replicated log", func(db *badger.DB) error {
-		wb := db.NewWriteBatch()
-		defer wb.Cancel()
-		for _, l := range logs {
-			if err := wb.Set(logKey(l.Index), encodeLog(l)); err != nil {
+// eachStable hands every key and value of the stable store to set.
+func (s *logStore) eachStable(set func(k, v []byte) error) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = []byte(stablePrefix)
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if err := set(it.Item().KeyCopy(nil)[len(stablePrefix):], v); err != nil {
 				return err
 			}
 		}
-		return wb.Flush()
-	})
-}
-
-// DeleteRange removes the entries min..max, both included.
-func (s *logStore) DeleteRange(min, max uint64) error {
-	if min > max {
 		return nil
-	}
-	return s.db.Write("trim the replicated log", func(db *badger.DB) error {
-		wb := db.NewWriteBatch()
-		defer wb.Cancel()
-		err := db.View(func(txn *badger.Txn) error {
-			opts := badger.DefaultIteratorOptions
-			opts.PrefetchValues = false
-			opts.Prefix = []byte(logPrefix)
-			it := txn.NewIterator(opts)
-			defer it.Close()
-			for it.Seek(logKey(min)); it.Valid(); it.Next() {
-				k := it.Item().KeyCopy(nil)
-				if binary.BigEndian.Uint64(k[len(logPrefix):]) > max {
-					break
-				}
-				if err := wb.Delete(k); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		return wb.Flush()
 	})
-}
-
-func (s *logStore) Set(key, val []byte) error {
-	return s.db.Write("write the replicated log's state", func(db *badger.DB) error {
-		return db.Update(func(txn *badger.Txn) error {
-			return txn.Set(append([]byte(stablePrefix), key...), append([]byte{}, val...))
-		})
-	})
-}
-
-// Get returns an empty value for a key never set, as raft expects of
-// its stable store ("not found" is not an error there).
-func (s *logStore) Get(key []byte) ([]byte, error) {
-	var out []byte
-	err := s.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(append([]byte(stablePrefix), key...))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		out, err = it.ValueCopy(nil)
-		return err
-	})
-	return out, err
-}
-
-func (s *logStore) SetUint64(key []byte, val uint64) error {
-	return s.Set(key, binary.BigEndian.AppendUint64(nil, val))
-}
-
-func (s *logStore) GetUint64(key []byte) (uint64, error) {
-	b, err := s.Get(key)
-	if err != nil || len(b) == 0 {
-		return 0, err
-	}
-	if len(b) != 8 {
-		return 0, fmt.Errorf("cluster: the replicated log's value %q has %d bytes, want 8", key, len(b))
-	}
-	return binary.BigEndian.Uint64(b), nil
 }

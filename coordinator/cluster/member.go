@@ -121,7 +121,7 @@ type Config struct {
 type Member struct {
 	cfg   Config
 	st    *store.Store
-	logs  *logStore
+	logs  *walLog
 	snaps raft.SnapshotStore
 	fsm   *fsm
 	raft  *raft.Raft
@@ -211,10 +211,10 @@ func Open(cfg Config) (*Member, error) {
 	if err := os.MkdirAll(raftDir, 0o700); err != nil {
 		return nil, err
 	}
-	if m.logs, err = openLogStore(filepath.Join(raftDir, "log"), key, m.kvNames()); err != nil {
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: &slogWriter{log: cfg.Log}, DisableTime: true})
+	if m.logs, err = openLog(raftDir, key, m.kvNames(), hl, cfg.Log); err != nil {
 		return nil, err
 	}
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: &slogWriter{log: cfg.Log}, DisableTime: true})
 	if m.snaps, err = raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hl); err != nil {
 		return nil, err
 	}
@@ -274,7 +274,6 @@ func Open(cfg Config) (*Member, error) {
 	go m.watchStore()
 	go m.promote()
 	go m.collect()
-	go m.collectLog()
 	ok = true
 	return m, nil
 }
@@ -548,8 +547,8 @@ func Recover(dataDir, name, listen string, log *slog.Logger) error {
 	}
 	dbDir := filepath.Join(dataDir, "db")
 	raftDir := filepath.Join(dataDir, "raft")
-	if _, err := os.Stat(filepath.Join(raftDir, "log")); err != nil {
-		return fmt.Errorf("%s holds no replicated log (%v): recover runs on the data folder of a cluster member", dataDir, err)
+	if !hasLog(raftDir) {
+		return fmt.Errorf("%s holds no replicated log (no %s): recover runs on the data folder of a cluster member", dataDir, filepath.Join(raftDir, walDir))
 	}
 	key, err := store.ReadKey(filepath.Join(dataDir, "db.key"))
 	if err != nil {
@@ -561,12 +560,12 @@ func Recover(dataDir, name, listen string, log *slog.Logger) error {
 	}
 	defer st.Close()
 	m := &Member{log: log}
-	logs, err := openLogStore(filepath.Join(raftDir, "log"), key, m.kvNames())
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: &slogWriter{log: log}, DisableTime: true})
+	logs, err := openLog(raftDir, key, m.kvNames(), hl, log)
 	if err != nil {
 		return err
 	}
 	defer logs.Close()
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: &slogWriter{log: log}, DisableTime: true})
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hl)
 	if err != nil {
 		return err
@@ -651,23 +650,6 @@ func (m *Member) collect() {
 		}
 		if _, err := m.st.CollectGarbage(); err != nil {
 			m.log.Warn("value-log garbage collection of the member's store failed", "err", err)
-		}
-	}
-}
-
-// collectLog reclaims the replicated log's value-log space (entries of
-// large batches that snapshots made obsolete), on every member.
-func (m *Member) collectLog() {
-	tick := time.NewTicker(collectEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-m.stopped:
-			return
-		case <-tick.C:
-		}
-		if _, err := m.logs.db.CollectValueLog(16); err != nil {
-			m.log.Warn("value-log garbage collection of the replicated log failed", "err", err)
 		}
 	}
 }

@@ -263,7 +263,14 @@ func Open(cfg Config) (*Member, error) {
 			return nil, err
 		}
 	}
-	if m.raft, err = raft.NewRaft(rc, m.fsm, m.logs, m.logs, m.snaps, m.trans); err != nil {
+	// The last entries stay in memory as raft made them: the leader
+	// sends each to every follower (and again to one that lags) without
+	// reading and unsealing it from the log files.
+	cached, err := raft.NewLogCache(logCacheEntries, m.logs)
+	if err != nil {
+		return nil, err
+	}
+	if m.raft, err = raft.NewRaft(rc, m.fsm, cached, m.logs, m.snaps, m.trans); err != nil {
 		return nil, err
 	}
 	if m.api != nil {

@@ -42,6 +42,9 @@ const (
 	// walSegmentSize bounds one segment file (preallocated); an entry
 	// may be larger, it then has a segment of its own.
 	walSegmentSize = 32 << 20
+	// logCacheEntries is how many of the last entries raft keeps in
+	// memory (raft.LogCache) in front of the WAL.
+	logCacheEntries = 256
 )
 
 // sealer seals each entry's data (and raft's extensions) with

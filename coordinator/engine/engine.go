@@ -341,7 +341,13 @@ func loadSecret(path string) ([]byte, error) {
 }
 
 func (e *Engine) load() error {
+	if err := e.checkFormat(); err != nil {
+		return err
+	}
 	if err := e.loadStepCats(); err != nil {
+		return err
+	}
+	if err := e.loadPlans(); err != nil {
 		return err
 	}
 	err := e.st.Scan(store.NodePrefix, func(_ string, v []byte) error {
@@ -362,6 +368,9 @@ func (e *Engine) load() error {
 		return err
 	}
 	if err := e.dropUnusedStepCats(); err != nil {
+		return err
+	}
+	if err := e.dropUnusedPlans(); err != nil {
 		return err
 	}
 	if e.cfg.Metrics != nil {

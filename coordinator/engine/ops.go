@@ -169,41 +169,9 @@ func (e *Engine) UpdateNode(ident string, fn func(n *fsm.Node) error) error {
 // DeleteNode removes a node, its ports, history and inventory.
 func (e *Engine) DeleteNode(ident string) error {
 	var id string
-	err := e.do(func(t *tx) error {
-		n, err := e.lookup(ident)
-		if err != nil {
-			return err
-		}
-		if r := fsm.CheckDelete(n); r != nil {
-			return refused(r)
-		}
-		id = n.UUID
-		t.sends = append(t.sends, e.m.Deleted(n, t.now).Send...)
-		e.auth.DropNode(n.UUID)
-		e.dropConsole(n.UUID)
-		t.forget(n.UUID)
-		delete(e.reg.nodes, n.UUID)
-		delete(e.reg.names, n.Name)
-		e.reg.phaseCount[phaseOf(n)]--
-		for pid, p := range e.reg.ports {
-			if p.NodeUUID == n.UUID {
-				delete(e.reg.ports, pid)
-				delete(e.reg.macs, p.Address)
-				e.notePort(p, false)
-				t.batch.Delete(store.PortPrefix + pid)
-			}
-		}
-		e.dropNodeResources(t, n)
-		// Its MACs and its place under the cap are free again.
-		e.discoveryDirty(n.Site)
-		t.batch.Delete(store.NodePrefix + n.UUID)
-		t.batch.Delete(store.InventoryPrefix + n.UUID)
-		t.batch.Delete(store.FirmwarePrefix + n.UUID)
-		t.batch.Delete(store.BIOSPrefix + n.UUID)
-		t.batch.Delete(store.SensorsPrefix + n.UUID)
-		t.batch.Delete(store.EventsPrefix + n.UUID)
-		delete(e.reg.hist, n.UUID)
-		return nil
+	err := e.do(func(t *tx) (err error) {
+		id, err = e.deleteNode(t, ident)
+		return err
 	})
 	if err == nil {
 		var b store.Batch
@@ -211,6 +179,46 @@ func (e *Engine) DeleteNode(ident string) error {
 		_ = e.write(&b)
 	}
 	return err
+}
+
+// deleteNode is DeleteNode's change in t: it returns the node's UUID.
+func (e *Engine) deleteNode(t *tx, ident string) (string, error) {
+	n, err := e.lookup(ident)
+	if err != nil {
+		return "", err
+	}
+	if r := fsm.CheckDelete(n); r != nil {
+		return "", refused(r)
+	}
+	t.sends = append(t.sends, e.m.Deleted(n, t.now).Send...)
+	e.auth.DropNode(n.UUID)
+	e.dropConsole(n.UUID)
+	t.forget(n.UUID)
+	// A change earlier in this batch must not write it back.
+	delete(t.dirty, n.UUID)
+	delete(e.reg.nodes, n.UUID)
+	delete(e.reg.names, n.Name)
+	e.reg.phaseCount[phaseOf(n)]--
+	for pid, p := range e.reg.ports {
+		if p.NodeUUID == n.UUID {
+			delete(e.reg.ports, pid)
+			delete(e.reg.macs, p.Address)
+			e.notePort(p, false)
+			t.batch.Delete(store.PortPrefix + pid)
+		}
+	}
+	e.dropNodeResources(t, n)
+	// Its MACs and its place under the cap are free again.
+	e.discoveryDirty(n.Site)
+	t.batch.Delete(store.NodePrefix + n.UUID)
+	e.reg.plans.dropNode(t, n.UUID)
+	t.batch.Delete(store.InventoryPrefix + n.UUID)
+	t.batch.Delete(store.FirmwarePrefix + n.UUID)
+	t.batch.Delete(store.BIOSPrefix + n.UUID)
+	t.batch.Delete(store.SensorsPrefix + n.UUID)
+	t.batch.Delete(store.EventsPrefix + n.UUID)
+	delete(e.reg.hist, n.UUID)
+	return n.UUID, nil
 }
 
 // Verb starts a provision verb.

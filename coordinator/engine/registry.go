@@ -24,6 +24,8 @@ type registry struct {
 	phaseCount map[string]int
 	// cats are the step lists ramdisks offered, stored once each.
 	cats *stepCats
+	// plans are the operations' plans, stored once each (records.go).
+	plans *planCats
 	// hist is the bookkeeping of each node's history, to keep it under
 	// the cap; histSeq orders entries of one instant. Used in the loop
 	// only.
@@ -34,5 +36,5 @@ type registry struct {
 func newRegistry() *registry {
 	return &registry{nodes: map[string]*fsm.Node{}, names: map[string]string{}, ports: map[string]*Port{},
 		pgroups: map[string]*PortGroup{}, allocs: map[string]*Allocation{}, macs: map[string]string{},
-		phaseCount: map[string]int{}, cats: newStepCats(), hist: map[string]*histState{}}
+		phaseCount: map[string]int{}, cats: newStepCats(), plans: newPlanCats(), hist: map[string]*histState{}}
 }

@@ -24,15 +24,6 @@ import (
 // copy. Records written before this kept their lists inline; they load
 // as they are and are rewritten with a reference at their next change.
 
-// storedNode is a node record as stored: the embedded node's step lists
-// are shadowed (never written inline) and named by StepsRef instead.
-type storedNode struct {
-	*fsm.Node
-	CachedCleanSteps  []drivers.Step `json:"cached_clean_steps,omitempty"`
-	CachedDeploySteps []drivers.Step `json:"cached_deploy_steps,omitempty"`
-	StepsRef          string         `json:"steps_ref,omitempty"`
-}
-
 // stepCatalog is one stored pair of lists.
 type stepCatalog struct {
 	Clean  []drivers.Step `json:"clean,omitempty"`
@@ -92,22 +83,6 @@ func (s *stepCats) intern(n *fsm.Node) (ref string, fresh []byte, err error) {
 	return ref, b, nil
 }
 
-// encodeNode is a node's record; a new catalogue it refers to joins the
-// same batch.
-func (e *Engine) encodeNode(t *tx, n *fsm.Node) ([]byte, error) {
-	ref, fresh, err := e.reg.cats.intern(n)
-	if err != nil {
-		return nil, err
-	}
-	if ref == "" {
-		return json.Marshal(n)
-	}
-	if fresh != nil {
-		t.batch.Set(store.StepCatalogPrefix+ref, fresh)
-	}
-	return json.Marshal(storedNode{Node: n, StepsRef: ref})
-}
-
 // loadStepCats reads the stored catalogues (before the nodes).
 func (e *Engine) loadStepCats() error {
 	return e.st.Scan(store.StepCatalogPrefix, func(k string, v []byte) error {
@@ -118,24 +93,6 @@ func (e *Engine) loadStepCats() error {
 		e.reg.cats.add(k[len(store.StepCatalogPrefix):], &c)
 		return nil
 	})
-}
-
-// decodeNode reads a node record, inline lists (older records) or a ref.
-func (e *Engine) decodeNode(v []byte) (*fsm.Node, error) {
-	n := &fsm.Node{}
-	s := storedNode{Node: n}
-	if err := json.Unmarshal(v, &s); err != nil {
-		return nil, err
-	}
-	n.CachedCleanSteps, n.CachedDeploySteps = s.CachedCleanSteps, s.CachedDeploySteps
-	if s.StepsRef != "" {
-		c, ok := e.reg.cats.byRef[s.StepsRef]
-		if !ok {
-			return nil, fmt.Errorf("node %s refers to step catalogue %s, which is not stored", n.UUID, s.StepsRef)
-		}
-		n.CachedCleanSteps, n.CachedDeploySteps = c.Clean, c.Deploy
-	}
-	return n, nil
 }
 
 // dropUnusedStepCats deletes, after the nodes are loaded, the catalogues

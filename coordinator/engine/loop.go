@@ -169,7 +169,7 @@ func (e *Engine) commit(t *tx) error {
 		e.fail(err)
 		return err
 	}
-	e.cfg.Metrics.Committed(time.Since(start))
+	e.cfg.Metrics.Committed(time.Since(start), t.batch.Size())
 	for _, n := range t.dirty {
 		e.publishAuth(n)
 	}

@@ -43,6 +43,7 @@ type Metrics struct {
 	resent        prometheus.Counter
 	acked         prometheus.Counter
 	commitSeconds prometheus.Histogram
+	commitBytes   prometheus.Counter
 	holdSeconds   prometheus.Histogram
 	bmcWarnings   *prometheus.CounterVec
 	discovery     *prometheus.CounterVec
@@ -99,6 +100,8 @@ func New() *Metrics {
 	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "store_commit_duration_seconds",
 		Help:    "Duration of the engine's synced Badger commits, one per batch of changes (group commit).",
 		Buckets: prometheus.ExponentialBuckets(0.00025, 2, 14)})
+	m.commitBytes = prometheus.NewCounter(prometheus.CounterOpts(f("store_committed_bytes_total",
+		"Bytes (keys and values) of the engine's commits: what each change of state writes to the store and, in a cluster, to every member's log.")))
 	m.holdSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "engine_loop_hold_seconds",
 		Help:    "Time one request (an API change, an agent message, a clock tick) held the engine's single loop, its batch's commit not included: what other requests and agent messages may wait behind one request.",
 		Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12)})
@@ -110,7 +113,7 @@ func New() *Metrics {
 	holdMax := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "engine_loop_hold_max_seconds",
 		Help: "The longest time one request held the engine's single loop since the coordinator started (engine_loop_hold_seconds' largest observation)."},
 		func() float64 { return time.Duration(m.holdMax.Load()).Seconds() })
-	m.reg.MustRegister(m.bmcWarnings, m.discovery, m.transitions, m.verbs, m.verbSeconds, m.stepSeconds, m.sent, m.resent, m.acked, m.commitSeconds, m.holdSeconds, holdMax,
+	m.reg.MustRegister(m.bmcWarnings, m.discovery, m.transitions, m.verbs, m.verbSeconds, m.stepSeconds, m.sent, m.resent, m.acked, m.commitSeconds, m.commitBytes, m.holdSeconds, holdMax,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -281,12 +284,14 @@ func (m *Metrics) Acked() {
 	m.acked.Inc()
 }
 
-// Committed records the duration of one Badger commit.
-func (m *Metrics) Committed(took time.Duration) {
+// Committed records the duration of one Badger commit and its size in
+// bytes.
+func (m *Metrics) Committed(took time.Duration, bytes int) {
 	if m == nil {
 		return
 	}
 	m.commitSeconds.Observe(took.Seconds())
+	m.commitBytes.Add(float64(bytes))
 }
 
 // LoopHeld records how long one request held the engine loop.

@@ -76,7 +76,7 @@ func TestVerbsAndCounters(t *testing.T) {
 	m.Published(&protocol.Message{Kind: protocol.KindCommand}, errors.New("broker gone"))
 	m.Resent(2)
 	m.Acked()
-	m.Committed(time.Millisecond)
+	m.Committed(time.Millisecond, 1234)
 	m.Census(func(f func(*fsm.Node) bool) {
 		f(&fsm.Node{ProvisionState: fsm.Available, Site: "s1"})
 		f(&fsm.Node{ProvisionState: fsm.Available, Site: "s1", Maintenance: true})
@@ -92,6 +92,7 @@ func TestVerbsAndCounters(t *testing.T) {
 		"bmedge_commands_resent_total 2",
 		"bmedge_commands_acked_total 1",
 		"bmedge_store_commit_duration_seconds_count 1",
+		"bmedge_store_committed_bytes_total 1234",
 		`bmedge_nodes{provision_state="available",site="s1"} 2`,
 		`bmedge_nodes_maintenance{site="s1"} 1`,
 		`bmedge_site_online{site="s1"} 1`,
@@ -114,7 +115,7 @@ func TestNilMetrics(t *testing.T) {
 	m.Published(&protocol.Message{Kind: protocol.KindCommand}, nil)
 	m.Resent(1)
 	m.Acked()
-	m.Committed(0)
+	m.Committed(0, 0)
 	m.Loaded(&fsm.Node{})
 	m.Node(&fsm.Node{}, time.Now())
 }

@@ -256,6 +256,15 @@ func (b *Batch) Delete(key string) {
 // Len is the number of writes.
 func (b *Batch) Len() int { return len(b.keys) }
 
+// Size is the bytes of the batch's keys and values.
+func (b *Batch) Size() int {
+	n := 0
+	for i, k := range b.keys {
+		n += len(k) + len(b.vals[i])
+	}
+	return n
+}
+
 // Each calls fn for every write in order; val is nil for a deletion.
 func (b *Batch) Each(fn func(key string, val []byte)) {
 	for i, k := range b.keys {

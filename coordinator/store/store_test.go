@@ -164,3 +164,13 @@ func TestBatchMarshal(t *testing.T) {
 		t.Fatalf("s/x after commit: found %v, %q", found, v)
 	}
 }
+
+// TestBatchSize: a batch's size is its keys' and values' bytes.
+func TestBatchSize(t *testing.T) {
+	var b Batch
+	b.Set("ab", []byte("cde"))
+	b.Delete("f")
+	if got := b.Size(); got != 6 {
+		t.Fatalf("size %d, want 6 (keys ab and f, value cde)", got)
+	}
+}

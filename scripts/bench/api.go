@@ -66,7 +66,7 @@ func (b *bench) scrape(ctx context.Context, api *loadrig.API) (promSamples, erro
 	}
 	out := promSamples{}
 	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "bmedge_verb_duration_seconds") && !strings.HasPrefix(line, "bmedge_store_commit_duration_seconds") &&
+		if !strings.HasPrefix(line, "bmedge_verb_duration_seconds") && !strings.HasPrefix(line, "bmedge_store_commit") &&
 			!strings.HasPrefix(line, "bmedge_engine_loop_hold") {
 			continue
 		}

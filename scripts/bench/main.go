@@ -265,6 +265,9 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 
 type bench struct {
 	o     options
+	// stored is what the coordinator committed to its store from its
+	// start to the cycle's end (its metrics): bytes and commits.
+	storedBytes, storedCommits float64
 	api   *loadrig.API
 	co    *loadrig.Coord
 	ob    *observer
@@ -476,6 +479,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if err := phase(b.verb(ctx, "undeploy", "deleted", fsm.Available, fsm.Active, fsm.Deleting, fsm.Cleaning, fsm.CleanWait)); err != nil {
 		return err
+	}
+	if s, err := b.scrape(ctx, b.api); err == nil {
+		b.storedBytes, b.storedCommits = s["bmedge_store_committed_bytes_total"], s["bmedge_store_commit_duration_seconds_count"]
 	}
 	var hr *hostileResult
 	if stopHostile != nil {
@@ -879,6 +885,10 @@ func (b *bench) report(rs []*phaseResult, hwmKB, selfKB int64) {
 		fmt.Printf("image origin served:                    %.1f KiB (%d site cache(s), each fetching the 64 KiB image once)\n", float64(b.originBytes.Load())/1024, b.o.sites)
 	}
 	fmt.Printf("coordinator CPU over the run:           %.1f s\n", coordCPU.Seconds())
+	if b.storedCommits > 0 {
+		fmt.Printf("committed to the store until the cycle's end: %.1f MB in %.0f commits (%.1f KB per commit, %.1f KB per node)\n",
+			b.storedBytes/1e6, b.storedCommits, b.storedBytes/b.storedCommits/1e3, b.storedBytes/float64(b.o.nodes)/1e3)
+	}
 	if b.o.observe {
 		fmt.Printf("MQTT commands seen by the observer:     %d (%.1f per node)\n", b.ob.total.Load(), float64(b.ob.total.Load())/float64(b.o.nodes))
 		if b.o.verbose {

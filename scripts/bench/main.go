@@ -265,9 +265,6 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 
 type bench struct {
 	o     options
-	// stored is what the coordinator committed to its store from its
-	// start to the cycle's end (its metrics): bytes and commits.
-	storedBytes, storedCommits float64
 	api   *loadrig.API
 	co    *loadrig.Coord
 	ob    *observer
@@ -277,6 +274,9 @@ type bench struct {
 	// the deploys' image, its checksum, and the bytes its origin served
 	imageURL, imageSum string
 	originBytes        *atomic.Int64
+	// stored is what the coordinator committed to its store from its
+	// start to the cycle's end (its metrics): bytes and commits.
+	storedBytes, storedCommits float64
 }
 
 func run(ctx context.Context, o options) (err error) {

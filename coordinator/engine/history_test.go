@@ -1,10 +1,8 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -116,23 +114,12 @@ func TestHistoryCapAcrossRestart(t *testing.T) {
 	e.Close()
 
 	// History left behind by a node deleted in a crash.
-	key, err := store.LoadKey(filepath.Join(dir, "db.key"), filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "db"), key, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b store.Batch
 	orphan := "00000000-0000-4000-8000-000000000001"
 	for i := 0; i < 3; i++ {
 		b.Set(fmt.Sprintf("%s%s/%020d-%08d", store.HistoryPrefix, orphan, time.Now().UnixNano(), i), []byte(`{"event":"orphan"}`))
 	}
-	if err := st.Commit(context.Background(), &b); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	writeOffline(t, dir, &b)
 
 	e = startAt(t, dir, 4)
 	wantEvents(t, events(t, e, "a"), "maintenance set: r8", "maintenance unset", "maintenance set: r9", "maintenance unset")

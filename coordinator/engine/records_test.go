@@ -114,6 +114,40 @@ func TestRecordShortForm(t *testing.T) {
 	}
 }
 
+// startedIn starts an engine on dir with a site s1 registered.
+func startedIn(t *testing.T, dir string) *Engine {
+	t.Helper()
+	e, err := New(Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(&recorder{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.AddSite("s1"); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// writeOffline commits b to the store in dir while no engine runs on it
+// (records as an earlier version, or a crash, left them).
+func writeOffline(t *testing.T, dir string, b *store.Batch) {
+	t.Helper()
+	key, err := store.LoadKey(filepath.Join(dir, "db.key"), filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(dir, "db"), key, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Commit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // bareTx is a batch of an engine that is not started.
 func bareTx(e *Engine) *tx {
 	return &tx{e: e, now: time.Now(), dirty: map[string]*fsm.Node{}, touched: map[string]struct{}{}, acks: map[string][]string{}}
@@ -151,16 +185,7 @@ func TestPlanChangedInPlaceCaught(t *testing.T) {
 func TestPlansStoredAndDropped(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{DataDir: dir}
-	e, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(&recorder{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := e.AddSite("s1"); err != nil {
-		t.Fatal(err)
-	}
+	e := startedIn(t, dir)
 	var ids []string
 	for _, name := range []string{"a", "b", "c"} {
 		n, err := e.CreateNode(NodeSpec{Name: name, Driver: "fake"})
@@ -189,20 +214,9 @@ func TestPlansStoredAndDropped(t *testing.T) {
 	var old []byte
 	_ = e.do(func(*tx) error { old, _ = json.Marshal(e.reg.nodes[ids[2]]); return nil })
 	e.Close()
-	key, err := store.LoadKey(filepath.Join(dir, "db.key"), filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "db"), key, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var batch store.Batch
 	batch.Set(store.NodePrefix+ids[2], old)
-	if err := st.Commit(context.Background(), &batch); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	writeOffline(t, dir, &batch)
 
 	// Read back as loaded, before the engine starts (a start resends
 	// what was pending, which changes the records).
@@ -274,20 +288,9 @@ func TestLaterRecordFormatRefused(t *testing.T) {
 		t.Fatalf("record format key %q after start, want 2", v)
 	}
 	e.Close()
-	key, err := store.LoadKey(filepath.Join(dir, "db.key"), filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "db"), key, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b store.Batch
 	b.Set(formatKey, []byte("3"))
-	if err := st.Commit(context.Background(), &b); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	writeOffline(t, dir, &b)
 	if e, err := New(Config{DataDir: dir}); err == nil || !strings.Contains(err.Error(), "format 3, written by a later version") {
 		if e != nil {
 			e.Close()

@@ -1,10 +1,7 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -41,16 +38,7 @@ func scanKeys(t *testing.T, e *Engine, prefix string) map[string][]byte {
 func TestStepListsStoredOnce(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{DataDir: dir}
-	e, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(&recorder{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := e.AddSite("s1"); err != nil {
-		t.Fatal(err)
-	}
+	e := startedIn(t, dir)
 	var ids []string
 	for _, name := range []string{"a", "b", "c"} {
 		n, err := e.CreateNode(NodeSpec{Name: name, Driver: "fake"})
@@ -101,18 +89,7 @@ func TestStepListsStoredOnce(t *testing.T) {
 	batch.Set(store.NodePrefix+c.UUID, inline)
 	batch.Set(store.StepCatalogPrefix+"00000000000000000000000000000000", []byte(`{"clean":[{"interface":"deploy","step":"x"}]}`))
 	e.Close()
-	key, err := store.LoadKey(filepath.Join(dir, "db.key"), filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "db"), key, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Commit(context.Background(), &batch); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	writeOffline(t, dir, &batch)
 
 	e2, err := New(cfg)
 	if err != nil {

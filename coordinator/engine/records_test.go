@@ -130,6 +130,21 @@ func startedIn(t *testing.T, dir string) *Engine {
 	return e
 }
 
+// createFake creates nodes of the fake driver by name; it returns their
+// UUIDs.
+func createFake(t *testing.T, e *Engine, names ...string) []string {
+	t.Helper()
+	var ids []string
+	for _, name := range names {
+		n, err := e.CreateNode(NodeSpec{Name: name, Driver: "fake"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, n.UUID)
+	}
+	return ids
+}
+
 // writeOffline commits b to the store in dir while no engine runs on it
 // (records as an earlier version, or a crash, left them).
 func writeOffline(t *testing.T, dir string, b *store.Batch) {
@@ -186,14 +201,9 @@ func TestPlansStoredAndDropped(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{DataDir: dir}
 	e := startedIn(t, dir)
-	var ids []string
-	for _, name := range []string{"a", "b", "c"} {
-		n, err := e.CreateNode(NodeSpec{Name: name, Driver: "fake"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, n.UUID)
-		if err := e.Verb(n.UUID, fsm.VerbRequest{Verb: fsm.Manage}); err != nil {
+	ids := createFake(t, e, "a", "b", "c")
+	for _, id := range ids {
+		if err := e.Verb(id, fsm.VerbRequest{Verb: fsm.Manage}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -39,14 +39,7 @@ func TestStepListsStoredOnce(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{DataDir: dir}
 	e := startedIn(t, dir)
-	var ids []string
-	for _, name := range []string{"a", "b", "c"} {
-		n, err := e.CreateNode(NodeSpec{Name: name, Driver: "fake"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, n.UUID)
-	}
+	ids := createFake(t, e, "a", "b", "c")
 	a, b, c := struct{ UUID string }{ids[0]}, struct{ UUID string }{ids[1]}, struct{ UUID string }{ids[2]}
 	for _, id := range []string{a.UUID, b.UUID} {
 		if err := e.do(func(t *tx) error {

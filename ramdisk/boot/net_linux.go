@@ -69,7 +69,7 @@ func waitLinks(ctx context.Context, cfg NetConfig, timeout time.Duration, logf f
 	upped := map[string]bool{}
 	logged := false
 	for {
-		all, err := netlink.LinkList()
+		all, err := dumpRetry(netlink.LinkList)
 		if err != nil {
 			return nil, fmt.Errorf("list network interfaces: %w", err)
 		}
@@ -232,7 +232,7 @@ func dhcpUp(ctx context.Context, links []netlink.Link, opts NetOptions, logf fun
 
 // addressOf checks that want is configured on l and returns it with its prefix.
 func addressOf(l netlink.Link, want netip.Addr) (netip.Prefix, error) {
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	addrs, err := dumpRetry(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_ALL) })
 	if err != nil {
 		return netip.Prefix{}, fmt.Errorf("%s: list addresses: %w", l.Attrs().Name, err)
 	}

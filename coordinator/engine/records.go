@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -198,8 +196,7 @@ func (p *planCats) planRef(t *tx, n *fsm.Node) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		sum := sha256.Sum256(b)
-		mark.ref = hex.EncodeToString(sum[:16])
+		mark.ref = contentRef(b)
 		if verifyPlans && old.ref != "" && old.data == mark.data && old.n == mark.n && old.ref != mark.ref {
 			panic(fmt.Sprintf("node %s: its operation's plan was changed in place (stored as %s, now %s); replace the slice instead", n.UUID, old.ref, mark.ref))
 		}

@@ -73,14 +73,20 @@ func (s *stepCats) intern(n *fsm.Node) (ref string, fresh []byte, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	sum := sha256.Sum256(b)
-	ref = hex.EncodeToString(sum[:16])
+	ref = contentRef(b)
 	if have, ok := s.byRef[ref]; ok {
 		n.CachedCleanSteps, n.CachedDeploySteps = have.Clean, have.Deploy
 		return ref, nil, nil
 	}
 	s.add(ref, c)
 	return ref, b, nil
+}
+
+// contentRef names a stored catalogue record (step lists, plans) by its
+// content: the first 128 bits of its SHA-256, in hex.
+func contentRef(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
 
 // loadStepCats reads the stored catalogues (before the nodes).

@@ -272,15 +272,31 @@ func TestPlanSurvivesRestart(t *testing.T) {
 	// What stays in the state folder is the plan's id and deadline among
 	// the node's ended plans (so that a replayed copy is refused), not a
 	// plan to resume.
-	plans, err := s2.a.ob.Store().LoadPlans()
-	if err != nil || len(plans) > 1 {
-		t.Fatalf("state folder's plans: %d (%v)", len(plans), err)
-	}
-	for node, b := range plans {
-		var rec plan.Record
-		if err := json.Unmarshal(b, &rec); err != nil || rec.ID != "" || len(rec.Ended) != 1 {
-			t.Fatalf("a finished plan is still in the state folder as running (node %s): %s (%v)", node, b, err)
+	// The plan's end is queued for the store's next group commit after
+	// the plan leaves the runner (PutPlan does not wait), so the test
+	// waits for it to be on disk.
+	var last string
+	ok := waitfor.Until(10*time.Second, func() bool {
+		if err := s2.a.ob.Store().Sync(); err != nil {
+			last = err.Error()
+			return false
 		}
+		plans, err := s2.a.ob.Store().LoadPlans()
+		if err != nil || len(plans) > 1 {
+			last = fmt.Sprintf("state folder's plans: %d (%v)", len(plans), err)
+			return false
+		}
+		for node, b := range plans {
+			var rec plan.Record
+			if err := json.Unmarshal(b, &rec); err != nil || rec.ID != "" || len(rec.Ended) != 1 {
+				last = fmt.Sprintf("node %s: %s (%v)", node, b, err)
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		t.Fatalf("a finished plan is still in the state folder as running: %s", last)
 	}
 }
 

@@ -561,11 +561,15 @@ func (m *Manager) next(tokens float64, yield bool) (node string, msg *protocol.M
 	order := make([]string, 0, len(m.kept))
 	now := time.Now()
 	for n, at := range m.typed {
-		if now.Sub(at) > typedFirst || m.kept[n] == nil {
+		if now.Sub(at) > typedFirst {
 			delete(m.typed, n)
 			continue
 		}
-		order = append(order, n)
+		// A console typed into before it printed anything keeps its
+		// mark until its echo comes (a look in between must not drop it).
+		if m.kept[n] != nil {
+			order = append(order, n)
+		}
 	}
 	sort.Strings(order)
 	hot := len(order)

@@ -844,3 +844,29 @@ func TestPrintingConsolesYieldToResults(t *testing.T) {
 		t.Fatalf("%d chunks on the way with no result on the way; want more than %d, at most %d", n, YieldUntyped+1, MaxSending-TypedReserve+1)
 	}
 }
+
+// TestTypedBeforeAnyOutput: a key typed into a console that has printed
+// nothing yet keeps the console's place ahead of the printing consoles
+// when the send loop looks before the echo comes (it used to drop the
+// mark of a console with no output kept, and the echo then waited behind
+// the printing consoles' share; seen in TestPrintingConsolesYieldToResults
+// on a busy machine).
+func TestTypedBeforeAnyOutput(t *testing.T) {
+	g := newGated()
+	m, err := New(Config{Site: "s1", Publish: g.publish, Yield: func() bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.noteTyped("n1")
+	if _, _, _, _, _, _, ok := m.next(float64(m.cfg.Bandwidth), true); ok {
+		t.Fatal("a chunk is due before any output")
+	}
+	m.append("n1", []byte("k"))
+	m.mu.Lock()
+	m.sendingUntyped = YieldUntyped // the printing consoles' share is taken
+	m.mu.Unlock()
+	node, _, _, _, _, _, ok := m.next(float64(m.cfg.Bandwidth), true)
+	if !ok || node != "n1" {
+		t.Fatalf("next after the echo: %q (due %v), want n1's echo ahead of the printing consoles' full share", node, ok)
+	}
+}

@@ -511,6 +511,7 @@ func (m *Manager) Forget(node string) {
 	m.disable(node)
 	m.mu.Lock()
 	delete(m.kept, node)
+	delete(m.typed, node)
 	m.mu.Unlock()
 	if m.cfg.Store != nil {
 		m.cfg.Store.PutConsole(node, nil)
@@ -566,7 +567,8 @@ func (m *Manager) next(tokens float64, yield bool) (node string, msg *protocol.M
 			continue
 		}
 		// A console typed into before it printed anything keeps its
-		// mark until its echo comes (a look in between must not drop it).
+		// mark for typedFirst too: a look before its echo comes must
+		// not drop it (Forget drops a deleted node's).
 		if m.kept[n] != nil {
 			order = append(order, n)
 		}

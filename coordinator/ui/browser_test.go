@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
+	"github.com/bmedge/bmedge/lib/freeport"
+	"github.com/bmedge/bmedge/lib/waitfor"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
@@ -172,29 +173,55 @@ func startChrome(t *testing.T) *webDriver {
 		}
 		t.Skip(msg)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(driver, fmt.Sprintf("--port=%d", port), "--allowed-ips=127.0.0.1")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	d := &webDriver{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		resp, err := http.Get(d.base + "/status")
-		if err == nil {
+	// chromedriver binds its port on 127.0.0.1 and [::1] and exits when
+	// either is taken, so the port is picked free on both, and a driver
+	// that still exits early (another process took the port meanwhile) is
+	// started again on another.
+	var d *webDriver
+	for attempt := 1; d == nil; attempt++ {
+		port, err := freeport.LoopbackPort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(driver, fmt.Sprintf("--port=%d", port), "--allowed-ips=127.0.0.1")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+		try := &webDriver{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+		var lastErr error
+		answered := false
+		waitfor.Until(15*time.Second, func() bool {
+			select {
+			case <-exited:
+				lastErr = fmt.Errorf("chromedriver exited: %s", cmd.ProcessState)
+				return true
+			default:
+			}
+			resp, err := http.Get(try.base + "/status")
+			if err != nil {
+				lastErr = err
+				return false
+			}
 			resp.Body.Close()
-			break
+			answered = true
+			return true
+		})
+		err = nil
+		if !answered {
+			err = lastErr
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("chromedriver did not answer on %s: %v", d.base, err)
+		switch {
+		case err == nil:
+			d = try
+		case attempt == 3:
+			t.Fatalf("chromedriver did not answer on %s (attempt %d): %v", try.base, attempt, err)
+		default:
+			t.Logf("chromedriver on %s: %v; starting it on another port", try.base, err)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	profile := t.TempDir()
 	v := d.call("POST", "/session", map[string]any{"capabilities": map[string]any{"alwaysMatch": map[string]any{

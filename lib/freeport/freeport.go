@@ -11,6 +11,7 @@
 package freeport
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // The range Addr draws from: below Linux's default ephemeral range
@@ -37,6 +39,36 @@ var (
 // outside the ephemeral range. host is a loopback address such as
 // 127.0.0.1.
 func Addr(host string) (string, error) {
+	return pick(host, nil)
+}
+
+// LoopbackPort returns a port that was free a moment ago both on
+// 127.0.0.1 and, where the machine has IPv6, on [::1], outside the
+// ephemeral range. It is for servers that bind "localhost" on both
+// families and exit when either is taken (chromedriver does).
+func LoopbackPort() (int, error) {
+	addr, err := pick("127.0.0.1", freeOnV6Loopback)
+	if err != nil {
+		return 0, err
+	}
+	_, p, _ := net.SplitHostPort(addr)
+	return strconv.Atoi(p)
+}
+
+// freeOnV6Loopback says whether port can be bound on [::1]. A machine
+// without an IPv6 loopback counts as free: the server will not bind it
+// either. A port in use does not.
+func freeOnV6Loopback(port string) bool {
+	ln, err := net.Listen("tcp6", net.JoinHostPort("::1", port))
+	if err != nil {
+		return !errors.Is(err, syscall.EADDRINUSE)
+	}
+	ln.Close()
+	return true
+}
+
+// pick draws a port free on host (and accepted by also, when given).
+func pick(host string, also func(port string) bool) (string, error) {
 	lo, hi := low, high
 	if l, ok := ephemeralLow(); ok {
 		// A machine whose ephemeral range starts lower: the ports below it.
@@ -61,6 +93,9 @@ func Addr(host string) (string, error) {
 			continue
 		}
 		ln.Close()
+		if also != nil && !also(strconv.Itoa(port)) {
+			continue
+		}
 		given[port] = true
 		return addr, nil
 	}

@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"time"
+
+	"github.com/bmedge/bmedge/lib/freeport"
 )
 
 // webDriver is a tiny client of chromedriver's W3C WebDriver API, driving
@@ -18,6 +19,7 @@ import (
 type webDriver struct {
 	base, session, version string
 	cmd                    *exec.Cmd
+	exited                 chan struct{} // closed when cmd has been waited for
 }
 
 func (d *webDriver) call(method, path string, body any) (json.RawMessage, error) {
@@ -77,7 +79,7 @@ func (d *webDriver) close() {
 	}
 	if d.cmd != nil && d.cmd.Process != nil {
 		_ = d.cmd.Process.Kill()
-		_ = d.cmd.Wait()
+		<-d.exited
 	}
 }
 
@@ -89,28 +91,16 @@ func startChrome(tmp string) (*webDriver, error) {
 	if err1 != nil || err2 != nil {
 		return nil, errors.New("Debian's chromium and chromium-driver are not installed (scripts/install-test-deps.sh installs them)")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// chromedriver binds its port on 127.0.0.1 and [::1] and exits when
+	// either is taken: the port is picked free on both, and a driver that
+	// exits early all the same is started again on another port.
+	d, err := startDriver(driver)
+	for attempt := 2; err != nil && attempt <= 3; attempt++ {
+		fmt.Fprintf(os.Stderr, "%v; starting it on another port\n", err)
+		d, err = startDriver(driver)
+	}
 	if err != nil {
 		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	d := &webDriver{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	d.cmd = exec.Command(driver, fmt.Sprintf("--port=%d", port), "--allowed-ips=127.0.0.1")
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		resp, err := http.Get(d.base + "/status")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			d.close()
-			return nil, fmt.Errorf("chromedriver did not answer on %s: %v", d.base, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	profile := tmpDir(tmp, "chromium-profile")
 	if err := os.MkdirAll(profile, 0o700); err != nil {
@@ -139,4 +129,38 @@ func startChrome(tmp string) (*webDriver, error) {
 	}
 	d.session, d.version = sess.SessionID, "Chromium "+sess.Capabilities.Version
 	return d, nil
+}
+
+// startDriver starts chromedriver on a port free on both loopbacks and
+// waits until it answers; a driver that exits or stays silent for 15 s is
+// an error.
+func startDriver(driver string) (*webDriver, error) {
+	port, err := freeport.LoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	d := &webDriver{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	d.cmd = exec.Command(driver, fmt.Sprintf("--port=%d", port), "--allowed-ips=127.0.0.1")
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
+	d.exited = make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(d.exited) }()
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		select {
+		case <-d.exited:
+			return nil, fmt.Errorf("chromedriver on %s exited before answering", d.base)
+		default:
+		}
+		resp, err := http.Get(d.base + "/status")
+		if err == nil {
+			resp.Body.Close()
+			return d, nil
+		}
+		if time.Now().After(deadline) {
+			d.close()
+			return nil, fmt.Errorf("chromedriver did not answer on %s: %v", d.base, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bmedge/bmedge/coordinator/certs"
+	"github.com/bmedge/bmedge/lib/freeport"
 )
 
 // The cluster link takes only member certificates of the cluster's CA:
@@ -52,12 +52,10 @@ func TestLinkRefusesNonMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.21:0")
+	addr, err := freeport.Addr("127.0.0.21")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	if err := InitKeys(filepath.Join(dir, "data")); err != nil {
 		t.Fatal(err)
 	}

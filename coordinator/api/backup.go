@@ -30,11 +30,24 @@ const (
 // a client that stops reading, or reads a trickle, is cut off and the
 // one backup slot is free again, so that it cannot keep the database's
 // snapshot (which holds back Badger's compaction of older versions) and
-// the slot for long (docs/security.md). Variables for the tests.
+// the slot for long (docs/security.md). Variables for the tests, which
+// change them while a backup's handler may still be running.
 var (
-	backupStall = 30 * time.Second
-	backupMax   = time.Hour
+	backupStall = newLimit(30 * time.Second)
+	backupMax   = newLimit(time.Hour)
 )
+
+// limit is a duration read and set atomically.
+type limit struct{ ns atomic.Int64 }
+
+func newLimit(d time.Duration) *limit {
+	l := &limit{}
+	l.set(d)
+	return l
+}
+
+func (l *limit) get() time.Duration  { return time.Duration(l.ns.Load()) }
+func (l *limit) set(d time.Duration) { l.ns.Store(int64(d)) }
 
 // backupHandler serves POST /v1/backup: the coordinator's database as an
 // encrypted backup (engine.Backup), one at a time. It is an operator's
@@ -63,13 +76,13 @@ func (b *backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer b.running.Store(false)
-	start := time.Now()
-	out := &backupWriter{w: w, rc: http.NewResponseController(w), stall: backupStall, end: start.Add(backupMax)}
+	start, most := time.Now(), backupMax.get()
+	out := &backupWriter{w: w, rc: http.NewResponseController(w), stall: backupStall.get(), end: start.Add(most)}
 	ctx, cancel := context.WithDeadline(r.Context(), out.end)
 	defer cancel()
 	info, err := b.s.e.Backup(ctx, out)
 	if ctx.Err() == context.DeadlineExceeded {
-		err = fmt.Errorf("the backup took longer than %s, the most one may take; read it faster (or from closer)", backupMax)
+		err = fmt.Errorf("the backup took longer than %s, the most one may take; read it faster (or from closer)", most)
 	}
 	if !out.started {
 		// Nothing was sent: an ordinary error answer.

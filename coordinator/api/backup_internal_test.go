@@ -34,9 +34,10 @@ func (l smallBufListener) Accept() (net.Conn, error) {
 // whole. A client that keeps reading a trickle is cut off at the whole
 // backup's deadline.
 func TestBackupStalledClientReleasesSlot(t *testing.T) {
-	stall, max := backupStall, backupMax
-	t.Cleanup(func() { backupStall, backupMax = stall, max })
-	backupStall, backupMax = time.Second, time.Hour
+	stall, max := backupStall.get(), backupMax.get()
+	t.Cleanup(func() { backupStall.set(stall); backupMax.set(max) })
+	backupStall.set(time.Second)
+	backupMax.set(time.Hour)
 
 	e, err := engine.New(engine.Config{DataDir: t.TempDir(), Log: slog.New(slog.DiscardHandler), TickInterval: time.Hour})
 	if err != nil {
@@ -98,7 +99,7 @@ func TestBackupStalledClientReleasesSlot(t *testing.T) {
 	started := time.Now()
 	// While it holds the slot, another backup is refused (409)...
 	if code, _ := post("/v1/backup", ""); code != http.StatusConflict {
-		if time.Since(started) < backupStall {
+		if time.Since(started) < backupStall.get() {
 			t.Fatalf("a backup while the stalled one runs: %d, want 409", code)
 		}
 		t.Logf("the machine was too slow to see the stalled backup hold the slot (%s)", time.Since(started))
@@ -130,7 +131,8 @@ func TestBackupStalledClientReleasesSlot(t *testing.T) {
 	// A trickle reader (512 bytes every 20 ms), with a whole-backup
 	// deadline of a second: cut off there, not after an hour, and the
 	// slot is free again.
-	backupStall, backupMax = time.Hour, time.Second
+	backupStall.set(time.Hour)
+	backupMax.set(time.Second)
 	trickle, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +160,7 @@ func TestBackupStalledClientReleasesSlot(t *testing.T) {
 	if strings.Contains(string(got), BackupNodesTrailer+": 48") {
 		t.Fatalf("a trickle reader got the whole backup")
 	}
-	backupMax = time.Hour
+	backupMax.set(time.Hour)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		code, _ := post("/v1/backup", "")
 		if code == 200 {

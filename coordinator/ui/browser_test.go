@@ -1,30 +1,26 @@
 package ui_test
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bmedge/bmedge/agent"
-	"github.com/bmedge/bmedge/lib/freeport"
-	"github.com/bmedge/bmedge/lib/waitfor"
+	"github.com/bmedge/bmedge/lib/webdriver"
 	"github.com/bmedge/bmedge/scripts/systest/testrig"
 )
 
-// webDriver is a tiny client of chromedriver's W3C WebDriver HTTP API.
+// webDriver is the tests' side of a WebDriver session (lib/webdriver):
+// a refusal fails the test.
 type webDriver struct {
-	t       *testing.T
-	base    string
-	session string
+	t *testing.T
+	s *webdriver.Session
 }
 
 func (d *webDriver) call(method, path string, body any) json.RawMessage {
@@ -39,30 +35,11 @@ func (d *webDriver) call(method, path string, body any) json.RawMessage {
 // try is call that returns a refusal instead of failing the test.
 func (d *webDriver) try(method, path string, body any) (json.RawMessage, int, []byte) {
 	d.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	url := d.base + path
-	if d.session != "" {
-		url = d.base + "/session/" + d.session + path
-	}
-	req, _ := http.NewRequest(method, url, rd)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	v, code, b, err := d.s.Do(method, path, body)
 	if err != nil {
-		d.t.Fatalf("webdriver %s %s: %v", method, path, err)
+		d.t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Value json.RawMessage `json:"value"`
-	}
-	b, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(b, &out); err != nil {
-		d.t.Fatalf("webdriver %s %s: %d %s", method, path, resp.StatusCode, b)
-	}
-	return out.Value, resp.StatusCode, b
+	return v, code, b
 }
 
 // js runs script in the page and returns its result as a string.
@@ -164,86 +141,19 @@ func (d *webDriver) screenshot(dir, name string) {
 // session; both end with the test.
 func startChrome(t *testing.T) *webDriver {
 	t.Helper()
-	chromium, err1 := exec.LookPath("chromium")
-	driver, err2 := exec.LookPath("chromedriver")
-	if err1 != nil || err2 != nil {
-		msg := "Debian's chromium and chromium-driver are not installed (scripts/install-test-deps.sh installs them): the browser test of the web view is skipped"
+	s, err := webdriver.Start(webdriver.Options{ProfileDir: t.TempDir(), Args: []string{"--hide-scrollbars"}, Output: os.Stderr, Logf: t.Logf})
+	if errors.Is(err, webdriver.ErrNotInstalled) {
+		msg := err.Error() + ": the browser test of the web view is skipped"
 		if os.Getenv("BM_REQUIRE_ALL") == "1" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
-	// chromedriver binds its port on 127.0.0.1 and [::1] and exits when
-	// either is taken, so the port is picked free on both, and a driver
-	// that still exits early (another process took the port meanwhile) is
-	// started again on another.
-	var d *webDriver
-	for attempt := 1; d == nil; attempt++ {
-		port, err := freeport.LoopbackPort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(driver, fmt.Sprintf("--port=%d", port), "--allowed-ips=127.0.0.1")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-		try := &webDriver{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-		var lastErr error
-		answered := false
-		waitfor.Until(15*time.Second, func() bool {
-			select {
-			case <-exited:
-				lastErr = fmt.Errorf("chromedriver exited: %s", cmd.ProcessState)
-				return true
-			default:
-			}
-			resp, err := http.Get(try.base + "/status")
-			if err != nil {
-				lastErr = err
-				return false
-			}
-			resp.Body.Close()
-			answered = true
-			return true
-		})
-		err = nil
-		if !answered {
-			err = lastErr
-		}
-		switch {
-		case err == nil:
-			d = try
-		case attempt == 3:
-			t.Fatalf("chromedriver did not answer on %s (attempt %d): %v", try.base, attempt, err)
-		default:
-			t.Logf("chromedriver on %s: %v; starting it on another port", try.base, err)
-		}
+	if err != nil {
+		t.Fatal(err)
 	}
-	profile := t.TempDir()
-	v := d.call("POST", "/session", map[string]any{"capabilities": map[string]any{"alwaysMatch": map[string]any{
-		"browserName": "chrome",
-		"goog:chromeOptions": map[string]any{"binary": chromium, "args": []string{"--headless", "--no-sandbox", "--disable-gpu",
-			"--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-			"--user-data-dir=" + profile, "--window-size=1280,800", "--hide-scrollbars"}},
-	}}})
-	var sess struct {
-		SessionID string `json:"sessionId"`
-	}
-	if err := json.Unmarshal(v, &sess); err != nil || sess.SessionID == "" {
-		t.Fatalf("no webdriver session: %s", v)
-	}
-	t.Cleanup(func() {
-		req, _ := http.NewRequest("DELETE", d.base+"/session/"+sess.SessionID, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	})
-	d.session = sess.SessionID
-	return d
+	t.Cleanup(s.Close)
+	return &webDriver{t: t, s: s}
 }
 
 // TestUIBrowser (acceptance 1) drives Debian's headless Chromium through

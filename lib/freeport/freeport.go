@@ -39,7 +39,7 @@ var (
 // outside the ephemeral range. host is a loopback address such as
 // 127.0.0.1.
 func Addr(host string) (string, error) {
-	return pick(host, nil)
+	return pick(host, false)
 }
 
 // LoopbackPort returns a port that was free a moment ago both on
@@ -47,7 +47,7 @@ func Addr(host string) (string, error) {
 // ephemeral range. It is for servers that bind "localhost" on both
 // families and exit when either is taken (chromedriver does).
 func LoopbackPort() (int, error) {
-	addr, err := pick("127.0.0.1", freeOnV6Loopback)
+	addr, err := pick("127.0.0.1", true)
 	if err != nil {
 		return 0, err
 	}
@@ -67,8 +67,8 @@ func freeOnV6Loopback(port string) bool {
 	return true
 }
 
-// pick draws a port free on host (and accepted by also, when given).
-func pick(host string, also func(port string) bool) (string, error) {
+// pick draws a port free on host, and with v6 on [::1] too.
+func pick(host string, v6 bool) (string, error) {
 	lo, hi := low, high
 	if l, ok := ephemeralLow(); ok {
 		// A machine whose ephemeral range starts lower: the ports below it.
@@ -93,7 +93,7 @@ func pick(host string, also func(port string) bool) (string, error) {
 			continue
 		}
 		ln.Close()
-		if also != nil && !also(strconv.Itoa(port)) {
+		if v6 && !freeOnV6Loopback(strconv.Itoa(port)) {
 			continue
 		}
 		given[port] = true

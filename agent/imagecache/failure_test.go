@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,9 @@ func answerOf(t *testing.T, url string) (int, http.Header, string) {
 	}
 	return resp.StatusCode, resp.Header, string(b)
 }
+
+// loopbackAddr matches the test servers' addresses in a reason.
+var loopbackAddr = regexp.MustCompile(`127\.0\.0\.\d+:\d+`)
 
 // checkReason checks the body of an error answer: one line of plain
 // text, bounded, saying each of want, showing none of secrets.
@@ -51,8 +55,11 @@ func checkReason(t *testing.T, h http.Header, body string, want, secrets []strin
 			t.Errorf("body %q does not say %q", line, w)
 		}
 	}
+	// What the line tells beside the loopback addresses it names (a
+	// port such as 34042 holds "404").
+	told := loopbackAddr.ReplaceAllString(line, "ADDR")
 	for _, s := range secrets {
-		if strings.Contains(line, s) {
+		if strings.Contains(told, s) {
 			t.Errorf("body %q shows %q", line, s)
 		}
 	}

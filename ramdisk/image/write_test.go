@@ -242,8 +242,11 @@ func TestFetchErrorsInWords(t *testing.T) {
 			t.Errorf("%s: err = %v, want containing %q", c.url, err, c.want)
 			continue
 		}
+		// What the error tells beside the addresses it names (a port
+		// such as 35001 holds "500").
+		told := strings.NewReplacer(host, "HOST", strings.TrimPrefix(dead, "http://"), "DEAD").Replace(err.Error())
 		for _, n := range c.not {
-			if strings.Contains(err.Error(), n) {
+			if strings.Contains(told, n) {
 				t.Errorf("%s: err = %v tells %q", c.url, err, n)
 			}
 		}
